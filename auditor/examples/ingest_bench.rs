@@ -1,0 +1,156 @@
+//! Raw ingest rate of the audit store with realistic small events (a mix of
+//! exec, dns, tcp, http and file-metadata events, ~300-600 bytes of JSON
+//! each). Prints one JSON object.
+//!
+//!     cargo run --release -p airlock-auditor --example ingest_bench -- [EVENTS] [DB]
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use airlock_auditor::{
+    AuditEvent, AuditStore, ExecId, FileOp, SessionEnd, SessionInfo, SigningKeySource, TrustAnchor,
+};
+
+fn event(i: u64) -> AuditEvent {
+    let exec_id = Some(ExecId::new(format!("{}:{}", 1000 + i % 7, 12345)));
+    match i % 5 {
+        0 => AuditEvent::Exec {
+            exec_id: ExecId::new(format!("{}:{}", 1000 + i, 12345)),
+            parent_exec_id: exec_id,
+            pid: (1000 + i % 30000) as i32,
+            ppid: 1000,
+            uid: 1000,
+            path: "/usr/bin/python3".into(),
+            argv: vec![
+                "python3".into(),
+                "-m".into(),
+                "pip".into(),
+                "install".into(),
+                "requests".into(),
+            ],
+            cwd: "/work".into(),
+            env_names: vec!["PATH".into(), "HOME".into(), "LANG".into()],
+            env_values_nonsecret: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
+        },
+        1 => AuditEvent::Dns {
+            exec_id,
+            name: format!("host{}.pypi.org", i % 100),
+            qtype: "A".into(),
+            answer: vec!["151.101.0.223".into(), "151.101.64.223".into()],
+            decision: "allow".into(),
+            rule: Some("policy.toml:12".into()),
+        },
+        2 => AuditEvent::Tcp {
+            exec_id,
+            dst: "151.101.0.223:443".into(),
+            host: Some("pypi.org".into()),
+            port: 443,
+            decision: "allow".into(),
+            rule: Some("policy.toml:12".into()),
+            bytes_up: 1200 + i % 500,
+            bytes_down: 50_000 + i % 9000,
+            duration_ms: Some(42.0),
+        },
+        3 => AuditEvent::Http {
+            exec_id,
+            method: "GET".into(),
+            url: format!("https://pypi.org/simple/package-{}/", i % 1000),
+            http_version: "HTTP/2".into(),
+            request_headers: vec![
+                ("user-agent".into(), "pip/24.0".into()),
+                (
+                    "accept".into(),
+                    "application/vnd.pypi.simple.v1+json".into(),
+                ),
+            ],
+            request_body: None,
+            request_body_truncated: false,
+            status: Some(200),
+            response_headers: vec![("content-type".into(), "application/json".into())],
+            response_body: Some(br#"{"files":[],"meta":{"api-version":"1.1"}}"#.to_vec()),
+            response_body_truncated: false,
+            bytes_up: 300,
+            bytes_down: 4000,
+            started_us: None,
+            ms_to_headers: Some(20.0),
+            ms_total: Some(25.0),
+            decision: "allow".into(),
+            rule: Some("policy.toml:12".into()),
+            reason: None,
+        },
+        _ => AuditEvent::File {
+            exec_id,
+            path: format!(
+                "/work/.venv/lib/python3.12/site-packages/pkg/mod{}.py",
+                i % 500
+            ),
+            op: FileOp::Modify,
+            size: Some(4096),
+            sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),
+            content: None,
+            rename_to: None,
+            mode: Some(0o644),
+            stored_content: None,
+            content_over_cap: false,
+        },
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(500_000);
+    let tmp = std::env::temp_dir().join(format!("airlock-ingest-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let db = args
+        .next()
+        .map(Into::into)
+        .unwrap_or_else(|| tmp.join("bench.db"));
+
+    let store = AuditStore::open(&db, SigningKeySource::Ephemeral)?;
+    let events: Vec<AuditEvent> = (0..n).map(event).collect();
+    let payload_bytes: usize = events
+        .iter()
+        .map(|e| serde_json::to_vec(e).map_or(0, |v| v.len()))
+        .sum();
+
+    let rec = store.begin_session(SessionInfo {
+        command: vec!["bench".into()],
+        ..SessionInfo::default()
+    })?;
+    let id = rec.session_id().clone();
+    let start = Instant::now();
+    for ev in events {
+        rec.record(ev)?;
+    }
+    let queued = start.elapsed();
+    rec.finish(SessionEnd::default())?;
+    let total = start.elapsed();
+
+    let vstart = Instant::now();
+    let key = store.public_key().ok_or("no key")?;
+    let report = store.verify(&id, &TrustAnchor::PublicKey(key))?;
+    let verify_s = vstart.elapsed().as_secs_f64();
+
+    let db_size = std::fs::metadata(&db)?.len()
+        + std::fs::metadata(db.with_extension("db-wal")).map_or(0, |m| m.len());
+    println!(
+        "{}",
+        serde_json::json!({
+            "events": n,
+            "avg_payload_bytes": payload_bytes as f64 / n as f64,
+            "seconds_to_durable": total.as_secs_f64(),
+            "events_per_second": n as f64 / total.as_secs_f64(),
+            "record_call_events_per_second": n as f64 / queued.as_secs_f64(),
+            "verify_seconds": verify_s,
+            "verify_events_per_second": n as f64 / verify_s,
+            "intact": report.is_intact(),
+            "db_bytes": db_size,
+        })
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! One error type for the crate. Every message is a single line that names
+//! the problem and, where there is one, the fix.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("cannot open audit database {path}: {source}; check the path exists and is writable")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    #[error("audit database error while {context}: {source}")]
+    Db {
+        context: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    #[error(
+        "{path} is not an airlock audit database (schema version {found:?}, expected {expected}); pass the right --audit-db"
+    )]
+    Schema {
+        path: PathBuf,
+        found: Option<String>,
+        expected: u32,
+    },
+
+    #[error("audit key {path}: {problem}")]
+    Key { path: PathBuf, problem: String },
+
+    #[error("audit database {0} does not exist; pass --audit-db FILE or record a session first")]
+    NoDatabase(PathBuf),
+
+    #[error("audit database is opened read-only; open it with AuditStore::open to record")]
+    ReadOnly,
+
+    #[error("no audit session matches {0:?}; list them with `airlock audit sessions`")]
+    UnknownSession(String),
+
+    #[error(
+        "session prefix {prefix:?} is ambiguous ({count} sessions match); give more characters"
+    )]
+    AmbiguousSession { prefix: String, count: usize },
+
+    #[error("invalid session id {0:?}: expected hexadecimal characters")]
+    BadSessionId(String),
+
+    #[error(
+        "audit store has failed ({0}); the session must stop: free disk space or fix permissions, then start a new session"
+    )]
+    WriterFailed(String),
+
+    #[error("audit session is already finished; start a new session to record more")]
+    Finished,
+
+    #[error("cannot encode audit event: {0}")]
+    Encode(#[from] serde_json::Error),
+
+    #[error(
+        "stored event seq {seq} has an unreadable payload: {problem}; run `airlock audit verify`"
+    )]
+    Corrupt { seq: u64, problem: String },
+
+    #[error("cannot register secret {name:?}: {problem}")]
+    Secret { name: String, problem: String },
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("random number generator failed: {0}; the kernel's getrandom(2) must be available")]
+    Random(String),
+}
+
+impl AuditError {
+    pub(crate) fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> AuditError {
+        move |source| AuditError::Db { context, source }
+    }
+
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AuditError {
+        let context = context.into();
+        move |source| AuditError::Io { context, source }
+    }
+}

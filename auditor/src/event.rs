@@ -1,0 +1,352 @@
+//! What gets recorded: the event model, session metadata and read-back rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{b64, opt_b64};
+use crate::{ExecId, Seq, SessionId};
+
+/// One thing that happened inside (or at the edge of) the sandbox.
+///
+/// Serialized with an internal `kind` tag whose values are exactly
+/// `exec | exit | file | dns | tcp | http | output | note`. Callers must pass
+/// already-redacted values (e.g. `"[secret:GITHUB_TOKEN]"`); the recorder's
+/// [`crate::Redactor`] scrubs registered secrets again as a second line of
+/// defence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum AuditEvent {
+    Exec {
+        exec_id: ExecId,
+        #[serde(default)]
+        parent_exec_id: Option<ExecId>,
+        pid: i32,
+        ppid: i32,
+        uid: u32,
+        path: String,
+        argv: Vec<String>,
+        cwd: String,
+        #[serde(default)]
+        env_names: Vec<String>,
+        #[serde(default)]
+        env_values_nonsecret: BTreeMap<String, String>,
+    },
+    Exit {
+        exec_id: ExecId,
+        /// Exit code when the process exited normally.
+        #[serde(default)]
+        status: Option<i32>,
+        /// Signal number when the process was killed by a signal.
+        #[serde(default)]
+        signal: Option<i32>,
+    },
+    File {
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        /// Absolute path as seen inside the sandbox.
+        path: String,
+        op: FileOp,
+        #[serde(default)]
+        size: Option<u64>,
+        /// SHA-256 (hex) of the file's content after the operation, as
+        /// observed by the producer. Computed from `content` when absent.
+        #[serde(default)]
+        sha256: Option<String>,
+        /// The content after the operation, if the producer captured it. The
+        /// store moves it to a deduplicated content table (so it is `None` in
+        /// events read back) and drops it when larger than the session's
+        /// `max_file_bytes`.
+        #[serde(default, with = "opt_b64", skip_serializing_if = "Option::is_none")]
+        content: Option<Vec<u8>>,
+        #[serde(default)]
+        rename_to: Option<String>,
+        #[serde(default)]
+        mode: Option<u32>,
+        /// Set by the store: SHA-256 of the stored content blob. Differs from
+        /// `sha256` only when redaction had to change the bytes.
+        #[serde(default)]
+        stored_content: Option<String>,
+        /// Set by the store: content was captured but exceeded the cap, so
+        /// only its hash is kept.
+        #[serde(default)]
+        content_over_cap: bool,
+    },
+    Dns {
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        name: String,
+        qtype: String,
+        #[serde(default)]
+        answer: Vec<String>,
+        decision: String,
+        #[serde(default)]
+        rule: Option<String>,
+    },
+    Tcp {
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        /// Destination address as "ip:port".
+        dst: String,
+        #[serde(default)]
+        host: Option<String>,
+        port: u16,
+        decision: String,
+        #[serde(default)]
+        rule: Option<String>,
+        #[serde(default)]
+        bytes_up: u64,
+        #[serde(default)]
+        bytes_down: u64,
+        #[serde(default)]
+        duration_ms: Option<f64>,
+    },
+    Http {
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        method: String,
+        url: String,
+        http_version: String,
+        #[serde(default)]
+        request_headers: Vec<(String, String)>,
+        #[serde(default, with = "opt_b64")]
+        request_body: Option<Vec<u8>>,
+        #[serde(default)]
+        request_body_truncated: bool,
+        #[serde(default)]
+        status: Option<u16>,
+        #[serde(default)]
+        response_headers: Vec<(String, String)>,
+        #[serde(default, with = "opt_b64")]
+        response_body: Option<Vec<u8>>,
+        #[serde(default)]
+        response_body_truncated: bool,
+        #[serde(default)]
+        bytes_up: u64,
+        #[serde(default)]
+        bytes_down: u64,
+        /// When the request started (µs since the epoch); defaults to the
+        /// event's own timestamp.
+        #[serde(default)]
+        started_us: Option<i64>,
+        /// Milliseconds from request start to response headers.
+        #[serde(default)]
+        ms_to_headers: Option<f64>,
+        /// Milliseconds from request start to the end of the response.
+        #[serde(default)]
+        ms_total: Option<f64>,
+        /// "allow" | "deny" | "report".
+        decision: String,
+        /// The policy rule that decided, e.g. "policy.toml:12".
+        #[serde(default)]
+        rule: Option<String>,
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Terminal output, for asciicast export.
+    Output {
+        stream: OutputStream,
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// A session-level note from airlock itself (e.g. "policy reloaded").
+    Note { text: String },
+}
+
+impl AuditEvent {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            AuditEvent::Exec { .. } => EventKind::Exec,
+            AuditEvent::Exit { .. } => EventKind::Exit,
+            AuditEvent::File { .. } => EventKind::File,
+            AuditEvent::Dns { .. } => EventKind::Dns,
+            AuditEvent::Tcp { .. } => EventKind::Tcp,
+            AuditEvent::Http { .. } => EventKind::Http,
+            AuditEvent::Output { .. } => EventKind::Output,
+            AuditEvent::Note { .. } => EventKind::Note,
+        }
+    }
+
+    pub fn exec_id(&self) -> Option<&ExecId> {
+        match self {
+            AuditEvent::Exec { exec_id, .. } | AuditEvent::Exit { exec_id, .. } => Some(exec_id),
+            AuditEvent::File { exec_id, .. }
+            | AuditEvent::Dns { exec_id, .. }
+            | AuditEvent::Tcp { exec_id, .. }
+            | AuditEvent::Http { exec_id, .. } => exec_id.as_ref(),
+            AuditEvent::Output { .. } | AuditEvent::Note { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    Create,
+    Modify,
+    Truncate,
+    Rename,
+    Delete,
+    Chmod,
+}
+
+impl FileOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileOp::Create => "create",
+            FileOp::Modify => "modify",
+            FileOp::Truncate => "truncate",
+            FileOp::Rename => "rename",
+            FileOp::Delete => "delete",
+            FileOp::Chmod => "chmod",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// The `kind` column. Names are part of the on-disk and JSONL formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    Exec,
+    Exit,
+    File,
+    Dns,
+    Tcp,
+    Http,
+    Output,
+    Note,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 8] = [
+        EventKind::Exec,
+        EventKind::Exit,
+        EventKind::File,
+        EventKind::Dns,
+        EventKind::Tcp,
+        EventKind::Http,
+        EventKind::Output,
+        EventKind::Note,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Exec => "exec",
+            EventKind::Exit => "exit",
+            EventKind::File => "file",
+            EventKind::Dns => "dns",
+            EventKind::Tcp => "tcp",
+            EventKind::Http => "http",
+            EventKind::Output => "output",
+            EventKind::Note => "note",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<EventKind> {
+        EventKind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How airlock was running; tells a reader which event kinds could be seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionMode {
+    #[default]
+    Run,
+    Sidecar,
+    Proxy,
+}
+
+/// Metadata recorded when a session starts. It is bound into the hash chain
+/// (the chain's genesis hash covers it), so editing it later is detected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub command: Vec<String>,
+    pub policy_name: String,
+    pub policy_text: String,
+    pub limits: serde_json::Value,
+    pub airlock_version: String,
+    pub host: String,
+    pub mode: SessionMode,
+    /// What this session can and cannot see, e.g. "exec and file events not
+    /// visible" in proxy mode.
+    pub capabilities_note: Option<String>,
+    /// File contents larger than this are recorded by hash only.
+    pub max_file_bytes: u64,
+    /// Terminal size for asciicast export (columns, rows).
+    pub terminal: Option<(u16, u16)>,
+}
+
+impl Default for SessionInfo {
+    fn default() -> Self {
+        SessionInfo {
+            command: Vec::new(),
+            policy_name: String::new(),
+            policy_text: String::new(),
+            limits: serde_json::Value::Null,
+            airlock_version: String::new(),
+            host: String::new(),
+            mode: SessionMode::Run,
+            capabilities_note: None,
+            max_file_bytes: 1024 * 1024,
+            terminal: None,
+        }
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SessionEnd {
+    pub exit_status: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why airlock stopped it, if it did (e.g. "time limit", "audit store failed").
+    pub reason: Option<String>,
+}
+
+impl SessionEnd {
+    pub fn describe(&self) -> String {
+        match (self.exit_status, self.signal) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => self.reason.clone().unwrap_or_else(|| "ended".into()),
+        }
+    }
+}
+
+/// One event as read back from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub seq: Seq,
+    /// Microseconds since the Unix epoch, UTC.
+    pub ts_us: i64,
+    pub kind: EventKind,
+    pub exec_id: Option<ExecId>,
+    pub event: AuditEvent,
+}
+
+/// One row of `airlock audit sessions`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    pub id: SessionId,
+    pub started_us: i64,
+    pub ended_us: Option<i64>,
+    pub end: Option<SessionEnd>,
+    pub info: SessionInfo,
+    pub events: u64,
+    pub key_fingerprint: String,
+}

@@ -1,0 +1,219 @@
+//! The signing key: where it lives, how it is created, and which public key a
+//! verifier should trust.
+//!
+//! The private key never goes into the database: someone who can rewrite the
+//! database must not also be able to re-sign it with the same key.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::AuditError;
+use crate::chain::hex;
+
+const SECRET_TAG: &str = "airlock-audit-ed25519-secret-v1";
+const PUBLIC_TAG: &str = "airlock-audit-ed25519-public-v1";
+
+/// Where the recorder's signing key comes from.
+#[derive(Debug, Clone)]
+pub enum SigningKeySource {
+    /// A key file, created with mode 0600 if missing.
+    KeyFile(PathBuf),
+    /// A fresh random key that is never written anywhere. Verification can
+    /// then only check internal consistency, not who signed: use for tests
+    /// and throwaway sessions.
+    Ephemeral,
+}
+
+/// What `verify` should treat as the legitimate signer.
+#[derive(Debug, Clone)]
+pub enum TrustAnchor {
+    /// Check the chain and signatures only; report the key as unchecked.
+    None,
+    PublicKey(VerifyingKey),
+    /// A secret key file or a public key file written by
+    /// [`crate::public_key_text`].
+    KeyFile(PathBuf),
+}
+
+/// Short, stable name of a public key: "SHA256:" + first 16 bytes of its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFingerprint(pub String);
+
+impl KeyFingerprint {
+    pub fn of(key: &VerifyingKey) -> KeyFingerprint {
+        let digest = Sha256::digest(key.as_bytes());
+        KeyFingerprint(format!("SHA256:{}", hex(&digest[..16])))
+    }
+}
+
+impl std::fmt::Display for KeyFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `$XDG_DATA_HOME/airlock`, else `$HOME/.local/share/airlock`.
+pub fn default_data_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(x);
+        if p.is_absolute() {
+            return Some(p.join("airlock"));
+        }
+    }
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
+    Some(PathBuf::from(home).join(".local/share/airlock"))
+}
+
+pub fn default_db_path() -> Option<PathBuf> {
+    default_data_dir().map(|d| d.join("audit.db"))
+}
+
+pub fn default_key_path() -> Option<PathBuf> {
+    default_data_dir().map(|d| d.join("audit.key"))
+}
+
+pub(crate) fn obtain_signing_key(source: &SigningKeySource) -> Result<SigningKey, AuditError> {
+    match source {
+        SigningKeySource::Ephemeral => generate(),
+        SigningKeySource::KeyFile(path) => match read_secret_key(path) {
+            Ok(key) => Ok(key),
+            Err(KeyRead::Missing) => create_key_file(path),
+            Err(KeyRead::Bad(e)) => Err(e),
+        },
+    }
+}
+
+fn generate() -> Result<SigningKey, AuditError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| AuditError::Random(e.to_string()))?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+fn key_err(path: &Path, problem: impl Into<String>) -> AuditError {
+    AuditError::Key {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    }
+}
+
+enum KeyRead {
+    Missing,
+    Bad(AuditError),
+}
+
+fn read_secret_key(path: &Path) -> Result<SigningKey, KeyRead> {
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(KeyRead::Missing),
+        Err(e) => return Err(KeyRead::Bad(key_err(path, format!("cannot stat: {e}")))),
+    };
+    // A key others can read could be used to forge checkpoints: refuse it
+    // rather than sign with a possibly-leaked key.
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(KeyRead::Bad(key_err(
+            path,
+            format!(
+                "is accessible by other users (mode {:o}); run `chmod 600 {}`",
+                meta.permissions().mode() & 0o777,
+                path.display()
+            ),
+        )));
+    }
+    let text = fs::read_to_string(path)
+        .map_err(|e| KeyRead::Bad(key_err(path, format!("cannot read: {e}"))))?;
+    match parse_key_text(&text) {
+        Some(ParsedKey::Secret(k)) => Ok(k),
+        Some(ParsedKey::Public(_)) => Err(KeyRead::Bad(key_err(
+            path,
+            "holds only a public key; recording needs the secret key file",
+        ))),
+        None => Err(KeyRead::Bad(key_err(
+            path,
+            "is not an airlock audit key; move it away to let airlock create a new one",
+        ))),
+    }
+}
+
+fn create_key_file(path: &Path) -> Result<SigningKey, AuditError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                key_err(
+                    path,
+                    format!("cannot create directory {}: {e}", dir.display()),
+                )
+            })?;
+    }
+    let key = generate()?;
+    let text = format!("{SECRET_TAG} {}\n", STANDARD.encode(key.to_bytes()));
+    // create_new: if another airlock created the key concurrently, use theirs
+    // instead of overwriting it (which would orphan their signatures).
+    let mut file = match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return read_secret_key(path).map_err(|r| match r {
+                KeyRead::Missing => key_err(path, "vanished while being created; retry"),
+                KeyRead::Bad(e) => e,
+            });
+        }
+        Err(e) => return Err(key_err(path, format!("cannot create: {e}"))),
+    };
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| key_err(path, format!("cannot write: {e}")))?;
+    tracing::info!(path = %path.display(), fingerprint = %KeyFingerprint::of(&key.verifying_key()), "created audit signing key");
+    Ok(key)
+}
+
+enum ParsedKey {
+    Secret(SigningKey),
+    Public(VerifyingKey),
+}
+
+fn parse_key_text(text: &str) -> Option<ParsedKey> {
+    let (tag, body) = text.trim().split_once(' ')?;
+    let bytes: [u8; 32] = STANDARD.decode(body.trim()).ok()?.try_into().ok()?;
+    match tag {
+        SECRET_TAG => Some(ParsedKey::Secret(SigningKey::from_bytes(&bytes))),
+        PUBLIC_TAG => VerifyingKey::from_bytes(&bytes).ok().map(ParsedKey::Public),
+        _ => None,
+    }
+}
+
+/// The public key in a secret or public key file.
+pub fn load_public_key(path: &Path) -> Result<VerifyingKey, AuditError> {
+    let text = fs::read_to_string(path).map_err(|e| key_err(path, format!("cannot read: {e}")))?;
+    match parse_key_text(&text) {
+        Some(ParsedKey::Secret(k)) => Ok(k.verifying_key()),
+        Some(ParsedKey::Public(k)) => Ok(k),
+        None => Err(key_err(path, "is not an airlock audit key file")),
+    }
+}
+
+/// Text form of a public key, suitable for handing to a verifier elsewhere.
+pub fn public_key_text(key: &VerifyingKey) -> String {
+    format!("{PUBLIC_TAG} {}\n", STANDARD.encode(key.as_bytes()))
+}
+
+pub(crate) fn resolve_anchor(anchor: &TrustAnchor) -> Result<Option<VerifyingKey>, AuditError> {
+    match anchor {
+        TrustAnchor::None => Ok(None),
+        TrustAnchor::PublicKey(k) => Ok(Some(*k)),
+        TrustAnchor::KeyFile(p) => load_public_key(p).map(Some),
+    }
+}

@@ -1,0 +1,50 @@
+//! Airlock's audit store.
+//!
+//! Everything a sandboxed session did (execs, file writes, DNS queries, TCP
+//! connections, HTTP exchanges, terminal output) is recorded into one SQLite
+//! database that lives outside the sandbox. Each session's events form a
+//! SHA-256 hash chain; periodic checkpoints over that chain are signed with an
+//! Ed25519 key that is *not* stored in the database, so an incident responder
+//! can prove afterwards that nothing was modified, deleted, inserted,
+//! reordered or truncated.
+//!
+//! Writing goes through [`SessionRecorder`] (a cheap, cloneable handle feeding
+//! one writer thread that group-commits in WAL mode). Reading goes through
+//! [`AuditStore`] plus the renderers in [`timeline`], [`export`] and
+//! [`restore`].
+#![forbid(unsafe_code)]
+
+mod chain;
+mod codec;
+mod error;
+mod event;
+pub mod export;
+pub mod humanize;
+mod ids;
+mod keys;
+mod recorder;
+mod redact;
+pub mod restore;
+mod schema;
+mod store;
+pub mod timeline;
+mod verify;
+
+pub use error::AuditError;
+pub use event::{
+    AuditEvent, EventKind, FileOp, OutputStream, SessionEnd, SessionInfo, SessionMode,
+    SessionSummary, StoredEvent,
+};
+pub use ids::{ExecId, Seq, SessionId};
+pub use keys::{
+    KeyFingerprint, SigningKeySource, TrustAnchor, default_data_dir, default_db_path,
+    default_key_path, load_public_key, public_key_text,
+};
+pub use recorder::SessionRecorder;
+pub use redact::Redactor;
+pub use store::AuditStore;
+pub use verify::{KeyTrust, VerifyOutcome, VerifyReport};
+
+/// Re-exported so callers can pass a trusted public key without depending on
+/// ed25519-dalek themselves.
+pub use ed25519_dalek::VerifyingKey;

@@ -1,0 +1,534 @@
+//! Recording: a cheap cloneable handle in front of one writer thread per
+//! session. `record` does the CPU work (redaction, JSON encoding) on the
+//! caller's thread and hands the row to the writer over a bounded channel; the
+//! writer extends the hash chain, inserts whatever has queued up in one
+//! transaction (group commit) and signs checkpoints.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::{Signer, SigningKey};
+use rusqlite::{Connection, params};
+
+use crate::chain::{self, Hash};
+use crate::{AuditError, AuditEvent, Redactor, Seq, SessionEnd, SessionId};
+
+/// Sign a checkpoint after this many events...
+const CHECKPOINT_EVERY: u64 = 1000;
+/// ...or after this long with unsigned events, whichever comes first.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
+/// Upper bound on rows per transaction, so one commit never holds the write
+/// lock for long.
+const MAX_BATCH: usize = 8192;
+/// Queue depth between `record` and the writer. When full, `record` waits
+/// (back-pressure) rather than dropping events.
+const QUEUE_DEPTH: usize = 65536;
+
+/// Handle for recording one session's events. Clone it freely; all clones feed
+/// the same writer. Dropping the last clone without [`SessionRecorder::finish`]
+/// flushes and signs what was recorded but leaves the session marked as not
+/// finished (as after a crash).
+#[derive(Clone)]
+pub struct SessionRecorder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    session: SessionId,
+    gate: Mutex<Gate>,
+    health: Arc<Health>,
+    redactor: Redactor,
+    max_file_bytes: u64,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Everything that must change atomically with sending, so that seq order is
+/// channel order.
+struct Gate {
+    next_seq: u64,
+    last_ts_us: i64,
+    tx: Option<SyncSender<Msg>>,
+}
+
+#[derive(Default)]
+struct Health {
+    failed: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn fail(&self, reason: String) {
+        tracing::error!(%reason, "audit store failed; refusing further events");
+        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_none() {
+            *r = Some(reason);
+        }
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    fn error(&self) -> AuditError {
+        let r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        AuditError::WriterFailed(r.clone().unwrap_or_else(|| "unknown failure".into()))
+    }
+
+    fn check(&self) -> Result<(), AuditError> {
+        if self.failed.load(Ordering::SeqCst) {
+            Err(self.error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+type Reply = mpsc::Sender<Result<(), String>>;
+
+enum Msg {
+    Event(Row),
+    Sync(Reply),
+    Finish {
+        ended_us: i64,
+        end_json: String,
+        reply: Reply,
+    },
+}
+
+struct Row {
+    seq: u64,
+    ts_us: i64,
+    kind: &'static str,
+    exec_id: Option<String>,
+    payload: String,
+    content: Option<(String, Vec<u8>)>,
+}
+
+pub(crate) struct WriterSetup {
+    pub conn: Connection,
+    pub sid: i64,
+    pub session: SessionId,
+    pub key: SigningKey,
+    pub genesis: Hash,
+    pub redactor: Redactor,
+    pub max_file_bytes: u64,
+}
+
+pub(crate) fn now_us() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl SessionRecorder {
+    pub(crate) fn start(setup: WriterSetup) -> Result<SessionRecorder, AuditError> {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
+        let health = Arc::new(Health::default());
+        let writer = Writer {
+            conn: setup.conn,
+            sid: setup.sid,
+            session: setup.session.clone(),
+            key: setup.key,
+            prev: setup.genesis,
+            last_seq: 0,
+            signed_seq: 0,
+            last_checkpoint: Instant::now(),
+            health: health.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!(
+                "audit-{}",
+                setup.session.as_str().chars().take(8).collect::<String>()
+            ))
+            .spawn(move || writer.run(rx))
+            .map_err(AuditError::io("cannot start the audit writer thread"))?;
+        Ok(SessionRecorder {
+            inner: Arc::new(Inner {
+                session: setup.session,
+                gate: Mutex::new(Gate {
+                    next_seq: 1,
+                    last_ts_us: 0,
+                    tx: Some(tx),
+                }),
+                health,
+                redactor: setup.redactor,
+                max_file_bytes: setup.max_file_bytes,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    pub fn session_id(&self) -> &SessionId {
+        &self.inner.session
+    }
+
+    /// The redactor applied to this session's events; secrets registered here
+    /// are scrubbed from every later event.
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// False once the store could not be written (disk full, read-only,
+    /// permissions). The caller must then refuse new work and stop the
+    /// session: nothing may happen off the record.
+    pub fn healthy(&self) -> bool {
+        !self.inner.health.failed.load(Ordering::SeqCst)
+    }
+
+    /// Queues one event and returns its sequence number. Does not wait for the
+    /// disk (see [`Self::sync`]); waits only if the writer is far behind.
+    /// Errors once the writer has failed, so callers fail closed.
+    ///
+    /// `Ok` means "queued": events queued since the last successful commit
+    /// are lost if the writer then fails, which is why every later call
+    /// (including `sync` and `finish`) reports the failure. Use `sync` where
+    /// an action must not proceed before its record is on disk.
+    pub fn record(&self, mut event: AuditEvent) -> Result<Seq, AuditError> {
+        self.inner.health.check()?;
+        let content = self.take_content(&mut event);
+        let redactor = &self.inner.redactor;
+        let payload = if redactor.is_empty() {
+            serde_json::to_string(&event)?
+        } else {
+            redactor.scrub_event_bytes(&mut event);
+            let mut value = serde_json::to_value(&event)?;
+            redactor.scrub_json(&mut value);
+            serde_json::to_string(&value)?
+        };
+        let kind = event.kind().as_str();
+        let exec_id = event.exec_id().map(|id| {
+            let mut s = id.0.clone();
+            redactor.scrub_string(&mut s);
+            s
+        });
+
+        let mut gate = self.inner.gate.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = gate.next_seq;
+        // Timestamps never go backwards within a session, even if the wall
+        // clock does, so "chronological" and "seq order" agree.
+        let ts_us = now_us().max(gate.last_ts_us);
+        let Some(tx) = gate.tx.as_ref() else {
+            return Err(AuditError::Finished);
+        };
+        let row = Row {
+            seq,
+            ts_us,
+            kind,
+            exec_id,
+            payload,
+            content,
+        };
+        let sent = match tx.try_send(Msg::Event(row)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(msg)) => tx.send(msg).map_err(|_| ()),
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        };
+        if sent.is_err() {
+            self.inner
+                .health
+                .fail("the audit writer thread stopped".into());
+            return Err(self.inner.health.error());
+        }
+        gate.next_seq += 1;
+        gate.last_ts_us = ts_us;
+        Ok(Seq(seq))
+    }
+
+    /// Moves file content out of the event: computes hash/size, applies the
+    /// size cap and redaction, and returns (hash of stored bytes, bytes).
+    fn take_content(&self, event: &mut AuditEvent) -> Option<(String, Vec<u8>)> {
+        let AuditEvent::File {
+            content,
+            sha256,
+            size,
+            stored_content,
+            content_over_cap,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        // Never trust store-only fields from the caller.
+        *stored_content = None;
+        *content_over_cap = false;
+        let mut bytes = content.take()?;
+        if sha256.is_none() {
+            *sha256 = Some(chain::sha256_hex(&bytes));
+        }
+        if size.is_none() {
+            *size = Some(bytes.len() as u64);
+        }
+        if bytes.len() as u64 > self.inner.max_file_bytes {
+            *content_over_cap = true;
+            return None;
+        }
+        self.inner.redactor.scrub_bytes(&mut bytes);
+        let stored = chain::sha256_hex(&bytes);
+        *stored_content = Some(stored.clone());
+        Some((stored, bytes))
+    }
+
+    /// Blocks until every event recorded so far is committed and fsynced
+    /// (power-loss durable). From async code call it via
+    /// `tokio::task::spawn_blocking`; it is cheap when nothing is pending.
+    pub fn sync(&self) -> Result<(), AuditError> {
+        self.inner.health.check()?;
+        let (reply, wait) = mpsc::channel();
+        {
+            let gate = self.inner.gate.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(tx) = gate.tx.as_ref() else {
+                return Err(AuditError::Finished);
+            };
+            if tx.send(Msg::Sync(reply)).is_err() {
+                return Err(self.inner.health.error());
+            }
+        }
+        match wait.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(AuditError::WriterFailed(reason)),
+            Err(_) => Err(self.inner.health.error()),
+        }
+    }
+
+    /// Flushes everything, writes the signed final checkpoint and the end
+    /// record, and stops the writer. Other clones get `Finished` afterwards.
+    pub fn finish(self, end: SessionEnd) -> Result<(), AuditError> {
+        let end_json = serde_json::to_string(&end)?;
+        let (reply, wait) = mpsc::channel();
+        let sent = {
+            let mut gate = self.inner.gate.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(tx) = gate.tx.take() else {
+                return Err(AuditError::Finished);
+            };
+            tx.send(Msg::Finish {
+                ended_us: now_us().max(gate.last_ts_us),
+                end_json,
+                reply,
+            })
+            .is_ok()
+        };
+        let result = match (sent, wait.recv()) {
+            (true, Ok(Ok(()))) => Ok(()),
+            (true, Ok(Err(reason))) => Err(AuditError::WriterFailed(reason)),
+            _ => Err(self.inner.health.error()),
+        };
+        self.inner.join_writer();
+        result
+    }
+}
+
+impl Inner {
+    fn join_writer(&self) {
+        let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle
+            && h.join().is_err()
+        {
+            self.health.fail("the audit writer thread panicked".into());
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel tells the writer to flush, sign and exit; wait
+        // for it so "dropped" means "on disk".
+        self.gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tx
+            .take();
+        self.join_writer();
+    }
+}
+
+struct Writer {
+    conn: Connection,
+    sid: i64,
+    session: SessionId,
+    key: SigningKey,
+    prev: Hash,
+    last_seq: u64,
+    signed_seq: u64,
+    last_checkpoint: Instant,
+    health: Arc<Health>,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Msg>) {
+        loop {
+            let first = match rx.recv_timeout(CHECKPOINT_INTERVAL) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.last_seq > self.signed_seq
+                        && let Err(e) = self.transaction(&[], None, true)
+                    {
+                        self.health.fail(e);
+                        break;
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Dropped without finish: sign what we have.
+                    if let Err(e) = self.transaction(&[], None, true) {
+                        self.health.fail(e);
+                    }
+                    return;
+                }
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            let mut replies = Vec::new();
+            let mut rows = Vec::with_capacity(batch.len());
+            let mut finish = None;
+            for msg in batch {
+                match msg {
+                    Msg::Event(row) => rows.push(row),
+                    Msg::Sync(r) => replies.push(r),
+                    Msg::Finish {
+                        ended_us,
+                        end_json,
+                        reply,
+                    } => {
+                        replies.push(reply);
+                        finish = Some((ended_us, end_json));
+                    }
+                }
+            }
+            // A sync request forces a signed, fsynced checkpoint.
+            let outcome = self.transaction(&rows, finish.as_ref(), !replies.is_empty());
+            let done = finish.is_some();
+            match outcome {
+                Ok(()) => replies.into_iter().for_each(|r| {
+                    let _ = r.send(Ok(()));
+                }),
+                Err(e) => {
+                    self.health.fail(e.clone());
+                    replies.into_iter().for_each(|r| {
+                        let _ = r.send(Err(e.clone()));
+                    });
+                    break;
+                }
+            }
+            if done {
+                return;
+            }
+        }
+        // Failed: keep answering so callers waiting on sync/finish get an
+        // error instead of hanging, until every handle is gone.
+        while let Ok(msg) = rx.recv() {
+            let reason = self.health.error().to_string();
+            match msg {
+                Msg::Sync(r) | Msg::Finish { reply: r, .. } => {
+                    let _ = r.send(Err(reason));
+                }
+                Msg::Event(_) => {}
+            }
+        }
+    }
+
+    /// One group commit: rows, then a checkpoint if due (or forced), then the
+    /// end record if finishing. `durable` makes this commit fsync the WAL.
+    fn transaction(
+        &mut self,
+        rows: &[Row],
+        finish: Option<&(i64, String)>,
+        force_checkpoint: bool,
+    ) -> Result<(), String> {
+        let durable = force_checkpoint || finish.is_some();
+        self.transaction_inner(rows, finish, force_checkpoint, durable)
+            .map_err(|e| format!("cannot write audit events: {e}"))
+    }
+
+    fn transaction_inner(
+        &mut self,
+        rows: &[Row],
+        finish: Option<&(i64, String)>,
+        force_checkpoint: bool,
+        durable: bool,
+    ) -> rusqlite::Result<()> {
+        if durable {
+            // In WAL mode FULL fsyncs the WAL at commit, which also covers all
+            // earlier NORMAL commits (see https://sqlite.org/pragma.html#pragma_synchronous).
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        let tx = self.conn.transaction()?;
+        let mut prev = self.prev;
+        let mut last_seq = self.last_seq;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO events (sid, seq, ts_us, kind, exec_id, payload, hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            let mut content = tx.prepare_cached(
+                "INSERT OR IGNORE INTO contents (sha256, size, data) VALUES (?1, ?2, ?3)",
+            )?;
+            for row in rows {
+                prev = chain::link(
+                    &prev,
+                    row.seq,
+                    row.ts_us,
+                    row.kind,
+                    row.exec_id.as_deref(),
+                    row.payload.as_bytes(),
+                );
+                if let Some((sha, data)) = &row.content {
+                    content.execute(params![sha, data.len() as i64, data])?;
+                }
+                insert.execute(params![
+                    self.sid,
+                    row.seq as i64,
+                    row.ts_us,
+                    row.kind,
+                    row.exec_id,
+                    row.payload,
+                    &prev[..],
+                ])?;
+                last_seq = row.seq;
+            }
+        }
+        let due = last_seq > self.signed_seq
+            && (last_seq - self.signed_seq >= CHECKPOINT_EVERY
+                || self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
+                || force_checkpoint);
+        let end_json = finish.map(|(_, j)| j.as_str());
+        if due || finish.is_some() {
+            let msg = chain::checkpoint_message(self.session.as_str(), last_seq, &prev, end_json);
+            let sig = self.key.sign(&msg);
+            tx.execute(
+                "INSERT INTO checkpoints (sid, seq, ts_us, hash, is_final, signature)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    self.sid,
+                    last_seq as i64,
+                    now_us(),
+                    &prev[..],
+                    finish.is_some(),
+                    &sig.to_bytes()[..]
+                ],
+            )?;
+        }
+        if let Some((ended_us, end_json)) = finish {
+            tx.execute(
+                "UPDATE sessions SET ended_us = ?1, end_json = ?2, final_seq = ?3 WHERE sid = ?4",
+                params![ended_us, end_json, last_seq as i64, self.sid],
+            )?;
+        }
+        tx.commit()?;
+        if durable {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        self.prev = prev;
+        self.last_seq = last_seq;
+        if due || finish.is_some() {
+            self.signed_seq = last_seq;
+            self.last_checkpoint = Instant::now();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,246 @@
+//! Rebuilds the files a session wrote, as they were when it ended, by
+//! replaying its file events in seq order into a directory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::{AuditError, AuditEvent, AuditStore, FileOp, SessionId, StoredEvent, chain};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Data {
+    /// Content is in the store under this SHA-256.
+    Stored(String),
+    /// Truncated to zero bytes without a captured content.
+    Empty,
+    /// Only the hash is known (content not captured or over the size cap).
+    HashOnly {
+        sha256: Option<String>,
+        size: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct FileState {
+    data: Data,
+    mode: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RestoreReport {
+    /// (original path, bytes written)
+    pub restored: Vec<(String, u64)>,
+    /// (original path, sha256, size): known only by hash, not restored.
+    pub hash_only: Vec<(String, Option<String>, Option<u64>)>,
+    /// Paths that existed during the session and were deleted by its end.
+    pub deleted: Vec<String>,
+    /// (original path, why it was not restored).
+    pub refused: Vec<(String, String)>,
+}
+
+/// The state of every written path at the end of the session.
+fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet<String>) {
+    let mut files: BTreeMap<String, FileState> = BTreeMap::new();
+    let mut deleted = BTreeSet::new();
+    for ev in events {
+        let AuditEvent::File {
+            path,
+            op,
+            size,
+            sha256,
+            rename_to,
+            mode,
+            stored_content,
+            ..
+        } = &ev.event
+        else {
+            continue;
+        };
+        let data_from_event = || match stored_content {
+            Some(sha) => Data::Stored(sha.clone()),
+            None if *op == FileOp::Truncate && *size == Some(0) => Data::Empty,
+            None => Data::HashOnly {
+                sha256: sha256.clone(),
+                size: *size,
+            },
+        };
+        match op {
+            FileOp::Create | FileOp::Modify | FileOp::Truncate => {
+                let old_mode = files.get(path).and_then(|f| f.mode);
+                files.insert(
+                    path.clone(),
+                    FileState {
+                        data: data_from_event(),
+                        mode: mode.or(old_mode),
+                    },
+                );
+                deleted.remove(path);
+            }
+            FileOp::Rename => {
+                let moved = files.remove(path);
+                if let Some(to) = rename_to {
+                    let state = match moved {
+                        // A rename event that carries content describes the
+                        // destination after the move; trust it over history.
+                        Some(s) if stored_content.is_none() => s,
+                        _ => FileState {
+                            data: data_from_event(),
+                            mode: *mode,
+                        },
+                    };
+                    files.insert(to.clone(), state);
+                    deleted.remove(to);
+                }
+            }
+            FileOp::Delete => {
+                if files.remove(path).is_some() {
+                    deleted.insert(path.clone());
+                }
+            }
+            FileOp::Chmod => {
+                if let Some(f) = files.get_mut(path) {
+                    f.mode = *mode;
+                }
+            }
+        }
+    }
+    (files, deleted)
+}
+
+/// Maps an absolute sandbox path to a path relative to the restore
+/// directory, refusing anything that could escape it.
+pub fn relative_path(path: &str) -> Result<PathBuf, String> {
+    let mut out = PathBuf::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(p) => out.push(p),
+            Component::ParentDir => return Err("path contains '..'".into()),
+            Component::Prefix(_) => return Err("path has a prefix".into()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err("path is empty or the root directory".into());
+    }
+    Ok(out)
+}
+
+/// Refuses to write through a symlink anywhere under `dir` (a pre-existing
+/// link could point outside it).
+fn create_parents(dir: &Path, rel: &Path) -> Result<(), String> {
+    let mut cur = dir.to_path_buf();
+    let parents: Vec<_> = rel
+        .parent()
+        .map(|p| p.components().collect())
+        .unwrap_or_default();
+    for c in parents {
+        cur.push(c);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!("{} is a symlink", cur.display()));
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} exists and is not a directory", cur.display())),
+            Err(_) => {
+                fs::create_dir(&cur).map_err(|e| format!("cannot create {}: {e}", cur.display()))?
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), String> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        // O_NOFOLLOW: never write through a symlink at the final component
+        // (see open(2)).
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(dest)
+        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    f.write_all(data)
+        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    if let Some(m) = mode {
+        // Permission bits only: never recreate setuid/setgid/sticky bits.
+        fs::set_permissions(dest, fs::Permissions::from_mode(m & 0o777))
+            .map_err(|e| format!("cannot chmod {}: {e}", dest.display()))?;
+    }
+    Ok(())
+}
+
+/// Restores the session's files under `dir` (created if missing).
+pub fn restore(
+    store: &AuditStore,
+    session: &SessionId,
+    dir: &Path,
+) -> Result<RestoreReport, AuditError> {
+    let events = store.events(session, Some(&[crate::EventKind::File]))?;
+    let (files, deleted) = final_state(&events);
+    fs::create_dir_all(dir).map_err(AuditError::io(format!(
+        "cannot create restore directory {}",
+        dir.display()
+    )))?;
+    let mut report = RestoreReport {
+        deleted: deleted.into_iter().collect(),
+        ..RestoreReport::default()
+    };
+    for (path, state) in files {
+        let rel = match relative_path(&path) {
+            Ok(r) => r,
+            Err(why) => {
+                report.refused.push((path, why));
+                continue;
+            }
+        };
+        let data = match &state.data {
+            Data::Empty => Vec::new(),
+            Data::Stored(sha) => match store.content(sha)? {
+                Some(d) if chain::sha256_hex(&d) == *sha => d,
+                Some(_) => {
+                    report.refused.push((
+                        path,
+                        "stored content was altered; run `airlock audit verify`".into(),
+                    ));
+                    continue;
+                }
+                None => {
+                    report.refused.push((
+                        path,
+                        "stored content is missing; run `airlock audit verify`".into(),
+                    ));
+                    continue;
+                }
+            },
+            Data::HashOnly { sha256, size } => {
+                report.hash_only.push((path, sha256.clone(), *size));
+                continue;
+            }
+        };
+        let result =
+            create_parents(dir, &rel).and_then(|()| write_file(&dir.join(&rel), &data, state.mode));
+        match result {
+            Ok(()) => report.restored.push((path, data.len() as u64)),
+            Err(why) => report.refused.push((path, why)),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative_path;
+
+    #[test]
+    fn escapes_are_refused() {
+        assert_eq!(relative_path("/work/a.txt").ok(), Some("work/a.txt".into()));
+        assert!(relative_path("/work/../../etc/passwd").is_err());
+        assert!(relative_path("/").is_err());
+        assert!(relative_path("../x").is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! SQLite schema and connection settings.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+
+use crate::AuditError;
+
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+-- sid is an internal integer key so event rows stay small; id is the public
+-- session id users see and type.
+CREATE TABLE IF NOT EXISTS sessions (
+    sid             INTEGER PRIMARY KEY,
+    id              TEXT NOT NULL UNIQUE,
+    started_us      INTEGER NOT NULL,
+    info_json       TEXT NOT NULL,
+    public_key      BLOB NOT NULL,
+    key_fingerprint TEXT NOT NULL,
+    ended_us        INTEGER,
+    end_json        TEXT,
+    final_seq       INTEGER
+);
+-- No UNIQUE(sid, seq) on purpose: verify must be able to see (and report) a
+-- duplicated or inserted seq rather than the database hiding it.
+CREATE TABLE IF NOT EXISTS events (
+    sid     INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    ts_us   INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    exec_id TEXT,
+    payload TEXT NOT NULL,
+    hash    BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_seq ON events (sid, seq);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    sid       INTEGER NOT NULL,
+    seq       INTEGER NOT NULL,
+    ts_us     INTEGER NOT NULL,
+    hash      BLOB NOT NULL,
+    is_final  INTEGER NOT NULL,
+    signature BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS checkpoints_by_seq ON checkpoints (sid, seq);
+-- File contents, deduplicated by the SHA-256 of the stored bytes.
+CREATE TABLE IF NOT EXISTS contents (
+    sha256 TEXT PRIMARY KEY,
+    size   INTEGER NOT NULL,
+    data   BLOB NOT NULL
+);
+";
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // Several writers (one per session) and readers share the file; wait for
+    // locks instead of failing immediately with SQLITE_BUSY.
+    conn.busy_timeout(Duration::from_secs(10))?;
+    Ok(())
+}
+
+/// Opens (creating if needed) a database for writing: WAL mode so readers
+/// never block the writer, synchronous=NORMAL so a commit costs no fsync
+/// (WAL commits survive a process crash; `sync()` upgrades to FULL when the
+/// caller needs power-loss durability).
+pub(crate) fn open_rw(path: &Path) -> Result<Connection, AuditError> {
+    let open_err = |source| AuditError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(open_err)?;
+    configure(&conn).map_err(open_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_err)?;
+    conn.execute_batch(SCHEMA).map_err(open_err)?;
+    let found: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(open_err)?;
+    match found {
+        None => {
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)",
+                [SCHEMA_VERSION.to_string()],
+            )
+            .map_err(open_err)?;
+        }
+        Some(v) if v == SCHEMA_VERSION.to_string() => {}
+        Some(v) => {
+            return Err(AuditError::Schema {
+                path: path.to_path_buf(),
+                found: Some(v),
+                expected: SCHEMA_VERSION,
+            });
+        }
+    }
+    Ok(conn)
+}
+
+/// Opens an existing database without ever writing to it (readers, verify).
+pub(crate) fn open_ro(path: &Path) -> Result<Connection, AuditError> {
+    let open_err = |source| AuditError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(open_err)?;
+    configure(&conn).map_err(open_err)?;
+    let found: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap_or(None);
+    if found.as_deref() != Some(&SCHEMA_VERSION.to_string()) {
+        return Err(AuditError::Schema {
+            path: path.to_path_buf(),
+            found,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    Ok(conn)
+}

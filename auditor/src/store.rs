@@ -1,0 +1,294 @@
+//! The audit database: opening it, starting sessions, and reading back.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::keys::{KeyFingerprint, SigningKeySource, TrustAnchor, obtain_signing_key};
+use crate::recorder::{WriterSetup, now_us};
+use crate::verify::{VerifyReport, verify_session};
+use crate::{
+    AuditError, AuditEvent, EventKind, ExecId, Redactor, Seq, SessionEnd, SessionId, SessionInfo,
+    SessionRecorder, SessionSummary, StoredEvent, chain, schema,
+};
+
+/// One SQLite audit database. Sessions recorded from it share its
+/// [`Redactor`].
+pub struct AuditStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    key: Option<SigningKey>,
+    redactor: Redactor,
+}
+
+impl AuditStore {
+    /// Opens or creates the database (and its directory, mode 0700) for
+    /// recording, loading or creating the signing key.
+    pub fn open(db: &Path, key: SigningKeySource) -> Result<AuditStore, AuditError> {
+        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(AuditError::io(format!(
+                    "cannot create audit directory {}",
+                    dir.display()
+                )))?;
+        }
+        let signing = obtain_signing_key(&key)?;
+        let conn = schema::open_rw(db)?;
+        Ok(AuditStore {
+            path: db.to_path_buf(),
+            conn: Mutex::new(conn),
+            key: Some(signing),
+            redactor: Redactor::new(),
+        })
+    }
+
+    /// Opens an existing database for reading and verification only.
+    pub fn open_readonly(db: &Path) -> Result<AuditStore, AuditError> {
+        if !db.exists() {
+            return Err(AuditError::NoDatabase(db.to_path_buf()));
+        }
+        let conn = schema::open_ro(db)?;
+        Ok(AuditStore {
+            path: db.to_path_buf(),
+            conn: Mutex::new(conn),
+            key: None,
+            redactor: Redactor::new(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The public half of the signing key (None when opened read-only).
+    pub fn public_key(&self) -> Option<VerifyingKey> {
+        self.key.as_ref().map(|k| k.verifying_key())
+    }
+
+    /// Secrets registered here are scrubbed from every session begun later.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts recording a new session.
+    pub fn begin_session(&self, info: SessionInfo) -> Result<SessionRecorder, AuditError> {
+        let key = self.key.clone().ok_or(AuditError::ReadOnly)?;
+        let public = key.verifying_key();
+        let started_us = now_us();
+        let id = SessionId::generate(u64::try_from(started_us / 1000).unwrap_or(0))?;
+        let mut info_value = serde_json::to_value(&info)?;
+        self.redactor.scrub_json(&mut info_value);
+        let info_json = serde_json::to_string(&info_value)?;
+        let sid = {
+            let conn = self.conn();
+            conn.execute(
+                "INSERT INTO sessions (id, started_us, info_json, public_key, key_fingerprint)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    id.as_str(),
+                    started_us,
+                    info_json,
+                    &public.as_bytes()[..],
+                    KeyFingerprint::of(&public).0
+                ],
+            )
+            .map_err(AuditError::db("creating the session record"))?;
+            conn.last_insert_rowid()
+        };
+        let genesis = chain::genesis(id.as_str(), public.as_bytes(), started_us, &info_json);
+        let conn = schema::open_rw(&self.path)?;
+        SessionRecorder::start(WriterSetup {
+            conn,
+            sid,
+            session: id,
+            key,
+            genesis,
+            redactor: self.redactor.clone(),
+            max_file_bytes: info.max_file_bytes,
+        })
+    }
+
+    /// All sessions, oldest first.
+    pub fn sessions(&self) -> Result<Vec<SessionSummary>, AuditError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT s.id, s.started_us, s.ended_us, s.end_json, s.info_json, s.key_fingerprint,
+                        (SELECT COUNT(*) FROM events e WHERE e.sid = s.sid)
+                 FROM sessions s ORDER BY s.started_us, s.sid",
+            )
+            .map_err(AuditError::db("listing sessions"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })
+            .map_err(AuditError::db("listing sessions"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, started_us, ended_us, end_json, info_json, fp, count) =
+                row.map_err(AuditError::db("listing sessions"))?;
+            out.push(SessionSummary {
+                id: SessionId::from_db(id),
+                started_us,
+                ended_us,
+                // Unparseable metadata is shown as unknown; verify reports it.
+                end: end_json.and_then(|j| serde_json::from_str::<SessionEnd>(&j).ok()),
+                info: serde_json::from_str(&info_json).unwrap_or_default(),
+                events: u64::try_from(count).unwrap_or(0),
+                key_fingerprint: fp,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One session's summary.
+    pub fn session(&self, id: &SessionId) -> Result<SessionSummary, AuditError> {
+        self.sessions()?
+            .into_iter()
+            .find(|s| &s.id == id)
+            .ok_or_else(|| AuditError::UnknownSession(id.to_string()))
+    }
+
+    /// Turns a full id or unique prefix into the session id.
+    pub fn resolve_session(&self, text: &str) -> Result<SessionId, AuditError> {
+        let prefix = SessionId::parse(text)?;
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT id FROM sessions WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2")
+            .map_err(AuditError::db("looking up the session"))?;
+        let ids: Vec<String> = stmt
+            .query_map([prefix.as_str()], |r| r.get(0))
+            .and_then(|rows| rows.collect())
+            .map_err(AuditError::db("looking up the session"))?;
+        match ids.len() {
+            0 => Err(AuditError::UnknownSession(text.to_string())),
+            1 => Ok(SessionId::from_db(
+                ids.into_iter().next().unwrap_or_default(),
+            )),
+            _ => {
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM sessions WHERE substr(id, 1, length(?1)) = ?1",
+                        [prefix.as_str()],
+                        |r| r.get(0),
+                    )
+                    .unwrap_or(2);
+                Err(AuditError::AmbiguousSession {
+                    prefix: text.to_string(),
+                    count: usize::try_from(count).unwrap_or(2),
+                })
+            }
+        }
+    }
+
+    pub(crate) fn sid(&self, id: &SessionId) -> Result<i64, AuditError> {
+        self.conn()
+            .query_row(
+                "SELECT sid FROM sessions WHERE id = ?1",
+                [id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(AuditError::db("looking up the session"))?
+            .ok_or_else(|| AuditError::UnknownSession(id.to_string()))
+    }
+
+    /// A session's events in seq order, optionally only some kinds.
+    pub fn events(
+        &self,
+        session: &SessionId,
+        kinds: Option<&[EventKind]>,
+    ) -> Result<Vec<StoredEvent>, AuditError> {
+        let sid = self.sid(session)?;
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT seq, ts_us, kind, exec_id, payload FROM events
+                 WHERE sid = ?1 ORDER BY seq, rowid",
+            )
+            .map_err(AuditError::db("reading events"))?;
+        let rows = stmt
+            .query_map([sid], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(AuditError::db("reading events"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, ts_us, kind_text, exec_id, payload) =
+                row.map_err(AuditError::db("reading events"))?;
+            let seq = u64::try_from(seq).unwrap_or(0);
+            let kind = EventKind::parse(&kind_text).ok_or_else(|| AuditError::Corrupt {
+                seq,
+                problem: format!("unknown kind {kind_text:?}"),
+            })?;
+            if let Some(filter) = kinds
+                && !filter.contains(&kind)
+            {
+                continue;
+            }
+            let event: AuditEvent =
+                serde_json::from_str(&payload).map_err(|e| AuditError::Corrupt {
+                    seq,
+                    problem: e.to_string(),
+                })?;
+            out.push(StoredEvent {
+                seq: Seq(seq),
+                ts_us,
+                kind,
+                exec_id: exec_id.map(ExecId),
+                event,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A stored file content blob by the SHA-256 of its stored bytes.
+    pub fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {
+        self.conn()
+            .query_row(
+                "SELECT data FROM contents WHERE sha256 = ?1",
+                [sha256],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(AuditError::db("reading file content"))
+    }
+
+    /// Recomputes the session's hash chain and checks every checkpoint
+    /// signature; see [`VerifyReport`].
+    pub fn verify(
+        &self,
+        session: &SessionId,
+        trust: &TrustAnchor,
+    ) -> Result<VerifyReport, AuditError> {
+        let sid = self.sid(session)?;
+        let conn = self.conn();
+        verify_session(&conn, sid, session, trust)
+    }
+}

@@ -1,0 +1,94 @@
+//! A registered secret never reaches the database file, wherever it appears
+//! in an event.
+
+mod common;
+
+use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream};
+use common::*;
+
+const SECRET: &str = "ghp_S3cr3tT0kenValue42";
+
+#[test]
+fn registered_secret_never_appears_in_the_database_bytes() {
+    let e = env();
+    let store = e.store();
+    store.redactor().add("GITHUB_TOKEN", SECRET).unwrap();
+    let rec = store
+        .begin_session(info(&[
+            "curl",
+            "-H",
+            &format!("Authorization: token {SECRET}"),
+        ]))
+        .unwrap();
+    let mut ex = exec("e1", None, &["curl", "-H", &format!("token {SECRET}")]);
+    if let AuditEvent::Exec {
+        env_values_nonsecret,
+        ..
+    } = &mut ex
+    {
+        env_values_nonsecret.insert("LEAKY".into(), format!("x{SECRET}y"));
+        env_values_nonsecret.insert(SECRET.into(), "as a key".into());
+    }
+    rec.record(ex).unwrap();
+    rec.record(AuditEvent::Http {
+        exec_id: Some(ExecId::new("e1")),
+        method: "GET".into(),
+        url: format!("https://api.github.com/user?access_token={SECRET}"),
+        http_version: "HTTP/2".into(),
+        request_headers: vec![("authorization".into(), format!("Bearer {SECRET}"))],
+        request_body: Some(format!("{{\"token\":\"{SECRET}\"}}").into_bytes()),
+        request_body_truncated: false,
+        status: Some(200),
+        response_headers: vec![],
+        response_body: Some(format!("echo {SECRET} echo").into_bytes()),
+        response_body_truncated: false,
+        bytes_up: 1,
+        bytes_down: 1,
+        started_us: None,
+        ms_to_headers: None,
+        ms_total: None,
+        decision: "allow".into(),
+        rule: None,
+        reason: None,
+    })
+    .unwrap();
+    rec.record(file(
+        "/work/.env",
+        FileOp::Create,
+        Some(format!("TOKEN={SECRET}\n").as_bytes()),
+    ))
+    .unwrap();
+    rec.record(output(
+        OutputStream::Stdout,
+        format!("your token is {SECRET}\n").as_bytes(),
+    ))
+    .unwrap();
+    rec.record(dns(&format!("{SECRET}.exfil.example"))).unwrap();
+    let id = rec.session_id().clone();
+    rec.finish(Default::default()).unwrap();
+
+    let mut bytes = std::fs::read(&e.db).unwrap();
+    for side in ["audit.db-wal", "audit.db-shm"] {
+        bytes.extend(std::fs::read(e.dir.path().join(side)).unwrap_or_default());
+    }
+    assert!(bytes.len() > 4096);
+    assert!(
+        !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+        "secret found in the database files"
+    );
+
+    // And the events still say what happened, with the secret named.
+    let events = store.events(&id, None).unwrap();
+    let all = format!("{events:?}");
+    assert!(all.contains("[secret:GITHUB_TOKEN]"));
+    let restored = e.dir.path().join("r");
+    airlock_auditor::restore::restore(&store, &id, &restored).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(restored.join("work/.env")).unwrap(),
+        "TOKEN=[secret:GITHUB_TOKEN]\n"
+    );
+    let r = store
+        .verify(&id, &airlock_auditor::TrustAnchor::KeyFile(e.key.clone()))
+        .unwrap();
+    assert!(r.is_intact(), "{r:#?}");
+}

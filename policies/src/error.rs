@@ -1,0 +1,211 @@
+//! Parse errors and lint warnings, positioned as "file:line:col".
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A policy that cannot be used. Display: "file:line:col: message".
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{source_name}:{line}:{column}: {message}")]
+pub struct PolicyError {
+    pub line: u32,
+    pub column: u32,
+    message: String,
+    source_name: Arc<str>,
+}
+
+impl PolicyError {
+    /// The message without the position prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// A warning about a usable policy. Display: "file:line:col: warning: message".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lint {
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+    source_name: Arc<str>,
+}
+
+impl fmt::Display for Lint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: warning: {}",
+            self.source_name, self.line, self.column, self.message
+        )
+    }
+}
+
+/// Maps byte offsets of the source text to 1-based line and column
+/// (columns count characters).
+#[derive(Debug, Clone)]
+pub struct SourceMap {
+    name: Arc<str>,
+    text: Arc<str>,
+}
+
+impl SourceMap {
+    pub fn new(name: Arc<str>, text: Arc<str>) -> SourceMap {
+        SourceMap { name, text }
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn position(&self, offset: usize) -> (u32, u32) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        (
+            u32::try_from(line).unwrap_or(u32::MAX),
+            u32::try_from(column).unwrap_or(u32::MAX),
+        )
+    }
+
+    pub fn line(&self, offset: usize) -> u32 {
+        self.position(offset).0
+    }
+
+    pub fn error(&self, span: Range<usize>, message: impl Into<String>) -> PolicyError {
+        let (line, column) = self.position(span.start);
+        PolicyError {
+            line,
+            column,
+            message: message.into(),
+            source_name: self.name.clone(),
+        }
+    }
+
+    pub fn lint(&self, span: Range<usize>, message: impl Into<String>) -> Lint {
+        let (line, column) = self.position(span.start);
+        Lint {
+            line,
+            column,
+            message: message.into(),
+            source_name: self.name.clone(),
+        }
+    }
+
+    /// Turns a TOML/serde error into a positioned one; unknown-field errors
+    /// get the enclosing table and a "did you mean" suggestion.
+    pub fn toml_error(&self, error: &toml::de::Error) -> PolicyError {
+        let span = error.span().unwrap_or(0..0);
+        let message = error.message().trim().to_owned();
+        let message = self
+            .explain_unknown_field(&message, span.start)
+            .or_else(|| self.explain_missing_field(&message, span.start))
+            .unwrap_or(message);
+        self.error(span, friendly_types(&message))
+    }
+
+    fn explain_unknown_field(&self, message: &str, offset: usize) -> Option<String> {
+        let rest = message.strip_prefix("unknown field `")?;
+        let (field, expected) = rest.split_once('`')?;
+        let valid: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        let table = self.enclosing_table(offset);
+        let mut out = format!("unknown field `{field}` {table}");
+        if let Some(best) = closest(field, &valid) {
+            out.push_str(&format!("; did you mean `{best}`?"));
+        }
+        if !valid.is_empty() {
+            out.push_str(&format!(" (valid fields: {})", valid.join(", ")));
+        }
+        Some(out)
+    }
+
+    fn explain_missing_field(&self, message: &str, offset: usize) -> Option<String> {
+        message.strip_prefix("missing field `")?;
+        let line_start = self.text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+        let line = self.text.get(line_start..)?.lines().next()?.trim();
+        if line.starts_with('[') {
+            Some(format!("{message} in {line}"))
+        } else {
+            Some(message.to_owned())
+        }
+    }
+
+    /// "in [[allow]]" for the last table header on a line before `offset`'s
+    /// line (an error on a header line itself is about the top level).
+    fn enclosing_table(&self, offset: usize) -> String {
+        let end = offset.min(self.text.len());
+        let before = self.text.get(..end).unwrap_or("");
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        before[..line_start]
+            .lines()
+            .map(str::trim)
+            .rfind(|line| line.starts_with('['))
+            .map_or_else(
+                || "at top level".to_owned(),
+                |line| {
+                    let close = if line.starts_with("[[") { "]]" } else { "]" };
+                    let end = line.find(close).map_or(line.len(), |i| i + close.len());
+                    format!("in {}", &line[..end])
+                },
+            )
+    }
+}
+
+/// Replaces serde's internal type names with what the user should write.
+fn friendly_types(message: &str) -> String {
+    let mut out = message
+        .replace(
+            "struct RawConstraint",
+            "a constraint table like { max = 10000 }",
+        )
+        .replace("struct RawAllow", "an [[allow]] table")
+        .replace("struct RawDeny", "a [[deny]] table")
+        .replace("struct RawCredential", "a [[credential]] table");
+    if out.starts_with("invalid type: map, expected a sequence") {
+        out.push_str("; rules are lists of tables: write [[allow]], [[deny]], [[credential]] with double brackets");
+    } else if out.ends_with("expected a sequence") {
+        out.push_str(", i.e. a list like [\"GET\"] or [443]");
+    }
+    out
+}
+
+/// The candidate with the smallest edit distance, if it is plausibly a typo.
+pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (edit_distance(word, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Optimal-string-alignment distance: like Levenshtein, but a swap of two
+/// adjacent characters ("hots" for "host") counts as one typo.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}

@@ -1,0 +1,105 @@
+//! Segment-wise path globs: `*` within one segment, `**` any number of
+//! segments (including zero), `?` one character, everything else literal.
+
+/// A compiled path glob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathGlob {
+    source: String,
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    /// `**`: zero or more whole segments.
+    AnyDepth,
+    /// One segment, matched character-wise with `*` and `?`.
+    Chars(Vec<char>),
+}
+
+impl PathGlob {
+    /// Compiles an already-normalized pattern starting with '/'.
+    pub fn new(pattern: &str) -> PathGlob {
+        let segments = pattern
+            .split('/')
+            .skip(1)
+            .map(|segment| {
+                if segment == "**" {
+                    Segment::AnyDepth
+                } else {
+                    Segment::Chars(segment.chars().collect())
+                }
+            })
+            .collect();
+        PathGlob {
+            source: pattern.to_owned(),
+            segments,
+        }
+    }
+
+    /// The pattern text.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the glob matches a normalized path.
+    pub fn matches(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix('/') else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        match_segments(&self.segments, &parts)
+    }
+}
+
+/// Dynamic programming over (pattern segment, path segment): O(P·N) even
+/// for patterns with several `**`, so a long hostile path cannot make
+/// matching explode. `row[j]` = "the rest of the pattern matches parts[j..]".
+fn match_segments(pattern: &[Segment], parts: &[&str]) -> bool {
+    let texts: Vec<Vec<char>> = parts.iter().map(|p| p.chars().collect()).collect();
+    let n = texts.len();
+    let mut next = vec![false; n + 1];
+    next[n] = true;
+    for segment in pattern.iter().rev() {
+        let mut row = vec![false; n + 1];
+        for j in (0..=n).rev() {
+            row[j] = match segment {
+                Segment::AnyDepth => next[j] || (j < n && row[j + 1]),
+                Segment::Chars(chars) => j < n && next[j + 1] && match_chars(chars, &texts[j]),
+            };
+        }
+        next = row;
+    }
+    next[0]
+}
+
+/// Classic wildcard matching with a single backtrack point; linear-ish and
+/// never recursive, so hostile paths cannot blow the stack.
+fn match_chars(pattern: &[char], text: &[char]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some('?') => {
+                p += 1;
+                t += 1;
+            }
+            Some(c) if *c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}

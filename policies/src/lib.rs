@@ -1,0 +1,51 @@
+//! Airlock's egress policy: the TOML model, its validation, the matcher the
+//! proxy asks, and lint. This crate does no I/O of any kind.
+//!
+//! # Decision precedence (`Policy::evaluate`)
+//! 1. The request path is normalised; an ambiguous path (dot segments,
+//!    encoded `/` or `\`, control characters, double encoding, ...) is
+//!    denied in every mode, even `default = "allow"`/`"report"`.
+//! 2. A matching `[[deny]]` rule denies. Deny rules also match the path
+//!    fully decoded, lower-cased and without `;params`, and methods
+//!    case-insensitively.
+//! 3. The first HTTP `[[allow]]` rule (file order) matching host, port,
+//!    method and path whose body constraints pass allows. If rules matched
+//!    but all failed their body constraints, the first failure denies.
+//! 4. Otherwise the default applies: `deny` denies with the most specific
+//!    reason; `allow` allows with no rule.
+//!
+//! `default = "report"` never blocks anything except ambiguous paths:
+//! whatever deny mode would have denied (including deny rules and failed
+//! body constraints) is allowed with `would_deny` set; DNS and connections
+//! are never refused.
+
+#![forbid(unsafe_code)]
+
+mod body;
+mod compile;
+mod credential;
+mod decimal;
+mod decision;
+mod error;
+mod glob;
+mod host;
+mod json;
+mod lint;
+mod path;
+mod policy;
+mod raw;
+mod rule;
+mod suggest;
+
+#[cfg(test)]
+mod tests;
+
+pub use credential::{Credential, SecretTemplate, TemplatePart};
+pub use decision::{
+    Allowance, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
+    RequestInfo, Scheme,
+};
+pub use error::{Lint, PolicyError};
+pub use host::{Host, HostError, HostPattern};
+pub use policy::{MAX_BODY_BYTES, Policy};
+pub use rule::{RuleKind, RuleRef};

@@ -1,0 +1,130 @@
+//! Warnings about policies that parse but probably do not mean what their
+//! author thinks. Kept few and specific so they are worth reading.
+
+use crate::compile::Compiled;
+use crate::decision::DefaultAction;
+use crate::error::{Lint, SourceMap};
+use crate::glob::PathGlob;
+use crate::host::HostPattern;
+use crate::rule::{AllowRule, DenyRule, Transport};
+
+/// Methods that normally carry no request body (RFC 9110 §9.3).
+const BODILESS_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
+
+pub fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
+    let mut lints = Vec::new();
+    if policy.default == DefaultAction::Allow && policy.deny.is_empty() {
+        let span = policy.default_span.clone().unwrap_or(0..0);
+        lints.push(map.lint(
+            span,
+            "default allow: rules only add quotas/credentials; nothing is blocked",
+        ));
+    }
+    for (index, rule) in policy.allow.iter().enumerate() {
+        if let Some(deny) = policy.deny.iter().find(|d| blocks(d, rule)) {
+            lints.push(map.lint(
+                rule.span.clone(),
+                format!(
+                    "this allow rule can never match: the deny rule at line {} blocks all of its hosts and ports",
+                    deny.rule_ref.line
+                ),
+            ));
+        } else if let Some(earlier) = policy.allow[..index].iter().find(|e| shadows(e, rule)) {
+            lints.push(map.lint(
+                rule.span.clone(),
+                format!(
+                    "this allow rule can never match: the allow rule at line {} already allows everything it does",
+                    earlier.rule_ref.line
+                ),
+            ));
+        }
+        if rule.body.is_some() {
+            let bodiless = match &rule.methods {
+                None => true,
+                Some(methods) => methods
+                    .iter()
+                    .any(|m| BODILESS_METHODS.contains(&m.as_str())),
+            };
+            if bodiless {
+                lints.push(map.lint(
+                    rule.span.clone(),
+                    "`body` constraints on a rule that allows methods without a body (or any method): such requests are denied as BodyMissing; set `methods`, e.g. [\"POST\"]",
+                ));
+            }
+        }
+    }
+    for (credential, span) in policy.credentials.iter().zip(&policy.credential_spans) {
+        if credential.value.reference_count() == 0 {
+            lints.push(map.lint(
+                span.clone(),
+                format!(
+                    "credential {:?}: secret literal in policy file; use ${{env:NAME}} or ${{file:PATH}}",
+                    credential.name
+                ),
+            ));
+        }
+        if policy.default == DefaultAction::Deny {
+            let unused: Vec<&HostPattern> = credential
+                .hosts
+                .iter()
+                .filter(|h| {
+                    !policy.allow.iter().any(|r| {
+                        r.transport == Transport::Http && r.hosts.iter().any(|a| a.overlaps(h))
+                    })
+                })
+                .collect();
+            if !unused.is_empty() {
+                let names: Vec<String> = unused.iter().map(ToString::to_string).collect();
+                lints.push(map.lint(
+                    span.clone(),
+                    format!(
+                        "credential {:?} is never used: no HTTP allow rule allows {} (credentials cannot be injected into tcp/passthrough tunnels)",
+                        credential.name,
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    lints
+}
+
+/// A host-wide deny covering every host and port of the allow rule.
+fn blocks(deny: &DenyRule, rule: &AllowRule) -> bool {
+    deny.is_host_wide()
+        && rule
+            .hosts
+            .iter()
+            .all(|h| deny.hosts.iter().any(|d| d.covers(h)))
+        && deny
+            .ports
+            .as_ref()
+            .is_none_or(|ports| rule.ports.iter().all(|p| ports.contains(p)))
+}
+
+/// An earlier rule without quota or body constraints that matches every
+/// request the later one could.
+fn shadows(earlier: &AllowRule, later: &AllowRule) -> bool {
+    earlier.body.is_none()
+        && earlier.max_requests.is_none()
+        && earlier.transport == later.transport
+        && later
+            .hosts
+            .iter()
+            .all(|h| earlier.hosts.iter().any(|e| e.covers(h)))
+        && later.ports.iter().all(|p| earlier.ports.contains(p))
+        && match (&earlier.methods, &later.methods) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(e), Some(l)) => l.iter().all(|m| e.contains(m)),
+        }
+        && match (&earlier.paths, &later.paths) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(e), Some(l)) => l.iter().all(|p| e.iter().any(|g| glob_covers(g, p))),
+        }
+}
+
+fn glob_covers(earlier: &PathGlob, later: &PathGlob) -> bool {
+    earlier == later || earlier.as_str() == "/**"
+}

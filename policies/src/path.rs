@@ -1,0 +1,194 @@
+//! Request-path normalisation. The proxy forwards the raw path, so what we
+//! match must be what any reasonable origin server would resolve; anything
+//! two servers could read differently is refused (fail closed).
+
+/// A request path prepared for matching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NormalPath {
+    /// Unreserved escapes decoded, other escapes upper-cased, `//` collapsed,
+    /// query removed. Allow rules match this, case-sensitively.
+    pub exact: String,
+    /// `exact` fully percent-decoded, ASCII-lower-cased and with `;params`
+    /// stripped from each segment. Deny rules additionally match this, so a
+    /// case-insensitive or Tomcat-style server cannot be used to dodge them.
+    pub loose: String,
+}
+
+/// Why a path was refused as ambiguous.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmbiguousPath(pub String);
+
+/// Normalises a raw request target (`/a/b?x=1`). `*` (the OPTIONS
+/// asterisk-form, RFC 9112 §3.2.4) is returned as-is.
+pub fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
+    if path_and_query == "*" {
+        return Ok(NormalPath {
+            exact: "*".to_owned(),
+            loose: "*".to_owned(),
+        });
+    }
+    let path = path_and_query
+        .split_once('?')
+        .map_or(path_and_query, |(path, _query)| path);
+    let exact = normalize_pattern_text(path).map_err(AmbiguousPath)?;
+    if exact
+        .split('/')
+        .any(|segment| String::from_utf8(percent_decode(segment)).is_err())
+    {
+        // e.g. overlong "%C0%AE" ('.' to some old decoders).
+        return Err(AmbiguousPath(
+            "percent-encoded bytes that are not valid UTF-8".to_owned(),
+        ));
+    }
+    let loose = loosen(&exact);
+    if loose
+        .split('/')
+        .any(|segment| matches!(segment, "." | ".."))
+    {
+        return Err(AmbiguousPath(
+            "a segment decodes to a dot segment; servers resolve it differently".to_owned(),
+        ));
+    }
+    Ok(NormalPath { exact, loose })
+}
+
+/// The shared normalisation for request paths and rule path patterns.
+/// Returns the problem as a message on refusal.
+pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
+    if !path.starts_with('/') {
+        return Err(format!("path {path:?} does not start with '/'"));
+    }
+    let mut decoded = String::with_capacity(path.len());
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'%' => {
+                let byte = hex_pair(bytes.get(i + 1..i + 3))
+                    .ok_or_else(|| format!("invalid percent-encoding at byte {i}"))?;
+                match byte {
+                    b'/' | b'\\' => {
+                        return Err(format!(
+                            "encoded {:?} (%{byte:02X}) is read as a separator by some servers",
+                            byte as char
+                        ));
+                    }
+                    0x00..=0x1f | 0x7f => {
+                        return Err(format!("encoded control character %{byte:02X}"));
+                    }
+                    b'%' if hex_pair(bytes.get(i + 3..i + 5)).is_some() => {
+                        return Err(
+                            "double percent-encoding (%25XX) is decoded twice by some servers"
+                                .to_owned(),
+                        );
+                    }
+                    _ if is_unreserved(byte) => decoded.push(byte as char),
+                    _ => decoded.push_str(&format!("%{byte:02X}")),
+                }
+                i += 3;
+            }
+            b'\\' => return Err("backslash is read as '/' by some servers".to_owned()),
+            0x00..=0x1f | 0x7f => {
+                return Err(format!("control character 0x{b:02X}"));
+            }
+            b'#' => return Err("'#' is not allowed in a request path".to_owned()),
+            _ => {
+                // Non-ASCII bytes are copied through whole characters.
+                let ch_len = utf8_len(b);
+                let end = (i + ch_len).min(bytes.len());
+                decoded.push_str(path.get(i..end).unwrap_or(""));
+                i = end;
+                continue;
+            }
+        }
+    }
+    let mut out = String::with_capacity(decoded.len());
+    let segments: Vec<&str> = decoded.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (n, segment) in segments.iter().enumerate() {
+        // Collapse `//` (empty segments) except a trailing slash, which is
+        // significant to most servers ("/user" vs "/user/").
+        if segment.is_empty() && n != last {
+            continue;
+        }
+        let without_params = segment.split(';').next().unwrap_or(segment);
+        if matches!(without_params, "." | "..") {
+            return Err(format!(
+                "dot segment {segment:?}; servers resolve it differently"
+            ));
+        }
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// Fully decodes remaining escapes, lower-cases ASCII and strips `;params`.
+fn loosen(exact: &str) -> String {
+    let mut out = String::with_capacity(exact.len());
+    for segment in exact.split('/').skip(1) {
+        let decoded = percent_decode_lossy(segment);
+        let without_params = decoded.split(';').next().unwrap_or(&decoded);
+        out.push('/');
+        out.push_str(&without_params.to_ascii_lowercase());
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+fn percent_decode_lossy(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode(s)).into_owned()
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = hex_pair(bytes.get(i + 1..i + 3))
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
+    let pair = pair?;
+    let text = std::str::from_utf8(pair).ok()?;
+    if text.len() != 2 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u8::from_str_radix(text, 16).ok()
+}
+
+/// RFC 3986 §2.3 unreserved characters: decoding them never changes meaning.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0xf0..=0xff => 4,
+        0xe0..=0xef => 3,
+        0xc0..=0xdf => 2,
+        _ => 1,
+    }
+}
+
+/// Lower-cases and strips `;params` from a pattern so deny rules can be
+/// matched against [`NormalPath::loose`].
+pub fn loosen_pattern(pattern: &str) -> String {
+    loosen(pattern)
+}

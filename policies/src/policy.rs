@@ -1,0 +1,359 @@
+//! The parsed, validated policy and the decisions the proxy asks for.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::compile::{Compiled, compile};
+use crate::credential::Credential;
+use crate::decision::{
+    Allowance, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
+    RequestInfo,
+};
+use crate::error::{Lint, PolicyError, SourceMap};
+use crate::host::Host;
+use crate::path::{AmbiguousPath, NormalPath, normalize};
+use crate::raw::RawPolicy;
+use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
+
+/// How many body bytes the proxy buffers to check body constraints.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A parsed, validated policy. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Policy(Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub map: SourceMap,
+    pub text: Arc<str>,
+    pub compiled: Compiled,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("source", &self.source_name())
+            .field("default", &self.default_action())
+            .field("allow_rules", &self.0.compiled.allow.len())
+            .field("deny_rules", &self.0.compiled.deny.len())
+            .finish()
+    }
+}
+
+/// What deny mode would decide, before the default action is applied.
+enum Verdict<'a> {
+    Allowed(&'a AllowRule),
+    /// A deny rule or a failed body constraint: enforced in allow mode too.
+    DeniedByRules(Denial),
+    /// No rule allows it: only enforced in deny mode.
+    NotAllowed(Denial),
+}
+
+impl Policy {
+    /// Parses and validates a policy. Errors read
+    /// "policy.toml:12:5: unknown field `hots` in [[allow]]; did you mean `host`? (...)".
+    pub fn parse(source_name: &str, text: &str) -> Result<Policy, PolicyError> {
+        let text: Arc<str> = text.into();
+        let map = SourceMap::new(source_name.into(), text.clone());
+        let raw: RawPolicy = toml::from_str(&text).map_err(|e| map.toml_error(&e))?;
+        let compiled = compile(&map, raw)?;
+        Ok(Policy(Arc::new(Inner {
+            map,
+            text,
+            compiled,
+        })))
+    }
+
+    /// Version 1, default deny, no rules.
+    pub fn deny_all() -> Policy {
+        let text: Arc<str> = "version = 1\ndefault = \"deny\"\n".into();
+        Policy(Arc::new(Inner {
+            map: SourceMap::new("<deny-all>".into(), text.clone()),
+            text,
+            compiled: Compiled {
+                default: DefaultAction::Deny,
+                default_span: None,
+                allow: Vec::new(),
+                deny: Vec::new(),
+                credentials: Vec::new(),
+                credential_spans: Vec::new(),
+            },
+        }))
+    }
+
+    pub fn source_name(&self) -> &str {
+        self.0.map.name()
+    }
+
+    /// The exact source text.
+    pub fn text(&self) -> &str {
+        &self.0.text
+    }
+
+    pub fn default_action(&self) -> DefaultAction {
+        self.0.compiled.default
+    }
+
+    /// Warnings about rules that can never match, unused credentials, etc.
+    pub fn lint(&self) -> Vec<Lint> {
+        crate::lint::lint(&self.0.map, &self.0.compiled)
+    }
+
+    pub fn credentials(&self) -> &[Credential] {
+        &self.0.compiled.credentials
+    }
+
+    fn allow_rules(&self) -> &[AllowRule] {
+        &self.0.compiled.allow
+    }
+
+    fn deny_rules(&self) -> &[DenyRule] {
+        &self.0.compiled.deny
+    }
+
+    /// May the sandbox resolve this name? Report mode never blocks.
+    pub fn resolvable(&self, name: &Host) -> bool {
+        let default = self.default_action();
+        if default == DefaultAction::Report {
+            return true;
+        }
+        let denied = self.deny_rules().iter().any(|d| {
+            d.is_host_wide() && d.ports.is_none() && d.hosts.iter().any(|p| p.matches(name))
+        });
+        if denied {
+            return false;
+        }
+        default == DefaultAction::Allow || self.allow_rules().iter().any(|r| r.matches_host(name))
+    }
+
+    /// Connection-level decision for a new TCP connection to host:port.
+    pub fn connection(&self, host: &Host, port: u16) -> ConnectionDecision {
+        let default = self.default_action();
+        if default != DefaultAction::Report
+            && let Some(deny) = self
+                .deny_rules()
+                .iter()
+                .find(|d| d.is_host_wide() && d.matches_host_port(host, port))
+        {
+            return ConnectionDecision::Deny(Denial {
+                rule: Some(deny.rule_ref.clone()),
+                reason: DenyReason::DeniedByRule,
+            });
+        }
+        let on_port = |transport: Transport| {
+            self.allow_rules().iter().find(|r| {
+                r.transport == transport && r.matches_host(host) && r.ports.contains(&port)
+            })
+        };
+        if let Some(rule) = on_port(Transport::Tcp) {
+            return ConnectionDecision::Tunnel {
+                rule: rule.rule_ref.clone(),
+            };
+        }
+        if let Some(rule) = on_port(Transport::Passthrough) {
+            return ConnectionDecision::Passthrough {
+                rule: rule.rule_ref.clone(),
+            };
+        }
+        if on_port(Transport::Http).is_some() || default != DefaultAction::Deny {
+            return ConnectionDecision::Inspect;
+        }
+        let reason = if self.allow_rules().iter().any(|r| r.matches_host(host)) {
+            DenyReason::PortNotAllowed
+        } else {
+            DenyReason::NoRuleForHost
+        };
+        ConnectionDecision::Deny(Denial { rule: None, reason })
+    }
+
+    /// HTTP allow rules that match everything but the body, in file order.
+    fn candidates(&self, req: &RequestInfo<'_>, path: &NormalPath) -> Vec<&AllowRule> {
+        self.allow_rules()
+            .iter()
+            .filter(|r| {
+                r.transport == Transport::Http
+                    && r.matches_host(req.host)
+                    && r.ports.contains(&req.port)
+                    && r.matches_method(req.method)
+                    && r.matches_path(path)
+            })
+            .collect()
+    }
+
+    fn matching_deny<'a>(
+        &'a self,
+        req: &RequestInfo<'_>,
+        path: &NormalPath,
+    ) -> Option<&'a DenyRule> {
+        self.deny_rules().iter().find(|d| {
+            d.matches_host_port(req.host, req.port)
+                && d.matches_method(req.method)
+                && d.matches_path(path)
+        })
+    }
+
+    /// Some(limit) if the first rule that could allow this request
+    /// constrains the body, so the proxy must buffer up to `limit` bytes.
+    pub fn needs_body(&self, req: &RequestInfo<'_>) -> Option<usize> {
+        let path = normalize(req.path_and_query).ok()?;
+        if self.default_action() != DefaultAction::Report
+            && self.matching_deny(req, &path).is_some()
+        {
+            return None;
+        }
+        let candidates = self.candidates(req, &path);
+        let first = candidates.first()?;
+        first.body.as_ref().map(|_| MAX_BODY_BYTES)
+    }
+
+    /// Request-level decision. See the crate docs for precedence.
+    pub fn evaluate(&self, req: &RequestInfo<'_>, body: Option<&BodyInput<'_>>) -> Decision {
+        let path = match normalize(req.path_and_query) {
+            Ok(path) => path,
+            Err(AmbiguousPath(detail)) => {
+                return Decision::Deny(Denial {
+                    rule: None,
+                    reason: DenyReason::AmbiguousPath { detail },
+                });
+            }
+        };
+        let verdict = self.verdict(req, &path, body);
+        match (self.default_action(), verdict) {
+            (_, Verdict::Allowed(rule)) => Decision::Allow(Allowance {
+                rule: Some(rule.rule_ref.clone()),
+                max_requests: rule.max_requests,
+                would_deny: None,
+            }),
+            (
+                DefaultAction::Report,
+                Verdict::DeniedByRules(denial) | Verdict::NotAllowed(denial),
+            ) => Decision::Allow(Allowance {
+                rule: None,
+                max_requests: None,
+                would_deny: Some(denial),
+            }),
+            (DefaultAction::Allow, Verdict::NotAllowed(_)) => Decision::Allow(Allowance {
+                rule: None,
+                max_requests: None,
+                would_deny: None,
+            }),
+            (_, Verdict::DeniedByRules(denial) | Verdict::NotAllowed(denial)) => {
+                Decision::Deny(denial)
+            }
+        }
+    }
+
+    fn verdict(
+        &self,
+        req: &RequestInfo<'_>,
+        path: &NormalPath,
+        body: Option<&BodyInput<'_>>,
+    ) -> Verdict<'_> {
+        if let Some(deny) = self.matching_deny(req, path) {
+            return Verdict::DeniedByRules(Denial {
+                rule: Some(deny.rule_ref.clone()),
+                reason: DenyReason::DeniedByRule,
+            });
+        }
+        let mut first_failure: Option<Denial> = None;
+        for rule in self.candidates(req, path) {
+            let Some(constraints) = &rule.body else {
+                return Verdict::Allowed(rule);
+            };
+            match constraints.check(body) {
+                Ok(()) => return Verdict::Allowed(rule),
+                Err(reason) => {
+                    first_failure.get_or_insert(Denial {
+                        rule: Some(rule.rule_ref.clone()),
+                        reason,
+                    });
+                }
+            }
+        }
+        if let Some(denial) = first_failure {
+            return Verdict::DeniedByRules(denial);
+        }
+        Verdict::NotAllowed(Denial {
+            rule: None,
+            reason: self.most_specific_reason(req, path),
+        })
+    }
+
+    fn most_specific_reason(&self, req: &RequestInfo<'_>, path: &NormalPath) -> DenyReason {
+        let for_host: Vec<&AllowRule> = self
+            .allow_rules()
+            .iter()
+            .filter(|r| r.transport == Transport::Http && r.matches_host(req.host))
+            .collect();
+        if for_host.is_empty() {
+            return DenyReason::NoRuleForHost;
+        }
+        let on_port: Vec<&&AllowRule> = for_host
+            .iter()
+            .filter(|r| r.ports.contains(&req.port))
+            .collect();
+        if on_port.is_empty() {
+            return DenyReason::PortNotAllowed;
+        }
+        let with_method: Vec<&&&AllowRule> = on_port
+            .iter()
+            .filter(|r| r.matches_method(req.method))
+            .collect();
+        if with_method.is_empty() {
+            return DenyReason::MethodNotAllowed;
+        }
+        debug_assert!(with_method.iter().all(|r| !r.matches_path(path)));
+        DenyReason::PathNotAllowed
+    }
+
+    /// The `description` of the rule a decision names, for 403 bodies and logs.
+    pub fn rule_description(&self, rule: &RuleRef) -> Option<&str> {
+        let (own, description) = match rule.kind {
+            RuleKind::Allow => {
+                let r = self.allow_rules().get(rule.index)?;
+                (&r.rule_ref, r.description.as_deref())
+            }
+            RuleKind::Deny => {
+                let r = self.deny_rules().get(rule.index)?;
+                (&r.rule_ref, r.description.as_deref())
+            }
+        };
+        // Only answer for a reference into this very policy.
+        if own == rule { description } else { None }
+    }
+
+    /// May the proxy connect to this non-public address? Only when an
+    /// allow rule names the IP literal or a CIDR containing it.
+    pub fn allows_private_address(&self, ip: IpAddr) -> bool {
+        self.allow_rules()
+            .iter()
+            .any(|r| r.hosts.iter().any(|p| p.names_ip(ip)))
+    }
+
+    /// The TOML a user would add to allow this request.
+    pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
+        crate::suggest::suggest_rule(req)
+    }
+
+    /// JSON Schema (draft 2020-12) of the policy file, pretty-printed.
+    pub fn json_schema() -> String {
+        let schema = schemars::schema_for!(RawPolicy);
+        let mut value = serde_json::to_value(&schema).unwrap_or_default();
+        strip_null_defaults(&mut value);
+        serde_json::to_string_pretty(&value).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+/// TOML has no null: optional keys are simply absent, so `"default": null`
+/// (what schemars derives for `Option` fields) would only confuse editors.
+fn strip_null_defaults(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("default").is_some_and(serde_json::Value::is_null) {
+                map.remove("default");
+            }
+            map.values_mut().for_each(strip_null_defaults);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_null_defaults),
+        _ => {}
+    }
+}

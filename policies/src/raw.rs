@@ -1,0 +1,202 @@
+//! The serde model of the TOML file, exactly as written (with spans for
+//! error messages). Validation into matchable rules happens in `compile`.
+//! The JSON Schema is generated from these types.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::decision::DefaultAction;
+
+/// An Airlock egress policy (version 1).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Airlock policy")]
+pub struct RawPolicy {
+    /// Format version; must be 1. Omitted = 1.
+    #[serde(default)]
+    #[schemars(with = "u32")]
+    pub version: Option<Spanned<i64>>,
+    /// What happens to traffic no rule allows: "deny" (default), "allow",
+    /// or "report" (allow everything, record what deny would have blocked).
+    #[serde(default)]
+    #[schemars(with = "DefaultAction")]
+    pub default: Option<Spanned<DefaultAction>>,
+    /// Allow rules, tried in file order.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawAllow>")]
+    pub allow: Vec<Spanned<RawAllow>>,
+    /// Deny rules; they override allow rules.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawDeny>")]
+    pub deny: Vec<Spanned<RawDeny>>,
+    /// Credentials the proxy injects so secrets never enter the sandbox.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawCredential>")]
+    pub credential: Vec<Spanned<RawCredential>>,
+}
+
+/// Transport of an allow rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP or HTTPS, inspected per request (default).
+    Http,
+    /// An opaque TCP tunnel; only host and port are enforced.
+    Tcp,
+}
+
+/// TLS handling of an allow rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// Intercept TLS with the session CA and inspect requests (default).
+    Intercept,
+    /// Tunnel TLS without interception; the proxy checks SNI == host.
+    Passthrough,
+}
+
+/// One `[[allow]]` rule.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAllow {
+    /// Host pattern: "api.example.com", "*.example.com" (subdomains, not the apex), "*", an IP or a CIDR.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub host: Option<Spanned<String>>,
+    /// Several host patterns (instead of `host`).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// One port (instead of `ports`).
+    #[serde(default)]
+    #[schemars(with = "u16")]
+    pub port: Option<Spanned<u16>>,
+    /// Ports; default [80, 443] (passthrough: [443]); required for protocol = "tcp".
+    #[serde(default)]
+    #[schemars(with = "Vec<u16>")]
+    pub ports: Option<Spanned<Vec<Spanned<u16>>>>,
+    /// HTTP methods; omitted = any method.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub methods: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Path globs (`*` one segment, `**` any depth, `?` one char); omitted = any path.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub paths: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Per-session request quota for this rule.
+    #[serde(default)]
+    #[schemars(with = "u64")]
+    pub max_requests: Option<Spanned<u64>>,
+    /// Constraints on JSON or form fields of the request body; dotted names address nested fields.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawConstraint>")]
+    pub body: Option<Spanned<BTreeMap<String, Spanned<RawConstraint>>>>,
+    /// "http" (default) or "tcp".
+    #[serde(default)]
+    #[schemars(with = "Protocol")]
+    pub protocol: Option<Spanned<Protocol>>,
+    /// "intercept" (default) or "passthrough".
+    #[serde(default)]
+    #[schemars(with = "TlsMode")]
+    pub tls: Option<Spanned<TlsMode>>,
+    /// Free text for humans.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// One `[[deny]]` rule.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeny {
+    /// Host pattern, as in allow rules.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub host: Option<Spanned<String>>,
+    /// Several host patterns (instead of `host`).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// One port (instead of `ports`).
+    #[serde(default)]
+    #[schemars(with = "u16")]
+    pub port: Option<Spanned<u16>>,
+    /// Ports; omitted = every port.
+    #[serde(default)]
+    #[schemars(with = "Vec<u16>")]
+    pub ports: Option<Spanned<Vec<Spanned<u16>>>>,
+    /// HTTP methods; omitted = any method.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub methods: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Path globs; omitted = any path. Also matched case-insensitively and without `;params`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub paths: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Free text for humans.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// A constraint on one body field.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawConstraint {
+    /// Largest allowed number.
+    #[serde(default)]
+    #[schemars(with = "f64")]
+    pub max: Option<Spanned<toml::Value>>,
+    /// Smallest allowed number.
+    #[serde(default)]
+    #[schemars(with = "f64")]
+    pub min: Option<Spanned<toml::Value>>,
+    /// Allowed values (strings, numbers or booleans).
+    #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub one_of: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    /// The only allowed value.
+    #[serde(default)]
+    #[schemars(with = "serde_json::Value")]
+    pub equals: Option<Spanned<toml::Value>>,
+    /// Longest allowed string, in characters.
+    #[serde(default)]
+    #[schemars(with = "u64")]
+    pub max_length: Option<Spanned<u64>>,
+    /// If true, the field may be absent (default false: absence is a violation).
+    #[serde(default)]
+    pub optional: Option<bool>,
+}
+
+/// One `[[credential]]`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredential {
+    /// A name for logs and messages.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Host patterns the credential is injected for.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// One host pattern (instead of `hosts`).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub host: Option<Spanned<String>>,
+    /// Header to set, e.g. "Authorization".
+    #[schemars(with = "String")]
+    pub header: Spanned<String>,
+    /// Header value; `${env:NAME}` and `${file:/path}` are replaced by the secret.
+    #[schemars(with = "String")]
+    pub value: Spanned<String>,
+    /// A dummy the sandbox sees instead of the secret (e.g. in an env var);
+    /// the proxy swaps it for the real value.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub placeholder: Option<Spanned<String>>,
+    /// Free text for humans.
+    #[serde(default)]
+    #[allow(dead_code, reason = "accepted for humans; no behaviour")]
+    pub description: Option<String>,
+}

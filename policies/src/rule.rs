@@ -1,0 +1,172 @@
+//! Validated, matchable rules and the references decisions carry.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::body::BodyConstraints;
+use crate::glob::PathGlob;
+use crate::host::{Host, HostPattern};
+use crate::path::NormalPath;
+
+/// Which list a rule is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleKind {
+    Allow,
+    Deny,
+}
+
+/// Points at one rule of a policy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct RuleRef {
+    pub kind: RuleKind,
+    /// 0-based among rules of that kind.
+    pub index: usize,
+    /// Line of the rule's `[[allow]]`/`[[deny]]` header.
+    pub line: u32,
+    /// The policy's source name.
+    pub source: Arc<str>,
+    #[serde(skip)]
+    content_key: Arc<str>,
+}
+
+impl RuleRef {
+    pub(crate) fn new(
+        kind: RuleKind,
+        index: usize,
+        line: u32,
+        source: Arc<str>,
+        canonical: &str,
+    ) -> RuleRef {
+        let prefix = match kind {
+            RuleKind::Allow => "allow",
+            RuleKind::Deny => "deny",
+        };
+        RuleRef {
+            kind,
+            index,
+            line,
+            source,
+            content_key: format!("{prefix}-{:016x}", fnv1a64(canonical.as_bytes())).into(),
+        }
+    }
+
+    /// Stable across reloads while the rule's matching content (hosts,
+    /// ports, methods, paths, transport, quota, body constraints) is
+    /// unchanged; position, description and file name do not affect it.
+    /// Format: "allow-" or "deny-" and 16 hex digits (FNV-1a 64 of a
+    /// canonical text of the rule).
+    pub fn key(&self) -> String {
+        self.content_key.to_string()
+    }
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.source, self.line)
+    }
+}
+
+/// FNV-1a, 64 bit: tiny, deterministic across builds and platforms.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// How an allow rule's traffic is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// HTTP(S), inspected per request.
+    Http,
+    /// Opaque TCP.
+    Tcp,
+    /// TLS without interception.
+    Passthrough,
+}
+
+/// A validated `[[allow]]`.
+#[derive(Debug, Clone)]
+pub struct AllowRule {
+    pub rule_ref: RuleRef,
+    /// Span of the rule's table, for lints.
+    pub span: Range<usize>,
+    pub hosts: Vec<HostPattern>,
+    pub ports: Vec<u16>,
+    /// Upper-cased; None = any.
+    pub methods: Option<Vec<String>>,
+    /// None = any.
+    pub paths: Option<Vec<PathGlob>>,
+    pub max_requests: Option<u64>,
+    pub body: Option<BodyConstraints>,
+    pub transport: Transport,
+    pub description: Option<String>,
+}
+
+impl AllowRule {
+    pub fn matches_host(&self, host: &Host) -> bool {
+        self.hosts.iter().any(|p| p.matches(host))
+    }
+
+    pub fn matches_method(&self, method: &str) -> bool {
+        self.methods
+            .as_ref()
+            .is_none_or(|methods| methods.iter().any(|m| m == method))
+    }
+
+    /// Allow rules match the exact normalized path, case-sensitively.
+    pub fn matches_path(&self, path: &NormalPath) -> bool {
+        self.paths
+            .as_ref()
+            .is_none_or(|paths| paths.iter().any(|g| g.matches(&path.exact)))
+    }
+}
+
+/// A validated `[[deny]]`.
+#[derive(Debug, Clone)]
+pub struct DenyRule {
+    pub rule_ref: RuleRef,
+    pub hosts: Vec<HostPattern>,
+    /// None = every port.
+    pub ports: Option<Vec<u16>>,
+    /// Upper-cased; None = any.
+    pub methods: Option<Vec<String>>,
+    /// (exact, loosened) globs; None = any.
+    pub paths: Option<Vec<(PathGlob, PathGlob)>>,
+    pub description: Option<String>,
+}
+
+impl DenyRule {
+    pub fn matches_host_port(&self, host: &Host, port: u16) -> bool {
+        self.hosts.iter().any(|p| p.matches(host))
+            && self
+                .ports
+                .as_ref()
+                .is_none_or(|ports| ports.contains(&port))
+    }
+
+    /// Host-wide: no method or path condition (ports may still apply).
+    pub fn is_host_wide(&self) -> bool {
+        self.methods.is_none() && self.paths.is_none()
+    }
+
+    /// Deny rules match methods case-insensitively: a server that accepts
+    /// "delete" must not get past a DELETE deny.
+    pub fn matches_method(&self, method: &str) -> bool {
+        self.methods
+            .as_ref()
+            .is_none_or(|methods| methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
+    }
+
+    /// Deny rules match the exact path or its loosened form.
+    pub fn matches_path(&self, path: &NormalPath) -> bool {
+        self.paths.as_ref().is_none_or(|paths| {
+            paths
+                .iter()
+                .any(|(exact, loose)| exact.matches(&path.exact) || loose.matches(&path.loose))
+        })
+    }
+}

@@ -1,0 +1,33 @@
+//! The `[[allow]]` snippet a 403 suggests for a denied request.
+
+use crate::credential::is_token;
+use crate::decision::RequestInfo;
+use crate::path::normalize;
+
+/// Builds a rule that allows this host, port, method and path. A literal
+/// `*` in the path stays a glob character (it also matches itself).
+pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
+    let path = match normalize(req.path_and_query) {
+        Ok(path) => path.exact,
+        Err(_) => {
+            return "# this request's path is ambiguous (see the denial); no rule can allow it\n"
+                .to_owned();
+        }
+    };
+    let mut out = String::from("[[allow]]\n");
+    out.push_str(&format!("host = {}\n", toml_string(req.host.as_str())));
+    if !matches!(req.port, 80 | 443) {
+        out.push_str(&format!("ports = [{}]\n", req.port));
+    }
+    if is_token(req.method) {
+        out.push_str(&format!("methods = [{}]\n", toml_string(req.method)));
+    }
+    if path != "*" {
+        out.push_str(&format!("paths = [{}]\n", toml_string(&path)));
+    }
+    out
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}

@@ -1,0 +1,170 @@
+//! Bodies as they stream through the proxy.
+//!
+//! Bodies are never buffered whole (except the bounded prefix a body
+//! constraint needs): each frame is passed on as soon as it arrives, counted,
+//! the first bytes kept for the record, and — on responses to requests that
+//! carried a credential — scrubbed of secrets. When the stream ends (or is
+//! abandoned) the tap runs its completion callback exactly once.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+
+use crate::credentials::Scrubber;
+use crate::events::BodyCapture;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The one body type the proxy sends in either direction.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    http_body_util::Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+pub fn empty() -> ProxyBody {
+    full(Bytes::new())
+}
+
+/// Shared record of what crossed, readable while the body still streams.
+#[derive(Debug, Default, Clone)]
+pub struct CaptureHandle(Arc<Mutex<BodyCapture>>);
+
+impl CaptureHandle {
+    pub fn snapshot(&self) -> BodyCapture {
+        self.0.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, data: &[u8], cap: usize) {
+        if let Ok(mut c) = self.0.lock() {
+            c.bytes += data.len() as u64;
+            let room = cap.saturating_sub(c.captured.len());
+            c.captured.extend_from_slice(&data[..room.min(data.len())]);
+            if data.len() > room {
+                c.truncated = true;
+            }
+        }
+    }
+}
+
+type OnEnd = Box<dyn FnOnce(Option<String>) + Send>;
+
+pub struct Tap<B> {
+    inner: B,
+    capture: CaptureHandle,
+    cap: usize,
+    scrubber: Option<Scrubber>,
+    on_end: Option<OnEnd>,
+    done: bool,
+}
+
+impl<B> Tap<B> {
+    pub fn new(inner: B, capture: CaptureHandle, cap: usize) -> Self {
+        Self {
+            inner,
+            capture,
+            cap,
+            scrubber: None,
+            on_end: None,
+            done: false,
+        }
+    }
+
+    pub fn scrub(mut self, scrubber: Scrubber) -> Self {
+        self.scrubber = Some(scrubber);
+        self
+    }
+
+    /// Called once with `None` at a clean end, or the error / "aborted".
+    pub fn on_end(mut self, f: impl FnOnce(Option<String>) + Send + 'static) -> Self {
+        self.on_end = Some(Box::new(f));
+        self
+    }
+
+    fn end(&mut self, error: Option<String>) {
+        self.done = true;
+        if let Some(f) = self.on_end.take() {
+            f(error);
+        }
+    }
+
+    fn pass(&mut self, data: Bytes) -> Bytes {
+        let data = match &mut self.scrubber {
+            Some(s) => Bytes::from(s.push(&data)),
+            None => data,
+        };
+        self.capture.record(&data, self.cap);
+        data
+    }
+}
+
+impl<B> Body for Tap<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => Poll::Ready(Some(Ok(Frame::data(this.pass(data))))),
+                Err(frame) => Poll::Ready(Some(Ok(frame))), // trailers pass unchanged
+            },
+            Poll::Ready(Some(Err(e))) => {
+                let e: BoxError = e.into();
+                this.end(Some(e.to_string()));
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                let tail = this.scrubber.as_mut().map(Scrubber::finish);
+                if let Some(tail) = &tail {
+                    this.capture.record(tail, this.cap);
+                }
+                this.end(None);
+                match tail {
+                    Some(tail) if !tail.is_empty() => {
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(tail)))))
+                    }
+                    _ => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || (self.scrubber.is_none() && self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // Scrubbing may change the length.
+        if self.scrubber.is_some() {
+            SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
+    }
+}
+
+impl<B> Drop for Tap<B> {
+    fn drop(&mut self) {
+        if self.on_end.is_some() {
+            self.end(Some("aborted before the end of the body".into()));
+        }
+    }
+}

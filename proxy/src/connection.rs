@@ -1,0 +1,288 @@
+//! A captured connection, once its destination is known: the single place
+//! where the connection-level decision is made and carried out — refuse,
+//! tunnel, pass TLS through after checking its SNI, or intercept and serve
+//! HTTP request by request.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_policy::{ConnectionDecision, Host, Scheme};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_rustls::TlsAcceptor;
+
+use crate::client_hello::{MAX_CLIENT_HELLO, Peek, peek};
+use crate::engine::{
+    ConnInfo, Engine, HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_H2_STREAMS, MAX_HEADER_BYTES,
+};
+use crate::events::{ConnId, Event, FrontDoor, Handling, TimestampUs, Verdict};
+use crate::exchange;
+use crate::metered::{Meter, Metered};
+use crate::refusal::Refusal;
+use crate::replay::Replay;
+use crate::target::Target;
+
+/// Where a captured connection came from.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub id: ConnId,
+    pub front: FrontDoor,
+    pub client: SocketAddr,
+    /// The address the client dialled (transparent mode).
+    pub original_dst: Option<SocketAddr>,
+}
+
+/// What to do with a connection: how to handle it, and the refusal every
+/// request on it gets when the policy refused the connection as a whole.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub handling: Handling,
+    pub refusal: Option<Refusal>,
+}
+
+/// The connection-level decision for `target`, recorded before anything else happens.
+pub async fn decide(engine: &Engine, origin: &Origin, target: &Target) -> Plan {
+    let decision = engine
+        .rules
+        .load()
+        .policy
+        .connection(&target.host, target.port);
+    let (handling, rule, refusal) = match decision {
+        ConnectionDecision::Deny(denial) => (
+            Handling::Refused,
+            denial.rule.clone(),
+            Some(Refusal::Policy(denial)),
+        ),
+        ConnectionDecision::Tunnel { rule } => (Handling::Tunnel, Some(rule), None),
+        ConnectionDecision::Passthrough { rule } => (Handling::Passthrough, Some(rule), None),
+        ConnectionDecision::Inspect => (Handling::Inspect, None, None),
+    };
+    // Inspected connections are decided per request; their record says "allow" here
+    // only in the sense that the connection is accepted for inspection.
+    let verdict = if refusal.is_some() {
+        Verdict::Deny
+    } else {
+        Verdict::Allow
+    };
+    let recorded = engine
+        .record(Event::Connection {
+            ts: TimestampUs::now(),
+            conn: origin.id,
+            front: origin.front,
+            client: origin.client,
+            target: target.to_string(),
+            original_dst: origin.original_dst,
+            handling,
+            verdict,
+            rule: rule.as_ref().map(ToString::to_string),
+            reason: refusal.as_ref().map(Refusal::reason),
+        })
+        .await;
+    match recorded {
+        Err(e) => Plan {
+            handling: Handling::Refused,
+            refusal: Some(Refusal::AuditUnavailable(e.to_string())),
+        },
+        Ok(()) => Plan { handling, refusal },
+    }
+}
+
+/// Carry out a decision on the client's stream. A refused connection is still
+/// read: if it speaks HTTP (or TLS, which is intercepted) every request gets a
+/// 403 that explains the refusal; anything else is closed. Nothing goes upstream.
+pub async fn serve<S>(engine: Arc<Engine>, origin: Origin, target: Target, plan: Plan, io: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let meter = Meter::default();
+    let io = Metered::new(io, meter.clone());
+    let result = match plan.handling {
+        Handling::Tunnel => tunnel(&engine, &target, Vec::new(), io).await,
+        Handling::Passthrough => passthrough(&engine, &target, io).await,
+        Handling::Inspect | Handling::Refused => {
+            inspect(engine.clone(), &origin, &target, plan.refusal, io).await
+        }
+    };
+    if let Err(e) = &result {
+        tracing::debug!(conn = origin.id.0, target = %target, "connection ended: {e}");
+    }
+    let (up, down) = meter.totals();
+    engine.record_lossy(Event::ConnectionClosed {
+        ts: TimestampUs::now(),
+        conn: origin.id,
+        bytes_up: up,
+        bytes_down: down,
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        error: result.err(),
+    });
+}
+
+/// Opaque bytes both ways, after replaying what was already read.
+async fn tunnel<S>(
+    engine: &Engine,
+    target: &Target,
+    prefix: Vec<u8>,
+    mut io: S,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut upstream = engine
+        .upstream
+        .connect_tcp(&target.host, target.port)
+        .await?;
+    if !prefix.is_empty() {
+        upstream
+            .write_all(&prefix)
+            .await
+            .map_err(|e| format!("writing to upstream: {e}"))?;
+    }
+    tokio::io::copy_bidirectional(&mut io, &mut upstream)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A TLS tunnel whose SNI must name the rule's host.
+async fn passthrough<S>(engine: &Engine, target: &Target, mut io: S) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (prefix, first) = read_first_bytes(&mut io).await?;
+    let hello = match first {
+        Peek::Hello(h) => h,
+        Peek::NotTls => return Err("passthrough rule, but the client did not start TLS".into()),
+        Peek::Invalid(why) => return Err(format!("bad ClientHello: {why}")),
+        Peek::NeedMore => return Err("connection closed during the ClientHello".into()),
+    };
+    check_sni(hello.sni.as_deref(), target, true)?;
+    tunnel(engine, target, prefix, io).await
+}
+
+/// Intercept: TLS (terminated with a minted certificate) or plain HTTP.
+async fn inspect<S>(
+    engine: Arc<Engine>,
+    origin: &Origin,
+    target: &Target,
+    refusal: Option<Refusal>,
+    mut io: S,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (prefix, first) = read_first_bytes(&mut io).await?;
+    let conn = |scheme| {
+        Arc::new(ConnInfo {
+            id: origin.id,
+            client: origin.client,
+            front: origin.front,
+            scheme,
+            bound: Some(target.clone()),
+            refusal: refusal.clone(),
+        })
+    };
+    match first {
+        Peek::Hello(hello) => {
+            check_sni(hello.sni.as_deref(), target, false)?;
+            let config = if hello.sni.is_some() {
+                engine.tls_by_sni.clone()
+            } else {
+                engine
+                    .tls_for_host(&target.host)
+                    .map_err(|e| e.to_string())?
+            };
+            let accept = TlsAcceptor::from(config).accept(Replay::new(prefix, io));
+            let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept)
+                .await
+                .map_err(|_| "TLS handshake timed out".to_owned())?
+                .map_err(|e| format!("TLS handshake with client failed: {e}"))?;
+            serve_http(engine, conn(Scheme::Https), tls).await
+        }
+        Peek::NotTls if looks_like_http(&prefix) => {
+            serve_http(engine, conn(Scheme::Http), Replay::new(prefix, io)).await
+        }
+        Peek::NotTls if refusal.is_some() => Err("refused".into()),
+        Peek::NotTls => Err(format!(
+            "not HTTP or TLS; to tunnel another protocol add a rule with host = \"{}\", port = {}, protocol = \"tcp\"",
+            target.host, target.port
+        )),
+        Peek::Invalid(why) => Err(format!("bad ClientHello: {why}")),
+        Peek::NeedMore => Err("connection closed before a request".into()),
+    }
+}
+
+/// Serve HTTP/1.1 and HTTP/2 on an accepted stream, with bounded heads and timeouts.
+async fn serve_http<S>(engine: Arc<Engine>, conn: Arc<ConnInfo>, io: S) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| exchange::handle(engine.clone(), conn.clone(), req));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .preserve_header_case(false);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        .max_concurrent_streams(MAX_H2_STREAMS)
+        .max_pending_accept_reset_streams(Some(64))
+        .max_local_error_reset_streams(Some(256))
+        .enable_connect_protocol();
+    builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Read until the first bytes say what the connection is (bounded in size and time).
+async fn read_first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Result<(Vec<u8>, Peek), String> {
+    let mut buf = Vec::with_capacity(2048);
+    let read = async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Ok::<Peek, String>(Peek::NeedMore);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            match peek(&buf) {
+                Peek::NeedMore if buf.len() <= MAX_CLIENT_HELLO + 5 * 16 => continue,
+                Peek::NeedMore => return Ok(Peek::Invalid("ClientHello too large")),
+                other => return Ok(other),
+            }
+        }
+    };
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, read)
+        .await
+        .map_err(|_| "client sent nothing in time".to_owned())??;
+    Ok((buf, first))
+}
+
+/// SNI must name the connection's host; `required` for passthrough, where it is all we see.
+fn check_sni(sni: Option<&str>, target: &Target, required: bool) -> Result<(), String> {
+    match sni {
+        None if required => Err(format!("no SNI; passthrough to {} needs it", target.host)),
+        None => Ok(()),
+        Some(name) => match Host::parse(name) {
+            Ok(h) if h == target.host => Ok(()),
+            _ => Err(format!(
+                "SNI {name:?} does not match the connection's host {} (domain fronting refused)",
+                target.host
+            )),
+        },
+    }
+}
+
+/// A request line starts with a method token (RFC 9112 §3).
+fn looks_like_http(prefix: &[u8]) -> bool {
+    let method_len = prefix.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    method_len > 0 && prefix.get(method_len) == Some(&b' ')
+}

@@ -1,0 +1,173 @@
+//! The state every front door shares: rules, CA, upstream clients, quotas,
+//! the synthetic DNS map, and the event sink with its fail-closed switch.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use airlock_policy::{Host, Scheme};
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::ca::CertificateAuthority;
+use crate::dns::SyntheticAddresses;
+use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
+use crate::quota::Quotas;
+use crate::rules::Rules;
+use crate::target::Target;
+use crate::upstream::Upstream;
+
+/// How long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send the body prefix a body constraint needs.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send its first bytes / finish the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head accepted (HTTP/1.1 buffer and HTTP/2 header list).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Concurrent HTTP/2 streams per client connection.
+pub const MAX_H2_STREAMS: u32 = 256;
+
+/// Facts about one accepted client connection, fixed for its lifetime.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub id: ConnId,
+    pub client: SocketAddr,
+    pub front: FrontDoor,
+    /// `Https` when TLS was intercepted.
+    pub scheme: Scheme,
+    /// The destination every request must name; None on the explicit proxy's
+    /// plain-HTTP front door, where each absolute-form request names its own.
+    pub bound: Option<Target>,
+    /// Set when the policy refused the whole connection: every request gets it.
+    pub refusal: Option<crate::refusal::Refusal>,
+}
+
+pub struct Engine {
+    pub rules: Arc<ArcSwap<Rules>>,
+    pub ca: Arc<CertificateAuthority>,
+    pub upstream: Upstream,
+    pub events: Arc<dyn EventSink>,
+    pub quotas: Quotas,
+    pub ids: IdGenerator,
+    pub synthetic: SyntheticAddresses,
+    /// Bytes of each body kept for the record.
+    pub capture_cap: usize,
+    /// Make each decision durable before forwarding (`--audit-sync`).
+    pub audit_sync: bool,
+    /// Set once the sink failed; from then on nothing is forwarded.
+    audit_failed: AtomicBool,
+    /// Served to intercepted clients that sent SNI (shares session resumption).
+    pub tls_by_sni: Arc<ServerConfig>,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        rules: Arc<ArcSwap<Rules>>,
+        ca: Arc<CertificateAuthority>,
+        upstream: Upstream,
+        events: Arc<dyn EventSink>,
+        capture_cap: usize,
+        audit_sync: bool,
+    ) -> Self {
+        let tls_by_sni = Arc::new(server_config(Arc::new(MintBySni(ca.clone()))));
+        Self {
+            rules,
+            ca,
+            upstream,
+            events,
+            quotas: Quotas::default(),
+            ids: IdGenerator::default(),
+            synthetic: SyntheticAddresses::default(),
+            capture_cap,
+            audit_sync,
+            audit_failed: AtomicBool::new(false),
+            tls_by_sni,
+        }
+    }
+
+    pub fn next_conn_id(&self) -> ConnId {
+        ConnId(self.ids.next())
+    }
+
+    /// Record an event that gates an action: the action goes ahead only if this succeeds.
+    pub async fn record(&self, event: Event) -> Result<(), SinkError> {
+        if self.audit_failed.load(Ordering::Acquire) {
+            return Err(SinkError("an earlier audit write failed".into()));
+        }
+        let result = match self.events.emit(event) {
+            Ok(()) if self.audit_sync => self.events.sync().await,
+            other => other,
+        };
+        if let Err(e) = &result {
+            self.fail_audit(e);
+        }
+        result
+    }
+
+    /// Record an event about something already done; a failure stops all further forwarding.
+    pub fn record_lossy(&self, event: Event) {
+        if let Err(e) = self.events.emit(event) {
+            self.fail_audit(&e);
+        }
+    }
+
+    /// True once the audit sink has failed (the binary stops the session).
+    pub fn audit_failed(&self) -> bool {
+        self.audit_failed.load(Ordering::Acquire)
+    }
+
+    fn fail_audit(&self, e: &SinkError) {
+        if !self.audit_failed.swap(true, Ordering::AcqRel) {
+            tracing::error!("{e}; refusing all further traffic");
+        }
+    }
+
+    /// A TLS configuration that always serves the leaf for `host` (clients without SNI).
+    pub fn tls_for_host(&self, host: &Host) -> Result<Arc<ServerConfig>, crate::ca::CaError> {
+        let leaf = self.ca.leaf_for(host)?;
+        Ok(Arc::new(server_config(Arc::new(FixedLeaf(leaf)))))
+    }
+}
+
+fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> ServerConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_no_client_auth().with_cert_resolver(resolver))
+        // The ring provider supports the safe defaults; this cannot fail.
+        .unwrap_or_else(|_| unreachable!("ring supports TLS 1.2 and 1.3"));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config
+}
+
+/// Mints (or reuses) the leaf for the SNI the client sent. The connection
+/// layer has already checked that the SNI names the connection's target.
+#[derive(Debug)]
+struct MintBySni(Arc<CertificateAuthority>);
+
+impl ResolvesServerCert for MintBySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let host = Host::parse(hello.server_name()?).ok()?;
+        match self.0.leaf_for(&host) {
+            Ok(leaf) => Some(leaf),
+            Err(e) => {
+                tracing::error!("{e}");
+                None
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FixedLeaf(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for FixedLeaf {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}

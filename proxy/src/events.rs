@@ -1,0 +1,237 @@
+//! The one interface through which the proxy reports what it decided and saw.
+//!
+//! Every DNS query, connection, request and response becomes an [`Event`]
+//! handed to an [`EventSink`]. The binary plugs in the auditor (or a JSON-lines
+//! sink); the proxy never knows which. Secrets never reach this interface:
+//! header values carrying an injected credential are already `[secret:NAME]`.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// Identifies one accepted client connection for the lifetime of the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ConnId(pub u64);
+
+/// Identifies one HTTP exchange; a request and its response share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct RequestId(pub u64);
+
+/// Hands out process-unique ids.
+#[derive(Debug, Default)]
+pub struct IdGenerator(AtomicU64);
+
+impl IdGenerator {
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// Microseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct TimestampUs(pub u64);
+
+impl TimestampUs {
+    pub fn now() -> Self {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self(u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
+/// The outcome the proxy applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// Allowed because the policy's default is `report`; deny would have blocked it.
+    Report,
+}
+
+/// How the front door received the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrontDoor {
+    Explicit,
+    Transparent,
+}
+
+/// What the proxy does with an accepted connection's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Handling {
+    /// HTTP (plain or TLS-intercepted), decided request by request.
+    Inspect,
+    /// Opaque TCP tunnel (`protocol = "tcp"`).
+    Tunnel,
+    /// TLS tunnel checked against its SNI but not intercepted.
+    Passthrough,
+    /// Refused before any byte went upstream.
+    Refused,
+}
+
+/// A prefix of a body as it crossed the proxy, for the record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BodyCapture {
+    /// Total bytes that crossed, which may exceed `captured.len()`.
+    pub bytes: u64,
+    /// The first bytes, up to the proxy's capture cap.
+    #[serde(with = "lossy_bytes")]
+    pub captured: Vec<u8>,
+    pub truncated: bool,
+}
+
+/// JSON-lines sinks show captured bodies as (lossy) UTF-8 text; consumers that
+/// need the exact bytes, like the auditor, read `BodyCapture::captured` itself.
+mod lossy_bytes {
+    use serde::Serializer;
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&String::from_utf8_lossy(bytes))
+    }
+}
+
+/// One thing the proxy decided or observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    Dns {
+        ts: TimestampUs,
+        client: SocketAddr,
+        name: String,
+        qtype: String,
+        verdict: Verdict,
+        answers: Vec<IpAddr>,
+        reason: Option<String>,
+    },
+    Connection {
+        ts: TimestampUs,
+        conn: ConnId,
+        front: FrontDoor,
+        client: SocketAddr,
+        /// `host:port` the connection was for (a name when known, else the address).
+        target: String,
+        /// The address the client dialled, in transparent mode.
+        original_dst: Option<SocketAddr>,
+        handling: Handling,
+        verdict: Verdict,
+        rule: Option<String>,
+        reason: Option<String>,
+    },
+    ConnectionClosed {
+        ts: TimestampUs,
+        conn: ConnId,
+        bytes_up: u64,
+        bytes_down: u64,
+        duration_us: u64,
+        error: Option<String>,
+    },
+    Request {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        method: String,
+        url: String,
+        http_version: String,
+        headers: Vec<(String, String)>,
+        verdict: Verdict,
+        rule: Option<String>,
+        reason: Option<String>,
+        /// Names of credentials injected into this request.
+        credentials: Vec<String>,
+    },
+    Response {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        status: u16,
+        http_version: String,
+        headers: Vec<(String, String)>,
+        request_body: BodyCapture,
+        response_body: BodyCapture,
+        /// From the request reaching the proxy to the response head arriving.
+        time_to_headers_us: u64,
+        /// From the request reaching the proxy to the end of the response body.
+        total_us: u64,
+        error: Option<String>,
+    },
+}
+
+/// Why a sink refused an event. The proxy fails closed on it: the request that
+/// produced the event is refused, never carried out unrecorded.
+#[derive(Debug, thiserror::Error)]
+#[error("audit sink failed: {0}")]
+pub struct SinkError(pub String);
+
+pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'a>>;
+
+/// Where events go. `emit` must not block for long (queue, don't fsync);
+/// `sync` resolves once everything emitted so far is durable.
+pub trait EventSink: Send + Sync + 'static {
+    fn emit(&self, event: Event) -> Result<(), SinkError>;
+
+    fn sync(&self) -> SyncFuture<'_> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// Discards events (for benchmarks and tests that do not look at them).
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Writes each event as one JSON object per line.
+pub struct JsonLinesSink<W: Write + Send> {
+    out: Mutex<W>,
+}
+
+impl<W: Write + Send> JsonLinesSink<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out: Mutex::new(out),
+        }
+    }
+}
+
+impl<W: Write + Send + 'static> EventSink for JsonLinesSink<W> {
+    fn emit(&self, event: Event) -> Result<(), SinkError> {
+        let mut line = serde_json::to_vec(&event).map_err(|e| SinkError(e.to_string()))?;
+        line.push(b'\n');
+        let mut out = self
+            .out
+            .lock()
+            .map_err(|_| SinkError("event writer poisoned".into()))?;
+        // Flushed per line so that `tail -f` and log shippers see events as they happen.
+        out.write_all(&line)
+            .and_then(|()| out.flush())
+            .map_err(|e| SinkError(format!("writing event: {e}")))
+    }
+}
+
+/// Collects events in memory (for tests of the proxy as a library).
+#[derive(Default)]
+pub struct MemorySink(pub Mutex<Vec<Event>>);
+
+impl EventSink for MemorySink {
+    fn emit(&self, event: Event) -> Result<(), SinkError> {
+        self.0
+            .lock()
+            .map_err(|_| SinkError("memory sink poisoned".into()))?
+            .push(event);
+        Ok(())
+    }
+}

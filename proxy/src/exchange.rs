@@ -1,0 +1,566 @@
+//! One HTTP request through the proxy: the single place where a request is
+//! checked against its connection, decided by the policy, given its
+//! credentials, forwarded, and recorded.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_policy::{BodyInput, Decision, Policy, RequestInfo, Scheme};
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+
+use crate::body::{CaptureHandle, ProxyBody, Tap, full};
+use crate::credentials::{Scrubber, scrub_headers};
+use crate::engine::{ConnInfo, Engine};
+use crate::events::{Event, RequestId, TimestampUs, Verdict};
+use crate::refusal::{Refusal, bad_gateway};
+use crate::rules::Rules;
+use crate::target::{Target, default_port, names, parse_authority};
+use crate::upstream::{ResolveError, explain};
+
+/// Serve one request; never fails at the HTTP level (errors become responses).
+pub async fn handle(
+    engine: Arc<Engine>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let started = Instant::now();
+    let request_id = RequestId(engine.ids.next());
+    let rules = engine.rules.load_full();
+    let method = req.method().as_str().to_owned();
+    let shown_url = display_url(&conn, req.uri());
+
+    let target = match request_target(&conn, &req) {
+        Ok(t) => t,
+        Err(refusal) => {
+            // A refused connection still gets the rule that would allow this request.
+            let suggestion = conn.bound.as_ref().map(|bound| {
+                Policy::suggest_rule(&RequestInfo {
+                    scheme: conn.scheme,
+                    host: &bound.host,
+                    port: bound.port,
+                    method: &method,
+                    path_and_query: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+                })
+            });
+            return Ok(refuse(
+                &engine,
+                &conn,
+                request_id,
+                &rules,
+                &req,
+                &shown_url,
+                suggestion.as_deref(),
+                refusal,
+            ));
+        }
+    };
+    let (scheme, target) = target;
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    let path_and_query = if path_and_query.is_empty() {
+        "/".to_owned()
+    } else {
+        path_and_query
+    };
+    let url = target.url(scheme, &path_and_query);
+    let info = RequestInfo {
+        scheme,
+        host: &target.host,
+        port: target.port,
+        method: &method,
+        path_and_query: &path_and_query,
+    };
+    let suggestion = Policy::suggest_rule(&info);
+
+    // The body prefix a body constraint needs, bounded.
+    let (parts, body) = req.into_parts();
+    let (body, buffered) = match rules.policy.needs_body(&info) {
+        None => (Some(body), None),
+        Some(limit) => match read_prefix(body, limit).await {
+            Ok(prefix) => (None, Some(prefix)),
+            Err(e) => {
+                let req = Request::from_parts(parts, ());
+                let refusal = Refusal::BadRequest(format!("reading the request body: {e}"));
+                return Ok(refuse(
+                    &engine, &conn, request_id, &rules, &req, &url, None, refusal,
+                ));
+            }
+        },
+    };
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let body_input = buffered.as_ref().map(|(bytes, complete)| BodyInput {
+        content_type,
+        bytes,
+        complete: *complete,
+    });
+
+    let (verdict, allowance) = match rules.policy.evaluate(&info, body_input.as_ref()) {
+        Decision::Deny(denial) => {
+            let req = Request::from_parts(parts, ());
+            let refusal = Refusal::Policy(denial);
+            return Ok(refuse(
+                &engine,
+                &conn,
+                request_id,
+                &rules,
+                &req,
+                &url,
+                Some(&suggestion),
+                refusal,
+            ));
+        }
+        Decision::Allow(a) => (
+            if a.would_deny.is_some() {
+                Verdict::Report
+            } else {
+                Verdict::Allow
+            },
+            a,
+        ),
+    };
+    if let (Some(rule), Some(max)) = (&allowance.rule, allowance.max_requests)
+        && !engine.quotas.try_take(rule, max)
+    {
+        let req = Request::from_parts(parts, ());
+        let refusal = Refusal::Quota {
+            rule: rule.clone(),
+            max,
+        };
+        return Ok(refuse(
+            &engine, &conn, request_id, &rules, &req, &url, None, refusal,
+        ));
+    }
+    // An IP literal never passes through the connector's resolver, so check it here.
+    if target.host.ip().is_some()
+        && let Err(e) = engine.upstream.resolver.resolve(&target.host).await
+    {
+        let req = Request::from_parts(parts, ());
+        let refusal = Refusal::NonPublicAddress(e.to_string());
+        return Ok(refuse(
+            &engine, &conn, request_id, &rules, &req, &url, None, refusal,
+        ));
+    }
+
+    // Build the upstream request.
+    let upgrade = is_upgrade(&parts.headers, parts.version);
+    let mut headers = parts.headers.clone();
+    strip_hop_by_hop(&mut headers, upgrade);
+    headers.remove(header::HOST);
+    let injected = rules.credentials.inject(&target.host, &mut headers);
+    if !injected.is_empty() {
+        // A compressed echo could not be scrubbed; ask for identity.
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let recorded_headers = record_headers(&rules, &headers);
+    let rule_text = allowance.rule.as_ref().map(ToString::to_string);
+    let reason = allowance.would_deny.as_ref().map(|d| d.reason.to_string());
+    let request_event = Event::Request {
+        ts: TimestampUs::now(),
+        conn: conn.id,
+        request: request_id,
+        method: method.clone(),
+        url: rules.credentials.redact(&url),
+        http_version: format!("{:?}", parts.version),
+        headers: recorded_headers,
+        verdict,
+        rule: rule_text,
+        reason,
+        credentials: injected.names.clone(),
+    };
+    if let Err(e) = engine.record(request_event).await {
+        let req = Request::from_parts(parts, ());
+        let refusal = Refusal::AuditUnavailable(e.to_string());
+        return Ok(refuse(
+            &engine, &conn, request_id, &rules, &req, &url, None, refusal,
+        ));
+    }
+
+    let request_capture = CaptureHandle::default();
+    let upstream_body: ProxyBody = match (body, buffered) {
+        (_, Some((bytes, _))) => {
+            let tap = Tap::new(full(bytes), request_capture.clone(), engine.capture_cap);
+            tap.boxed_unsync()
+        }
+        (Some(body), None) => {
+            Tap::new(body, request_capture.clone(), engine.capture_cap).boxed_unsync()
+        }
+        (None, None) => full(Bytes::new()),
+    };
+    let uri: Uri = match url.parse() {
+        Ok(u) => u,
+        Err(e) => {
+            return Ok(bad_gateway(
+                &method,
+                &url,
+                &format!("cannot form upstream URL: {e}"),
+            ));
+        }
+    };
+    let mut upstream_req = Request::new(upstream_body);
+    *upstream_req.method_mut() = parts.method.clone();
+    *upstream_req.uri_mut() = uri;
+    *upstream_req.headers_mut() = headers;
+    let mut client_parts_for_upgrade = Request::from_parts(parts, ());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut client_parts_for_upgrade));
+
+    let client = if upgrade {
+        &engine.upstream.client_h1
+    } else {
+        &engine.upstream.client
+    };
+    let response = match client.request(upstream_req).await {
+        Ok(r) => r,
+        Err(e) => {
+            let (why, resolve) = explain(&e);
+            let response = match resolve {
+                Some(ResolveError::NonPublic { .. }) => Refusal::NonPublicAddress(why.clone())
+                    .response(&method, &url, rules.policy.source_name(), None),
+                _ => bad_gateway(&method, &url, &why),
+            };
+            engine.record_lossy(response_event(
+                &conn,
+                request_id,
+                response.status(),
+                Version::HTTP_11,
+                &HeaderMap::new(),
+                &request_capture,
+                &CaptureHandle::default(),
+                started,
+                started,
+                Some(why),
+            ));
+            return Ok(response);
+        }
+    };
+    let headers_at = Instant::now();
+    let mut response = response;
+    if let Some(client_upgrade) = client_upgrade
+        && response.status() == StatusCode::SWITCHING_PROTOCOLS
+    {
+        let upstream_upgrade = hyper::upgrade::on(&mut response);
+        tokio::spawn(splice_upgraded(client_upgrade, upstream_upgrade));
+        let (parts, _) = response.into_parts();
+        engine.record_lossy(response_event(
+            &conn,
+            request_id,
+            parts.status,
+            parts.version,
+            &parts.headers,
+            &request_capture,
+            &CaptureHandle::default(),
+            started,
+            headers_at,
+            None,
+        ));
+        return Ok(Response::from_parts(parts, full(Bytes::new())));
+    }
+
+    let (mut resp_parts, resp_body) = response.into_parts();
+    if !injected.is_empty() {
+        if let Some(encoding) = resp_parts.headers.get(header::CONTENT_ENCODING)
+            && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
+        {
+            let why = format!(
+                "upstream sent a {}-encoded response to a request carrying a credential although identity was requested; Airlock cannot check it for the secret",
+                String::from_utf8_lossy(encoding.as_bytes())
+            );
+            return Ok(bad_gateway(&method, &url, &why));
+        }
+        scrub_headers(&mut resp_parts.headers, &injected);
+        resp_parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    strip_hop_by_hop(&mut resp_parts.headers, false);
+
+    let response_capture = CaptureHandle::default();
+    let mut tap = Tap::new(resp_body, response_capture.clone(), engine.capture_cap);
+    if !injected.is_empty() {
+        tap = tap.scrub(Scrubber::new(&injected));
+    }
+    let on_end = {
+        let engine = engine.clone();
+        let conn = conn.clone();
+        let status = resp_parts.status;
+        let version = resp_parts.version;
+        let recorded = resp_parts.headers.clone();
+        let request_capture = request_capture.clone();
+        move |error: Option<String>| {
+            engine.record_lossy(response_event(
+                &conn,
+                request_id,
+                status,
+                version,
+                &recorded,
+                &request_capture,
+                &response_capture,
+                started,
+                headers_at,
+                error,
+            ));
+        }
+    };
+    Ok(Response::from_parts(
+        resp_parts,
+        tap.on_end(on_end).boxed_unsync(),
+    ))
+}
+
+/// The target and scheme a request is for, after checking it against its connection.
+fn request_target(conn: &ConnInfo, req: &Request<Incoming>) -> Result<(Scheme, Target), Refusal> {
+    if let Some(refusal) = &conn.refusal {
+        return Err(refusal.clone());
+    }
+    if req.method() == Method::CONNECT {
+        return Err(Refusal::NestedConnect);
+    }
+    let host_header = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    match &conn.bound {
+        Some(bound) => {
+            let scheme = conn.scheme;
+            let mismatch = |named: &str| Refusal::HostMismatch {
+                named: named.to_owned(),
+                connection: bound.to_string(),
+            };
+            if let Some(authority) = req.uri().authority()
+                && !names(authority.as_str(), bound, scheme)
+            {
+                return Err(mismatch(authority.as_str()));
+            }
+            if let Some(uri_scheme) = req.uri().scheme_str()
+                && uri_scheme != crate::target::scheme_str(scheme)
+            {
+                return Err(mismatch(&format!("{uri_scheme}://")));
+            }
+            if let Some(h) = &host_header
+                && !names(h, bound, scheme)
+            {
+                return Err(mismatch(h));
+            }
+            Ok((scheme, bound.clone()))
+        }
+        None => {
+            // The explicit proxy's plain-HTTP front: absolute-form URLs name the target.
+            let uri = req.uri();
+            match uri.scheme_str() {
+                Some("http") => {}
+                Some("https") => {
+                    return Err(Refusal::BadRequest(
+                        "https:// URLs must be tunnelled with CONNECT".into(),
+                    ));
+                }
+                _ => {
+                    return Err(Refusal::BadRequest(
+                        "a proxy request needs an absolute URL (http://host/path)".into(),
+                    ));
+                }
+            }
+            let authority = uri
+                .authority()
+                .ok_or_else(|| Refusal::BadRequest("URL without a host".into()))?;
+            let target = parse_authority(authority.as_str(), default_port(Scheme::Http))
+                .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+            if let Some(h) = &host_header
+                && !names(h, &target, Scheme::Http)
+            {
+                return Err(Refusal::HostMismatch {
+                    named: h.clone(),
+                    connection: target.to_string(),
+                });
+            }
+            Ok((Scheme::Http, target))
+        }
+    }
+}
+
+fn display_url(conn: &ConnInfo, uri: &Uri) -> String {
+    match (&conn.bound, uri.scheme()) {
+        (Some(t), None) => t.url(
+            conn.scheme,
+            uri.path_and_query().map_or("/", |p| p.as_str()),
+        ),
+        _ => uri.to_string(),
+    }
+}
+
+/// Record and answer a refusal.
+#[allow(clippy::too_many_arguments)]
+fn refuse<B>(
+    engine: &Engine,
+    conn: &ConnInfo,
+    request_id: RequestId,
+    rules: &Rules,
+    req: &Request<B>,
+    url: &str,
+    suggestion: Option<&str>,
+    refusal: Refusal,
+) -> Response<ProxyBody> {
+    let method = req.method().as_str();
+    engine.record_lossy(Event::Request {
+        ts: TimestampUs::now(),
+        conn: conn.id,
+        request: request_id,
+        method: method.to_owned(),
+        url: rules.credentials.redact(url),
+        http_version: format!("{:?}", req.version()),
+        headers: record_headers(rules, req.headers()),
+        verdict: Verdict::Deny,
+        rule: refusal.rule().map(ToString::to_string),
+        reason: Some(refusal.reason()),
+        credentials: Vec::new(),
+    });
+    tracing::info!(client = %conn.client, front = ?conn.front, method, url, reason = %refusal.reason(), "denied");
+    refusal.response(method, url, rules.policy.source_name(), suggestion)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn response_event(
+    conn: &ConnInfo,
+    request: RequestId,
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+    request_capture: &CaptureHandle,
+    response_capture: &CaptureHandle,
+    started: Instant,
+    headers_at: Instant,
+    error: Option<String>,
+) -> Event {
+    Event::Response {
+        ts: TimestampUs::now(),
+        conn: conn.id,
+        request,
+        status: status.as_u16(),
+        http_version: format!("{version:?}"),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        request_body: request_capture.snapshot(),
+        response_body: response_capture.snapshot(),
+        time_to_headers_us: micros(headers_at.duration_since(started)),
+        total_us: micros(started.elapsed()),
+        error,
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Headers as they go into the record: every secret replaced by its marker.
+fn record_headers(rules: &Rules, headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            let text = String::from_utf8_lossy(v.as_bytes());
+            (k.as_str().to_owned(), rules.credentials.redact(&text))
+        })
+        .collect()
+}
+
+/// Read at most `limit` bytes of a body; `complete` is false when there was more.
+async fn read_prefix(body: Incoming, limit: usize) -> Result<(Bytes, bool), String> {
+    let mut body = body;
+    let mut buf = BytesMut::new();
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Ok(data) = frame.into_data() {
+                buf.extend_from_slice(&data);
+                if buf.len() > limit {
+                    return Ok::<bool, String>(false);
+                }
+            }
+        }
+        Ok(true)
+    };
+    let complete = tokio::time::timeout(crate::engine::BODY_READ_TIMEOUT, read)
+        .await
+        .map_err(|_| "timed out waiting for the body".to_owned())??;
+    Ok((buf.freeze(), complete))
+}
+
+/// HTTP/1.1 `Connection: upgrade` + `Upgrade: ...` (RFC 9110 §7.8).
+fn is_upgrade(headers: &HeaderMap, version: Version) -> bool {
+    version == Version::HTTP_11
+        && headers.contains_key(header::UPGRADE)
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+}
+
+/// Remove hop-by-hop headers (RFC 9110 §7.6.1), keeping the upgrade pair when upgrading.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<HeaderName> = connection_tokens(headers)
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    for name in named {
+        if !(keep_upgrade && name == header::UPGRADE) {
+            headers.remove(name);
+        }
+    }
+    let te_trailers = headers
+        .get(header::TE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    for name in [
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+    for name in ["keep-alive", "proxy-connection"] {
+        headers.remove(name);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+    if te_trailers {
+        // gRPC needs `te: trailers` end to end; it is the one TE value HTTP/2 allows.
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+async fn splice_upgraded(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (Ok(client), Ok(upstream)) = tokio::join!(client, upstream) else {
+        return;
+    };
+    let mut client = TokioIo::new(client);
+    let mut upstream = TokioIo::new(upstream);
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}

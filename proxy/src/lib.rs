@@ -1,0 +1,139 @@
+//! Airlock's egress proxy.
+//!
+//! One engine behind three front doors — an explicit forward proxy, a
+//! transparent listener for redirected connections, and a DNS resolver — that
+//! intercepts TLS with certificates minted per host, enforces the policy,
+//! injects credentials, and reports every decision through [`EventSink`].
+//!
+//! Where things happen:
+//! - connection-level decision and TLS interception: [`connection`]
+//! - one HTTP request (policy, credentials, forwarding, records): `exchange`
+//! - the 403 texts: `refusal`
+//! - DNS answers and synthetic addresses: [`dns`]
+//! - upstream resolution, the public-address rule and verified TLS: [`upstream`]
+
+#![forbid(unsafe_code)]
+
+mod accept;
+mod body;
+pub mod ca;
+mod client_hello;
+pub mod connection;
+pub mod credentials;
+pub mod dns;
+mod engine;
+pub mod events;
+mod exchange;
+mod forward;
+mod metered;
+mod quota;
+mod refusal;
+mod replay;
+mod rules;
+pub mod target;
+mod transparent;
+pub mod upstream;
+
+use std::sync::Arc;
+
+use airlock_policy::Policy;
+use arc_swap::ArcSwap;
+use rustls::pki_types::CertificateDer;
+use tokio::net::{TcpListener, UdpSocket};
+
+pub use ca::{CaError, CertificateAuthority};
+pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
+pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
+pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
+pub use upstream::{PinnedHost, UpstreamSetupError};
+
+use engine::Engine;
+use rules::Rules;
+
+/// Bytes of each request and response body kept in the record by default.
+pub const DEFAULT_CAPTURE_CAP: usize = 64 * 1024;
+
+/// Everything the proxy needs to start.
+pub struct ProxyConfig {
+    pub policy: Policy,
+    pub credentials: Vec<ResolvedCredential>,
+    pub ca: Arc<CertificateAuthority>,
+    /// `--resolve HOST:IP` pins.
+    pub pins: Vec<PinnedHost>,
+    /// `--upstream-ca` certificates trusted besides the webpki roots.
+    pub upstream_roots: Vec<CertificateDer<'static>>,
+    pub events: Arc<dyn EventSink>,
+    pub capture_cap: usize,
+    /// Make every decision durable before forwarding.
+    pub audit_sync: bool,
+}
+
+/// A running proxy engine; cheap to clone, shared by all front doors.
+#[derive(Clone)]
+pub struct Proxy {
+    engine: Arc<Engine>,
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig) -> Result<Self, UpstreamSetupError> {
+        let rules = Arc::new(ArcSwap::from_pointee(Rules {
+            policy: config.policy,
+            credentials: Credentials::new(config.credentials),
+        }));
+        let resolver = upstream::UpstreamResolver::new(&config.pins, rules.clone());
+        let upstream = upstream::Upstream::new(resolver, &config.upstream_roots)?;
+        Ok(Self {
+            engine: Arc::new(Engine::new(
+                rules,
+                config.ca,
+                upstream,
+                config.events,
+                config.capture_cap,
+                config.audit_sync,
+            )),
+        })
+    }
+
+    /// Serve the explicit forward proxy (HTTP absolute-form and CONNECT).
+    pub async fn serve_explicit(&self, listener: TcpListener) -> std::io::Result<()> {
+        forward::serve(self.engine.clone(), listener).await
+    }
+
+    /// Serve connections redirected by nftables (SO_ORIGINAL_DST).
+    pub async fn serve_transparent(&self, listener: TcpListener) -> std::io::Result<()> {
+        transparent::serve(self.engine.clone(), listener).await
+    }
+
+    /// Serve DNS over UDP.
+    pub async fn serve_dns_udp(&self, socket: UdpSocket) -> std::io::Result<()> {
+        dns::serve_udp(self.engine.clone(), socket).await
+    }
+
+    /// Serve DNS over TCP.
+    pub async fn serve_dns_tcp(&self, listener: TcpListener) -> std::io::Result<()> {
+        dns::serve_tcp(self.engine.clone(), listener).await
+    }
+
+    /// Swap in a new policy and credentials; running connections keep going,
+    /// new decisions use the new rules.
+    pub fn reload(&self, policy: Policy, credentials: Vec<ResolvedCredential>) {
+        self.engine.rules.store(Arc::new(Rules {
+            policy,
+            credentials: Credentials::new(credentials),
+        }));
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.engine.rules.load().policy.clone()
+    }
+
+    /// True once recording failed; the proxy then refuses everything.
+    pub fn audit_failed(&self) -> bool {
+        self.engine.audit_failed()
+    }
+
+    pub fn ca(&self) -> &CertificateAuthority {
+        &self.engine.ca
+    }
+}

@@ -1,0 +1,29 @@
+//! Per-session request quotas (`max_requests`).
+//!
+//! Counters are keyed by the rule's content key, so a reload that keeps a rule
+//! unchanged keeps its count, and an edited rule starts afresh.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use airlock_policy::RuleRef;
+
+#[derive(Debug, Default)]
+pub struct Quotas {
+    used: Mutex<HashMap<String, u64>>,
+}
+
+impl Quotas {
+    /// Take one request from the rule's quota; false when it is used up.
+    pub fn try_take(&self, rule: &RuleRef, max: u64) -> bool {
+        let Ok(mut used) = self.used.lock() else {
+            return false; // fail closed
+        };
+        let count = used.entry(rule.key()).or_insert(0);
+        if *count >= max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+}

@@ -1,0 +1,195 @@
+//! Why the proxy refused something, and how it says so.
+//!
+//! A refusal must be clear to a person reading curl's output and to an agent
+//! reading the body: what was refused, why, which rule decided it, and the
+//! policy change that would allow it. `X-Airlock-Decision: deny` marks it for
+//! programs.
+
+use airlock_policy::{Denial, DenyReason, RuleKind, RuleRef};
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::body::{ProxyBody, full};
+
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// The policy denied it.
+    Policy(Denial),
+    /// The rule allowed it but its `max_requests` are used up.
+    Quota { rule: RuleRef, max: u64 },
+    /// The Host header, :authority or absolute URL names another host than the connection.
+    HostMismatch { named: String, connection: String },
+    /// CONNECT inside an already intercepted connection.
+    NestedConnect,
+    /// The upstream address is not public and nothing allowed it explicitly.
+    NonPublicAddress(String),
+    /// The audit record could not be written, so nothing is forwarded.
+    AuditUnavailable(String),
+    /// The request cannot be handled as sent (e.g. https:// in absolute form without CONNECT).
+    BadRequest(String),
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::AuditUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::FORBIDDEN,
+        }
+    }
+
+    /// One line for logs, events and the `X-Airlock-Reason` header.
+    pub fn reason(&self) -> String {
+        match self {
+            Refusal::Policy(d) => d.reason.to_string(),
+            Refusal::Quota { max, .. } => {
+                format!("the rule's quota of {max} requests per session is used up")
+            }
+            Refusal::HostMismatch { named, connection } => format!(
+                "request names host {named} but the connection is to {connection} (domain fronting refused)"
+            ),
+            Refusal::NestedConnect => "CONNECT inside an intercepted connection".into(),
+            Refusal::NonPublicAddress(why) => why.clone(),
+            Refusal::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
+            Refusal::BadRequest(why) => why.clone(),
+        }
+    }
+
+    pub fn rule(&self) -> Option<&RuleRef> {
+        match self {
+            Refusal::Policy(d) => d.rule.as_ref(),
+            Refusal::Quota { rule, .. } => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// What a user would change to get this through.
+    fn advice(&self, policy_name: &str, suggestion: Option<&str>) -> String {
+        match self {
+            Refusal::Policy(Denial {
+                reason: DenyReason::DeniedByRule,
+                rule: Some(rule),
+            }) if rule.kind == RuleKind::Deny => format!(
+                "It matches the [[deny]] rule at {rule}, and deny rules override allow rules.\n\
+                 To allow it, narrow or remove that rule."
+            ),
+            Refusal::Policy(Denial {
+                reason:
+                    DenyReason::BodyConstraint { .. }
+                    | DenyReason::BodyMissing
+                    | DenyReason::BodyTooLarge
+                    | DenyReason::BodyUnparseable { .. },
+                rule,
+            }) => format!(
+                "The request body does not satisfy the [allow.body] constraints of the rule at {}.\n\
+                 Change the request, or relax those constraints.",
+                rule.as_ref()
+                    .map_or_else(|| policy_name.to_owned(), ToString::to_string)
+            ),
+            Refusal::Policy(Denial {
+                reason: DenyReason::AmbiguousPath { .. },
+                ..
+            }) => "Servers may read this path differently from the policy, so it is refused.\n\
+                   Send the path in its plain form (no dot segments, encoded slashes or backslashes)."
+                .into(),
+            Refusal::Policy(_) => match suggestion {
+                Some(rule) => format!("To allow it, add this rule to {policy_name}:\n\n{rule}"),
+                None => format!("To allow it, add an [[allow]] rule for it to {policy_name}."),
+            },
+            Refusal::Quota { rule, max } => format!(
+                "The rule at {rule} allows {max} requests per session (max_requests), all used.\n\
+                 Raise max_requests in that rule to allow more."
+            ),
+            Refusal::HostMismatch { .. } => {
+                "Send the request on a connection to the host it names.".into()
+            }
+            Refusal::NestedConnect => "Open the tunnel with the proxy directly.".into(),
+            Refusal::NonPublicAddress(_) => {
+                "Pin the host with --resolve HOST:IP, or add an [[allow]] rule naming the address."
+                    .into()
+            }
+            Refusal::AuditUnavailable(_) => {
+                "Airlock refuses to forward anything it cannot record. Fix the audit store (disk space, permissions) and restart.".into()
+            }
+            Refusal::BadRequest(_) => "Fix the request and try again.".into(),
+        }
+    }
+
+    /// The HTTP response for this refusal.
+    pub fn response(
+        &self,
+        method: &str,
+        url: &str,
+        policy_name: &str,
+        suggestion: Option<&str>,
+    ) -> Response<ProxyBody> {
+        let decided_by = self.rule().map_or_else(
+            || match self {
+                Refusal::Policy(_) => format!("{policy_name} (default: deny)"),
+                _ => "airlock".to_owned(),
+            },
+            ToString::to_string,
+        );
+        let text = format!(
+            "Airlock refused this request.\n\n\
+             request:    {method} {url}\n\
+             reason:     {reason}\n\
+             decided by: {decided_by}\n\n\
+             {advice}\n",
+            reason = self.reason(),
+            advice = self.advice(policy_name, suggestion),
+        );
+        let mut response = Response::new(full(text));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            "content-type",
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert("x-airlock-decision", HeaderValue::from_static("deny"));
+        if let Ok(v) = HeaderValue::from_str(&header_safe(&self.reason())) {
+            headers.insert("x-airlock-reason", v);
+        }
+        if let Some(rule) = self.rule()
+            && let Ok(v) = HeaderValue::from_str(&header_safe(&rule.to_string()))
+        {
+            headers.insert("x-airlock-rule", v);
+        }
+        headers.insert("cache-control", HeaderValue::from_static("no-store"));
+        response
+    }
+}
+
+/// An upstream failure, shown to the client as 502 with the reason.
+pub fn bad_gateway(method: &str, url: &str, reason: &str) -> Response<ProxyBody> {
+    let text = format!(
+        "Airlock could not complete this request upstream.\n\n\
+         request: {method} {url}\n\
+         reason:  {reason}\n"
+    );
+    let mut response = Response::new(full(text));
+    *response.status_mut() = StatusCode::BAD_GATEWAY;
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert("x-airlock-decision", HeaderValue::from_static("error"));
+    if let Ok(v) = HeaderValue::from_str(&header_safe(reason)) {
+        headers.insert("x-airlock-reason", v);
+    }
+    response
+}
+
+/// Header values must be visible ASCII; keep the message readable anyway.
+fn header_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(512)
+        .collect()
+}

@@ -1,0 +1,137 @@
+//! Everything on the far side of the proxy: resolving names, the public-address
+//! rule, verified TLS, pooled HTTP/1.1 and HTTP/2 connections, raw tunnels.
+
+pub mod address;
+pub mod resolve;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_policy::Host;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use tokio::net::TcpStream;
+
+use crate::body::ProxyBody;
+pub use resolve::{PinnedHost, ResolveError, UpstreamResolver};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+pub type HttpClient = Client<HttpsConnector<HttpConnector<UpstreamResolver>>, ProxyBody>;
+
+/// Clients and resolver for upstream traffic.
+#[derive(Clone)]
+pub struct Upstream {
+    pub resolver: UpstreamResolver,
+    /// Negotiates HTTP/2 or HTTP/1.1 by ALPN.
+    pub client: HttpClient,
+    /// HTTP/1.1 only, for protocol upgrades (WebSocket).
+    pub client_h1: HttpClient,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamSetupError {
+    #[error("--upstream-ca certificate rejected: {0}")]
+    BadRoot(String),
+}
+
+impl Upstream {
+    pub fn new(
+        resolver: UpstreamResolver,
+        extra_roots: &[CertificateDer<'static>],
+    ) -> Result<Self, UpstreamSetupError> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for root in extra_roots {
+            roots
+                .add(root.clone())
+                .map_err(|e| UpstreamSetupError::BadRoot(e.to_string()))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| UpstreamSetupError::BadRoot(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let client = build_client(&resolver, tls.clone(), true);
+        let client_h1 = build_client(&resolver, tls, false);
+        Ok(Self {
+            resolver,
+            client,
+            client_h1,
+        })
+    }
+
+    /// Open a raw TCP connection to `host:port` (tunnels and passthrough).
+    pub async fn connect_tcp(&self, host: &Host, port: u16) -> Result<TcpStream, String> {
+        let ips = self
+            .resolver
+            .resolve(host)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut last = String::from("no addresses");
+        for ip in ips {
+            let addr = SocketAddr::new(ip, port);
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = format!("connecting to {addr}: {e}"),
+                Err(_) => last = format!("connecting to {addr}: timed out"),
+            }
+        }
+        Err(last)
+    }
+}
+
+fn build_client(resolver: &UpstreamResolver, tls: rustls::ClientConfig, h2: bool) -> HttpClient {
+    let mut http = HttpConnector::new_with_resolver(resolver.clone());
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = if h2 {
+        builder.enable_all_versions().wrap_connector(http)
+    } else {
+        builder.enable_http1().wrap_connector(http)
+    };
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .http2_adaptive_window(true)
+        .build(https)
+}
+
+/// Explain an upstream failure in one line, naming the cause a user can act on.
+pub fn explain(err: &(dyn std::error::Error + 'static)) -> (String, Option<ResolveError>) {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut last = err.to_string();
+    while let Some(e) = cause {
+        if let Some(r) = e.downcast_ref::<ResolveError>() {
+            return (r.to_string(), Some(r.clone()));
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return (format!("upstream TLS failed: {tls}"), None);
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            // rustls errors arrive wrapped in io::Error by tokio-rustls.
+            if let Some(inner) = io.get_ref()
+                && let Some(tls) = inner.downcast_ref::<rustls::Error>()
+            {
+                return (format!("upstream TLS failed: {tls}"), None);
+            }
+            last = format!("upstream connection failed: {io}");
+        }
+        cause = e.source();
+    }
+    (last, None)
+}

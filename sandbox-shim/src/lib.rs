@@ -1,0 +1,29 @@
+//! airlock-shim: run one command in fresh Linux namespaces with a read-only
+//! system, private /tmp, writable workspace, no capabilities, a seccomp filter,
+//! cgroup (or rlimit) limits, and a network namespace whose only way out is the
+//! proxy (via sockets handed to the caller).
+//!
+//! Works as root and as an unprivileged user (through a user namespace).
+#![deny(unsafe_code)]
+
+mod cgroup;
+mod channel;
+mod child;
+mod error;
+mod mounts;
+mod netns;
+mod outcome;
+mod plan;
+mod prereq;
+mod route;
+mod sandbox;
+mod seccomp;
+mod spec;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use error::ShimError;
+pub use outcome::{ExitKind, Outcome};
+pub use prereq::check_prerequisites;
+pub use sandbox::{NetworkHandles, Sandbox};
+pub use spec::{CA_BUNDLE_PATH, DNS_ADDR, Limits, SandboxSpec, TRANSPARENT_ADDR, UserSpec};

@@ -1,0 +1,361 @@
+//! Builds the sandbox's filesystem view inside its private mount namespace:
+//! everything read-only, fresh /run, /tmp, /dev and /proc, secrets hidden,
+//! grants (workspace, --ro, --rw) bound back. See mount_namespaces(7).
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, open};
+use nix::mount::{MsFlags, mount};
+use nix::sys::stat::Mode;
+use nix::sys::statvfs::{FsFlags, statvfs};
+
+use crate::plan::Plan;
+use crate::spec::{CA_BUNDLE_PATH, DNS_ADDR};
+
+type Result<T> = std::result::Result<T, String>;
+
+const NONE: Option<&str> = None;
+
+fn ctx(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+fn mount_tmpfs(target: &Path, flags: MsFlags, data: &str) -> Result<()> {
+    mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(data))
+        .map_err(|e| ctx("mount tmpfs on", target, e))
+}
+
+fn bind(source: &Path, target: &Path, recursive: bool) -> Result<()> {
+    let mut flags = MsFlags::MS_BIND;
+    if recursive {
+        flags |= MsFlags::MS_REC;
+    }
+    mount(Some(source), target, NONE, flags, NONE)
+        .map_err(|e| ctx(&format!("bind {} on", source.display()), target, e))
+}
+
+/// Per-mount flags a remount must repeat: in a user namespace the kernel locks
+/// nosuid/nodev/noexec/atime flags inherited from the host and refuses a
+/// remount that would clear them (see mount(2), EPERM).
+fn kept_flags(path: &Path) -> std::result::Result<MsFlags, Errno> {
+    let st = statvfs(path)?;
+    let f = st.flags();
+    let mut flags = MsFlags::empty();
+    for (fs, ms) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+    ] {
+        if f.contains(fs) {
+            flags |= ms;
+        }
+    }
+    Ok(flags)
+}
+
+/// Change only the read-only bit of the mount at `path`.
+fn remount(path: &Path, readonly: bool) -> Result<()> {
+    let mut flags = kept_flags(path).map_err(|e| ctx("statvfs", path, e))?;
+    flags.set(MsFlags::MS_RDONLY, readonly);
+    mount(
+        NONE,
+        path,
+        NONE,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+        NONE,
+    )
+    .map_err(|e| ctx("remount", path, e))
+}
+
+/// Undo the octal escapes of /proc/self/mountinfo (see proc_pid_mountinfo(5)).
+fn unescape(field: &str) -> PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).ok();
+            if let Some(v) = oct.and_then(|o| u8::from_str_radix(o, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+}
+
+fn mount_points() -> Result<Vec<PathBuf>> {
+    let info = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape)
+        .collect())
+}
+
+/// Every mount of the copied host tree becomes read-only. /proc and /dev are
+/// replaced wholesale later, so they are skipped.
+fn remount_all_readonly() -> Result<()> {
+    for mp in mount_points()? {
+        if mp.starts_with("/proc") || mp.starts_with("/dev") {
+            continue;
+        }
+        match kept_flags(&mp) {
+            Ok(f) if f.contains(MsFlags::MS_RDONLY) => continue,
+            Ok(_) => {}
+            // Unreachable for us means unreachable for the command too.
+            Err(Errno::EACCES | Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
+            Err(e) => return Err(ctx("statvfs", &mp, e)),
+        }
+        remount(&mp, true)?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, content: &[u8]) -> Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| ctx("create", path, e))?;
+    f.write_all(content).map_err(|e| ctx("write", path, e))
+}
+
+fn mkdir_p(path: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(path)
+        .map_err(|e| ctx("mkdir", path, e))
+}
+
+/// Make sure a mount point of the right kind exists (only possible on our own tmpfs).
+fn ensure_mount_point(path: &Path, dir: bool) -> Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    if dir {
+        return mkdir_p(path);
+    }
+    if let Some(parent) = path.parent() {
+        mkdir_p(parent)?;
+    }
+    write_file(path, b"")
+}
+
+/// Populate a fresh /dev on a staging tmpfs, then move it over the host's /dev.
+fn setup_dev(staging: &Path) -> Result<()> {
+    mkdir_p(staging)?;
+    mount_tmpfs(
+        staging,
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        "mode=0755,size=64k",
+    )?;
+    for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let target = staging.join(dev);
+        write_file(&target, b"")?;
+        bind(&Path::new("/dev").join(dev), &target, false)?;
+    }
+    let pts = staging.join("pts");
+    mkdir_p(&pts)?;
+    mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(|e| ctx("mount devpts on", &pts, e))?;
+    let shm = staging.join("shm");
+    mkdir_p(&shm)?;
+    mount_tmpfs(
+        &shm,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        "mode=1777,size=64m",
+    )?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(target, staging.join(link)).map_err(|e| ctx("symlink", &staging.join(link), e))?;
+    }
+    mount(Some(staging), "/dev", NONE, MsFlags::MS_MOVE, NONE)
+        .map_err(|e| ctx("move staging dev onto", Path::new("/dev"), e))
+}
+
+/// Cover a path: empty tmpfs over a directory, /dev/null over anything else.
+fn cover(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        mount_tmpfs(
+            path,
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            "mode=0755,size=1m",
+        )
+    } else {
+        bind(Path::new("/dev/null"), path, false)
+    }
+}
+
+/// Fresh procfs for the new PID namespace, with Docker's masks: kernel-wide
+/// writable files read-only, information leaks covered (see proc(5)).
+fn setup_proc() -> Result<()> {
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        NONE,
+    )
+    .map_err(|e| ctx("mount proc on", Path::new("/proc"), e))?;
+    for p in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"] {
+        let p = Path::new(p);
+        if p.exists() {
+            bind(p, p, true)?;
+            remount(p, true)?;
+        }
+    }
+    for p in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+        "/proc/acpi",
+        "/proc/scsi",
+    ] {
+        let p = Path::new(p);
+        if p.exists() {
+            cover(p)?;
+            if p.is_dir() {
+                remount(p, true)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn open_path(path: &Path) -> Result<OwnedFd> {
+    open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| ctx("open", path, e))
+}
+
+/// Run inside the new mount namespace, before the command exists.
+pub fn setup(plan: &Plan) -> Result<()> {
+    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
+        .map_err(|e| ctx("make private", Path::new("/"), e))?;
+    // Grab the grants before anything is covered (the workspace may live under /tmp or ~).
+    let grant_fds = plan
+        .grants
+        .iter()
+        .map(|g| open_path(&g.path))
+        .collect::<Result<Vec<_>>>()?;
+
+    remount_all_readonly()?;
+
+    let run = Path::new("/run");
+    mkdir_p(run).ok();
+    mount_tmpfs(run, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=16m")?;
+    let airlock_run = run.join("airlock");
+    mkdir_p(&airlock_run)?;
+    let resolv = airlock_run.join("resolv.conf");
+    let dns_ip = DNS_ADDR.split(':').next().unwrap_or("127.0.0.53");
+    write_file(&resolv, format!("nameserver {dns_ip}\noptions edns0\n").as_bytes())?;
+
+    mount_tmpfs(
+        Path::new("/tmp"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        &format!("mode=1777,size={}", plan.limits.tmp_bytes),
+    )?;
+    setup_dev(&airlock_run.join("dev"))?;
+    if let Some(target) = &plan.resolv_target {
+        // A resolv.conf symlinked into /run now points into our fresh /run.
+        if target.starts_with(run) {
+            ensure_mount_point(target, false)?;
+        }
+        if target.exists() {
+            bind(&resolv, target, false)?;
+            remount(target, true)?;
+        }
+    }
+    if let Some(pem) = &plan.ca_bundle {
+        let ca = Path::new(CA_BUNDLE_PATH);
+        write_file(ca, pem)?;
+        for target in &plan.ca_targets {
+            bind(ca, target, false)?;
+            remount(target, true)?;
+        }
+    }
+
+    // Hide: outermost first; anything under an already covered path is gone anyway.
+    let mut covered: Vec<&Path> = Vec::new();
+    for h in &plan.hides {
+        // Not there (e.g. under the fresh /tmp) means not visible; grants may
+        // bring it back, and the pass after the grants covers it then.
+        if h.path.starts_with(run)
+            || covered.iter().any(|c| h.path.starts_with(c))
+            || h.path.symlink_metadata().is_err()
+        {
+            continue;
+        }
+        cover(&h.path)?;
+        covered.push(&h.path);
+    }
+    // Grants come back on top, parents first, from the descriptors opened above.
+    for (g, fd) in plan.grants.iter().zip(&grant_fds) {
+        let src = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        ensure_mount_point(&g.path, src.is_dir())?;
+        bind(&src, &g.path, true)?;
+        remount(&g.path, !g.writable)?;
+    }
+    // Secrets inside a granted tree stay hidden unless granted themselves;
+    // forced hides (CA key dirs, --hide) win over any grant.
+    for h in &plan.hides {
+        let inside_grant = plan.grants.iter().any(|g| h.path.starts_with(&g.path));
+        let granted = plan
+            .grants
+            .iter()
+            .any(|g| g.path.starts_with(&h.path));
+        if inside_grant && (h.forced || !granted) && h.path.exists() {
+            cover(&h.path)?;
+            if h.path.is_dir() {
+                remount(&h.path, true)?;
+            }
+        }
+    }
+    for c in &covered {
+        // A grant of exactly this path sits on top now; leave it alone.
+        if c.is_dir() && !plan.grants.iter().any(|g| g.path == *c) {
+            remount(c, true)?;
+        }
+    }
+    remount(run, true)?;
+    setup_proc()?;
+    nix::unistd::chdir(&plan.workspace).map_err(|e| ctx("chdir", &plan.workspace, e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(
+            super::unescape("/a\\040b\\134c"),
+            std::path::PathBuf::from("/a b\\c")
+        );
+    }
+}

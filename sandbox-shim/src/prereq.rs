@@ -1,0 +1,57 @@
+//! Start-up checks: the `nft` binary and, for unprivileged users, user namespaces.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::error::ShimError;
+
+/// `nft` usually lives in /usr/sbin, which is often not in an ordinary user's PATH.
+pub fn find_nft() -> Result<PathBuf, ShimError> {
+    static NFT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    NFT.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+            .map(|d| d.join("nft"))
+            .find(|p| nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok())
+    })
+    .clone()
+    .ok_or(ShimError::NftMissing)
+}
+
+fn sysctl(path: &str) -> Option<i64> {
+    std::fs::read_to_string(Path::new(path))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Unprivileged sandboxes need user namespaces (see user_namespaces(7)).
+pub fn check_userns() -> Result<(), ShimError> {
+    if sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        return Err(ShimError::UserNamespacesDisabled(
+            "kernel.unprivileged_userns_clone=0".into(),
+        ));
+    }
+    if sysctl("/proc/sys/user/max_user_namespaces") == Some(0) {
+        return Err(ShimError::UserNamespacesDisabled(
+            "user.max_user_namespaces=0".into(),
+        ));
+    }
+    if sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
+        return Err(ShimError::UserNamespacesDisabled(
+            "kernel.apparmor_restrict_unprivileged_userns=1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Everything `airlock run` needs from the host, checked up front.
+pub fn check_prerequisites() -> Result<(), ShimError> {
+    find_nft()?;
+    if !nix::unistd::geteuid().is_root() {
+        check_userns()?;
+    }
+    Ok(())
+}

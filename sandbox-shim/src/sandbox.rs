@@ -1,0 +1,334 @@
+//! The handle airlock holds on one sandbox: spawn, hand-over of the network
+//! sockets, release, wait (with timeout), kill, cleanup.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::cgroup::Cgroup;
+use crate::channel;
+use crate::child;
+use crate::error::ShimError;
+use crate::outcome::{ExitKind, Outcome, human_bytes};
+use crate::plan::{Identity, Plan};
+use crate::prereq;
+use crate::spec::{SandboxSpec, TRANSPARENT_ADDR};
+use crate::sys::{self, Forked};
+
+/// How long setup (namespaces, nft, mounts) may take before we give up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Sockets created inside the sandbox's network namespace, served by the proxy
+/// from the host namespace. They stay bound to the sandbox namespace, so
+/// SO_ORIGINAL_DST on accepted connections reports the sandbox's destination.
+#[derive(Debug)]
+pub struct NetworkHandles {
+    /// Every outbound TCP connection (any address, any port) lands here.
+    pub transparent: TcpListener,
+    /// DNS over UDP, 127.0.0.53:53 inside (all UDP/53 is redirected here).
+    pub dns_udp: UdpSocket,
+    /// DNS over TCP, same address (all TCP/53 is redirected here).
+    pub dns_tcp: TcpListener,
+    /// The listener's own address inside the sandbox.
+    pub transparent_addr: SocketAddr,
+}
+
+/// A sandbox whose command runs after [`Sandbox::release`].
+///
+/// Dropping it without [`Sandbox::wait`] kills the whole tree and removes its cgroup.
+#[derive(Debug)]
+pub struct Sandbox {
+    supervisor: i32,
+    init: i32,
+    chan: OwnedFd,
+    network: Option<NetworkHandles>,
+    cgroup: Option<Cgroup>,
+    notices: Vec<String>,
+    released_at: Option<Instant>,
+    memory_limit: Option<u64>,
+    timeout: Option<Duration>,
+    finished: bool,
+}
+
+fn unique_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{nanos:x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Wait for one message, at most `timeout` (None = forever); Ok(None) on timeout.
+fn recv_within(
+    chan: &OwnedFd,
+    timeout: Option<Duration>,
+) -> Result<Option<Option<channel::Message>>, ShimError> {
+    let ms = match timeout {
+        None => PollTimeout::NONE,
+        Some(d) => PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX),
+    };
+    let mut fds = [PollFd::new(chan.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, ms) {
+        Ok(0) => return Ok(None),
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(None),
+        Err(e) => return Err(ShimError::io("poll control channel", e)),
+    }
+    channel::recv(chan)
+        .map(Some)
+        .map_err(|e| ShimError::io("read control channel", e))
+}
+
+impl Sandbox {
+    /// Create namespaces, mounts, network, cgroup; the command does NOT exec
+    /// until [`Sandbox::release`] is called.
+    ///
+    /// Any thread may call it: the sandbox dies when the airlock *process* dies
+    /// (EOF on the control channel), not when the calling thread exits.
+    pub fn spawn(spec: SandboxSpec) -> Result<Sandbox, ShimError> {
+        let nft = prereq::find_nft()?;
+        let mut plan = Plan::build(&spec, nft)?;
+        if let Identity::Unprivileged { .. } = plan.identity {
+            prereq::check_userns()?;
+        }
+        let (cgroup, missing) = Cgroup::create(&spec.limits, &unique_id())?;
+        let mut notices = Vec::new();
+        let why = if nix::unistd::geteuid().is_root() {
+            "no usable cgroup controller"
+        } else {
+            "cgroups unavailable as an unprivileged user"
+        };
+        if missing.memory {
+            plan.rlimit_memory = spec.limits.memory_bytes;
+            notices.push(format!(
+                "{why}: --memory enforced with RLIMIT_AS instead (allocations fail rather than the command being killed)"
+            ));
+        }
+        if missing.pids {
+            plan.rlimit_nproc = spec.limits.pids;
+            notices.push(format!(
+                "{why}: --pids enforced with RLIMIT_NPROC instead (it counts every process of your user, not only the sandbox's)"
+            ));
+        }
+        if missing.cpus {
+            notices.push(format!("{why}: --cpus is not enforced"));
+        }
+
+        let (ours, theirs) = channel::pair().map_err(|e| ShimError::io("socketpair", e))?;
+        let supervisor = match sys::fork().map_err(|e| ShimError::io("fork", e))? {
+            Forked::Child => {
+                drop(ours);
+                if sys::close_fds_except(std::os::fd::AsRawFd::as_raw_fd(&theirs)).is_err() {
+                    sys::exit_now(125);
+                }
+                child::supervisor(&plan, cgroup.as_ref(), theirs)
+            }
+            Forked::Parent(pid) => pid,
+        };
+        drop(theirs);
+        let mut sandbox = Sandbox {
+            supervisor,
+            init: 0,
+            chan: ours,
+            network: None,
+            cgroup,
+            notices,
+            released_at: None,
+            memory_limit: spec.limits.memory_bytes,
+            timeout: spec.limits.timeout,
+            finished: false,
+        };
+        sandbox.await_ready()?;
+        Ok(sandbox)
+    }
+
+    fn await_ready(&mut self) -> Result<(), ShimError> {
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ShimError::Setup(format!(
+                    "no answer from the sandbox within {}s: check system load and that `nft` works",
+                    SETUP_TIMEOUT.as_secs()
+                )));
+            }
+            let Some(msg) = recv_within(&self.chan, Some(left))? else {
+                continue;
+            };
+            let Some(msg) = msg else {
+                return Err(ShimError::Setup(
+                    "sandbox helper exited during setup: see stderr above".into(),
+                ));
+            };
+            match msg.tag {
+                channel::INIT_PID => self.init = msg.as_i32().unwrap_or(0),
+                channel::NETWORK => self.network = Some(network_handles(msg.fds)?),
+                channel::READY => return Ok(()),
+                channel::ERROR => {
+                    let text = msg.text();
+                    return Err(match text.strip_prefix(child::USERNS_ERROR) {
+                        Some(detail) => ShimError::UserNamespacesDisabled(detail.to_string()),
+                        None => ShimError::Setup(text),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The sockets for the proxy; Some exactly once.
+    pub fn take_network(&mut self) -> Option<NetworkHandles> {
+        self.network.take()
+    }
+
+    /// Host pid of the sandbox init (PID 1 inside).
+    pub fn pid(&self) -> i32 {
+        self.init
+    }
+
+    /// Let the command exec; the timeout starts now.
+    pub fn release(&mut self) -> Result<(), ShimError> {
+        if self.released_at.is_some() {
+            return Err(ShimError::AlreadyReleased);
+        }
+        channel::send(&self.chan, channel::GO, b"", &[])
+            .map_err(|e| ShimError::io("release the command", e))?;
+        self.released_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Block until the command ends (or the timeout kills it), reap, clean up.
+    /// Releases the command first if that has not happened yet.
+    pub fn wait(mut self) -> Result<Outcome, ShimError> {
+        if self.released_at.is_none() {
+            self.release()?;
+        }
+        let deadline = match (self.timeout, self.released_at) {
+            (Some(t), Some(at)) => Some(at + t),
+            _ => None,
+        };
+        let mut timed_out = false;
+        let mut exit: Option<i32> = None;
+        let mut init_status: Option<i32> = None;
+        loop {
+            let left = match deadline {
+                Some(d) if !timed_out => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        timed_out = exit.is_none();
+                        if timed_out {
+                            self.kill();
+                        }
+                        continue;
+                    }
+                    Some(left)
+                }
+                _ => None,
+            };
+            match recv_within(&self.chan, left)? {
+                None => continue,
+                Some(None) => break,
+                Some(Some(msg)) => match msg.tag {
+                    channel::EXIT => exit = msg.as_i32(),
+                    channel::INIT_DIED => init_status = msg.as_i32(),
+                    _ => {}
+                },
+            }
+        }
+        let supervisor_status = sys::wait_any(self.supervisor, false)
+            .ok()
+            .flatten()
+            .map(|(_, s)| s);
+        self.finished = true;
+        let status = exit
+            .map(ExitKind::from_raw)
+            .or_else(|| {
+                init_status
+                    .filter(|s| libc::WIFSIGNALED(*s))
+                    .map(ExitKind::from_raw)
+            })
+            .or_else(|| {
+                supervisor_status
+                    .filter(|s| libc::WIFSIGNALED(*s))
+                    .map(ExitKind::from_raw)
+            })
+            .unwrap_or(ExitKind::Signaled(libc::SIGKILL));
+        let oom_killed = !timed_out
+            && status == ExitKind::Signaled(libc::SIGKILL)
+            && self.cgroup.as_ref().is_some_and(Cgroup::oom_killed);
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
+        Ok(Outcome {
+            status,
+            timed_out,
+            oom_killed,
+            memory_limit: self.memory_limit,
+            timeout: self.timeout,
+        })
+    }
+
+    /// SIGKILL the whole tree: the supervisor's death takes init down
+    /// (PR_SET_PDEATHSIG) and init's death empties the PID namespace.
+    pub fn kill(&self) {
+        sys::kill(self.supervisor, libc::SIGKILL);
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+    }
+
+    /// One-time notices about limits enforced in a weaker way (or not at all).
+    pub fn notices(&self) -> Vec<String> {
+        self.notices.clone()
+    }
+
+    /// Cgroup directories of this sandbox (empty when none was needed).
+    pub fn cgroup_paths(&self) -> Vec<std::path::PathBuf> {
+        self.cgroup.as_ref().map(Cgroup::paths).unwrap_or_default()
+    }
+
+    /// Human form of the memory limit, e.g. "64M".
+    pub fn memory_limit_display(&self) -> Option<String> {
+        self.memory_limit.map(human_bytes)
+    }
+}
+
+fn network_handles(fds: Vec<OwnedFd>) -> Result<NetworkHandles, ShimError> {
+    let mut it = fds.into_iter();
+    let (Some(t), Some(u), Some(d)) = (it.next(), it.next(), it.next()) else {
+        return Err(ShimError::Setup(
+            "the sandbox handed over fewer than 3 network sockets".into(),
+        ));
+    };
+    let transparent_addr = TRANSPARENT_ADDR
+        .parse()
+        .map_err(|_| ShimError::Setup("bad built-in transparent address".into()))?;
+    Ok(NetworkHandles {
+        transparent: TcpListener::from(t),
+        dns_udp: UdpSocket::from(u),
+        dns_tcp: TcpListener::from(d),
+        transparent_addr,
+    })
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.kill();
+        let _ = sys::wait_any(self.supervisor, false);
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
+    }
+}

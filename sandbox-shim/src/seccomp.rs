@@ -1,0 +1,219 @@
+//! A classic-BPF seccomp filter modelled on Docker's default profile: allow by
+//! default, refuse (EPERM) the syscalls that manipulate the kernel, other
+//! processes, mounts or namespaces. Built by hand (no C library) so we also
+//! close the x32 ABI hole and can inspect arguments. See seccomp(2).
+
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+const BPF_AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
+
+// Offsets into struct seccomp_data (little endian: low word of each arg first).
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const fn off_arg(i: u32) -> u32 {
+    16 + 8 * i
+}
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// clone(2) flags that would create namespaces (CLONE_NEWTIME is 0x80).
+const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32
+    | 0x80;
+
+/// Obsolete socket type 10 (see packet(7)); libc marks the constant deprecated.
+const SOCK_PACKET: u32 = 10;
+
+/// personality(2) values Docker allows.
+const ALLOWED_PERSONALITIES: [u32; 5] = [0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
+
+/// Syscalls refused unconditionally.
+fn denied_syscalls() -> Vec<libc::c_long> {
+    #[allow(unused_mut)]
+    let mut list = vec![
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_process_madvise,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_syslog,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_fanotify_init,
+        libc::SYS_lookup_dcookie,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    list.extend([
+        libc::SYS_iopl,
+        libc::SYS_ioperm,
+        libc::SYS_uselib,
+        174, // create_module (obsolete, not in libc)
+        177, // get_kernel_syms
+        178, // query_module
+    ]);
+    list
+}
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+fn errno(e: i32) -> u32 {
+    RET_ERRNO | (e as u32 & 0xffff)
+}
+
+/// Emit `if nr == sys { <block> }`; the block must end in a return.
+fn guarded(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, block: Vec<libc::sock_filter>) {
+    prog.push(stmt(BPF_LD_W_ABS, OFF_NR));
+    // Blocks are far shorter than 255 instructions.
+    let skip = u8::try_from(block.len()).unwrap_or(u8::MAX);
+    prog.push(jump(BPF_JEQ_K, sys as u32, 0, skip));
+    prog.extend(block);
+}
+
+/// The whole filter program.
+pub fn filter() -> Vec<libc::sock_filter> {
+    let eperm = errno(libc::EPERM);
+    let mut prog = vec![
+        // Foreign architectures (e.g. i386 via int 0x80) are killed outright.
+        stmt(BPF_LD_W_ABS, OFF_ARCH),
+        jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, RET_KILL_PROCESS),
+        stmt(BPF_LD_W_ABS, OFF_NR),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    {
+        // x32 syscalls (bit 30) pass the arch check; refuse them all.
+        prog.push(jump(BPF_JGE_K, 0x4000_0000, 0, 1));
+        prog.push(stmt(BPF_RET_K, eperm));
+    }
+    for sys in denied_syscalls() {
+        prog.push(jump(BPF_JEQ_K, sys as u32, 0, 1));
+        prog.push(stmt(BPF_RET_K, eperm));
+    }
+    // clone3 passes flags in memory we cannot inspect: ENOSYS makes libc fall back to clone.
+    prog.push(jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    prog.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+
+    // clone(flags, ...): refuse namespace creation (arg 0 on x86_64 and aarch64).
+    guarded(
+        &mut prog,
+        libc::SYS_clone,
+        vec![
+            stmt(BPF_LD_W_ABS, off_arg(0)),
+            jump(BPF_JSET_K, CLONE_NS_FLAGS, 0, 1),
+            stmt(BPF_RET_K, eperm),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ],
+    );
+    // socket(domain, type, proto): no AF_PACKET, no SOCK_RAW / SOCK_PACKET.
+    guarded(
+        &mut prog,
+        libc::SYS_socket,
+        vec![
+            stmt(BPF_LD_W_ABS, off_arg(0)),
+            jump(BPF_JEQ_K, libc::AF_PACKET as u32, 0, 1),
+            stmt(BPF_RET_K, eperm),
+            stmt(BPF_LD_W_ABS, off_arg(1)),
+            stmt(BPF_AND_K, 0xf),
+            jump(BPF_JEQ_K, libc::SOCK_RAW as u32, 1, 0),
+            jump(BPF_JEQ_K, SOCK_PACKET, 0, 1),
+            stmt(BPF_RET_K, eperm),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ],
+    );
+    // personality(persona): only the values Docker allows.
+    let mut persona = vec![stmt(BPF_LD_W_ABS, off_arg(0))];
+    let n = ALLOWED_PERSONALITIES.len();
+    for (i, p) in ALLOWED_PERSONALITIES.iter().enumerate() {
+        // On match jump to the ALLOW after the EPERM.
+        let to_allow = u8::try_from(n - i).unwrap_or(u8::MAX);
+        persona.push(jump(BPF_JEQ_K, *p, to_allow, 0));
+    }
+    persona.push(stmt(BPF_RET_K, eperm));
+    persona.push(stmt(BPF_RET_K, RET_ALLOW));
+    guarded(&mut prog, libc::SYS_personality, persona);
+    // ioctl(fd, TIOCSTI/TIOCLINUX): the command shares the user's terminal and
+    // must not push keystrokes into the shell that runs after it (see ioctl_tty(2)).
+    guarded(
+        &mut prog,
+        libc::SYS_ioctl,
+        vec![
+            stmt(BPF_LD_W_ABS, off_arg(1)),
+            jump(BPF_JEQ_K, libc::TIOCSTI as u32, 1, 0),
+            jump(BPF_JEQ_K, libc::TIOCLINUX as u32, 0, 1),
+            stmt(BPF_RET_K, eperm),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ],
+    );
+    prog.push(stmt(BPF_RET_K, RET_ALLOW));
+    prog
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn filter_fits_in_a_bpf_program() {
+        let prog = super::filter();
+        assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
+        assert_eq!(prog.last().map(|i| i.k), Some(super::RET_ALLOW));
+    }
+}

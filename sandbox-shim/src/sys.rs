@@ -1,0 +1,242 @@
+//! Every `unsafe` call of the crate lives here, each with its justification.
+//! Everything else uses safe `nix`/`std` wrappers.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+
+/// Result of [`fork`].
+pub enum Forked {
+    Child,
+    Parent(i32),
+}
+
+/// fork(2).
+///
+/// The child only runs code of this crate until it execs or `_exit`s. glibc's
+/// fork() takes the malloc arena locks across the fork (see fork(2), "the child
+/// process is created with a single thread"), so allocating in the child is safe
+/// even when the parent is multi-threaded; the child never touches locks owned
+/// by other parent threads (stdout, tracing) before exec.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: see the function comment; the caller's child branch never returns
+    // into code that assumes other threads exist.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child.as_raw())),
+    }
+}
+
+/// _exit(2): leave without running atexit handlers or flushing stdio buffers
+/// that were inherited from the parent (they belong to the parent).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(code) }
+}
+
+/// Close every descriptor >= 3 except `keep` (close_range(2)), so nothing the
+/// host process had open leaks into the sandbox.
+pub fn close_fds_except(keep: RawFd) -> io::Result<()> {
+    let keep = keep as libc::c_uint;
+    let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
+    for (lo, hi) in ranges {
+        if lo > hi {
+            continue;
+        }
+        // SAFETY: close_range only closes descriptors; no Rust object in the
+        // forked child owns the closed ones (the child owns only `keep`).
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Bring `lo` up (SIOCSIFFLAGS, see netdevice(7)).
+pub fn loopback_up(sock: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: req is a valid ifreq and outlives the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFFLAGS filled the ifru_flags member of the union.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Drop every capability from the bounding set (PR_CAPBSET_DROP), clear the
+/// ambient set, then zero effective/permitted/inheritable with capset(2).
+/// See capabilities(7).
+pub fn drop_all_capabilities(last_cap: u32) -> io::Result<()> {
+    drop_bounding_and_ambient(last_cap)?;
+    clear_capability_sets()
+}
+
+/// Empty the bounding and ambient sets but keep the effective set (needed to
+/// switch uid/gid afterwards). See capabilities(7).
+pub fn drop_bounding_and_ambient(last_cap: u32) -> io::Result<()> {
+    for cap in 0..=last_cap {
+        // SAFETY: prctl with integer arguments only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// capset(2) with all-zero sets (version 3 header, two data words).
+pub fn clear_capability_sets() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and data match the kernel's v3 layout and outlive the call.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Install a seccomp filter (seccomp(2), SECCOMP_SET_MODE_FILTER). The caller
+/// must have set no_new_privs first.
+pub fn install_seccomp(filter: &[libc::sock_filter]) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: u16::try_from(filter.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp filter too long"))?,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prog points at `filter`, which outlives the call; the kernel copies it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reset every signal disposition to default and unblock all signals, so the
+/// command does not inherit SIG_IGN from the shim (see signal(7): ignored
+/// signals stay ignored across execve).
+pub fn reset_signals() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL is always sound; invalid numbers just fail.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Ignore terminal-generated signals in the shim's helper processes: Ctrl-C
+/// belongs to the command (it is in the same foreground process group).
+pub fn ignore_terminal_signals() {
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+        // SAFETY: installing SIG_IGN is always sound.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
+/// waitpid(2) that also works for arbitrary children; returns (pid, raw status).
+pub fn wait_any(pid: i32, nohang: bool) -> io::Result<Option<(i32, i32)>> {
+    let mut status = 0;
+    let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
+    loop {
+        // SAFETY: status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if rc > 0 {
+            return Ok(Some((rc, status)));
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// kill(2) without touching nix's typed Signal (raw numbers come from wait statuses).
+pub fn kill(pid: i32, sig: i32) {
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Take ownership of a descriptor the kernel just installed for us via
+/// SCM_RIGHTS (see unix(7)); nothing else refers to it.
+pub fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `raw` was returned by recvmsg in an SCM_RIGHTS message and is not
+    // owned by any other object in this process.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) }
+}
+
+/// pidfd_open(2): a descriptor that becomes readable when `pid` exits.
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
+}

@@ -1,0 +1,60 @@
+//! Helpers shared by the integration tests (real namespaces, real nft).
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use airlock_shim::{Limits, Outcome, Sandbox, SandboxSpec};
+
+pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
+    SandboxSpec {
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        workspace: workspace.to_path_buf(),
+        ro: vec![],
+        rw: vec![],
+        hide: vec![],
+        limits: Limits {
+            memory_bytes: None,
+            pids: None,
+            cpus: None,
+            timeout: Some(Duration::from_secs(60)),
+            tmp_bytes: 64 << 20,
+        },
+        env: vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ],
+        user: None,
+        ca_bundle_pem: None,
+        hostname: "airlock".into(),
+    }
+}
+
+pub fn run(spec: SandboxSpec) -> Outcome {
+    let mut sb = Sandbox::spawn(spec).expect("spawn sandbox");
+    sb.release().expect("release");
+    sb.wait().expect("wait")
+}
+
+pub fn workspace() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("airlock-shim-test")
+        .tempdir()
+        .expect("tempdir")
+}
+
+pub fn read(ws: &Path, name: &str) -> String {
+    std::fs::read_to_string(ws.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
+}
+
+pub fn python() -> Option<PathBuf> {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+pub fn os(s: &str) -> OsString {
+    s.into()
+}

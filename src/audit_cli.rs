@@ -1,0 +1,386 @@
+//! `airlock audit ...`: read back, export, restore and verify what sessions
+//! recorded. Thin layer over `airlock_auditor`; all logic lives there.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use airlock_auditor::export::{cast, har, jsonl};
+use airlock_auditor::{
+    AuditStore, EventKind, SessionId, TrustAnchor, VerifyReport, humanize, restore, timeline,
+};
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand, ValueEnum};
+
+/// Exit status for usage errors (bad arguments, unknown session), as for
+/// clap's own argument errors.
+const USAGE: u8 = 2;
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    cmd: AuditCommand,
+}
+
+#[derive(Debug, Args)]
+struct DbArg {
+    /// Audit database [default: $XDG_DATA_HOME/airlock/audit.db or
+    /// ~/.local/share/airlock/audit.db]
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB", global = true)]
+    audit_db: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// List recorded sessions.
+    Sessions {
+        #[command(flatten)]
+        db: DbArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one session as a chronological, process-tree-indented timeline.
+    Timeline {
+        /// Session id or unique prefix.
+        session: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note.
+        #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+        kind: Vec<EventKind>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export a session as HAR (HTTP), JSON lines (all events) or asciicast (terminal).
+    Export {
+        /// Session id or unique prefix.
+        session: String,
+        #[command(flatten)]
+        db: DbArg,
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Output file ("-" for standard output).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// List the files a session wrote, or restore them as they were at its end.
+    Files {
+        /// Session id or unique prefix.
+        session: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Recreate the files under DIR (absolute sandbox paths become relative to DIR).
+        #[arg(long, value_name = "DIR")]
+        restore: Option<PathBuf>,
+    },
+    /// Check that sessions were not altered: exit 0 only when intact.
+    Verify {
+        /// Session id or unique prefix.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        session: Option<String>,
+        /// Verify every session.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        db: DbArg,
+        /// Trusted key: the audit key file or a public key file [default: the
+        /// local audit key, if it exists].
+        #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_KEY")]
+        audit_key: Option<PathBuf>,
+        /// Print JSON reports.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    Har,
+    Jsonl,
+    Cast,
+}
+
+fn parse_kind(text: &str) -> Result<EventKind, String> {
+    EventKind::parse(text).ok_or_else(|| {
+        let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!(
+            "unknown event kind {text:?}; use one of {}",
+            names.join(",")
+        )
+    })
+}
+
+fn db_path(db: &DbArg) -> Result<PathBuf> {
+    match &db.audit_db {
+        Some(p) => Ok(p.clone()),
+        None => airlock_auditor::default_db_path().ok_or_else(|| {
+            anyhow!("cannot locate the audit database: HOME is not set; pass --audit-db FILE")
+        }),
+    }
+}
+
+fn open(db: &DbArg) -> Result<AuditStore> {
+    let path = db_path(db)?;
+    Ok(AuditStore::open_readonly(&path)?)
+}
+
+/// Prints a usage-type error and returns exit status 2.
+fn usage(err: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {err}");
+    ExitCode::from(USAGE)
+}
+
+pub fn run(args: AuditArgs) -> Result<ExitCode> {
+    match args.cmd {
+        AuditCommand::Sessions { db, json } => sessions(&open(&db)?, json),
+        AuditCommand::Timeline {
+            session,
+            db,
+            kind,
+            json,
+        } => {
+            let store = open(&db)?;
+            let id = match store.resolve_session(&session) {
+                Ok(id) => id,
+                Err(e) => return Ok(usage(e)),
+            };
+            let summary = store.session(&id)?;
+            let events = store.events(&id, None)?;
+            let filter = (!kind.is_empty()).then_some(kind.as_slice());
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(
+                    &mut out,
+                    &timeline::render_json(&summary, &events, filter),
+                )?;
+                writeln!(out)?;
+            } else {
+                out.write_all(timeline::render_text(&summary, &events, filter).as_bytes())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Export {
+            session,
+            db,
+            format,
+            out,
+        } => {
+            let store = open(&db)?;
+            let id = match store.resolve_session(&session) {
+                Ok(id) => id,
+                Err(e) => return Ok(usage(e)),
+            };
+            export(&store, &id, format, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Files {
+            session,
+            db,
+            restore,
+        } => {
+            let store = open(&db)?;
+            let id = match store.resolve_session(&session) {
+                Ok(id) => id,
+                Err(e) => return Ok(usage(e)),
+            };
+            match restore {
+                Some(dir) => restore_files(&store, &id, &dir),
+                None => list_files(&store, &id),
+            }
+        }
+        AuditCommand::Verify {
+            session,
+            all,
+            db,
+            audit_key,
+            json,
+        } => verify(&db, session.as_deref(), all, audit_key, json),
+    }
+}
+
+fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
+    let list = store.sessions()?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let items: Vec<serde_json::Value> = list
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id,
+                    "started": humanize::rfc3339(s.started_us),
+                    "ended": s.ended_us.map(humanize::rfc3339),
+                    "duration_s": s.ended_us.map(|e| (e.saturating_sub(s.started_us)) as f64 / 1e6),
+                    "exit_status": s.end.as_ref().and_then(|e| e.exit_status),
+                    "signal": s.end.as_ref().and_then(|e| e.signal),
+                    "command": s.info.command,
+                    "mode": s.info.mode,
+                    "policy": s.info.policy_name,
+                    "events": s.events,
+                    "key_fingerprint": s.key_fingerprint,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &items)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "{:<14} {:<19} {:>9} {:<10} {:>7}  COMMAND",
+        "ID", "START (UTC)", "DURATION", "EXIT", "EVENTS"
+    )?;
+    for s in &list {
+        let (duration, exit) = match (s.ended_us, &s.end) {
+            (Some(e), Some(end)) => (
+                humanize::duration(e.saturating_sub(s.started_us)),
+                end.describe(),
+            ),
+            _ => ("-".into(), "unfinished".into()),
+        };
+        writeln!(
+            out,
+            "{:<14} {:<19} {:>9} {:<10} {:>7}  {}",
+            s.id.as_str().chars().take(14).collect::<String>(),
+            humanize::short_time(s.started_us),
+            duration,
+            exit,
+            s.events,
+            s.info.command.join(" ")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(store: &AuditStore, id: &SessionId, format: ExportFormat, out: &Path) -> Result<()> {
+    let summary = store.session(id)?;
+    let events = store.events(id, None)?;
+    let mut sink: Box<dyn Write> = if out == Path::new("-") {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let f = File::create(out).with_context(|| {
+            format!(
+                "cannot create {}; check the directory exists and is writable",
+                out.display()
+            )
+        })?;
+        Box::new(BufWriter::new(f))
+    };
+    match format {
+        ExportFormat::Har => har::write(&summary, &events, &mut sink)?,
+        ExportFormat::Jsonl => jsonl::write(id, &events, &mut sink)?,
+        ExportFormat::Cast => cast::write(&summary, &events, &mut sink)?,
+    }
+    sink.flush()
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(())
+}
+
+fn list_files(store: &AuditStore, id: &SessionId) -> Result<ExitCode> {
+    let events = store.events(id, Some(&[EventKind::File]))?;
+    let mut out = std::io::stdout().lock();
+    for ev in &events {
+        writeln!(out, "#{:<6} {}", ev.seq, timeline::describe(&ev.event))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitCode> {
+    let trust = default_trust(None)?;
+    let check = store.verify(id, &trust)?;
+    if !check.is_intact() {
+        eprintln!("warning: {}", check.summary());
+    }
+    let report = restore::restore(store, id, dir)?;
+    let mut out = std::io::stdout().lock();
+    for (path, size) in &report.restored {
+        writeln!(out, "restored   {path} ({})", humanize::size(*size))?;
+    }
+    for (path, sha, size) in &report.hash_only {
+        writeln!(
+            out,
+            "hash only  {path} ({}, sha256 {}): content not captured or over the size cap",
+            size.map_or("size unknown".into(), humanize::size),
+            sha.as_deref().unwrap_or("unknown")
+        )?;
+    }
+    for path in &report.deleted {
+        writeln!(out, "deleted    {path}")?;
+    }
+    for (path, why) in &report.refused {
+        writeln!(out, "refused    {path}: {why}")?;
+    }
+    writeln!(
+        out,
+        "{} file(s) restored under {}",
+        report.restored.len(),
+        dir.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The explicit key, else the local audit key if there is one.
+fn default_trust(explicit: Option<PathBuf>) -> Result<TrustAnchor> {
+    if let Some(p) = explicit {
+        // Fail early with a clear message rather than per session.
+        airlock_auditor::load_public_key(&p)?;
+        return Ok(TrustAnchor::KeyFile(p));
+    }
+    Ok(match airlock_auditor::default_key_path() {
+        Some(p) if p.exists() => TrustAnchor::KeyFile(p),
+        _ => TrustAnchor::None,
+    })
+}
+
+fn verify(
+    db: &DbArg,
+    session: Option<&str>,
+    all: bool,
+    audit_key: Option<PathBuf>,
+    json: bool,
+) -> Result<ExitCode> {
+    let store = match open(db) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(e)),
+    };
+    let trust = match default_trust(audit_key) {
+        Ok(t) => t,
+        Err(e) => return Ok(usage(e)),
+    };
+    if matches!(trust, TrustAnchor::None) && !json {
+        eprintln!(
+            "warning: no trusted key (no --audit-key and no local audit key): checking consistency only, a re-signed log would pass"
+        );
+    }
+    let ids: Vec<SessionId> = if all {
+        store.sessions()?.into_iter().map(|s| s.id).collect()
+    } else {
+        match store.resolve_session(session.unwrap_or_default()) {
+            Ok(id) => vec![id],
+            Err(e) => return Ok(usage(e)),
+        }
+    };
+    let mut reports: Vec<VerifyReport> = Vec::with_capacity(ids.len());
+    for id in &ids {
+        reports.push(store.verify(id, &trust)?);
+    }
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &reports)?;
+        writeln!(out)?;
+    } else {
+        for r in &reports {
+            writeln!(out, "{}", r.summary())?;
+            for p in r.problems.iter().skip(1) {
+                writeln!(out, "    also: {p}")?;
+            }
+        }
+    }
+    Ok(if reports.iter().all(|r| r.is_intact()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod ca;
+pub mod policy;
+pub mod proxy;

@@ -1,0 +1,195 @@
+//! `airlock proxy`: the egress proxy as a standalone process.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use airlock_proxy::{
+    CertificateAuthority, EventSink, JsonLinesSink, PinnedHost, Proxy, ProxyConfig,
+};
+use anyhow::Context;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{certs, one_line, policy_file, secrets};
+
+#[derive(clap::Args)]
+pub struct ProxyArgs {
+    /// Address of the explicit forward proxy (HTTP_PROXY / HTTPS_PROXY). Port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The policy file (TOML). Reloaded on SIGHUP.
+    #[arg(long)]
+    policy: PathBuf,
+    /// Directory of the CA made by `airlock ca init` [default: ~/.local/share/airlock/ca, created on first use].
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// Also trust this CA (PEM) for upstream servers. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
+    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
+    #[arg(long = "resolve", value_name = "HOST:IP")]
+    resolve: Vec<PinnedHost>,
+    /// Also accept connections redirected here by nftables (SO_ORIGINAL_DST).
+    #[arg(long, value_name = "ADDR")]
+    transparent_listen: Option<SocketAddr>,
+    /// Also answer DNS (UDP and TCP) here: allowed names get synthetic addresses, others NXDOMAIN.
+    #[arg(long, value_name = "ADDR")]
+    dns_listen: Option<SocketAddr>,
+    /// Where to write decision events as JSON lines ("-" for stdout).
+    #[arg(long, value_name = "FILE", default_value = "-")]
+    events: String,
+    /// Make each decision durable before the request is forwarded.
+    #[arg(long)]
+    audit_sync: bool,
+}
+
+pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let policy = policy_file::load(&args.policy)?;
+    let credentials = secrets::resolve_all(policy.credentials())?;
+    announce_placeholders(&credentials);
+    let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
+    let ca = Arc::new(ca);
+    let mut upstream_roots = Vec::new();
+    for path in &args.upstream_ca {
+        upstream_roots.extend(certs::load_pem_certs(path)?);
+    }
+    let events = open_events(&args.events)?;
+    let proxy = Proxy::new(ProxyConfig {
+        policy,
+        credentials,
+        ca,
+        pins: args.resolve.clone(),
+        upstream_roots,
+        events,
+        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
+        audit_sync: args.audit_sync,
+    })?;
+
+    let mut servers = tokio::task::JoinSet::new();
+    let explicit = bind_tcp(args.listen, "--listen").await?;
+    eprintln!(
+        "airlock: proxy listening on {} (policy {}, CA {})",
+        explicit.local_addr()?,
+        args.policy.display(),
+        ca_dir.join(airlock_proxy::ca::CA_CERT_FILE).display()
+    );
+    let p = proxy.clone();
+    servers.spawn(async move { p.serve_explicit(explicit).await });
+    if let Some(addr) = args.transparent_listen {
+        let listener = bind_tcp(addr, "--transparent-listen").await?;
+        eprintln!(
+            "airlock: transparent listener on {}",
+            listener.local_addr()?
+        );
+        let p = proxy.clone();
+        servers.spawn(async move { p.serve_transparent(listener).await });
+    }
+    if let Some(addr) = args.dns_listen {
+        let udp = UdpSocket::bind(addr)
+            .await
+            .with_context(|| format!("--dns-listen {addr}: binding UDP"))?;
+        let tcp = bind_tcp(udp.local_addr()?, "--dns-listen (TCP)").await?;
+        eprintln!("airlock: DNS on {} (UDP and TCP)", udp.local_addr()?);
+        let p = proxy.clone();
+        servers.spawn(async move { p.serve_dns_udp(udp).await });
+        let p = proxy.clone();
+        servers.spawn(async move { p.serve_dns_tcp(tcp).await });
+    }
+
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => reload(&proxy, &args.policy),
+            _ = terminate.recv() => return Ok(ExitCode::SUCCESS),
+            _ = interrupt.recv() => return Ok(ExitCode::SUCCESS),
+            Some(ended) = servers.join_next() => {
+                let why = match ended {
+                    Ok(Ok(())) => "a listener stopped".to_owned(),
+                    Ok(Err(e)) => format!("a listener failed: {e}"),
+                    Err(e) => format!("a listener task panicked: {e}"),
+                };
+                eprintln!("airlock: {why}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+}
+
+/// An explicit `--ca-dir` must hold a CA; the default one is created on first use.
+fn load_or_create_ca(dir: Option<&Path>) -> anyhow::Result<(CertificateAuthority, PathBuf)> {
+    if let Some(dir) = dir {
+        return Ok((CertificateAuthority::load(dir)?, dir.to_owned()));
+    }
+    let dir = crate::paths::default_ca_dir()?;
+    if dir.join(airlock_proxy::ca::CA_CERT_FILE).exists() {
+        return Ok((CertificateAuthority::load(&dir)?, dir));
+    }
+    let ca = CertificateAuthority::init(&dir)?;
+    eprintln!(
+        "airlock: created a CA in {}; clients must trust {}",
+        dir.display(),
+        dir.join(airlock_proxy::ca::CA_CERT_FILE).display()
+    );
+    Ok((ca, dir))
+}
+
+/// Clients of a standalone proxy need the dummy values to send; they are not secret.
+fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
+    for cred in credentials {
+        if let Some(ph) = &cred.placeholder {
+            eprintln!(
+                "airlock: placeholder {}={} (credential {}: swapped for the secret only on requests to its hosts)",
+                ph.variable, ph.dummy, cred.name
+            );
+        }
+    }
+}
+
+/// Re-read the policy; on any error keep the one in force and say why.
+fn reload(proxy: &Proxy, path: &Path) {
+    let loaded = policy_file::load(path).and_then(|policy| {
+        let credentials = secrets::resolve_all(policy.credentials())?;
+        Ok((policy, credentials))
+    });
+    match loaded {
+        Ok((policy, credentials)) => {
+            proxy.reload(policy, credentials);
+            eprintln!("airlock: reloaded policy {}", path.display());
+        }
+        Err(e) => eprintln!(
+            "airlock: policy reload failed, keeping the previous policy: {}",
+            one_line(&e)
+        ),
+    }
+}
+
+async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))
+}
+
+fn open_events(target: &str) -> anyhow::Result<Arc<dyn EventSink>> {
+    if target == "-" {
+        return Ok(Arc::new(JsonLinesSink::new(std::io::stdout())));
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(target)
+        .with_context(|| format!("--events {target}: cannot open for appending"))?;
+    Ok(Arc::new(JsonLinesSink::new(file)))
+}

@@ -1,0 +1,76 @@
+//! `airlock`: run untrusted code where it can only do what someone allowed,
+//! with everything it did on record.
+
+#![forbid(unsafe_code)]
+
+mod certs;
+mod commands;
+mod paths;
+mod policy_file;
+mod secrets;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for bad input: a usage, configuration or policy error.
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "airlock",
+    version,
+    about = "Run untrusted, AI-generated code where it can only do what someone allowed, with everything on record.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the egress proxy (explicit forward proxy, optional transparent listener and DNS).
+    Proxy(commands::proxy::ProxyArgs),
+    /// Manage the certificate authority used to intercept TLS.
+    #[command(subcommand)]
+    Ca(commands::ca::CaCommand),
+    /// Check, test and describe policy files.
+    #[command(subcommand)]
+    Policy(commands::policy::PolicyCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let result = match cli.command {
+        Command::Proxy(args) => commands::proxy::run(args),
+        Command::Ca(cmd) => commands::ca::run(cmd),
+        Command::Policy(cmd) => commands::policy::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("airlock: {}", one_line(&e));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// An error and its causes on one line.
+pub fn one_line(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

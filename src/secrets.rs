@@ -1,0 +1,92 @@
+//! Resolving credential values from the environment and files.
+//!
+//! This is the only place secrets are read. They go to the proxy and nowhere
+//! else: never into the sandbox's environment (it gets placeholders), never
+//! into logs or records.
+
+use airlock_policy::{Credential, TemplatePart};
+use airlock_proxy::credentials::{Placeholder, ResolvedCredential, Secret};
+use anyhow::{Context, bail};
+use http::HeaderName;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Resolve every credential of a policy. A missing variable or file is an
+/// error: starting without a credential the policy promises would fail later,
+/// and more confusingly.
+pub fn resolve_all(credentials: &[Credential]) -> anyhow::Result<Vec<ResolvedCredential>> {
+    credentials.iter().map(resolve).collect()
+}
+
+fn resolve(cred: &Credential) -> anyhow::Result<ResolvedCredential> {
+    let header = HeaderName::from_bytes(cred.header.as_bytes()).with_context(|| {
+        format!(
+            "credential {}: invalid header name {:?}",
+            cred.name, cred.header
+        )
+    })?;
+    let mut value = String::new();
+    let mut references = Vec::new();
+    for part in &cred.value.parts {
+        match part {
+            TemplatePart::Literal(text) => value.push_str(text),
+            TemplatePart::Env(var) => {
+                let secret = std::env::var(var).map_err(|_| {
+                    anyhow::anyhow!(
+                        "credential {}: environment variable {var} is not set; export it before starting airlock",
+                        cred.name
+                    )
+                })?;
+                value.push_str(&secret);
+                references.push(secret);
+            }
+            TemplatePart::File(path) => {
+                let secret = std::fs::read_to_string(path)
+                    .with_context(|| format!("credential {}: reading {path}", cred.name))?;
+                let secret = secret.trim_end_matches(['\n', '\r']).to_owned();
+                value.push_str(&secret);
+                references.push(secret);
+            }
+        }
+    }
+    if references.iter().any(String::is_empty) {
+        bail!(
+            "credential {}: its secret is empty; set a non-empty value",
+            cred.name
+        );
+    }
+    if http::HeaderValue::from_str(&value).is_err() {
+        bail!(
+            "credential {}: the value is not a valid HTTP header value (control characters or non-ASCII)",
+            cred.name
+        );
+    }
+    let placeholder = match (&cred.placeholder, references.first()) {
+        (Some(variable), Some(secret)) => Some(Placeholder {
+            variable: variable.clone(),
+            dummy: dummy_for(variable),
+            secret: Secret::new(secret.clone()),
+        }),
+        _ => None,
+    };
+    let mut secrets: Vec<Secret> = references.into_iter().map(Secret::new).collect();
+    secrets.push(Secret::new(value.clone()));
+    Ok(ResolvedCredential {
+        name: cred.name.clone(),
+        hosts: cred.hosts.clone(),
+        header,
+        value: Secret::new(value),
+        placeholder,
+        secrets,
+    })
+}
+
+/// A dummy that looks like a token, unique per session, and obviously Airlock's.
+fn dummy_for(variable: &str) -> String {
+    let mut bytes = [0u8; 16];
+    let _ = SystemRandom::new().fill(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "airlock-placeholder-{}-{hex}",
+        variable.to_ascii_lowercase()
+    )
+}

@@ -1,0 +1,210 @@
+//! The command line as a user meets it: `policy check`, `policy test`,
+//! `policy schema`, `ca init`, and the errors for bad input.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::AIRLOCK;
+
+fn airlock(args: &[&str]) -> Output {
+    Command::new(AIRLOCK).args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn write_policy(dir: &tempfile::TempDir, body: &str) -> String {
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, body).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn every_example_policy_checks_clean() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/policies/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = airlock(&["policy", "check", path.to_str().unwrap()]);
+            assert!(out.status.success(), "{}", text(&out));
+            assert!(text(&out).contains("ok (0 warnings)"), "{}", text(&out));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 4, "expected the example policies, found {seen}");
+}
+
+#[test]
+fn check_names_line_column_and_fix_for_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        &dir,
+        "version = 1\n\n[[allow]]\nhots = \"api.example.com\"\n",
+    );
+    let out = airlock(&["policy", "check", &policy]);
+    assert_eq!(out.status.code(), Some(2));
+    let msg = text(&out);
+    assert!(msg.contains("policy.toml:4:1"), "{msg}");
+    assert!(msg.contains("hots"), "{msg}");
+    assert!(msg.contains("host"), "{msg}");
+    assert_eq!(msg.lines().count(), 1, "one-line error: {msg}");
+}
+
+#[test]
+fn test_prints_the_deciding_rule_and_exits_by_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        &dir,
+        r#"version = 1
+[[allow]]
+host = "api.github.com"
+methods = ["GET"]
+paths = ["/repos/**"]
+
+[[deny]]
+host = "api.github.com"
+paths = ["/repos/*/secret/**"]
+"#,
+    );
+    let out = airlock(&[
+        "policy",
+        "test",
+        &policy,
+        "GET",
+        "https://api.github.com/repos/a/b",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("policy.toml:2"), "{}", text(&out));
+    let out = airlock(&[
+        "policy",
+        "test",
+        &policy,
+        "POST",
+        "https://api.github.com/repos/a/b",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = airlock(&[
+        "policy",
+        "test",
+        &policy,
+        "GET",
+        "https://api.github.com/repos/a/secret/x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("policy.toml:7"), "{}", text(&out));
+    let out = airlock(&["policy", "test", &policy, "GET", "not a url"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn test_evaluates_body_constraints_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        &dir,
+        r#"version = 1
+[[allow]]
+host = "api.stripe.com"
+methods = ["POST"]
+paths = ["/v1/charges"]
+[allow.body]
+amount = { max = 10000 }
+"#,
+    );
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, r#"{"amount": 20000}"#).unwrap();
+    let args = |b: &str| {
+        vec![
+            "policy".to_owned(),
+            "test".into(),
+            policy.clone(),
+            "POST".into(),
+            "https://api.stripe.com/v1/charges".into(),
+            "--body".into(),
+            b.to_owned(),
+        ]
+    };
+    let out = Command::new(AIRLOCK)
+        .args(args(body.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("amount"), "{}", text(&out));
+    std::fs::write(&body, r#"{"amount": 200}"#).unwrap();
+    let out = Command::new(AIRLOCK)
+        .args(args(body.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn schema_is_json_naming_the_top_level_keys() {
+    let out = airlock(&["policy", "schema"]);
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = schema.to_string();
+    for key in ["version", "default", "allow", "deny", "credential"] {
+        assert!(text.contains(&format!("\"{key}\"")), "schema lacks {key}");
+    }
+}
+
+#[test]
+fn ca_init_creates_a_private_key_and_refuses_to_overwrite() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    let out = airlock(&["ca", "init", "--dir", ca.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mode = std::fs::metadata(ca.join("ca-key.pem"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let out = airlock(&["ca", "init", "--dir", ca.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("already exists"), "{}", text(&out));
+}
+
+#[test]
+fn proxy_start_errors_are_one_line_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        &dir,
+        "version = 1\n[[credential]]\nname = \"gh\"\nhosts = [\"api.github.com\"]\nheader = \"Authorization\"\nvalue = \"Bearer ${env:AIRLOCK_TEST_UNSET_TOKEN}\"\n[[allow]]\nhost = \"api.github.com\"\n",
+    );
+    let ca = dir.path().join("ca");
+    let out = airlock(&["ca", "init", "--dir", ca.to_str().unwrap()]);
+    assert!(out.status.success());
+    let out = Command::new(AIRLOCK)
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--policy",
+            &policy,
+            "--ca-dir",
+        ])
+        .arg(&ca)
+        .env_remove("AIRLOCK_TEST_UNSET_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let msg = text(&out);
+    assert!(msg.contains("AIRLOCK_TEST_UNSET_TOKEN is not set"), "{msg}");
+    let missing = dir.path().join("nowhere");
+    let out = Command::new(AIRLOCK)
+        .args(["proxy", "--policy", &policy, "--ca-dir"])
+        .arg(&missing)
+        .env("AIRLOCK_TEST_UNSET_TOKEN", "set-now")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("airlock ca init"), "{}", text(&out));
+}

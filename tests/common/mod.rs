@@ -1,0 +1,476 @@
+//! Shared fixtures for end-to-end tests: a test PKI, a real TLS upstream server
+//! and the real `airlock` binary. Everything listens on loopback only and is
+//! torn down when dropped.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::ServerConfig;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+pub const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock");
+
+/// A CA for test upstream servers, written to `ca.pem` for `--upstream-ca`.
+pub struct TestPki {
+    pub dir: TempDir,
+    issuer: Issuer<'static, KeyPair>,
+    pub ca_pem: PathBuf,
+}
+
+impl TestPki {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Airlock test upstream CA");
+        let cert = params.self_signed(&key).unwrap();
+        let ca_pem = dir.path().join("upstream-ca.pem");
+        std::fs::write(&ca_pem, cert.pem()).unwrap();
+        Self {
+            dir,
+            issuer: Issuer::new(params, key),
+            ca_pem,
+        }
+    }
+
+    /// A TLS server config for `names`, signed by this CA, offering h2 and http/1.1.
+    pub fn server_config(&self, names: &[&str]) -> ServerConfig {
+        let key = KeyPair::generate().unwrap();
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        tls_config(cert.der().clone(), key)
+    }
+}
+
+/// A server config with a self-signed certificate no one trusts.
+pub fn untrusted_server_config(names: &[&str]) -> ServerConfig {
+    let key = KeyPair::generate().unwrap();
+    let params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    tls_config(cert.der().clone(), key)
+}
+
+fn tls_config(cert: CertificateDer<'static>, key: KeyPair) -> ServerConfig {
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config
+}
+
+/// A real HTTPS (or plain HTTP) server with the endpoints the tests need:
+/// `/echo` (request as JSON), `/sse` (two events, the second only after
+/// `release_sse`), `/ws` (WebSocket echo), `/bytes/N` (N bytes).
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub sse_gate: Arc<Notify>,
+    /// (method, path, headers) of every request that reached this server.
+    pub seen: Seen,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Upstream {
+    pub async fn start(tls: Option<ServerConfig>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sse_gate = Arc::new(Notify::new());
+        let gate = sse_gate.clone();
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let gate = gate.clone();
+                let log = log.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        log.lock().unwrap().push((
+                            req.method().to_string(),
+                            req.uri().path().to_owned(),
+                            req.headers().clone(),
+                        ));
+                        route(req, gate.clone())
+                    });
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match acceptor {
+                        Some(acceptor) => {
+                            if let Ok(tls) = acceptor.accept(stream).await {
+                                let _ = builder
+                                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let _ = builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            sse_gate,
+            seen,
+            task,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// How many requests reached this server.
+    pub fn hits(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// The value of `header` on the last request that reached this server.
+    pub fn last_header(&self, header: &str) -> Option<String> {
+        self.seen.lock().unwrap().last().and_then(|(_, _, h)| {
+            h.get(header)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        })
+    }
+
+    /// Let `/sse` send its second event.
+    pub fn release_sse(&self) {
+        self.sse_gate.notify_one();
+    }
+}
+
+pub type Seen = Arc<std::sync::Mutex<Vec<(String, String, http::HeaderMap)>>>;
+
+type TestBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn route(
+    mut req: Request<Incoming>,
+    gate: Arc<Notify>,
+) -> Result<Response<TestBody>, Infallible> {
+    let path = req.uri().path().to_owned();
+    if path == "/ws" {
+        return Ok(websocket_echo(&mut req));
+    }
+    if path == "/sse" {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+        tokio::spawn(async move {
+            let _ = tx
+                .send(Ok(Frame::data(Bytes::from("data: first\n\n"))))
+                .await;
+            gate.notified().await;
+            let _ = tx
+                .send(Ok(Frame::data(Bytes::from("data: second\n\n"))))
+                .await;
+        });
+        let stream = tokio_stream_from(rx);
+        return Ok(Response::builder()
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .body(BodyExt::boxed(StreamBody::new(stream)))
+            .unwrap());
+    }
+    if let Some(n) = path.strip_prefix("/bytes/") {
+        let n: usize = n.parse().unwrap_or(0);
+        return Ok(Response::builder()
+            .header("content-type", "application/octet-stream")
+            .body(Full::new(Bytes::from(vec![b'x'; n])).boxed())
+            .unwrap());
+    }
+    // /echo and everything else: the request as the upstream saw it.
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let version = format!("{:?}", req.version());
+    let headers: serde_json::Map<String, serde_json::Value> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                serde_json::Value::String(String::from_utf8_lossy(v.as_bytes()).into()),
+            )
+        })
+        .collect();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let echo = serde_json::json!({
+        "method": method,
+        "uri": uri,
+        "version": version,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+    });
+    Ok(Response::builder()
+        .header("content-type", "application/json")
+        .header(
+            "x-echo-authorization",
+            echo["headers"]["authorization"].as_str().unwrap_or(""),
+        )
+        .body(Full::new(Bytes::from(echo.to_string())).boxed())
+        .unwrap())
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn websocket_echo(req: &mut Request<Incoming>) -> Response<TestBody> {
+    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+    let key = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| derive_accept_key(k.as_bytes()))
+        .unwrap_or_default();
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        use futures_util::{SinkExt, StreamExt};
+        let Ok(upgraded) = upgrade.await else { return };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        while let Some(Ok(msg)) = ws.next().await {
+            if msg.is_text() || msg.is_binary() {
+                if ws.send(msg).await.is_err() {
+                    return;
+                }
+            } else if msg.is_close() {
+                return;
+            }
+        }
+    });
+    Response::builder()
+        .status(101)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", key)
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap()
+}
+
+/// The real `airlock proxy`, on an ephemeral port, killed on drop.
+pub struct AirlockProxy {
+    child: Child,
+    pub addr: SocketAddr,
+    pub dns: Option<SocketAddr>,
+    pub dir: TempDir,
+    pub ca_pem: PathBuf,
+    pub events: PathBuf,
+    pub policy: PathBuf,
+    pub stderr: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for AirlockProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct ProxyOptions<'a> {
+    pub policy: &'a str,
+    pub upstream_ca: Option<&'a Path>,
+    pub resolve: Vec<String>,
+    pub env: Vec<(&'a str, &'a str)>,
+    pub dns: bool,
+}
+
+impl<'a> ProxyOptions<'a> {
+    pub fn new(policy: &'a str) -> Self {
+        Self {
+            policy,
+            upstream_ca: None,
+            resolve: Vec::new(),
+            env: Vec::new(),
+            dns: false,
+        }
+    }
+}
+
+impl AirlockProxy {
+    pub fn start(opts: ProxyOptions<'_>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_dir = dir.path().join("ca");
+        let out = Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(&ca_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ca init: {out:?}");
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, opts.policy).unwrap();
+        let events = dir.path().join("events.jsonl");
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy)
+            .arg("--ca-dir")
+            .arg(&ca_dir)
+            .arg("--events")
+            .arg(&events)
+            .env("AIRLOCK_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(ca) = opts.upstream_ca {
+            cmd.arg("--upstream-ca").arg(ca);
+        }
+        for r in &opts.resolve {
+            cmd.arg("--resolve").arg(r);
+        }
+        if opts.dns {
+            cmd.args(["--dns-listen", "127.0.0.1:0"]);
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line.clone());
+                keep.lock().unwrap().push(line);
+            }
+        });
+        let mut addr = None;
+        let mut dns = None;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while addr.is_none() || (opts.dns && dns.is_none()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("airlock proxy did not start: {:?}", lines.lock()));
+            if let Some(rest) = line.strip_prefix("airlock: proxy listening on ") {
+                addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+            }
+            if let Some(rest) = line.strip_prefix("airlock: DNS on ") {
+                dns = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+            }
+        }
+        Self {
+            child,
+            addr: addr.unwrap(),
+            dns,
+            ca_pem: ca_dir.join("ca.pem"),
+            dir,
+            events,
+            policy,
+            stderr: lines,
+        }
+    }
+
+    pub fn proxy_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every event recorded so far.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// What a client run printed.
+#[derive(Debug)]
+pub struct ClientOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run curl through the proxy, trusting Airlock's CA. Appends `-w '\n%{http_code}'`.
+pub async fn curl(proxy: &AirlockProxy, args: &[&str]) -> (u16, String, ClientOutput) {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--proxy"])
+        .arg(proxy.proxy_url())
+        .arg("--cacert")
+        .arg(&proxy.ca_pem)
+        .args(args)
+        .args(["-w", "\n%{http_code}"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
+    let code = code.trim().parse().unwrap_or(0);
+    (
+        code,
+        body.to_owned(),
+        ClientOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: stdout.clone(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        },
+    )
+}
+
+/// Run a program (python3, node, ...) with a script on stdin-less argv.
+pub async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> ClientOutput {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    ClientOutput {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,527 @@
+//! End-to-end tests of `airlock proxy` with real clients (curl over HTTP/1.1
+//! and HTTP/2, python3, node, openssl, a WebSocket client) against real TLS
+//! servers on loopback.
+
+mod common;
+
+use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, run, untrusted_server_config};
+
+/// A proxy whose policy allows `api.test` and `other.test` on the upstream's port,
+/// both pinned to loopback, with `rules` added to the policy.
+struct Setup {
+    _pki: TestPki,
+    upstream: Upstream,
+    proxy: AirlockProxy,
+}
+
+impl Setup {
+    async fn new(policy: impl Fn(u16) -> String) -> Self {
+        Self::with_env(policy, &[]).await
+    }
+
+    async fn with_env(policy: impl Fn(u16) -> String, env: &[(&str, &str)]) -> Self {
+        let pki = TestPki::new();
+        let upstream = Upstream::start(Some(pki.server_config(&["api.test", "other.test"]))).await;
+        let text = policy(upstream.port());
+        let mut opts = ProxyOptions::new(&text);
+        opts.upstream_ca = Some(&pki.ca_pem);
+        opts.resolve = vec!["api.test:127.0.0.1".into(), "other.test:127.0.0.1".into()];
+        opts.env = env.to_vec();
+        opts.dns = true;
+        let proxy = AirlockProxy::start(opts);
+        Self {
+            _pki: pki,
+            upstream,
+            proxy,
+        }
+    }
+
+    fn url(&self, host: &str, path: &str) -> String {
+        format!("https://{host}:{}{path}", self.upstream.port())
+    }
+}
+
+fn read_only(port: u16) -> String {
+    format!(
+        r#"
+version = 1
+default = "deny"
+
+[[allow]]
+host = "api.test"
+port = {port}
+methods = ["GET", "HEAD"]
+paths = ["/echo", "/echo/**", "/sse", "/bytes/*"]
+"#
+    )
+}
+
+#[tokio::test]
+async fn allowed_request_over_http1_and_http2() {
+    let s = Setup::new(read_only).await;
+    let url = s.url("api.test", "/echo?x=1");
+    for version in ["--http1.1", "--http2"] {
+        let (code, body, out) = curl(&s.proxy, &[version, &url]).await;
+        assert_eq!(code, 200, "{version}: {out:?}");
+        let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(echo["method"], "GET");
+        assert!(
+            echo["uri"].as_str().unwrap().ends_with("/echo?x=1"),
+            "{echo}"
+        );
+    }
+    // The upstream negotiated HTTP/2 with the proxy either way.
+    let (_, body, _) = curl(&s.proxy, &["--http2", &url]).await;
+    let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["version"], "HTTP/2.0");
+    let events = s.proxy.events();
+    let allowed: Vec<_> = events
+        .iter()
+        .filter(|e| e["kind"] == "request" && e["verdict"] == "allow")
+        .collect();
+    assert_eq!(allowed.len(), 3, "{events:#?}");
+    assert!(
+        allowed[0]["rule"]
+            .as_str()
+            .unwrap()
+            .ends_with("policy.toml:5")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "response" && e["status"] == 200)
+    );
+}
+
+#[tokio::test]
+async fn denied_host_gets_a_403_naming_the_rule_to_add() {
+    let s = Setup::new(read_only).await;
+    let (code, body, out) = curl(&s.proxy, &["-i", &s.url("other.test", "/echo")]).await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(
+        body.to_lowercase().contains("x-airlock-decision: deny"),
+        "{body}"
+    );
+    assert!(body.contains("GET https://other.test:"), "{body}");
+    assert!(body.contains("[[allow]]\nhost = \"other.test\""), "{body}");
+    assert_eq!(
+        s.upstream.hits(),
+        0,
+        "a denied request reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn denied_method_and_path() {
+    let s = Setup::new(read_only).await;
+    let (code, body, _) = curl(
+        &s.proxy,
+        &["-X", "POST", "-d", "x", &s.url("api.test", "/echo")],
+    )
+    .await;
+    assert_eq!(code, 403);
+    assert!(body.contains("POST"), "{body}");
+    assert!(body.contains("methods = [\"POST\"]"), "{body}");
+    let (code, body, _) = curl(&s.proxy, &[&s.url("api.test", "/admin")]).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("paths = [\"/admin\"]"), "{body}");
+    // Path tricks do not get around the path rule.
+    for tricky in ["/echo/../admin", "/echo/%2e%2e/admin", "/echo%2fadmin"] {
+        let (code, _, out) = curl(&s.proxy, &["--path-as-is", &s.url("api.test", tricky)]).await;
+        assert_eq!(code, 403, "{tricky}: {out:?}");
+    }
+    assert_eq!(s.upstream.hits(), 0);
+}
+
+#[tokio::test]
+async fn deny_rule_overrides_allow() {
+    let s = Setup::new(|port| {
+        format!(
+            r#"
+version = 1
+[[allow]]
+host = "api.test"
+port = {port}
+
+[[deny]]
+host = "api.test"
+methods = ["DELETE"]
+"#
+        )
+    })
+    .await;
+    let (code, _, _) = curl(&s.proxy, &["-X", "PUT", &s.url("api.test", "/echo")]).await;
+    assert_eq!(code, 200);
+    let (code, body, _) = curl(&s.proxy, &["-X", "DELETE", &s.url("api.test", "/echo")]).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("[[deny]] rule at"), "{body}");
+    assert!(body.contains("policy.toml:7"), "{body}");
+    assert_eq!(s.upstream.hits(), 1);
+}
+
+#[tokio::test]
+async fn body_constraints_and_quota() {
+    let s = Setup::new(|port| {
+        format!(
+            r#"
+version = 1
+[[allow]]
+host = "api.test"
+port = {port}
+methods = ["POST"]
+paths = ["/echo/charges"]
+max_requests = 2
+[allow.body]
+amount = {{ max = 100 }}
+currency = {{ one_of = ["usd", "eur"] }}
+"#
+        )
+    })
+    .await;
+    let url = s.url("api.test", "/echo/charges");
+    let post = |body: &'static str| {
+        let url = url.clone();
+        let proxy = &s.proxy;
+        async move {
+            curl(
+                proxy,
+                &["-H", "content-type: application/json", "--data", body, &url],
+            )
+            .await
+        }
+    };
+    let (code, body, _) = post(r#"{"amount": 500, "currency": "usd"}"#).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("amount"), "{body}");
+    let (code, body, _) = post(r#"{"amount": 50, "currency": "gbp"}"#).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("currency"), "{body}");
+    let (code, body, _) = post(r#"{"amount": 50, "currency": "usd"}"#).await;
+    assert_eq!(code, 200, "{body}");
+    let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["body"], r#"{"amount": 50, "currency": "usd"}"#);
+    let (code, _, _) = post(r#"{"amount": 1, "currency": "eur"}"#).await;
+    assert_eq!(code, 200);
+    let (code, body, _) = post(r#"{"amount": 1, "currency": "eur"}"#).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("max_requests"), "{body}");
+    assert_eq!(s.upstream.hits(), 2);
+}
+
+const SECRET: &str = "sk-live-0123456789abcdef";
+
+fn with_credential(port: u16) -> String {
+    format!(
+        r#"
+version = 1
+[[allow]]
+hosts = ["api.test", "other.test"]
+port = {port}
+
+[[credential]]
+name = "test"
+hosts = ["api.test"]
+header = "Authorization"
+value = "Bearer ${{env:TEST_TOKEN}}"
+placeholder = "TEST_TOKEN"
+"#
+    )
+}
+
+#[tokio::test]
+async fn credential_is_injected_and_scrubbed_from_the_echo() {
+    let s = Setup::with_env(with_credential, &[("TEST_TOKEN", SECRET)]).await;
+    // The client sends its own Authorization; Airlock replaces it.
+    let (code, body, out) = curl(
+        &s.proxy,
+        &[
+            "-i",
+            "-H",
+            "Authorization: Bearer forged",
+            &s.url("api.test", "/echo"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 200, "{out:?}");
+    assert_eq!(
+        s.upstream.last_header("authorization").as_deref(),
+        Some(format!("Bearer {SECRET}").as_str()),
+        "the upstream must receive the real secret"
+    );
+    assert!(
+        !body.contains(SECRET),
+        "secret echoed to the client: {body}"
+    );
+    assert!(body.contains("[secret:test]"), "{body}");
+    assert!(!body.contains("forged"), "{body}");
+    // Nowhere in the record either.
+    let events = std::fs::read_to_string(&s.proxy.events).unwrap();
+    assert!(!events.contains(SECRET));
+    assert!(events.contains("[secret:test]"));
+    assert!(!s.proxy.stderr.lock().unwrap().join("\n").contains(SECRET));
+}
+
+#[tokio::test]
+async fn placeholder_is_swapped_only_for_its_hosts() {
+    let s = Setup::with_env(with_credential, &[("TEST_TOKEN", SECRET)]).await;
+    let dummy = s
+        .proxy
+        .stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|l| l.strip_prefix("airlock: placeholder TEST_TOKEN="))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("the proxy announces the placeholder");
+    let header = format!("X-Api-Key: {dummy}");
+    let (code, _, _) = curl(&s.proxy, &["-H", &header, &s.url("api.test", "/echo")]).await;
+    assert_eq!(code, 200);
+    assert_eq!(s.upstream.last_header("x-api-key").as_deref(), Some(SECRET));
+    let (code, body, _) = curl(&s.proxy, &["-H", &header, &s.url("other.test", "/echo")]).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        s.upstream.last_header("x-api-key").as_deref(),
+        Some(dummy.as_str())
+    );
+    assert_eq!(s.upstream.last_header("authorization"), None);
+    assert!(!body.contains(SECRET));
+}
+
+#[tokio::test]
+async fn domain_fronting_is_refused() {
+    let s = Setup::new(read_only).await;
+    // Host header naming another host than the tunnel.
+    let host = format!("Host: other.test:{}", s.upstream.port());
+    let (code, body, _) = curl(&s.proxy, &["-H", &host, &s.url("api.test", "/echo")]).await;
+    assert_eq!(code, 403);
+    assert!(body.contains("domain fronting"), "{body}");
+    // SNI naming another host than the tunnel: the handshake is refused.
+    let out = run(
+        "openssl",
+        &[
+            "s_client",
+            "-proxy",
+            &s.proxy.addr.to_string(),
+            "-connect",
+            &format!("api.test:{}", s.upstream.port()),
+            "-servername",
+            "other.test",
+            "-CAfile",
+            s.proxy.ca_pem.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_ne!(out.status, 0, "{out:?}");
+    assert_eq!(s.upstream.hits(), 0);
+}
+
+#[tokio::test]
+async fn invalid_upstream_certificate_is_refused() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(untrusted_server_config(&["api.test"]))).await;
+    let policy = read_only(upstream.port());
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(opts);
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    let (code, body, _) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 502);
+    assert!(body.contains("certificate"), "{body}");
+    assert_eq!(upstream.hits(), 0);
+}
+
+#[tokio::test]
+async fn dns_answers_allowed_names_and_nxdomain_for_the_rest() {
+    let s = Setup::new(read_only).await;
+    let dns = s.proxy.dns.unwrap();
+    let script = r#"
+import socket, struct, sys
+def query(name, port):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.sendto(q, ("127.0.0.1", port))
+    r = s.recv(512)
+    rcode = r[3] & 0xF
+    ancount = struct.unpack(">H", r[6:8])[0]
+    ip = ".".join(str(b) for b in r[-4:]) if ancount else "-"
+    return rcode, ancount, ip
+port = int(sys.argv[1])
+for name in sys.argv[2:]:
+    print(name, *query(name, port))
+"#;
+    let out = run(
+        "python3",
+        &[
+            "-c",
+            script,
+            &dns.port().to_string(),
+            "api.test",
+            "exfil-c2VjcmV0.unlisted.test",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("api.test 0 1 198.1"), "{lines:?}");
+    assert_eq!(lines[1], "exfil-c2VjcmV0.unlisted.test 3 0 -");
+    let events = s.proxy.events();
+    assert!(events.iter().any(|e| e["kind"] == "dns"
+        && e["name"] == "exfil-c2VjcmV0.unlisted.test"
+        && e["verdict"] == "deny"));
+}
+
+#[tokio::test]
+async fn server_sent_events_arrive_as_they_are_sent() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let s = Setup::new(read_only).await;
+    let mut child = tokio::process::Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "20", "--proxy"])
+        .arg(s.proxy.proxy_url())
+        .arg("--cacert")
+        .arg(&s.proxy.ca_pem)
+        .arg(s.url("api.test", "/sse"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the first event must arrive before the upstream sends the second")
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("data: first"));
+    s.upstream.release_sse();
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push(line);
+    }
+    assert!(rest.contains(&"data: second".to_owned()), "{rest:?}");
+    let _ = child.wait().await;
+}
+
+#[tokio::test]
+async fn websocket_echo_through_the_proxy() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let s = Setup::new(|port| {
+        format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\npaths = [\"/ws\"]\n")
+    })
+    .await;
+    let authority = format!("api.test:{}", s.upstream.port());
+    let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr).await.unwrap();
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&s.proxy.ca_pem).unwrap();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("api.test".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut ws, response) = tokio_tungstenite::client_async(format!("wss://{authority}/ws"), tls)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 101);
+    for text in ["hello", "through the airlock"] {
+        ws.send(Message::text(text)).await.unwrap();
+        let echoed = ws.next().await.unwrap().unwrap();
+        assert_eq!(echoed.into_text().unwrap().as_str(), text);
+    }
+}
+
+#[tokio::test]
+async fn python_and_node_clients() {
+    let s = Setup::new(read_only).await;
+    let proxy = s.proxy.proxy_url();
+    let ca = s.proxy.ca_pem.to_str().unwrap().to_owned();
+    let python = r#"
+import sys, urllib.request, urllib.error, ssl
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+opener = urllib.request.build_opener(
+    urllib.request.ProxyHandler({"https": sys.argv[1]}),
+    urllib.request.HTTPSHandler(context=ctx))
+for url in sys.argv[3:]:
+    try:
+        r = opener.open(url, timeout=20)
+        print(r.status, r.read().decode()[:40].replace("\n", " "))
+    except urllib.error.HTTPError as e:
+        print(e.code, e.headers.get("x-airlock-decision"), e.read().decode().splitlines()[0])
+"#;
+    let allowed = s.url("api.test", "/echo");
+    let denied = s.url("other.test", "/echo");
+    let out = run(
+        "python3",
+        &["-c", python, &proxy, &ca, &allowed, &denied],
+        &[],
+    )
+    .await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.len() == 2 && lines[0].starts_with("200 {"), "{out:?}");
+    assert_eq!(
+        lines[1], "403 deny Airlock refused this request.",
+        "{out:?}"
+    );
+
+    let node = r#"
+const http = require('http'), tls = require('tls'), fs = require('fs');
+const [proxy, ca, ...urls] = process.argv.slice(1);
+const p = new URL(proxy);
+async function get(url) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({host: p.hostname, port: p.port, method: 'CONNECT', path: `${u.hostname}:${u.port}`});
+    req.on('connect', (res, socket) => {
+      const https = require('https');
+      const r = https.get({host: u.hostname, port: u.port, path: u.pathname,
+        createConnection: () => tls.connect({socket, servername: u.hostname, ca: fs.readFileSync(ca)})},
+        (resp) => { let b = ''; resp.on('data', d => b += d); resp.on('end', () => resolve(`${resp.statusCode} ${resp.headers['x-airlock-decision'] || '-'}`)); });
+      r.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+(async () => { for (const u of urls) console.log(await get(u)); })().catch(e => { console.error(e); process.exit(1); });
+"#;
+    let out = run("node", &["-e", node, &proxy, &ca, &allowed, &denied], &[]).await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines, vec!["200 -", "403 deny"], "{out:?}");
+}
+
+#[tokio::test]
+async fn private_upstream_addresses_need_an_explicit_pin() {
+    // Even with default allow, a loopback address (the host's own services)
+    // is refused unless pinned with --resolve or named by a rule.
+    let upstream = Upstream::start(None).await;
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n[[allow]]\nhost = \"api.test\"\nport = {}\n",
+        upstream.port()
+    );
+    let proxy = AirlockProxy::start(ProxyOptions::new(&policy));
+    let url = format!("http://127.0.0.1:{}/echo", upstream.port());
+    let (code, body, _) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("non-public"), "{body}");
+    assert_eq!(upstream.hits(), 0);
+}
