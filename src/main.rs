@@ -3,6 +3,9 @@
 
 #![forbid(unsafe_code)]
 
+mod audit;
+mod audit_cli;
+mod audit_sink;
 mod certs;
 mod commands;
 mod paths;
@@ -38,6 +41,8 @@ enum Command {
     /// Check, test and describe policy files.
     #[command(subcommand)]
     Policy(commands::policy::PolicyCommand),
+    /// Read back, export, restore and verify recorded sessions.
+    Audit(audit_cli::AuditArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Ca(cmd) => commands::ca::run(cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
+        Command::Audit(args) => audit_cli::run(args),
     };
     match result {
         Ok(code) => code,

@@ -525,3 +525,57 @@ async fn private_upstream_addresses_need_an_explicit_pin() {
     assert!(body.contains("non-public"), "{body}");
     assert_eq!(upstream.hits(), 0);
 }
+
+#[tokio::test]
+async fn grpc_trailers_pass_through_over_http2() {
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Setup::new(|port| {
+        format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"POST\"]\npaths = [\"/grpc\"]\n")
+    })
+    .await;
+    let authority = format!("api.test:{}", s.upstream.port());
+    let mut tcp = tokio::net::TcpStream::connect(s.proxy.addr).await.unwrap();
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&s.proxy.ca_pem).unwrap();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("api.test".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::post(format!("https://{authority}/grpc"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"\0\0\0\0\x02yo")))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-saw-te"], "trailers");
+    let collected = response.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().expect("trailers must reach the client");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(&collected.to_bytes()[..], b"\0\0\0\0\x02hi");
+}

@@ -50,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     pause();
     rec.record(AuditEvent::Http {
+        exchange: None,
         exec_id: Some(ExecId::new("2:1")),
         method: "GET".into(),
         url: "https://api.github.com/repos/x/y?per_page=5".into(),
@@ -83,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         content_over_cap: false,
     })?;
     rec.record(AuditEvent::Http {
+        exchange: None,
         exec_id: Some(ExecId::new("2:1")),
         method: "POST".into(),
         url: "https://paste.example.net/upload".into(),

@@ -41,6 +41,7 @@ fn event(i: u64) -> AuditEvent {
             rule: Some("policy.toml:12".into()),
         },
         2 => AuditEvent::Tcp {
+            connection: None,
             exec_id,
             dst: "151.101.0.223:443".into(),
             host: Some("pypi.org".into()),
@@ -52,6 +53,7 @@ fn event(i: u64) -> AuditEvent {
             duration_ms: Some(42.0),
         },
         3 => AuditEvent::Http {
+            exchange: None,
             exec_id,
             method: "GET".into(),
             url: format!("https://pypi.org/simple/package-{}/", i % 1000),

@@ -87,6 +87,10 @@ pub enum AuditEvent {
     Tcp {
         #[serde(default)]
         exec_id: Option<ExecId>,
+        /// Links the record made when the connection was decided to the one
+        /// made when it closed (with byte counts); readers show the latest.
+        #[serde(default)]
+        connection: Option<u64>,
         /// Destination address as "ip:port".
         dst: String,
         #[serde(default)]
@@ -105,6 +109,12 @@ pub enum AuditEvent {
     Http {
         #[serde(default)]
         exec_id: Option<ExecId>,
+        /// Links the records of one exchange: the proxy records the decision
+        /// before forwarding (so nothing goes out unrecorded, even if airlock
+        /// dies mid-request) and the completed exchange when the response
+        /// ends. Readers show the latest record of each exchange.
+        #[serde(default)]
+        exchange: Option<u64>,
         method: String,
         url: String,
         http_version: String,
@@ -337,6 +347,34 @@ pub struct StoredEvent {
     pub kind: EventKind,
     pub exec_id: Option<ExecId>,
     pub event: AuditEvent,
+}
+
+/// The events with each HTTP exchange and TCP connection reduced to its
+/// latest record (see `AuditEvent::Http::exchange`), in order. Verification uses the raw events.
+pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
+    // Exchanges and connections are numbered apart, so key by kind too.
+    let exchange = |ev: &StoredEvent| match &ev.event {
+        AuditEvent::Http {
+            exchange: Some(id), ..
+        } => Some((EventKind::Http, *id)),
+        AuditEvent::Tcp {
+            connection: Some(id),
+            ..
+        } => Some((EventKind::Tcp, *id)),
+        _ => None,
+    };
+    let mut last = std::collections::HashMap::new();
+    for (i, ev) in events.iter().enumerate() {
+        if let Some(id) = exchange(ev) {
+            last.insert(id, i);
+        }
+    }
+    events
+        .iter()
+        .enumerate()
+        .filter(|(i, ev)| exchange(ev).is_none_or(|id| last.get(&id) == Some(i)))
+        .map(|(_, ev)| ev.clone())
+        .collect()
 }
 
 /// One row of `airlock audit sessions`.

@@ -32,6 +32,7 @@ mod verify;
 
 pub use error::AuditError;
 pub use event::{
+    collapse_exchanges,
     AuditEvent, EventKind, FileOp, OutputStream, SessionEnd, SessionInfo, SessionMode,
     SessionSummary, StoredEvent,
 };

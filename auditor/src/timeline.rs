@@ -198,6 +198,7 @@ pub fn render_text(
     events: &[StoredEvent],
     kinds: Option<&[EventKind]>,
 ) -> String {
+    let events = &crate::collapse_exchanges(events)[..];
     let mut out = String::new();
     out.push_str(&format!(
         "session {}  started {} UTC  command: {}\n",
@@ -247,6 +248,7 @@ pub fn render_json(
     events: &[StoredEvent],
     kinds: Option<&[EventKind]>,
 ) -> serde_json::Value {
+    let events = &crate::collapse_exchanges(events)[..];
     let depth = depths(events);
     let items: Vec<serde_json::Value> = events
         .iter()

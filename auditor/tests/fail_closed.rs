@@ -45,6 +45,7 @@ impl Drop for Mount {
 
 fn big_http(i: usize) -> AuditEvent {
     AuditEvent::Http {
+        exchange: None,
         exec_id: None,
         method: "POST".into(),
         url: format!("https://api.example.com/upload/{i}"),

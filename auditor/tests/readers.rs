@@ -14,6 +14,7 @@ use common::*;
 
 fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEvent {
     AuditEvent::Http {
+        exchange: None,
         exec_id: Some(ExecId::new("e2")),
         method: "POST".into(),
         url: url.into(),
@@ -111,6 +112,7 @@ fn session(store: &AuditStore) -> SessionId {
         },
         dns("api.example.com"),
         AuditEvent::Tcp {
+            connection: None,
             exec_id: Some(ExecId::new("e2")),
             dst: "93.184.216.34:443".into(),
             host: Some("api.example.com".into()),

@@ -31,6 +31,7 @@ fn registered_secret_never_appears_in_the_database_bytes() {
     }
     rec.record(ex).unwrap();
     rec.record(AuditEvent::Http {
+        exchange: None,
         exec_id: Some(ExecId::new("e1")),
         method: "GET".into(),
         url: format!("https://api.github.com/user?access_token={SECRET}"),

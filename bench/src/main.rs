@@ -1,1 +1,74 @@
-fn main() {}
+//! `airlock-bench`: the load generator and helpers behind `bench/run`.
+//!
+//! The same client code measures every contender (direct, airlock explicit
+//! proxy, and later others), so differences in the figures come from what sits
+//! between the client and nginx, never from the client.
+
+#![forbid(unsafe_code)]
+
+mod cases;
+mod connect;
+mod machine;
+mod pki;
+mod report;
+mod rss;
+mod stats;
+mod tls;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "airlock-bench", about = "Benchmark harness for the airlock proxy (see bench/run)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a test CA and a server certificate for the given names into DIR
+    /// (ca.pem, server.pem, server-key.pem).
+    Pki {
+        dir: PathBuf,
+        /// DNS names on the server certificate.
+        #[arg(long = "name", default_value = "bench.test")]
+        names: Vec<String>,
+    },
+    /// Run one benchmark case once and print one JSON sample on stdout.
+    Load(cases::LoadArgs),
+    /// Print one JSON sample with VmRSS and VmHWM of a process (from /proc/PID/status).
+    Rss {
+        pid: u32,
+        /// Contender the process belongs to (e.g. airlock-explicit).
+        #[arg(long)]
+        contender: String,
+        /// When the reading was taken (e.g. idle, after-all-cases).
+        #[arg(long)]
+        phase: String,
+    },
+    /// Print a free TCP port on 127.0.0.1 (bound then released).
+    FreePort,
+    /// Aggregate raw samples (JSON lines) into the Markdown and JSON results.
+    Report(report::ReportArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pki { dir, names } => pki::write(&dir, &names),
+        Command::Load(args) => cases::run(args),
+        Command::Rss {
+            pid,
+            contender,
+            phase,
+        } => rss::print_sample(pid, &contender, &phase),
+        Command::FreePort => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            println!("{}", listener.local_addr()?.port());
+            Ok(())
+        }
+        Command::Report(args) => report::run(args),
+    }
+}

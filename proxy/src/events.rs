@@ -149,6 +149,8 @@ pub enum Event {
         reason: Option<String>,
         /// Names of credentials injected into this request.
         credentials: Vec<String>,
+        /// The status Airlock answered with itself (refusals); None when forwarded.
+        refused_status: Option<u16>,
     },
     Response {
         ts: TimestampUs,

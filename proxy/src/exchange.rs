@@ -181,6 +181,7 @@ pub async fn handle(
         rule: rule_text,
         reason,
         credentials: injected.names.clone(),
+        refused_status: None,
     };
     if let Err(e) = engine.record(request_event).await {
         let req = Request::from_parts(parts, ());
@@ -424,6 +425,7 @@ fn refuse<B>(
         rule: refusal.rule().map(ToString::to_string),
         reason: Some(refusal.reason()),
         credentials: Vec::new(),
+        refused_status: Some(refusal.status().as_u16()),
     });
     tracing::info!(client = %conn.client, front = ?conn.front, method, url, reason = %refusal.reason(), "denied");
     refusal.response(method, url, rules.policy.source_name(), suggestion)

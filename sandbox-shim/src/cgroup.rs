@@ -41,7 +41,10 @@ struct Mounts {
 
 fn mounts() -> Mounts {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut m = Mounts { v1: Vec::new(), v2: None };
+    let mut m = Mounts {
+        v1: Vec::new(),
+        v2: None,
+    };
     for line in info.lines() {
         let Some((pre, post)) = line.split_once(" - ") else {
             continue;
@@ -94,13 +97,23 @@ fn write(path: &Path, value: &str) -> Result<(), ShimError> {
     })
 }
 
-/// Remove sandbox cgroups left behind by crashed runs (rmdir fails on busy ones).
+/// Remove sandbox cgroups left behind by crashed runs. Directory names start
+/// with the owning airlock's pid; only those whose owner is gone are touched
+/// (a live airlock may have created one that nothing has joined yet), and
+/// rmdir refuses non-empty cgroups anyway.
 fn reap_stale(parent: &Path) {
-    if let Ok(entries) = fs::read_dir(parent) {
-        for e in entries.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                let _ = fs::remove_dir(e.path());
-            }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let owner = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok());
+        let owner_alive = owner.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) && !owner_alive {
+            let _ = fs::remove_dir(e.path());
         }
     }
 }

@@ -136,7 +136,12 @@ fn init(plan: &Plan, chan: &OwnedFd) -> ! {
         Ok(Forked::Child) => command(plan),
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
-            let _ = channel::send(chan, channel::ERROR, format!("fork command: {e}").as_bytes(), &[]);
+            let _ = channel::send(
+                chan,
+                channel::ERROR,
+                format!("fork command: {e}").as_bytes(),
+                &[],
+            );
             sys::exit_now(125);
         }
     };

@@ -14,7 +14,9 @@ pub enum ShimError {
     InvalidSpec(String),
     #[error("{path}: {reason}: check that the path exists and is accessible")]
     Path { path: String, reason: String },
-    #[error("cgroup setup failed at {path}: {reason}: run as root with cgroup v1 controllers or a delegated cgroup v2 subtree, or drop --memory/--pids/--cpus")]
+    #[error(
+        "cgroup setup failed at {path}: {reason}: run as root with cgroup v1 controllers or a delegated cgroup v2 subtree, or drop --memory/--pids/--cpus"
+    )]
     Cgroup { path: String, reason: String },
     #[error("sandbox setup failed: {0}")]
     Setup(String),

@@ -97,7 +97,8 @@ fn unescape(field: &str) -> PathBuf {
 }
 
 fn mount_points() -> Result<Vec<PathBuf>> {
-    let info = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
+    let info =
+        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
     Ok(info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
@@ -224,7 +225,13 @@ fn setup_proc() -> Result<()> {
         NONE,
     )
     .map_err(|e| ctx("mount proc on", Path::new("/proc"), e))?;
-    for p in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"] {
+    for p in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
         let p = Path::new(p);
         if p.exists() {
             bind(p, p, true)?;
@@ -269,12 +276,19 @@ pub fn setup(plan: &Plan) -> Result<()> {
 
     let run = Path::new("/run");
     mkdir_p(run).ok();
-    mount_tmpfs(run, MsFlags::MS_NOSUID | MsFlags::MS_NODEV, "mode=0755,size=16m")?;
+    mount_tmpfs(
+        run,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        "mode=0755,size=16m",
+    )?;
     let airlock_run = run.join("airlock");
     mkdir_p(&airlock_run)?;
     let resolv = airlock_run.join("resolv.conf");
     let dns_ip = DNS_ADDR.split(':').next().unwrap_or("127.0.0.53");
-    write_file(&resolv, format!("nameserver {dns_ip}\noptions edns0\n").as_bytes())?;
+    write_file(
+        &resolv,
+        format!("nameserver {dns_ip}\noptions edns0\n").as_bytes(),
+    )?;
 
     mount_tmpfs(
         Path::new("/tmp"),
@@ -326,10 +340,7 @@ pub fn setup(plan: &Plan) -> Result<()> {
     // forced hides (CA key dirs, --hide) win over any grant.
     for h in &plan.hides {
         let inside_grant = plan.grants.iter().any(|g| h.path.starts_with(&g.path));
-        let granted = plan
-            .grants
-            .iter()
-            .any(|g| g.path.starts_with(&h.path));
+        let granted = plan.grants.iter().any(|g| g.path.starts_with(&h.path));
         if inside_grant && (h.forced || !granted) && h.path.exists() {
             cover(&h.path)?;
             if h.path.is_dir() {

@@ -66,7 +66,7 @@ impl Outcome {
 pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (size, unit) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
     }
@@ -90,7 +90,10 @@ mod tests {
     #[test]
     fn exit_codes_follow_shell_conventions() {
         assert_eq!(outcome(ExitKind::Exited(3), false, false).exit_code(), 3);
-        assert_eq!(outcome(ExitKind::Signaled(15), false, false).exit_code(), 143);
+        assert_eq!(
+            outcome(ExitKind::Signaled(15), false, false).exit_code(),
+            143
+        );
         assert_eq!(outcome(ExitKind::Signaled(9), true, false).exit_code(), 124);
         let oom = outcome(ExitKind::Signaled(9), false, true);
         assert_eq!(oom.exit_code(), 137);

@@ -136,6 +136,11 @@ impl Plan {
             )));
         }
         let workspace = canonical(&spec.workspace)?;
+        if workspace == Path::new("/") {
+            return Err(ShimError::InvalidSpec(
+                "the workspace is / (that would make the whole system writable): pass a project directory".into(),
+            ));
+        }
         if !workspace.is_dir() {
             return Err(ShimError::Path {
                 path: workspace.display().to_string(),
@@ -225,7 +230,10 @@ impl Plan {
                 true
             }
         });
-        if hides.iter().any(|h| h.forced && workspace.starts_with(&h.path)) {
+        if hides
+            .iter()
+            .any(|h| h.forced && workspace.starts_with(&h.path))
+        {
             return Err(ShimError::InvalidSpec(format!(
                 "workspace {} lies inside a path that must stay hidden: choose another workspace",
                 workspace.display()
@@ -238,6 +246,18 @@ impl Plan {
                 None => Identity::Root,
             }
         } else {
+            let (uid, gid) = (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            );
+            if let Some(u) = spec.user
+                && (u.uid, u.gid) != (uid, gid)
+            {
+                return Err(ShimError::InvalidSpec(format!(
+                    "--user {}:{} needs root: run airlock as root or drop --user",
+                    u.uid, u.gid
+                )));
+            }
             Identity::Unprivileged {
                 uid: nix::unistd::geteuid().as_raw(),
                 gid: nix::unistd::getegid().as_raw(),

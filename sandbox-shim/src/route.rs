@@ -3,7 +3,9 @@
 //! it the kernel picks no source for non-loopback destinations (127.0.0.1 has
 //! host scope) and replies from the proxy would go to 0.0.0.0.
 
-use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, send, socket};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, send, socket,
+};
 
 const RTM_NEWROUTE: u16 = 24;
 const NLMSG_ERROR: u16 = 2;
@@ -23,7 +25,7 @@ fn attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     buf.extend_from_slice(&(len as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
     buf.extend_from_slice(payload);
-    while buf.len() % 4 != 0 {
+    while !buf.len().is_multiple_of(4) {
         buf.push(0);
     }
 }
@@ -93,6 +95,9 @@ mod tests {
     fn request_is_well_formed() {
         let msg = super::request(1);
         assert_eq!(msg.len() % 4, 0);
-        assert_eq!(u32::from_ne_bytes(msg[..4].try_into().unwrap()) as usize, msg.len());
+        assert_eq!(
+            u32::from_ne_bytes(msg[..4].try_into().unwrap()) as usize,
+            msg.len()
+        );
     }
 }

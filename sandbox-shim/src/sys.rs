@@ -185,7 +185,13 @@ pub fn reset_signals() {
 /// Ignore terminal-generated signals in the shim's helper processes: Ctrl-C
 /// belongs to the command (it is in the same foreground process group).
 pub fn ignore_terminal_signals() {
-    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+    ] {
         // SAFETY: installing SIG_IGN is always sound.
         unsafe { libc::signal(sig, libc::SIG_IGN) };
     }

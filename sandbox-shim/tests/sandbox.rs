@@ -38,7 +38,10 @@ fn exit_code_propagates_and_env_is_exactly_the_given_one() {
     assert_eq!(out.status, ExitKind::Exited(7));
     assert_eq!(out.exit_code(), 7);
     assert!(!out.timed_out && !out.oom_killed && out.message().is_none());
-    let mut env: Vec<String> = read(ws.path(), "env.txt").lines().map(String::from).collect();
+    let mut env: Vec<String> = read(ws.path(), "env.txt")
+        .lines()
+        .map(String::from)
+        .collect();
     env.sort();
     assert_eq!(
         env,
@@ -86,8 +89,14 @@ fn filesystem_is_read_only_except_workspace_and_private_tmp() {
     std::fs::remove_file(&marker).ok();
     assert_eq!(out.exit_code(), 0);
     assert_eq!(read(ws.path(), "r"), "ws\ndata\ndevnull\n4\nairlock\n");
-    assert!(ws.path().join("ws-ok").exists(), "workspace writes reach the host");
-    assert!(!std::path::Path::new("/tmp/t").exists(), "sandbox /tmp is private");
+    assert!(
+        ws.path().join("ws-ok").exists(),
+        "workspace writes reach the host"
+    );
+    assert!(
+        !std::path::Path::new("/tmp/t").exists(),
+        "sandbox /tmp is private"
+    );
 }
 
 #[test]
@@ -193,7 +202,10 @@ for addr in [("203.0.113.7", 443), ("127.0.0.1", 9), ("127.0.0.1", {host_port})]
         for _ in 0..3 {
             let (mut c, peer) = net.transparent.accept().unwrap();
             let dst = original_dst(&c);
-            eprintln!("accepted {peer} -> {dst}");
+            assert!(
+                peer.ip().is_loopback(),
+                "replies need a routable source: {peer}"
+            );
             let mut buf = [0u8; 5];
             c.read_exact(&mut buf).unwrap();
             c.write_all(format!("via-proxy {dst}").as_bytes()).unwrap();
@@ -215,9 +227,14 @@ for addr in [("203.0.113.7", 443), ("127.0.0.1", 9), ("127.0.0.1", {host_port})]
     );
     assert_eq!(
         read(ws.path(), "r"),
-        format!("via-proxy 203.0.113.7:443\nvia-proxy 127.0.0.1:9\nvia-proxy 127.0.0.1:{host_port}\n")
+        format!(
+            "via-proxy 203.0.113.7:443\nvia-proxy 127.0.0.1:9\nvia-proxy 127.0.0.1:{host_port}\n"
+        )
     );
-    assert!(host.accept().is_err(), "host loopback service was reached directly");
+    assert!(
+        host.accept().is_err(),
+        "host loopback service was reached directly"
+    );
 }
 
 #[test]
@@ -292,7 +309,10 @@ except OSError:
 #[test]
 fn timeout_kills_the_whole_tree_with_124() {
     let ws = workspace();
-    let mut s = spec(ws.path(), "sleep 1000.111 & sleep 1000.111 & sleep 1000.111; echo never > r");
+    let mut s = spec(
+        ws.path(),
+        "sleep 1000.111 & sleep 1000.111 & sleep 1000.111; echo never > r",
+    );
     s.limits.timeout = Some(Duration::from_millis(500));
     let start = Instant::now();
     let out = run(s);
@@ -302,7 +322,11 @@ fn timeout_kills_the_whole_tree_with_124() {
     assert!(out.message().unwrap().contains("time limit"));
     assert!(!ws.path().join("r").exists());
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(processes_with_arg("1000.111"), 0, "sleepers survived the timeout");
+    assert_eq!(
+        processes_with_arg("1000.111"),
+        0,
+        "sleepers survived the timeout"
+    );
 }
 
 fn processes_with_arg(needle: &str) -> usize {
@@ -321,7 +345,11 @@ fn processes_with_arg(needle: &str) -> usize {
 fn memory_bomb_is_killed_and_reported() {
     let ws = workspace();
     let mut s = spec(ws.path(), "head -c 2000m /dev/zero | tail > /dev/null");
-    s.command = vec![os(PY), os("-c"), os("x = []\nwhile True: x.append(bytearray(1 << 20))")];
+    s.command = vec![
+        os(PY),
+        os("-c"),
+        os("x = []\nwhile True: x.append(bytearray(1 << 20))"),
+    ];
     s.limits.memory_bytes = Some(64 << 20);
     let mut sb = Sandbox::spawn(s).unwrap();
     let cgroups = sb.cgroup_paths();
@@ -363,7 +391,10 @@ open("r", "w").write(str(n))
     assert_eq!(out.exit_code(), 0);
     let forked: u32 = read(ws.path(), "r").parse().unwrap();
     assert!(forked < 20, "forked {forked} children with --pids 20");
-    assert!(start.elapsed() < Duration::from_secs(15), "children died with the command");
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "children died with the command"
+    );
 }
 
 #[test]
@@ -375,7 +406,10 @@ fn cpus_throttle() {
     s.limits.cpus = Some(0.2);
     assert_eq!(run(s).exit_code(), 0);
     let cpu: f64 = read(ws.path(), "r").parse().unwrap();
-    assert!(cpu < 0.5, "busy loop used {cpu}s CPU in 1s wall with --cpus 0.2");
+    assert!(
+        cpu < 0.5,
+        "busy loop used {cpu}s CPU in 1s wall with --cpus 0.2"
+    );
 }
 
 #[test]
@@ -407,6 +441,9 @@ fn bad_specs_fail_with_actionable_errors() {
     assert!(matches!(err, ShimError::Path { .. }), "{err}");
     assert!(err.to_string().contains("/nonexistent/airlock"));
     let mut s = spec(ws.path(), "true");
+    s.workspace = "/".into();
+    assert!(matches!(Sandbox::spawn(s), Err(ShimError::InvalidSpec(_))));
+    let mut s = spec(ws.path(), "true");
     s.command.clear();
     assert!(matches!(Sandbox::spawn(s), Err(ShimError::InvalidSpec(_))));
 }
@@ -415,10 +452,19 @@ fn bad_specs_fail_with_actionable_errors() {
 fn user_switch_when_root() {
     let ws = workspace();
     std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut s = spec(ws.path(), "id -u > r; id -g >> r; grep CapEff /proc/self/status >> r");
-    s.user = Some(airlock_shim::UserSpec { uid: 4242, gid: 4343 });
+    let mut s = spec(
+        ws.path(),
+        "id -u > r; id -g >> r; grep CapEff /proc/self/status >> r",
+    );
+    s.user = Some(airlock_shim::UserSpec {
+        uid: 4242,
+        gid: 4343,
+    });
     assert_eq!(run(s).exit_code(), 0);
-    assert_eq!(read(ws.path(), "r"), "4242\n4343\nCapEff:\t0000000000000000\n");
+    assert_eq!(
+        read(ws.path(), "r"),
+        "4242\n4343\nCapEff:\t0000000000000000\n"
+    );
 }
 
 #[test]

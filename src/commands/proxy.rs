@@ -12,6 +12,10 @@ use anyhow::Context;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::signal::unix::{SignalKind, signal};
 
+use airlock_auditor::{SessionEnd, SessionMode};
+
+use crate::audit::WithNote;
+use crate::audit_sink::{AuditSink, Tee};
 use crate::{certs, one_line, policy_file, secrets};
 
 #[derive(clap::Args)]
@@ -40,6 +44,12 @@ pub struct ProxyArgs {
     /// Where to write decision events as JSON lines ("-" for stdout).
     #[arg(long, value_name = "FILE", default_value = "-")]
     events: String,
+    /// Also record the session into this audit database (see `airlock audit`).
+    #[arg(long, value_name = "FILE")]
+    audit_db: Option<PathBuf>,
+    /// The audit signing key [default: ~/.local/share/airlock/audit.key, created on first use].
+    #[arg(long, value_name = "FILE")]
+    audit_key: Option<PathBuf>,
     /// Make each decision durable before the request is forwarded.
     #[arg(long)]
     audit_sync: bool,
@@ -63,7 +73,21 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     for path in &args.upstream_ca {
         upstream_roots.extend(certs::load_pem_certs(path)?);
     }
-    let events = open_events(&args.events)?;
+    let json_events = open_events(&args.events)?;
+    let recorder = match &args.audit_db {
+        Some(db) => Some(crate::audit::begin(
+            db,
+            args.audit_key.as_deref(),
+            crate::audit::session_info(&policy, SessionMode::Proxy, serde_json::Value::Null)
+                .with_note("proxy mode: network events only; exec and file events are not visible"),
+            &credentials,
+        )?),
+        None => None,
+    };
+    let events: Arc<dyn EventSink> = match &recorder {
+        Some(r) => Arc::new(Tee(vec![json_events, AuditSink::new(r.clone())])),
+        None => json_events,
+    };
     let proxy = Proxy::new(ProxyConfig {
         policy,
         credentials,
@@ -106,23 +130,51 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_dns_tcp(tcp).await });
     }
 
+    let (code, reason) = wait_for_end(&proxy, &args.policy, &mut servers).await?;
+    if let Some(recorder) = recorder {
+        let end = SessionEnd {
+            exit_status: Some(i32::from(code)),
+            signal: None,
+            reason: Some(reason.clone()),
+        };
+        tokio::task::spawn_blocking(move || recorder.finish(end))
+            .await?
+            .context("finishing the audit session")?;
+    }
+    if code != 0 {
+        eprintln!("airlock: {reason}");
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Serve until a signal or a failure; returns the exit status and why.
+async fn wait_for_end(
+    proxy: &Proxy,
+    policy: &Path,
+    servers: &mut tokio::task::JoinSet<std::io::Result<()>>,
+) -> anyhow::Result<(u8, String)> {
     let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut audit_check = tokio::time::interval(std::time::Duration::from_millis(250));
     loop {
         tokio::select! {
-            _ = hangup.recv() => reload(&proxy, &args.policy),
-            _ = terminate.recv() => return Ok(ExitCode::SUCCESS),
-            _ = interrupt.recv() => return Ok(ExitCode::SUCCESS),
+            _ = hangup.recv() => reload(proxy, policy),
+            _ = terminate.recv() => return Ok((0, "stopped by SIGTERM".into())),
+            _ = interrupt.recv() => return Ok((0, "stopped by SIGINT".into())),
+            _ = audit_check.tick() => {
+                if proxy.audit_failed() {
+                    return Ok((1, "the audit store failed; stopped rather than run unaudited".into()));
+                }
+            }
             Some(ended) = servers.join_next() => {
                 let why = match ended {
                     Ok(Ok(())) => "a listener stopped".to_owned(),
                     Ok(Err(e)) => format!("a listener failed: {e}"),
                     Err(e) => format!("a listener task panicked: {e}"),
                 };
-                eprintln!("airlock: {why}");
-                return Ok(ExitCode::FAILURE);
+                return Ok((1, why));
             }
         }
     }

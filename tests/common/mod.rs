@@ -208,6 +208,25 @@ async fn route(
             .body(BodyExt::boxed(StreamBody::new(stream)))
             .unwrap());
     }
+    if path == "/grpc" {
+        // A gRPC-shaped response: a data frame, then trailers with the status.
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        trailers.insert("grpc-message", "ok".parse().unwrap());
+        let te = req.headers().get("te").cloned();
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"\0\0\0\0\x02hi"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let mut response = Response::builder()
+            .header("content-type", "application/grpc")
+            .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames))))
+            .unwrap();
+        if let Some(te) = te {
+            response.headers_mut().insert("x-saw-te", te);
+        }
+        return Ok(response);
+    }
     if let Some(n) = path.strip_prefix("/bytes/") {
         let n: usize = n.parse().unwrap_or(0);
         return Ok(Response::builder()
@@ -319,6 +338,7 @@ pub struct ProxyOptions<'a> {
     pub resolve: Vec<String>,
     pub env: Vec<(&'a str, &'a str)>,
     pub dns: bool,
+    pub extra: Vec<String>,
 }
 
 impl<'a> ProxyOptions<'a> {
@@ -329,6 +349,7 @@ impl<'a> ProxyOptions<'a> {
             resolve: Vec::new(),
             env: Vec::new(),
             dns: false,
+            extra: Vec::new(),
         }
     }
 }
@@ -369,6 +390,7 @@ impl AirlockProxy {
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
+        cmd.args(&opts.extra);
         let mut child = cmd.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -423,6 +445,13 @@ impl AirlockProxy {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Stop with SIGTERM and wait for a clean exit; returns the exit status.
+    pub fn stop(&mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().ok().and_then(|s| s.code())
     }
 }
 

@@ -197,7 +197,10 @@ fn entry(ev: &StoredEvent) -> Option<Value> {
 
 /// The HAR document for a session's HTTP events.
 pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
-    let entries: Vec<Value> = events.iter().filter_map(entry).collect();
+    let entries: Vec<Value> = crate::collapse_exchanges(events)
+        .iter()
+        .filter_map(entry)
+        .collect();
     json!({
         "log": {
             "version": "1.2",

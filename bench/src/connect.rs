@@ -1,0 +1,176 @@
+//! Opening one HTTPS connection to the origin, either straight to nginx or
+//! through an explicit proxy's CONNECT tunnel, and sending GETs on it.
+//!
+//! Both routes share everything after the TCP/tunnel step (rustls, hyper,
+//! request, body draining) so the comparison is like for like.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// How the client reaches the origin.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// TCP straight to this address (like curl --connect-to).
+    Direct(SocketAddr),
+    /// TCP to this explicit proxy, then `CONNECT host:port`.
+    ExplicitProxy(SocketAddr),
+}
+
+/// The origin as the client names it: TLS SNI, certificate name and Host header.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Origin {
+    fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Everything needed to open connections; cheap to clone across tasks.
+#[derive(Clone)]
+pub struct Dialer {
+    pub route: Route,
+    pub origin: Arc<Origin>,
+    pub tls: TlsConnector,
+    pub server_name: ServerName<'static>,
+}
+
+impl Dialer {
+    pub fn new(route: Route, origin: Origin, tls: Arc<ClientConfig>) -> anyhow::Result<Self> {
+        let server_name = ServerName::try_from(origin.host.clone())
+            .with_context(|| format!("{:?} is not a valid TLS server name", origin.host))?;
+        Ok(Self {
+            route,
+            origin: Arc::new(origin),
+            tls: TlsConnector::from(tls),
+            server_name,
+        })
+    }
+
+    /// TCP (+ CONNECT) + TLS + HTTP/1.1 handshake; the connection is driven by a spawned task.
+    pub async fn open(&self) -> anyhow::Result<Connection> {
+        let tcp = match self.route {
+            Route::Direct(addr) => dial(addr).await?,
+            Route::ExplicitProxy(proxy) => {
+                let mut tcp = dial(proxy).await?;
+                connect_tunnel(&mut tcp, &self.origin.authority()).await?;
+                tcp
+            }
+        };
+        let tls = self
+            .tls
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .with_context(|| format!("TLS handshake with {}", self.origin.authority()))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .context("HTTP/1.1 handshake")?;
+        tokio::spawn(async move {
+            // Errors surface on the request side; a closed connection is normal here.
+            let _ = conn.await;
+        });
+        Ok(Connection {
+            sender,
+            host: self.origin.authority(),
+        })
+    }
+}
+
+async fn dial(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    // Small request/response pairs: do not let Nagle add delay (see tcp(7)).
+    tcp.set_nodelay(true).context("setting TCP_NODELAY")?;
+    Ok(tcp)
+}
+
+/// Sends `CONNECT authority` and reads the proxy's answer up to the blank line.
+async fn connect_tunnel(tcp: &mut TcpStream, authority: &str) -> anyhow::Result<()> {
+    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    tcp.write_all(request.as_bytes())
+        .await
+        .context("sending CONNECT to the proxy")?;
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = tcp
+            .read(&mut chunk)
+            .await
+            .context("reading the proxy's CONNECT response")?;
+        if n == 0 {
+            bail!("the proxy closed the connection before answering CONNECT {authority}");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]);
+            let status_line = head.lines().next().unwrap_or_default();
+            let ok = status_line
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|code| code == "200");
+            if !ok {
+                bail!("proxy refused CONNECT {authority}: {status_line:?} (check the benchmark policy)");
+            }
+            if end + 4 != buf.len() {
+                bail!("proxy sent data after its CONNECT response before the TLS handshake");
+            }
+            return Ok(());
+        }
+        if buf.len() > 16 * 1024 {
+            bail!("proxy's CONNECT response head is larger than 16 KiB");
+        }
+    }
+}
+
+pub struct Connection {
+    sender: SendRequest<Empty<Bytes>>,
+    host: String,
+}
+
+impl Connection {
+    /// GETs `path`, drains the body and returns its length; anything but 200 is an error.
+    pub async fn get(&mut self, path: &str) -> anyhow::Result<u64> {
+        self.sender
+            .ready()
+            .await
+            .context("connection closed before the next request")?;
+        let request = Request::get(path)
+            .header(header::HOST, &self.host)
+            .body(Empty::<Bytes>::new())
+            .context("building the request")?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = response.status();
+        let mut body = response.into_body();
+        let mut received = 0u64;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.with_context(|| format!("reading the body of GET {path}"))?;
+            if let Some(data) = frame.data_ref() {
+                received += data.len() as u64;
+            }
+        }
+        if status != StatusCode::OK {
+            bail!("GET {path} answered {status}, expected 200 (is the policy allowing it?)");
+        }
+        Ok(received)
+    }
+}

@@ -1,0 +1,281 @@
+//! Turns the proxy's events into audit records.
+//!
+//! An HTTP exchange is recorded twice under one exchange id: when it is
+//! decided (before anything is forwarded, so a crash cannot leave traffic
+//! unrecorded) and when its response ends. A connection likewise when it is
+//! decided and when it closes. The auditor's readers show the latest record.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use airlock_auditor::{AuditEvent, SessionRecorder};
+use airlock_proxy::events::{ConnId, Event, EventSink, RequestId, SinkError, SyncFuture};
+
+/// What is remembered of a request until its response ends.
+struct Pending {
+    method: String,
+    url: String,
+    http_version: String,
+    headers: Vec<(String, String)>,
+    decision: String,
+    rule: Option<String>,
+    reason: Option<String>,
+}
+
+struct Connection {
+    dst: String,
+    host: Option<String>,
+    port: u16,
+    decision: String,
+    rule: Option<String>,
+}
+
+pub struct AuditSink {
+    recorder: SessionRecorder,
+    requests: Mutex<HashMap<RequestId, Pending>>,
+    connections: Mutex<HashMap<ConnId, Connection>>,
+}
+
+impl AuditSink {
+    pub fn new(recorder: SessionRecorder) -> Arc<Self> {
+        Arc::new(Self {
+            recorder,
+            requests: Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn record(&self, event: AuditEvent) -> Result<(), SinkError> {
+        self.recorder
+            .record(event)
+            .map(|_| ())
+            .map_err(|e| SinkError(e.to_string()))
+    }
+}
+
+fn verdict(v: airlock_proxy::events::Verdict) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Split `host:port` (IPv6 in brackets) for the record.
+fn split_target(target: &str) -> (String, u16) {
+    match target.rsplit_once(':') {
+        Some((host, port)) => (
+            host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            port.parse().unwrap_or(0),
+        ),
+        None => (target.to_owned(), 0),
+    }
+}
+
+impl EventSink for AuditSink {
+    fn emit(&self, event: Event) -> Result<(), SinkError> {
+        match event {
+            Event::Dns {
+                name,
+                qtype,
+                verdict: v,
+                answers,
+                reason,
+                ..
+            } => self.record(AuditEvent::Dns {
+                exec_id: None,
+                name,
+                qtype,
+                answer: answers.iter().map(ToString::to_string).collect(),
+                decision: verdict(v),
+                rule: reason,
+            }),
+            Event::Connection {
+                conn,
+                target,
+                original_dst,
+                verdict: v,
+                rule,
+                ..
+            } => {
+                let (host, port) = split_target(&target);
+                let record = Connection {
+                    dst: original_dst.map_or_else(|| target.clone(), |d| d.to_string()),
+                    host: Some(host),
+                    port,
+                    decision: verdict(v),
+                    rule,
+                };
+                let event = tcp_event(conn, &record, 0, 0, None);
+                if let Ok(mut map) = self.connections.lock() {
+                    map.insert(conn, record);
+                }
+                self.record(event)
+            }
+            Event::ConnectionClosed {
+                conn,
+                bytes_up,
+                bytes_down,
+                duration_us,
+                ..
+            } => {
+                let record = self.connections.lock().ok().and_then(|mut m| m.remove(&conn));
+                match record {
+                    Some(record) => self.record(tcp_event(
+                        conn,
+                        &record,
+                        bytes_up,
+                        bytes_down,
+                        Some(duration_us as f64 / 1000.0),
+                    )),
+                    None => Ok(()),
+                }
+            }
+            Event::Request {
+                ts,
+                request,
+                method,
+                url,
+                http_version,
+                headers,
+                verdict: v,
+                rule,
+                reason,
+                refused_status,
+                ..
+            } => {
+                let pending = Pending {
+                    method,
+                    url,
+                    http_version,
+                    headers,
+                    decision: verdict(v),
+                    rule,
+                    reason,
+                };
+                let event = AuditEvent::Http {
+                    exec_id: None,
+                    exchange: Some(request.0),
+                    method: pending.method.clone(),
+                    url: pending.url.clone(),
+                    http_version: pending.http_version.clone(),
+                    request_headers: pending.headers.clone(),
+                    request_body: None,
+                    request_body_truncated: false,
+                    status: refused_status,
+                    response_headers: Vec::new(),
+                    response_body: None,
+                    response_body_truncated: false,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    started_us: i64::try_from(ts.0).ok(),
+                    ms_to_headers: None,
+                    ms_total: None,
+                    decision: pending.decision.clone(),
+                    rule: pending.rule.clone(),
+                    reason: pending.reason.clone(),
+                };
+                if refused_status.is_none()
+                    && let Ok(mut map) = self.requests.lock()
+                {
+                    map.insert(request, pending);
+                }
+                self.record(event)
+            }
+            Event::Response {
+                ts,
+                request,
+                status,
+                headers,
+                request_body,
+                response_body,
+                time_to_headers_us,
+                total_us,
+                error,
+                ..
+            } => {
+                let Some(p) = self.requests.lock().ok().and_then(|mut m| m.remove(&request))
+                else {
+                    return Ok(());
+                };
+                let started = i64::try_from(ts.0.saturating_sub(total_us)).ok();
+                self.record(AuditEvent::Http {
+                    exec_id: None,
+                    exchange: Some(request.0),
+                    method: p.method,
+                    url: p.url,
+                    http_version: p.http_version,
+                    request_headers: p.headers,
+                    request_body_truncated: request_body.truncated,
+                    bytes_up: request_body.bytes,
+                    request_body: Some(request_body.captured),
+                    status: Some(status),
+                    response_headers: headers,
+                    response_body_truncated: response_body.truncated,
+                    bytes_down: response_body.bytes,
+                    response_body: Some(response_body.captured),
+                    started_us: started,
+                    ms_to_headers: Some(time_to_headers_us as f64 / 1000.0),
+                    ms_total: Some(total_us as f64 / 1000.0),
+                    decision: p.decision,
+                    rule: p.rule,
+                    reason: error.or(p.reason),
+                })
+            }
+        }
+    }
+
+    fn sync(&self) -> SyncFuture<'_> {
+        let recorder = self.recorder.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || recorder.sync())
+                .await
+                .map_err(|e| SinkError(e.to_string()))?
+                .map_err(|e| SinkError(e.to_string()))
+        })
+    }
+}
+
+fn tcp_event(
+    conn: ConnId,
+    record: &Connection,
+    bytes_up: u64,
+    bytes_down: u64,
+    duration_ms: Option<f64>,
+) -> AuditEvent {
+    AuditEvent::Tcp {
+        exec_id: None,
+        connection: Some(conn.0),
+        dst: record.dst.clone(),
+        host: record.host.clone(),
+        port: record.port,
+        decision: record.decision.clone(),
+        rule: record.rule.clone(),
+        bytes_up,
+        bytes_down,
+        duration_ms,
+    }
+}
+
+/// Sends every event to several sinks; fails if any of them fails.
+pub struct Tee(pub Vec<Arc<dyn EventSink>>);
+
+impl EventSink for Tee {
+    fn emit(&self, event: Event) -> Result<(), SinkError> {
+        let mut result = Ok(());
+        for sink in &self.0 {
+            if let Err(e) = sink.emit(event.clone()) {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    fn sync(&self) -> SyncFuture<'_> {
+        Box::pin(async move {
+            for sink in &self.0 {
+                sink.sync().await?;
+            }
+            Ok(())
+        })
+    }
+}
