@@ -64,7 +64,9 @@ fn verdict(v: airlock_proxy::events::Verdict) -> String {
 fn split_target(target: &str) -> (String, u16) {
     match target.rsplit_once(':') {
         Some((host, port)) => (
-            host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
             port.parse().unwrap_or(0),
         ),
         None => (target.to_owned(), 0),
@@ -118,7 +120,11 @@ impl EventSink for AuditSink {
                 duration_us,
                 ..
             } => {
-                let record = self.connections.lock().ok().and_then(|mut m| m.remove(&conn));
+                let record = self
+                    .connections
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.remove(&conn));
                 match record {
                     Some(record) => self.record(tcp_event(
                         conn,
@@ -193,7 +199,11 @@ impl EventSink for AuditSink {
                 error,
                 ..
             } => {
-                let Some(p) = self.requests.lock().ok().and_then(|mut m| m.remove(&request))
+                let Some(p) = self
+                    .requests
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.remove(&request))
                 else {
                     return Ok(());
                 };

@@ -8,6 +8,7 @@ mod audit_cli;
 mod audit_sink;
 mod certs;
 mod commands;
+mod notices;
 mod paths;
 mod policy_file;
 mod secrets;
@@ -33,6 +34,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a command in a sandbox whose only way out is the proxy, with everything recorded.
+    Run(commands::run::RunArgs),
     /// Run the egress proxy (explicit forward proxy, optional transparent listener and DNS).
     Proxy(commands::proxy::ProxyArgs),
     /// Manage the certificate authority used to intercept TLS.
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
     let result = match cli.command {
+        Command::Run(args) => commands::run::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Ca(cmd) => commands::ca::run(cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),

@@ -8,6 +8,9 @@ use airlock_policy::{Credential, TemplatePart};
 use airlock_proxy::credentials::{Placeholder, ResolvedCredential, Secret};
 use anyhow::{Context, bail};
 use http::HeaderName;
+use std::sync::OnceLock;
+
+use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// Resolve every credential of a policy. A missing variable or file is an
@@ -81,12 +84,34 @@ fn resolve(cred: &Credential) -> anyhow::Result<ResolvedCredential> {
 }
 
 /// A dummy that looks like a token, unique per session, and obviously Airlock's.
+/// It is derived from a per-process random key so that a policy reload gives
+/// the same variable the same dummy: clients holding it keep working.
 fn dummy_for(variable: &str) -> String {
-    let mut bytes = [0u8; 16];
-    let _ = SystemRandom::new().fill(&mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    static SESSION_KEY: OnceLock<hmac::Key> = OnceLock::new();
+    let key = SESSION_KEY.get_or_init(|| {
+        let mut bytes = [0u8; 32];
+        let _ = SystemRandom::new().fill(&mut bytes);
+        hmac::Key::new(hmac::HMAC_SHA256, &bytes)
+    });
+    let tag = hmac::sign(key, variable.as_bytes());
+    let hex: String = tag.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!(
         "airlock-placeholder-{}-{hex}",
         variable.to_ascii_lowercase()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dummy_for;
+
+    #[test]
+    fn dummies_are_stable_per_variable_and_distinct_between_variables() {
+        assert_eq!(dummy_for("GITHUB_TOKEN"), dummy_for("GITHUB_TOKEN"));
+        assert_ne!(dummy_for("GITHUB_TOKEN"), dummy_for("OPENAI_API_KEY"));
+        assert!(dummy_for("GITHUB_TOKEN").starts_with("airlock-placeholder-github_token-"));
+    }
 }

@@ -46,7 +46,11 @@ value = "Bearer ${{env:API_TOKEN}}"
     let echo = format!("https://api.test:{}/echo", upstream.port());
     let (code, _, _) = curl(&proxy, &["--data", "hello=world", &echo]).await;
     assert_eq!(code, 200);
-    let (code, _, _) = curl(&proxy, &[&format!("https://api.test:{}/admin", upstream.port())]).await;
+    let (code, _, _) = curl(
+        &proxy,
+        &[&format!("https://api.test:{}/admin", upstream.port())],
+    )
+    .await;
     assert_eq!(code, 403);
     assert_eq!(proxy.stop(), Some(0));
 
@@ -58,7 +62,11 @@ value = "Bearer ${{env:API_TOKEN}}"
             .arg(&db)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, sessions, err) = audit(&["sessions", "--json"]);
     assert_eq!(code, Some(0), "{err}");
@@ -66,7 +74,14 @@ value = "Bearer ${{env:API_TOKEN}}"
     let id = sessions[0]["id"].as_str().unwrap().to_owned();
 
     let har_path = dir.path().join("session.har");
-    let (code, _, err) = audit(&["export", &id, "--format", "har", "--out", har_path.to_str().unwrap()]);
+    let (code, _, err) = audit(&[
+        "export",
+        &id,
+        "--format",
+        "har",
+        "--out",
+        har_path.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(0), "{err}");
     let har: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&har_path).unwrap()).unwrap();

@@ -569,13 +569,74 @@ async fn grpc_trailers_pass_through_over_http2() {
     let request = hyper::Request::post(format!("https://{authority}/grpc"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
-        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"\0\0\0\0\x02yo")))
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            b"\0\0\0\0\x02yo",
+        )))
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-saw-te"], "trailers");
     let collected = response.into_body().collect().await.unwrap();
-    let trailers = collected.trailers().cloned().expect("trailers must reach the client");
+    let trailers = collected
+        .trailers()
+        .cloned()
+        .expect("trailers must reach the client");
     assert_eq!(trailers["grpc-status"], "0");
     assert_eq!(&collected.to_bytes()[..], b"\0\0\0\0\x02hi");
+}
+
+#[tokio::test]
+async fn credentials_never_travel_over_plain_http() {
+    let upstream = Upstream::start(None).await;
+    let policy = format!(
+        r#"version = 1
+[[allow]]
+host = "api.test"
+port = {port}
+
+[[credential]]
+name = "test"
+hosts = ["api.test"]
+header = "Authorization"
+value = "Bearer ${{env:TEST_TOKEN}}"
+"#,
+        port = upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.env = vec![("TEST_TOKEN", SECRET)];
+    let proxy = AirlockProxy::start(opts);
+    let url = format!("http://api.test:{}/echo", upstream.port());
+    let (code, body, _) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        upstream.last_header("authorization"),
+        None,
+        "secret sent in cleartext"
+    );
+}
+
+#[tokio::test]
+async fn report_mode_allows_and_records_what_deny_would_block() {
+    let s = Setup::new(|port| {
+        format!(
+            "version = 1\ndefault = \"report\"\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\nmax_requests = 1\n"
+        )
+    })
+    .await;
+    for _ in 0..2 {
+        let (code, _, _) = curl(&s.proxy, &[&s.url("api.test", "/echo")]).await;
+        assert_eq!(code, 200);
+    }
+    let (code, _, _) = curl(&s.proxy, &["-X", "POST", &s.url("other.test", "/echo")]).await;
+    assert_eq!(code, 200);
+    let reports: Vec<_> = s
+        .proxy
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "request" && e["verdict"] == "report")
+        .collect();
+    assert_eq!(reports.len(), 2, "{reports:#?}");
+    assert!(reports[0]["reason"].as_str().unwrap().contains("quota"));
+    assert_eq!(s.upstream.hits(), 3);
 }

@@ -32,9 +32,8 @@ mod verify;
 
 pub use error::AuditError;
 pub use event::{
-    collapse_exchanges,
     AuditEvent, EventKind, FileOp, OutputStream, SessionEnd, SessionInfo, SessionMode,
-    SessionSummary, StoredEvent,
+    SessionSummary, StoredEvent, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId};
 pub use keys::{

@@ -133,14 +133,26 @@ async fn measure(args: &LoadArgs) -> anyhow::Result<Sample> {
             params.insert("concurrency", args.concurrency.into());
             params.insert("duration_s", args.duration.into());
             params.insert("warmup_s", args.warmup.into());
-            throughput(&dialer, &args.path, args.case == Case::Keepalive, args.concurrency, timing)
-                .await?
+            throughput(
+                &dialer,
+                &args.path,
+                args.case == Case::Keepalive,
+                args.concurrency,
+                timing,
+            )
+            .await?
         }
         Case::LatencyKeepalive | Case::LatencyNewconn => {
             params.insert("concurrency", 1.into());
             params.insert("duration_s", args.duration.into());
             params.insert("warmup_s", args.warmup.into());
-            latency(&dialer, &args.path, args.case == Case::LatencyKeepalive, timing).await?
+            latency(
+                &dialer,
+                &args.path,
+                args.case == Case::LatencyKeepalive,
+                timing,
+            )
+            .await?
         }
         Case::Download => download(&dialer, &args.path, args.expect_bytes, timing).await?,
     };
@@ -182,7 +194,9 @@ async fn one_request(
         if keepalive.is_none() {
             *keepalive = Some(timed(limit, "connecting", dialer.open()).await?);
         }
-        let conn = keepalive.as_mut().context("keep-alive connection missing")?;
+        let conn = keepalive
+            .as_mut()
+            .context("keep-alive connection missing")?;
         timed(limit, "a request", conn.get(path)).await?;
     } else {
         let mut conn = timed(limit, "connecting", dialer.open()).await?;

@@ -125,7 +125,9 @@ async fn connect_tunnel(tcp: &mut TcpStream, authority: &str) -> anyhow::Result<
                 .nth(1)
                 .is_some_and(|code| code == "200");
             if !ok {
-                bail!("proxy refused CONNECT {authority}: {status_line:?} (check the benchmark policy)");
+                bail!(
+                    "proxy refused CONNECT {authority}: {status_line:?} (check the benchmark policy)"
+                );
             }
             if end + 4 != buf.len() {
                 bail!("proxy sent data after its CONNECT response before the TLS handshake");

@@ -20,7 +20,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "airlock-bench", about = "Benchmark harness for the airlock proxy (see bench/run)")]
+#[command(
+    name = "airlock-bench",
+    about = "Benchmark harness for the airlock proxy (see bench/run)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -24,15 +24,18 @@ pub fn write(dir: &Path, names: &[String]) -> anyhow::Result<()> {
         .distinguished_name
         .push(DnType::CommonName, "airlock-bench upstream test CA");
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca_params.self_signed(&ca_key).context("self-signing the test CA")?;
+    let ca_cert = ca_params
+        .self_signed(&ca_key)
+        .context("self-signing the test CA")?;
     let issuer = Issuer::new(ca_params, ca_key);
 
     let server_key = KeyPair::generate().context("generating the server key")?;
     let mut server_params = CertificateParams::new(names.to_vec())
         .context("server certificate names must be valid DNS names")?;
-    server_params
-        .distinguished_name
-        .push(DnType::CommonName, names.first().map_or("bench.test", String::as_str));
+    server_params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().map_or("bench.test", String::as_str),
+    );
     server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     server_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     let server_cert = server_params

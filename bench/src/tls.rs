@@ -25,12 +25,15 @@ pub fn client_config(ca_file: &Path, resumption: Resumption) -> anyhow::Result<A
         .collect::<Result<_, _>>()
         .with_context(|| format!("parsing PEM in {}", ca_file.display()))?;
     if certs.is_empty() {
-        bail!("{} holds no certificate; pass the CA PEM file with --ca", ca_file.display());
+        bail!(
+            "{} holds no certificate; pass the CA PEM file with --ca",
+            ca_file.display()
+        );
     }
     for cert in certs {
-        roots
-            .add(cert)
-            .with_context(|| format!("adding a CA from {} to the trust store", ca_file.display()))?;
+        roots.add(cert).with_context(|| {
+            format!("adding a CA from {} to the trust store", ca_file.display())
+        })?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)

@@ -8,7 +8,7 @@ use std::ops::Range;
 use crate::decimal::Decimal;
 use crate::decision::{BodyInput, DenyReason};
 use crate::json::{self, Json};
-use crate::raw::RawConstraint;
+use crate::raw::{RawConstraint, TableOnly};
 
 /// Longest value excerpt quoted in a denial message.
 const MAX_QUOTED: usize = 64;
@@ -65,7 +65,7 @@ enum FieldValue<'a> {
 impl BodyConstraints {
     /// Validates the `[allow.body]` table.
     pub fn compile(
-        table: &BTreeMap<String, toml::Spanned<RawConstraint>>,
+        table: &BTreeMap<String, toml::Spanned<TableOnly<RawConstraint>>>,
     ) -> Result<BodyConstraints, SpanError> {
         let mut fields = Vec::new();
         for (name, raw) in table {
@@ -78,7 +78,7 @@ impl BodyConstraints {
                     ),
                 ));
             }
-            let raw = raw.get_ref();
+            let raw = &raw.get_ref().0;
             let mut checks = Vec::new();
             if let Some(max) = &raw.max {
                 checks.push(Check::Max(number(max)?));

@@ -305,7 +305,14 @@ fn methods(map: &SourceMap, methods: &Strings) -> Result<Option<Vec<String>>, Po
         .get_ref()
         .iter()
         .map(|m| {
-            if is_token(m.get_ref()) {
+            // "*" is a valid token, so it would be taken as a method literally
+            // named "*" and silently never match.
+            if m.get_ref() == "*" {
+                Err(map.error(
+                    m.span(),
+                    "\"*\" is not an HTTP method and would never match; omit `methods` to allow any method",
+                ))
+            } else if is_token(m.get_ref()) {
                 Ok(m.get_ref().to_ascii_uppercase())
             } else {
                 Err(map.error(
@@ -365,11 +372,23 @@ fn credential(
         ));
     }
     let hosts = host_patterns(map, &table, "[[credential]]", &raw.host, &raw.hosts)?;
-    if hosts.iter().any(HostPattern::is_any) {
-        return Err(map.error(
-            table,
-            "credential host \"*\" would send the secret to every host; name the hosts",
-        ));
+    // A secret must only ever reach hosts someone named: refuse patterns
+    // that hand it to a range of machines or a whole TLD.
+    let written: Vec<&Spanned<String>> = match (&raw.host, &raw.hosts) {
+        (Some(host), _) => vec![host],
+        (None, Some(hosts)) => hosts.get_ref().iter().collect(),
+        (None, None) => Vec::new(),
+    };
+    for (pattern, text) in hosts.iter().zip(written) {
+        if let Some(problem) = pattern.too_broad_for_secret() {
+            return Err(map.error(
+                text.span(),
+                format!(
+                    "credential host {:?} {problem}; a secret needs named hosts: exact names (\"api.example.com\"), IP literals, or wildcards like \"*.example.com\"",
+                    text.get_ref()
+                ),
+            ));
+        }
     }
     let header = raw.header.get_ref();
     if !is_token(header) {

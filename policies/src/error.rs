@@ -104,6 +104,7 @@ impl SourceMap {
         let message = self
             .explain_unknown_field(&message, span.start)
             .or_else(|| self.explain_missing_field(&message, span.start))
+            .or_else(|| self.explain_constraint_type(&message, span.start))
             .unwrap_or(message);
         self.error(span, friendly_types(&message))
     }
@@ -134,6 +135,55 @@ impl SourceMap {
         }
     }
 
+    /// A body constraint that is not a table (the error points at the
+    /// value). Names the field, and if it is really a rule key written
+    /// after `[allow.body]`, says that TOML put it in the body table.
+    fn explain_constraint_type(&self, message: &str, offset: usize) -> Option<String> {
+        let found = message
+            .strip_prefix("invalid type: ")?
+            .strip_suffix(", expected struct RawConstraint")?;
+        // TOML calls serde's "sequence" an array.
+        let found = if found == "sequence" {
+            "an array"
+        } else {
+            found
+        };
+        let key = self.key_before(offset);
+        if let Some(key) = &key
+            && RULE_KEYS.contains(&key.as_str())
+            && self.enclosing_table(offset) == "in [allow.body]"
+        {
+            return Some(format!(
+                "`{key}` is written after [allow.body], so it belongs to the body table (keys after [allow.body] are body fields); move rule keys like `{key}` above [allow.body]"
+            ));
+        }
+        let field = key.map_or_else(String::new, |key| format!(" for `{key}`"));
+        Some(format!(
+            "body constraint{field} must be a table like {{ max = 100 }}, not {found}"
+        ))
+    }
+
+    /// The key of `key = value` when `offset` is the value's start, on the
+    /// same line: "amount" for `amount = [1]`, `{ amount = 5 }`, `body.amount = 5`
+    /// or `"amount" = 5`. None if that text does not look like a key.
+    fn key_before(&self, offset: usize) -> Option<String> {
+        let before = self.text.get(..offset)?;
+        let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+        let lhs = line.trim_end().strip_suffix('=')?.trim_end();
+        let lhs = lhs[lhs.rfind(['{', ',']).map_or(0, |i| i + 1)..].trim();
+        let key = if let Some(quoted) = lhs
+            .strip_prefix('"')
+            .and_then(|k| k.strip_suffix('"'))
+            .or_else(|| lhs.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')))
+        {
+            quoted
+        } else {
+            lhs.rsplit('.').next().unwrap_or(lhs).trim()
+        };
+        let plausible = !key.is_empty() && !key.contains(['"', '\'', '[', ']', '=']);
+        plausible.then(|| key.to_owned())
+    }
+
     /// "in [[allow]]" for the last table header on a line before `offset`'s
     /// line (an error on a header line itself is about the top level).
     fn enclosing_table(&self, offset: usize) -> String {
@@ -154,6 +204,22 @@ impl SourceMap {
             )
     }
 }
+
+/// The keys of an `[[allow]]` rule, for spotting one misplaced into its
+/// `[allow.body]` table.
+const RULE_KEYS: [&str; 11] = [
+    "host",
+    "hosts",
+    "port",
+    "ports",
+    "methods",
+    "paths",
+    "max_requests",
+    "body",
+    "protocol",
+    "tls",
+    "description",
+];
 
 /// Replaces serde's internal type names with what the user should write.
 fn friendly_types(message: &str) -> String {

@@ -291,6 +291,20 @@ impl HostPattern {
         matches!(self.0, PatternKind::Any)
     }
 
+    /// Why this pattern is too broad to receive a secret, if it is: "*",
+    /// any CIDR (a range of machines nobody vetted one by one), or a
+    /// wildcard over a single label ("*.com" is a whole top-level domain).
+    pub(crate) fn too_broad_for_secret(&self) -> Option<&'static str> {
+        match &self.0 {
+            PatternKind::Any => Some("would send the secret to every host"),
+            PatternKind::Cidr(_) => Some("is an address range, not a host"),
+            PatternKind::Subdomains(parent) if !parent.as_str().contains('.') => {
+                Some("covers a whole top-level domain")
+            }
+            PatternKind::Exact(_) | PatternKind::Subdomains(_) => None,
+        }
+    }
+
     /// Whether this pattern names `ip` explicitly: an equal IP literal or a
     /// CIDR containing it (never "*", never a DNS name).
     pub fn names_ip(&self, ip: IpAddr) -> bool {

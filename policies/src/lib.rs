@@ -6,8 +6,8 @@
 //!    encoded `/` or `\`, control characters, double encoding, ...) is
 //!    denied in every mode, even `default = "allow"`/`"report"`.
 //! 2. A matching `[[deny]]` rule denies. Deny rules also match the path
-//!    fully decoded, lower-cased and without `;params`, and methods
-//!    case-insensitively.
+//!    fully decoded, lower-cased and without `;params`, each also without
+//!    a trailing `/`, and methods case-insensitively.
 //! 3. The first HTTP `[[allow]]` rule (file order) matching host, port,
 //!    method and path whose body constraints pass allows. If rules matched
 //!    but all failed their body constraints, the first failure denies.
@@ -17,7 +17,8 @@
 //! `default = "report"` never blocks anything except ambiguous paths:
 //! whatever deny mode would have denied (including deny rules and failed
 //! body constraints) is allowed with `would_deny` set; DNS and connections
-//! are never refused.
+//! are never refused. That is the policy's view: the proxy still refuses
+//! non-public upstream addresses and domain fronting in every mode.
 
 #![forbid(unsafe_code)]
 

@@ -38,6 +38,9 @@ pub fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
                 ),
             ));
         }
+        if let Some(message) = tunnelled(&policy.allow, rule) {
+            lints.push(map.lint(rule.span.clone(), message));
+        }
         if rule.body.is_some() {
             let bodiless = match &rule.methods {
                 None => true,
@@ -87,6 +90,58 @@ pub fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
         }
     }
     lints
+}
+
+/// An HTTP rule's request-level conditions on a host and port that a tcp
+/// or passthrough rule also covers: the proxy decides to tunnel at
+/// connection time (tcp before passthrough, whatever the file order), so no
+/// request there is ever seen and those conditions are never checked.
+fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
+    if rule.transport != Transport::Http {
+        return None;
+    }
+    let fields: Vec<&str> = [
+        ("methods", rule.methods.is_some()),
+        ("paths", rule.paths.is_some()),
+        ("body", rule.body.is_some()),
+        ("max_requests", rule.max_requests.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    if fields.is_empty() {
+        return None;
+    }
+    [(Transport::Tcp, "tcp"), (Transport::Passthrough, "passthrough")]
+        .into_iter()
+        .find_map(|(transport, kind)| {
+            rules.iter().filter(|t| t.transport == transport).find_map(|tunnel| {
+                let port = rule.ports.iter().find(|p| tunnel.ports.contains(p))?;
+                // Name the narrower of the two overlapping patterns: that
+                // is the part of this rule that really is tunnelled.
+                let host = rule.hosts.iter().find_map(|mine| {
+                    tunnel.hosts.iter().find_map(|theirs| {
+                        if theirs.covers(mine) {
+                            Some(mine)
+                        } else if mine.overlaps(theirs) {
+                            Some(theirs)
+                        } else {
+                            None
+                        }
+                    })
+                })?;
+                let verb = if fields.len() == 1 && matches!(fields[0], "body" | "max_requests") {
+                    "is"
+                } else {
+                    "are"
+                };
+                Some(format!(
+                    "the {kind} rule at line {} tunnels {host}:{port} without inspection, so this rule's {} {verb} never enforced",
+                    tunnel.rule_ref.line,
+                    fields.join("/"),
+                ))
+            })
+        })
 }
 
 /// A host-wide deny covering every host and port of the allow rule.

@@ -5,8 +5,9 @@
 /// A request path prepared for matching.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NormalPath {
-    /// Unreserved escapes decoded, other escapes upper-cased, `//` collapsed,
-    /// query removed. Allow rules match this, case-sensitively.
+    /// Unreserved escapes decoded, other escapes upper-cased, raw non-ASCII
+    /// percent-encoded (UTF-8, upper-case hex), `//` collapsed, query
+    /// removed. Allow rules match this, case-sensitively.
     pub exact: String,
     /// `exact` fully percent-decoded, ASCII-lower-cased and with `;params`
     /// stripped from each segment. Deny rules additionally match this, so a
@@ -87,21 +88,23 @@ pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
                     _ => decoded.push_str(&format!("%{byte:02X}")),
                 }
                 i += 3;
+                continue;
             }
             b'\\' => return Err("backslash is read as '/' by some servers".to_owned()),
             0x00..=0x1f | 0x7f => {
                 return Err(format!("control character 0x{b:02X}"));
             }
             b'#' => return Err("'#' is not allowed in a request path".to_owned()),
-            _ => {
-                // Non-ASCII bytes are copied through whole characters.
-                let ch_len = utf8_len(b);
-                let end = (i + ch_len).min(bytes.len());
-                decoded.push_str(path.get(i..end).unwrap_or(""));
-                i = end;
-                continue;
+            0x80..=0xff => {
+                // Raw non-ASCII (a rule written as "/café", or a client that
+                // sends UTF-8 unencoded) is percent-encoded byte by byte, so
+                // it compares equal to the "%C3%A9" form clients normally
+                // send: both reach the server as the same bytes.
+                decoded.push_str(&format!("%{b:02X}"));
             }
+            _ => decoded.push(b as char),
         }
+        i += 1;
     }
     let mut out = String::with_capacity(decoded.len());
     let segments: Vec<&str> = decoded.split('/').skip(1).collect();
@@ -176,15 +179,6 @@ fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
 /// RFC 3986 §2.3 unreserved characters: decoding them never changes meaning.
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
-
-fn utf8_len(first: u8) -> usize {
-    match first {
-        0xf0..=0xff => 4,
-        0xe0..=0xef => 3,
-        0xc0..=0xdf => 2,
-        _ => 1,
-    }
 }
 
 /// Lower-cases and strips `;params` from a pattern so deny rules can be

@@ -165,6 +165,23 @@ impl Policy {
         ConnectionDecision::Deny(Denial { rule: None, reason })
     }
 
+    /// One line for tools such as `airlock policy test`: Some when
+    /// [`Policy::connection`] would tunnel host:port without inspection, so
+    /// a request-level verdict from [`Policy::evaluate`] would be
+    /// misleading (the proxy never sees the requests), e.g.
+    /// "tunnelled without inspection by the passthrough rule at policy.toml:4".
+    /// None when connections are inspected or denied.
+    pub fn connection_summary(&self, host: &Host, port: u16) -> Option<String> {
+        let (kind, rule) = match self.connection(host, port) {
+            ConnectionDecision::Tunnel { rule } => ("tcp", rule),
+            ConnectionDecision::Passthrough { rule } => ("passthrough", rule),
+            ConnectionDecision::Inspect | ConnectionDecision::Deny(_) => return None,
+        };
+        Some(format!(
+            "tunnelled without inspection by the {kind} rule at {rule}"
+        ))
+    }
+
     /// HTTP allow rules that match everything but the body, in file order.
     fn candidates(&self, req: &RequestInfo<'_>, path: &NormalPath) -> Vec<&AllowRule> {
         self.allow_rules()

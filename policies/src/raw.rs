@@ -93,7 +93,7 @@ pub struct RawAllow {
     /// Constraints on JSON or form fields of the request body; dotted names address nested fields.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawConstraint>")]
-    pub body: Option<Spanned<BTreeMap<String, Spanned<RawConstraint>>>>,
+    pub body: Option<Spanned<BTreeMap<String, Spanned<TableOnly<RawConstraint>>>>>,
     /// "http" (default) or "tcp".
     #[serde(default)]
     #[schemars(with = "Protocol")]
@@ -131,13 +131,47 @@ pub struct RawDeny {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub methods: Option<Spanned<Vec<Spanned<String>>>>,
-    /// Path globs; omitted = any path. Also matched case-insensitively and without `;params`.
+    /// Path globs; omitted = any path. Also matched case-insensitively, without `;params` and without a trailing `/`.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub paths: Option<Spanned<Vec<Spanned<String>>>>,
     /// Free text for humans.
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// A struct that may only be written as a TOML table. serde's derived
+/// struct visitor also accepts a sequence, filling fields by position, so
+/// `amount = [100, 1]` would silently mean max 100, min 1; and a rule key
+/// written after `[allow.body]` (`methods = ["GET"]`) would be read as a
+/// constraint. Anything but a table is refused as "expected struct
+/// RawConstraint", which `SourceMap::toml_error` turns into advice.
+#[derive(Debug)]
+pub struct TableOnly<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for TableOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TableVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for TableVisitor<T> {
+            type Value = TableOnly<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("struct RawConstraint")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                // The same map access is handed on, so nested `Spanned`
+                // values and error positions work as with a plain derive.
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(TableOnly)
+            }
+        }
+
+        deserializer.deserialize_map(TableVisitor(std::marker::PhantomData))
+    }
 }
 
 /// A constraint on one body field.

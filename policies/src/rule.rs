@@ -161,12 +161,28 @@ impl DenyRule {
             .is_none_or(|methods| methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
     }
 
-    /// Deny rules match the exact path or its loosened form.
+    /// Deny rules match the exact path or its loosened form, each also
+    /// without a trailing `/`: most servers route "/admin/" to "/admin", so
+    /// a deny on "/admin" must not be dodged by adding a slash.
     pub fn matches_path(&self, path: &NormalPath) -> bool {
         self.paths.as_ref().is_none_or(|paths| {
-            paths
-                .iter()
-                .any(|(exact, loose)| exact.matches(&path.exact) || loose.matches(&path.loose))
+            let exact = [
+                Some(path.exact.as_str()),
+                without_trailing_slash(&path.exact),
+            ];
+            let loose = [
+                Some(path.loose.as_str()),
+                without_trailing_slash(&path.loose),
+            ];
+            paths.iter().any(|(exact_glob, loose_glob)| {
+                exact.iter().flatten().any(|p| exact_glob.matches(p))
+                    || loose.iter().flatten().any(|p| loose_glob.matches(p))
+            })
         })
     }
+}
+
+/// "/admin/" → "/admin"; None for "/" itself and paths without one.
+fn without_trailing_slash(path: &str) -> Option<&str> {
+    path.strip_suffix('/').filter(|rest| !rest.is_empty())
 }

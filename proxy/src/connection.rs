@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use airlock_policy::{ConnectionDecision, Host, Scheme};
+use airlock_policy::{ConnectionDecision, DefaultAction, Host, Scheme};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -206,6 +206,11 @@ where
             serve_http(engine, conn(Scheme::Http), Replay::new(prefix, io)).await
         }
         Peek::NotTls if refusal.is_some() => Err("refused".into()),
+        // With default allow/report the policy lets everything through, and
+        // that includes protocols Airlock cannot read.
+        Peek::NotTls if engine.rules.load().policy.default_action() != DefaultAction::Deny => {
+            tunnel(&engine, target, prefix, io).await
+        }
         Peek::NotTls => Err(format!(
             "not HTTP or TLS; to tunnel another protocol add a rule with host = \"{}\", port = {}, protocol = \"tcp\"",
             target.host, target.port

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use airlock_policy::{BodyInput, Decision, Policy, RequestInfo, Scheme};
+use airlock_policy::{BodyInput, Decision, DefaultAction, Policy, RequestInfo, Scheme};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -106,7 +106,7 @@ pub async fn handle(
         complete: *complete,
     });
 
-    let (verdict, allowance) = match rules.policy.evaluate(&info, body_input.as_ref()) {
+    let (mut verdict, allowance) = match rules.policy.evaluate(&info, body_input.as_ref()) {
         Decision::Deny(denial) => {
             let req = Request::from_parts(parts, ());
             let refusal = Refusal::Policy(denial);
@@ -130,17 +130,26 @@ pub async fn handle(
             a,
         ),
     };
+    let mut report_reason = allowance.would_deny.as_ref().map(|d| d.reason.to_string());
     if let (Some(rule), Some(max)) = (&allowance.rule, allowance.max_requests)
         && !engine.quotas.try_take(rule, max)
     {
-        let req = Request::from_parts(parts, ());
-        let refusal = Refusal::Quota {
-            rule: rule.clone(),
-            max,
-        };
-        return Ok(refuse(
-            &engine, &conn, request_id, &rules, &req, &url, None, refusal,
-        ));
+        if rules.policy.default_action() == DefaultAction::Report {
+            // Report mode never blocks: record what deny mode would have done.
+            verdict = Verdict::Report;
+            report_reason = Some(format!(
+                "the rule's quota of {max} requests per session is used up"
+            ));
+        } else {
+            let req = Request::from_parts(parts, ());
+            let refusal = Refusal::Quota {
+                rule: rule.clone(),
+                max,
+            };
+            return Ok(refuse(
+                &engine, &conn, request_id, &rules, &req, &url, None, refusal,
+            ));
+        }
     }
     // An IP literal never passes through the connector's resolver, so check it here.
     if target.host.ip().is_some()
@@ -158,7 +167,12 @@ pub async fn handle(
     let mut headers = parts.headers.clone();
     strip_hop_by_hop(&mut headers, upgrade);
     headers.remove(header::HOST);
-    let injected = rules.credentials.inject(&target.host, &mut headers);
+    // Secrets only ever travel encrypted: a plain-HTTP request to a
+    // credential's host goes out without it (and a placeholder stays one).
+    let injected = match scheme {
+        Scheme::Https => rules.credentials.inject(&target.host, &mut headers),
+        Scheme::Http => Default::default(),
+    };
     if !injected.is_empty() {
         // A compressed echo could not be scrubbed; ask for identity.
         headers.insert(
@@ -167,8 +181,13 @@ pub async fn handle(
         );
     }
     let recorded_headers = record_headers(&rules, &headers);
-    let rule_text = allowance.rule.as_ref().map(ToString::to_string);
-    let reason = allowance.would_deny.as_ref().map(|d| d.reason.to_string());
+    // In report mode the record names the rule deny mode would have applied.
+    let rule_text = allowance
+        .rule
+        .as_ref()
+        .or(allowance.would_deny.as_ref().and_then(|d| d.rule.as_ref()))
+        .map(ToString::to_string);
+    let reason = report_reason;
     let request_event = Event::Request {
         ts: TimestampUs::now(),
         conn: conn.id,
@@ -230,7 +249,7 @@ pub async fn handle(
             let (why, resolve) = explain(&e);
             let response = match resolve {
                 Some(ResolveError::NonPublic { .. }) => Refusal::NonPublicAddress(why.clone())
-                    .response(&method, &url, rules.policy.source_name(), None),
+                    .response(&method, &url, &rules.policy, None),
                 _ => bad_gateway(&method, &url, &why),
             };
             engine.record_lossy(response_event(
@@ -428,7 +447,7 @@ fn refuse<B>(
         refused_status: Some(refusal.status().as_u16()),
     });
     tracing::info!(client = %conn.client, front = ?conn.front, method, url, reason = %refusal.reason(), "denied");
-    refusal.response(method, url, rules.policy.source_name(), suggestion)
+    refusal.response(method, url, &rules.policy, suggestion)
 }
 
 #[allow(clippy::too_many_arguments)]

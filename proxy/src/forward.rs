@@ -72,8 +72,8 @@ async fn front(
         _ => {
             let shown = authority.unwrap_or_default();
             let refusal = Refusal::BadRequest(format!("CONNECT needs host:port, got {shown:?}"));
-            let policy = engine.rules.load();
-            return Ok(refusal.response("CONNECT", &shown, policy.policy.source_name(), None));
+            let rules = engine.rules.load();
+            return Ok(refusal.response("CONNECT", &shown, &rules.policy, None));
         }
     };
     let origin = Origin {

@@ -5,7 +5,7 @@
 //! policy change that would allow it. `X-Airlock-Decision: deny` marks it for
 //! programs.
 
-use airlock_policy::{Denial, DenyReason, RuleKind, RuleRef};
+use airlock_policy::{Denial, DenyReason, Policy, RuleKind, RuleRef};
 use http::{HeaderValue, Response, StatusCode};
 
 use crate::body::{ProxyBody, full};
@@ -119,16 +119,25 @@ impl Refusal {
         &self,
         method: &str,
         url: &str,
-        policy_name: &str,
+        policy: &Policy,
         suggestion: Option<&str>,
     ) -> Response<ProxyBody> {
-        let decided_by = self.rule().map_or_else(
-            || match self {
-                Refusal::Policy(_) => format!("{policy_name} (default: deny)"),
-                _ => "airlock".to_owned(),
+        let policy_name = policy.source_name();
+        let decided_by = match (self.rule(), self) {
+            (Some(rule), _) => match policy.rule_description(rule) {
+                Some(description) => format!("{rule} ({description})"),
+                None => rule.to_string(),
             },
-            ToString::to_string,
-        );
+            (
+                None,
+                Refusal::Policy(Denial {
+                    reason: DenyReason::AmbiguousPath { .. },
+                    ..
+                }),
+            ) => "airlock (ambiguous paths are refused whatever the policy says)".to_owned(),
+            (None, Refusal::Policy(_)) => format!("{policy_name} (default: deny)"),
+            (None, _) => "airlock".to_owned(),
+        };
         let text = format!(
             "Airlock refused this request.\n\n\
              request:    {method} {url}\n\

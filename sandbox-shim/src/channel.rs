@@ -20,6 +20,10 @@ pub const READY: u8 = b'R';
 pub const ERROR: u8 = b'E';
 pub const EXIT: u8 = b'X';
 pub const INIT_DIED: u8 = b'C';
+// On the observer channel:
+pub const LISTENER: u8 = b'L';
+pub const COMMAND_DONE: u8 = b'D';
+pub const FLUSHED: u8 = b'F';
 
 const MAX_MSG: usize = 4096;
 

@@ -39,8 +39,17 @@ fn write_id_maps(uid_map: &str, gid_map: &str, deny_setgroups: bool) -> Result<(
 }
 
 /// Entry point of the forked supervisor; never returns.
-pub fn supervisor(plan: &Plan, cgroup: Option<&Cgroup>, chan: OwnedFd) -> ! {
-    let code = match run_supervisor(plan, cgroup, &chan) {
+///
+/// `observe` is the sandbox end of the observer channel (when observing): the
+/// command sends its seccomp listener over it, init reports the command's end
+/// and waits until the observer has captured the written files.
+pub fn supervisor(
+    plan: &Plan,
+    cgroup: Option<&Cgroup>,
+    chan: OwnedFd,
+    observe: Option<OwnedFd>,
+) -> ! {
+    let code = match run_supervisor(plan, cgroup, &chan, observe) {
         Ok(code) => code,
         Err(msg) => {
             let _ = channel::send(&chan, channel::ERROR, msg.as_bytes(), &[]);
@@ -50,7 +59,12 @@ pub fn supervisor(plan: &Plan, cgroup: Option<&Cgroup>, chan: OwnedFd) -> ! {
     sys::exit_now(code)
 }
 
-fn run_supervisor(plan: &Plan, cgroup: Option<&Cgroup>, chan: &OwnedFd) -> Result<i32, String> {
+fn run_supervisor(
+    plan: &Plan,
+    cgroup: Option<&Cgroup>,
+    chan: &OwnedFd,
+    observe: Option<OwnedFd>,
+) -> Result<i32, String> {
     sys::ignore_terminal_signals();
     if let Some(cg) = cgroup {
         cg.join_self().map_err(|e| e.to_string())?;
@@ -76,9 +90,11 @@ fn run_supervisor(plan: &Plan, cgroup: Option<&Cgroup>, chan: &OwnedFd) -> Resul
         write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"), true)?;
     }
     let init_pid = match sys::fork().map_err(|e| format!("fork init: {e}"))? {
-        Forked::Child => init(plan, chan),
+        Forked::Child => init(plan, chan, observe.as_ref()),
         Forked::Parent(pid) => pid,
     };
+    // Only init and the command use it; the observer sees EOF once they are gone.
+    drop(observe);
     channel::send_i32(chan, channel::INIT_PID, init_pid)
         .map_err(|e| format!("report init pid: {e}"))?;
     let pidfd = sys::pidfd_open(init_pid).map_err(|e| format!("pidfd_open: {e}"))?;
@@ -120,7 +136,7 @@ fn run_supervisor(plan: &Plan, cgroup: Option<&Cgroup>, chan: &OwnedFd) -> Resul
 }
 
 /// PID 1 of the sandbox; never returns.
-fn init(plan: &Plan, chan: &OwnedFd) -> ! {
+fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     // Die with the supervisor (single-threaded, so the thread caveat of
     // PR_SET_PDEATHSIG in prctl(2) does not apply).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -133,7 +149,7 @@ fn init(plan: &Plan, chan: &OwnedFd) -> ! {
         _ => sys::exit_now(125),
     }
     let cmd_pid = match sys::fork() {
-        Ok(Forked::Child) => command(plan),
+        Ok(Forked::Child) => command(plan, observe),
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
             let _ = channel::send(
@@ -149,11 +165,40 @@ fn init(plan: &Plan, chan: &OwnedFd) -> ! {
     loop {
         match sys::wait_any(-1, false) {
             Ok(Some((pid, status))) if pid == cmd_pid => {
+                if let Some(obs) = observe {
+                    await_flush(obs);
+                }
                 let _ = channel::send_i32(chan, channel::EXIT, status);
                 sys::exit_now(0);
             }
             Ok(_) => {}
             Err(_) => sys::exit_now(125),
+        }
+    }
+}
+
+/// How long init keeps the sandbox (and its /tmp) alive for the observer to
+/// capture the written files after the command ended.
+const FLUSH_TIMEOUT_MS: u16 = 60_000;
+
+/// Tell the observer the command is done and wait until it has read the files
+/// (or is gone): the mount namespace dies with init.
+fn await_flush(obs: &OwnedFd) {
+    if channel::send(obs, channel::COMMAND_DONE, b"", &[]).is_err() {
+        return;
+    }
+    loop {
+        let mut fds = [PollFd::new(obs.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(FLUSH_TIMEOUT_MS)) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        match channel::recv(obs) {
+            Ok(Some(m)) if m.tag == channel::FLUSHED => return,
+            Ok(Some(_)) => {}
+            _ => return,
         }
     }
 }
@@ -187,8 +232,8 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<(), String> {
 }
 
 /// The command process; never returns.
-fn command(plan: &Plan) -> ! {
-    let (code, msg) = match exec_command(plan) {
+fn command(plan: &Plan, observe: Option<&OwnedFd>) -> ! {
+    let (code, msg) = match exec_command(plan, observe) {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -203,7 +248,7 @@ fn setup_err(e: impl std::fmt::Display) -> (i32, String) {
     (125, format!("sandbox setup failed: {e}"))
 }
 
-fn exec_command(plan: &Plan) -> Result<Never, (i32, String)> {
+fn exec_command(plan: &Plan, observe: Option<&OwnedFd>) -> Result<Never, (i32, String)> {
     sys::reset_signals();
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if let Some(bytes) = plan.rlimit_memory {
@@ -238,8 +283,20 @@ fn exec_command(plan: &Plan) -> Result<Never, (i32, String)> {
     }
     nix::sys::prctl::set_no_new_privs().map_err(setup_err)?;
     let program = resolve(&plan.argv[0], &plan.search_path)?;
-    let filter = crate::seccomp::filter();
-    sys::install_seccomp(&filter).map_err(setup_err)?;
+    match (plan.observe, observe) {
+        (None, _) => sys::install_seccomp(&crate::seccomp::filter()).map_err(setup_err)?,
+        (Some(_), Some(obs)) => {
+            // From here on our own execve waits for the observer, which gets
+            // the listener first (the message is queued before we exec).
+            let listener = sys::install_seccomp_listener(&crate::seccomp::filter_with(true))
+                .map_err(setup_err)?;
+            channel::send(obs, channel::LISTENER, b"", &[listener.as_raw_fd()])
+                .map_err(setup_err)?;
+            drop(listener);
+        }
+        // Fail closed: observation was asked for but there is no observer.
+        (Some(_), None) => return Err(setup_err("observer channel missing")),
+    }
     let err = nix::unistd::execve(&program, &plan.argv, &plan.envp).err();
     let name = plan.argv[0].to_string_lossy();
     match err {

@@ -6,15 +6,20 @@
 //! Works as root and as an unprivileged user (through a user namespace).
 #![deny(unsafe_code)]
 
+mod attribution;
+mod capture;
 mod cgroup;
 mod channel;
 mod child;
 mod error;
 mod mounts;
 mod netns;
+mod observation;
+mod observer;
 mod outcome;
 mod plan;
 mod prereq;
+mod procfs;
 mod route;
 mod sandbox;
 mod seccomp;
@@ -22,7 +27,9 @@ mod spec;
 #[allow(unsafe_code)]
 mod sys;
 
+pub use attribution::Attributor;
 pub use error::ShimError;
+pub use observation::{ExecId, FileOp, Observation, ObserveSpec};
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};

@@ -23,7 +23,9 @@ pub struct Sockets {
 
 /// Redirect everything TCP to the listener, DNS to 127.0.0.53, reject the rest
 /// (UDP incl. QUIC, ICMP, IPv6). Replies from the handed-over sockets are
-/// `established` and pass.
+/// `established` and pass. Traffic to 127.0.0.0/8 stays on the sandbox's own
+/// `lo`: that loopback belongs to this namespace alone (the host's is not in
+/// it), so programs that talk to a local server they started keep working.
 fn ruleset() -> String {
     let (dns_ip, dns_port) = DNS_ADDR.split_once(':').unwrap_or(("127.0.0.53", "53"));
     let (lst_ip, lst_port) = TRANSPARENT_ADDR
@@ -37,11 +39,13 @@ fn ruleset() -> String {
     meta nfproto ipv4 ip daddr {dns_ip} tcp dport {dns_port} accept
     meta nfproto ipv4 udp dport 53 dnat ip to {dns_ip}:{dns_port}
     meta nfproto ipv4 tcp dport 53 dnat ip to {dns_ip}:{dns_port}
+    meta nfproto ipv4 ip daddr 127.0.0.0/8 accept
     meta nfproto ipv4 meta l4proto tcp redirect to :{lst_port}
   }}
   chain filter_out {{
     type filter hook output priority 0; policy drop;
     ct state established,related accept
+    meta nfproto ipv4 ip daddr 127.0.0.0/8 accept
     meta nfproto ipv4 ip daddr {lst_ip} tcp dport {lst_port} accept
     meta nfproto ipv4 ip daddr {dns_ip} udp dport {dns_port} accept
     meta nfproto ipv4 ip daddr {dns_ip} tcp dport {dns_port} accept

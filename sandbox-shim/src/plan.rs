@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::ShimError;
+use crate::observation::ObserveSpec;
 use crate::spec::{Limits, SandboxSpec, UserSpec};
 
 /// A path made visible inside the sandbox at the same place.
@@ -52,6 +53,7 @@ pub struct Plan {
     /// Fallbacks when no cgroup enforces the limit (set by the caller).
     pub rlimit_memory: Option<u64>,
     pub rlimit_nproc: Option<u64>,
+    pub observe: Option<ObserveSpec>,
 }
 
 /// Distribution CA bundle locations we shadow when they exist on the host.
@@ -117,6 +119,18 @@ fn existing(path: &Path) -> Option<PathBuf> {
 }
 
 impl Plan {
+    /// Where the command can write, as absolute paths inside the sandbox.
+    pub fn writable_places(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .grants
+            .iter()
+            .filter(|g| g.writable)
+            .map(|g| g.path.to_string_lossy().into_owned())
+            .collect();
+        out.extend(["/tmp".to_string(), "/dev/shm".to_string()]);
+        out
+    }
+
     pub fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
         if spec.command.is_empty() {
             return Err(ShimError::InvalidSpec(
@@ -288,6 +302,7 @@ impl Plan {
             nft,
             rlimit_memory: None,
             rlimit_nproc: None,
+            observe: spec.observe,
         })
     }
 }

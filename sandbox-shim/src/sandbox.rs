@@ -2,16 +2,22 @@
 //! sockets, release, wait (with timeout), kill, cleanup.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, channel as mpsc_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use crate::attribution::Attributor;
 use crate::cgroup::Cgroup;
 use crate::channel;
 use crate::child;
 use crate::error::ShimError;
+use crate::observation::Observation;
+use crate::observer::{self, SharedState};
 use crate::outcome::{ExitKind, Outcome, human_bytes};
 use crate::plan::{Identity, Plan};
 use crate::prereq;
@@ -51,7 +57,13 @@ pub struct Sandbox {
     memory_limit: Option<u64>,
     timeout: Option<Duration>,
     finished: bool,
+    observations: Option<Receiver<Observation>>,
+    observer: Option<JoinHandle<()>>,
+    attribution: Option<SharedState>,
 }
+
+/// How long [`Sandbox::wait`] waits for the observer to report the last records.
+const OBSERVER_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn unique_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -94,7 +106,8 @@ impl Sandbox {
     ///
     /// Any thread may call it: the sandbox dies when the airlock *process* dies
     /// (EOF on the control channel), not when the calling thread exits.
-    pub fn spawn(spec: SandboxSpec) -> Result<Sandbox, ShimError> {
+    pub fn spawn(mut spec: SandboxSpec) -> Result<Sandbox, ShimError> {
+        let stdio = spec.stdio.take();
         let nft = prereq::find_nft()?;
         let mut plan = Plan::build(&spec, nft)?;
         if let Identity::Unprivileged { .. } = plan.identity {
@@ -124,17 +137,36 @@ impl Sandbox {
         }
 
         let (ours, theirs) = channel::pair().map_err(|e| ShimError::io("socketpair", e))?;
+        let observe_pair = match plan.observe {
+            Some(_) => Some(channel::pair().map_err(|e| ShimError::io("observer socketpair", e))?),
+            None => None,
+        };
+        let (obs_ours, obs_theirs) = match observe_pair {
+            Some((a, b)) => (Some(a), Some(b)),
+            None => (None, None),
+        };
         let supervisor = match sys::fork().map_err(|e| ShimError::io("fork", e))? {
             Forked::Child => {
                 drop(ours);
-                if sys::close_fds_except(std::os::fd::AsRawFd::as_raw_fd(&theirs)).is_err() {
+                drop(obs_ours);
+                if let Some(fds) = &stdio
+                    && install_stdio(fds).is_err()
+                {
                     sys::exit_now(125);
                 }
-                child::supervisor(&plan, cgroup.as_ref(), theirs)
+                let mut keep = vec![theirs.as_raw_fd()];
+                keep.extend(obs_theirs.as_ref().map(|o| o.as_raw_fd()));
+                if sys::close_fds_except_all(&keep).is_err() {
+                    sys::exit_now(125);
+                }
+                child::supervisor(&plan, cgroup.as_ref(), theirs, obs_theirs)
             }
             Forked::Parent(pid) => pid,
         };
         drop(theirs);
+        drop(obs_theirs);
+        // The command holds the only copies now (EOF reaches the recorder when it ends).
+        drop(stdio);
         let mut sandbox = Sandbox {
             supervisor,
             init: 0,
@@ -146,8 +178,25 @@ impl Sandbox {
             memory_limit: spec.limits.memory_bytes,
             timeout: spec.limits.timeout,
             finished: false,
+            observations: None,
+            observer: None,
+            attribution: None,
         };
         sandbox.await_ready()?;
+        if let (Some(obs), Some(chan)) = (plan.observe, obs_ours) {
+            let (tx, rx) = mpsc_channel();
+            let shared: SharedState = Arc::new(Mutex::new(observer::Shared::default()));
+            let cfg = observer::Config {
+                init: sandbox.init,
+                writable: plan.writable_places(),
+                max_file_bytes: obs.max_file_bytes,
+            };
+            let handle = observer::spawn(chan, cfg, tx, shared.clone())
+                .map_err(|e| ShimError::io("start the observer thread", e))?;
+            sandbox.observations = Some(rx);
+            sandbox.observer = Some(handle);
+            sandbox.attribution = Some(shared);
+        }
         Ok(sandbox)
     }
 
@@ -183,6 +232,21 @@ impl Sandbox {
                 _ => {}
             }
         }
+    }
+
+    /// The observer's records (execs, exits, file changes), in order; Some
+    /// exactly once, and only when `SandboxSpec::observe` was set. The channel
+    /// disconnects once everything is reported; after [`Sandbox::wait`] has
+    /// returned it holds every record.
+    pub fn take_observations(&mut self) -> Option<Receiver<Observation>> {
+        self.observations.take()
+    }
+
+    /// Maps proxy connections to the exec that opened them (observing sandboxes only).
+    pub fn attributor(&self) -> Option<Attributor> {
+        self.attribution
+            .as_ref()
+            .map(|s| Attributor::new(self.init, s.clone()))
     }
 
     /// The sockets for the proxy; Some exactly once.
@@ -249,6 +313,7 @@ impl Sandbox {
             .flatten()
             .map(|(_, s)| s);
         self.finished = true;
+        self.join_observer();
         let status = exit
             .map(ExitKind::from_raw)
             .or_else(|| {
@@ -277,6 +342,21 @@ impl Sandbox {
         })
     }
 
+    /// Give the observer a bounded time to report the last records (it ends by
+    /// itself once the sandbox is gone; a stuck one is left detached).
+    fn join_observer(&mut self) {
+        let Some(handle) = self.observer.take() else {
+            return;
+        };
+        let deadline = Instant::now() + OBSERVER_JOIN_TIMEOUT;
+        while !handle.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if handle.is_finished() {
+            let _ = handle.join();
+        }
+    }
+
     /// SIGKILL the whole tree: the supervisor's death takes init down
     /// (PR_SET_PDEATHSIG) and init's death empties the PID namespace.
     pub fn kill(&self) {
@@ -300,6 +380,19 @@ impl Sandbox {
     pub fn memory_limit_display(&self) -> Option<String> {
         self.memory_limit.map(human_bytes)
     }
+}
+
+/// Make the given descriptors the helper's (and so the command's) 0, 1, 2.
+/// Copies above 2 first, so a given descriptor that is itself 0..2 survives.
+fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
+    let mut high = [0; 3];
+    for (h, fd) in high.iter_mut().zip(fds) {
+        *h = sys::dup_above(fd.as_raw_fd(), 3)?;
+    }
+    for (target, h) in high.iter().enumerate() {
+        sys::dup_onto(*h, target as i32)?;
+    }
+    Ok(())
 }
 
 fn network_handles(fds: Vec<OwnedFd>) -> Result<NetworkHandles, ShimError> {

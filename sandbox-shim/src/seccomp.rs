@@ -13,6 +13,7 @@ const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
+const RET_USER_NOTIF: u32 = libc::SECCOMP_RET_USER_NOTIF;
 
 // Offsets into struct seccomp_data (little endian: low word of each arg first).
 const OFF_NR: u32 = 0;
@@ -131,6 +132,66 @@ fn guarded(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, block: Vec<libc
 
 /// The whole filter program.
 pub fn filter() -> Vec<libc::sock_filter> {
+    filter_with(false)
+}
+
+/// open(2) flags that mean "this may change a file".
+const WRITE_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+
+/// fchmodat2(2) (Linux 6.6) has the same number on every architecture.
+pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
+
+/// Syscalls the observer always hears about (seccomp_unotify(2)).
+fn notified_syscalls() -> Vec<libc::c_long> {
+    #[allow(unused_mut)]
+    let mut list = vec![
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        libc::SYS_exit_group,
+        libc::SYS_openat2,
+        libc::SYS_renameat,
+        libc::SYS_renameat2,
+        libc::SYS_unlinkat,
+        libc::SYS_truncate,
+        libc::SYS_ftruncate,
+        libc::SYS_fchmod,
+        libc::SYS_fchmodat,
+        SYS_FCHMODAT2,
+        libc::SYS_mkdirat,
+        libc::SYS_linkat,
+        libc::SYS_symlinkat,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    list.extend([
+        libc::SYS_creat,
+        libc::SYS_rename,
+        libc::SYS_unlink,
+        libc::SYS_rmdir,
+        libc::SYS_chmod,
+        libc::SYS_mkdir,
+        libc::SYS_link,
+        libc::SYS_symlink,
+    ]);
+    list
+}
+
+/// `if nr == sys && (arg & WRITE_FLAGS) { notify }`: plain reads never leave the kernel.
+fn notify_if_writing(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, flags_arg: u32) {
+    guarded(
+        prog,
+        sys,
+        vec![
+            stmt(BPF_LD_W_ABS, off_arg(flags_arg)),
+            jump(BPF_JSET_K, WRITE_FLAGS, 0, 1),
+            stmt(BPF_RET_K, RET_USER_NOTIF),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ],
+    );
+}
+
+/// The filter; with `observe`, exec, exit and file-changing syscalls are sent
+/// to the user-space listener first (answered with CONTINUE by the observer).
+pub fn filter_with(observe: bool) -> Vec<libc::sock_filter> {
     let eperm = errno(libc::EPERM);
     let mut prog = vec![
         // Foreign architectures (e.g. i386 via int 0x80) are killed outright.
@@ -204,6 +265,16 @@ pub fn filter() -> Vec<libc::sock_filter> {
             stmt(BPF_RET_K, RET_ALLOW),
         ],
     );
+    if observe {
+        #[cfg(target_arch = "x86_64")]
+        notify_if_writing(&mut prog, libc::SYS_open, 1);
+        notify_if_writing(&mut prog, libc::SYS_openat, 2);
+        prog.push(stmt(BPF_LD_W_ABS, OFF_NR));
+        for sys in notified_syscalls() {
+            prog.push(jump(BPF_JEQ_K, sys as u32, 0, 1));
+            prog.push(stmt(BPF_RET_K, RET_USER_NOTIF));
+        }
+    }
     prog.push(stmt(BPF_RET_K, RET_ALLOW));
     prog
 }
@@ -215,5 +286,7 @@ mod tests {
         let prog = super::filter();
         assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
         assert_eq!(prog.last().map(|i| i.k), Some(super::RET_ALLOW));
+        let observed = super::filter_with(true);
+        assert!(observed.len() > prog.len() && observed.len() < 4096);
     }
 }

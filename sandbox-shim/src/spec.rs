@@ -1,8 +1,11 @@
 //! What the caller asks for: the command, its filesystem view, limits and identity.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::observation::ObserveSpec;
 
 /// Path inside every sandbox where the CA bundle (`SandboxSpec::ca_bundle_pem`) is
 /// mounted read-only. It lives on the sandbox's private `/run` tmpfs, so it exists
@@ -18,7 +21,11 @@ pub const DNS_ADDR: &str = "127.0.0.53:53";
 pub const TRANSPARENT_ADDR: &str = "127.0.0.1:15001";
 
 /// Everything needed to run one command in a sandbox.
-#[derive(Debug, Clone)]
+///
+/// `SandboxSpec::default()` gives: no command, an empty workspace path (both
+/// must be set), no grants or hides, [`Limits::default`] with a 256 MiB /tmp,
+/// an empty environment, hostname "airlock", no observation, inherited stdio.
+#[derive(Debug)]
 pub struct SandboxSpec {
     /// argv; argv[0] is resolved via PATH from `env` inside the sandbox.
     pub command: Vec<OsString>,
@@ -40,6 +47,65 @@ pub struct SandboxSpec {
     pub ca_bundle_pem: Option<Vec<u8>>,
     /// UTS namespace hostname.
     pub hostname: String,
+    /// Observe execs, exits and file writes (see [`crate::Sandbox::take_observations`]).
+    /// None: no observation (and no extra cost).
+    pub observe: Option<ObserveSpec>,
+    /// stdin, stdout, stderr of the command (e.g. pipes to a recorder).
+    /// None: the command inherits airlock's own.
+    pub stdio: Option<[OwnedFd; 3]>,
+}
+
+/// Default size of the private /tmp.
+const DEFAULT_TMP_BYTES: u64 = 256 << 20;
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            command: Vec::new(),
+            workspace: PathBuf::new(),
+            ro: Vec::new(),
+            rw: Vec::new(),
+            hide: Vec::new(),
+            limits: Limits {
+                tmp_bytes: DEFAULT_TMP_BYTES,
+                ..Limits::default()
+            },
+            env: Vec::new(),
+            user: None,
+            ca_bundle_pem: None,
+            hostname: "airlock".into(),
+            observe: None,
+            stdio: None,
+        }
+    }
+}
+
+/// Descriptors are duplicated (dup(2)); if that fails (descriptor table
+/// full) the clone gets `stdio: None`, i.e. inherits airlock's stdio.
+impl Clone for SandboxSpec {
+    fn clone(&self) -> Self {
+        let stdio = self.stdio.as_ref().and_then(|[a, b, c]| {
+            Some([
+                a.try_clone().ok()?,
+                b.try_clone().ok()?,
+                c.try_clone().ok()?,
+            ])
+        });
+        SandboxSpec {
+            command: self.command.clone(),
+            workspace: self.workspace.clone(),
+            ro: self.ro.clone(),
+            rw: self.rw.clone(),
+            hide: self.hide.clone(),
+            limits: self.limits.clone(),
+            env: self.env.clone(),
+            user: self.user,
+            ca_bundle_pem: self.ca_bundle_pem.clone(),
+            hostname: self.hostname.clone(),
+            observe: self.observe,
+            stdio,
+        }
+    }
 }
 
 /// Resource limits; None means unlimited.

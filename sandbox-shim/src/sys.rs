@@ -246,3 +246,167 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: the kernel returned a fresh descriptor that nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
 }
+
+/// Install a seccomp filter with SECCOMP_FILTER_FLAG_NEW_LISTENER and return
+/// the notification listener (seccomp(2), seccomp_unotify(2)). The kernel
+/// creates the descriptor close-on-exec.
+pub fn install_seccomp_listener(filter: &[libc::sock_filter]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let prog = libc::sock_fprog {
+        len: u16::try_from(filter.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp filter too long"))?,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prog points at `filter`, which outlives the call; the kernel copies it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: with NEW_LISTENER the kernel returns a fresh descriptor nobody else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
+}
+
+/// One seccomp user notification: who made which syscall with which arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Notification {
+    pub id: u64,
+    /// Thread id in the listener reader's PID namespace (the host's for airlock).
+    pub tid: i32,
+    pub nr: i64,
+    pub args: [u64; 6],
+}
+
+/// SECCOMP_IOCTL_NOTIF_RECV (seccomp_unotify(2)). Errors with ENOENT when the
+/// target died between poll and receive.
+pub fn notif_recv(listener: BorrowedFd<'_>) -> io::Result<Notification> {
+    // SAFETY: seccomp_notif is plain old data; the kernel requires it zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: n is a valid, zeroed seccomp_notif that outlives the call.
+        let rc = unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                &mut n as *mut libc::seccomp_notif,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+    Ok(Notification {
+        id: n.id,
+        tid: n.pid as i32,
+        nr: i64::from(n.data.nr),
+        args: n.data.args,
+    })
+}
+
+/// SECCOMP_IOCTL_NOTIF_ID_VALID: is the target still blocked in this very
+/// notification (so what we read from its memory belonged to it)?
+pub fn notif_id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
+    // SAFETY: the ioctl reads one u64 from a valid pointer.
+    let rc = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+            &id as *const u64,
+        )
+    };
+    rc == 0
+}
+
+/// Answer a notification with SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel runs
+/// the syscall as if no filter had intervened. ENOENT (target gone) is ignored.
+pub fn notif_continue(listener: BorrowedFd<'_>, id: u64) {
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+    };
+    loop {
+        // SAFETY: resp is a valid seccomp_notif_resp that outlives the call.
+        let rc = unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SEND,
+                &mut resp as *mut libc::seccomp_notif_resp,
+            )
+        };
+        if rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// SECCOMP_IOCTL_NOTIF_SET_FLAGS(SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux 6.6):
+/// wake the supervisor on the same CPU, which roughly halves the round trip.
+/// Best effort: older kernels just refuse.
+pub fn notif_sync_wakeup(listener: BorrowedFd<'_>) {
+    const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+    // SAFETY: the ioctl takes the flags by value.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+        )
+    };
+}
+
+/// dup2(2) onto a fixed descriptor number (stdio of the sandbox helpers). The
+/// forked child owns its descriptor table; `target` is 0, 1 or 2.
+pub fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 only manipulates the descriptor table.
+    if unsafe { libc::dup2(fd, target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// fcntl(F_DUPFD): a copy of `fd` numbered at least `min`.
+pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
+    // SAFETY: F_DUPFD only manipulates the descriptor table.
+    let rc = unsafe { libc::fcntl(fd, libc::F_DUPFD, min) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
+/// close_fds_except for several descriptors (sorted and deduplicated here).
+pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
+    let mut keep: Vec<libc::c_uint> = keep
+        .iter()
+        .filter(|fd| **fd >= 3)
+        .map(|fd| *fd as libc::c_uint)
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut lo: libc::c_uint = 3;
+    for k in keep.iter().copied().chain([libc::c_uint::MAX]) {
+        if k > lo {
+            let hi = if k == libc::c_uint::MAX { k } else { k - 1 };
+            // SAFETY: as in close_fds_except: the forked child owns no Rust
+            // object referring to the closed descriptors.
+            let rc = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        lo = k.saturating_add(1);
+    }
+    Ok(())
+}

@@ -28,6 +28,8 @@ pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
         user: None,
         ca_bundle_pem: None,
         hostname: "airlock".into(),
+        observe: None,
+        stdio: None,
     }
 }
 

@@ -3,3 +3,4 @@
 pub mod ca;
 pub mod policy;
 pub mod proxy;
+pub mod run;

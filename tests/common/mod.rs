@@ -105,6 +105,11 @@ impl Drop for Upstream {
 
 impl Upstream {
     pub async fn start(tls: Option<ServerConfig>) -> Self {
+        Self::start_with(tls, Extra::default()).await
+    }
+
+    pub async fn start_with(tls: Option<ServerConfig>, extra: Extra) -> Self {
+        let extra = Arc::new(extra);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let sse_gate = Arc::new(Notify::new());
@@ -120,6 +125,7 @@ impl Upstream {
                 let gate = gate.clone();
                 let log = log.clone();
                 let acceptor = acceptor.clone();
+                let extra = extra.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                         log.lock().unwrap().push((
@@ -127,7 +133,7 @@ impl Upstream {
                             req.uri().path().to_owned(),
                             req.headers().clone(),
                         ));
-                        route(req, gate.clone())
+                        route(req, gate.clone(), extra.clone())
                     });
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match acceptor {
@@ -180,13 +186,32 @@ impl Upstream {
 
 pub type Seen = Arc<std::sync::Mutex<Vec<(String, String, http::HeaderMap)>>>;
 
+/// Routes beyond the built-in ones: static files and a git smart-HTTP server.
+#[derive(Default, Clone)]
+pub struct Extra {
+    /// path -> (content type, bytes)
+    pub files: std::collections::HashMap<String, (String, Vec<u8>)>,
+    /// Serve `/git/...` with `git http-backend` from this project root.
+    pub git_root: Option<PathBuf>,
+}
+
 type TestBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 async fn route(
     mut req: Request<Incoming>,
     gate: Arc<Notify>,
+    extra: Arc<Extra>,
 ) -> Result<Response<TestBody>, Infallible> {
     let path = req.uri().path().to_owned();
+    if let Some((content_type, bytes)) = extra.files.get(&path) {
+        return Ok(Response::builder()
+            .header("content-type", content_type.as_str())
+            .body(Full::new(Bytes::from(bytes.clone())).boxed())
+            .unwrap());
+    }
+    if let (Some(root), Some(path_info)) = (&extra.git_root, path.strip_prefix("/git")) {
+        return Ok(git_http_backend(root, path_info, req).await);
+    }
     if path == "/ws" {
         return Ok(websocket_echo(&mut req));
     }
@@ -220,7 +245,9 @@ async fn route(
         ];
         let mut response = Response::builder()
             .header("content-type", "application/grpc")
-            .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames))))
+            .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                frames,
+            ))))
             .unwrap();
         if let Some(te) = te {
             response.headers_mut().insert("x-saw-te", te);
@@ -269,6 +296,77 @@ async fn route(
         )
         .body(Full::new(Bytes::from(echo.to_string())).boxed())
         .unwrap())
+}
+
+/// Run `git http-backend` as a CGI program (git-http-backend(1)).
+async fn git_http_backend(
+    root: &Path,
+    path_info: &str,
+    req: Request<Incoming>,
+) -> Response<TestBody> {
+    let method = req.method().to_string();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default()
+    };
+    let content_type = header("content-type");
+    let protocol = header("git-protocol");
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mut child = tokio::process::Command::new("git")
+        .arg("http-backend")
+        .env("GIT_PROJECT_ROOT", root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("PATH_INFO", path_info)
+        .env("QUERY_STRING", query)
+        .env("REQUEST_METHOD", method)
+        .env("CONTENT_TYPE", content_type)
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .env("GIT_PROTOCOL", protocol)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = stdin.write_all(&body).await;
+    });
+    let out = child.wait_with_output().await.unwrap();
+    let split = out
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4))
+        .or_else(|| {
+            out.stdout
+                .windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|i| (i, 2))
+        })
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout[..split.0]).into_owned();
+    let mut builder = Response::builder();
+    for line in head.lines() {
+        if let Some((name, value)) = line.split_once(':') {
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("status") {
+                builder = builder.status(value[..3].parse::<u16>().unwrap());
+            } else {
+                builder = builder.header(name.trim(), value);
+            }
+        }
+    }
+    builder
+        .body(Full::new(Bytes::from(out.stdout[split.0 + split.1..].to_vec())).boxed())
+        .unwrap()
 }
 
 fn tokio_stream_from(

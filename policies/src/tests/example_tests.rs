@@ -89,6 +89,44 @@ fn github_example() {
         panic!("one credential")
     };
     assert_eq!(cred.placeholder.as_deref(), Some("GITHUB_TOKEN"));
+    // The placeholder names the variable; its value is a dummy.
+    assert!(
+        EXAMPLES[1]
+            .1
+            .contains("airlock-placeholder-github_token-<hex>")
+    );
+    assert!(
+        !EXAMPLES[1]
+            .1
+            .contains("set to\n# the placeholder \"GITHUB_TOKEN\"")
+    );
+}
+
+#[test]
+fn credential_hosts_are_https_only_in_examples() {
+    for index in [1, 2] {
+        let p = policy(EXAMPLES[index].1);
+        for cred in p.credentials() {
+            for pattern in &cred.hosts {
+                let h = super::host(&pattern.to_string());
+                assert!(
+                    matches!(p.connection(&h, 80), ConnectionDecision::Deny(_)),
+                    "{}: {h} is reachable on port 80",
+                    EXAMPLES[index].0
+                );
+                assert_eq!(p.connection(&h, 443), ConnectionDecision::Inspect);
+            }
+        }
+    }
+}
+
+#[test]
+fn pypi_example_names_the_real_run_command() {
+    assert!(
+        EXAMPLES[0]
+            .1
+            .contains("airlock run --policy policies/examples/pypi.toml -- pip install requests")
+    );
 }
 
 #[test]

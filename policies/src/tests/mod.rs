@@ -8,6 +8,7 @@ mod host_tests;
 mod lint_tests;
 mod parse_tests;
 mod path_tests;
+mod review_tests;
 
 use crate::{BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
 

@@ -231,7 +231,7 @@ fn friendly_structure_messages() {
     let err = parse_error("[[allow]]\nhost = \"a.com\"\n[allow.body]\namount = 5\n");
     assert_eq!(
         err,
-        "policy.toml:4:10: invalid type: integer `5`, expected a constraint table like { max = 10000 }"
+        "policy.toml:4:10: body constraint for `amount` must be a table like { max = 100 }, not integer `5`"
     );
     let err = parse_error("[[allow]]\nhost = \"a.com\"\nmethods = \"GET\"\n");
     assert!(

@@ -1,0 +1,146 @@
+//! What the observer reports: every exec, every exit, every file change made
+//! by the sandboxed command, in the order they happened.
+
+use std::time::SystemTime;
+
+/// Observation settings; `SandboxSpec::observe = None` turns observation off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObserveSpec {
+    /// Files up to this size are captured with their content (larger ones
+    /// keep size and sha256 only). Default 1 MiB (`--audit-max-file`).
+    pub max_file_bytes: u64,
+}
+
+impl Default for ObserveSpec {
+    fn default() -> Self {
+        ObserveSpec {
+            max_file_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One program execution inside a sandbox; unique per sandbox, starting at 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecId(pub u64);
+
+impl std::fmt::Display for ExecId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exec#{}", self.0)
+    }
+}
+
+/// What happened to a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileOp {
+    /// A new file, directory (path ends in '/'), hard link or symlink.
+    Create,
+    /// An existing file opened for writing.
+    Modify,
+    /// truncate(2)/ftruncate(2).
+    Truncate,
+    /// rename(2): `path` is the old name, `rename_to` the new one.
+    Rename,
+    /// unlink(2)/rmdir(2) (directories end in '/').
+    Delete,
+    /// chmod(2) family: `mode` holds the requested mode.
+    Chmod,
+}
+
+impl FileOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileOp::Create => "create",
+            FileOp::Modify => "modify",
+            FileOp::Truncate => "truncate",
+            FileOp::Rename => "rename",
+            FileOp::Delete => "delete",
+            FileOp::Chmod => "chmod",
+        }
+    }
+}
+
+/// One record of the observer.
+///
+/// pids are the ones the command sees (inside the sandbox PID namespace, from
+/// the last NSpid field of /proc/<pid>/status); uid is the host uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observation {
+    Exec {
+        exec_id: ExecId,
+        /// The exec of the parent process, or for an exec that replaces an
+        /// already exec'd image of the same process, that previous exec.
+        parent: Option<ExecId>,
+        pid: i32,
+        ppid: i32,
+        uid: u32,
+        /// The executable as passed to execve, made absolute against the cwd.
+        path: String,
+        argv: Vec<String>,
+        cwd: String,
+        env_names: Vec<String>,
+        /// Values of the variables whose names do not look secret.
+        env_values_nonsecret: Vec<(String, String)>,
+        ts: SystemTime,
+    },
+    Exit {
+        exec_id: ExecId,
+        /// exit_group(2) status (0..=255).
+        status: Option<i32>,
+        /// Terminating signal, when one was seen.
+        signal: Option<i32>,
+        ts: SystemTime,
+    },
+    File {
+        /// None when the writer could not be tied to an exec.
+        exec_id: Option<ExecId>,
+        /// Absolute path inside the sandbox.
+        path: String,
+        op: FileOp,
+        size: Option<u64>,
+        sha256: Option<String>,
+        /// Only for regular files no larger than `ObserveSpec::max_file_bytes`.
+        content: Option<Vec<u8>>,
+        rename_to: Option<String>,
+        mode: Option<u32>,
+        ts: SystemTime,
+    },
+}
+
+/// Environment variable names whose values are never recorded (case-insensitive substrings).
+const SECRET_MARKERS: [&str; 10] = [
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "KEY",
+    "AUTH",
+    "CREDENTIAL",
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+];
+
+/// Does this variable name look like it holds a secret?
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_MARKERS.iter().any(|m| upper.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secret_like_names_are_recognised() {
+        for n in [
+            "GITHUB_TOKEN",
+            "aws_secret_access_key",
+            "DB_Password",
+            "Cookie_jar",
+            "SSH_AUTH_SOCK",
+        ] {
+            assert!(super::is_secret_name(n), "{n}");
+        }
+        for n in ["PATH", "HOME", "LANG", "TERM"] {
+            assert!(!super::is_secret_name(n), "{n}");
+        }
+    }
+}

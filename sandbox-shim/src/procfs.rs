@@ -1,0 +1,197 @@
+//! Reading what a sandboxed process is doing from the host side of /proc:
+//! strings in its memory (/proc/<pid>/mem, see proc_pid_mem(5)), its status,
+//! cwd and descriptors. Everything returns None rather than failing: the
+//! process may be gone by the time we look.
+
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Longest string we copy out of a process (MAX_ARG_STRLEN, see execve(2)).
+const MAX_STRING: usize = 128 * 1024;
+/// Most argv/envp entries we copy.
+const MAX_ARRAY: usize = 4096;
+
+pub fn open_mem(tid: i32) -> Option<File> {
+    File::open(format!("/proc/{tid}/mem")).ok()
+}
+
+/// A NUL-terminated string at `addr` in the target's memory.
+pub fn read_cstr(mem: &File, addr: u64) -> Option<Vec<u8>> {
+    if addr == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    let mut at = addr;
+    while out.len() < MAX_STRING {
+        // Stay inside one page per read: the next page may be unmapped.
+        let page_left = 4096 - (at % 4096) as usize;
+        let want = page_left.min(buf.len());
+        let n = mem.read_at(&mut buf[..want], at).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Some(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+        at = at.checked_add(n as u64)?;
+    }
+    Some(out)
+}
+
+pub fn read_u64(mem: &File, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    mem.read_exact_at(&mut b, addr).ok()?;
+    Some(u64::from_ne_bytes(b))
+}
+
+/// A NULL-terminated array of string pointers (argv, envp).
+pub fn read_str_array(mem: &File, addr: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    if addr == 0 {
+        return out;
+    }
+    for i in 0..MAX_ARRAY as u64 {
+        let Some(ptr) = read_u64(mem, addr.wrapping_add(i * 8)) else {
+            break;
+        };
+        if ptr == 0 {
+            break;
+        }
+        match read_cstr(mem, ptr) {
+            Some(s) => out.push(String::from_utf8_lossy(&s).into_owned()),
+            None => break,
+        }
+    }
+    out
+}
+
+/// The fields of /proc/<pid>/status we need (see proc_pid_status(5)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Status {
+    pub tgid: i32,
+    /// Host pid of the parent.
+    pub ppid: i32,
+    /// pid in the innermost PID namespace (last NSpid field).
+    pub ns_pid: i32,
+    /// Real uid as the host sees it.
+    pub uid: u32,
+}
+
+pub fn status(pid: i32) -> Option<Status> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut st = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let mut fields = value.split_whitespace();
+        match key {
+            "Tgid" => st.tgid = fields.next()?.parse().ok()?,
+            "PPid" => st.ppid = fields.next()?.parse().ok()?,
+            "Uid" => st.uid = fields.next()?.parse().ok()?,
+            "NSpid" => st.ns_pid = fields.next_back()?.parse().ok()?,
+            _ => {}
+        }
+    }
+    (st.tgid > 0).then_some(st)
+}
+
+/// Exit code of a zombie (field 52 of /proc/<pid>/stat, a wait status).
+pub fn zombie_exit_code(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); field 52 is index 49.
+    if fields.first() != Some(&"Z") {
+        return None;
+    }
+    fields.get(49)?.parse().ok()
+}
+
+fn link(path: String) -> Option<String> {
+    let target = std::fs::read_link(path).ok()?;
+    let text = String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned();
+    Some(
+        text.strip_suffix(" (deleted)")
+            .map(str::to_string)
+            .unwrap_or(text),
+    )
+}
+
+pub fn cwd(tid: i32) -> Option<String> {
+    link(format!("/proc/{tid}/cwd"))
+}
+
+pub fn fd_path(tid: i32, fd: i32) -> Option<String> {
+    link(format!("/proc/{tid}/fd/{fd}"))
+}
+
+/// `path` made absolute against `base` and cleaned of `.`/`..` lexically
+/// (what the kernel sees may differ through symlinks; this is a record, not a check).
+pub fn absolute(base: &str, path: &str) -> String {
+    let joined = if path.starts_with('/') {
+        PathBuf::from(path)
+    } else {
+        Path::new(base).join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    String::from_utf8_lossy(out.as_os_str().as_bytes()).into_owned()
+}
+
+/// Children of every thread of `pid` (/proc/<pid>/task/*/children, see proc(5)).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_made_absolute_lexically() {
+        assert_eq!(absolute("/ws", "f1"), "/ws/f1");
+        assert_eq!(absolute("/ws/a", "../b/./c"), "/ws/b/c");
+        assert_eq!(absolute("/ws", "/tmp//x"), "/tmp/x");
+        assert_eq!(absolute("/", "../.."), "/");
+    }
+
+    #[test]
+    fn own_status_and_memory_are_readable() {
+        let me = std::process::id() as i32;
+        let st = status(me).expect("status");
+        assert_eq!(st.tgid, me);
+        let text = std::ffi::CString::new("hello").unwrap();
+        let mem = open_mem(me).expect("mem");
+        assert_eq!(
+            read_cstr(&mem, text.as_ptr() as u64).as_deref(),
+            Some(&b"hello"[..])
+        );
+    }
+}

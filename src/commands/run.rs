@@ -1,0 +1,515 @@
+//! `airlock run`: one command in a fresh sandbox whose only way out is the
+//! proxy, with everything recorded.
+//!
+//! Order matters: the sandbox is created first (its network namespace, with
+//! the proxy's listening sockets inside), then the proxy starts serving those
+//! sockets from the host's namespace and the audit session begins, and only
+//! then is the command released to run. A connection the command makes can
+//! therefore never race past the proxy: it waits in the listener's backlog.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_auditor::{SessionEnd, SessionMode, SessionRecorder};
+use airlock_policy::Policy;
+use airlock_proxy::{
+    CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
+};
+use airlock_shim::{CA_BUNDLE_PATH, Limits, Sandbox, SandboxSpec, UserSpec};
+use anyhow::{Context, bail};
+
+use crate::audit_sink::{AuditSink, Tee};
+use crate::notices::DenialNotices;
+use crate::{audit, certs, one_line, paths, policy_file, secrets};
+
+/// Exit status when airlock itself failed (as for `env`, `timeout`, `docker run`).
+const EXIT_AIRLOCK_FAILED: u8 = 125;
+/// Default size of the sandbox's private /tmp.
+const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+/// Variables that name the session's CA bundle for common clients.
+const CA_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
+/// System CA bundles, first found wins, combined with the session CA.
+const SYSTEM_BUNDLES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+];
+
+#[derive(clap::Args)]
+#[command(trailing_var_arg = true)]
+pub struct RunArgs {
+    /// The policy (TOML). Default: deny all network access.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Read-write directory, mounted at the same path and used as the working directory [default: .].
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Also make PATH visible read-only. Repeatable.
+    #[arg(long = "ro", value_name = "PATH")]
+    ro: Vec<PathBuf>,
+    /// Also make PATH visible read-write. Repeatable.
+    #[arg(long = "rw", value_name = "PATH")]
+    rw: Vec<PathBuf>,
+    /// Hide PATH inside the sandbox. Repeatable.
+    #[arg(long = "hide", value_name = "PATH")]
+    hide: Vec<PathBuf>,
+    /// Memory limit, e.g. 512M or 2G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Maximum number of processes.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// CPU limit in cores, e.g. 0.5 or 2.
+    #[arg(long, value_name = "N")]
+    cpus: Option<f64>,
+    /// Kill the whole sandbox after this long, e.g. 30s or 5m (exit status 124).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Size of the private /tmp [default: 512M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    tmp_size: Option<u64>,
+    /// Set KEY=VALUE in the sandbox's environment. Repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Pass KEY from airlock's environment. Repeatable.
+    #[arg(long = "pass-env", value_name = "KEY")]
+    pass_env: Vec<String>,
+    /// Run as UID[:GID] (root only).
+    #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
+    user: Option<UserSpec>,
+    /// Also trust this PEM CA for upstream servers. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
+    /// Resolve HOST to IP instead of asking DNS. Repeatable.
+    #[arg(long = "resolve", value_name = "HOST:IP")]
+    resolve: Vec<PinnedHost>,
+    /// Use this persistent CA instead of a fresh one for the session.
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// The audit database [default: ~/.local/share/airlock/audit.db].
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
+    audit_db: Option<PathBuf>,
+    /// The audit signing key [default: ~/.local/share/airlock/audit.key].
+    #[arg(long, value_name = "FILE")]
+    audit_key: Option<PathBuf>,
+    /// Make each network decision durable before the request is forwarded.
+    #[arg(long)]
+    audit_sync: bool,
+    /// Do not record the session (say so explicitly; never the default).
+    #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync"])]
+    no_audit: bool,
+    /// The command and its arguments.
+    #[arg(required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    match run_sandboxed(args) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("airlock: {}", one_line(&e));
+            Ok(ExitCode::from(EXIT_AIRLOCK_FAILED))
+        }
+    }
+}
+
+fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
+    airlock_shim::check_prerequisites()?;
+    let policy = match &args.policy {
+        Some(path) => policy_file::load(path)?,
+        None => Policy::deny_all(),
+    };
+    let credentials = secrets::resolve_all(policy.credentials())?;
+    let ca = match &args.ca_dir {
+        Some(dir) => CertificateAuthority::load(dir)?,
+        None => CertificateAuthority::ephemeral()?,
+    };
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("finding the current directory")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .with_context(|| format!("--workspace {}: no such directory", workspace.display()))?;
+    let env = sandbox_env(&args, &credentials)?;
+    let audit_paths = if args.no_audit {
+        None
+    } else {
+        let db = match &args.audit_db {
+            Some(db) => db.clone(),
+            None => paths::data_dir()?.join("audit.db"),
+        };
+        let key = match &args.audit_key {
+            Some(key) => key.clone(),
+            None => paths::default_audit_key()?,
+        };
+        refuse_if_writable_inside(&db, &workspace, &args.rw)?;
+        Some((db, key))
+    };
+    let mut hide = args.hide.clone();
+    hide.extend(args.ca_dir.iter().cloned());
+    if let Some((db, key)) = &audit_paths {
+        hide.extend(
+            [db.clone(), key.clone()]
+                .into_iter()
+                .filter_map(|p| p.parent().map(Path::to_owned)),
+        );
+    }
+    hide.retain(|p| p.exists());
+    let limits = Limits {
+        memory_bytes: args.memory,
+        pids: args.pids,
+        cpus: args.cpus,
+        timeout: args.timeout,
+        tmp_bytes: args.tmp_size.unwrap_or(DEFAULT_TMP_BYTES),
+    };
+    let limits_record = serde_json::json!({
+        "memory_bytes": limits.memory_bytes,
+        "pids": limits.pids,
+        "cpus": limits.cpus,
+        "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
+        "tmp_bytes": limits.tmp_bytes,
+    });
+    let spec = SandboxSpec {
+        command: args.command.clone(),
+        workspace,
+        ro: args.ro.clone(),
+        rw: args.rw.clone(),
+        hide,
+        limits,
+        env,
+        user: args.user,
+        ca_bundle_pem: Some(ca_bundle(&ca)),
+        hostname: "airlock".into(),
+        observe: None,
+        stdio: None,
+    };
+    let mut upstream_roots = Vec::new();
+    for path in &args.upstream_ca {
+        upstream_roots.extend(certs::load_pem_certs(path)?);
+    }
+
+    let mut sandbox = Sandbox::spawn(spec)?;
+    for notice in sandbox.notices() {
+        eprintln!("airlock: {notice}");
+    }
+    let network = sandbox
+        .take_network()
+        .context("the sandbox did not hand over its network sockets")?;
+    let recorder = match &audit_paths {
+        Some((db, key)) => Some(audit::begin(
+            db,
+            Some(key),
+            audit::session_info(&policy, SessionMode::Run, limits_record),
+            &credentials,
+        )?),
+        None => None,
+    };
+    let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(policy.source_name()));
+    let events: Arc<dyn EventSink> = match &recorder {
+        Some(r) => Arc::new(Tee(vec![AuditSink::new(r.clone()), notices])),
+        None => notices,
+    };
+    let proxy = Proxy::new(ProxyConfig {
+        policy,
+        credentials,
+        ca: Arc::new(ca),
+        pins: args.resolve.clone(),
+        upstream_roots,
+        events,
+        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
+        audit_sync: args.audit_sync,
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("airlock-proxy")
+        .build()
+        .context("starting the async runtime")?;
+    let stopped_for = Arc::new(std::sync::Mutex::new(None::<String>));
+    {
+        let _guard = runtime.enter();
+        let transparent = to_tokio_listener(network.transparent)?;
+        let dns_tcp = to_tokio_listener(network.dns_tcp)?;
+        network.dns_udp.set_nonblocking(true)?;
+        let dns_udp = tokio::net::UdpSocket::from_std(network.dns_udp)?;
+        let p = proxy.clone();
+        runtime.spawn(async move { p.serve_transparent(transparent).await });
+        let p = proxy.clone();
+        runtime.spawn(async move { p.serve_dns_udp(dns_udp).await });
+        let p = proxy.clone();
+        runtime.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
+        runtime.spawn(watch(proxy.clone(), sandbox.pid(), stopped_for.clone()));
+    }
+    sandbox.release()?;
+    let outcome = sandbox.wait()?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+
+    let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
+    if let Some(recorder) = recorder {
+        finish(recorder, &outcome, stopped.clone())?;
+    }
+    if let Some(why) = stopped {
+        bail!("{why}");
+    }
+    if let Some(message) = outcome.message() {
+        eprintln!("{message}");
+    }
+    Ok(ExitCode::from(
+        u8::try_from(outcome.exit_code()).unwrap_or(EXIT_AIRLOCK_FAILED),
+    ))
+}
+
+/// Stop the sandbox when airlock is told to stop, or when recording fails.
+async fn watch(proxy: Proxy, init_pid: i32, stopped_for: Arc<std::sync::Mutex<Option<String>>>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let reason = loop {
+        tokio::select! {
+            _ = term.recv() => break "stopped by SIGTERM".to_owned(),
+            _ = hup.recv() => break "stopped by SIGHUP".to_owned(),
+            _ = tick.tick() => {
+                if proxy.audit_failed() {
+                    break "the audit store failed; the session was stopped rather than run unaudited".to_owned();
+                }
+            }
+        }
+    };
+    if let Ok(mut slot) = stopped_for.lock() {
+        *slot = Some(reason);
+    }
+    // Killing the sandbox's init ends its whole pid namespace (pid_namespaces(7)).
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+fn finish(
+    recorder: SessionRecorder,
+    outcome: &airlock_shim::Outcome,
+    stopped: Option<String>,
+) -> anyhow::Result<()> {
+    let (exit_status, signal) = match outcome.status {
+        airlock_shim::ExitKind::Exited(code) => (Some(code), None),
+        airlock_shim::ExitKind::Signaled(sig) => (None, Some(sig)),
+    };
+    let reason = stopped.or_else(|| outcome.message());
+    recorder
+        .finish(SessionEnd {
+            exit_status,
+            signal,
+            reason,
+        })
+        .context("finishing the audit session")
+}
+
+fn to_tokio_listener(listener: std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+    listener.set_nonblocking(true)?;
+    Ok(tokio::net::TcpListener::from_std(listener)?)
+}
+
+/// The system roots plus the session CA, for the sandbox's trust stores.
+fn ca_bundle(ca: &CertificateAuthority) -> Vec<u8> {
+    let mut bundle = SYSTEM_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(ca.cert_pem().as_bytes());
+    bundle
+}
+
+/// A clean environment: PATH, HOME, LANG, TERM, the CA variables, the
+/// credential placeholders, and only what the caller passes explicitly.
+fn sandbox_env(
+    args: &RunArgs,
+    credentials: &[ResolvedCredential],
+) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    let mut env: Vec<(String, OsString)> = Vec::new();
+    let mut set = |key: &str, value: OsString| {
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_owned(), value));
+    };
+    set(
+        "PATH",
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+    );
+    // The caller's home is hidden; the private /tmp is writable for caches.
+    set("HOME", "/tmp".into());
+    for key in ["LANG", "LC_ALL", "TERM"] {
+        if let Some(value) = std::env::var_os(key) {
+            set(key, value);
+        }
+    }
+    for key in CA_VARIABLES {
+        set(key, CA_BUNDLE_PATH.into());
+    }
+    for cred in credentials {
+        if let Some(ph) = &cred.placeholder {
+            set(&ph.variable, ph.dummy.clone().into());
+        }
+    }
+    let secret_sources: Vec<(&str, &str)> = credentials
+        .iter()
+        .flat_map(|c| c.secrets.iter().map(move |s| (c.name.as_str(), s.expose())))
+        .collect();
+    for key in &args.pass_env {
+        let Some(value) = std::env::var_os(key) else {
+            bail!("--pass-env {key}: {key} is not set in airlock's environment");
+        };
+        refuse_secret(key, &value.to_string_lossy(), &secret_sources)?;
+        set(key, value);
+    }
+    for (key, value) in &args.env {
+        refuse_secret(key, value, &secret_sources)?;
+        set(key, value.into());
+    }
+    Ok(env.into_iter().map(|(k, v)| (k.into(), v)).collect())
+}
+
+/// A credential's secret never enters the sandbox, not even when asked to.
+fn refuse_secret(key: &str, value: &str, secrets: &[(&str, &str)]) -> anyhow::Result<()> {
+    if let Some((name, _)) = secrets
+        .iter()
+        .find(|(_, s)| !s.is_empty() && value.contains(s))
+    {
+        bail!(
+            "{key} carries the secret of credential {name}; secrets never enter the sandbox (use the credential's placeholder instead)"
+        );
+    }
+    Ok(())
+}
+
+/// The sandbox must not be able to write the audit database.
+fn refuse_if_writable_inside(db: &Path, workspace: &Path, rw: &[PathBuf]) -> anyhow::Result<()> {
+    let db_dir = db
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    for writable in std::iter::once(workspace).chain(rw.iter().map(PathBuf::as_path)) {
+        let writable = writable
+            .canonicalize()
+            .unwrap_or_else(|_| writable.to_owned());
+        if db_dir.starts_with(&writable) {
+            bail!(
+                "--audit-db {} is inside {}, which the sandbox can write; put the audit database elsewhere",
+                db.display(),
+                writable.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let err =
+        || format!("invalid size {s:?}: use a number with an optional K, M or G suffix, e.g. 512M");
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().map_err(|_| err())?;
+    let scale = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1u64,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(err()),
+    };
+    let bytes = number * scale as f64;
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(err());
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<f64>()
+        && secs.is_finite()
+        && secs > 0.0
+    {
+        return Ok(Duration::from_secs_f64(secs));
+    }
+    humantime::parse_duration(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("invalid duration {s:?}: use e.g. 30s, 5m, 1h30m or 1.5"))
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
+            Ok((k.to_owned(), v.to_owned()))
+        }
+        _ => Err(format!("invalid --env {s:?}: expected KEY=VALUE")),
+    }
+}
+
+fn parse_user(s: &str) -> Result<UserSpec, String> {
+    let err = || format!("invalid --user {s:?}: expected UID or UID:GID (numbers)");
+    let (uid, gid) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let uid: u32 = uid.parse().map_err(|_| err())?;
+    let gid: u32 = match gid {
+        Some(g) => g.parse().map_err(|_| err())?,
+        None => uid,
+    };
+    Ok(UserSpec { uid, gid })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_durations_and_users_parse() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(
+            parse_user("1000"),
+            Ok(UserSpec {
+                uid: 1000,
+                gid: 1000
+            })
+        );
+        assert_eq!(parse_user("1000:50"), Ok(UserSpec { uid: 1000, gid: 50 }));
+        assert!(parse_user("bob").is_err());
+    }
+}

@@ -1,0 +1,330 @@
+//! `airlock run` with real programs inside the sandbox — curl, python3
+//! urllib, node https, git over smart HTTP, pip — against TLS servers the
+//! tests start on the host's loopback. None of them is told about a proxy:
+//! their connections are captured, and they trust the session CA through the
+//! mounted bundle and the standard variables.
+
+mod common;
+
+use std::path::Path;
+
+use common::{AIRLOCK, ClientOutput, Extra, TestPki, Upstream};
+
+/// An allowed upstream `api.test` (also `git.test`, `pypi.test`) and a
+/// policy allowing GET /echo* and whatever `more` adds.
+struct Fixture {
+    pki: TestPki,
+    upstream: Upstream,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new(extra: Extra) -> Self {
+        let pki = TestPki::new();
+        let upstream = Upstream::start_with(
+            Some(pki.server_config(&["api.test", "git.test", "pypi.test"])),
+            extra,
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        Self { pki, upstream, dir }
+    }
+
+    fn port(&self) -> u16 {
+        self.upstream.port()
+    }
+
+    fn write_policy(&self, rules: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join("policy.toml");
+        std::fs::write(&path, format!("version = 1\n{rules}")).unwrap();
+        path
+    }
+
+    /// `airlock run` with the fixture's pins, CA and a private audit database.
+    async fn run(&self, policy: &Path, command: &[&str]) -> ClientOutput {
+        let workspace = self.dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let out = tokio::process::Command::new(AIRLOCK)
+            .arg("run")
+            .arg("--policy")
+            .arg(policy)
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--upstream-ca")
+            .arg(&self.pki.ca_pem)
+            .args(["--resolve", "api.test:127.0.0.1"])
+            .args(["--resolve", "git.test:127.0.0.1"])
+            .args(["--resolve", "pypi.test:127.0.0.1"])
+            .arg("--audit-db")
+            .arg(self.dir.path().join("audit/audit.db"))
+            .arg("--audit-key")
+            .arg(self.dir.path().join("audit/audit.key"))
+            .arg("--timeout")
+            .arg("60s")
+            .arg("--")
+            .args(command)
+            .output()
+            .await
+            .unwrap();
+        ClientOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+fn echo_policy(port: u16) -> String {
+    format!(
+        "[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/echo\", \"/echo/**\"]\n"
+    )
+}
+
+#[tokio::test]
+async fn curl_inside_is_captured_without_proxy_settings() {
+    let f = Fixture::new(Extra::default()).await;
+    let policy = f.write_policy(&echo_policy(f.port()));
+    let allowed = format!("https://api.test:{}/echo", f.port());
+    let denied = format!("https://api.test:{}/admin", f.port());
+    let out = f
+        .run(
+            &policy,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "curl -sS -w ' %{{http_code}}\\n' {allowed}; curl -sS {denied}; curl -sS -m 5 https://unlisted.test/ ; echo resolve=$?"
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("\"method\":\"GET\""), "{out:?}");
+    assert!(out.stdout.contains(" 200\n"), "{out:?}");
+    assert!(
+        out.stdout.contains("Airlock refused this request."),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("paths = [\"/admin\"]"), "{out:?}");
+    assert!(
+        out.stdout.contains("resolve=6"),
+        "unlisted names must not resolve: {out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("airlock: refused to resolve unlisted.test"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn python_and_node_inside() {
+    let f = Fixture::new(Extra::default()).await;
+    let policy = f.write_policy(&echo_policy(f.port()));
+    let allowed = format!("https://api.test:{}/echo", f.port());
+    let denied = format!("https://api.test:{}/admin", f.port());
+    let python = format!(
+        r#"
+import urllib.request, urllib.error
+print(urllib.request.urlopen("{allowed}", timeout=20).status)
+try:
+    urllib.request.urlopen("{denied}", timeout=20)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers["x-airlock-decision"])
+"#
+    );
+    let out = f.run(&policy, &["/usr/bin/python3", "-c", &python]).await;
+    assert_eq!(out.stdout, "200\n403 deny\n", "{out:?}");
+
+    let node = format!(
+        r#"
+const https = require('https');
+const get = (u) => new Promise((ok, ko) => https.get(u, r => {{ r.resume(); r.on('end', () => ok(`${{r.statusCode}} ${{r.headers['x-airlock-decision'] || '-'}}`)); }}).on('error', ko));
+(async () => {{ console.log(await get('{allowed}')); console.log(await get('{denied}')); }})().catch(e => {{ console.error(e); process.exit(1); }});
+"#
+    );
+    let out = f.run(&policy, &["node", "-e", &node]).await;
+    assert_eq!(out.stdout, "200 -\n403 deny\n", "{out:?}");
+}
+
+#[tokio::test]
+async fn git_ls_remote_over_smart_http() {
+    let root = tempfile::tempdir().unwrap();
+    let git = |args: &[&str], dir: &Path| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let work = root.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    git(&["init", "-q", "-b", "main"], &work);
+    std::fs::write(work.join("README"), "hello\n").unwrap();
+    git(&["add", "README"], &work);
+    git(&["commit", "-q", "-m", "first"], &work);
+    git(&["clone", "-q", "--bare", "work", "repo.git"], root.path());
+
+    let extra = Extra {
+        git_root: Some(root.path().to_owned()),
+        ..Extra::default()
+    };
+    let f = Fixture::new(extra).await;
+    let port = f.port();
+    let policy = f.write_policy(&format!(
+        "[[allow]]\nhost = \"git.test\"\nport = {port}\nmethods = [\"GET\", \"POST\"]\npaths = [\"/git/repo.git/info/refs\", \"/git/repo.git/git-upload-pack\"]\n"
+    ));
+    let url = format!("https://git.test:{port}/git/repo.git");
+    let out = f
+        .run(
+            &policy,
+            &[
+                "sh",
+                "-c",
+                &format!("git ls-remote {url} && git clone -q {url} /tmp/c && cat /tmp/c/README"),
+            ],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("refs/heads/main"), "{out:?}");
+    assert!(out.stdout.ends_with("hello\n"), "{out:?}");
+
+    // Pushing is not in the policy: git-receive-pack is refused.
+    let out = f
+        .run(&policy, &["sh", "-c", &format!("cd /tmp && git clone -q {url} c && cd c && echo x > y && git add y && git -c user.name=t -c user.email=t@t commit -qm x && git push -q origin main")])
+        .await;
+    assert_ne!(out.status, 0, "{out:?}");
+    assert!(out.stderr.contains("403"), "{out:?}");
+}
+
+#[tokio::test]
+async fn pip_install_from_an_https_index() {
+    let wheel_dir = tempfile::tempdir().unwrap();
+    let build = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import zipfile, sys, hashlib, base64
+name = "airlock_demo-0.1-py3-none-any.whl"
+files = {
+    "airlock_demo/__init__.py": b"HELLO = 'installed through the airlock'\n",
+    "airlock_demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: airlock-demo\nVersion: 0.1\n",
+    "airlock_demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for path, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record += f"{path},sha256={digest},{len(data)}\n"
+record += "airlock_demo-0.1.dist-info/RECORD,,\n"
+with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
+    for path, data in files.items():
+        z.writestr(path, data)
+    z.writestr("airlock_demo-0.1.dist-info/RECORD", record)
+"#,
+        )
+        .arg(wheel_dir.path())
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{build:?}");
+    let wheel = std::fs::read(wheel_dir.path().join("airlock_demo-0.1-py3-none-any.whl")).unwrap();
+    let mut extra = Extra::default();
+    extra.files.insert(
+        "/simple/airlock-demo/".into(),
+        (
+            "text/html".into(),
+            b"<html><body><a href=\"/files/airlock_demo-0.1-py3-none-any.whl\">airlock_demo-0.1-py3-none-any.whl</a></body></html>".to_vec(),
+        ),
+    );
+    extra.files.insert(
+        "/files/airlock_demo-0.1-py3-none-any.whl".into(),
+        ("application/octet-stream".into(), wheel),
+    );
+    let f = Fixture::new(extra).await;
+    let port = f.port();
+    let policy = f.write_policy(&format!(
+        "[[allow]]\nhost = \"pypi.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/simple/**\", \"/files/*\"]\n"
+    ));
+    let out = f
+        .run(
+            &policy,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "/usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check --target /tmp/t --index-url https://pypi.test:{port}/simple/ airlock-demo && PYTHONPATH=/tmp/t /usr/bin/python3 -c 'import airlock_demo; print(airlock_demo.HELLO)'"
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "installed through the airlock\n", "{out:?}");
+
+    // Another index is not allowed: pip cannot even resolve it.
+    let out = f
+        .run(
+            &policy,
+            &[
+                "/usr/bin/python3",
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-cache-dir",
+                "--retries",
+                "0",
+                "--timeout",
+                "5",
+                "--target",
+                "/tmp/t",
+                "--index-url",
+                "https://evil.test/simple/",
+                "airlock-demo",
+            ],
+        )
+        .await;
+    assert_ne!(out.status, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("refused to resolve evil.test"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_session_is_audited() {
+    let f = Fixture::new(Extra::default()).await;
+    let policy = f.write_policy(&echo_policy(f.port()));
+    let url = format!("https://api.test:{}/echo", f.port());
+    let out = f
+        .run(&policy, &["curl", "-sS", "-o", "/dev/null", &url])
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let db = f.dir.path().join("audit/audit.db");
+    let audit = |args: &[&str]| {
+        std::process::Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(&db)
+            .output()
+            .unwrap()
+    };
+    let sessions = audit(&["sessions", "--json"]);
+    let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let timeline = audit(&["timeline", &id, "--kind", "dns,http"]);
+    let timeline = String::from_utf8_lossy(&timeline.stdout);
+    assert!(timeline.contains("api.test"), "{timeline}");
+    assert!(timeline.contains("GET https://api.test"), "{timeline}");
+    let verify = audit(&[
+        "verify",
+        &id,
+        "--audit-key",
+        f.dir.path().join("audit/audit.key").to_str().unwrap(),
+    ]);
+    assert!(verify.status.success(), "{verify:?}");
+}
