@@ -6,9 +6,10 @@
 //! decided and when it closes. The auditor's readers show the latest record.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use airlock_auditor::{AuditEvent, SessionRecorder};
+use airlock_auditor::{AuditEvent, ExecId, SessionRecorder};
 use airlock_proxy::events::{ConnId, Event, EventSink, RequestId, SinkError, SyncFuture};
 
 /// What is remembered of a request until its response ends.
@@ -22,7 +23,11 @@ struct Pending {
     reason: Option<String>,
 }
 
+/// Finds the exec that owns a sandbox-side socket (peer address, is UDP).
+pub type Attribute = Arc<dyn Fn(SocketAddr, bool) -> Option<ExecId> + Send + Sync>;
+
 struct Connection {
+    exec: Option<ExecId>,
     dst: String,
     host: Option<String>,
     port: u16,
@@ -32,17 +37,35 @@ struct Connection {
 
 pub struct AuditSink {
     recorder: SessionRecorder,
+    attribute: Option<Attribute>,
     requests: Mutex<HashMap<RequestId, Pending>>,
     connections: Mutex<HashMap<ConnId, Connection>>,
 }
 
 impl AuditSink {
     pub fn new(recorder: SessionRecorder) -> Arc<Self> {
+        Self::attributed(recorder, None)
+    }
+
+    /// Records attributed to the exec that opened each connection or sent each query.
+    pub fn attributed(recorder: SessionRecorder, attribute: Option<Attribute>) -> Arc<Self> {
         Arc::new(Self {
             recorder,
+            attribute,
             requests: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn exec_for(&self, peer: SocketAddr, udp: bool) -> Option<ExecId> {
+        self.attribute.as_ref().and_then(|f| f(peer, udp))
+    }
+
+    fn exec_of_connection(&self, conn: ConnId) -> Option<ExecId> {
+        self.connections
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&conn).and_then(|c| c.exec.clone()))
     }
 
     fn record(&self, event: AuditEvent) -> Result<(), SinkError> {
@@ -77,6 +100,7 @@ impl EventSink for AuditSink {
     fn emit(&self, event: Event) -> Result<(), SinkError> {
         match event {
             Event::Dns {
+                client,
                 name,
                 qtype,
                 verdict: v,
@@ -84,7 +108,9 @@ impl EventSink for AuditSink {
                 reason,
                 ..
             } => self.record(AuditEvent::Dns {
-                exec_id: None,
+                exec_id: self
+                    .exec_for(client, true)
+                    .or_else(|| self.exec_for(client, false)),
                 name,
                 qtype,
                 answer: answers.iter().map(ToString::to_string).collect(),
@@ -93,6 +119,7 @@ impl EventSink for AuditSink {
             }),
             Event::Connection {
                 conn,
+                client,
                 target,
                 original_dst,
                 verdict: v,
@@ -101,6 +128,7 @@ impl EventSink for AuditSink {
             } => {
                 let (host, port) = split_target(&target);
                 let record = Connection {
+                    exec: self.exec_for(client, false),
                     dst: original_dst.map_or_else(|| target.clone(), |d| d.to_string()),
                     host: Some(host),
                     port,
@@ -138,6 +166,7 @@ impl EventSink for AuditSink {
             }
             Event::Request {
                 ts,
+                conn,
                 request,
                 method,
                 url,
@@ -159,7 +188,7 @@ impl EventSink for AuditSink {
                     reason,
                 };
                 let event = AuditEvent::Http {
-                    exec_id: None,
+                    exec_id: self.exec_of_connection(conn),
                     exchange: Some(request.0),
                     method: pending.method.clone(),
                     url: pending.url.clone(),
@@ -189,6 +218,7 @@ impl EventSink for AuditSink {
             }
             Event::Response {
                 ts,
+                conn,
                 request,
                 status,
                 headers,
@@ -209,7 +239,7 @@ impl EventSink for AuditSink {
                 };
                 let started = i64::try_from(ts.0.saturating_sub(total_us)).ok();
                 self.record(AuditEvent::Http {
-                    exec_id: None,
+                    exec_id: self.exec_of_connection(conn),
                     exchange: Some(request.0),
                     method: p.method,
                     url: p.url,
@@ -253,7 +283,7 @@ fn tcp_event(
     duration_ms: Option<f64>,
 ) -> AuditEvent {
     AuditEvent::Tcp {
-        exec_id: None,
+        exec_id: record.exec.clone(),
         connection: Some(conn.0),
         dst: record.dst.clone(),
         host: record.host.clone(),

@@ -9,6 +9,7 @@ mod audit_sink;
 mod certs;
 mod commands;
 mod notices;
+mod observe;
 mod paths;
 mod policy_file;
 mod secrets;

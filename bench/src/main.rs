@@ -16,6 +16,7 @@ mod stats;
 mod tls;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -57,8 +58,18 @@ enum Command {
     Report(report::ReportArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    // One line naming the problem (and its causes), whatever RUST_BACKTRACE says.
+    match dispatch(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("airlock-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Pki { dir, names } => pki::write(&dir, &names),
         Command::Load(args) => cases::run(args),

@@ -207,7 +207,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
             samples.iter().map(|s| s.run).max().unwrap_or(0),
         );
         latest.push_str(&results_tables(&figures, &contenders, &samples));
-        latest.push_str("\n");
+        latest.push('\n');
         latest.push_str(&reading(&figures, &contenders, &machine, &args.info));
         splice(target, &latest)?;
     }
@@ -464,7 +464,7 @@ fn fmt(v: f64) -> String {
         let digits = rounded.unsigned_abs().to_string();
         let mut out = String::new();
         for (i, ch) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(ch);

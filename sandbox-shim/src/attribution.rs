@@ -1,13 +1,20 @@
 //! Which exec opened a network connection: the proxy's accepted sockets live
 //! in the sandbox's network namespace, so the connection's peer address is the
-//! sandbox-side socket. Its inode comes from /proc/<init>/net/{tcp,udp}[6]
-//! (see proc_net(5)); the process holding socket:[inode] from /proc/<pid>/fd.
+//! local address of a socket held by a sandbox process. We walk the sandbox's
+//! processes (/proc/<pid>/task/*/children, see proc(5)), look at their socket
+//! descriptors (/proc/<pid>/fd) and compare each one's getsockname(2) through
+//! a pidfd_getfd(2) duplicate. (/proc/<pid>/net/tcp would name the inode too,
+//! but reading it walks the kernel's global TCP hash table: milliseconds.)
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
 use crate::observation::ExecId;
 use crate::observer::SharedState;
 use crate::procfs;
+use crate::sys;
 
 /// Most processes we look at per lookup (bounds the cost on fork-heavy sandboxes).
 const MAX_PROCS: usize = 4096;
@@ -20,30 +27,6 @@ pub struct Attributor {
     shared: SharedState,
 }
 
-fn parse_addr(field: &str) -> Option<SocketAddr> {
-    let (ip, port) = field.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    // The kernel prints each 32-bit word of the address in host byte order.
-    let ip = match ip.len() {
-        8 => IpAddr::V4(Ipv4Addr::from(
-            u32::from_str_radix(ip, 16).ok()?.to_ne_bytes(),
-        )),
-        32 => {
-            let mut bytes = [0u8; 16];
-            for (i, chunk) in bytes.chunks_mut(4).enumerate() {
-                let word = u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16).ok()?;
-                chunk.copy_from_slice(&word.to_ne_bytes());
-            }
-            let v6 = Ipv6Addr::from(bytes);
-            v6.to_ipv4_mapped()
-                .map(IpAddr::V4)
-                .unwrap_or(IpAddr::V6(v6))
-        }
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
-}
-
 fn canonical(addr: SocketAddr) -> SocketAddr {
     match addr.ip() {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -54,42 +37,64 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Inode of the socket whose local address is `local` in the sandbox netns.
-fn socket_inode(init: i32, local: SocketAddr, udp: bool) -> Option<u64> {
-    let tables: [&str; 2] = if udp {
-        ["udp", "udp6"]
-    } else {
-        ["tcp", "tcp6"]
-    };
-    for table in tables {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{init}/net/{table}")) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(addr), Some(inode)) = (fields.get(1), fields.get(9)) else {
-                continue;
-            };
-            if parse_addr(addr) == Some(local)
-                && let Ok(inode) = inode.parse::<u64>()
-                && inode != 0
-            {
-                return Some(inode);
-            }
-        }
+fn local_addr(sock: &OwnedFd) -> Option<SocketAddr> {
+    let ss: SockaddrStorage = getsockname(sock.as_raw_fd()).ok()?;
+    if let Some(v4) = ss.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
     }
-    None
+    let v6 = ss.as_sockaddr_in6()?;
+    Some(canonical(SocketAddr::V6((*v6).into())))
 }
 
-fn holds_socket(pid: i32, needle: &str) -> bool {
+/// An unconnected UDP socket is bound to 0.0.0.0:port; the kernel picks the
+/// source address per datagram, so only the port (and family) must match.
+fn same_endpoint(bound: SocketAddr, seen: SocketAddr) -> bool {
+    bound.port() == seen.port()
+        && (bound.ip() == seen.ip()
+            || (bound.ip().is_unspecified() && bound.is_ipv4() == seen.is_ipv4()))
+}
+
+/// Does `pid` hold a socket of the right type whose local address is `local`?
+fn holds_socket(pid: i32, local: SocketAddr, udp: bool) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
-    dir.flatten().any(|e| {
-        std::fs::read_link(e.path())
-            .map(|t| t.as_os_str() == needle)
-            .unwrap_or(false)
-    })
+    let mut pidfd: Option<OwnedFd> = None;
+    let want = if udp {
+        SockType::Datagram
+    } else {
+        SockType::Stream
+    };
+    for entry in dir.flatten() {
+        let is_socket = std::fs::read_link(entry.path())
+            .map(|t| t.as_os_str().as_encoded_bytes().starts_with(b"socket:"))
+            .unwrap_or(false);
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !is_socket {
+            continue;
+        }
+        if pidfd.is_none() {
+            pidfd = sys::pidfd_open(pid).ok();
+        }
+        let Some(pfd) = &pidfd else {
+            return false;
+        };
+        let Ok(sock) = sys::pidfd_getfd(pfd.as_fd(), fd) else {
+            continue;
+        };
+        if getsockopt(&sock, sockopt::SockType).ok() == Some(want)
+            && local_addr(&sock).is_some_and(|a| same_endpoint(a, local))
+        {
+            return true;
+        }
+    }
+    false
 }
 
 impl Attributor {
@@ -101,8 +106,7 @@ impl Attributor {
     /// sees as the connection's peer, or a DNS query's source). None when the
     /// socket is already closed or belongs to no observed exec.
     pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecId> {
-        let inode = socket_inode(self.init, canonical(peer), udp)?;
-        let needle = format!("socket:[{inode}]");
+        let local = canonical(peer);
         let mut queue = procfs::children(self.init);
         let mut seen = 0;
         while let Some(pid) = queue.pop() {
@@ -110,7 +114,7 @@ impl Attributor {
             if seen > MAX_PROCS {
                 return None;
             }
-            if holds_socket(pid, &needle) {
+            if holds_socket(pid, local, udp) {
                 return self.exec_of(pid);
             }
             queue.extend(procfs::children(pid));
@@ -130,20 +134,5 @@ impl Attributor {
             pid = procfs::status(pid)?.ppid;
         }
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn proc_net_addresses_parse() {
-        assert_eq!(
-            super::parse_addr("0100007F:3A99"),
-            Some("127.0.0.1:15001".parse().unwrap())
-        );
-        assert_eq!(
-            super::parse_addr("0000000000000000FFFF00000100007F:0050"),
-            Some("127.0.0.1:80".parse().unwrap())
-        );
     }
 }

@@ -23,6 +23,8 @@ use crate::sys::{self, Notification};
 const MAX_PIDFDS: usize = 512;
 /// How long to wait for the last notifications once the sandbox is gone.
 const TEARDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Attempts to learn how a process died without exit_group (1 ms apart).
+const EXIT_CODE_TRIES: usize = 20;
 /// Longest chain of parents we walk to find an ancestor's exec.
 const MAX_ANCESTRY: usize = 64;
 
@@ -587,9 +589,14 @@ impl Observer {
                 let exec = self.exec_for(tgid, st);
                 self.seq += 1;
                 let seq = self.seq;
-                self.pending
+                let entry = self
+                    .pending
                     .entry((exec, path))
                     .or_insert(Pending { op, ts, seq });
+                // Create stays Create; an explicit truncate outranks a plain write.
+                if entry.op == FileOp::Modify && op == FileOp::Truncate {
+                    entry.op = op;
+                }
             }
             Action::Now {
                 tgid,
@@ -682,8 +689,25 @@ impl Observer {
         });
     }
 
+    /// Wait status of a process that ended without exit_group: from its pidfd
+    /// once reaped, or from /proc while it is a zombie; a few tries cover the
+    /// moment in between.
+    fn exit_code_of(&self, tgid: i32) -> Option<i32> {
+        let pidfd = self.procs.get(&tgid)?.pidfd.as_ref()?;
+        for _ in 0..EXIT_CODE_TRIES {
+            if let Some(code) = sys::pidfd_exit_code(pidfd.as_fd()) {
+                return Some(code);
+            }
+            if let Some(code) = procfs::zombie_exit_code(tgid) {
+                return Some(code);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
     fn died_without_exit_group(&mut self, tgid: i32) {
-        let (status, signal) = match procfs::zombie_exit_code(tgid) {
+        let (status, signal) = match self.exit_code_of(tgid) {
             Some(code) if libc::WIFSIGNALED(code) => (None, Some(libc::WTERMSIG(code))),
             Some(code) => (Some(libc::WEXITSTATUS(code)), None),
             None => (None, None),

@@ -33,25 +33,6 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Close every descriptor >= 3 except `keep` (close_range(2)), so nothing the
-/// host process had open leaks into the sandbox.
-pub fn close_fds_except(keep: RawFd) -> io::Result<()> {
-    let keep = keep as libc::c_uint;
-    let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
-    for (lo, hi) in ranges {
-        if lo > hi {
-            continue;
-        }
-        // SAFETY: close_range only closes descriptors; no Rust object in the
-        // forked child owns the closed ones (the child owns only `keep`).
-        let rc = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Bring `lo` up (SIOCSIFFLAGS, see netdevice(7)).
 pub fn loopback_up(sock: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
@@ -386,7 +367,8 @@ pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
     Ok(rc)
 }
 
-/// close_fds_except for several descriptors (sorted and deduplicated here).
+/// Close every descriptor >= 3 except those in `keep` (close_range(2)), so
+/// nothing the host process had open leaks into the sandbox.
 pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
     let mut keep: Vec<libc::c_uint> = keep
         .iter()
@@ -399,8 +381,8 @@ pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
     for k in keep.iter().copied().chain([libc::c_uint::MAX]) {
         if k > lo {
             let hi = if k == libc::c_uint::MAX { k } else { k - 1 };
-            // SAFETY: as in close_fds_except: the forked child owns no Rust
-            // object referring to the closed descriptors.
+            // SAFETY: close_range only closes descriptors; no Rust object in
+            // the forked child owns the closed ones (it owns only `keep`).
             let rc = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) };
             if rc != 0 {
                 return Err(io::Error::last_os_error());
@@ -409,4 +391,49 @@ pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
         lo = k.saturating_add(1);
     }
     Ok(())
+}
+
+/// Wait status of an exited process from its pidfd: ioctl PIDFD_GET_INFO with
+/// PIDFD_INFO_EXIT (Linux 6.15, see pidfd_open(2) / include/uapi/linux/pidfd.h).
+/// Available once the process has been reaped; None before or on older kernels.
+pub fn pidfd_exit_code(pidfd: BorrowedFd<'_>) -> Option<i32> {
+    /// struct pidfd_info, PIDFD_INFO_SIZE_VER0 (64 bytes).
+    #[repr(C)]
+    #[derive(Default)]
+    struct PidfdInfo {
+        mask: u64,
+        cgroupid: u64,
+        ids: [u32; 11],
+        exit_code: i32,
+    }
+    const PIDFD_INFO_EXIT: u64 = 1 << 3;
+    // _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info)
+    const PIDFD_GET_INFO: u64 =
+        (3 << 30) | ((size_of::<PidfdInfo>() as u64) << 16) | (0xFF << 8) | 11;
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        ..PidfdInfo::default()
+    };
+    // SAFETY: info is a valid pidfd_info of the size encoded in the request and outlives the call.
+    let rc = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO as _,
+            &mut info as *mut PidfdInfo,
+        )
+    };
+    (rc == 0 && info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code)
+}
+
+/// pidfd_getfd(2): a duplicate of descriptor `fd` of the process behind
+/// `pidfd` (needs ptrace access to it, see ptrace(2) "access mode checking").
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a fresh descriptor (close-on-exec) that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
 }

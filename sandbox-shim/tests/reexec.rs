@@ -294,6 +294,102 @@ fn unprivileged_user_gets_the_same_sandbox() {
     );
 }
 
+#[test]
+fn helper_unprivileged_observe() {
+    if helper_mode().as_deref() != Some("unpriv-observe") {
+        return;
+    }
+    let ws = PathBuf::from(std::env::var("WS").unwrap());
+    let mut s = spec(
+        &ws,
+        "for i in 1 2 3; do /bin/true $i; done; echo hi > /tmp/x; echo ws > w; exit 5",
+    );
+    s.observe = Some(airlock_shim::ObserveSpec::default());
+    let mut sb = Sandbox::spawn(s).expect("unprivileged spawn");
+    let rx = sb.take_observations().unwrap();
+    sb.release().unwrap();
+    assert_eq!(sb.wait().unwrap().exit_code(), 5);
+    let obs: Vec<airlock_shim::Observation> = rx.try_iter().collect();
+    let uid = nix::unistd::getuid().as_raw();
+    let mut trues = 0;
+    let mut files = Vec::new();
+    let mut sh_exit = None;
+    for o in &obs {
+        match o {
+            airlock_shim::Observation::Exec {
+                path, argv, uid: u, ..
+            } => {
+                assert_eq!(*u, uid);
+                if path == "/bin/true" {
+                    trues += 1;
+                    assert_eq!(argv.len(), 2);
+                }
+            }
+            airlock_shim::Observation::Exit {
+                exec_id, status, ..
+            } if exec_id.0 == 1 => {
+                sh_exit = *status;
+            }
+            airlock_shim::Observation::File { path, content, .. } => {
+                files.push((path.clone(), content.clone()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(trues, 3, "{obs:?}");
+    assert_eq!(sh_exit, Some(5));
+    assert!(
+        files.contains(&("/tmp/x".into(), Some(b"hi\n".to_vec()))),
+        "{files:?}"
+    );
+    let w = std::fs::canonicalize(&ws)
+        .unwrap()
+        .join("w")
+        .display()
+        .to_string();
+    assert!(files.contains(&(w, Some(b"ws\n".to_vec()))), "{files:?}");
+}
+
+#[test]
+fn unprivileged_user_is_observed_too() {
+    if helper_mode().is_some() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() || !userns_available() {
+        eprintln!("SKIP: needs root (to create a test user) and user namespaces");
+        return;
+    }
+    let Some((uid, gid)) = test_user() else {
+        eprintln!("SKIP: could not create user {TEST_USER} with useradd");
+        return;
+    };
+    let ws = workspace();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    nix::unistd::chown(
+        ws.path(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    let out = helper("helper_unprivileged_observe", "unpriv-observe")
+        .env("WS", ws.path())
+        .env("HOME", ws.path())
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "unprivileged observe helper failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "the helper did not run"
+    );
+}
+
 fn executable_by_others(p: &Path) -> bool {
     p.ancestors().skip(1).all(|d| {
         std::fs::metadata(d)

@@ -18,15 +18,18 @@ use airlock_policy::Policy;
 use airlock_proxy::{
     CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
 };
-use airlock_shim::{CA_BUNDLE_PATH, Limits, Sandbox, SandboxSpec, UserSpec};
+use airlock_shim::{CA_BUNDLE_PATH, Limits, ObserveSpec, Sandbox, SandboxSpec, UserSpec};
 use anyhow::{Context, bail};
 
-use crate::audit_sink::{AuditSink, Tee};
+use crate::audit_sink::{Attribute, AuditSink, Tee};
+use crate::observe::{self, Terminal};
 use crate::notices::DenialNotices;
 use crate::{audit, certs, one_line, paths, policy_file, secrets};
 
 /// Exit status when airlock itself failed (as for `env`, `timeout`, `docker run`).
 const EXIT_AIRLOCK_FAILED: u8 = 125;
+/// Files up to this size are recorded with their content by default.
+const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Default size of the sandbox's private /tmp.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
 /// Variables that name the session's CA bundle for common clients.
@@ -106,8 +109,11 @@ pub struct RunArgs {
     /// Make each network decision durable before the request is forwarded.
     #[arg(long)]
     audit_sync: bool,
+    /// Record written files up to this size with their content (larger ones by hash) [default: 1M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    audit_max_file: Option<u64>,
     /// Do not record the session (say so explicitly; never the default).
-    #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync"])]
+    #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync", "audit_max_file"])]
     no_audit: bool,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND")]
@@ -192,21 +198,20 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         user: args.user,
         ca_bundle_pem: Some(ca_bundle(&ca)),
         hostname: "airlock".into(),
-        observe: None,
+        observe: audit_paths.as_ref().map(|_| ObserveSpec {
+            max_file_bytes: args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+        }),
         stdio: None,
+    };
+    let terminal = match &audit_paths {
+        Some(_) => Some(Terminal::new()?),
+        None => None,
     };
     let mut upstream_roots = Vec::new();
     for path in &args.upstream_ca {
         upstream_roots.extend(certs::load_pem_certs(path)?);
     }
 
-    let mut sandbox = Sandbox::spawn(spec)?;
-    for notice in sandbox.notices() {
-        eprintln!("airlock: {notice}");
-    }
-    let network = sandbox
-        .take_network()
-        .context("the sandbox did not hand over its network sockets")?;
     let recorder = match &audit_paths {
         Some((db, key)) => Some(audit::begin(
             db,
@@ -216,9 +221,32 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
+    let mut spec = spec;
+    let mut output_threads = Vec::new();
+    if let (Some(terminal), Some(recorder)) = (terminal, &recorder) {
+        let (stdio, threads) = terminal.split(recorder.clone());
+        spec.stdio = Some(stdio);
+        output_threads = threads;
+    }
+    let mut sandbox = Sandbox::spawn(spec)?;
+    let observer = match (sandbox.take_observations(), &recorder) {
+        (Some(observations), Some(recorder)) => {
+            Some(observe::record_observations(observations, recorder.clone()))
+        }
+        _ => None,
+    };
+    let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
+        Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
+    });
+    for notice in sandbox.notices() {
+        eprintln!("airlock: {notice}");
+    }
+    let network = sandbox
+        .take_network()
+        .context("the sandbox did not hand over its network sockets")?;
     let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(policy.source_name()));
     let events: Arc<dyn EventSink> = match &recorder {
-        Some(r) => Arc::new(Tee(vec![AuditSink::new(r.clone()), notices])),
+        Some(r) => Arc::new(Tee(vec![AuditSink::attributed(r.clone(), attribute), notices])),
         None => notices,
     };
     let proxy = Proxy::new(ProxyConfig {
@@ -254,6 +282,10 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     sandbox.release()?;
     let outcome = sandbox.wait()?;
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // Everything the command wrote and did is recorded before the session ends.
+    for thread in output_threads.into_iter().chain(observer) {
+        let _ = thread.join();
+    }
 
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     if let Some(recorder) = recorder {

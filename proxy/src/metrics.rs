@@ -1,0 +1,390 @@
+//! Counters for operators, derived from the same events the audit sees, and
+//! rendered in the Prometheus text exposition format (version 0.0.4, see
+//! <https://prometheus.io/docs/instrumenting/exposition_formats/>).
+//!
+//! Written by hand rather than with a metrics crate: a dozen series do not
+//! justify a dependency, and the format is a few lines of text.
+//!
+//! Host labels are bounded: after [`MAX_HOST_LABELS`] distinct hosts every new
+//! one is counted as `other`, so a client cycling through random names cannot
+//! grow the process's memory or a Prometheus server's series count.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::events::{Event, Verdict};
+
+/// Distinct `host` label values kept before new hosts become `other`.
+pub const MAX_HOST_LABELS: usize = 1000;
+/// The label used once [`MAX_HOST_LABELS`] is reached.
+pub const OTHER_HOST: &str = "other";
+/// Upper bounds (seconds) of the request latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// Everything `/metrics` reports. Cheap to update from any task.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<RequestCounts>,
+    latency: Histogram,
+    dns: VerdictCounts,
+    connections: VerdictCounts,
+    connections_open: AtomicI64,
+    events: AtomicU64,
+    audit_lag_us: AtomicU64,
+    audit_unhealthy: AtomicU64,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct RequestCounts {
+    hosts: HashSet<String>,
+    by_label: HashMap<(&'static str, String), u64>,
+}
+
+#[derive(Debug, Default)]
+struct VerdictCounts {
+    allow: AtomicU64,
+    deny: AtomicU64,
+    report: AtomicU64,
+}
+
+impl VerdictCounts {
+    fn add(&self, verdict: Verdict) {
+        let counter = match verdict {
+            Verdict::Allow => &self.allow,
+            Verdict::Deny => &self.deny,
+            Verdict::Report => &self.report,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn all(&self) -> [(&'static str, u64); 3] {
+        [
+            ("allow", self.allow.load(Ordering::Relaxed)),
+            ("deny", self.deny.load(Ordering::Relaxed)),
+            ("report", self.report.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Non-cumulative counts per bucket; the last slot is +Inf.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, micros: u64) {
+        let seconds = micros as f64 / 1e6;
+        let slot = LATENCY_BUCKETS
+            .iter()
+            .position(|le| seconds <= *le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        if let Some(bucket) = self.buckets.get(slot) {
+            bucket.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_us.fetch_add(micros, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn label_of(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Deny => "deny",
+        Verdict::Report => "report",
+    }
+}
+
+/// The host part of a request URL as the proxy records it (`https://h:p/x`).
+fn host_of(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase()))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+impl Metrics {
+    /// Count one event (called for every event the proxy emits).
+    pub fn observe(&self, event: &Event) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        match event {
+            Event::Dns { verdict, .. } => self.dns.add(*verdict),
+            Event::Connection { verdict, .. } => {
+                self.connections.add(*verdict);
+                self.connections_open.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::ConnectionClosed { .. } => {
+                self.connections_open.fetch_sub(1, Ordering::Relaxed);
+            }
+            Event::Request { url, verdict, .. } => self.count_request(*verdict, host_of(url)),
+            Event::Response { total_us, .. } => self.latency.observe(*total_us),
+        }
+    }
+
+    fn count_request(&self, verdict: Verdict, host: String) {
+        let Ok(mut counts) = self.requests.lock() else {
+            return;
+        };
+        let host = if counts.hosts.contains(&host) {
+            host
+        } else if counts.hosts.len() < MAX_HOST_LABELS {
+            counts.hosts.insert(host.clone());
+            host
+        } else {
+            OTHER_HOST.to_owned()
+        };
+        *counts.by_label.entry((label_of(verdict), host)).or_default() += 1;
+    }
+
+    /// How long the audit store took, last time, to make everything queued durable.
+    pub fn set_audit_lag(&self, lag: Duration) {
+        let micros = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+        self.audit_lag_us.store(micros, Ordering::Relaxed);
+    }
+
+    /// Whether the audit store is failing (then the proxy refuses everything).
+    pub fn set_audit_healthy(&self, healthy: bool) {
+        self.audit_unhealthy
+            .store(u64::from(!healthy), Ordering::Relaxed);
+    }
+
+    /// Count a policy reload attempt.
+    pub fn policy_reloaded(&self, ok: bool) {
+        let counter = if ok {
+            &self.reloads
+        } else {
+            &self.reload_failures
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections currently open through the proxy.
+    pub fn open_connections(&self) -> i64 {
+        self.connections_open.load(Ordering::Relaxed)
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        self.render_requests(&mut out);
+        self.render_latency(&mut out);
+        header(
+            &mut out,
+            "airlock_dns_queries_total",
+            "counter",
+            "DNS queries answered, by decision.",
+        );
+        for (decision, n) in self.dns.all() {
+            let _ = writeln!(
+                out,
+                "airlock_dns_queries_total{{decision=\"{decision}\"}} {n}"
+            );
+        }
+        header(
+            &mut out,
+            "airlock_connections_total",
+            "counter",
+            "Captured TCP connections, by connection-level decision.",
+        );
+        for (decision, n) in self.connections.all() {
+            let _ = writeln!(
+                out,
+                "airlock_connections_total{{decision=\"{decision}\"}} {n}"
+            );
+        }
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        gauge(
+            &mut out,
+            "airlock_connections_open",
+            "Client connections currently open.",
+            self.open_connections().max(0).to_string(),
+        );
+        gauge(
+            &mut out,
+            "airlock_audit_lag_seconds",
+            "Time the audit store last took to make every queued event durable.",
+            seconds(load(&self.audit_lag_us)),
+        );
+        gauge(
+            &mut out,
+            "airlock_audit_failed",
+            "1 once the audit store failed (all traffic is then refused).",
+            load(&self.audit_unhealthy).to_string(),
+        );
+        counter(
+            &mut out,
+            "airlock_events_total",
+            "Events emitted to the audit sinks.",
+            load(&self.events),
+        );
+        counter(
+            &mut out,
+            "airlock_policy_reloads_total",
+            "Successful policy reloads.",
+            load(&self.reloads),
+        );
+        counter(
+            &mut out,
+            "airlock_policy_reload_failures_total",
+            "Policy reloads rejected (the previous policy stayed in force).",
+            load(&self.reload_failures),
+        );
+        out
+    }
+
+    fn render_requests(&self, out: &mut String) {
+        header(
+            out,
+            "airlock_requests_total",
+            "counter",
+            "HTTP requests, by decision and host.",
+        );
+        let Ok(counts) = self.requests.lock() else {
+            return;
+        };
+        let mut rows: Vec<_> = counts.by_label.iter().collect();
+        rows.sort();
+        for ((decision, host), n) in rows {
+            let _ = writeln!(
+                out,
+                "airlock_requests_total{{decision=\"{decision}\",host=\"{}\"}} {n}",
+                escape(host)
+            );
+        }
+    }
+
+    fn render_latency(&self, out: &mut String) {
+        let name = "airlock_request_duration_seconds";
+        header(
+            out,
+            name,
+            "histogram",
+            "From a request reaching the proxy to the end of its response.",
+        );
+        let mut cumulative = 0;
+        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += self.latency.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let count = self.latency.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            seconds(self.latency.sum_us.load(Ordering::Relaxed))
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+fn seconds(micros: u64) -> String {
+    format!("{}", micros as f64 / 1e6)
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: String) {
+    header(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{BodyCapture, ConnId, RequestId, TimestampUs};
+
+    fn request(url: &str, verdict: Verdict) -> Event {
+        Event::Request {
+            ts: TimestampUs(0),
+            conn: ConnId(1),
+            request: RequestId(1),
+            method: "GET".into(),
+            url: url.into(),
+            http_version: "HTTP/1.1".into(),
+            headers: Vec::new(),
+            verdict,
+            rule: None,
+            reason: None,
+            credentials: Vec::new(),
+            refused_status: None,
+        }
+    }
+
+    #[test]
+    fn requests_are_counted_by_decision_and_host() {
+        let m = Metrics::default();
+        m.observe(&request("https://api.test/a", Verdict::Allow));
+        m.observe(&request("https://api.test:8443/b", Verdict::Allow));
+        m.observe(&request("http://evil.test/", Verdict::Deny));
+        let text = m.render();
+        assert!(text.contains("airlock_requests_total{decision=\"allow\",host=\"api.test\"} 2"));
+        assert!(text.contains("airlock_requests_total{decision=\"deny\",host=\"evil.test\"} 1"));
+    }
+
+    #[test]
+    fn host_labels_are_capped() {
+        let m = Metrics::default();
+        for i in 0..MAX_HOST_LABELS + 5 {
+            m.observe(&request(&format!("https://h{i}.test/"), Verdict::Deny));
+        }
+        let text = m.render();
+        assert!(text.contains("host=\"other\"} 5"), "{text}");
+        let series = text.lines().filter(|l| l.starts_with("airlock_requests_total{")).count();
+        assert_eq!(series, MAX_HOST_LABELS + 1);
+    }
+
+    #[test]
+    fn latency_histogram_is_cumulative() {
+        let m = Metrics::default();
+        for total_us in [500, 20_000, 20_000_000] {
+            m.observe(&Event::Response {
+                ts: TimestampUs(0),
+                conn: ConnId(1),
+                request: RequestId(1),
+                status: 200,
+                http_version: "HTTP/1.1".into(),
+                headers: Vec::new(),
+                request_body: BodyCapture::default(),
+                response_body: BodyCapture::default(),
+                time_to_headers_us: 0,
+                total_us,
+                error: None,
+            });
+        }
+        let text = m.render();
+        assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"0.001\"} 1"));
+        assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"0.025\"} 2"));
+        assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"10\"} 2"));
+        assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"+Inf\"} 3"));
+        assert!(text.contains("airlock_request_duration_seconds_count 3"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,182 @@
+//! Recording what happens inside a sandbox: the programs it runs, the files
+//! it writes, and its terminal output. The shim observes; this module turns
+//! its observations into audit records.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
+
+use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream, SessionRecorder};
+use airlock_shim::Observation;
+use anyhow::Context;
+
+/// The auditor's id for one of the shim's execs.
+pub fn exec_id(id: airlock_shim::ExecId) -> ExecId {
+    ExecId::new(id.0.to_string())
+}
+
+/// Record every observation until the sandbox ends (the channel closes).
+pub fn record_observations(
+    observations: Receiver<Observation>,
+    recorder: SessionRecorder,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("airlock-observe".into())
+        .spawn(move || {
+            for observation in observations {
+                // A failing store stops the session elsewhere (fail closed);
+                // here there is nothing better to do than keep draining.
+                let _ = recorder.record(to_audit(observation));
+            }
+        })
+        .unwrap_or_else(|_| std::thread::spawn(|| ()))
+}
+
+fn to_audit(observation: Observation) -> AuditEvent {
+    match observation {
+        Observation::Exec {
+            exec_id: id,
+            parent,
+            pid,
+            ppid,
+            uid,
+            path,
+            argv,
+            cwd,
+            env_names,
+            env_values_nonsecret,
+            ..
+        } => AuditEvent::Exec {
+            exec_id: exec_id(id),
+            parent_exec_id: parent.map(exec_id),
+            pid,
+            ppid,
+            uid,
+            path,
+            argv,
+            cwd,
+            env_names,
+            env_values_nonsecret: env_values_nonsecret.into_iter().collect(),
+        },
+        Observation::Exit {
+            exec_id: id,
+            status,
+            signal,
+            ..
+        } => AuditEvent::Exit {
+            exec_id: exec_id(id),
+            status,
+            signal,
+        },
+        Observation::File {
+            exec_id: id,
+            path,
+            op,
+            size,
+            sha256,
+            content,
+            rename_to,
+            mode,
+            ..
+        } => AuditEvent::File {
+            exec_id: id.map(exec_id),
+            path,
+            op: file_op(op),
+            size,
+            sha256,
+            content,
+            rename_to,
+            mode,
+            stored_content: None,
+            content_over_cap: false,
+        },
+    }
+}
+
+fn file_op(op: airlock_shim::FileOp) -> FileOp {
+    match op {
+        airlock_shim::FileOp::Create => FileOp::Create,
+        airlock_shim::FileOp::Modify => FileOp::Modify,
+        airlock_shim::FileOp::Truncate => FileOp::Truncate,
+        airlock_shim::FileOp::Rename => FileOp::Rename,
+        airlock_shim::FileOp::Delete => FileOp::Delete,
+        airlock_shim::FileOp::Chmod => FileOp::Chmod,
+    }
+}
+
+/// The command's stdout and stderr go through pipes that airlock copies to
+/// its own and into the terminal recording, with timestamps.
+pub struct Terminal {
+    /// stdin, stdout and stderr for the command.
+    pub stdio: [OwnedFd; 3],
+    readers: [(OwnedFd, OutputStream); 2],
+}
+
+impl Terminal {
+    pub fn new() -> anyhow::Result<Self> {
+        use nix::fcntl::OFlag;
+        let (out_read, out_write) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stdout pipe")?;
+        let (err_read, err_write) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stderr pipe")?;
+        let stdin = std::io::stdin()
+            .lock()
+            .as_fd_owned()
+            .context("duplicating stdin")?;
+        Ok(Self {
+            stdio: [stdin, out_write, err_write],
+            readers: [
+                (out_read, OutputStream::Stdout),
+                (err_read, OutputStream::Stderr),
+            ],
+        })
+    }
+
+    /// Start copying; the returned handles finish when the command's side closes.
+    pub fn split(self, recorder: SessionRecorder) -> ([OwnedFd; 3], Vec<JoinHandle<()>>) {
+        let handles = self
+            .readers
+            .into_iter()
+            .map(|(fd, stream)| {
+                let recorder = recorder.clone();
+                std::thread::spawn(move || copy_and_record(fd, stream, &recorder))
+            })
+            .collect();
+        (self.stdio, handles)
+    }
+}
+
+fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: &SessionRecorder) {
+    let mut source = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let data = &buf[..n];
+        // The person at the terminal sees the output first; the record follows.
+        let _ = match stream {
+            OutputStream::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(data).and_then(|()| out.flush())
+            }
+            OutputStream::Stderr => std::io::stderr().lock().write_all(data),
+        };
+        let _ = recorder.record(AuditEvent::Output {
+            stream,
+            data: data.to_vec(),
+        });
+    }
+}
+
+trait DupFd {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd>;
+}
+
+impl<T: std::os::fd::AsFd> DupFd for T {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd> {
+        self.as_fd().try_clone_to_owned()
+    }
+}

@@ -1,0 +1,350 @@
+//! What an incident responder gets from `airlock run`: every program run,
+//! every file written, every request with the exec that made it, the
+//! terminal — exported, restorable, and tamper-evident.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{AIRLOCK, TestPki, Upstream};
+
+struct Session {
+    dir: tempfile::TempDir,
+    workspace: PathBuf,
+    db: PathBuf,
+    key: PathBuf,
+    id: String,
+    status: i32,
+    stdout: String,
+}
+
+impl Session {
+    /// Run `command` under `airlock run` with a private audit database.
+    fn run(extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Session {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir(&workspace).unwrap();
+        let db = dir.path().join("audit/audit.db");
+        let key = dir.path().join("audit/audit.key");
+        let out = Command::new(AIRLOCK)
+            .arg("run")
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--audit-db")
+            .arg(&db)
+            .arg("--audit-key")
+            .arg(&key)
+            .args(extra)
+            .arg("--")
+            .args(command)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let sessions = Command::new(AIRLOCK)
+            .args(["audit", "sessions", "--json", "--audit-db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout)
+            .unwrap_or_else(|_| panic!("no session recorded: {out:?}"));
+        Session {
+            id: sessions[0]["id"].as_str().unwrap().to_owned(),
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            dir,
+            workspace,
+            db,
+            key,
+        }
+    }
+
+    fn audit(&self, args: &[&str]) -> std::process::Output {
+        Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(&self.db)
+            .output()
+            .unwrap()
+    }
+
+    /// Every event as exported for a SIEM.
+    fn jsonl(&self) -> Vec<serde_json::Value> {
+        let out = self.dir.path().join("events.jsonl");
+        let done = self.audit(&["export", &self.id, "--format", "jsonl", "--out", out.to_str().unwrap()]);
+        assert!(done.status.success(), "{done:?}");
+        std::fs::read_to_string(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(data)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn two_hundred_execs_and_files_are_recorded_with_their_content() {
+    let s = Session::run(
+        &[],
+        &["sh", "-c", "for i in $(seq 200); do echo $i > f$i; /bin/true $i; done"],
+        &[],
+    );
+    assert_eq!(s.status, 0);
+    let events = s.jsonl();
+    for e in &events {
+        assert!(e["seq"].is_u64() && e["ts"].is_string(), "{e}");
+        assert!(
+            ["exec", "exit", "file", "dns", "http", "tcp", "output", "note"]
+                .contains(&e["kind"].as_str().unwrap()),
+            "{e}"
+        );
+    }
+    let sh = events
+        .iter()
+        .find(|e| e["kind"] == "exec" && e["argv"][0] == "sh")
+        .expect("the shell's exec");
+    let trues: Vec<_> = events
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["argv"][0] == "/bin/true")
+        .collect();
+    assert_eq!(trues.len(), 200);
+    for (i, e) in trues.iter().enumerate() {
+        assert_eq!(e["argv"][1], (i + 1).to_string());
+        assert_eq!(e["parent_exec_id"], sh["exec_id"], "{e}");
+    }
+    let files: HashMap<String, &serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "file")
+        .map(|e| (e["path"].as_str().unwrap().to_owned(), e))
+        .collect();
+    for i in 1..=200 {
+        let path = s.workspace.join(format!("f{i}"));
+        let record = files
+            .get(path.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no record of {}", path.display()));
+        assert_eq!(record["sha256"], sha256_hex(format!("{i}\n").as_bytes()));
+        assert_eq!(record["exec_id"], sh["exec_id"]);
+    }
+}
+
+#[test]
+fn restore_reproduces_the_workspace_byte_for_byte() {
+    let script = r#"
+mkdir -p src/deep && printf 'fn main() {}\n' > src/main.rs
+head -c 5000 /dev/urandom > src/deep/blob.bin
+echo draft > notes.txt && mv notes.txt final.txt
+echo temporary > gone.txt && rm gone.txt
+printf '#!/bin/sh\necho hi\n' > run.sh && chmod 755 run.sh
+echo one > log.txt && echo two >> log.txt
+"#;
+    let s = Session::run(&[], &["sh", "-c", script], &[]);
+    assert_eq!(s.status, 0);
+    let restored = s.dir.path().join("restored");
+    let out = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let original = tree(&s.workspace);
+    let workspace_inside = restored.join(s.workspace.strip_prefix("/").unwrap());
+    assert_eq!(tree(&workspace_inside), original);
+    assert!(!original.contains_key(Path::new("gone.txt")));
+    assert!(original.contains_key(Path::new("final.txt")));
+}
+
+/// Every regular file under `root`, relative, with its bytes.
+fn tree(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(
+                    path.strip_prefix(root).unwrap().to_owned(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+const SECRET: &str = "sk-fidelity-c0ffee-9a8b7c";
+
+#[tokio::test]
+async fn requests_carry_bodies_and_the_exec_that_made_them_and_no_secret() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"version = 1
+[[allow]]
+host = "api.test"
+port = {port}
+
+[[credential]]
+name = "api"
+hosts = ["api.test"]
+header = "Authorization"
+value = "Bearer ${{env:FIDELITY_TOKEN}}"
+placeholder = "FIDELITY_TOKEN"
+"#,
+            port = upstream.port()
+        ),
+    )
+    .unwrap();
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    let python = format!(
+        "import urllib.request, os; r = urllib.request.Request('{url}?from=python', data=b'python-body', headers={{'X-Token': os.environ['FIDELITY_TOKEN']}}); print(urllib.request.urlopen(r, timeout=20).read().decode())"
+    );
+    let script = format!(
+        "curl -sS --data curl-body '{url}?from=curl'; echo; /usr/bin/python3 -c \"{python}\"; env"
+    );
+    let ca = pki.ca_pem.to_str().unwrap().to_owned();
+    let policy_arg = policy.to_str().unwrap().to_owned();
+    let s = tokio::task::spawn_blocking(move || {
+        Session::run(
+            &[
+                "--policy",
+                &policy_arg,
+                "--upstream-ca",
+                &ca,
+                "--resolve",
+                "api.test:127.0.0.1",
+            ],
+            &["sh", "-c", &script],
+            &[("FIDELITY_TOKEN", SECRET)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.status, 0, "{}", s.stdout);
+    assert!(!s.stdout.contains(SECRET), "the sandbox saw or was handed the secret");
+    assert!(s.stdout.contains("FIDELITY_TOKEN=airlock-placeholder-"), "{}", s.stdout);
+    // The upstream did get the real secret, in place of the placeholder too.
+    assert!(upstream.seen.lock().unwrap().iter().all(|(_, _, h)| {
+        h.get("authorization").is_some_and(|v| v == format!("Bearer {SECRET}").as_str())
+    }));
+
+    let events = s.jsonl();
+    let exec_of = |program: &str| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "exec" && e["path"].as_str().unwrap().ends_with(program))
+            .map(|e| e["exec_id"].clone())
+            .unwrap_or_else(|| panic!("no exec of {program}"))
+    };
+    let (curl, python) = (exec_of("/curl"), exec_of("/python3"));
+    let http: Vec<_> = events
+        .iter()
+        .filter(|e| e["kind"] == "http" && e["status"] == 200)
+        .collect();
+    let by_curl = http.iter().find(|e| e["url"].as_str().unwrap().ends_with("from=curl")).unwrap();
+    let by_python = http.iter().find(|e| e["url"].as_str().unwrap().ends_with("from=python")).unwrap();
+    assert_eq!(by_curl["exec_id"], curl, "{by_curl}");
+    assert_eq!(by_python["exec_id"], python, "{by_python}");
+    assert_eq!(by_curl["method"], "POST");
+    assert_eq!(by_curl["decision"], "allow");
+    assert!(by_curl["rule"].as_str().unwrap().ends_with("policy.toml:2"));
+    assert!(events.iter().any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["exec_id"] == curl));
+
+    // HAR 1.2 with the bodies.
+    let har_path = s.dir.path().join("s.har");
+    assert!(s.audit(&["export", &s.id, "--format", "har", "--out", har_path.to_str().unwrap()]).status.success());
+    let har: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&har_path).unwrap()).unwrap();
+    assert_eq!(har["log"]["version"], "1.2");
+    assert!(har["log"]["creator"]["name"].is_string());
+    let entries = har["log"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    for entry in entries {
+        for field in ["startedDateTime", "time", "request", "response", "cache", "timings"] {
+            assert!(!entry[field].is_null(), "HAR entry lacks {field}: {entry}");
+        }
+        for field in ["method", "url", "httpVersion", "headers", "queryString", "cookies", "headersSize", "bodySize"] {
+            assert!(!entry["request"][field].is_null(), "request lacks {field}");
+        }
+        for field in ["status", "statusText", "httpVersion", "headers", "cookies", "content", "redirectURL", "headersSize", "bodySize"] {
+            assert!(!entry["response"][field].is_null(), "response lacks {field}");
+        }
+    }
+    let bodies: Vec<&str> = entries.iter().filter_map(|e| e["request"]["postData"]["text"].as_str()).collect();
+    assert!(bodies.contains(&"curl-body") && bodies.contains(&"python-body"), "{bodies:?}");
+
+    // The secret is nowhere in the database files.
+    for file in ["audit.db", "audit.db-wal", "audit.db-shm"] {
+        if let Ok(bytes) = std::fs::read(s.db.parent().unwrap().join(file)) {
+            assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "secret in {file}");
+        }
+    }
+}
+
+#[test]
+fn the_terminal_recording_plays() {
+    let s = Session::run(&[], &["sh", "-c", "echo first line; sleep 0.2; echo to stderr >&2; echo last line"], &[]);
+    assert_eq!(s.status, 0);
+    assert_eq!(s.stdout, "first line\nlast line\n", "airlock still shows the output");
+    let cast = s.dir.path().join("s.cast");
+    assert!(s.audit(&["export", &s.id, "--format", "cast", "--out", cast.to_str().unwrap()]).status.success());
+    let text = std::fs::read_to_string(&cast).unwrap();
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(header["version"], 2);
+    let frames: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let times: Vec<f64> = frames.iter().map(|f| f[0].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(times.last().unwrap() - times[0] >= 0.15, "timestamps must keep the pause: {times:?}");
+    // Played back by the real player.
+    let played = Command::new("asciinema").arg("cat").arg(&cast).output();
+    match played {
+        Ok(out) => {
+            let shown = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{out:?}");
+            for line in ["first line", "to stderr", "last line"] {
+                assert!(shown.contains(line), "{shown}");
+            }
+        }
+        Err(e) => panic!("asciinema is not installed ({e}); ./scripts/setup installs it"),
+    }
+}
+
+#[test]
+fn tampering_through_sqlite_is_detected_at_the_right_seq() {
+    let s = Session::run(&[], &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"], &[]);
+    assert_eq!(s.status, 0);
+    let key = s.key.to_str().unwrap().to_owned();
+    let verify = s.audit(&["verify", &s.id, "--audit-key", &key]);
+    assert!(verify.status.success(), "{verify:?}");
+    let out = Command::new("sqlite3")
+        .arg(&s.db)
+        .arg("UPDATE events SET payload = replace(payload, 'f3', 'evil') WHERE seq = (SELECT seq FROM events WHERE payload LIKE '%f3%' LIMIT 1); SELECT seq FROM events WHERE payload LIKE '%evil%';")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seq = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!seq.is_empty(), "nothing was tampered");
+    let verify = s.audit(&["verify", &s.id, "--audit-key", &key]);
+    assert_eq!(verify.status.code(), Some(1), "{verify:?}");
+    let said = format!("{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
+    assert!(said.contains(&format!("seq {seq}")), "verify must name seq {seq}: {said}");
+}
