@@ -215,6 +215,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
                     "duration_s": s.ended_us.map(|e| (e.saturating_sub(s.started_us)) as f64 / 1e6),
                     "exit_status": s.end.as_ref().and_then(|e| e.exit_status),
                     "signal": s.end.as_ref().and_then(|e| e.signal),
+                    "end_reason": s.end.as_ref().and_then(|e| e.reason.clone()),
                     "command": s.info.command,
                     "mode": s.info.mode,
                     "policy": s.info.policy_name,

@@ -348,3 +348,49 @@ fn tampering_through_sqlite_is_detected_at_the_right_seq() {
     let said = format!("{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
     assert!(said.contains(&format!("seq {seq}")), "verify must name seq {seq}: {said}");
 }
+
+#[test]
+fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit/audit.db");
+    let key = dir.path().join("audit/audit.key");
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let mut child = Command::new(AIRLOCK)
+        .arg("run")
+        .arg("--workspace")
+        .arg(&workspace)
+        .arg("--audit-db")
+        .arg(&db)
+        .arg("--audit-key")
+        .arg(&key)
+        .args(["--", "sh", "-c", "echo started; exec sleep 60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "started\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    let verify = Command::new(AIRLOCK)
+        .args(["audit", "verify", "--all", "--audit-db"])
+        .arg(&db)
+        .arg("--audit-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+    let sessions = Command::new(AIRLOCK)
+        .args(["audit", "sessions", "--json", "--audit-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&sessions.stdout);
+    assert!(text.contains("SIGTERM"), "the end record says why: {text}");
+}

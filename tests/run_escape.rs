@@ -367,7 +367,7 @@ report("ip_https", **run(curl + ["-i", "https://203.0.113.10/"]))
 if P["host_ip"]:
     # The host's own address, port of a host listener: through the proxy, if at all.
     report("host_ip_tcp", **tcp((P["host_ip"], P["tcp_port"]),
-           send=b"GET / HTTP/1.1\r\nHost: " + P["host_ip"].encode() + b"\r\n\r\n"))
+           send=b"GET / HTTP/1.1\r\nHost: " + P["host_ip"].encode() + b"\r\nConnection: close\r\n\r\n"))
 
 # UDP out: a public resolver's QUIC port, the host's loopback, the host's address.
 report("udp_public", **udp(("8.8.4.4", 443)))
@@ -404,6 +404,7 @@ report("root_ssh", **listdir("/root/.ssh"))
 for path in ["/etc/airlock-test-" + P["marker"], "/usr/airlock-test-" + P["marker"],
              "/var/tmp/airlock-test-" + P["marker"], P["outside"] + "/airlock-test-" + P["marker"]]:
     report("write " + path, **write(path))
+report("outside_visible", **read(P["outside"] + "/visible.txt"))
 report("write_tmp", **write("/tmp/airlock-test-" + P["marker"]))
 report("write_workspace", **write("in-workspace.txt"))
 
@@ -429,10 +430,13 @@ for p in pids:
     except OSError:
         pass
 report("proc", pids=pids, cmdlines=cmdlines)
+report("init_environ", **read("/proc/1/environ"))
+report("init_mem", **read("/proc/1/mem"))
 
 # The CA key and the audit database.
 report("ca_key", **read(P["ca_dir"] + "/ca-key.pem"))
 report("ca_dir", **listdir(P["ca_dir"]))
+report("ca_parent", **listdir(P["ca_parent"]))
 report("audit_db", **read(P["audit_db"]))
 print("done", flush=True)
 "#;
@@ -462,13 +466,16 @@ async fn escape_attempts_fail() {
     udp.set_nonblocking(true).unwrap();
     let udp_port = udp.local_addr().unwrap().port();
     let host_ip = host_ipv4();
-    let mut host_sleep = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
+    let host_sleep = KillOnDrop(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    );
 
-    // A home with a key, and a persistent CA.
-    let home = tempfile::tempdir().unwrap();
+    // A home with a key, and a persistent CA, both where the sandbox could
+    // otherwise see them (the sandbox's /tmp is private, /var/tmp is not).
+    let home = tempfile::tempdir_in("/var/tmp").unwrap();
     std::fs::create_dir(home.path().join(".ssh")).unwrap();
     std::fs::write(
         home.path().join(".ssh/id_ed25519"),
@@ -476,16 +483,23 @@ async fn escape_attempts_fail() {
     )
     .unwrap();
     std::fs::write(home.path().join("notes.txt"), format!("{marker}\n")).unwrap();
-    let ca_dir = f.dir.path().join("ca");
+    let ca_parent = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ca_dir = ca_parent.path().join("ca");
     let init = run_program(
         AIRLOCK,
-        vec!["ca".into(), "init".into(), "--dir".into(), ca_dir.clone().into()],
+        vec![
+            "ca".into(),
+            "init".into(),
+            "--dir".into(),
+            ca_dir.clone().into(),
+        ],
         &[],
     )
     .await;
     assert_eq!(init.status, 0, "ca init: {init:?}");
     assert!(ca_dir.join("ca-key.pem").exists());
-    let outside = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(outside.path().join("visible.txt"), &marker).unwrap();
 
     let ws = f.workspace("ws");
     let params = serde_json::json!({
@@ -496,18 +510,21 @@ async fn escape_attempts_fail() {
         "upstream_port": f.port(),
         "home": home.path(),
         "outside": outside.path(),
-        "host_pid": host_sleep.id(),
+        "host_pid": host_sleep.0.id(),
         "ca_dir": ca_dir,
+        "ca_parent": ca_parent.path(),
         "audit_db": f.audit_db(),
     });
     let mut args = f.run_args(&ws);
     args.push("--ca-dir".into());
     args.push(ca_dir.clone().into());
+    // Even an explicit read-only grant of its parent must not expose the CA key.
+    args.push("--ro".into());
+    args.push(ca_parent.path().into());
     args.extend(os(&["--", PY, "-c", ESCAPE_SCRIPT, &params.to_string()]));
     let home_str = home.path().to_str().unwrap().to_owned();
     let out = run_program(AIRLOCK, args, &[("HOME", home_str.as_str())]).await;
-    let _ = host_sleep.kill();
-    let _ = host_sleep.wait();
+    drop(host_sleep);
     eprintln!(
         "escape session took {:?}\n{}\n{}",
         out.elapsed, out.stdout, out.stderr
@@ -527,7 +544,9 @@ async fn escape_attempts_fail() {
     assert_eq!(v["rc"], 0, "ip_http: {v}");
     assert!(text(&v, "out").ends_with("\n403"), "ip_http: {v}");
     assert!(
-        text(&v, "out").to_ascii_lowercase().contains("x-airlock-decision: deny"),
+        text(&v, "out")
+            .to_ascii_lowercase()
+            .contains("x-airlock-decision: deny"),
         "ip_http: {v}"
     );
     // Literal IP over TLS: a TLS failure or Airlock's 403, never an answer from elsewhere.
@@ -612,6 +631,8 @@ async fn escape_attempts_fail() {
         assert_eq!(v["written"], false, "write {path}: {v}");
         assert!(!Path::new(&path).exists(), "{path} appeared on the host");
     }
+    // Positive control: /var/tmp is visible (read-only), so the failures above are real refusals.
+    assert_eq!(get("outside_visible")["content"], marker.as_str());
     assert_eq!(get("write_tmp")["written"], true);
     assert!(
         !Path::new(&format!("/tmp/airlock-test-{marker}")).exists(),
@@ -642,6 +663,11 @@ async fn escape_attempts_fail() {
         "host pids visible: {v}"
     );
     assert!(!v.to_string().contains("sleep 60"), "{v}");
+    // PID 1 inside is a fork of airlock (holding its memory and environment).
+    for k in ["init_environ", "init_mem"] {
+        let v = get(k);
+        assert_eq!(v["read"], false, "{k}: {v}");
+    }
 
     // The CA key and the audit database are hidden.
     for k in ["ca_key", "audit_db"] {
@@ -655,6 +681,8 @@ async fn escape_attempts_fail() {
         "{}",
         get("ca_dir")
     );
+    // The grant itself works (so the hide is what keeps the key out).
+    assert_eq!(get("ca_parent")["entries"], serde_json::json!(["ca"]));
 
     // And nothing reached anything on the host.
     assert_eq!(accepted(&tcp), None, "the host TCP listener was reached");
@@ -712,7 +740,10 @@ async fn twenty_sessions_in_parallel() {
     seen.sort();
     let mut expected: Vec<String> = (0..20).map(|i| format!("/echo?session={i}-x")).collect();
     expected.sort();
-    assert_eq!(seen, expected, "the upstream got exactly one request per session");
+    assert_eq!(
+        seen, expected,
+        "the upstream got exactly one request per session"
+    );
     let sessions = run_program(
         AIRLOCK,
         vec![
@@ -792,7 +823,18 @@ fn host_mounts() -> String {
     std::fs::read_to_string("/proc/mounts").unwrap()
 }
 
-#[tokio::test]
+/// Kills (SIGKILL) and reaps a child when dropped, so a failing test leaves nothing running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// Multi-threaded: the upstream keeps serving while this test blocks in sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaves_nothing_behind() {
     let f = Fixture::new().await;
     let ws = f.workspace("ws");
@@ -819,15 +861,17 @@ async fn kill_9_leaves_nothing_behind() {
             f.port()
         ),
     ]));
-    let mut child = std::process::Command::new(AIRLOCK)
-        .args(&args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let airlock_pid = child.id();
-    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(
+        std::process::Command::new(AIRLOCK)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let airlock_pid = child.0.id();
+    let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -840,13 +884,7 @@ async fn kill_9_leaves_nothing_behind() {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(line) if line == "started" => break,
             Ok(_) => {}
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "airlock run never printed 'started': {:?}",
-                    child.wait_with_output()
-                );
-            }
+            Err(_) => panic!("airlock run never printed 'started'"),
         }
     }
     // Wait until the sandboxed `sleep` is running (the curl went through first).
@@ -889,7 +927,7 @@ async fn kill_9_leaves_nothing_behind() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let _ = child.wait();
+    let _ = child.0.wait();
     let mut left;
     loop {
         left = (processes_with(&marker), ours(&airlock_cgroups()));
@@ -929,7 +967,9 @@ async fn kill_9_leaves_nothing_behind() {
         "{verify:?}"
     );
     assert!(
-        verify.stdout.contains("unsigned tail event(s), session never finished")
+        verify
+            .stdout
+            .contains("unsigned tail event(s), session never finished")
             || verify.stdout.contains(": intact:"),
         "{verify:?}"
     );
@@ -1028,7 +1068,15 @@ async fn unprivileged_user_runs_sandboxes_too() {
     args.push(audit.join("audit.db").into());
     args.push("--audit-key".into());
     args.push(audit.join("audit.key").into());
-    args.extend(os(&["--memory", "256M", "--timeout", "60s", "--", "sh", "-c"]));
+    args.extend(os(&[
+        "--memory",
+        "256M",
+        "--timeout",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+    ]));
     args.push(script.into());
     let out = run_program(runuser.to_str().unwrap(), args, &[]).await;
     eprintln!("unprivileged session took {:?}", out.elapsed);
@@ -1045,7 +1093,10 @@ async fn unprivileged_user_runs_sandboxes_too() {
         ),
         "{out:?}"
     );
-    assert!(out.stderr.contains("Airlock refused") || out.stderr.contains("denied"), "{out:?}");
+    assert!(
+        out.stderr.contains("airlock: refused GET https://api.test"),
+        "{out:?}"
+    );
     // The file written inside belongs to the user, not to root.
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(ws.join("ws-file")).unwrap();
@@ -1120,17 +1171,74 @@ async fn limits_and_exit_status() {
     assert!(missing.stderr.contains("/nonexistent"), "{missing:?}");
 
     assert_eq!(bad_workspace.status, 125, "{bad_workspace:?}");
-    assert_eq!(
-        bad_workspace.stderr.lines().count(),
-        1,
-        "{bad_workspace:?}"
-    );
+    assert_eq!(bad_workspace.stderr.lines().count(), 1, "{bad_workspace:?}");
     assert!(
-        bad_workspace.stderr.contains("/does/not/exist") && bad_workspace.stderr.contains("no such"),
+        bad_workspace.stderr.contains("/does/not/exist")
+            && bad_workspace.stderr.contains("no such"),
         "{bad_workspace:?}"
     );
-    eprintln!(
-        "timeout {:?}, oom {:?}",
-        timeout.elapsed, memory.elapsed
+    eprintln!("timeout {:?}, oom {:?}", timeout.elapsed, memory.elapsed);
+}
+
+// ---------------------------------------------------------------------------
+// Known gaps, found while writing the tests above. They assert the secure
+// behaviour and fail today; run with `--run-ignored all` to see them.
+
+/// A host daemon listening on a Unix socket anywhere the sandbox can see
+/// (outside the fresh /run and /tmp) is reachable: connect(2) on a socket
+/// needs write permission on the inode, which a read-only mount does not
+/// take away (EROFS applies to files, directories and symlinks only). That is
+/// a way out that bypasses the proxy entirely.
+#[tokio::test]
+#[ignore = "known gap: host Unix sockets on the read-only root are reachable from the sandbox"]
+async fn host_unix_sockets_are_out_of_reach() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let sock = dir.path().join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\ntry:\n    s.connect({:?})\n    s.sendall(b'from the sandbox')\n    print('connected')\nexcept OSError as e:\n    print('refused', e)\n",
+        sock.to_str().unwrap()
+    );
+    let mut args: Vec<OsString> = os(&["run", "--no-audit", "--workspace"]);
+    args.push(ws.path().into());
+    args.extend(os(&["--timeout", "30s", "--", PY, "-c", &script]));
+    let out = run_program(AIRLOCK, args, &[]).await;
+    let reached = listener.accept().is_ok();
+    assert!(
+        !reached && out.stdout.starts_with("refused"),
+        "the sandbox reached a host Unix socket at {}: {out:?}",
+        sock.display()
+    );
+}
+
+/// When airlock runs as root the command is uid 0 (without capabilities),
+/// so it still owns every root-owned file of the host it can see: mode 0600
+/// secrets outside the hidden list (e.g. /etc/shadow, TLS and SSH host keys)
+/// are readable, and an allowed upstream is then enough to send them out.
+#[tokio::test]
+#[ignore = "known gap: as root, the command reads root-owned 0600 files of the host"]
+async fn root_owned_host_secrets_are_not_readable() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: only meaningful when airlock runs as root");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let secret = dir.path().join("server.key");
+    let marker = unique("root-secret-");
+    std::fs::write(&secret, &marker).unwrap();
+    chmod(&secret, 0o600);
+    chmod(dir.path(), 0o755);
+    let ws = tempfile::tempdir().unwrap();
+    let mut args: Vec<OsString> = os(&["run", "--no-audit", "--workspace"]);
+    args.push(ws.path().into());
+    args.extend(os(&["--timeout", "30s", "--", "cat"]));
+    args.push(secret.clone().into());
+    let out = run_program(AIRLOCK, args, &[]).await;
+    assert!(
+        out.status != 0 && !out.stdout.contains(&marker),
+        "the sandbox read the root-only file {}: {out:?}",
+        secret.display()
     );
 }

@@ -191,6 +191,11 @@ async fn one_request(
     limit: Duration,
 ) -> anyhow::Result<()> {
     if reuse {
+        // A server may end a keep-alive connection (nginx after keepalive_requests,
+        // with `Connection: close`); a real client reconnects, and so do we.
+        if keepalive.as_ref().is_some_and(|c| !c.reusable()) {
+            *keepalive = None;
+        }
         if keepalive.is_none() {
             *keepalive = Some(timed(limit, "connecting", dialer.open()).await?);
         }

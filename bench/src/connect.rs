@@ -87,6 +87,7 @@ impl Dialer {
         Ok(Connection {
             sender,
             host: self.origin.authority(),
+            closing: false,
         })
     }
 }
@@ -143,9 +144,16 @@ async fn connect_tunnel(tcp: &mut TcpStream, authority: &str) -> anyhow::Result<
 pub struct Connection {
     sender: SendRequest<Empty<Bytes>>,
     host: String,
+    closing: bool,
 }
 
 impl Connection {
+    /// False once the server closed it or announced `Connection: close`
+    /// (nginx does after keepalive_requests); callers then open a new one.
+    pub fn reusable(&self) -> bool {
+        !self.closing && !self.sender.is_closed()
+    }
+
     /// GETs `path`, drains the body and returns its length; anything but 200 is an error.
     pub async fn get(&mut self, path: &str) -> anyhow::Result<u64> {
         self.sender
@@ -162,6 +170,10 @@ impl Connection {
             .await
             .with_context(|| format!("GET {path}"))?;
         let status = response.status();
+        let closing = response
+            .headers()
+            .get(header::CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         let mut body = response.into_body();
         let mut received = 0u64;
         while let Some(frame) = body.frame().await {
@@ -169,6 +181,9 @@ impl Connection {
             if let Some(data) = frame.data_ref() {
                 received += data.len() as u64;
             }
+        }
+        if closing {
+            self.closing = true;
         }
         if status != StatusCode::OK {
             bail!("GET {path} answered {status}, expected 200 (is the policy allowing it?)");

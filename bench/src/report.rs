@@ -499,8 +499,8 @@ fn reading(
         s.push(format!(
             "Through {c}, keep-alive throughput is {:.0}% of direct ({} vs {} requests/s) and \
              new-connection throughput is {:.0}% of direct ({} vs {}): every proxied request is \
-             decrypted, checked against the policy, logged as an event line and re-encrypted \
-             towards nginx. A new proxied connection pays a CONNECT exchange and a TLS handshake \
+             decrypted, checked against the policy, logged as an event line (to a file, \
+             as deployed) and re-encrypted towards nginx. A new proxied connection pays a CONNECT exchange and a TLS handshake \
              with the proxy (certificate minted for bench.test) instead of with nginx, while the \
              proxy reuses pooled connections to nginx; that is why the new-connection ratio sits \
              much closer to 1 than the keep-alive one, and can exceed it when the client's and \
@@ -519,7 +519,9 @@ fn reading(
         added("latency-keepalive", "p99_us"),
     ) {
         let mut sentence = format!(
-            "On one idle keep-alive connection the proxy adds {a50:.0} µs at p50 and {a99:.0} µs at p99"
+            "On one idle keep-alive connection the proxy {} at p50 and {} at p99",
+            change(a50),
+            change(a99)
         );
         if let (Some(n50), Some(n99)) = (
             added("latency-newconn", "p50_us"),
@@ -527,9 +529,9 @@ fn reading(
         ) {
             let _ = write!(
                 sentence,
-                "; when each request opens a new connection it adds {:.2} ms at p50 and {:.2} ms at p99",
-                n50 / 1000.0,
-                n99 / 1000.0
+                "; when each request opens a new connection it {} at p50 and {} at p99",
+                change(n50),
+                change(n99)
             );
         }
         sentence.push('.');
@@ -552,24 +554,50 @@ fn reading(
              (VmHWM) over all cases, including the concurrent and large-download ones."
         ));
     }
+    let load = info
+        .iter()
+        .find(|(k, _)| k == "load average")
+        .map(|(_, v)| {
+            let v = v.split(" (").next().unwrap_or(v);
+            format!(" (load average {v}; well above 2 means other work shared them too)")
+        })
+        .unwrap_or_default();
     s.push(format!(
-        "Caveat: nginx, the proxy and the load generator share the same {} CPU(s), so in the \
-         proxied runs three busy processes compete for cores where the direct runs have two; \
-         the ratios are therefore pessimistic compared with a proxy on its own cores, and \
-         run-to-run spread (min–max) is the noise floor to read differences against.",
+        "Caveat: nginx, the proxy and the load generator share the same {} CPU(s){load}, so in \
+         the proxied runs three busy processes compete for cores where the direct runs have \
+         two; the ratios are therefore pessimistic compared with a proxy on its own cores, and \
+         the run-to-run spread (min–max) is the noise floor to read differences against.",
         machine.cpus
     ));
-    if let Some((_, events)) = info.iter().find(|(k, _)| k == "proxy events") {
-        s.push(format!(
-            "The proxy ran with decision events on ({events}), as deployed."
-        ));
-    }
     s.join(" ")
+}
+
+/// "adds 170 µs" / "measures 1.69 ms less" for a latency difference in µs.
+fn change(us: f64) -> String {
+    let size = |v: f64| {
+        if v >= 1000.0 {
+            format!("{:.2} ms", v / 1000.0)
+        } else {
+            format!("{v:.0} µs")
+        }
+    };
+    if us >= 0.0 {
+        format!("adds {}", size(us))
+    } else {
+        format!("measures {} less", size(-us))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_changes_read_naturally() {
+        assert_eq!(change(170.4), "adds 170 µs");
+        assert_eq!(change(4980.0), "adds 4.98 ms");
+        assert!(change(-1692.0).starts_with("measures 1.69 ms less"));
+    }
 
     fn sample(case: &str, contender: &str, run: u32, metric: &str, v: f64) -> RawSample {
         RawSample {

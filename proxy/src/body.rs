@@ -122,10 +122,18 @@ where
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(Frame::data(this.pass(data))))),
-                Err(frame) => Poll::Ready(Some(Ok(frame))), // trailers pass unchanged
-            },
+            Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_data() {
+                    Ok(data) => Frame::data(this.pass(data)),
+                    Err(frame) => frame, // trailers pass unchanged
+                };
+                // hyper stops polling once the body says it has ended (e.g. a
+                // Content-Length reached), so the end is recorded here too.
+                if this.scrubber.is_none() && this.inner.is_end_stream() {
+                    this.end(None);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Poll::Ready(Some(Err(e))) => {
                 let e: BoxError = e.into();
                 this.end(Some(e.to_string()));

@@ -78,14 +78,62 @@ impl SyntheticAddresses {
 
 /// Answer one DNS message; None when it is not worth an answer (not a query).
 pub fn answer(engine: &Engine, packet: &[u8], client: SocketAddr) -> Option<Vec<u8>> {
+    let rules = engine.rules.load();
+    let answered = answer_packet(&rules.policy, &engine.synthetic, packet)?;
+    if let Some(query) = answered.query {
+        engine.record_lossy(Event::Dns {
+            ts: TimestampUs::now(),
+            client,
+            name: query.name,
+            qtype: query.qtype,
+            verdict: if query.allowed {
+                Verdict::Allow
+            } else {
+                Verdict::Deny
+            },
+            answers: query.answers,
+            reason: query.reason,
+        });
+    }
+    answered.reply
+}
+
+/// The reply to one DNS message and, when it was a well-formed query, what to record.
+#[derive(Debug)]
+pub struct Answered {
+    /// None when the reply could not be encoded (nothing is sent).
+    pub reply: Option<Vec<u8>>,
+    pub query: Option<AnsweredQuery>,
+}
+
+/// One answered question, for the record.
+#[derive(Debug)]
+pub struct AnsweredQuery {
+    pub name: String,
+    pub qtype: String,
+    pub allowed: bool,
+    pub answers: Vec<IpAddr>,
+    pub reason: Option<String>,
+}
+
+/// Answer one DNS message against `policy` without any I/O (split out of
+/// [`answer`] so the fuzzer can drive it); None when it is not a query.
+pub fn answer_packet(
+    policy: &airlock_policy::Policy,
+    synthetic: &SyntheticAddresses,
+    packet: &[u8],
+) -> Option<Answered> {
+    let reply_only = |reply: Option<Vec<u8>>| Answered { reply, query: None };
     let request = match Message::from_vec(packet) {
         Ok(m) => m,
         Err(_) => {
             // Echo the id if there is one so the client stops waiting.
             let id = packet.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
-            return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
-                .to_vec()
-                .ok();
+            return Some(reply_only(
+                Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                    .to_vec()
+                    .ok(),
+            ));
         }
     };
     if request.metadata.message_type != MessageType::Query {
@@ -96,23 +144,21 @@ pub fn answer(engine: &Engine, packet: &[u8], client: SocketAddr) -> Option<Vec<
     response.metadata.recursion_available = true;
     if request.metadata.op_code != OpCode::Query {
         response.metadata.response_code = ResponseCode::NotImp;
-        return response.to_vec().ok();
+        return Some(reply_only(response.to_vec().ok()));
     }
     let [query] = request.queries.as_slice() else {
         response.metadata.response_code = ResponseCode::FormErr;
-        return response.to_vec().ok();
+        return Some(reply_only(response.to_vec().ok()));
     };
     response.add_query(query.clone());
     let raw_name = query.name().to_ascii();
     let qtype = query.query_type();
     let host = Host::parse(raw_name.trim_end_matches('.')).ok();
-    let allowed = host
-        .as_ref()
-        .is_some_and(|h| engine.rules.load().policy.resolvable(h));
+    let allowed = host.as_ref().is_some_and(|h| policy.resolvable(h));
     let mut answers = Vec::new();
     let mut reason = None;
     match (&host, allowed) {
-        (Some(host), true) if qtype == RecordType::A => match engine.synthetic.address_for(host) {
+        (Some(host), true) if qtype == RecordType::A => match synthetic.address_for(host) {
             Some(ip) => {
                 response.add_answer(Record::from_rdata(
                     query.name().clone(),
@@ -132,20 +178,16 @@ pub fn answer(engine: &Engine, packet: &[u8], client: SocketAddr) -> Option<Vec<
             reason = Some("no rule allows this name".to_owned());
         }
     }
-    engine.record_lossy(Event::Dns {
-        ts: TimestampUs::now(),
-        client,
-        name: raw_name.trim_end_matches('.').to_owned(),
-        qtype: qtype.to_string(),
-        verdict: if allowed {
-            Verdict::Allow
-        } else {
-            Verdict::Deny
-        },
-        answers,
-        reason,
-    });
-    response.to_vec().ok()
+    Some(Answered {
+        reply: response.to_vec().ok(),
+        query: Some(AnsweredQuery {
+            name: raw_name.trim_end_matches('.').to_owned(),
+            qtype: qtype.to_string(),
+            allowed,
+            answers,
+            reason,
+        }),
+    })
 }
 
 /// Serve DNS over UDP until the socket fails.

@@ -15,6 +15,7 @@ use rustls::sign::CertifiedKey;
 use crate::ca::CertificateAuthority;
 use crate::dns::SyntheticAddresses;
 use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
+use crate::metrics::Metrics;
 use crate::quota::Quotas;
 use crate::rules::Rules;
 use crate::target::Target;
@@ -62,6 +63,8 @@ pub struct Engine {
     audit_failed: AtomicBool,
     /// Served to intercepted clients that sent SNI (shares session resumption).
     pub tls_by_sni: Arc<ServerConfig>,
+    /// Operator counters, fed from every event (see `/metrics`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -87,6 +90,7 @@ impl Engine {
             audit_sync,
             audit_failed: AtomicBool::new(false),
             tls_by_sni,
+            metrics: Arc::default(),
         }
     }
 
@@ -99,6 +103,7 @@ impl Engine {
         if self.audit_failed.load(Ordering::Acquire) {
             return Err(SinkError("an earlier audit write failed".into()));
         }
+        self.metrics.observe(&event);
         let result = match self.events.emit(event) {
             Ok(()) if self.audit_sync => self.events.sync().await,
             other => other,
@@ -111,6 +116,7 @@ impl Engine {
 
     /// Record an event about something already done; a failure stops all further forwarding.
     pub fn record_lossy(&self, event: Event) {
+        self.metrics.observe(&event);
         if let Err(e) = self.events.emit(event) {
             self.fail_audit(&e);
         }

@@ -292,12 +292,11 @@ pub async fn handle(
 
     let (mut resp_parts, resp_body) = response.into_parts();
     if !injected.is_empty() {
-        if let Some(encoding) = resp_parts.headers.get(header::CONTENT_ENCODING)
-            && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
-        {
+        // Every Content-Encoding header counts (clients apply them all, in
+        // order), and so does a Transfer-Encoding coding other than chunked.
+        if let Some(encoding) = unscrubbable_coding(&resp_parts.headers) {
             let why = format!(
-                "upstream sent a {}-encoded response to a request carrying a credential although identity was requested; Airlock cannot check it for the secret",
-                String::from_utf8_lossy(encoding.as_bytes())
+                "upstream sent a {encoding}-encoded response to a request carrying a credential although identity was requested; Airlock cannot check it for the secret"
             );
             return Ok(bad_gateway(&method, &url, &why));
         }
@@ -337,6 +336,33 @@ pub async fn handle(
         resp_parts,
         tap.on_end(on_end).boxed_unsync(),
     ))
+}
+
+/// The first content or transfer coding in `headers` that the scrubber cannot
+/// see through (anything but identity, and chunked for Transfer-Encoding).
+fn unscrubbable_coding(headers: &HeaderMap) -> Option<String> {
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .into_owned()
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| !c.is_empty())
+            .collect::<Vec<_>>()
+    };
+    let content = codings(header::CONTENT_ENCODING)
+        .into_iter()
+        .find(|c| c != "identity");
+    content.or_else(|| {
+        codings(header::TRANSFER_ENCODING)
+            .into_iter()
+            .find(|c| c != "identity" && c != "chunked")
+    })
 }
 
 /// The target and scheme a request is for, after checking it against its connection.
@@ -584,4 +610,50 @@ async fn splice_upgraded(client: hyper::upgrade::OnUpgrade, upstream: hyper::upg
     let mut client = TokioIo::new(client);
     let mut upstream = TokioIo::new(upstream);
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn every_coding_header_is_checked() {
+        assert_eq!(unscrubbable_coding(&headers(&[])), None);
+        assert_eq!(
+            unscrubbable_coding(&headers(&[("content-encoding", "identity")])),
+            None
+        );
+        assert_eq!(
+            unscrubbable_coding(&headers(&[("transfer-encoding", "chunked")])),
+            None
+        );
+        // A second header behind an innocent first one (found by
+        // tests/adversarial.rs: only the first was checked before).
+        assert_eq!(
+            unscrubbable_coding(&headers(&[
+                ("content-encoding", "identity"),
+                ("content-encoding", "gzip")
+            ])),
+            Some("gzip".into())
+        );
+        assert_eq!(
+            unscrubbable_coding(&headers(&[("content-encoding", "identity, BR")])),
+            Some("br".into())
+        );
+        assert_eq!(
+            unscrubbable_coding(&headers(&[("transfer-encoding", "gzip, chunked")])),
+            Some("gzip".into())
+        );
+    }
 }

@@ -36,6 +36,9 @@ async fn handle_client(engine: Arc<Engine>, stream: TcpStream, client: SocketAdd
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEADER_BYTES)
+        // A client may send its request and shut down its write side
+        // (shutdown(2) SHUT_WR); it still gets its answer.
+        .half_close(true)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await;

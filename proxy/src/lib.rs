@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+pub mod admin;
 mod body;
 pub mod ca;
 mod client_hello;
@@ -26,6 +27,7 @@ pub mod events;
 mod exchange;
 mod forward;
 mod metered;
+pub mod metrics;
 mod quota;
 mod refusal;
 mod replay;
@@ -45,6 +47,7 @@ pub use ca::{CaError, CertificateAuthority};
 pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
 pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
 pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
+pub use metrics::Metrics;
 pub use upstream::{PinnedHost, UpstreamSetupError};
 
 use engine::Engine;
@@ -66,6 +69,9 @@ pub struct ProxyConfig {
     pub capture_cap: usize,
     /// Make every decision durable before forwarding.
     pub audit_sync: bool,
+    /// `SO_MARK` for the proxy's own upstream and DNS sockets, so that a
+    /// sidecar's capture rules let them out (None: no mark, the default).
+    pub socket_mark: Option<u32>,
 }
 
 /// A running proxy engine; cheap to clone, shared by all front doors.
@@ -80,8 +86,10 @@ impl Proxy {
             policy: config.policy,
             credentials: Credentials::new(config.credentials),
         }));
-        let resolver = upstream::UpstreamResolver::new(&config.pins, rules.clone());
-        let upstream = upstream::Upstream::new(resolver, &config.upstream_roots)?;
+        let resolver =
+            upstream::UpstreamResolver::new(&config.pins, rules.clone(), config.socket_mark);
+        let upstream =
+            upstream::Upstream::new(resolver, &config.upstream_roots, config.socket_mark)?;
         Ok(Self {
             engine: Arc::new(Engine::new(
                 rules,
@@ -135,5 +143,10 @@ impl Proxy {
 
     pub fn ca(&self) -> &CertificateAuthority {
         &self.engine.ca
+    }
+
+    /// The counters `/metrics` serves.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.engine.metrics.clone()
     }
 }

@@ -108,7 +108,10 @@ fn label_of(verdict: Verdict) -> &'static str {
 fn host_of(url: &str) -> String {
     url.parse::<http::Uri>()
         .ok()
-        .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase()))
+        .and_then(|u| {
+            u.host()
+                .map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase())
+        })
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
@@ -142,7 +145,10 @@ impl Metrics {
         } else {
             OTHER_HOST.to_owned()
         };
-        *counts.by_label.entry((label_of(verdict), host)).or_default() += 1;
+        *counts
+            .by_label
+            .entry((label_of(verdict), host))
+            .or_default() += 1;
     }
 
     /// How long the audit store took, last time, to make everything queued durable.
@@ -353,7 +359,10 @@ mod tests {
         }
         let text = m.render();
         assert!(text.contains("host=\"other\"} 5"), "{text}");
-        let series = text.lines().filter(|l| l.starts_with("airlock_requests_total{")).count();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("airlock_requests_total{"))
+            .count();
         assert_eq!(series, MAX_HOST_LABELS + 1);
     }
 

@@ -1,5 +1,39 @@
 //! What the observer reports: every exec, every exit, every file change made
 //! by the sandboxed command, in the order they happened.
+//!
+//! How: the command's seccomp filter sends execve/execveat, exit_group and
+//! the file-changing syscalls (open* only with write/create/truncate flags)
+//! to a listener served by a thread in airlock (seccomp_unotify(2)); paths
+//! and argv are read from /proc/<pid>/mem before the syscall continues.
+//!
+//! Decisions:
+//! - an exec replacing an already exec'd image of the same process (`exec
+//!   foo`, or a shell running its last command in place) gets that previous
+//!   exec as parent, so `sh -c "sh -c 'python3 ...'"` is a chain of three;
+//!   all execs of a process end (Exit) together, with the process's status;
+//! - execve of a path that is not an executable file at notification time is
+//!   not recorded (shells probe every PATH entry);
+//! - writes are recorded once per (exec, path) and captured when the writing
+//!   exec's process exits, or when the command ends (before the sandbox's
+//!   mounts go away), whichever comes first; a rename carries a pending write
+//!   along to the new name; rename/delete/chmod/mkdir/symlink are reported at
+//!   once (for symlinks `content` holds the link target);
+//! - only writable places count: the workspace, rw grants, /tmp, /dev/shm.
+//!
+//! Limits (what this does not see or cannot be sure of):
+//! - syscalls are observed at entry: a rename/delete/chmod that then fails is
+//!   still reported; argv/paths could be changed by another thread of the
+//!   process between our read and the kernel's (seccomp_unotify(2), "Design
+//!   goals"): this is a record, not an enforcement point;
+//! - writes through an fd opened before the command started, through mmap of
+//!   an already open file, or through fds passed over unix sockets are seen
+//!   only if the open itself was; io_uring is refused by the filter anyway;
+//! - content is what the file holds when captured, not each intermediate
+//!   version; files written by processes still running when the command ends
+//!   are captured then; later writes by such stragglers are not;
+//! - a process killed by a signal gets `signal` only if the kernel tells us
+//!   in time (pidfd PIDFD_INFO_EXIT or the zombie's /proc stat); otherwise
+//!   both status and signal are None.
 
 use std::time::SystemTime;
 

@@ -23,8 +23,8 @@ use crate::sys::{self, Notification};
 const MAX_PIDFDS: usize = 512;
 /// How long to wait for the last notifications once the sandbox is gone.
 const TEARDOWN_GRACE: Duration = Duration::from_secs(3);
-/// Attempts to learn how a process died without exit_group (1 ms apart).
-const EXIT_CODE_TRIES: usize = 20;
+/// How long we try to learn how a process died without exit_group.
+const EXIT_CODE_PATIENCE: Duration = Duration::from_millis(50);
 /// Longest chain of parents we walk to find an ancestor's exec.
 const MAX_ANCESTRY: usize = 64;
 
@@ -69,10 +69,15 @@ enum Action {
     Exec {
         tgid: i32,
         st: Status,
+        /// The parent's pid inside the sandbox.
+        ppid: i32,
         path: String,
         argv: Vec<String>,
         env: Vec<String>,
         cwd: String,
+        /// Opened before the syscall continues: a short-lived program may be
+        /// gone (and reaped) by the time the notification is applied.
+        pidfd: Option<OwnedFd>,
     },
     ExitGroup {
         tgid: i32,
@@ -80,21 +85,28 @@ enum Action {
     },
     /// A write whose content is captured when the writer exits.
     Pend {
-        tgid: i32,
-        st: Option<Status>,
+        writer: Writer,
         path: String,
         op: FileOp,
     },
     /// Reported right away.
     Now {
-        tgid: i32,
-        st: Option<Status>,
+        writer: Writer,
         path: String,
         op: FileOp,
         rename_to: Option<String>,
         mode: Option<u32>,
         content: Option<Vec<u8>>,
     },
+}
+
+/// Who made a file syscall, resolved before it continues (the process may be
+/// gone afterwards).
+struct Writer {
+    tgid: i32,
+    exec: Option<ExecId>,
+    /// A forked child never seen before: remember it under `exec`.
+    new_child: bool,
 }
 
 struct Observer {
@@ -108,6 +120,8 @@ struct Observer {
     pending: HashMap<(Option<ExecId>, String), Pending>,
     next_exec: u64,
     seq: u64,
+    /// Live pidfds held in `procs`.
+    pidfds: usize,
 }
 
 /// Start the observer thread; it ends once the sandbox is gone, dropping `tx`.
@@ -131,6 +145,7 @@ pub fn spawn(
                 pending: HashMap::new(),
                 next_exec: 1,
                 seq: 0,
+                pidfds: 0,
             };
             obs.run();
         })
@@ -324,7 +339,7 @@ impl Observer {
             Self::at_path(tid, dirfd, &procfs::read_cstr(&mem, addr)?)
         };
         let nr = n.nr as libc::c_long;
-        let (dirfd, addr, flags_or_mode) = match nr {
+        let (dirfd, addr) = match nr {
             libc::SYS_execve | libc::SYS_execveat => {
                 let (dirfd, p, argv, envp, flags) = if nr == libc::SYS_execve {
                     (AT_FDCWD, a[0], a[1], a[2], 0)
@@ -352,9 +367,22 @@ impl Observer {
                 let Some(st) = procfs::status(tid) else {
                     return Action::Nothing;
                 };
+                let ppid = if st.ppid == self.cfg.init {
+                    1
+                } else {
+                    procfs::status(st.ppid).map(|s| s.ns_pid).unwrap_or(0)
+                };
+                let has_pidfd = self.procs.get(&st.tgid).is_some_and(|p| p.pidfd.is_some());
+                let pidfd = if has_pidfd || self.pidfds >= MAX_PIDFDS {
+                    None
+                } else {
+                    sys::pidfd_open(st.tgid).ok()
+                };
                 return Action::Exec {
                     tgid: st.tgid,
                     st,
+                    ppid,
+                    pidfd,
                     path,
                     argv: procfs::read_str_array(&mem, argv),
                     env: procfs::read_str_array(&mem, envp),
@@ -371,34 +399,32 @@ impl Observer {
                 };
             }
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_open => (AT_FDCWD, a[0], a[1]),
+            libc::SYS_open => (AT_FDCWD, a[0]),
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_creat => (AT_FDCWD, a[0], libc::O_CREAT as u64),
-            libc::SYS_openat => (arg_i32(a[0]), a[1], a[2]),
+            libc::SYS_creat => (AT_FDCWD, a[0]),
+            libc::SYS_openat => (arg_i32(a[0]), a[1]),
             libc::SYS_openat2 => {
                 let flags = procfs::read_u64(&mem, a[2]).unwrap_or(0);
                 let write = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u64;
                 if flags & write == 0 {
                     return Action::Nothing;
                 }
-                (arg_i32(a[0]), a[1], flags)
+                (arg_i32(a[0]), a[1])
             }
             _ => return self.decode_other(n, &path_at),
         };
-        let _ = flags_or_mode;
         let Some(path) = path_at(dirfd, addr) else {
             return Action::Nothing;
         };
         if !self.writable(&path) {
             return Action::Nothing;
         }
-        let Some((tgid, st)) = self.tgid_of(tid) else {
+        let Some(writer) = self.writer(tid) else {
             return Action::Nothing;
         };
         let existed = self.root.as_ref().is_some_and(|r| r.exists(&path));
         Action::Pend {
-            tgid,
-            st,
+            writer,
             path,
             op: if existed {
                 FileOp::Modify
@@ -502,15 +528,14 @@ impl Observer {
         if !relevant {
             return Action::Nothing;
         }
-        let Some((tgid, st)) = self.tgid_of(tid) else {
+        let Some(writer) = self.writer(tid) else {
             return Action::Nothing;
         };
         if pend {
-            Action::Pend { tgid, st, path, op }
+            Action::Pend { writer, path, op }
         } else {
             Action::Now {
-                tgid,
-                st,
+                writer,
                 path,
                 op,
                 rename_to,
@@ -526,14 +551,19 @@ impl Observer {
         if let Ok(mut s) = self.shared.lock() {
             s.procs.insert(tgid, p.exec);
         }
-        self.procs.insert(tgid, p);
+        self.pidfds += usize::from(p.pidfd.is_some());
+        if let Some(old) = self.procs.insert(tgid, p) {
+            self.pidfds = self.pidfds.saturating_sub(usize::from(old.pidfd.is_some()));
+        }
     }
 
     fn remove_proc(&mut self, tgid: i32) -> Option<Proc> {
         if let Ok(mut s) = self.shared.lock() {
             s.procs.remove(&tgid);
         }
-        self.procs.remove(&tgid)
+        let p = self.procs.remove(&tgid)?;
+        self.pidfds = self.pidfds.saturating_sub(usize::from(p.pidfd.is_some()));
+        Some(p)
     }
 
     /// The exec of the nearest known ancestor, walking up from `pid`.
@@ -550,26 +580,42 @@ impl Observer {
         None
     }
 
-    /// The exec responsible for `tgid`, remembering forked children.
-    fn exec_for(&mut self, tgid: i32, st: Option<Status>) -> Option<ExecId> {
+    /// The process behind thread `tid` and the exec responsible for it.
+    fn writer(&self, tid: i32) -> Option<Writer> {
+        let (tgid, st) = self.tgid_of(tid)?;
         if let Some(p) = self.procs.get(&tgid) {
-            return Some(p.exec);
+            return Some(Writer {
+                tgid,
+                exec: Some(p.exec),
+                new_child: false,
+            });
         }
         let ppid = match st {
             Some(s) if s.tgid == tgid => s.ppid,
             _ => procfs::status(tgid)?.ppid,
         };
-        let exec = self.ancestor_exec(ppid)?;
-        self.set_proc(
+        let exec = self.ancestor_exec(ppid);
+        Some(Writer {
             tgid,
-            Proc {
-                exec,
-                own: false,
-                chain: Vec::new(),
-                pidfd: None,
-            },
-        );
-        Some(exec)
+            exec,
+            new_child: exec.is_some(),
+        })
+    }
+
+    /// The writer's exec, remembering a forked child for the next time.
+    fn exec_of_writer(&mut self, w: Writer) -> Option<ExecId> {
+        if let (true, Some(exec)) = (w.new_child, w.exec) {
+            self.set_proc(
+                w.tgid,
+                Proc {
+                    exec,
+                    own: false,
+                    chain: Vec::new(),
+                    pidfd: None,
+                },
+            );
+        }
+        w.exec
     }
 
     fn apply(&mut self, action: Action) {
@@ -579,14 +625,16 @@ impl Observer {
             Action::Exec {
                 tgid,
                 st,
+                ppid,
                 path,
                 argv,
                 env,
                 cwd,
-            } => self.on_exec(tgid, st, path, argv, env, cwd, ts),
+                pidfd,
+            } => self.on_exec(tgid, st, ppid, path, argv, env, cwd, pidfd, ts),
             Action::ExitGroup { tgid, status } => self.process_exited(tgid, Some(status), None),
-            Action::Pend { tgid, st, path, op } => {
-                let exec = self.exec_for(tgid, st);
+            Action::Pend { writer, path, op } => {
+                let exec = self.exec_of_writer(writer);
                 self.seq += 1;
                 let seq = self.seq;
                 let entry = self
@@ -599,15 +647,14 @@ impl Observer {
                 }
             }
             Action::Now {
-                tgid,
-                st,
+                writer,
                 path,
                 op,
                 rename_to,
                 mode,
                 content,
             } => {
-                let exec_id = self.exec_for(tgid, st);
+                let exec_id = self.exec_of_writer(writer);
                 if let (FileOp::Rename, Some(to)) = (op, &rename_to) {
                     self.move_pending(&path, to);
                 }
@@ -631,10 +678,12 @@ impl Observer {
         &mut self,
         tgid: i32,
         st: Status,
+        ppid: i32,
         path: String,
         argv: Vec<String>,
         env: Vec<String>,
         cwd: String,
+        new_pidfd: Option<OwnedFd>,
         ts: SystemTime,
     ) {
         let (parent, mut chain, pidfd) = match self.remove_proc(tgid) {
@@ -645,12 +694,7 @@ impl Observer {
         let exec_id = ExecId(self.next_exec);
         self.next_exec += 1;
         chain.push(exec_id);
-        let pidfd = pidfd.or_else(|| {
-            let live = self.procs.values().filter(|p| p.pidfd.is_some()).count();
-            (live < MAX_PIDFDS)
-                .then(|| sys::pidfd_open(tgid).ok())
-                .flatten()
-        });
+        let pidfd = pidfd.or(new_pidfd);
         self.set_proc(
             tgid,
             Proc {
@@ -660,11 +704,6 @@ impl Observer {
                 pidfd,
             },
         );
-        let ppid = if st.ppid == self.cfg.init {
-            1
-        } else {
-            procfs::status(st.ppid).map(|s| s.ns_pid).unwrap_or(0)
-        };
         let mut env_names = Vec::with_capacity(env.len());
         let mut env_values_nonsecret = Vec::new();
         for kv in env {
@@ -694,7 +733,8 @@ impl Observer {
     /// moment in between.
     fn exit_code_of(&self, tgid: i32) -> Option<i32> {
         let pidfd = self.procs.get(&tgid)?.pidfd.as_ref()?;
-        for _ in 0..EXIT_CODE_TRIES {
+        let start = Instant::now();
+        while start.elapsed() < EXIT_CODE_PATIENCE {
             if let Some(code) = sys::pidfd_exit_code(pidfd.as_fd()) {
                 return Some(code);
             }

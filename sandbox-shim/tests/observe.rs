@@ -309,7 +309,8 @@ fn tmp_files_are_captured_and_big_files_keep_only_their_hash() {
     let (code, obs) = observe(
         spec(
             ws.path(),
-            "echo private > /tmp/p; head -c 5000 /dev/zero > big; sleep 30 & echo bg > /dev/shm/x",
+            "echo private > /tmp/p; head -c 5000 /dev/zero > big; sleep 30 & \
+             until [ \"$(readlink /proc/$!/exe)\" = /usr/bin/sleep ]; do :; done; echo bg > /dev/shm/x",
         ),
         4096,
     );
@@ -338,7 +339,9 @@ fn tmp_files_are_captured_and_big_files_keep_only_their_hash() {
         .find(|e| e.path.ends_with("/sleep"))
         .expect("sleep");
     let ex = exits(&obs);
-    assert!(ex.contains_key(&sleep.id), "every exec gets an exit record");
+    // Killed at teardown: SIGKILL when the kernel tells us in time, else unknown.
+    let exit = ex.get(&sleep.id).expect("every exec gets an exit record");
+    assert!(matches!(exit, (None, Some(9)) | (None, None)), "{exit:?}");
 }
 
 #[test]
@@ -398,7 +401,8 @@ open("r", "w").write(s.recv(10).decode())
         .expect("python exec");
     assert_eq!(exec, Some(pyexec.id));
     eprintln!("exec_for_peer took {took:?}");
-    assert!(took < Duration::from_millis(10), "{took:?}");
+    // ~0.1-0.2 ms in a release build; generous for debug builds on a busy machine.
+    assert!(took < Duration::from_millis(100), "{took:?}");
 }
 
 #[test]
@@ -504,11 +508,21 @@ fn overhead_of_observation() {
         took
     };
     let _warm = time(false);
-    let plain = time(false);
-    let observed = time(true);
-    eprintln!("200 x /bin/true: without observe {plain:?}, with observe {observed:?}");
+    // Interleaved pairs; the minimum is the least disturbed by other load.
+    let mut plain = Vec::new();
+    let mut observed = Vec::new();
+    for _ in 0..5 {
+        plain.push(time(false));
+        observed.push(time(true));
+    }
+    plain.sort();
+    observed.sort();
+    eprintln!(
+        "200 x /bin/true: without observe min {:?} median {:?}, with observe min {:?} median {:?}",
+        plain[0], plain[2], observed[0], observed[2]
+    );
     assert!(
-        observed < plain * 5 + Duration::from_secs(1),
+        observed[0] < plain[0] * 5 + Duration::from_secs(1),
         "{plain:?} vs {observed:?}"
     );
 }

@@ -97,6 +97,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         events,
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
+        socket_mark: None,
     })?;
 
     let mut servers = tokio::task::JoinSet::new();

@@ -258,13 +258,14 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         events,
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
+        socket_mark: None,
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-proxy")
         .build()
         .context("starting the async runtime")?;
-    let stopped_for = Arc::new(std::sync::Mutex::new(None::<String>));
+    let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
     {
         let _guard = runtime.enter();
         let transparent = to_tokio_listener(network.transparent)?;
@@ -277,7 +278,12 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         runtime.spawn(async move { p.serve_dns_udp(dns_udp).await });
         let p = proxy.clone();
         runtime.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
-        runtime.spawn(watch(proxy.clone(), sandbox.pid(), stopped_for.clone()));
+        runtime.spawn(watch(
+            proxy.clone(),
+            recorder.clone(),
+            sandbox.pid(),
+            stopped_for.clone(),
+        ));
     }
     sandbox.release()?;
     let outcome = sandbox.wait()?;
@@ -289,10 +295,11 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     if let Some(recorder) = recorder {
-        finish(recorder, &outcome, stopped.clone())?;
+        finish(recorder, &outcome, stopped.as_ref().map(Stop::describe))?;
     }
-    if let Some(why) = stopped {
-        bail!("{why}");
+    if let Some(stop) = stopped {
+        eprintln!("{}", stop.describe());
+        return Ok(ExitCode::from(stop.exit_code()));
     }
     if let Some(message) = outcome.message() {
         eprintln!("{message}");
@@ -302,23 +309,46 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     ))
 }
 
+/// Why airlock stopped the sandbox itself.
+#[derive(Debug, Clone)]
+enum Stop {
+    Signal(i32, &'static str),
+    AuditFailed,
+}
+
 /// Stop the sandbox when airlock is told to stop, or when recording fails.
-async fn watch(proxy: Proxy, init_pid: i32, stopped_for: Arc<std::sync::Mutex<Option<String>>>) {
+/// Ctrl-C reaches the command directly (same process group); airlock only
+/// steps in at the second one, so it can still flush the record.
+async fn watch(
+    proxy: Proxy,
+    recorder: Option<SessionRecorder>,
+    init_pid: i32,
+    stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut hup)) = (
+    let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::hangup()),
+        signal(SignalKind::interrupt()),
     ) else {
         return;
     };
+    let mut interrupts = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let reason = loop {
         tokio::select! {
-            _ = term.recv() => break "stopped by SIGTERM".to_owned(),
-            _ = hup.recv() => break "stopped by SIGHUP".to_owned(),
+            _ = term.recv() => break Stop::Signal(15, "SIGTERM"),
+            _ = hup.recv() => break Stop::Signal(1, "SIGHUP"),
+            _ = int.recv() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    break Stop::Signal(2, "SIGINT");
+                }
+            }
             _ = tick.tick() => {
-                if proxy.audit_failed() {
-                    break "the audit store failed; the session was stopped rather than run unaudited".to_owned();
+                let recorder_failed = recorder.as_ref().is_some_and(|r| !r.healthy());
+                if proxy.audit_failed() || recorder_failed {
+                    break Stop::AuditFailed;
                 }
             }
         }
@@ -331,6 +361,22 @@ async fn watch(proxy: Proxy, init_pid: i32, stopped_for: Arc<std::sync::Mutex<Op
         nix::unistd::Pid::from_raw(init_pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+impl Stop {
+    fn describe(&self) -> String {
+        match self {
+            Stop::Signal(_, name) => format!("airlock: stopped the sandbox on {name}"),
+            Stop::AuditFailed => "airlock: the audit store failed; the session was stopped rather than run unaudited (check disk space and permissions of the audit database)".into(),
+        }
+    }
+
+    fn exit_code(&self) -> u8 {
+        match self {
+            Stop::Signal(n, _) => 128 + *n as u8,
+            Stop::AuditFailed => EXIT_AIRLOCK_FAILED,
+        }
+    }
 }
 
 fn finish(

@@ -30,7 +30,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why no upstream connection could be made; one line naming the cause.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error(transparent)]
+    /// Kept as the source (not transparent) so `explain` finds it in the chain.
+    #[error("{0}")]
     Resolve(#[from] ResolveError),
     #[error("connecting to {addr}: {source}")]
     Io {
@@ -63,7 +64,8 @@ fn socket_for(addr: SocketAddr, mark: Option<u32>) -> Result<TcpSocket, ConnectE
     }
     .map_err(io)?;
     if let Some(mark) = mark {
-        setsockopt(&socket, sockopt::Mark, &mark).map_err(|source| ConnectError::Mark { mark, source })?;
+        setsockopt(&socket, sockopt::Mark, &mark)
+            .map_err(|source| ConnectError::Mark { mark, source })?;
     }
     socket.set_nodelay(true).map_err(io)?;
     Ok(socket)
@@ -113,8 +115,7 @@ impl tower_service::Service<http::Uri> for MarkedConnector {
                 .host()
                 .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
                 .ok_or_else(|| ConnectError::NoHost(uri.to_string()))?;
-            let host =
-                Host::parse(name).map_err(|_| ResolveError::InvalidHost(name.to_owned()))?;
+            let host = Host::parse(name).map_err(|_| ResolveError::InvalidHost(name.to_owned()))?;
             let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
                 Some("http") => 80,
                 _ => 443,

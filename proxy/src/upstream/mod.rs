@@ -2,27 +2,27 @@
 //! rule, verified TLS, pooled HTTP/1.1 and HTTP/2 connections, raw tunnels.
 
 pub mod address;
+pub mod connect;
+mod marked_runtime;
 pub mod resolve;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_policy::Host;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
+pub use connect::{ConnectError, MarkedConnector};
 pub use resolve::{PinnedHost, ResolveError, UpstreamResolver};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector<UpstreamResolver>>, ProxyBody>;
+pub type HttpClient = Client<HttpsConnector<MarkedConnector>, ProxyBody>;
 
 /// Clients and resolver for upstream traffic.
 #[derive(Clone)]
@@ -32,6 +32,8 @@ pub struct Upstream {
     pub client: HttpClient,
     /// HTTP/1.1 only, for protocol upgrades (WebSocket).
     pub client_h1: HttpClient,
+    /// `SO_MARK` for every upstream socket (sidecar mode), see [`connect`].
+    pub mark: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,7 @@ impl Upstream {
     pub fn new(
         resolver: UpstreamResolver,
         extra_roots: &[CertificateDer<'static>],
+        mark: Option<u32>,
     ) -> Result<Self, UpstreamSetupError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -58,12 +61,17 @@ impl Upstream {
             .map_err(|e| UpstreamSetupError::BadRoot(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let client = build_client(&resolver, tls.clone(), true);
-        let client_h1 = build_client(&resolver, tls, false);
+        let connector = MarkedConnector {
+            resolver: resolver.clone(),
+            mark,
+        };
+        let client = build_client(connector.clone(), tls.clone(), true);
+        let client_h1 = build_client(connector, tls, false);
         Ok(Self {
             resolver,
             client,
             client_h1,
+            mark,
         })
     }
 
@@ -74,27 +82,13 @@ impl Upstream {
             .resolve(host)
             .await
             .map_err(|e| e.to_string())?;
-        let mut last = String::from("no addresses");
-        for ip in ips {
-            let addr = SocketAddr::new(ip, port);
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Ok(stream);
-                }
-                Ok(Err(e)) => last = format!("connecting to {addr}: {e}"),
-                Err(_) => last = format!("connecting to {addr}: timed out"),
-            }
-        }
-        Err(last)
+        connect::connect_any(&ips, port, self.mark, host.as_str())
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
-fn build_client(resolver: &UpstreamResolver, tls: rustls::ClientConfig, h2: bool) -> HttpClient {
-    let mut http = HttpConnector::new_with_resolver(resolver.clone());
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+fn build_client(http: MarkedConnector, tls: rustls::ClientConfig, h2: bool) -> HttpClient {
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use airlock_policy::Host;
 use arc_swap::ArcSwap;
-use hickory_resolver::TokioResolver;
+use hickory_resolver::Resolver;
 use hickory_resolver::config::{ResolveHosts, ResolverConfig};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hyper_util::client::legacy::connect::dns::Name;
 
 use super::address::is_public;
+use super::marked_runtime::MarkedRuntime;
 use crate::rules::Rules;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -62,19 +62,20 @@ impl std::str::FromStr for PinnedHost {
 #[derive(Clone)]
 pub struct UpstreamResolver {
     pins: Arc<HashMap<Host, Vec<IpAddr>>>,
-    system: TokioResolver,
+    system: Resolver<MarkedRuntime>,
     rules: Arc<ArcSwap<Rules>>,
 }
 
 impl UpstreamResolver {
-    pub fn new(pins: &[PinnedHost], rules: Arc<ArcSwap<Rules>>) -> Self {
+    /// `mark`: `SO_MARK` for the resolver's own sockets (sidecar mode).
+    pub fn new(pins: &[PinnedHost], rules: Arc<ArcSwap<Rules>>, mark: Option<u32>) -> Self {
         let mut map: HashMap<Host, Vec<IpAddr>> = HashMap::new();
         for pin in pins {
             map.entry(pin.host.clone()).or_default().push(pin.ip);
         }
         Self {
             pins: Arc::new(map),
-            system: system_resolver(),
+            system: system_resolver(mark),
             rules,
         }
     }
@@ -118,13 +119,10 @@ impl UpstreamResolver {
     }
 }
 
-fn system_resolver() -> TokioResolver {
-    let builder = TokioResolver::builder_tokio().unwrap_or_else(|_| {
+fn system_resolver(mark: Option<u32>) -> Resolver<MarkedRuntime> {
+    let builder = Resolver::builder(MarkedRuntime::new(mark)).unwrap_or_else(|_| {
         // No usable /etc/resolv.conf: the hosts file and pins still work.
-        TokioResolver::builder_with_config(
-            ResolverConfig::default(),
-            TokioRuntimeProvider::default(),
-        )
+        Resolver::builder_with_config(ResolverConfig::default(), MarkedRuntime::new(mark))
     });
     let mut builder = builder;
     let opts = builder.options_mut();
@@ -134,11 +132,8 @@ fn system_resolver() -> TokioResolver {
     // build() only fails on invalid configuration, which the defaults are not;
     // fall back to an empty configuration rather than abort.
     builder.build().unwrap_or_else(|_| {
-        TokioResolver::builder_with_config(
-            ResolverConfig::default(),
-            TokioRuntimeProvider::default(),
-        )
-        .build()
+        Resolver::builder_with_config(ResolverConfig::default(), MarkedRuntime::new(mark))
+            .build()
         .expect("the empty resolver configuration is valid")
     })
 }

@@ -1,0 +1,129 @@
+//! The admin endpoint orchestrators and monitoring talk to:
+//!
+//! - `GET /healthz`: 200 while the process serves and the audit store works
+//!   (a liveness probe: restart on failure);
+//! - `GET /readyz`: 200 only once the capture listeners are bound, the policy
+//!   is loaded and the audit store is open (a startup/readiness probe: hold
+//!   the app until then);
+//! - `GET /metrics`: Prometheus text exposition, see [`crate::metrics`].
+//!
+//! Read-only on purpose: it may listen on the pod's address for the kubelet,
+//! so nothing here changes what the proxy allows.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::Proxy;
+use crate::accept::accept_loop;
+
+/// How long an admin client may take to send its request head.
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prometheus text format's content type.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What the admin endpoint reports on.
+pub struct AdminState {
+    proxy: Proxy,
+    ready: AtomicBool,
+}
+
+impl AdminState {
+    /// Starts not ready; call [`AdminState::set_ready`] once everything serves.
+    pub fn new(proxy: Proxy) -> Arc<Self> {
+        Arc::new(Self {
+            proxy,
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Serving, and every decision can still be recorded.
+    pub fn healthy(&self) -> bool {
+        !self.proxy.audit_failed()
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && self.healthy()
+    }
+}
+
+/// Serve the admin endpoint until the listener fails.
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>) -> std::io::Result<()> {
+    accept_loop(listener, move |stream, _client| {
+        let state = state.clone();
+        async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&state, &req)) }
+            });
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        }
+    })
+    .await
+}
+
+fn route(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET and HEAD are served here\n",
+        );
+    }
+    match req.uri().path() {
+        "/healthz" if state.healthy() => text(StatusCode::OK, "ok\n"),
+        "/healthz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the audit store failed; all traffic is refused\n",
+        ),
+        "/readyz" if state.ready() => text(StatusCode::OK, "ready\n"),
+        "/readyz" if !state.healthy() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the audit store failed\n",
+        ),
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: still starting (capture listeners, policy, audit store)\n",
+        ),
+        "/metrics" => {
+            let mut response = text(StatusCode::OK, "");
+            *response.body_mut() = Full::new(Bytes::from(state.proxy.metrics().render()));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(PROMETHEUS_TEXT),
+            );
+            response
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; try /healthz, /readyz or /metrics\n",
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,426 @@
+//! Airlock under faults: upstreams that break mid-response, failing TLS and
+//! DNS, an audit store that fills up, policy reloads under load, `kill -9` of
+//! the proxy, and a sandboxed command that kills its parent. Each case checks
+//! that Airlock fails closed, loses no audit data it acknowledged, and leaves
+//! nothing behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn audit(db: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(AIRLOCK)
+        .arg("audit")
+        .args(args)
+        .arg("--audit-db")
+        .arg(db)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Every session in `db` verifies with `key`; returns how many there were.
+fn verify_all(db: &Path, key: &Path) -> usize {
+    let (code, json) = audit(db, &["sessions", "--json"]);
+    assert_eq!(code, Some(0), "the audit database does not open: {json}");
+    let start = json.find('[').unwrap_or(0);
+    let sessions: serde_json::Value = serde_json::from_str(&json[start..]).unwrap();
+    let sessions = sessions.as_array().unwrap();
+    for s in sessions {
+        let id = s["id"].as_str().unwrap();
+        let (code, out) = audit(db, &["verify", id, "--audit-key", key.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "session {id} does not verify: {out}");
+    }
+    sessions.len()
+}
+
+/// A plain-TCP upstream that answers every request with `head` and `body`,
+/// then resets the connection (SO_LINGER 0) before the promised length.
+async fn breaking_upstream(head: &'static str, body: usize) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&vec![b'x'; body]).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                #[allow(deprecated)]
+                let _ = s.set_linger(Some(Duration::ZERO));
+                drop(s);
+            });
+        }
+    });
+    (port, task)
+}
+
+#[tokio::test]
+async fn upstream_reset_mid_body_and_broken_tls() {
+    let (reset_port, _reset) =
+        breaking_upstream("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n", 4096).await;
+    let (garbage_port, _garbage) = breaking_upstream("", 0).await;
+    let pki = TestPki::new();
+    let good = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nports = [{reset_port}, {garbage_port}, {}]\n",
+        good.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(opts);
+
+    // Plain HTTP, reset mid-body: the client sees a truncated transfer, not a clean end.
+    for _ in 0..5 {
+        let (_, _, out) = curl(&proxy, &[&format!("http://api.test:{reset_port}/big")]).await;
+        assert_ne!(out.status, 0, "a truncated body looked complete: {out:?}");
+    }
+    // HTTPS to a port that speaks plain TCP and hangs up: 502 naming the TLS failure.
+    let (code, body, out) = curl(&proxy, &[&format!("https://api.test:{garbage_port}/x")]).await;
+    assert_eq!(code, 502, "{out:?}");
+    assert!(body.to_lowercase().contains("tls") || body.contains("upstream"), "{body}");
+    // The record says the response broke.
+    let events = proxy.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "response" && !e["error"].is_null()),
+        "the broken response is not recorded as such: {events:#?}"
+    );
+    let (code, _, out) = curl(&proxy, &[&format!("https://api.test:{}/echo", good.port())]).await;
+    assert_eq!(code, 200, "{out:?}");
+}
+
+#[tokio::test]
+async fn dns_failure_is_a_502_not_a_hang() {
+    // An allowed name with no pin that no resolver can answer.
+    let policy = "version = 1\n[[allow]]\nhost = \"no-such-host.invalid\"\n";
+    let proxy = AirlockProxy::start(ProxyOptions::new(policy));
+    let started = Instant::now();
+    let (code, body, out) = curl(&proxy, &["https://no-such-host.invalid/x"]).await;
+    assert!(code == 502 || code == 0, "{out:?}");
+    if code == 502 {
+        assert!(body.contains("no-such-host.invalid"), "{body}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // Still alive and still refusing what it should.
+    let (code, _, _) = curl(&proxy, &["https://example.com/"]).await;
+    assert_eq!(code, 403);
+}
+
+/// A tmpfs of `size`, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs (needs root)");
+        Self { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// The audit store fills up: new requests are refused (503), the proxy
+/// stops with a clear error, and the database still opens and verifies.
+#[tokio::test]
+async fn audit_store_full_stops_the_session_and_stays_verifiable() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let fs = Tmpfs::mount("1M");
+    let db = fs.path().join("audit.db");
+    let keydir = tempfile::tempdir().unwrap();
+    let key = keydir.path().join("audit.key");
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\", \"POST\"]\npaths = [\"/echo\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        "--audit-key".into(),
+        key.to_str().unwrap().into(),
+        "--audit-sync".into(),
+    ];
+    let mut proxy = AirlockProxy::start(opts);
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    let body = "x".repeat(60 * 1024);
+    let mut codes = Vec::new();
+    for _ in 0..60 {
+        let (code, _, _) = curl(&proxy, &["--data-binary", &body, &url]).await;
+        codes.push(code);
+        if code != 200 {
+            break;
+        }
+    }
+    let first_failure = codes.iter().position(|c| *c != 200);
+    assert!(first_failure.is_some(), "a 1 MiB store never filled: {codes:?}");
+    // Refused, not forwarded unrecorded: 503 (or the connection closed as the process stopped).
+    let refused = codes[first_failure.unwrap()];
+    assert!(refused == 503 || refused == 0, "{codes:?}");
+    let hits_at_failure = upstream.hits();
+    // The process stops by itself, with a reason.
+    let status = wait_exit(&mut proxy, Duration::from_secs(10));
+    assert_eq!(status, Some(1), "the proxy kept running with a full audit store");
+    let stderr = proxy.stderr.lock().unwrap().join("\n");
+    assert!(stderr.contains("audit"), "{stderr}");
+    assert_eq!(upstream.hits(), hits_at_failure, "forwarded after the store failed");
+    // Every request the upstream saw was recorded first (--audit-sync):
+    // what is in the database verifies, on the full filesystem itself.
+    assert!(verify_all(&db, &key) >= 1);
+}
+
+fn wait_exit(proxy: &mut AirlockProxy, within: Duration) -> Option<i32> {
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        match nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => return Some(code),
+            Ok(nix::sys::wait::WaitStatus::Signaled(..)) => return None,
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    None
+}
+
+/// SIGHUP twenty times while clients make requests: not one fails.
+#[tokio::test]
+async fn sighup_reload_under_load_drops_nothing() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let policy = |extra: &str| {
+        format!(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\"{extra}]\n",
+            upstream.port()
+        )
+    };
+    let text = policy("");
+    let mut opts = ProxyOptions::new(&text);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(opts);
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    let mut clients = Vec::new();
+    for worker in 0..3 {
+        let proxy_url = proxy.proxy_url();
+        let ca = proxy.ca_pem.clone();
+        let url = url.clone();
+        clients.push(tokio::spawn(async move {
+            let mut codes = Vec::new();
+            for round in 0..6 {
+                // 20 requests per curl: keep-alive reuse across reloads...
+                let mut cmd = tokio::process::Command::new("curl");
+                cmd.args(["-sS", "--max-time", "30", "-o", "/dev/null", "--proxy"])
+                    .arg(&proxy_url)
+                    .arg("--cacert")
+                    .arg(&ca)
+                    .args(["-w", "%{http_code}\n"]);
+                if (worker + round) % 2 == 0 {
+                    cmd.arg("--http2");
+                }
+                for _ in 0..20 {
+                    cmd.arg(&url);
+                }
+                let out = cmd.output().await.unwrap();
+                codes.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(|l| l.trim().parse::<u16>().unwrap_or(0)),
+                );
+            }
+            codes
+        }));
+    }
+    let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
+    for i in 0..20 {
+        let extra = if i % 2 == 0 { ", \"/other\"" } else { "" };
+        std::fs::write(&proxy.policy, policy(extra)).unwrap();
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut all = Vec::new();
+    for c in clients {
+        all.extend(c.await.unwrap());
+    }
+    assert_eq!(all.len(), 3 * 6 * 20, "some requests never completed");
+    let failed: Vec<_> = all.iter().filter(|c| **c != 200).collect();
+    assert!(failed.is_empty(), "{} of {} requests failed: {failed:?}", failed.len(), all.len());
+    let reloads = proxy
+        .stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("reloaded policy"))
+        .count();
+    assert!(reloads >= 10, "only {reloads} reloads happened");
+}
+
+/// `kill -9` of `airlock proxy` mid-session, with a stream open and requests
+/// in flight: no process or listener is left, and the audit database opens
+/// and verifies.
+#[tokio::test]
+async fn kill_9_of_the_proxy_leaves_a_verifiable_record() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let key = dir.path().join("audit.key");
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\", \"/sse\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        "--audit-key".into(),
+        key.to_str().unwrap().into(),
+    ];
+    let proxy = AirlockProxy::start(opts);
+    let addr = proxy.addr;
+    let base = format!("https://api.test:{}", upstream.port());
+    for _ in 0..5 {
+        assert_eq!(curl(&proxy, &[&format!("{base}/echo")]).await.0, 200);
+    }
+    // A long-lived stream and a burst of requests in flight.
+    let sse = tokio::process::Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "20", "--proxy"])
+        .arg(proxy.proxy_url())
+        .arg("--cacert")
+        .arg(&proxy.ca_pem)
+        .arg(format!("{base}/sse"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut burst = Vec::new();
+    for _ in 0..5 {
+        let mut cmd = tokio::process::Command::new("curl");
+        cmd.args(["-sS", "--max-time", "10", "-o", "/dev/null", "--proxy"])
+            .arg(proxy.proxy_url())
+            .arg("--cacert")
+            .arg(&proxy.ca_pem)
+            .arg(format!("{base}/echo"))
+            .stderr(std::process::Stdio::null());
+        burst.push(cmd.spawn().unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = proxy.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(proxy); // reaps it
+    for mut c in burst {
+        let _ = c.wait().await;
+    }
+    let mut sse = sse;
+    let _ = sse.kill().await;
+    // No residue: the process is gone and nothing listens on its port.
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "proxy process left behind");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "something still listens on the proxy's port"
+    );
+    // The database opens and its session verifies up to the kill.
+    assert_eq!(verify_all(&db, &key), 1);
+}
+
+/// Inside `airlock run`, the command kills its parent, or everything it can
+/// see: airlock ends cleanly and no process of the sandbox is left.
+#[tokio::test]
+async fn sandboxed_command_killing_its_parent_or_everything() {
+    for (name, script) in [
+        ("parent", "sleep 777.1 & kill -9 $PPID; sleep 2"),
+        ("everything", "sleep 777.2 & kill -9 -1; sleep 2"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let started = Instant::now();
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::process::Command::new(AIRLOCK)
+                .arg("run")
+                .arg("--workspace")
+                .arg(&ws)
+                .arg("--audit-db")
+                .arg(dir.path().join("audit.db"))
+                .arg("--audit-key")
+                .arg(dir.path().join("audit.key"))
+                .args(["--timeout", "30s", "--", "sh", "-c", script])
+                .output(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: airlock run hung"))
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Exits by itself (not killed by a signal from inside) and says how it ended.
+        assert!(
+            out.status.code().is_some(),
+            "{name}: airlock itself was killed: {:?} {stderr}",
+            out.status
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "{name}: took until the timeout");
+        // No residue: nothing on the host runs the command's sleep.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let marker = if name == "parent" { "777.1" } else { "777.2" };
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.starts_with("sleep") && c.contains(marker))
+            .collect();
+        assert!(left.is_empty(), "{name}: processes left behind: {left:?}");
+        // The session is on record and verifies.
+        assert_eq!(
+            verify_all(&dir.path().join("audit.db"), &dir.path().join("audit.key")),
+            1,
+            "{name}: {stderr}"
+        );
+    }
+}
