@@ -614,6 +614,14 @@ value = "Bearer ${{env:TEST_TOKEN}}"
         None,
         "secret sent in cleartext"
     );
+    // A complete HTTP/1.1 response is recorded as complete.
+    let responses: Vec<_> = proxy
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "response")
+        .collect();
+    assert_eq!(responses.len(), 1);
+    assert!(responses[0]["error"].is_null(), "{:?}", responses[0]);
 }
 
 #[tokio::test]

@@ -204,7 +204,7 @@ fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
     for cred in credentials {
         if let Some(ph) = &cred.placeholder {
             eprintln!(
-                "airlock: placeholder {}={} (credential {}: swapped for the secret only on requests to its hosts)",
+                "airlock: placeholder {}={} (credential {}: swapped for the secret only on HTTPS requests to its hosts)",
                 ph.variable, ph.dummy, cred.name
             );
         }
