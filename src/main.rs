@@ -13,6 +13,8 @@ mod observe;
 mod paths;
 mod policy_file;
 mod secrets;
+mod serve;
+mod sidecar;
 
 use std::process::ExitCode;
 
@@ -39,6 +41,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Run the egress proxy (explicit forward proxy, optional transparent listener and DNS).
     Proxy(commands::proxy::ProxyArgs),
+    /// Guard an existing network namespace (a container's or pod's) like a service-mesh sidecar.
+    Sidecar(commands::sidecar::SidecarArgs),
     /// Manage the certificate authority used to intercept TLS.
     #[command(subcommand)]
     Ca(commands::ca::CaCommand),
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
+        Command::Sidecar(args) => commands::sidecar::run(args),
         Command::Ca(cmd) => commands::ca::run(cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Audit(args) => audit_cli::run(args),

@@ -38,6 +38,10 @@ struct Fx {
 
 impl Fx {
     async fn new() -> Self {
+        Self::with_dns(false).await
+    }
+
+    async fn with_dns(dns: bool) -> Self {
         let pki = TestPki::new();
         let good = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
         let plain = Upstream::start(None).await;
@@ -84,7 +88,7 @@ placeholder = "TEST_TOKEN"
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.resolve = vec!["api.test:127.0.0.1".into(), "evil.test:127.0.0.1".into()];
         opts.env = vec![("TEST_TOKEN", SECRET)];
-        opts.dns = true;
+        opts.dns = dns;
         let proxy = AirlockProxy::start(opts);
         Self {
             _pki: pki,
@@ -212,11 +216,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S, bytes: &[u8]) -
 /// Status codes of every response in a raw HTTP/1.1 byte stream.
 fn statuses(raw: &str) -> Vec<u16> {
     let mut codes = Vec::new();
+    // Bodies here never contain "HTTP/1.1 " followed by a code and a space.
     for (i, _) in raw.match_indices("HTTP/1.1 ") {
-        if i == 0 || raw[..i].ends_with('\n') {
-            if let Some(code) = raw.get(i + 9..i + 12).and_then(|c| c.parse().ok()) {
-                codes.push(code);
-            }
+        if raw.get(i + 12..i + 13) == Some(" ")
+            && let Some(code) = raw.get(i + 9..i + 12).and_then(|c| c.parse().ok())
+        {
+            codes.push(code);
         }
     }
     codes
@@ -337,8 +342,11 @@ async fn smuggling_never_delivers_a_second_request() {
     let mut tcp = TcpStream::connect(fx.proxy.addr).await.unwrap();
     let answer = exchange(&mut tcp, pipelined.as_bytes()).await;
     let codes = statuses(&answer);
+    // 200, 403 for evil.test, then the CL+TE request is answered and the
+    // connection closed, so the smuggled fourth request is never read.
     assert_eq!(codes.first(), Some(&200), "{answer}");
     assert_eq!(codes.get(1), Some(&403), "{answer}");
+    assert!(codes.len() <= 3, "{answer}");
     assert!(
         fx.plain.hits() <= 2,
         "plain upstream saw {} requests",
@@ -516,7 +524,7 @@ async fn hostile_client_hellos_are_closed_without_growth() {
     let fx = Fx::new().await;
     let host = fx.good_authority();
     let before = rss_kib(fx.proxy.pid());
-    for round in 0..3 {
+    for round in 0..2 {
         let mut hellos: Vec<Vec<u8>> = vec![
             b"GARBAGE\x00\x01\x02\r\n\r\n".to_vec(),
             // A record header claiming a 16 KiB ClientHello, then closing.
@@ -537,13 +545,21 @@ async fn hostile_client_hellos_are_closed_without_growth() {
             big.extend_from_slice(chunk);
         }
         hellos.push(big);
+        // All at once: the stalled ones wait out the 10 s handshake timeout together.
+        let mut tasks = Vec::new();
         for hello in hellos {
             let mut tcp = connect_tunnel(&fx.proxy, &host).await;
-            let _ = tcp.write_all(&hello).await;
-            let mut sink = Vec::new();
-            let closed = tokio::time::timeout(Duration::from_secs(12), tcp.read_to_end(&mut sink)).await;
+            tasks.push(tokio::spawn(async move {
+                let _ = tcp.write_all(&hello).await;
+                let mut sink = Vec::new();
+                tokio::time::timeout(Duration::from_secs(15), tcp.read_to_end(&mut sink))
+                    .await
+                    .is_ok()
+            }));
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
             // Closed or reset in time: the proxy does not wait forever on a bad hello.
-            assert!(closed.is_ok() || hello.len() < 16, "round {round}: hello left open");
+            assert!(t.await.unwrap(), "round {round}: hello {i} left open");
         }
     }
     let after = rss_kib(fx.proxy.pid());
@@ -752,7 +768,7 @@ async fn udp_ask_within(socket: &UdpSocket, packet: &[u8], wait: Duration) -> Op
 
 #[tokio::test]
 async fn dns_exfiltration_and_malformed_packets() {
-    let fx = Fx::new().await;
+    let fx = Fx::with_dns(true).await;
     let dns = fx.proxy.dns.unwrap();
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     socket.connect(dns).await.unwrap();

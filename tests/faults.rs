@@ -32,8 +32,10 @@ fn audit(db: &Path, args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-/// Every session in `db` verifies with `key`; returns how many there were.
-fn verify_all(db: &Path, key: &Path) -> usize {
+/// Every session in `db` verifies with `key`: intact, or (for a session cut
+/// short by a crash) a valid chain and signatures up to where it stopped.
+/// Returns how many sessions there were.
+fn verify_all(db: &Path, key: &Path, may_be_unfinished: bool) -> usize {
     let (code, json) = audit(db, &["sessions", "--json"]);
     assert_eq!(code, Some(0), "the audit database does not open: {json}");
     let start = json.find('[').unwrap_or(0);
@@ -42,7 +44,12 @@ fn verify_all(db: &Path, key: &Path) -> usize {
     for s in sessions {
         let id = s["id"].as_str().unwrap();
         let (code, out) = audit(db, &["verify", id, "--audit-key", key.to_str().unwrap()]);
-        assert_eq!(code, Some(0), "session {id} does not verify: {out}");
+        let intact = code == Some(0) && out.contains("intact");
+        let cut_short = may_be_unfinished
+            && out.contains("INCOMPLETE")
+            && out.contains("never finished")
+            && out.contains("signed by the trusted key");
+        assert!(intact || cut_short, "session {id} does not verify: {out}");
     }
     sessions.len()
 }
@@ -57,11 +64,19 @@ async fn breaking_upstream(head: &'static str, body: usize) -> (u16, tokio::task
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 8192];
                 let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                // An HTTP upstream reads the whole head; a broken TLS one
+                // answers the first bytes (the ClientHello) with junk.
+                loop {
                     match s.read(&mut buf).await {
                         Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
                         _ => return,
                     }
+                    if head.is_empty() || got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                if head.is_empty() {
+                    let _ = s.write_all(b"SSH-2.0-not-tls\r\n").await;
                 }
                 let _ = s.write_all(head.as_bytes()).await;
                 let _ = s.write_all(&vec![b'x'; body]).await;
@@ -96,7 +111,7 @@ async fn upstream_reset_mid_body_and_broken_tls() {
         let (_, _, out) = curl(&proxy, &[&format!("http://api.test:{reset_port}/big")]).await;
         assert_ne!(out.status, 0, "a truncated body looked complete: {out:?}");
     }
-    // HTTPS to a port that speaks plain TCP and hangs up: 502 naming the TLS failure.
+    // HTTPS to a port that answers the ClientHello with junk and resets: 502.
     let (code, body, out) = curl(&proxy, &[&format!("https://api.test:{garbage_port}/x")]).await;
     assert_eq!(code, 502, "{out:?}");
     assert!(body.to_lowercase().contains("tls") || body.contains("upstream"), "{body}");
@@ -201,13 +216,16 @@ async fn audit_store_full_stops_the_session_and_stays_verifiable() {
     let hits_at_failure = upstream.hits();
     // The process stops by itself, with a reason.
     let status = wait_exit(&mut proxy, Duration::from_secs(10));
-    assert_eq!(status, Some(1), "the proxy kept running with a full audit store");
+    assert!(
+        matches!(status, Some(c) if c != 0),
+        "the proxy kept running (or exited 0) with a full audit store: {status:?}"
+    );
     let stderr = proxy.stderr.lock().unwrap().join("\n");
     assert!(stderr.contains("audit"), "{stderr}");
     assert_eq!(upstream.hits(), hits_at_failure, "forwarded after the store failed");
     // Every request the upstream saw was recorded first (--audit-sync):
     // what is in the database verifies, on the full filesystem itself.
-    assert!(verify_all(&db, &key) >= 1);
+    assert!(verify_all(&db, &key, true) >= 1);
 }
 
 fn wait_exit(proxy: &mut AirlockProxy, within: Duration) -> Option<i32> {
@@ -254,7 +272,7 @@ async fn sighup_reload_under_load_drops_nothing() {
                     .arg(&proxy_url)
                     .arg("--cacert")
                     .arg(&ca)
-                    .args(["-w", "%{http_code}\n"]);
+                    .args(["-w", "\n%{http_code}\n"]);
                 if (worker + round) % 2 == 0 {
                     cmd.arg("--http2");
                 }
@@ -262,11 +280,15 @@ async fn sighup_reload_under_load_drops_nothing() {
                     cmd.arg(&url);
                 }
                 let out = cmd.output().await.unwrap();
-                codes.extend(
-                    String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .map(|l| l.trim().parse::<u16>().unwrap_or(0)),
-                );
+                // Bodies and codes share stdout; a code is a line of three digits.
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let mut got: Vec<u16> = text
+                    .lines()
+                    .filter(|l| l.len() == 3)
+                    .filter_map(|l| l.parse().ok())
+                    .collect();
+                got.resize(20, 0); // a request that printed nothing failed
+                codes.extend(got);
             }
             codes
         }));
@@ -284,7 +306,13 @@ async fn sighup_reload_under_load_drops_nothing() {
     }
     assert_eq!(all.len(), 3 * 6 * 20, "some requests never completed");
     let failed: Vec<_> = all.iter().filter(|c| **c != 200).collect();
-    assert!(failed.is_empty(), "{} of {} requests failed: {failed:?}", failed.len(), all.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {failed:?} {:?}",
+        failed.len(),
+        all.len(),
+        proxy.stderr.lock().unwrap()
+    );
     let reloads = proxy
         .stderr
         .lock()
@@ -366,7 +394,7 @@ async fn kill_9_of_the_proxy_leaves_a_verifiable_record() {
         "something still listens on the proxy's port"
     );
     // The database opens and its session verifies up to the kill.
-    assert_eq!(verify_all(&db, &key), 1);
+    assert_eq!(verify_all(&db, &key, true), 1);
 }
 
 /// Inside `airlock run`, the command kills its parent, or everything it can
@@ -387,10 +415,12 @@ async fn sandboxed_command_killing_its_parent_or_everything() {
                 .arg("run")
                 .arg("--workspace")
                 .arg(&ws)
+                // Not in an ancestor of the workspace: the audit store is
+                // hidden from the sandbox, and so would the workspace be.
                 .arg("--audit-db")
-                .arg(dir.path().join("audit.db"))
+                .arg(dir.path().join("audit/audit.db"))
                 .arg("--audit-key")
-                .arg(dir.path().join("audit.key"))
+                .arg(dir.path().join("audit/audit.key"))
                 .args(["--timeout", "30s", "--", "sh", "-c", script])
                 .output(),
         )
@@ -418,7 +448,11 @@ async fn sandboxed_command_killing_its_parent_or_everything() {
         assert!(left.is_empty(), "{name}: processes left behind: {left:?}");
         // The session is on record and verifies.
         assert_eq!(
-            verify_all(&dir.path().join("audit.db"), &dir.path().join("audit.key")),
+            verify_all(
+                &dir.path().join("audit/audit.db"),
+                &dir.path().join("audit/audit.key"),
+                false
+            ),
             1,
             "{name}: {stderr}"
         );

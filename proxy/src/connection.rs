@@ -238,6 +238,8 @@ where
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .max_concurrent_streams(MAX_H2_STREAMS)
+        .initial_stream_window_size(crate::upstream::H2_STREAM_WINDOW)
+        .initial_connection_window_size(crate::upstream::H2_CONNECTION_WINDOW)
         .max_pending_accept_reset_streams(Some(64))
         .max_local_error_reset_streams(Some(256))
         .enable_connect_protocol();

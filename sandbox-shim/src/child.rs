@@ -284,11 +284,17 @@ fn exec_command(plan: &Plan, observe: Option<&OwnedFd>) -> Result<Never, (i32, S
     nix::sys::prctl::set_no_new_privs().map_err(setup_err)?;
     let program = resolve(&plan.argv[0], &plan.search_path)?;
     match (plan.observe, observe) {
-        (None, _) => sys::install_seccomp(&crate::seccomp::filter()).map_err(setup_err)?,
+        (None, _) => {
+            sys::install_seccomp(&crate::seccomp::filter_with(false, plan.allow_unix_sockets))
+                .map_err(setup_err)?
+        }
         (Some(_), Some(obs)) => {
             // From here on our own execve waits for the observer, which gets
             // the listener first (the message is queued before we exec).
-            let listener = sys::install_seccomp_listener(&crate::seccomp::filter_with(true))
+            let listener = sys::install_seccomp_listener(&crate::seccomp::filter_with(
+                true,
+                plan.allow_unix_sockets,
+            ))
                 .map_err(setup_err)?;
             channel::send(obs, channel::LISTENER, b"", &[listener.as_raw_fd()])
                 .map_err(setup_err)?;

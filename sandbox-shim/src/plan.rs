@@ -54,6 +54,7 @@ pub struct Plan {
     pub rlimit_memory: Option<u64>,
     pub rlimit_nproc: Option<u64>,
     pub observe: Option<ObserveSpec>,
+    pub allow_unix_sockets: bool,
 }
 
 /// Distribution CA bundle locations we shadow when they exist on the host.
@@ -303,6 +304,7 @@ impl Plan {
             rlimit_memory: None,
             rlimit_nproc: None,
             observe: spec.observe,
+            allow_unix_sockets: spec.allow_unix_sockets,
         })
     }
 }

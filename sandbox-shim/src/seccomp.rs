@@ -130,9 +130,9 @@ fn guarded(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, block: Vec<libc
     prog.extend(block);
 }
 
-/// The whole filter program.
+/// The whole filter program (no observation, no AF_UNIX sockets).
 pub fn filter() -> Vec<libc::sock_filter> {
-    filter_with(false)
+    filter_with(false, false)
 }
 
 /// open(2) flags that mean "this may change a file".
@@ -191,7 +191,7 @@ fn notify_if_writing(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, flags
 
 /// The filter; with `observe`, exec, exit and file-changing syscalls are sent
 /// to the user-space listener first (answered with CONTINUE by the observer).
-pub fn filter_with(observe: bool) -> Vec<libc::sock_filter> {
+pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_filter> {
     let eperm = errno(libc::EPERM);
     let mut prog = vec![
         // Foreign architectures (e.g. i386 via int 0x80) are killed outright.
@@ -225,12 +225,23 @@ pub fn filter_with(observe: bool) -> Vec<libc::sock_filter> {
             stmt(BPF_RET_K, RET_ALLOW),
         ],
     );
-    // socket(domain, type, proto): no AF_PACKET, no SOCK_RAW / SOCK_PACKET.
+    // socket(domain, type, proto): no AF_PACKET, no SOCK_RAW / SOCK_PACKET,
+    // and no AF_UNIX unless allowed: a pathname socket of a host daemon is
+    // reachable through a read-only mount, and checking connect(2)'s address
+    // from user space would race (seccomp_unotify(2), "Caveats"). Deciding on
+    // the domain argument here cannot race.
+    let unix_domain = if allow_unix_sockets {
+        u32::MAX // matches no domain
+    } else {
+        libc::AF_UNIX as u32
+    };
     guarded(
         &mut prog,
         libc::SYS_socket,
         vec![
             stmt(BPF_LD_W_ABS, off_arg(0)),
+            jump(BPF_JEQ_K, unix_domain, 0, 1),
+            stmt(BPF_RET_K, errno(libc::EACCES)),
             jump(BPF_JEQ_K, libc::AF_PACKET as u32, 0, 1),
             stmt(BPF_RET_K, eperm),
             stmt(BPF_LD_W_ABS, off_arg(1)),
@@ -286,7 +297,7 @@ mod tests {
         let prog = super::filter();
         assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
         assert_eq!(prog.last().map(|i| i.k), Some(super::RET_ALLOW));
-        let observed = super::filter_with(true);
+        let observed = super::filter_with(true, false);
         assert!(observed.len() > prog.len() && observed.len() < 4096);
     }
 }

@@ -53,6 +53,11 @@ pub struct SandboxSpec {
     /// stdin, stdout, stderr of the command (e.g. pipes to a recorder).
     /// None: the command inherits airlock's own.
     pub stdio: Option<[OwnedFd; 3]>,
+    /// Allow creating AF_UNIX sockets. Off by default: the host's filesystem is
+    /// visible read-only, and a read-only mount does not stop connect(2) to a
+    /// host daemon's socket file — a way around the proxy. socketpair(2)
+    /// (unnamed, no path) always works.
+    pub allow_unix_sockets: bool,
 }
 
 /// Default size of the private /tmp.
@@ -76,6 +81,7 @@ impl Default for SandboxSpec {
             hostname: "airlock".into(),
             observe: None,
             stdio: None,
+            allow_unix_sockets: false,
         }
     }
 }
@@ -104,6 +110,7 @@ impl Clone for SandboxSpec {
             hostname: self.hostname.clone(),
             observe: self.observe,
             stdio,
+            allow_unix_sockets: self.allow_unix_sockets,
         }
     }
 }

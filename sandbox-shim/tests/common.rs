@@ -30,6 +30,7 @@ pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
         hostname: "airlock".into(),
         observe: None,
         stdio: None,
+        allow_unix_sockets: false,
     }
 }
 

@@ -4,3 +4,4 @@ pub mod ca;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod sidecar;

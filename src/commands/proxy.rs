@@ -5,18 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use airlock_proxy::{
-    CertificateAuthority, EventSink, JsonLinesSink, PinnedHost, Proxy, ProxyConfig,
-};
+use airlock_proxy::{CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig};
 use anyhow::Context;
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 
 use airlock_auditor::{SessionEnd, SessionMode};
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::{certs, one_line, policy_file, secrets};
+use crate::serve::{announce_placeholders, bind_tcp, open_events, reload};
+use crate::{certs, policy_file, secrets};
 
 #[derive(clap::Args)]
 pub struct ProxyArgs {
@@ -161,7 +160,9 @@ async fn wait_for_end(
     let mut audit_check = tokio::time::interval(std::time::Duration::from_millis(250));
     loop {
         tokio::select! {
-            _ = hangup.recv() => reload(proxy, policy),
+            _ = hangup.recv() => {
+                reload(proxy, policy);
+            }
             _ = terminate.recv() => return Ok((0, "stopped by SIGTERM".into())),
             _ = interrupt.recv() => return Ok((0, "stopped by SIGINT".into())),
             _ = audit_check.tick() => {
@@ -197,52 +198,4 @@ fn load_or_create_ca(dir: Option<&Path>) -> anyhow::Result<(CertificateAuthority
         dir.join(airlock_proxy::ca::CA_CERT_FILE).display()
     );
     Ok((ca, dir))
-}
-
-/// Clients of a standalone proxy need the dummy values to send; they are not secret.
-fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
-    for cred in credentials {
-        if let Some(ph) = &cred.placeholder {
-            eprintln!(
-                "airlock: placeholder {}={} (credential {}: swapped for the secret only on HTTPS requests to its hosts)",
-                ph.variable, ph.dummy, cred.name
-            );
-        }
-    }
-}
-
-/// Re-read the policy; on any error keep the one in force and say why.
-fn reload(proxy: &Proxy, path: &Path) {
-    let loaded = policy_file::load(path).and_then(|policy| {
-        let credentials = secrets::resolve_all(policy.credentials())?;
-        Ok((policy, credentials))
-    });
-    match loaded {
-        Ok((policy, credentials)) => {
-            proxy.reload(policy, credentials);
-            eprintln!("airlock: reloaded policy {}", path.display());
-        }
-        Err(e) => eprintln!(
-            "airlock: policy reload failed, keeping the previous policy: {}",
-            one_line(&e)
-        ),
-    }
-}
-
-async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))
-}
-
-fn open_events(target: &str) -> anyhow::Result<Arc<dyn EventSink>> {
-    if target == "-" {
-        return Ok(Arc::new(JsonLinesSink::new(std::io::stdout())));
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(target)
-        .with_context(|| format!("--events {target}: cannot open for appending"))?;
-    Ok(Arc::new(JsonLinesSink::new(file)))
 }

@@ -28,6 +28,20 @@ use crate::{audit, certs, one_line, paths, policy_file, secrets};
 
 /// Exit status when airlock itself failed (as for `env`, `timeout`, `docker run`).
 const EXIT_AIRLOCK_FAILED: u8 = 125;
+/// Host secrets hidden when the command runs as uid 0 (root-owned files stay
+/// readable by ownership even without capabilities). Not exhaustive: use
+/// `--user` for untrusted code when airlock runs as root.
+const ROOT_ONLY_SECRETS: [&str; 9] = [
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/var/lib/docker",
+];
 /// Files up to this size are recorded with their content by default.
 const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Default size of the sandbox's private /tmp.
@@ -88,6 +102,11 @@ pub struct RunArgs {
     /// Pass KEY from airlock's environment. Repeatable.
     #[arg(long = "pass-env", value_name = "KEY")]
     pass_env: Vec<String>,
+    /// Let the command create AF_UNIX sockets. Off by default: a host daemon's
+    /// socket file is reachable through the read-only filesystem, bypassing the
+    /// proxy. socketpair(2) always works.
+    #[arg(long)]
+    allow_unix_sockets: bool,
     /// Run as UID[:GID] (root only).
     #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
     user: Option<UserSpec>,
@@ -172,6 +191,11 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .filter_map(|p| p.parent().map(Path::to_owned)),
         );
     }
+    if nix::unistd::geteuid().is_root() && args.user.is_none() {
+        // The command keeps uid 0 (without capabilities), so root-only files
+        // stay readable by ownership; hide the usual host secrets.
+        hide.extend(ROOT_ONLY_SECRETS.iter().map(PathBuf::from));
+    }
     hide.retain(|p| p.exists());
     let limits = Limits {
         memory_bytes: args.memory,
@@ -198,6 +222,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         user: args.user,
         ca_bundle_pem: Some(ca_bundle(&ca)),
         hostname: "airlock".into(),
+        allow_unix_sockets: args.allow_unix_sockets,
         observe: audit_paths.as_ref().map(|_| ObserveSpec {
             max_file_bytes: args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES),
         }),

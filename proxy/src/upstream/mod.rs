@@ -21,6 +21,9 @@ pub use connect::{ConnectError, MarkedConnector};
 pub use resolve::{PinnedHost, ResolveError, UpstreamResolver};
 
 const POOL_IDLE: Duration = Duration::from_secs(60);
+/// HTTP/2 flow-control windows towards upstream servers.
+pub const H2_STREAM_WINDOW: u32 = 8 << 20;
+pub const H2_CONNECTION_WINDOW: u32 = 16 << 20;
 
 pub type HttpClient = Client<HttpsConnector<MarkedConnector>, ProxyBody>;
 
@@ -101,7 +104,10 @@ fn build_client(http: MarkedConnector, tls: rustls::ClientConfig, h2: bool) -> H
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE)
-        .http2_adaptive_window(true)
+        // Fixed large windows: adaptive (BDP) sizing starts at 64 KiB and grows
+        // slowly when round trips are microseconds, which caps bulk downloads.
+        .http2_initial_stream_window_size(H2_STREAM_WINDOW)
+        .http2_initial_connection_window_size(H2_CONNECTION_WINDOW)
         .build(https)
 }
 

@@ -1,0 +1,390 @@
+//! `airlock sidecar`: guard the egress of containers that already exist, from
+//! inside their network namespace, like a service-mesh sidecar.
+//!
+//! Order is what makes it fail closed:
+//! 1. check the configuration (policy, credentials, CA) without touching anything;
+//! 2. join the namespace (main thread, before any other thread exists);
+//! 3. install the capture rules: from here on the app's traffic goes to ports
+//!    nobody listens on yet, so it fails, it never bypasses;
+//! 4. open the audit store, bind the admin endpoint (`/readyz` says 503),
+//!    then the transparent listener and the resolver; report ready;
+//! 5. serve; reload the policy on SIGHUP or when the file changes;
+//! 6. on SIGTERM/SIGINT (a clean exit) finish the audit session and delete
+//!    the table; on any failure leave the rules in place and exit non-zero.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_auditor::{SessionEnd, SessionMode, SessionRecorder};
+use airlock_proxy::admin::{self, AdminState};
+use airlock_proxy::{
+    CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
+};
+use anyhow::{Context, bail};
+use tokio::net::UdpSocket;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinSet;
+
+use crate::audit::WithNote;
+use crate::audit_sink::{AuditSink, Tee};
+use crate::serve::{announce_placeholders, bind_tcp, open_events, reload};
+use crate::sidecar::netns::{self, Target};
+use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
+use crate::sidecar::{wait_ready, watch::FileWatch};
+use crate::{certs, one_line, paths, policy_file, secrets};
+
+/// What the session record says a sidecar cannot see.
+const CAPABILITIES_NOTE: &str =
+    "sidecar mode: network and DNS events only; exec and file events are not visible";
+/// How often the policy file is checked for changes.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often the audit store's lag is measured.
+const AUDIT_LAG_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args)]
+pub struct SidecarArgs {
+    /// The policy file (TOML). Reloaded on SIGHUP and when the file changes.
+    #[arg(long, value_name = "FILE", required_unless_present = "wait_ready")]
+    policy: Option<PathBuf>,
+    /// Join this network namespace (e.g. /run/netns/NAME) [default: stay in the current one].
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    netns: Option<PathBuf>,
+    /// Join the network namespace of this process (e.g. a container's main process).
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// Directory of the CA (`airlock ca init --dir DIR`); the app must trust its ca.pem.
+    #[arg(long, value_name = "DIR", required_unless_present = "wait_ready")]
+    ca_dir: Option<PathBuf>,
+    /// Admin endpoint (/healthz, /readyz, /metrics), inside the namespace.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15021")]
+    admin: SocketAddr,
+    /// Also trust this CA (PEM) for upstream servers. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
+    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
+    #[arg(long = "resolve", value_name = "HOST:IP")]
+    resolve: Vec<PinnedHost>,
+    /// Port of the transparent listener on 127.0.0.1 (names the nft table too).
+    #[arg(long, value_name = "PORT", default_value_t = 15001)]
+    transparent_port: u16,
+    /// Port of the DNS resolver (UDP and TCP) on 127.0.0.1.
+    #[arg(long, value_name = "PORT", default_value_t = 15053)]
+    dns_port: u16,
+    /// SO_MARK on airlock's own sockets; marked packets are not captured [default: 0x4149524c].
+    #[arg(long, value_name = "MARK", value_parser = parse_mark)]
+    socket_mark: Option<u32>,
+    /// Also stream every event as JSON lines here ("-" for stdout), for log pipelines.
+    #[arg(long, value_name = "FILE")]
+    events: Option<String>,
+    /// The audit database [default: ~/.local/share/airlock/audit.db].
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
+    audit_db: Option<PathBuf>,
+    /// The audit signing key [default: ~/.local/share/airlock/audit.key].
+    #[arg(long, value_name = "FILE")]
+    audit_key: Option<PathBuf>,
+    /// Make each decision durable before the request is forwarded.
+    #[arg(long)]
+    audit_sync: bool,
+    /// The nft program.
+    #[arg(long, value_name = "PATH", default_value = "nft")]
+    nft: PathBuf,
+    /// Leave the capture rules in place on a clean exit too (traffic then fails until a sidecar runs again).
+    #[arg(long)]
+    keep_rules: bool,
+    /// Instead of running a sidecar, wait until the one whose admin endpoint is ADDR is ready, then exit 0.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["policy", "ca_dir", "netns", "pid"])]
+    wait_ready: Option<SocketAddr>,
+    /// How long --wait-ready waits, e.g. 30s or 2m.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    wait_timeout: Duration,
+    /// Pause between installing the rules and binding the listeners (for testing start-up ordering).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    start_delay: Option<Duration>,
+}
+
+fn parse_mark(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    match parsed {
+        Ok(0) => Err("the socket mark must not be 0 (unmarked packets are the app's)".into()),
+        Ok(mark) => Ok(mark),
+        Err(_) => Err(format!(
+            "invalid socket mark {s:?}: expected a number like 0x4149524c"
+        )),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e} (e.g. 30s, 2m)"))
+}
+
+/// Everything checked before the namespace is touched.
+struct Prepared {
+    policy_path: PathBuf,
+    policy: airlock_policy::Policy,
+    credentials: Vec<ResolvedCredential>,
+    ca: CertificateAuthority,
+    upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    audit_db: PathBuf,
+    audit_key: PathBuf,
+}
+
+/// How serving ended.
+enum End {
+    /// SIGTERM/SIGINT: remove the rules (unless --keep-rules).
+    Clean(String),
+    /// Anything else: leave the rules, so traffic keeps failing.
+    Failed(String),
+}
+
+pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = args.wait_ready {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(wait_ready::wait(addr, args.wait_timeout))?;
+        eprintln!("airlock: sidecar at {addr} is ready");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let prepared = prepare(&args)?;
+    let target = match (&args.netns, args.pid) {
+        (Some(path), _) => Some(Target::Path(path.clone())),
+        (None, Some(pid)) => Some(Target::Pid(pid)),
+        (None, None) => None,
+    };
+    if let Some(target) = &target {
+        // No thread exists yet: the whole process moves (see sidecar::netns).
+        netns::join(target)?;
+    }
+    let rules = CaptureRules {
+        table: TableName::for_port(args.transparent_port),
+        mark: args.socket_mark.unwrap_or(DEFAULT_MARK),
+        transparent_port: args.transparent_port,
+        dns_port: args.dns_port,
+        nft: args.nft.clone(),
+    };
+    rules.install()?;
+    eprintln!(
+        "airlock: capture rules installed (nft table inet {}); traffic fails until the sidecar is ready",
+        rules.table.as_str()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let end = runtime.block_on(serve(&args, prepared, &rules, target.as_ref()));
+    let end = end.unwrap_or_else(|e| End::Failed(one_line(&e)));
+    match end {
+        End::Clean(why) => {
+            if args.keep_rules {
+                eprintln!("airlock: {why}; capture rules kept (--keep-rules)");
+            } else {
+                rules.remove()?;
+                eprintln!(
+                    "airlock: {why}; removed nft table inet {}",
+                    rules.table.as_str()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        End::Failed(why) => {
+            eprintln!(
+                "airlock: {why}; the capture rules stay in place, so the app's traffic fails until a sidecar runs again (to lift them: nft delete table inet {} in the namespace)",
+                rules.table.as_str()
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
+    let (Some(policy_path), Some(ca_dir)) = (&args.policy, &args.ca_dir) else {
+        bail!("--policy and --ca-dir are required to run a sidecar");
+    };
+    if args.transparent_port == args.dns_port {
+        bail!("--transparent-port and --dns-port must differ");
+    }
+    let policy = policy_file::load(policy_path)?;
+    let credentials = secrets::resolve_all(policy.credentials())?;
+    let ca = CertificateAuthority::load(ca_dir)?;
+    let mut upstream_roots = Vec::new();
+    for path in &args.upstream_ca {
+        upstream_roots.extend(certs::load_pem_certs(path)?);
+    }
+    let audit_db = match &args.audit_db {
+        Some(db) => db.clone(),
+        None => paths::data_dir()?.join("audit.db"),
+    };
+    let audit_key = match &args.audit_key {
+        Some(key) => key.clone(),
+        None => paths::default_audit_key()?,
+    };
+    Ok(Prepared {
+        policy_path: policy_path.clone(),
+        policy,
+        credentials,
+        ca,
+        upstream_roots,
+        audit_db,
+        audit_key,
+    })
+}
+
+async fn serve(
+    args: &SidecarArgs,
+    prepared: Prepared,
+    rules: &CaptureRules,
+    target: Option<&Target>,
+) -> anyhow::Result<End> {
+    let Prepared {
+        policy_path,
+        policy,
+        credentials,
+        ca,
+        upstream_roots,
+        audit_db,
+        audit_key,
+    } = prepared;
+    announce_placeholders(&credentials);
+    let limits = serde_json::json!({
+        "netns": target.map(|t| t.path().display().to_string()),
+        "nft_table": rules.table.as_str(),
+        "socket_mark": rules.mark,
+        "transparent_port": rules.transparent_port,
+        "dns_port": rules.dns_port,
+    });
+    let info = crate::audit::session_info(&policy, SessionMode::Sidecar, limits)
+        .with_note(CAPABILITIES_NOTE);
+    let recorder = crate::audit::begin(&audit_db, Some(&audit_key), info, &credentials)?;
+    let mut sinks: Vec<Arc<dyn EventSink>> = vec![AuditSink::new(recorder.clone())];
+    if let Some(events) = &args.events {
+        sinks.push(open_events(events)?);
+    }
+    let proxy = Proxy::new(ProxyConfig {
+        policy,
+        credentials,
+        ca: Arc::new(ca),
+        pins: args.resolve.clone(),
+        upstream_roots,
+        events: Arc::new(Tee(sinks)),
+        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
+        audit_sync: args.audit_sync,
+        socket_mark: Some(rules.mark),
+    })?;
+
+    let mut servers = JoinSet::new();
+    let admin_state = AdminState::new(proxy.clone());
+    let admin_listener = bind_tcp(args.admin, "--admin").await?;
+    servers.spawn(admin::serve(admin_listener, admin_state.clone()));
+    if let Some(delay) = args.start_delay {
+        tokio::time::sleep(delay).await;
+    }
+    let local = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let transparent = bind_tcp(local(rules.transparent_port), "--transparent-port").await?;
+    let dns_udp = UdpSocket::bind(local(rules.dns_port))
+        .await
+        .with_context(|| format!("--dns-port {}: binding UDP", rules.dns_port))?;
+    let dns_tcp = bind_tcp(local(rules.dns_port), "--dns-port (TCP)").await?;
+    let p = proxy.clone();
+    servers.spawn(async move { p.serve_transparent(transparent).await });
+    let p = proxy.clone();
+    servers.spawn(async move { p.serve_dns_udp(dns_udp).await });
+    let p = proxy.clone();
+    servers.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
+    let lag = tokio::spawn(measure_audit_lag(proxy.clone(), recorder.clone()));
+    admin_state.set_ready(true);
+    eprintln!(
+        "airlock: sidecar ready (policy {}, transparent 127.0.0.1:{}, DNS 127.0.0.1:{}, admin http://{}/readyz)",
+        policy_path.display(),
+        rules.transparent_port,
+        rules.dns_port,
+        args.admin
+    );
+
+    let end = wait_for_end(&proxy, &policy_path, &mut servers).await;
+    admin_state.set_ready(false);
+    lag.abort();
+    let (code, reason) = match &end {
+        Ok(End::Clean(why)) => (0, why.clone()),
+        Ok(End::Failed(why)) => (1, why.clone()),
+        Err(e) => (1, one_line(e)),
+    };
+    let finished = tokio::task::spawn_blocking(move || {
+        recorder.finish(SessionEnd {
+            exit_status: Some(code),
+            signal: None,
+            reason: Some(reason),
+        })
+    })
+    .await
+    .context("finishing the audit session")?;
+    match (end?, finished) {
+        (End::Clean(_), Err(e)) => Ok(End::Failed(format!(
+            "finishing the audit session failed: {e}"
+        ))),
+        (end, _) => Ok(end),
+    }
+}
+
+/// Serve until a signal or a failure.
+async fn wait_for_end(
+    proxy: &Proxy,
+    policy: &std::path::Path,
+    servers: &mut JoinSet<std::io::Result<()>>,
+) -> anyhow::Result<End> {
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut audit_check = tokio::time::interval(Duration::from_millis(250));
+    let mut watch_tick = tokio::time::interval(WATCH_EVERY);
+    let mut watch = FileWatch::new(policy);
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => {
+                reload(proxy, policy);
+            }
+            _ = watch_tick.tick() => {
+                if watch.changed() {
+                    reload(proxy, policy);
+                }
+            }
+            _ = terminate.recv() => return Ok(End::Clean("stopped by SIGTERM".into())),
+            _ = interrupt.recv() => return Ok(End::Clean("stopped by SIGINT".into())),
+            _ = audit_check.tick() => {
+                if proxy.audit_failed() {
+                    proxy.metrics().set_audit_healthy(false);
+                    return Ok(End::Failed("the audit store failed; stopped rather than run unaudited".into()));
+                }
+            }
+            Some(ended) = servers.join_next() => {
+                let why = match ended {
+                    Ok(Ok(())) => "a listener stopped".to_owned(),
+                    Ok(Err(e)) => format!("a listener failed: {e}"),
+                    Err(e) => format!("a listener task panicked: {e}"),
+                };
+                return Ok(End::Failed(why));
+            }
+        }
+    }
+}
+
+/// Audit lag, for `/metrics`: how long the store takes to make everything
+/// queued so far durable, measured once a second.
+async fn measure_audit_lag(proxy: Proxy, recorder: SessionRecorder) {
+    let metrics = proxy.metrics();
+    loop {
+        tokio::time::sleep(AUDIT_LAG_EVERY).await;
+        let started = Instant::now();
+        let r = recorder.clone();
+        let synced = tokio::task::spawn_blocking(move || r.sync()).await;
+        metrics.set_audit_lag(started.elapsed());
+        metrics.set_audit_healthy(matches!(synced, Ok(Ok(()))) && recorder.healthy());
+    }
+}

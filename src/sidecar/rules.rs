@@ -1,0 +1,168 @@
+//! The capture rules a sidecar installs in the app's network namespace.
+//!
+//! One nftables table per sidecar, `inet airlock_sidecar_<transparent port>`:
+//! a restarted sidecar with the same configuration replaces its own table in
+//! one atomic transaction (nft(8) applies a `-f` batch all or nothing), and a
+//! clean exit deletes exactly that table and nothing else.
+//!
+//! What the table does (OUTPUT hook only, i.e. traffic from this namespace):
+//! - packets carrying the sidecar's socket mark (its own upstream and DNS
+//!   sockets, see socket(7) `SO_MARK`) are left alone; setting a mark needs
+//!   CAP_NET_ADMIN, so the app cannot forge it, whatever its uid;
+//! - DNS (UDP and TCP port 53, any destination, IPv4) goes to the resolver;
+//! - other IPv4 TCP, except to 127.0.0.0/8, goes to the transparent listener;
+//! - everything else leaving the namespace is rejected: IPv6 (TCP reset;
+//!   Airlock's DNS never hands out IPv6 addresses), other UDP (QUIC, NTP,
+//!   ...) and ICMP. Loopback traffic and replies on connections others opened
+//!   to the app (`ct state established`) pass.
+//!
+//! The rules go in before the listeners are bound, and stay when the sidecar
+//! dies: a redirect to a port nobody listens on is answered with a reset
+//! (UDP: port unreachable), so traffic fails instead of bypassing the proxy.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+
+/// The sidecar's socket mark unless `--socket-mark` says otherwise ("AIRL").
+pub const DEFAULT_MARK: u32 = 0x4149_524c;
+
+/// Newtype for an nftables table name, so it is never confused with other strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName(String);
+
+impl TableName {
+    pub fn for_port(transparent_port: u16) -> Self {
+        Self(format!("airlock_sidecar_{transparent_port}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Everything the ruleset depends on.
+#[derive(Debug, Clone)]
+pub struct CaptureRules {
+    pub table: TableName,
+    pub mark: u32,
+    pub transparent_port: u16,
+    pub dns_port: u16,
+    pub nft: PathBuf,
+}
+
+impl CaptureRules {
+    /// The whole table, as one atomic batch that replaces an older copy of itself.
+    pub fn install_script(&self) -> String {
+        let table = self.table.as_str();
+        let mark = self.mark;
+        let dns = self.dns_port;
+        let tp = self.transparent_port;
+        format!(
+            "table inet {table}
+delete table inet {table}
+table inet {table} {{
+  chain nat_output {{
+    type nat hook output priority -100; policy accept;
+    meta mark {mark:#x} return
+    meta nfproto ipv4 udp dport 53 redirect to :{dns}
+    meta nfproto ipv4 tcp dport 53 redirect to :{dns}
+    ip daddr 127.0.0.0/8 return
+    meta nfproto ipv4 meta l4proto tcp redirect to :{tp}
+  }}
+  chain filter_output {{
+    type filter hook output priority 0; policy accept;
+    meta mark {mark:#x} accept
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    ct state established,related accept
+    meta l4proto tcp reject with tcp reset
+    reject with icmpx type admin-prohibited
+  }}
+}}
+"
+        )
+    }
+
+    /// Install (or atomically replace) the table.
+    pub fn install(&self) -> anyhow::Result<()> {
+        self.run(&self.install_script())
+    }
+
+    /// Delete the table this sidecar installed; nothing else is touched.
+    pub fn remove(&self) -> anyhow::Result<()> {
+        self.run(&format!("delete table inet {}\n", self.table.as_str()))
+    }
+
+    fn run(&self, script: &str) -> anyhow::Result<()> {
+        run_nft(&self.nft, script)
+    }
+}
+
+fn run_nft(nft: &Path, script: &str) -> anyhow::Result<()> {
+    let cannot_run = || {
+        format!(
+            "cannot run {}; install nftables (the `nft` command) or pass --nft PATH",
+            nft.display()
+        )
+    };
+    let mut child = Command::new(nft)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(cannot_run)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .with_context(cannot_run)?;
+    }
+    let out = child.wait_with_output().with_context(cannot_run)?;
+    if !out.status.success() {
+        bail!(
+            "nft refused the sidecar rules ({}): {}; the namespace needs nf_tables and airlock CAP_NET_ADMIN in it",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .replace('\n', " ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> CaptureRules {
+        CaptureRules {
+            table: TableName::for_port(15001),
+            mark: DEFAULT_MARK,
+            transparent_port: 15001,
+            dns_port: 15053,
+            nft: PathBuf::from("nft"),
+        }
+    }
+
+    #[test]
+    fn the_mark_is_exempted_before_anything_is_redirected() {
+        let script = rules().install_script();
+        let mark = script.find("meta mark 0x4149524c return").unwrap();
+        let dns = script.find("udp dport 53 redirect to :15053").unwrap();
+        let tcp = script.find("meta l4proto tcp redirect to :15001").unwrap();
+        let loopback = script.find("ip daddr 127.0.0.0/8 return").unwrap();
+        // DNS to a loopback resolver is captured too; other loopback traffic is not.
+        assert!(mark < dns && dns < loopback && loopback < tcp);
+    }
+
+    #[test]
+    fn the_table_replaces_itself_atomically() {
+        let script = rules().install_script();
+        assert!(script.starts_with(
+            "table inet airlock_sidecar_15001\ndelete table inet airlock_sidecar_15001\n"
+        ));
+    }
+}
