@@ -118,10 +118,7 @@ placeholder = "TEST_TOKEN"
     /// The proxy is alive, small, serves a normal request, and nothing reached evil.test.
     async fn survives(&self) {
         let rss = rss_kib(self.proxy.pid());
-        assert!(
-            rss < RSS_LIMIT_KIB,
-            "proxy RSS {rss} KiB exceeds the bound"
-        );
+        assert!(rss < RSS_LIMIT_KIB, "proxy RSS {rss} KiB exceeds the bound");
         let url = format!("https://{}/echo", self.good_authority());
         let (code, _, out) = curl(&self.proxy, &[&url]).await;
         assert_eq!(code, 200, "the proxy stopped serving: {out:?}");
@@ -173,7 +170,10 @@ async fn connect_tunnel(proxy: &AirlockProxy, authority: &str) -> TcpStream {
         .await
         .unwrap();
     let head = read_head(&mut tcp).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "CONNECT {authority}: {head:?}");
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "CONNECT {authority}: {head:?}"
+    );
     tcp
 }
 
@@ -401,7 +401,11 @@ async fn host_confusion_is_refused_and_canonical_spellings_work() {
             );
         }
     }
-    assert_eq!(fx.good.hits(), 3, "only the canonical spellings were forwarded");
+    assert_eq!(
+        fx.good.hits(),
+        3,
+        "only the canonical spellings were forwarded"
+    );
 
     // TLS-level confusion: SNI that is an IP literal, another host, or IDN.
     for sni in ["127.0.0.1", "evil.test", "xn--pi-7kc.test"] {
@@ -506,7 +510,12 @@ async fn path_tricks_never_reach_a_denied_or_unlisted_path() {
         fx.good_paths()
     );
     // The same through HTTP/2 (curl, --path-as-is keeps the bytes as written).
-    for path in ["/echo/../admin", "/echo/%2e%2e/admin", "//admin", "/admin;x"] {
+    for path in [
+        "/echo/../admin",
+        "/echo/%2e%2e/admin",
+        "//admin",
+        "/admin;x",
+    ] {
         let url = format!("https://{host}{path}");
         let (code, _, out) = curl(&fx.proxy, &["--http2", "--path-as-is", &url]).await;
         assert_eq!(code, 403, "{path}: {out:?}");
@@ -537,7 +546,12 @@ async fn hostile_client_hellos_are_closed_without_growth() {
         // An oversized ClientHello spread over many full records (> 64 KiB).
         let mut big = Vec::new();
         let body_len: u32 = 60 * 1024;
-        let mut message = vec![1u8, (body_len >> 16) as u8, (body_len >> 8) as u8, body_len as u8];
+        let mut message = vec![
+            1u8,
+            (body_len >> 16) as u8,
+            (body_len >> 8) as u8,
+            body_len as u8,
+        ];
         message.extend(std::iter::repeat_n(0x41u8, 200 * 1024));
         for chunk in message.chunks(16 * 1024) {
             big.extend_from_slice(&[0x16, 0x03, 0x01]);
@@ -638,7 +652,10 @@ async fn a_stalled_header_is_closed_by_the_timeout() {
     let mut out = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(45), tls.read_to_end(&mut out)).await;
     assert!(closed.is_ok(), "a stalled header was kept open for 45 s");
-    assert!(started.elapsed() >= Duration::from_secs(20), "closed too early");
+    assert!(
+        started.elapsed() >= Duration::from_secs(20),
+        "closed too early"
+    );
     assert_eq!(fx.good.hits(), 0);
     fx.survives().await;
 }
@@ -682,7 +699,10 @@ async fn ten_thousand_idle_connections() {
     // CAP_SYS_RESOURCE neither can raise its hard limit, so check it.
     for p in [std::process::id(), pid] {
         let limit = open_files_limit(p);
-        assert!(limit >= 10_500, "process {p} may open only {limit} files; run with ulimit -n 20000");
+        assert!(
+            limit >= 10_500,
+            "process {p} may open only {limit} files; run with ulimit -n 20000"
+        );
     }
     let before = rss_kib(pid);
     let mut idle = Vec::with_capacity(10_000);
@@ -696,7 +716,10 @@ async fn ten_thousand_idle_connections() {
     drop(idle);
     tokio::time::sleep(Duration::from_millis(500)).await;
     eprintln!("RSS with 10,000 idle connections: {before} -> {during} KiB");
-    assert!(during < RSS_LIMIT_KIB, "RSS {during} KiB with idle connections");
+    assert!(
+        during < RSS_LIMIT_KIB,
+        "RSS {during} KiB with idle connections"
+    );
 
     // Descriptor exhaustion: with a limit of 256 the accept loop backs off
     // on EMFILE; once connections close the proxy serves again.
@@ -786,9 +809,12 @@ async fn dns_exfiltration_and_malformed_packets() {
     }
     // A long name made of 63-byte labels (the wire maximum).
     let long: Vec<String> = (0..3).map(|_| "a".repeat(63)).collect();
-    let reply = udp_ask(&socket, &dns_query(7, &format!("{}.evil.test", long.join(".")), 1))
-        .await
-        .unwrap();
+    let reply = udp_ask(
+        &socket,
+        &dns_query(7, &format!("{}.evil.test", long.join(".")), 1),
+    )
+    .await
+    .unwrap();
     assert_eq!(dns_result(&reply), (NXDOMAIN, 0));
     // Labels under an allowed name are other names: NXDOMAIN too.
     let reply = udp_ask(&socket, &dns_query(8, &format!("{payload}.api.test"), 1))
@@ -797,11 +823,15 @@ async fn dns_exfiltration_and_malformed_packets() {
     assert_eq!(dns_result(&reply), (NXDOMAIN, 0));
     // TXT and ANY for an allowed name: no records (nothing to carry data back).
     for qtype in [16u16, 255] {
-        let reply = udp_ask(&socket, &dns_query(9, "api.test", qtype)).await.unwrap();
+        let reply = udp_ask(&socket, &dns_query(9, "api.test", qtype))
+            .await
+            .unwrap();
         assert_eq!(dns_result(&reply), (0, 0), "qtype {qtype}");
     }
     // A for the allowed name: one synthetic address.
-    let reply = udp_ask(&socket, &dns_query(10, "api.test", 1)).await.unwrap();
+    let reply = udp_ask(&socket, &dns_query(10, "api.test", 1))
+        .await
+        .unwrap();
     assert_eq!(dns_result(&reply), (0, 1));
 
     // Malformed and oversized packets: an error reply or silence, never a crash.
@@ -812,7 +842,11 @@ async fn dns_exfiltration_and_malformed_packets() {
         vec![0xff; 12],
         vec![0u8; 65000],
         // A compression pointer that points at itself.
-        [&[0u8, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0][..], &[0xc0, 12, 0, 1, 0, 1][..]].concat(),
+        [
+            &[0u8, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0][..],
+            &[0xc0, 12, 0, 1, 0, 1][..],
+        ]
+        .concat(),
         // A label longer than the packet.
         [&[0u8, 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0][..], &[63, b'a'][..]].concat(),
         // Two questions.
@@ -835,7 +869,11 @@ async fn dns_exfiltration_and_malformed_packets() {
     for packet in &bad {
         if let Some(reply) = udp_ask_within(&socket, packet, Duration::from_millis(500)).await {
             assert!(reply.len() >= 4);
-            assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), 0, "records for {packet:?}");
+            assert_eq!(
+                u16::from_be_bytes([reply[6], reply[7]]),
+                0,
+                "records for {packet:?}"
+            );
         }
     }
 
@@ -844,7 +882,9 @@ async fn dns_exfiltration_and_malformed_packets() {
     let mut tcp = TcpStream::connect(dns).await.unwrap();
     for (id, name, expect) in [(20u16, "api.test", 0u8), (21, "evil.test", NXDOMAIN)] {
         let q = dns_query(id, name, 1);
-        tcp.write_all(&(q.len() as u16).to_be_bytes()).await.unwrap();
+        tcp.write_all(&(q.len() as u16).to_be_bytes())
+            .await
+            .unwrap();
         tcp.write_all(&q).await.unwrap();
         let mut len = [0u8; 2];
         tcp.read_exact(&mut len).await.unwrap();
@@ -860,7 +900,9 @@ async fn dns_exfiltration_and_malformed_packets() {
         stalled.push(s);
     }
     // The UDP side keeps answering while TCP clients stall.
-    let reply = udp_ask(&socket, &dns_query(30, "api.test", 1)).await.unwrap();
+    let reply = udp_ask(&socket, &dns_query(30, "api.test", 1))
+        .await
+        .unwrap();
     assert_eq!(dns_result(&reply), (0, 1));
     drop(stalled);
 
@@ -971,7 +1013,8 @@ async fn a_hostile_upstream_cannot_echo_the_secret_to_the_client() {
     let base = format!("https://api.test:{}", fx.leak.port);
     for version in ["--http1.1", "--http2"] {
         for path in ["/redirect", "/header", "/body"] {
-            let (code, body, out) = curl(&fx.proxy, &[version, "-i", &format!("{base}{path}")]).await;
+            let (code, body, out) =
+                curl(&fx.proxy, &[version, "-i", &format!("{base}{path}")]).await;
             assert!(code == 200 || code == 302, "{path}: {out:?}");
             assert!(
                 !out.stdout.contains(SECRET) && !out.stderr.contains(SECRET),
@@ -985,7 +1028,11 @@ async fn a_hostile_upstream_cannot_echo_the_secret_to_the_client() {
         assert_eq!(code, 502, "{out:?}");
         assert!(!out.stdout.contains(SECRET), "{body}");
         // A second Content-Encoding header behind an innocent first one.
-        let (code, _, out) = curl(&fx.proxy, &[version, "--compressed", &format!("{base}/gzip2")]).await;
+        let (code, _, out) = curl(
+            &fx.proxy,
+            &[version, "--compressed", &format!("{base}/gzip2")],
+        )
+        .await;
         assert_eq!(code, 502, "{out:?}");
         assert!(!out.stdout.contains(SECRET));
         // Asking for compression explicitly changes nothing.
@@ -1027,7 +1074,10 @@ async fn the_placeholder_stays_a_placeholder_off_its_hosts() {
     let (code, body, _) = curl(&fx.proxy, &["-H", &format!("X-Key: {dummy}"), &plain]).await;
     assert_eq!(code, 200);
     assert!(!body.contains(SECRET), "{body}");
-    assert_eq!(fx.plain.last_header("x-key").as_deref(), Some(dummy.as_str()));
+    assert_eq!(
+        fx.plain.last_header("x-key").as_deref(),
+        Some(dummy.as_str())
+    );
     assert_eq!(fx.plain.last_header("authorization"), None);
     // The placeholder in the query string or body is never swapped (only headers are).
     let tls = format!("https://{}/echo?k={dummy}", fx.good_authority());
@@ -1038,7 +1088,11 @@ async fn the_placeholder_stays_a_placeholder_off_its_hosts() {
     assert_eq!(seen.1, "/echo");
     // A denied host never gets anything, placeholder or not.
     let evil = format!("https://evil.test:{}/echo", fx.evil.port());
-    let (code, _, _) = curl(&fx.proxy, &["-H", &format!("Authorization: {dummy}"), &evil]).await;
+    let (code, _, _) = curl(
+        &fx.proxy,
+        &["-H", &format!("Authorization: {dummy}"), &evil],
+    )
+    .await;
     assert_eq!(code, 403);
     fx.survives().await;
 }

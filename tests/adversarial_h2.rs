@@ -102,7 +102,9 @@ impl Fx {
             .await
             .unwrap();
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
         let mut h2 = H2 { tls };
         h2.frame(SETTINGS, 0, 0, &[]).await;
         h2
@@ -147,7 +149,8 @@ impl H2 {
                 _ => break,
             }
             while buf.len() >= 9 {
-                let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+                let len =
+                    (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
                 if buf.len() < 9 + len {
                     break;
                 }
@@ -261,7 +264,10 @@ async fn continuation_flood() {
     let mut written = 0usize;
     for _ in 0..2_000 {
         // 10 MiB of header block if nobody stops us.
-        if !h2.frame(CONTINUATION, 0, 1, &filler[..filler.len().min(16_000)]).await {
+        if !h2
+            .frame(CONTINUATION, 0, 1, &filler[..filler.len().min(16_000)])
+            .await
+        {
             break;
         }
         written += filler.len().min(16_000);
@@ -303,7 +309,9 @@ async fn huge_header_list() {
     }
     let frames = h2.drain(Duration::from_secs(3)).await;
     assert!(
-        frames.iter().any(|f| f.0 == RST_STREAM || f.0 == GOAWAY || f.0 == HEADERS),
+        frames
+            .iter()
+            .any(|f| f.0 == RST_STREAM || f.0 == GOAWAY || f.0 == HEADERS),
         "no answer to an oversized header list: {:?}",
         frames.iter().map(|f| f.0).collect::<Vec<_>>()
     );
@@ -358,7 +366,8 @@ async fn window_size_games() {
     h2.frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]).await;
     for i in 0..20u32 {
         let block = request_block(&fx.authority(), "/bytes/8388608");
-        h2.frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, &block).await;
+        h2.frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, &block)
+            .await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let stalled = rss_kib(fx.proxy.pid());
@@ -371,17 +380,25 @@ async fn window_size_games() {
 
     // Connection window overflow.
     let mut h2 = fx.h2().await;
-    h2.frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()).await;
-    h2.frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()).await;
+    h2.frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes())
+        .await;
+    h2.frame(WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes())
+        .await;
     let frames = h2.drain(Duration::from_secs(3)).await;
-    assert!(saw_goaway(&frames), "window overflow not treated as an error");
+    assert!(
+        saw_goaway(&frames),
+        "window overflow not treated as an error"
+    );
 
     // Zero increment on a stream; DATA on a stream that never opened.
     let mut h2 = fx.h2().await;
     h2.frame(WINDOW_UPDATE, 0, 0, &0u32.to_be_bytes()).await;
     h2.frame(DATA, END_STREAM, 7, b"hello").await;
     let frames = h2.drain(Duration::from_secs(3)).await;
-    assert!(saw_goaway(&frames), "protocol errors not answered with GOAWAY");
+    assert!(
+        saw_goaway(&frames),
+        "protocol errors not answered with GOAWAY"
+    );
     fx.survives().await;
 }
 
@@ -392,16 +409,33 @@ async fn authority_mismatch_on_a_shared_session() {
     let fx = Fx::new().await;
     let mut h2 = fx.h2().await;
     let evil = format!("evil.test:{}", fx.evil.port());
-    h2.frame(HEADERS, END_STREAM | END_HEADERS, 1, &request_block(&fx.authority(), "/echo"))
-        .await;
-    h2.frame(HEADERS, END_STREAM | END_HEADERS, 3, &request_block(&evil, "/echo"))
-        .await;
+    h2.frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &request_block(&fx.authority(), "/echo"),
+    )
+    .await;
+    h2.frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        3,
+        &request_block(&evil, "/echo"),
+    )
+    .await;
     let mut block = request_block(&fx.authority(), "/echo");
     hpack_literal("host", &evil, &mut block);
     h2.frame(HEADERS, END_STREAM | END_HEADERS, 5, &block).await;
     let frames = h2.drain(Duration::from_secs(3)).await;
-    let answered: Vec<u32> = frames.iter().filter(|f| f.0 == HEADERS).map(|f| f.2).collect();
-    assert!(answered.contains(&1) && answered.contains(&3), "{answered:?}");
+    let answered: Vec<u32> = frames
+        .iter()
+        .filter(|f| f.0 == HEADERS)
+        .map(|f| f.2)
+        .collect();
+    assert!(
+        answered.contains(&1) && answered.contains(&3),
+        "{answered:?}"
+    );
     assert_eq!(fx.good.hits(), 1, "only the honest request is forwarded");
     let events = fx.proxy.events();
     let refused = events
@@ -409,7 +443,9 @@ async fn authority_mismatch_on_a_shared_session() {
         .filter(|e| {
             e["kind"] == "request"
                 && e["verdict"] == "deny"
-                && e["reason"].as_str().is_some_and(|r| r.contains("evil.test"))
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("evil.test"))
         })
         .count();
     assert!(refused >= 1, "the mismatch was not recorded: {events:#?}");

@@ -73,7 +73,14 @@ impl Session {
     /// Every event as exported for a SIEM.
     fn jsonl(&self) -> Vec<serde_json::Value> {
         let out = self.dir.path().join("events.jsonl");
-        let done = self.audit(&["export", &self.id, "--format", "jsonl", "--out", out.to_str().unwrap()]);
+        let done = self.audit(&[
+            "export",
+            &self.id,
+            "--format",
+            "jsonl",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(done.status.success(), "{done:?}");
         std::fs::read_to_string(out)
             .unwrap()
@@ -105,7 +112,11 @@ fn sha256_hex(data: &[u8]) -> String {
 fn two_hundred_execs_and_files_are_recorded_with_their_content() {
     let s = Session::run(
         &[],
-        &["sh", "-c", "for i in $(seq 200); do echo $i > f$i; /bin/true $i; done"],
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 200); do echo $i > f$i; /bin/true $i; done",
+        ],
         &[],
     );
     assert_eq!(s.status, 0);
@@ -113,8 +124,10 @@ fn two_hundred_execs_and_files_are_recorded_with_their_content() {
     for e in &events {
         assert!(e["seq"].is_u64() && e["ts"].is_string(), "{e}");
         assert!(
-            ["exec", "exit", "file", "dns", "http", "tcp", "output", "note"]
-                .contains(&e["kind"].as_str().unwrap()),
+            [
+                "exec", "exit", "file", "dns", "http", "tcp", "output", "note"
+            ]
+            .contains(&e["kind"].as_str().unwrap()),
             "{e}"
         );
     }
@@ -241,11 +254,19 @@ placeholder = "FIDELITY_TOKEN"
     .await
     .unwrap();
     assert_eq!(s.status, 0, "{}", s.stdout);
-    assert!(!s.stdout.contains(SECRET), "the sandbox saw or was handed the secret");
-    assert!(s.stdout.contains("FIDELITY_TOKEN=airlock-placeholder-"), "{}", s.stdout);
+    assert!(
+        !s.stdout.contains(SECRET),
+        "the sandbox saw or was handed the secret"
+    );
+    assert!(
+        s.stdout.contains("FIDELITY_TOKEN=airlock-placeholder-"),
+        "{}",
+        s.stdout
+    );
     // The upstream did get the real secret, in place of the placeholder too.
     assert!(upstream.seen.lock().unwrap().iter().all(|(_, _, h)| {
-        h.get("authorization").is_some_and(|v| v == format!("Bearer {SECRET}").as_str())
+        h.get("authorization")
+            .is_some_and(|v| v == format!("Bearer {SECRET}").as_str())
     }));
 
     let events = s.jsonl();
@@ -261,59 +282,148 @@ placeholder = "FIDELITY_TOKEN"
         .iter()
         .filter(|e| e["kind"] == "http" && e["status"] == 200)
         .collect();
-    let by_curl = http.iter().find(|e| e["url"].as_str().unwrap().ends_with("from=curl")).unwrap();
-    let by_python = http.iter().find(|e| e["url"].as_str().unwrap().ends_with("from=python")).unwrap();
+    let by_curl = http
+        .iter()
+        .find(|e| e["url"].as_str().unwrap().ends_with("from=curl"))
+        .unwrap();
+    let by_python = http
+        .iter()
+        .find(|e| e["url"].as_str().unwrap().ends_with("from=python"))
+        .unwrap();
     assert_eq!(by_curl["exec_id"], curl, "{by_curl}");
     assert_eq!(by_python["exec_id"], python, "{by_python}");
     assert_eq!(by_curl["method"], "POST");
     assert_eq!(by_curl["decision"], "allow");
     assert!(by_curl["rule"].as_str().unwrap().ends_with("policy.toml:2"));
-    assert!(events.iter().any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["exec_id"] == curl));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["exec_id"] == curl)
+    );
 
     // HAR 1.2 with the bodies.
     let har_path = s.dir.path().join("s.har");
-    assert!(s.audit(&["export", &s.id, "--format", "har", "--out", har_path.to_str().unwrap()]).status.success());
-    let har: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&har_path).unwrap()).unwrap();
+    assert!(
+        s.audit(&[
+            "export",
+            &s.id,
+            "--format",
+            "har",
+            "--out",
+            har_path.to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
+    let har: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&har_path).unwrap()).unwrap();
     assert_eq!(har["log"]["version"], "1.2");
     assert!(har["log"]["creator"]["name"].is_string());
     let entries = har["log"]["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 2);
     for entry in entries {
-        for field in ["startedDateTime", "time", "request", "response", "cache", "timings"] {
+        for field in [
+            "startedDateTime",
+            "time",
+            "request",
+            "response",
+            "cache",
+            "timings",
+        ] {
             assert!(!entry[field].is_null(), "HAR entry lacks {field}: {entry}");
         }
-        for field in ["method", "url", "httpVersion", "headers", "queryString", "cookies", "headersSize", "bodySize"] {
+        for field in [
+            "method",
+            "url",
+            "httpVersion",
+            "headers",
+            "queryString",
+            "cookies",
+            "headersSize",
+            "bodySize",
+        ] {
             assert!(!entry["request"][field].is_null(), "request lacks {field}");
         }
-        for field in ["status", "statusText", "httpVersion", "headers", "cookies", "content", "redirectURL", "headersSize", "bodySize"] {
-            assert!(!entry["response"][field].is_null(), "response lacks {field}");
+        for field in [
+            "status",
+            "statusText",
+            "httpVersion",
+            "headers",
+            "cookies",
+            "content",
+            "redirectURL",
+            "headersSize",
+            "bodySize",
+        ] {
+            assert!(
+                !entry["response"][field].is_null(),
+                "response lacks {field}"
+            );
         }
     }
-    let bodies: Vec<&str> = entries.iter().filter_map(|e| e["request"]["postData"]["text"].as_str()).collect();
-    assert!(bodies.contains(&"curl-body") && bodies.contains(&"python-body"), "{bodies:?}");
+    let bodies: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e["request"]["postData"]["text"].as_str())
+        .collect();
+    assert!(
+        bodies.contains(&"curl-body") && bodies.contains(&"python-body"),
+        "{bodies:?}"
+    );
 
     // The secret is nowhere in the database files.
     for file in ["audit.db", "audit.db-wal", "audit.db-shm"] {
         if let Ok(bytes) = std::fs::read(s.db.parent().unwrap().join(file)) {
-            assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "secret in {file}");
+            assert!(
+                !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+                "secret in {file}"
+            );
         }
     }
 }
 
 #[test]
 fn the_terminal_recording_plays() {
-    let s = Session::run(&[], &["sh", "-c", "echo first line; sleep 0.2; echo to stderr >&2; echo last line"], &[]);
+    let s = Session::run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo first line; sleep 0.2; echo to stderr >&2; echo last line",
+        ],
+        &[],
+    );
     assert_eq!(s.status, 0);
-    assert_eq!(s.stdout, "first line\nlast line\n", "airlock still shows the output");
+    assert_eq!(
+        s.stdout, "first line\nlast line\n",
+        "airlock still shows the output"
+    );
     let cast = s.dir.path().join("s.cast");
-    assert!(s.audit(&["export", &s.id, "--format", "cast", "--out", cast.to_str().unwrap()]).status.success());
+    assert!(
+        s.audit(&[
+            "export",
+            &s.id,
+            "--format",
+            "cast",
+            "--out",
+            cast.to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
     let text = std::fs::read_to_string(&cast).unwrap();
     let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(header["version"], 2);
-    let frames: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let frames: Vec<serde_json::Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let times: Vec<f64> = frames.iter().map(|f| f[0].as_f64().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
-    assert!(times.last().unwrap() - times[0] >= 0.15, "timestamps must keep the pause: {times:?}");
+    assert!(
+        times.last().unwrap() - times[0] >= 0.15,
+        "timestamps must keep the pause: {times:?}"
+    );
     // Played back by the real player.
     let played = Command::new("asciinema").arg("cat").arg(&cast).output();
     match played {
@@ -330,7 +440,11 @@ fn the_terminal_recording_plays() {
 
 #[test]
 fn tampering_through_sqlite_is_detected_at_the_right_seq() {
-    let s = Session::run(&[], &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"], &[]);
+    let s = Session::run(
+        &[],
+        &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"],
+        &[],
+    );
     assert_eq!(s.status, 0);
     let key = s.key.to_str().unwrap().to_owned();
     let verify = s.audit(&["verify", &s.id, "--audit-key", &key]);
@@ -345,8 +459,15 @@ fn tampering_through_sqlite_is_detected_at_the_right_seq() {
     assert!(!seq.is_empty(), "nothing was tampered");
     let verify = s.audit(&["verify", &s.id, "--audit-key", &key]);
     assert_eq!(verify.status.code(), Some(1), "{verify:?}");
-    let said = format!("{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
-    assert!(said.contains(&format!("seq {seq}")), "verify must name seq {seq}: {said}");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert!(
+        said.contains(&format!("seq {seq}")),
+        "verify must name seq {seq}: {said}"
+    );
 }
 
 #[test]
@@ -369,7 +490,11 @@ fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert_eq!(line, "started\n");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),

@@ -114,7 +114,10 @@ async fn upstream_reset_mid_body_and_broken_tls() {
     // HTTPS to a port that answers the ClientHello with junk and resets: 502.
     let (code, body, out) = curl(&proxy, &[&format!("https://api.test:{garbage_port}/x")]).await;
     assert_eq!(code, 502, "{out:?}");
-    assert!(body.to_lowercase().contains("tls") || body.contains("upstream"), "{body}");
+    assert!(
+        body.to_lowercase().contains("tls") || body.contains("upstream"),
+        "{body}"
+    );
     // The record says the response broke.
     let events = proxy.events();
     assert!(
@@ -169,7 +172,10 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -209,7 +215,10 @@ async fn audit_store_full_stops_the_session_and_stays_verifiable() {
         }
     }
     let first_failure = codes.iter().position(|c| *c != 200);
-    assert!(first_failure.is_some(), "a 1 MiB store never filled: {codes:?}");
+    assert!(
+        first_failure.is_some(),
+        "a 1 MiB store never filled: {codes:?}"
+    );
     // Refused, not forwarded unrecorded: 503 (or the connection closed as the process stopped).
     let refused = codes[first_failure.unwrap()];
     assert!(refused == 503 || refused == 0, "{codes:?}");
@@ -222,7 +231,11 @@ async fn audit_store_full_stops_the_session_and_stays_verifiable() {
     );
     let stderr = proxy.stderr.lock().unwrap().join("\n");
     assert!(stderr.contains("audit"), "{stderr}");
-    assert_eq!(upstream.hits(), hits_at_failure, "forwarded after the store failed");
+    assert_eq!(
+        upstream.hits(),
+        hits_at_failure,
+        "forwarded after the store failed"
+    );
     // Every request the upstream saw was recorded first (--audit-sync):
     // what is in the database verifies, on the full filesystem itself.
     assert!(verify_all(&db, &key, true) >= 1);
@@ -388,7 +401,10 @@ async fn kill_9_of_the_proxy_leaves_a_verifiable_record() {
     let mut sse = sse;
     let _ = sse.kill().await;
     // No residue: the process is gone and nothing listens on its port.
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "proxy process left behind");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "proxy process left behind"
+    );
     assert!(
         TcpStream::connect(addr).await.is_err(),
         "something still listens on the proxy's port"
@@ -434,7 +450,10 @@ async fn sandboxed_command_killing_its_parent_or_everything() {
             "{name}: airlock itself was killed: {:?} {stderr}",
             out.status
         );
-        assert!(started.elapsed() < Duration::from_secs(30), "{name}: took until the timeout");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{name}: took until the timeout"
+        );
         // No residue: nothing on the host runs the command's sleep.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let marker = if name == "parent" { "777.1" } else { "777.2" };

@@ -1231,7 +1231,14 @@ async fn root_only_host_secrets_are_hidden() {
     let ws = tempfile::tempdir().unwrap();
     let mut args: Vec<OsString> = os(&["run", "--no-audit", "--workspace"]);
     args.push(ws.path().into());
-    args.extend(os(&["--timeout", "30s", "--", "sh", "-c", "cat /etc/shadow; ls /etc/ssh | wc -l"]));
+    args.extend(os(&[
+        "--timeout",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/shadow; ls /etc/ssh | wc -l",
+    ]));
     let out = run_program(AIRLOCK, args, &[]).await;
     assert!(!out.stdout.contains("root:"), "{out:?}");
 }

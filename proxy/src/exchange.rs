@@ -347,7 +347,6 @@ fn unscrubbable_coding(headers: &HeaderMap) -> Option<String> {
             .iter()
             .flat_map(|v| {
                 String::from_utf8_lossy(v.as_bytes())
-                    .into_owned()
                     .split(',')
                     .map(|c| c.trim().to_ascii_lowercase())
                     .collect::<Vec<_>>()

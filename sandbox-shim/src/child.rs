@@ -295,7 +295,7 @@ fn exec_command(plan: &Plan, observe: Option<&OwnedFd>) -> Result<Never, (i32, S
                 true,
                 plan.allow_unix_sockets,
             ))
-                .map_err(setup_err)?;
+            .map_err(setup_err)?;
             channel::send(obs, channel::LISTENER, b"", &[listener.as_raw_fd()])
                 .map_err(setup_err)?;
             drop(listener);

@@ -130,11 +130,6 @@ fn guarded(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, block: Vec<libc
     prog.extend(block);
 }
 
-/// The whole filter program (no observation, no AF_UNIX sockets).
-pub fn filter() -> Vec<libc::sock_filter> {
-    filter_with(false, false)
-}
-
 /// open(2) flags that mean "this may change a file".
 const WRITE_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
 
@@ -294,7 +289,7 @@ pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_fi
 mod tests {
     #[test]
     fn filter_fits_in_a_bpf_program() {
-        let prog = super::filter();
+        let prog = super::filter_with(false, false);
         assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
         assert_eq!(prog.last().map(|i| i.k), Some(super::RET_ALLOW));
         let observed = super::filter_with(true, false);

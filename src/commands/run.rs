@@ -22,8 +22,8 @@ use airlock_shim::{CA_BUNDLE_PATH, Limits, ObserveSpec, Sandbox, SandboxSpec, Us
 use anyhow::{Context, bail};
 
 use crate::audit_sink::{Attribute, AuditSink, Tee};
-use crate::observe::{self, Terminal};
 use crate::notices::DenialNotices;
+use crate::observe::{self, Terminal};
 use crate::{audit, certs, one_line, paths, policy_file, secrets};
 
 /// Exit status when airlock itself failed (as for `env`, `timeout`, `docker run`).
@@ -271,7 +271,10 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("the sandbox did not hand over its network sockets")?;
     let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(policy.source_name()));
     let events: Arc<dyn EventSink> = match &recorder {
-        Some(r) => Arc::new(Tee(vec![AuditSink::attributed(r.clone(), attribute), notices])),
+        Some(r) => Arc::new(Tee(vec![
+            AuditSink::attributed(r.clone(), attribute),
+            notices,
+        ])),
         None => notices,
     };
     let proxy = Proxy::new(ProxyConfig {

@@ -134,7 +134,7 @@ fn system_resolver(mark: Option<u32>) -> Resolver<MarkedRuntime> {
     builder.build().unwrap_or_else(|_| {
         Resolver::builder_with_config(ResolverConfig::default(), MarkedRuntime::new(mark))
             .build()
-        .expect("the empty resolver configuration is valid")
+            .expect("the empty resolver configuration is valid")
     })
 }
 
