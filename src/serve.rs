@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use airlock_proxy::{EventSink, JsonLinesSink, Proxy};
 use anyhow::Context;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 
 use crate::{one_line, policy_file, secrets};
 
@@ -53,6 +53,28 @@ pub async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListene
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))
+}
+
+/// A DNS listener: UDP and TCP on the same address. With port 0 the kernel
+/// picks a free UDP port that may be taken for TCP, so try a few.
+pub async fn bind_dns(addr: SocketAddr, flag: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
+    let mut attempts_left = if addr.port() == 0 { 16 } else { 1 };
+    loop {
+        let udp = UdpSocket::bind(addr).await.with_context(|| {
+            format!("{flag} {addr}: cannot listen on UDP (is another process using it?)")
+        })?;
+        let bound = udp.local_addr()?;
+        attempts_left -= 1;
+        match TcpListener::bind(bound).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if attempts_left == 0 => {
+                return Err(e).with_context(|| {
+                    format!("{flag} {bound}: cannot listen on TCP (is another process using it?)")
+                });
+            }
+            Err(_) => continue,
+        }
+    }
 }
 
 /// The JSON-lines event stream: "-" for stdout, else a file appended to.

@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use airlock_proxy::{CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig};
 use anyhow::Context;
-use tokio::net::UdpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 
 use airlock_auditor::{SessionEnd, SessionMode};
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::serve::{announce_placeholders, bind_tcp, open_events, reload};
+use crate::serve::{announce_placeholders, bind_dns, bind_tcp, open_events, reload};
 use crate::{certs, policy_file, secrets};
 
 #[derive(clap::Args)]
@@ -119,10 +118,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_transparent(listener).await });
     }
     if let Some(addr) = args.dns_listen {
-        let udp = UdpSocket::bind(addr)
-            .await
-            .with_context(|| format!("--dns-listen {addr}: binding UDP"))?;
-        let tcp = bind_tcp(udp.local_addr()?, "--dns-listen (TCP)").await?;
+        let (udp, tcp) = bind_dns(addr, "--dns-listen").await?;
         eprintln!("airlock: DNS on {} (UDP and TCP)", udp.local_addr()?);
         let p = proxy.clone();
         servers.spawn(async move { p.serve_dns_udp(udp).await });

@@ -24,13 +24,12 @@ use airlock_proxy::{
     CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
 };
 use anyhow::{Context, bail};
-use tokio::net::UdpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::serve::{announce_placeholders, bind_tcp, open_events, reload};
+use crate::serve::{announce_placeholders, bind_dns, bind_tcp, open_events, reload};
 use crate::sidecar::netns::{self, Target};
 use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
 use crate::sidecar::{wait_ready, watch::FileWatch};
@@ -287,10 +286,7 @@ async fn serve(
     }
     let local = |port| SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let transparent = bind_tcp(local(rules.transparent_port), "--transparent-port").await?;
-    let dns_udp = UdpSocket::bind(local(rules.dns_port))
-        .await
-        .with_context(|| format!("--dns-port {}: binding UDP", rules.dns_port))?;
-    let dns_tcp = bind_tcp(local(rules.dns_port), "--dns-port (TCP)").await?;
+    let (dns_udp, dns_tcp) = bind_dns(local(rules.dns_port), "--dns-port").await?;
     let p = proxy.clone();
     servers.spawn(async move { p.serve_transparent(transparent).await });
     let p = proxy.clone();

@@ -1,31 +1,15 @@
-//! The `airlock audit` CLI (src/audit_cli.rs, hosted by examples/audit_cli.rs
-//! until it is wired into the airlock binary), run as a real process.
+//! `airlock audit` run as a real process against stores written through the
+//! auditor's API (fixtures shared with auditor/tests).
 
+#[path = "../auditor/tests/common/mod.rs"]
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use common::*;
 
-fn cli() -> PathBuf {
-    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/audit_cli
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/audit_cli");
-    assert!(
-        bin.exists(),
-        "build the example first: cargo build -p airlock-auditor --examples"
-    );
-    bin
-}
-
 fn run(e: &Env, args: &[&str]) -> Output {
-    Command::new(cli())
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("audit")
         .args(args)
         .arg("--audit-db")
