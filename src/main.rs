@@ -12,6 +12,7 @@ mod notices;
 mod observe;
 mod paths;
 mod policy_file;
+mod policy_watch;
 mod secrets;
 mod serve;
 mod sidecar;

@@ -1,15 +1,20 @@
 //! Pieces every long-running proxy front end shares (`airlock proxy`,
 //! `airlock sidecar`): binding listeners with a useful error, the JSON-lines
-//! event stream, placeholder notices, and policy reload.
+//! event stream, placeholder notices, policy reload, and the loop that serves
+//! until a signal or a failure.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use airlock_proxy::{EventSink, JsonLinesSink, Proxy};
 use anyhow::Context;
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinSet;
 
+use crate::policy_watch::FileWatch;
 use crate::{one_line, policy_file, secrets};
 
 /// Clients of a standalone proxy need the dummy values to send; they are not secret.
@@ -88,4 +93,62 @@ pub fn open_events(target: &str) -> anyhow::Result<Arc<dyn EventSink>> {
         .open(target)
         .with_context(|| format!("--events {target}: cannot open for appending"))?;
     Ok(Arc::new(JsonLinesSink::new(file)))
+}
+
+/// How often the policy file is checked for changes.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often the audit store's health is checked.
+const AUDIT_CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// How serving ended.
+pub enum Stop {
+    /// SIGTERM or SIGINT: a clean exit.
+    Signal(String),
+    /// A listener or the audit store failed.
+    Failed(String),
+}
+
+/// Serve until SIGTERM/SIGINT or a failure, reloading the policy on SIGHUP
+/// and when the file changes. A failed audit store stops everything rather
+/// than let the proxy run unaudited.
+pub async fn serve_until_stopped(
+    proxy: &Proxy,
+    policy: &Path,
+    servers: &mut JoinSet<std::io::Result<()>>,
+) -> anyhow::Result<Stop> {
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut audit_check = tokio::time::interval(AUDIT_CHECK_EVERY);
+    let mut watch_tick = tokio::time::interval(WATCH_EVERY);
+    let mut watch = FileWatch::new(policy);
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => {
+                reload(proxy, policy);
+            }
+            _ = watch_tick.tick() => {
+                if watch.changed() {
+                    reload(proxy, policy);
+                }
+            }
+            _ = terminate.recv() => return Ok(Stop::Signal("stopped by SIGTERM".into())),
+            _ = interrupt.recv() => return Ok(Stop::Signal("stopped by SIGINT".into())),
+            _ = audit_check.tick() => {
+                if proxy.audit_failed() {
+                    proxy.metrics().set_audit_healthy(false);
+                    return Ok(Stop::Failed("the audit store failed; stopped rather than run unaudited".into()));
+                }
+            }
+            Some(ended) = servers.join_next() => {
+                let why = match ended {
+                    Ok(Ok(())) => "a listener stopped".to_owned(),
+                    Ok(Err(e)) => format!("a listener failed: {e}"),
+                    Err(e) => format!("a listener task panicked: {e}"),
+                };
+                return Ok(Stop::Failed(why));
+            }
+        }
+    }
 }

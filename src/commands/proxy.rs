@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use airlock_proxy::{CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig};
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
 
 use airlock_auditor::{SessionEnd, SessionMode};
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::serve::{announce_placeholders, bind_dns, bind_tcp, open_events, reload};
+use crate::serve::{
+    Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
+};
 use crate::{certs, policy_file, secrets};
 
 #[derive(clap::Args)]
@@ -126,7 +127,10 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_dns_tcp(tcp).await });
     }
 
-    let (code, reason) = wait_for_end(&proxy, &args.policy, &mut servers).await?;
+    let (code, reason) = match serve_until_stopped(&proxy, &args.policy, &mut servers).await? {
+        Stop::Signal(why) => (0, why),
+        Stop::Failed(why) => (1, why),
+    };
     if let Some(recorder) = recorder {
         let end = SessionEnd {
             exit_status: Some(i32::from(code)),
@@ -141,41 +145,6 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         eprintln!("airlock: {reason}");
     }
     Ok(ExitCode::from(code))
-}
-
-/// Serve until a signal or a failure; returns the exit status and why.
-async fn wait_for_end(
-    proxy: &Proxy,
-    policy: &Path,
-    servers: &mut tokio::task::JoinSet<std::io::Result<()>>,
-) -> anyhow::Result<(u8, String)> {
-    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut audit_check = tokio::time::interval(std::time::Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            _ = hangup.recv() => {
-                reload(proxy, policy);
-            }
-            _ = terminate.recv() => return Ok((0, "stopped by SIGTERM".into())),
-            _ = interrupt.recv() => return Ok((0, "stopped by SIGINT".into())),
-            _ = audit_check.tick() => {
-                if proxy.audit_failed() {
-                    return Ok((1, "the audit store failed; stopped rather than run unaudited".into()));
-                }
-            }
-            Some(ended) = servers.join_next() => {
-                let why = match ended {
-                    Ok(Ok(())) => "a listener stopped".to_owned(),
-                    Ok(Err(e)) => format!("a listener failed: {e}"),
-                    Err(e) => format!("a listener task panicked: {e}"),
-                };
-                return Ok((1, why));
-            }
-        }
-    }
 }
 
 /// An explicit `--ca-dir` must hold a CA; the default one is created on first use.

@@ -24,22 +24,21 @@ use airlock_proxy::{
     CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
 };
 use anyhow::{Context, bail};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::serve::{announce_placeholders, bind_dns, bind_tcp, open_events, reload};
+use crate::serve::{
+    Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
+};
 use crate::sidecar::netns::{self, Target};
 use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
-use crate::sidecar::{wait_ready, watch::FileWatch};
+use crate::sidecar::wait_ready;
 use crate::{certs, one_line, paths, policy_file, secrets};
 
 /// What the session record says a sidecar cannot see.
 const CAPABILITIES_NOTE: &str =
     "sidecar mode: network and DNS events only; exec and file events are not visible";
-/// How often the policy file is checked for changes.
-const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// How often the audit store's lag is measured.
 const AUDIT_LAG_EVERY: Duration = Duration::from_secs(1);
 
@@ -133,14 +132,6 @@ struct Prepared {
     audit_key: PathBuf,
 }
 
-/// How serving ended.
-enum End {
-    /// SIGTERM/SIGINT: remove the rules (unless --keep-rules).
-    Clean(String),
-    /// Anything else: leave the rules, so traffic keeps failing.
-    Failed(String),
-}
-
 pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = args.wait_ready {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -178,9 +169,9 @@ pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let end = runtime.block_on(serve(&args, prepared, &rules, target.as_ref()));
-    let end = end.unwrap_or_else(|e| End::Failed(one_line(&e)));
+    let end = end.unwrap_or_else(|e| Stop::Failed(one_line(&e)));
     match end {
-        End::Clean(why) => {
+        Stop::Signal(why) => {
             if args.keep_rules {
                 eprintln!("airlock: {why}; capture rules kept (--keep-rules)");
             } else {
@@ -192,7 +183,7 @@ pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        End::Failed(why) => {
+        Stop::Failed(why) => {
             eprintln!(
                 "airlock: {why}; the capture rules stay in place, so the app's traffic fails until a sidecar runs again (to lift them: nft delete table inet {} in the namespace)",
                 rules.table.as_str()
@@ -240,7 +231,7 @@ async fn serve(
     prepared: Prepared,
     rules: &CaptureRules,
     target: Option<&Target>,
-) -> anyhow::Result<End> {
+) -> anyhow::Result<Stop> {
     let Prepared {
         policy_path,
         policy,
@@ -303,12 +294,12 @@ async fn serve(
         args.admin
     );
 
-    let end = wait_for_end(&proxy, &policy_path, &mut servers).await;
+    let end = serve_until_stopped(&proxy, &policy_path, &mut servers).await;
     admin_state.set_ready(false);
     lag.abort();
     let (code, reason) = match &end {
-        Ok(End::Clean(why)) => (0, why.clone()),
-        Ok(End::Failed(why)) => (1, why.clone()),
+        Ok(Stop::Signal(why)) => (0, why.clone()),
+        Ok(Stop::Failed(why)) => (1, why.clone()),
         Err(e) => (1, one_line(e)),
     };
     let finished = tokio::task::spawn_blocking(move || {
@@ -321,53 +312,10 @@ async fn serve(
     .await
     .context("finishing the audit session")?;
     match (end?, finished) {
-        (End::Clean(_), Err(e)) => Ok(End::Failed(format!(
+        (Stop::Signal(_), Err(e)) => Ok(Stop::Failed(format!(
             "finishing the audit session failed: {e}"
         ))),
         (end, _) => Ok(end),
-    }
-}
-
-/// Serve until a signal or a failure.
-async fn wait_for_end(
-    proxy: &Proxy,
-    policy: &std::path::Path,
-    servers: &mut JoinSet<std::io::Result<()>>,
-) -> anyhow::Result<End> {
-    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut audit_check = tokio::time::interval(Duration::from_millis(250));
-    let mut watch_tick = tokio::time::interval(WATCH_EVERY);
-    let mut watch = FileWatch::new(policy);
-    loop {
-        tokio::select! {
-            _ = hangup.recv() => {
-                reload(proxy, policy);
-            }
-            _ = watch_tick.tick() => {
-                if watch.changed() {
-                    reload(proxy, policy);
-                }
-            }
-            _ = terminate.recv() => return Ok(End::Clean("stopped by SIGTERM".into())),
-            _ = interrupt.recv() => return Ok(End::Clean("stopped by SIGINT".into())),
-            _ = audit_check.tick() => {
-                if proxy.audit_failed() {
-                    proxy.metrics().set_audit_healthy(false);
-                    return Ok(End::Failed("the audit store failed; stopped rather than run unaudited".into()));
-                }
-            }
-            Some(ended) = servers.join_next() => {
-                let why = match ended {
-                    Ok(Ok(())) => "a listener stopped".to_owned(),
-                    Ok(Err(e)) => format!("a listener failed: {e}"),
-                    Err(e) => format!("a listener task panicked: {e}"),
-                };
-                return Ok(End::Failed(why));
-            }
-        }
     }
 }
 

@@ -6,6 +6,11 @@
 //! clean exit deletes exactly that table and nothing else.
 //!
 //! What the table does (OUTPUT hook only, i.e. traffic from this namespace):
+//! - the NAT chain runs at priority -110, before the usual `dstnat` (-100)
+//!   chains of iptables-nft or Docker in the same namespace: a connection
+//!   is NATed once, by the first chain that maps it (nft(8), "NAT
+//!   STATEMENTS"), so Docker's redirect of its embedded DNS at 127.0.0.11
+//!   must not get there first;
 //! - packets carrying the sidecar's socket mark (its own upstream and DNS
 //!   sockets, see socket(7) `SO_MARK`) are left alone; setting a mark needs
 //!   CAP_NET_ADMIN, so the app cannot forge it, whatever its uid;
@@ -65,7 +70,7 @@ impl CaptureRules {
 delete table inet {table}
 table inet {table} {{
   chain nat_output {{
-    type nat hook output priority -100; policy accept;
+    type nat hook output priority -110; policy accept;
     meta mark {mark:#x} return
     meta nfproto ipv4 udp dport 53 redirect to :{dns}
     meta nfproto ipv4 tcp dport 53 redirect to :{dns}
@@ -156,6 +161,15 @@ mod tests {
         let loopback = script.find("ip daddr 127.0.0.0/8 return").unwrap();
         // DNS to a loopback resolver is captured too; other loopback traffic is not.
         assert!(mark < dns && dns < loopback && loopback < tcp);
+    }
+
+    #[test]
+    fn the_redirects_run_before_other_nat_chains() {
+        assert!(
+            rules()
+                .install_script()
+                .contains("type nat hook output priority -110;")
+        );
     }
 
     #[test]

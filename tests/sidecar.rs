@@ -1,0 +1,1020 @@
+//! `airlock sidecar` guarding a "pod" built here out of real namespaces: the
+//! pod's network namespace has a veth link to a second namespace, "the
+//! internet", where the TLS upstream (`api.test`) and some bait listeners
+//! live. The app runs inside the pod as uid 65534 (curl, python3) and knows
+//! nothing about a proxy; the sidecar joins the pod's namespace like a
+//! service-mesh sidecar. Every test has its own namespaces (removed on drop,
+//! even on failure) and runs as root, like the rest of the suite.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{AIRLOCK, ClientOutput, TestPki, Upstream};
+use tokio::io::AsyncWriteExt;
+
+/// The address of the "internet" side of the veth link; the upstream lives here.
+const NET_IP: &str = "10.254.0.1";
+/// The pod's own address.
+const POD_IP: &str = "10.254.0.2";
+const NET_IP6: &str = "fd00:254::1";
+const POD_IP6: &str = "fd00:254::2";
+/// The sidecar's admin endpoint inside the pod (its default).
+const ADMIN: &str = "127.0.0.1:15021";
+const TABLE: &str = "airlock_sidecar_15001";
+
+const POLICY: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo", "/echo/**"]
+"#;
+
+/// Same length as `POLICY_WITH_ADMIN`, but /admin spelled so it matches nothing.
+const POLICY_WITH_ADMIN: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo", "/echo/**", "/admin"]
+"#;
+const POLICY_WITHOUT_ADMIN: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo", "/echo/**", "/xdmin"]
+"#;
+
+fn sh(program: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {out:?}");
+    out
+}
+
+/// A pod network namespace plus an "internet" namespace, linked by veth.
+struct Pod {
+    name: String,
+    net: String,
+    dir: tempfile::TempDir,
+    pids: Mutex<Vec<u32>>,
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        for pid in self.pids.lock().map(|p| p.clone()).unwrap_or_default() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        for ns in [&self.name, &self.net] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.name));
+    }
+}
+
+impl Pod {
+    fn new(tag: &str) -> Self {
+        let id = std::process::id();
+        let pod = Pod {
+            name: format!("alsc-{tag}-{id}"),
+            net: format!("alsn-{tag}-{id}"),
+            dir: tempfile::tempdir().unwrap(),
+            pids: Mutex::default(),
+        };
+        let (p, n) = (pod.name.as_str(), pod.net.as_str());
+        sh("ip", &["netns", "add", p]);
+        sh("ip", &["netns", "add", n]);
+        for ns in [p, n] {
+            sh("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        }
+        sh(
+            "ip",
+            &[
+                "-n", p, "link", "add", "eth0", "type", "veth", "peer", "name", "up0", "netns", n,
+            ],
+        );
+        for (ns, dev, ip, ip6) in [(p, "eth0", POD_IP, POD_IP6), (n, "up0", NET_IP, NET_IP6)] {
+            sh(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev],
+            );
+            sh(
+                "ip",
+                &[
+                    "-n",
+                    ns,
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{ip6}/64"),
+                    "dev",
+                    dev,
+                    "nodad",
+                ],
+            );
+            sh("ip", &["-n", ns, "link", "set", dev, "up"]);
+        }
+        sh("ip", &["-n", p, "route", "add", "default", "via", NET_IP]);
+        sh(
+            "ip",
+            &["-n", p, "-6", "route", "add", "default", "via", NET_IP6],
+        );
+        // The app's resolver is "outside" (`ip netns exec` mounts this over /etc/resolv.conf).
+        std::fs::create_dir_all(format!("/etc/netns/{p}")).unwrap();
+        std::fs::write(
+            format!("/etc/netns/{p}/resolv.conf"),
+            format!("nameserver {NET_IP}\n"),
+        )
+        .unwrap();
+        // The CA: the key stays in the 0700 ca/ directory; the app gets a copy of ca.pem.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(pod.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(pod.dir.path().join("ca"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ca init: {out:?}");
+        std::fs::copy(pod.dir.path().join("ca/ca.pem"), pod.ca_pem()).unwrap();
+        std::fs::set_permissions(pod.ca_pem(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        pod.write_policy(POLICY);
+        pod
+    }
+
+    fn ca_pem(&self) -> PathBuf {
+        self.dir.path().join("app-ca.pem")
+    }
+
+    fn policy(&self) -> PathBuf {
+        self.dir.path().join("policy.toml")
+    }
+
+    fn write_policy(&self, text: &str) {
+        std::fs::write(self.policy(), text).unwrap();
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.db")
+    }
+
+    fn netns_path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Run `f` on a thread inside namespace `ns` (setns(2) moves only the
+    /// calling thread); sockets it creates stay in that namespace.
+    fn inside<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let file = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
+    /// A TCP listener in the "internet" namespace.
+    fn listen_outside(&self, addr: &str) -> tokio::net::TcpListener {
+        let addr: SocketAddr = addr.parse().unwrap();
+        let std = Self::inside(&self.net, || std::net::TcpListener::bind(addr).unwrap());
+        std.set_nonblocking(true).unwrap();
+        tokio::net::TcpListener::from_std(std).unwrap()
+    }
+
+    /// The TLS upstream `api.test` at NET_IP:443 (bytes relayed to a real
+    /// test server on the host's loopback, which counts the requests).
+    async fn upstream(&self, pki: &TestPki) -> Upstream {
+        let upstream = Upstream::start(Some(pki.server_config(&["api.test", "evil.test"]))).await;
+        let listener = self.listen_outside(&format!("{NET_IP}:443"));
+        let to = upstream.addr;
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        upstream
+    }
+
+    /// A TCP listener outside that counts connections (and answers, so a
+    /// connection that got through would succeed).
+    fn tcp_bait(&self, addr: &str) -> Arc<AtomicUsize> {
+        let listener = self.listen_outside(addr);
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let _ = s
+                    .write_all(b"HTTP/1.0 200 OK\r\n\r\nbypassed the sidecar\n")
+                    .await;
+            }
+        });
+        count
+    }
+
+    /// A UDP socket outside that counts datagrams.
+    fn udp_bait(&self, addr: &str) -> Arc<AtomicUsize> {
+        let addr: SocketAddr = addr.parse().unwrap();
+        let std = Self::inside(&self.net, || std::net::UdpSocket::bind(addr).unwrap());
+        std.set_nonblocking(true).unwrap();
+        let socket = tokio::net::UdpSocket::from_std(std).unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            while let Ok((_, from)) = socket.recv_from(&mut buf).await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let _ = socket.send_to(b"bypassed", from).await;
+            }
+        });
+        count
+    }
+
+    /// `airlock sidecar --netns` (or other `target` flags) for this pod.
+    fn sidecar(&self, pki: &TestPki, extra: &[&str]) -> Sidecar {
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.arg("sidecar")
+            .arg("--policy")
+            .arg(self.policy())
+            .arg("--ca-dir")
+            .arg(self.dir.path().join("ca"))
+            .arg("--upstream-ca")
+            .arg(&pki.ca_pem)
+            .args(["--resolve", &format!("api.test:{NET_IP}")])
+            .arg("--audit-db")
+            .arg(self.db())
+            .arg("--audit-key")
+            .arg(self.dir.path().join("audit/audit.key"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if !extra.contains(&"--pid") {
+            cmd.arg("--netns").arg(self.netns_path());
+        }
+        let mut child = cmd.spawn().unwrap();
+        self.pids.lock().unwrap().push(child.id());
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        for (pipe, lines) in [
+            (
+                Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
+                stderr.clone(),
+            ),
+            (Box::new(child.stdout.take().unwrap()), stdout.clone()),
+        ] {
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        Sidecar {
+            child,
+            stderr,
+            stdout,
+        }
+    }
+
+    /// Run a command inside the pod as uid/gid 65534, without capabilities.
+    async fn app(&self, argv: &[&str], env: &[(&str, &str)]) -> ClientOutput {
+        self.exec(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ],
+            argv,
+            env,
+        )
+        .await
+    }
+
+    /// Run `prefix` + `argv` inside the pod.
+    async fn exec(&self, prefix: &[&str], argv: &[&str], env: &[(&str, &str)]) -> ClientOutput {
+        let out = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(prefix)
+            .args(argv)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        ClientOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The app's curl, trusting the sidecar's CA: (HTTP status, body, output).
+    async fn curl(&self, url: &str, extra: &[&str]) -> (u16, String, ClientOutput) {
+        let ca = self.ca_pem();
+        let mut argv = vec![
+            "curl",
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-w",
+            "\n%{http_code}",
+        ];
+        argv.extend_from_slice(extra);
+        argv.push(url);
+        let out = self.app(&argv, &[]).await;
+        let (body, code) = out.stdout.rsplit_once('\n').unwrap_or(("", &out.stdout));
+        (code.trim().parse().unwrap_or(0), body.to_owned(), out)
+    }
+
+    /// The app's python3 urllib with SSL_CERT_FILE: prints "STATUS\nBODY".
+    async fn python_get(&self, url: &str) -> ClientOutput {
+        let script = format!(
+            r#"
+import urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen("{url}", timeout=10)
+    print(r.status); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code); print(e.read().decode())
+"#
+        );
+        let ca = self.ca_pem();
+        self.app(
+            &["/usr/bin/python3", "-c", &script],
+            &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+        )
+        .await
+    }
+
+    /// GET an admin endpoint from inside the pod: (status, body).
+    async fn admin(&self, path: &str) -> (u16, String) {
+        let out = self
+            .exec(
+                &[],
+                &[
+                    "curl",
+                    "-s",
+                    "--max-time",
+                    "5",
+                    "-w",
+                    "\n%{http_code}",
+                    &format!("http://{ADMIN}{path}"),
+                ],
+                &[],
+            )
+            .await;
+        let (body, code) = out.stdout.rsplit_once('\n').unwrap_or(("", &out.stdout));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+
+    fn nft_tables(&self) -> String {
+        let out = sh(
+            "ip",
+            &["netns", "exec", &self.name, "nft", "list", "tables"],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn audit(&self, args: &[&str]) -> String {
+        let out = Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(self.db())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+struct Sidecar {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+    stdout: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sidecar {
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Wait for a stderr line containing `needle`, `count` times in all.
+    async fn wait_for(&self, needle: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(needle))
+                .count();
+            if seen >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sidecar never said {needle:?}: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn ready(self) -> Self {
+        self.wait_for("airlock: sidecar ready", 1).await;
+        self
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    /// SIGTERM and wait for the exit code.
+    fn stop(&mut self) -> Option<i32> {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+
+    fn stdout_events(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+            .collect()
+    }
+}
+
+/// A pod with the upstream and a ready sidecar.
+async fn pod_with_sidecar(tag: &str, extra: &[&str]) -> (Pod, TestPki, Upstream, Sidecar) {
+    let pod = Pod::new(tag);
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let sidecar = pod.sidecar(&pki, extra).ready().await;
+    (pod, pki, upstream, sidecar)
+}
+
+fn assert_refusal_names_rule(body: &str) {
+    assert!(body.contains("Airlock refused this request."), "{body}");
+    assert!(body.contains("paths = [\"/admin\"]"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_and_python_in_the_pod_are_allowed_and_denied_by_policy() {
+    let (pod, _pki, upstream, mut sidecar) = pod_with_sidecar("allow", &["--events", "-"]).await;
+
+    let (code, body, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert!(body.contains("\"method\":\"GET\""), "{body}");
+    assert_eq!(upstream.hits(), 1);
+
+    let (code, body, out) = pod.curl("https://api.test/admin", &[]).await;
+    assert_eq!(code, 403, "{out:?}");
+    assert_refusal_names_rule(&body);
+    assert_eq!(
+        upstream.hits(),
+        1,
+        "a denied request must not reach upstream"
+    );
+
+    let out = pod.python_get("https://api.test/echo/py").await;
+    assert!(out.stdout.starts_with("200\n"), "{out:?}");
+    assert_eq!(upstream.hits(), 2);
+    let out = pod.python_get("https://api.test/admin").await;
+    assert!(out.stdout.starts_with("403\n"), "{out:?}");
+    assert_refusal_names_rule(&out.stdout);
+    assert_eq!(upstream.hits(), 2);
+
+    // An unlisted name does not even resolve.
+    let (_, _, out) = pod.curl("https://evil.test/echo", &[]).await;
+    assert_eq!(out.status, 6, "{out:?}");
+    assert_eq!(upstream.hits(), 2);
+
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+
+    // The session record: sidecar mode, says what it cannot see, has the traffic.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    let session = &sessions[0];
+    assert_eq!(session["mode"], "sidecar", "{session:#}");
+    let id = session["id"].as_str().unwrap();
+    let timeline = pod.audit(&["timeline", id]);
+    assert!(
+        timeline.contains(
+            "note: sidecar mode: network and DNS events only; exec and file events are not visible"
+        ),
+        "{timeline}"
+    );
+    let jsonl = pod.dir.path().join("session.jsonl");
+    pod.audit(&[
+        "export",
+        id,
+        "--format",
+        "jsonl",
+        "--out",
+        jsonl.to_str().unwrap(),
+    ]);
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let http: Vec<_> = events.iter().filter(|e| e["kind"] == "http").collect();
+    assert!(
+        http.iter()
+            .any(|e| e.to_string().contains("/echo") && e["status"] == 200),
+        "{http:#?}"
+    );
+    assert!(
+        http.iter()
+            .any(|e| e.to_string().contains("/admin") && e["status"] == 403),
+        "{http:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test"),
+        "{events:#?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["kind"] == "exec" || e["kind"] == "file")
+    );
+
+    // The same events streamed as JSON lines on stdout, for log pipelines.
+    let streamed = sidecar.stdout_events();
+    assert!(
+        streamed
+            .iter()
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test"),
+        "{streamed:#?}"
+    );
+    assert!(
+        streamed.iter().any(|e| e.to_string().contains("/admin")),
+        "{streamed:#?}"
+    );
+    let verify = Command::new(AIRLOCK)
+        .args(["audit", "verify", id, "--audit-db"])
+        .arg(pod.db())
+        .arg("--audit-key")
+        .arg(pod.dir.path().join("audit/audit.key"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_process_cannot_bypass_the_sidecar() {
+    let (pod, _pki, upstream, sidecar) = pod_with_sidecar("bypass", &[]).await;
+    let tcp = pod.tcp_bait(&format!("{NET_IP}:8080"));
+    let udp = pod.udp_bait(&format!("{NET_IP}:9999"));
+    let dns = pod.udp_bait(&format!("{NET_IP}:53"));
+    let tcp6 = pod.tcp_bait(&format!("[{NET_IP6}]:8080"));
+    // Like Docker's embedded DNS: an iptables-style (priority -100) NAT chain
+    // sending 127.0.0.11:53 elsewhere, here to the bait resolver.
+    let docker_like = format!(
+        "add table ip docker_like {{ chain output {{ type nat hook output priority -100; policy accept; ip daddr 127.0.0.11 udp dport 53 dnat to {NET_IP}:53; }}; }}"
+    );
+    sh("ip", &["netns", "exec", &pod.name, "nft", &docker_like]);
+
+    // Direct TCP to the upstream's address on another port: captured, refused.
+    let (code, body, out) = pod.curl(&format!("http://{NET_IP}:8080/"), &[]).await;
+    assert!(!body.contains("bypassed"), "{out:?}");
+    assert_ne!(code, 200, "{out:?}");
+    // Direct TLS to the upstream's address, SNI evil.test: captured, refused.
+    let (code, _, out) = pod
+        .curl(
+            "https://evil.test/echo",
+            &["--resolve", &format!("evil.test:443:{NET_IP}")],
+        )
+        .await;
+    assert_ne!(code, 200, "{out:?}");
+
+    let probe = format!(
+        r#"
+import socket, struct
+def query(name):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    for part in name.split("."):
+        q += bytes([len(part)]) + part.encode()
+    return q + b"\0" + struct.pack(">HH", 1, 1)
+# UDP that is not DNS.
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(2)
+try:
+    u.sendto(b"hello", ("{NET_IP}", 9999))
+    print("udp", u.recv(100))
+except OSError as e:
+    print("udp refused", e)
+# DNS to an outside resolver: answered by the sidecar, not by that resolver.
+d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+d.settimeout(5)
+d.sendto(query("api.test"), ("{NET_IP}", 53))
+answer = d.recv(512)
+print("dns answer", ".".join(str(b) for b in answer[-4:]))
+d.sendto(query("api.test"), ("127.0.0.11", 53))
+answer = d.recv(512)
+print("docker dns answer", ".".join(str(b) for b in answer[-4:]))
+# IPv6.
+s6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s6.settimeout(5)
+try:
+    s6.connect(("{NET_IP6}", 8080))
+    print("ipv6 connected", s6.recv(100))
+except OSError as e:
+    print("ipv6 refused", e)
+"#
+    );
+    let out = pod.app(&["/usr/bin/python3", "-c", &probe], &[]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("udp refused"), "{out:?}");
+    // 198.18.0.0/15: the sidecar's synthetic addresses, not the bait's "bypassed".
+    assert!(out.stdout.contains("\ndns answer 198.1"), "{out:?}");
+    assert!(out.stdout.contains("docker dns answer 198.1"), "{out:?}");
+    assert!(out.stdout.contains("ipv6 refused"), "{out:?}");
+
+    // Root inside the app container, without CAP_NET_ADMIN, with airlock's
+    // own uid (0): cannot set airlock's socket mark, and its traffic is captured.
+    let root_probe = format!(
+        r#"
+import socket
+caps = [l for l in open("/proc/self/status") if l.startswith("CapEff")]
+print("uid", __import__("os").getuid(), caps[0].split()[1])
+s = socket.socket()
+try:
+    s.setsockopt(socket.SOL_SOCKET, 36, {mark})  # SO_MARK, see socket(7)
+    print("mark set")
+except PermissionError:
+    print("mark refused")
+s.settimeout(5)
+try:
+    s.connect(("{NET_IP}", 8080))
+    s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+    print("got", s.recv(200))
+except OSError as e:
+    print("refused", e)
+"#,
+        mark = 0x4149_524c
+    );
+    let out = pod
+        .exec(
+            &[
+                "setpriv",
+                "--reuid=0",
+                "--regid=0",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ],
+            &["/usr/bin/python3", "-c", &root_probe],
+            &[],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("uid 0 0000000000000000"), "{out:?}");
+    assert!(out.stdout.contains("mark refused"), "{out:?}");
+    assert!(!out.stdout.contains("bypassed"), "{out:?}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tcp.load(Ordering::SeqCst), 0, "TCP bypassed the sidecar");
+    assert_eq!(udp.load(Ordering::SeqCst), 0, "UDP bypassed the sidecar");
+    assert_eq!(dns.load(Ordering::SeqCst), 0, "DNS bypassed the sidecar");
+    assert_eq!(tcp6.load(Ordering::SeqCst), 0, "IPv6 bypassed the sidecar");
+    assert_eq!(upstream.hits(), 0, "{}", sidecar.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_fails_until_the_sidecar_is_ready() {
+    let pod = Pod::new("ready");
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let sidecar = pod.sidecar(&pki, &["--start-delay", "6s"]);
+    sidecar.wait_for("capture rules installed", 1).await;
+    let started = Instant::now();
+
+    // The admin endpoint comes up first and says "not ready".
+    let (code, body) = loop {
+        let (code, body) = pod.admin("/readyz").await;
+        if code != 0 {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(code, 503, "{body}");
+    // The app's traffic fails rather than bypassing: DNS and direct connections.
+    let (code, _, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_ne!(out.status, 0, "{code} {out:?}");
+    let (code, _, out) = pod
+        .curl(
+            "https://api.test/echo",
+            &["--resolve", &format!("api.test:443:{NET_IP}")],
+        )
+        .await;
+    assert_ne!(out.status, 0, "{code} {out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the checks took longer than the start delay"
+    );
+    assert_eq!(upstream.hits(), 0);
+
+    // `airlock sidecar --wait-ready` holds an app until then, and exits 0.
+    let out = pod
+        .exec(
+            &[],
+            &[
+                AIRLOCK,
+                "sidecar",
+                "--wait-ready",
+                ADMIN,
+                "--wait-timeout",
+                "20s",
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "ready too early"
+    );
+    assert_eq!(pod.admin("/readyz").await.0, 200);
+    let (code, _, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert_eq!(upstream.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_ready_times_out_with_a_useful_message() {
+    let out = Command::new(AIRLOCK)
+        .args([
+            "sidecar",
+            "--wait-ready",
+            "127.0.0.1:9",
+            "--wait-timeout",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not ready within 1s"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reloads_on_file_change_and_sighup_without_dropping_connections() {
+    let (pod, _pki, upstream, sidecar) = pod_with_sidecar("reload", &[]).await;
+    // One keep-alive connection across both reloads: python reads a path per
+    // stdin line and prints the status and its local port.
+    let script = r#"
+import http.client, ssl, sys
+conn = http.client.HTTPSConnection("api.test", 443, context=ssl.create_default_context(), timeout=10)
+for line in sys.stdin:
+    conn.request("GET", line.strip())
+    r = conn.getresponse()
+    r.read()
+    print(r.status, conn.sock.getsockname()[1], flush=True)
+"#;
+    let ca = pod.ca_pem();
+    let mut python = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &pod.name])
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(["/usr/bin/python3", "-c", script])
+        .env("SSL_CERT_FILE", &ca)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = python.stdin.take().unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(python.stdout.take().unwrap()));
+    let mut get = async |path: &str| -> (u16, String) {
+        stdin
+            .write_all(format!("{path}\n").as_bytes())
+            .await
+            .unwrap();
+        let line = tokio::time::timeout(Duration::from_secs(15), lines.next_line())
+            .await
+            .expect("python answered")
+            .unwrap()
+            .unwrap_or_default();
+        let (status, port) = line.split_once(' ').unwrap_or(("0", ""));
+        (status.parse().unwrap_or(0), port.to_owned())
+    };
+
+    let (status, port) = get("/echo").await;
+    assert_eq!(status, 200);
+    let (status, _) = get("/admin").await;
+    assert_eq!(status, 403);
+
+    // File change: noticed within a second or so.
+    pod.write_policy(POLICY_WITH_ADMIN);
+    sidecar.wait_for("airlock: reloaded policy", 1).await;
+    let (status, same) = get("/admin").await;
+    assert_eq!(status, 200, "{}", sidecar.log());
+    assert_eq!(
+        same, port,
+        "the keep-alive connection must survive the reload"
+    );
+
+    // SIGHUP: a rewrite the file watch cannot see (same inode, length, mtime).
+    let modified = std::fs::metadata(pod.policy()).unwrap().modified().unwrap();
+    pod.write_policy(POLICY_WITHOUT_ADMIN);
+    std::fs::File::options()
+        .write(true)
+        .open(pod.policy())
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, _) = get("/admin").await;
+    assert_eq!(status, 200, "the file watch must not have seen it");
+    sidecar.signal(nix::sys::signal::Signal::SIGHUP);
+    sidecar.wait_for("airlock: reloaded policy", 2).await;
+    let (status, same) = get("/admin").await;
+    assert_eq!(status, 403, "{}", sidecar.log());
+    assert_eq!(
+        same, port,
+        "the keep-alive connection must survive the reload"
+    );
+    assert_eq!(upstream.hits(), 3);
+
+    // A broken policy keeps the one in force.
+    pod.write_policy("this is not toml [");
+    sidecar.wait_for("policy reload failed", 1).await;
+    let (status, _) = get("/echo").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_report_requests_latency_dns_connections_and_audit_lag() {
+    let (pod, _pki, _upstream, _sidecar) = pod_with_sidecar("metrics", &[]).await;
+    assert_eq!(pod.curl("https://api.test/echo", &[]).await.0, 200);
+    assert_eq!(pod.curl("https://api.test/admin", &[]).await.0, 403);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (code, metrics) = pod.admin("/metrics").await;
+    assert_eq!(code, 200);
+    for needle in [
+        "airlock_requests_total{decision=\"allow\",host=\"api.test\"} 1",
+        "airlock_requests_total{decision=\"deny\",host=\"api.test\"} 1",
+        "airlock_request_duration_seconds_bucket{le=\"+Inf\"} ",
+        "airlock_request_duration_seconds_count ",
+        "airlock_dns_queries_total{decision=\"allow\"} ",
+        "airlock_connections_open ",
+        "airlock_audit_lag_seconds ",
+        "# TYPE airlock_request_duration_seconds histogram",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "missing {needle:?} in:\n{metrics}"
+        );
+    }
+    assert_eq!(pod.admin("/healthz").await.0, 200);
+    assert_eq!(pod.admin("/nope").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_exit_removes_exactly_its_table() {
+    let pod = Pod::new("clean");
+    sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &pod.name,
+            "nft",
+            "add",
+            "table",
+            "inet",
+            "foreign_test",
+        ],
+    );
+    let pki = TestPki::new();
+    let events = pod.dir.path().join("events.jsonl");
+    let upstream = pod.upstream(&pki).await;
+    let mut sidecar = pod
+        .sidecar(&pki, &["--events", events.to_str().unwrap()])
+        .ready()
+        .await;
+    let tables = pod.nft_tables();
+    assert!(
+        tables.contains(TABLE) && tables.contains("foreign_test"),
+        "{tables}"
+    );
+    assert_eq!(pod.curl("https://api.test/echo", &[]).await.0, 200);
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    let tables = pod.nft_tables();
+    assert!(!tables.contains(TABLE), "{tables}");
+    assert!(tables.contains("foreign_test"), "{tables}");
+    assert!(
+        sidecar.log().contains("removed nft table inet"),
+        "{}",
+        sidecar.log()
+    );
+    // --events FILE got the JSON lines.
+    let lines = std::fs::read_to_string(&events).unwrap();
+    assert!(
+        lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test"),
+        "{lines}"
+    );
+    assert_eq!(upstream.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_rules_stay_and_traffic_fails() {
+    let (pod, _pki, upstream, mut sidecar) = pod_with_sidecar("kill", &[]).await;
+    assert_eq!(pod.curl("https://api.test/echo", &[]).await.0, 200);
+    sidecar.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sidecar.child.wait();
+    assert!(pod.nft_tables().contains(TABLE));
+    let (_, _, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_ne!(out.status, 0, "{out:?}");
+    let (_, _, out) = pod
+        .curl(
+            "https://api.test/echo",
+            &["--resolve", &format!("api.test:443:{NET_IP}")],
+        )
+        .await;
+    assert_ne!(out.status, 0, "{out:?}");
+    let out = pod.python_get("https://api.test/echo").await;
+    assert_ne!(out.status, 0, "{out:?}");
+    assert_eq!(upstream.hits(), 1, "traffic bypassed a dead sidecar");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pid_joins_the_network_namespace_of_a_process() {
+    let pod = Pod::new("pid");
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let mut sleeper = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &pod.name, "sleep", "600"])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id().unwrap();
+    pod.pids.lock().unwrap().push(pid);
+    // `ip netns exec` joins, then execs `sleep` in the same process.
+    let want = std::fs::metadata(pod.netns_path()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !same_file(&format!("/proc/{pid}/ns/net"), &want) {
+        assert!(Instant::now() < deadline, "sleep never entered the pod");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = pid.to_string();
+    let mut sidecar = pod.sidecar(&pki, &["--pid", &pid]).ready().await;
+    assert!(pod.nft_tables().contains(TABLE));
+    let (code, _, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert_eq!(upstream.hits(), 1);
+    assert_eq!(sidecar.stop(), Some(0));
+    assert!(!pod.nft_tables().contains(TABLE));
+    let _ = sleeper.kill().await;
+}
+
+fn same_file(path: &str, want: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(Path::new(path))
+        .map(|m| m.ino() == want.ino() && m.dev() == want.dev())
+        .unwrap_or(false)
+}
