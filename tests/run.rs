@@ -66,11 +66,7 @@ impl Fixture {
             .output()
             .await
             .unwrap();
-        ClientOutput {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        ClientOutput::from(out)
     }
 }
 

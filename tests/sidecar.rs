@@ -320,11 +320,7 @@ impl Pod {
             .output()
             .await
             .unwrap();
-        ClientOutput {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        ClientOutput::from(out)
     }
 
     /// The app's curl, trusting the sidecar's CA: (HTTP status, body, output).

@@ -561,6 +561,16 @@ pub struct ClientOutput {
     pub stderr: String,
 }
 
+impl From<std::process::Output> for ClientOutput {
+    fn from(out: std::process::Output) -> Self {
+        ClientOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 /// Run curl through the proxy, trusting Airlock's CA. Appends `-w '\n%{http_code}'`.
 pub async fn curl(proxy: &AirlockProxy, args: &[&str]) -> (u16, String, ClientOutput) {
     let out = tokio::process::Command::new("curl")
@@ -595,9 +605,5 @@ pub async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> ClientOu
         .output()
         .await
         .unwrap();
-    ClientOutput {
-        status: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    ClientOutput::from(out)
 }
