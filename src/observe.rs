@@ -110,8 +110,11 @@ fn file_op(op: airlock_shim::FileOp) -> FileOp {
 pub struct Terminal {
     /// stdin, stdout and stderr for the command.
     pub stdio: [OwnedFd; 3],
-    readers: [(OwnedFd, OutputStream); 2],
+    readers: TerminalReaders,
 }
+
+/// Airlock's ends of the output pipes, until recording starts.
+pub struct TerminalReaders([(OwnedFd, OutputStream); 2]);
 
 impl Terminal {
     pub fn new() -> anyhow::Result<Self> {
@@ -126,24 +129,30 @@ impl Terminal {
             .context("duplicating stdin")?;
         Ok(Self {
             stdio: [stdin, out_write, err_write],
-            readers: [
+            readers: TerminalReaders([
                 (out_read, OutputStream::Stdout),
                 (err_read, OutputStream::Stderr),
-            ],
+            ]),
         })
     }
 
+    /// The command's stdio now; the readers once the recorder exists (the
+    /// pipes hold whatever the command writes until then).
+    pub fn split(self) -> ([OwnedFd; 3], TerminalReaders) {
+        (self.stdio, self.readers)
+    }
+}
+
+impl TerminalReaders {
     /// Start copying; the returned handles finish when the command's side closes.
-    pub fn split(self, recorder: SessionRecorder) -> ([OwnedFd; 3], Vec<JoinHandle<()>>) {
-        let handles = self
-            .readers
+    pub fn record(self, recorder: &SessionRecorder) -> Vec<JoinHandle<()>> {
+        self.0
             .into_iter()
             .map(|(fd, stream)| {
                 let recorder = recorder.clone();
                 std::thread::spawn(move || copy_and_record(fd, stream, &recorder))
             })
-            .collect();
-        (self.stdio, handles)
+            .collect()
     }
 }
 

@@ -25,28 +25,34 @@ fn stamp(path: &Path) -> Option<Stamp> {
     })
 }
 
-/// Remembers the file's last seen version.
+/// Remembers the version in force and the one seen on the last poll.
 pub struct FileWatch {
     path: PathBuf,
-    last: Option<Stamp>,
+    in_force: Option<Stamp>,
+    last_seen: Option<Stamp>,
 }
 
 impl FileWatch {
     pub fn new(path: &Path) -> Self {
+        let now = stamp(path);
         Self {
             path: path.to_owned(),
-            last: stamp(path),
+            in_force: now.clone(),
+            last_seen: now,
         }
     }
 
-    /// True when the file differs from the last call's (a vanished file is
-    /// not a change: the policy in force stays until a new file appears).
+    /// True when the file differs from the version in force and has not
+    /// changed since the previous call. A vanished file is not a change: the
+    /// policy in force stays until a new file appears.
     pub fn changed(&mut self) -> bool {
         let now = stamp(&self.path);
-        if now.is_none() || now == self.last {
+        let settled = now.is_some() && now == self.last_seen;
+        self.last_seen = now.clone();
+        if !settled || now == self.in_force {
             return false;
         }
-        self.last = now;
+        self.in_force = now;
         true
     }
 }
@@ -56,18 +62,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rewrite_is_a_change_and_a_missing_file_is_not() {
+    fn a_settled_rewrite_is_a_change_and_a_missing_file_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.toml");
         std::fs::write(&path, "a").unwrap();
         let mut watch = FileWatch::new(&path);
         assert!(!watch.changed());
         std::fs::write(&path, "bb").unwrap();
+        assert!(!watch.changed(), "reloaded before the file settled");
         assert!(watch.changed());
         assert!(!watch.changed());
         std::fs::remove_file(&path).unwrap();
         assert!(!watch.changed());
+        assert!(!watch.changed());
         std::fs::write(&path, "ccc").unwrap();
+        assert!(!watch.changed());
+        assert!(watch.changed());
+    }
+
+    #[test]
+    fn a_file_caught_between_truncate_and_write_is_not_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, "version = 1").unwrap();
+        let mut watch = FileWatch::new(&path);
+        // Truncated (as by `>`), polled, then written: only the final
+        // version, once settled, is a change.
+        std::fs::write(&path, "").unwrap();
+        assert!(!watch.changed());
+        std::fs::write(&path, "version = 1\ndefault = \"allow\"").unwrap();
+        assert!(!watch.changed());
         assert!(watch.changed());
     }
 }

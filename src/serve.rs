@@ -55,9 +55,24 @@ pub fn reload(proxy: &Proxy, path: &Path) -> bool {
 }
 
 pub async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
+    let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))
+        .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))?;
+    widen_backlog(&listener)?;
+    Ok(listener)
+}
+
+/// How many connections the kernel queues for a listener before it drops
+/// SYNs (listen(2); capped by net.core.somaxconn). The default of Tokio and
+/// std, 128, turns a burst of connects into one-second SYN retransmits.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Raise a listening socket's backlog. Calling listen(2) again on a socket
+/// that already listens only adjusts its backlog (Linux, inet_listen in
+/// net/ipv4/af_inet.c).
+pub fn widen_backlog(listener: &impl std::os::fd::AsFd) -> anyhow::Result<()> {
+    let backlog = nix::sys::socket::Backlog::new(LISTEN_BACKLOG).context("listen backlog")?;
+    nix::sys::socket::listen(listener, backlog).context("raising the listen backlog")
 }
 
 /// A DNS listener: UDP and TCP on the same address. With port 0 the kernel
@@ -71,7 +86,10 @@ pub async fn bind_dns(addr: SocketAddr, flag: &str) -> anyhow::Result<(UdpSocket
         let bound = udp.local_addr()?;
         attempts_left -= 1;
         match TcpListener::bind(bound).await {
-            Ok(tcp) => return Ok((udp, tcp)),
+            Ok(tcp) => {
+                widen_backlog(&tcp)?;
+                return Ok((udp, tcp));
+            }
             Err(e) if attempts_left == 0 => {
                 return Err(e).with_context(|| {
                     format!("{flag} {bound}: cannot listen on TCP (is another process using it?)")
@@ -100,6 +118,27 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// How often the audit store's health is checked.
 const AUDIT_CHECK_EVERY: Duration = Duration::from_millis(250);
 
+/// The signals a long-running front end answers. Installed before anything
+/// is bound or announced: until a handler exists, SIGTERM and SIGHUP take
+/// their default action and end the process (signal(7)), which would leave
+/// an audit session unfinished the moment a supervisor saw "listening".
+pub struct Signals {
+    hangup: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Needs a Tokio runtime context (`Runtime::enter` or inside `block_on`).
+    pub fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            hangup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+}
+
 /// How serving ended.
 pub enum Stop {
     /// SIGTERM or SIGINT: a clean exit.
@@ -114,12 +153,14 @@ pub enum Stop {
 pub async fn serve_until_stopped(
     proxy: &Proxy,
     policy: &Path,
+    signals: Signals,
     servers: &mut JoinSet<std::io::Result<()>>,
-) -> anyhow::Result<Stop> {
-    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+) -> Stop {
+    let Signals {
+        mut hangup,
+        mut terminate,
+        mut interrupt,
+    } = signals;
     let mut audit_check = tokio::time::interval(AUDIT_CHECK_EVERY);
     let mut watch_tick = tokio::time::interval(WATCH_EVERY);
     let mut watch = FileWatch::new(policy);
@@ -133,12 +174,12 @@ pub async fn serve_until_stopped(
                     reload(proxy, policy);
                 }
             }
-            _ = terminate.recv() => return Ok(Stop::Signal("stopped by SIGTERM".into())),
-            _ = interrupt.recv() => return Ok(Stop::Signal("stopped by SIGINT".into())),
+            _ = terminate.recv() => return Stop::Signal("stopped by SIGTERM".into()),
+            _ = interrupt.recv() => return Stop::Signal("stopped by SIGINT".into()),
             _ = audit_check.tick() => {
                 if proxy.audit_failed() {
                     proxy.metrics().set_audit_healthy(false);
-                    return Ok(Stop::Failed("the audit store failed; stopped rather than run unaudited".into()));
+                    return Stop::Failed("the audit store failed; stopped rather than run unaudited".into());
                 }
             }
             Some(ended) = servers.join_next() => {
@@ -147,7 +188,7 @@ pub async fn serve_until_stopped(
                     Ok(Err(e)) => format!("a listener failed: {e}"),
                     Err(e) => format!("a listener task panicked: {e}"),
                 };
-                return Ok(Stop::Failed(why));
+                return Stop::Failed(why);
             }
         }
     }

@@ -241,6 +241,153 @@ async fn audit_store_full_stops_the_session_and_stays_verifiable() {
     assert!(verify_all(&db, &key, true) >= 1);
 }
 
+/// `chattr` on each path (ioctl_iflags(2)); true when every call succeeded.
+fn chattr(flag: &str, paths: &[PathBuf]) -> bool {
+    let existing: Vec<&PathBuf> = paths.iter().filter(|p| p.exists()).collect();
+    Command::new("chattr")
+        .arg(flag)
+        .args(existing)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Files made immutable for a test, made mutable again on drop (even when
+/// the test fails), so the temporary directory can be removed.
+struct Immutable(Vec<PathBuf>);
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        chattr("-i", &self.0);
+    }
+}
+
+/// The audit store becomes read-only mid-session. The database, its WAL and
+/// its directory are made immutable (ioctl_iflags(2): on ext4 even writes
+/// through descriptors opened earlier fail with EPERM), which is what a
+/// store remounted read-only looks like to SQLite. New requests are refused,
+/// the proxy stops with a reason, nothing is forwarded unrecorded, and once
+/// the flag is cleared the database opens and verifies.
+#[tokio::test]
+async fn audit_store_turning_read_only_stops_the_session_and_stays_verifiable() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    // Not tmpfs: tmpfs lets writes through descriptors opened before +i.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let db = dir.path().join("audit.db");
+    let key = dir.path().join("audit.key");
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        "--audit-key".into(),
+        key.to_str().unwrap().into(),
+        "--audit-sync".into(),
+    ];
+    let mut proxy = AirlockProxy::start(opts);
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    for _ in 0..3 {
+        assert_eq!(curl(&proxy, &[&url]).await.0, 200);
+    }
+    // Not the `-shm` WAL index: SQLite maps it (mmap(2)), and a store whose
+    // mapped pages cannot be written faults with SIGBUS instead of returning
+    // an error (see "Issues found by this pass" in docs/threat-model.md).
+    let files: Vec<PathBuf> = ["audit.db", "audit.db-wal", "audit.db-journal"]
+        .iter()
+        .map(|f| dir.path().join(f))
+        .chain([dir.path().to_owned()])
+        .collect();
+    let frozen = Immutable(files.clone());
+    assert!(
+        chattr("+i", &files),
+        "chattr +i failed (needs root and a filesystem with inode flags)"
+    );
+    let hits_before = upstream.hits();
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(curl(&proxy, &[&url]).await.0);
+    }
+    let status = wait_exit(&mut proxy, Duration::from_secs(10));
+    drop(frozen);
+    assert!(
+        codes.iter().all(|c| *c == 503 || *c == 0),
+        "requests were answered after the store turned read-only: {codes:?}"
+    );
+    assert_eq!(
+        upstream.hits(),
+        hits_before,
+        "forwarded after the store turned read-only"
+    );
+    assert!(
+        matches!(status, Some(c) if c != 0),
+        "the proxy kept running (or exited 0) with a read-only audit store: {status:?}"
+    );
+    let stderr = proxy.stderr.lock().unwrap().join("\n");
+    assert!(stderr.contains("audit"), "{stderr}");
+    assert_eq!(verify_all(&db, &key, true), 1);
+}
+
+/// An audit store that is read-only from the start: `airlock proxy` refuses
+/// to start, with one line naming the problem, instead of running unrecorded.
+#[tokio::test]
+async fn read_only_audit_store_refuses_to_start() {
+    let fs = Tmpfs::mount("1M");
+    let ok = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(fs.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "remount read-only");
+    let keydir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let ca = work.path().join("ca");
+    let policy = work.path().join("policy.toml");
+    std::fs::write(&policy, "version = 1\n").unwrap();
+    assert!(
+        Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(&ca)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut child = Command::new(AIRLOCK)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
+        .arg(&policy)
+        .arg("--ca-dir")
+        .arg(&ca)
+        .arg("--audit-db")
+        .arg(fs.path().join("audit.db"))
+        .arg("--audit-key")
+        .arg(keydir.path().join("audit.key"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("airlock proxy kept running with a read-only audit store");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(!stderr.contains("listening"), "it listened: {stderr}");
+    assert!(stderr.contains("audit"), "{stderr}");
+}
+
 fn wait_exit(proxy: &mut AirlockProxy, within: Duration) -> Option<i32> {
     let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
     let deadline = Instant::now() + within;
@@ -254,7 +401,8 @@ fn wait_exit(proxy: &mut AirlockProxy, within: Duration) -> Option<i32> {
     None
 }
 
-/// SIGHUP twenty times while clients make requests: not one fails.
+/// SIGHUP twenty times while clients make requests (the policy file replaced
+/// each time): not one fails.
 #[tokio::test]
 async fn sighup_reload_under_load_drops_nothing() {
     let pki = TestPki::new();
@@ -271,6 +419,9 @@ async fn sighup_reload_under_load_drops_nothing() {
     opts.resolve = vec!["api.test:127.0.0.1".into()];
     let proxy = AirlockProxy::start(opts);
     let url = format!("https://api.test:{}/echo", upstream.port());
+    // No pause after start-up: the signal handlers are installed before the
+    // proxy announces its address (src/serve.rs, `Signals`), so a SIGHUP
+    // that soon is a reload, not SIGHUP's default action (signal(7)).
     let mut clients = Vec::new();
     for worker in 0..3 {
         let proxy_url = proxy.proxy_url();
@@ -309,6 +460,10 @@ async fn sighup_reload_under_load_drops_nothing() {
     let pid = nix::unistd::Pid::from_raw(proxy.pid() as i32);
     for i in 0..20 {
         let extra = if i % 2 == 0 { ", \"/other\"" } else { "" };
+        // Rewritten in place (truncate, then write), as `>` or an editor
+        // does. The proxy also watches the file; it must never put the
+        // empty, truncated file (a valid deny-everything policy) in force,
+        // so it reloads only a file that has settled (src/policy_watch.rs).
         std::fs::write(&proxy.policy, policy(extra)).unwrap();
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -413,13 +568,14 @@ async fn kill_9_of_the_proxy_leaves_a_verifiable_record() {
     assert_eq!(verify_all(&db, &key, true), 1);
 }
 
-/// Inside `airlock run`, the command kills its parent, or everything it can
-/// see: airlock ends cleanly and no process of the sandbox is left.
+/// Inside `airlock run`, the command kills itself, its parent, or everything
+/// it can see: airlock ends cleanly and no process of the sandbox is left.
 #[tokio::test]
 async fn sandboxed_command_killing_its_parent_or_everything() {
     for (name, script) in [
         ("parent", "sleep 777.1 & kill -9 $PPID; sleep 2"),
         ("everything", "sleep 777.2 & kill -9 -1; sleep 2"),
+        ("itself", "sleep 777.3 & kill -9 $$; sleep 2"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
@@ -456,7 +612,11 @@ async fn sandboxed_command_killing_its_parent_or_everything() {
         );
         // No residue: nothing on the host runs the command's sleep.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let marker = if name == "parent" { "777.1" } else { "777.2" };
+        let marker = match name {
+            "parent" => "777.1",
+            "everything" => "777.2",
+            _ => "777.3",
+        };
         let left: Vec<String> = std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok())

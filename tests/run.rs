@@ -1,5 +1,5 @@
 //! `airlock run` with real programs inside the sandbox — curl, python3
-//! urllib, node https, git over smart HTTP, pip — against TLS servers the
+//! urllib and requests, node https, git over smart HTTP, pip — against TLS servers the
 //! tests start on the host's loopback. None of them is told about a proxy:
 //! their connections are captured, and they trust the session CA through the
 //! mounted bundle and the standard variables.
@@ -122,15 +122,21 @@ async fn python_and_node_inside() {
     let python = format!(
         r#"
 import urllib.request, urllib.error
+import requests
 print(urllib.request.urlopen("{allowed}", timeout=20).status)
 try:
     urllib.request.urlopen("{denied}", timeout=20)
 except urllib.error.HTTPError as e:
     print(e.code, e.headers["x-airlock-decision"])
+r = requests.get("{denied}", timeout=20)
+print("requests", requests.get("{allowed}", timeout=20).status_code, r.status_code, r.headers["x-airlock-decision"])
 "#
     );
     let out = f.run(&policy, &["/usr/bin/python3", "-c", &python]).await;
-    assert_eq!(out.stdout, "200\n403 deny\n", "{out:?}");
+    assert_eq!(
+        out.stdout, "200\n403 deny\nrequests 200 403 deny\n",
+        "{out:?}"
+    );
 
     let node = format!(
         r#"

@@ -1043,9 +1043,19 @@ async fn unprivileged_user_runs_sandboxes_too() {
     chmod(&audit, 0o777);
 
     let port = f.port();
+    // The other clients, as files in the workspace (the only place both the
+    // user and the sandbox can see: /tmp is private inside).
+    std::fs::write(ws.join("client.py"), UNPRIVILEGED_PYTHON).unwrap();
+    std::fs::write(ws.join("client.js"), UNPRIVILEGED_NODE).unwrap();
+    let base = format!("https://api.test:{port}");
     let script = format!(
-        "id -u; curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' https://api.test:{port}/echo/unprivileged; \
-         curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' https://api.test:{port}/admin; \
+        "id -u; curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' {base}/echo/unprivileged; \
+         curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' {base}/admin; \
+         /usr/bin/python3 client.py {base}; node client.js {base}; \
+         git ls-remote {base}/echo/git >/dev/null 2>&1; \
+         /usr/bin/python3 -m pip download -q --no-deps --no-cache-dir --disable-pip-version-check \
+           --retries 0 -d /tmp/dl --index-url {base}/echo/pip/ nothing >/dev/null 2>&1; \
+         grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status; \
          touch ws-file; touch /etc/airlock-unpriv 2>/dev/null && echo etc-writable; true"
     );
     let mut args: Vec<OsString> = vec![
@@ -1070,7 +1080,7 @@ async fn unprivileged_user_runs_sandboxes_too() {
     args.push(audit.join("audit.key").into());
     args.extend(os(&[
         "--memory",
-        "256M",
+        "1G",
         "--timeout",
         "60s",
         "--",
@@ -1086,7 +1096,14 @@ async fn unprivileged_user_runs_sandboxes_too() {
         .output()
         .unwrap();
     let uid = String::from_utf8_lossy(&uid.stdout).trim().to_owned();
-    assert_eq!(out.stdout, format!("{uid}\n200\n403\n"), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{uid}\n200\n403\nurllib 200\nrequests 200\nurllib denied 403 deny\nnode 200\n\
+             CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"
+        ),
+        "{out:?}"
+    );
     assert!(
         out.stderr.contains(
             "cgroups unavailable as an unprivileged user: --memory enforced with RLIMIT_AS instead"
@@ -1101,11 +1118,46 @@ async fn unprivileged_user_runs_sandboxes_too() {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(ws.join("ws-file")).unwrap();
     assert_eq!(meta.uid().to_string(), uid);
+    // Every client trusted the session CA and went through the proxy; git and
+    // pip got this upstream's plain-text answers (not a repository, not an
+    // index), which is enough to show that their requests arrived.
+    let seen = f.upstream.seen.lock().unwrap().clone();
     assert_eq!(
-        f.upstream.seen.lock().unwrap().clone(),
-        vec!["/echo/unprivileged".to_owned()]
+        seen[..4],
+        [
+            "/echo/unprivileged",
+            "/echo/py-urllib",
+            "/echo/py-requests",
+            "/echo/node"
+        ],
+        "{seen:?}"
     );
+    assert!(
+        seen.iter()
+            .any(|p| p.starts_with("/echo/git/info/refs?service=git-upload-pack")),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|p| p == "/echo/pip/nothing/"), "{seen:?}");
 }
+
+const UNPRIVILEGED_PYTHON: &str = r#"
+import sys, urllib.error, urllib.request
+import requests
+base = sys.argv[1]
+print("urllib", urllib.request.urlopen(base + "/echo/py-urllib", timeout=20).status)
+print("requests", requests.get(base + "/echo/py-requests", timeout=20).status_code)
+try:
+    urllib.request.urlopen(base + "/admin", timeout=20)
+except urllib.error.HTTPError as e:
+    print("urllib denied", e.code, e.headers["x-airlock-decision"])
+"#;
+
+const UNPRIVILEGED_NODE: &str = r#"
+require("https").get(process.argv[2] + "/echo/node", (r) => {
+  r.resume();
+  r.on("end", () => console.log("node", r.statusCode));
+}).on("error", (e) => { console.error(e); process.exit(1); });
+"#;
 
 // ---------------------------------------------------------------------------
 // 5. Limits and exit statuses.

@@ -156,28 +156,50 @@ fn create_key_file(path: &Path) -> Result<SigningKey, AuditError> {
     }
     let key = generate()?;
     let text = format!("{SECRET_TAG} {}\n", STANDARD.encode(key.to_bytes()));
-    // create_new: if another airlock created the key concurrently, use theirs
-    // instead of overwriting it (which would orphan their signatures).
-    let mut file = match fs::OpenOptions::new()
+    // Written whole under a private name, then linked into place: link(2)
+    // never replaces an existing file (EEXIST), so when several airlocks
+    // start at once exactly one key wins, and nobody ever reads a key file
+    // that is still empty or half-written.
+    let staged = staging_path(path)?;
+    let written = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-    {
-        Ok(f) => f,
+        .open(&staged)
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&staged);
+        return Err(key_err(path, format!("cannot write: {e}")));
+    }
+    let linked = fs::hard_link(&staged, path);
+    let _ = fs::remove_file(&staged);
+    match linked {
+        Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Another airlock created the key first: use theirs rather than
+            // orphan the signatures it is already making.
             return read_secret_key(path).map_err(|r| match r {
                 KeyRead::Missing => key_err(path, "vanished while being created; retry"),
                 KeyRead::Bad(e) => e,
             });
         }
         Err(e) => return Err(key_err(path, format!("cannot create: {e}"))),
-    };
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|e| key_err(path, format!("cannot write: {e}")))?;
+    }
     tracing::info!(path = %path.display(), fingerprint = %KeyFingerprint::of(&key.verifying_key()), "created audit signing key");
     Ok(key)
+}
+
+/// A unique name beside `path` for writing the key before it is linked.
+fn staging_path(path: &Path) -> Result<PathBuf, AuditError> {
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| AuditError::Random(e.to_string()))?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "audit.key".into(), |n| n.to_string_lossy().into_owned());
+    Ok(path.with_file_name(format!(".{name}.{}.new", hex(&nonce))))
 }
 
 enum ParsedKey {
@@ -215,5 +237,38 @@ pub(crate) fn resolve_anchor(anchor: &TrustAnchor) -> Result<Option<VerifyingKey
         TrustAnchor::None => Ok(None),
         TrustAnchor::PublicKey(k) => Ok(Some(*k)),
         TrustAnchor::KeyFile(p) => load_public_key(p).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Twenty sessions starting at once with no key yet: one key is created,
+    /// everyone signs with it, and nobody reads a half-written file.
+    #[test]
+    fn concurrent_first_use_agrees_on_one_key() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("keys/audit.key");
+            let source = SigningKeySource::KeyFile(path.clone());
+            let keys: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..16)
+                    .map(|_| s.spawn(|| obtain_signing_key(&source)))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let first = keys[0].as_ref().expect("key").to_bytes();
+            for key in &keys {
+                assert_eq!(key.as_ref().expect("key").to_bytes(), first);
+            }
+            let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["audit.key"], "staging files were left behind");
+            let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
     }
 }

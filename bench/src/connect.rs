@@ -26,6 +26,10 @@ pub enum Route {
     Direct(SocketAddr),
     /// TCP to this explicit proxy, then `CONNECT host:port`.
     ExplicitProxy(SocketAddr),
+    /// Resolve the origin's name with the system resolver at every connect, as
+    /// an unmodified client does; inside `airlock run` that is airlock's DNS,
+    /// and the connection is captured transparently.
+    SystemDns,
 }
 
 /// The origin as the client names it: TLS SNI, certificate name and Host header.
@@ -46,6 +50,11 @@ impl Origin {
 pub struct Dialer {
     pub route: Route,
     pub origin: Arc<Origin>,
+    /// What `CONNECT` asks for; the origin's authority unless overridden
+    /// (a proxy that cannot resolve bench.test is asked for its IP instead).
+    pub tunnel_authority: Arc<str>,
+    /// `Proxy-Authorization` value sent with `CONNECT` (sandbox-runtime's proxy wants one).
+    pub proxy_authorization: Option<Arc<str>>,
     pub tls: TlsConnector,
     pub server_name: ServerName<'static>,
 }
@@ -54,8 +63,11 @@ impl Dialer {
     pub fn new(route: Route, origin: Origin, tls: Arc<ClientConfig>) -> anyhow::Result<Self> {
         let server_name = ServerName::try_from(origin.host.clone())
             .with_context(|| format!("{:?} is not a valid TLS server name", origin.host))?;
+        let tunnel_authority = origin.authority().into();
         Ok(Self {
             route,
+            tunnel_authority,
+            proxy_authorization: None,
             origin: Arc::new(origin),
             tls: TlsConnector::from(tls),
             server_name,
@@ -68,8 +80,22 @@ impl Dialer {
             Route::Direct(addr) => dial(addr).await?,
             Route::ExplicitProxy(proxy) => {
                 let mut tcp = dial(proxy).await?;
-                connect_tunnel(&mut tcp, &self.origin.authority()).await?;
+                connect_tunnel(
+                    &mut tcp,
+                    &self.tunnel_authority,
+                    self.proxy_authorization.as_deref(),
+                )
+                .await?;
                 tcp
+            }
+            Route::SystemDns => {
+                let authority = self.origin.authority();
+                let addr = tokio::net::lookup_host(authority.as_str())
+                    .await
+                    .with_context(|| format!("resolving {authority}"))?
+                    .next()
+                    .with_context(|| format!("{authority} resolved to no address"))?;
+                dial(addr).await?
             }
         };
         let tls = self
@@ -102,8 +128,15 @@ async fn dial(addr: SocketAddr) -> anyhow::Result<TcpStream> {
 }
 
 /// Sends `CONNECT authority` and reads the proxy's answer up to the blank line.
-async fn connect_tunnel(tcp: &mut TcpStream, authority: &str) -> anyhow::Result<()> {
-    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+async fn connect_tunnel(
+    tcp: &mut TcpStream,
+    authority: &str,
+    authorization: Option<&str>,
+) -> anyhow::Result<()> {
+    let auth = authorization
+        .map(|a| format!("Proxy-Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n");
     tcp.write_all(request.as_bytes())
         .await
         .context("sending CONNECT to the proxy")?;

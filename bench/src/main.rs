@@ -13,6 +13,7 @@ mod pki;
 mod report;
 mod rss;
 mod stats;
+mod timing;
 mod tls;
 
 use std::path::PathBuf;
@@ -54,6 +55,10 @@ enum Command {
     },
     /// Print a free TCP port on 127.0.0.1 (bound then released).
     FreePort,
+    /// Time a command N times (start-up, audited workload): one JSON sample per run.
+    Time(timing::TimeArgs),
+    /// Print one JSON sample from figures measured elsewhere (wrk, h2load), or a note.
+    Sample(timing::SampleArgs),
     /// Aggregate raw samples (JSON lines) into the Markdown and JSON results.
     Report(report::ReportArgs),
 }
@@ -84,5 +89,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Report(args) => report::run(args),
+        Command::Time(args) => timing::run(args),
+        Command::Sample(args) => timing::print_sample(args),
     }
 }

@@ -112,49 +112,247 @@ impl Figures {
 enum Kind {
     /// More is better (req/s, MB/s): show the ratio.
     Rate,
-    /// Less is better, in microseconds: show the ratio and the added time.
+    /// Less is better, a duration: show the ratio and the added time.
     Latency,
+    /// A size or count: shown as is.
+    Plain,
+}
+
+/// What an Airlock contender must reach in one table (the issue's targets).
+#[derive(Clone, Copy)]
+enum Target {
+    /// Ratio to the row's baseline at least this.
+    RatioAtLeast(f64),
+    /// Added over the baseline below this (same unit as the figure).
+    AddedBelow(f64),
+    /// The figure itself below this.
+    Below(f64),
+    /// The figure itself at least this.
+    AtLeast(f64),
+}
+
+impl Target {
+    fn met(self, value: f64, base: Option<f64>) -> Option<bool> {
+        Some(match self {
+            Target::RatioAtLeast(r) => value / base.filter(|b| *b > 0.0)? >= r,
+            Target::AddedBelow(a) => value - base? < a,
+            Target::Below(x) => value < x,
+            Target::AtLeast(x) => value >= x,
+        })
+    }
+
+    fn text(self, unit: &str) -> String {
+        match self {
+            Target::RatioAtLeast(r) => format!("≥ {r} × baseline"),
+            Target::AddedBelow(a) => format!("< {} {unit} added", fmt(a)),
+            Target::Below(x) => format!("< {} {unit}", fmt(x)),
+            Target::AtLeast(x) => format!("≥ {} {unit}", fmt(x)),
+        }
+    }
+}
+
+struct Column {
+    metric: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    kind: Kind,
+    /// Checked for contenders whose name starts with "airlock".
+    target: Option<Target>,
+}
+
+const fn col(
+    metric: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    kind: Kind,
+    target: Option<Target>,
+) -> Column {
+    Column {
+        metric,
+        label,
+        unit,
+        kind,
+        target,
+    }
 }
 
 struct Table {
     case: &'static str,
     title: &'static str,
-    rows: &'static [(&'static str, &'static str, Kind)],
+    /// The contender ratios are taken against (sidecar rows use `direct-veth`).
+    baseline: &'static str,
+    columns: &'static [Column],
 }
+
+const REQS: &[Column] = &[col(
+    "req_per_s",
+    "requests/s",
+    "req/s",
+    Kind::Rate,
+    Some(Target::RatioAtLeast(0.5)),
+)];
 
 const TABLES: &[Table] = &[
     Table {
         case: "keepalive",
-        title: "Keep-alive HTTPS requests/s",
-        rows: &[("req_per_s", "requests/s", Kind::Rate)],
+        title: "Keep-alive HTTPS requests/s, HTTP/1.1 (airlock-bench load)",
+        baseline: BASELINE,
+        columns: REQS,
+    },
+    Table {
+        case: "wrk-h1",
+        title: "Keep-alive HTTPS requests/s, HTTP/1.1 (wrk)",
+        baseline: BASELINE,
+        columns: REQS,
+    },
+    Table {
+        case: "h2load-h2",
+        title: "Keep-alive HTTPS requests/s, HTTP/2 (h2load)",
+        baseline: BASELINE,
+        columns: REQS,
     },
     Table {
         case: "newconn",
         title: "New-connection HTTPS requests/s (fresh TCP + TLS per request; fresh CONNECT when proxied)",
-        rows: &[("req_per_s", "requests/s", Kind::Rate)],
+        baseline: BASELINE,
+        columns: &[col("req_per_s", "requests/s", "req/s", Kind::Rate, None)],
     },
     Table {
         case: "latency-keepalive",
         title: "Latency, sequential requests on one keep-alive connection",
-        rows: &[
-            ("p50_us", "p50 (µs)", Kind::Latency),
-            ("p99_us", "p99 (µs)", Kind::Latency),
+        baseline: BASELINE,
+        columns: &[
+            col(
+                "p50_us",
+                "p50 µs",
+                "µs",
+                Kind::Latency,
+                Some(Target::AddedBelow(200.0)),
+            ),
+            col("p99_us", "p99 µs", "µs", Kind::Latency, None),
         ],
     },
     Table {
         case: "latency-newconn",
-        title: "Latency, sequential requests, each on a new connection (connect + TLS + request)",
-        rows: &[
-            ("p50_us", "p50 (µs)", Kind::Latency),
-            ("p99_us", "p99 (µs)", Kind::Latency),
+        title: "Latency, sequential requests, each on a new connection (connect + TLS + request; proxy certificate cached)",
+        baseline: BASELINE,
+        columns: &[
+            col(
+                "p50_us",
+                "p50 µs",
+                "µs",
+                Kind::Latency,
+                Some(Target::AddedBelow(2000.0)),
+            ),
+            col("p99_us", "p99 µs", "µs", Kind::Latency, None),
+        ],
+    },
+    Table {
+        case: "fixed-rate",
+        title: "Latency at a fixed request rate (open loop, from the scheduled send time)",
+        baseline: BASELINE,
+        columns: &[
+            col(
+                "p50_us",
+                "p50 µs",
+                "µs",
+                Kind::Latency,
+                Some(Target::AddedBelow(200.0)),
+            ),
+            col("p99_us", "p99 µs", "µs", Kind::Latency, None),
         ],
     },
     Table {
         case: "download",
         title: "Large download, one connection",
-        rows: &[("mb_per_s", "MB/s (10^6 B/s)", Kind::Rate)],
+        baseline: BASELINE,
+        columns: &[col(
+            "mb_per_s",
+            "MB/s (10^6 B/s)",
+            "MB/s",
+            Kind::Rate,
+            Some(Target::RatioAtLeast(0.6)),
+        )],
+    },
+    Table {
+        case: "download-1g",
+        title: "Proxy VmRSS during a 1 GiB download (sampled every 100 ms)",
+        baseline: BASELINE,
+        columns: &[
+            col("mb_per_s", "MB/s", "MB/s", Kind::Rate, None),
+            col("rss_start_mib", "RSS start MiB", "MiB", Kind::Plain, None),
+            col(
+                "rss_max_mib",
+                "RSS max MiB",
+                "MiB",
+                Kind::Plain,
+                Some(Target::Below(20.0)),
+            ),
+            col("rss_end_mib", "RSS end MiB", "MiB", Kind::Plain, None),
+        ],
+    },
+    Table {
+        case: "rss-idle",
+        title: "Proxy VmRSS idle (after start-up, before any traffic)",
+        baseline: BASELINE,
+        columns: &[col(
+            "vm_rss_mib",
+            "VmRSS MiB",
+            "MiB",
+            Kind::Plain,
+            Some(Target::Below(20.0)),
+        )],
+    },
+    Table {
+        case: "hold",
+        title: "Proxy memory holding many concurrent connections (each did TLS + one request)",
+        baseline: BASELINE,
+        columns: &[
+            col("opened", "connections open", "", Kind::Plain, None),
+            col("vm_rss_mib", "VmRSS MiB", "MiB", Kind::Plain, None),
+            col("vm_hwm_mib", "peak VmHWM MiB", "MiB", Kind::Plain, None),
+        ],
+    },
+    Table {
+        case: "startup",
+        title: "Start-up: wall time of `CMD /bin/true` (spawn to exit)",
+        baseline: "bare",
+        columns: &[col(
+            "wall_ms",
+            "ms",
+            "ms",
+            Kind::Latency,
+            Some(Target::Below(20.0)),
+        )],
+    },
+    Table {
+        case: "audit-workload",
+        title: "Auditing overhead: mixed workload in `airlock run` (execs, file writes, HTTPS requests)",
+        baseline: "airlock-no-audit",
+        columns: &[col("wall_ms", "wall ms", "ms", Kind::Latency, None)],
+    },
+    Table {
+        case: "ingest",
+        title: "Auditor raw ingest rate (auditor/examples/ingest_bench.rs)",
+        baseline: BASELINE,
+        columns: &[col(
+            "events_per_s",
+            "events/s",
+            "events/s",
+            Kind::Plain,
+            Some(Target::AtLeast(100_000.0)),
+        )],
     },
 ];
+
+/// The sidecar runs in its own network namespace: compare it with the same veth path.
+fn baseline_for(table: &Table, contender: &str) -> &'static str {
+    if table.baseline == BASELINE && contender.starts_with("airlock-sidecar") {
+        "direct-veth"
+    } else {
+        table.baseline
+    }
+}
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.samples)
@@ -204,11 +402,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
             machine.cpu_model,
             machine.memory_gib,
             machine.kernel,
-            samples.iter().map(|s| s.run).max().unwrap_or(0),
+            request_runs(&samples),
         );
         latest.push_str(&results_tables(&figures, &contenders, &samples));
-        latest.push('\n');
-        latest.push_str(&reading(&figures, &contenders, &machine, &args.info));
+        latest.push_str(&comparisons(&figures));
         splice(target, &latest)?;
     }
 
@@ -274,28 +471,34 @@ fn contenders(samples: &[RawSample]) -> Vec<String> {
     out
 }
 
-/// Ratios and added latency per contender, for machines reading the JSON.
+/// Ratios, added latency and target verdicts per contender, for machines reading the JSON.
 fn derived(figures: &Figures, contenders: &[String]) -> serde_json::Value {
     let mut out = serde_json::Map::new();
-    for c in contenders.iter().filter(|c| *c != BASELINE) {
+    for c in contenders {
         let mut entries = serde_json::Map::new();
         for table in TABLES {
-            for (metric, _, kind) in table.rows {
-                let (Some(base), Some(value)) = (
-                    figures.median(table.case, BASELINE, metric),
-                    figures.median(table.case, c, metric),
-                ) else {
+            let baseline = baseline_for(table, c);
+            for column in table.columns {
+                let Some(value) = figures.median(table.case, c, column.metric) else {
                     continue;
                 };
-                let key = format!("{}.{}", table.case, metric);
+                let base = figures.median(table.case, baseline, column.metric);
                 let mut e = serde_json::Map::new();
-                if base > 0.0 {
-                    e.insert("ratio".into(), (value / base).into());
+                e.insert("median".into(), value.into());
+                e.insert("baseline".into(), baseline.into());
+                if let Some(b) = base.filter(|b| *b > 0.0 && c != baseline) {
+                    e.insert("ratio".into(), (value / b).into());
+                    if column.kind == Kind::Latency {
+                        e.insert("added".into(), (value - b).into());
+                    }
                 }
-                if *kind == Kind::Latency {
-                    e.insert("added_us".into(), (value - base).into());
+                if let Some(t) = column.target.filter(|_| c.starts_with("airlock"))
+                    && let Some(met) = t.met(value, base)
+                {
+                    e.insert("target".into(), t.text(column.unit).into());
+                    e.insert("target_met".into(), met.into());
                 }
-                entries.insert(key, e.into());
+                entries.insert(format!("{}.{}", table.case, column.metric), e.into());
             }
         }
         out.insert(c.clone(), entries.into());
@@ -313,16 +516,16 @@ fn render_markdown(
 ) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# {}\n", args.title);
-    let runs = samples.iter().map(|s| s.run).max().unwrap_or(0);
+    let runs = request_runs(samples);
     let _ = writeln!(
         md,
-        "Each figure is the median of {runs} run(s), with (min–max) over the runs. \
-         Ratio = contender / direct; added = contender − direct (medians).\n"
+        "Each request figure is the median of {runs} run(s), with (min–max) over the runs; \
+         start-up and workload figures are over their own runs. Ratio = contender / baseline; \
+         added = contender − baseline (medians).\n"
     );
     md.push_str(&results_tables(figures, contenders, samples));
-    md.push_str("\n## Reading\n\n");
-    md.push_str(&reading(figures, contenders, machine, &args.info));
-    md.push_str("\n\n## Machine\n\n| | |\n|---|---|\n");
+    md.push_str(&comparisons(figures));
+    md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
     for (k, v) in machine.rows() {
         let _ = writeln!(md, "| {k} | {} |", escape(&v));
     }
@@ -340,10 +543,26 @@ fn render_markdown(
     md
 }
 
-/// The per-case tables, also copied into BENCHMARKS.md by bench/run.
+/// Runs of the request cases (start-up timings number their runs separately).
+fn request_runs(samples: &[RawSample]) -> u32 {
+    samples
+        .iter()
+        .filter(|s| s.case == "keepalive")
+        .map(|s| s.run)
+        .max()
+        .unwrap_or(0)
+}
+
+fn note_of<'a>(samples: &'a [RawSample], case: &str, contender: &str) -> Option<&'a str> {
+    samples
+        .iter()
+        .filter(|s| s.case == case && s.contender == contender)
+        .find_map(|s| s.params.get("note").and_then(|v| v.as_str()))
+}
+
+/// The per-case tables (a row per contender), also copied into BENCHMARKS.md by bench/run.
 fn results_tables(figures: &Figures, contenders: &[String], samples: &[RawSample]) -> String {
     let mut md = String::new();
-    let others: Vec<&String> = contenders.iter().filter(|c| *c != BASELINE).collect();
     for table in TABLES {
         if !samples.iter().any(|s| s.case == table.case) {
             continue;
@@ -354,61 +573,173 @@ fn results_tables(figures: &Figures, contenders: &[String], samples: &[RawSample
             table.title,
             case_params(table.case, samples)
         );
-        let has_latency = table.rows.iter().any(|r| r.2 == Kind::Latency);
-        let mut header = String::from("| | direct |");
-        let mut rule = String::from("|---|---:|");
-        for c in &others {
-            let _ = write!(header, " {c} | ratio |");
-            rule.push_str("---:|---:|");
-            if has_latency {
+        let has_target = table.columns.iter().any(|c| c.target.is_some());
+        let mut header = String::from("| contender |");
+        let mut rule = String::from("|---|");
+        for column in table.columns {
+            let _ = write!(header, " {} |", column.label);
+            rule.push_str("---:|");
+            if column.kind != Kind::Plain {
+                let _ = write!(header, " ratio |");
+                rule.push_str("---:|");
+            }
+            if column.kind == Kind::Latency {
                 let _ = write!(header, " added |");
                 rule.push_str("---:|");
             }
         }
+        if has_target {
+            header.push_str(" target |");
+            rule.push_str("---|");
+        }
         let _ = writeln!(md, "{header}\n{rule}");
-        for (metric, label, kind) in table.rows {
-            let base = figures.get(table.case, BASELINE, metric);
-            let _ = write!(md, "| {label} | {} |", cell(base));
-            for c in &others {
-                let value = figures.get(table.case, c, metric);
-                let ratio = match (base, value) {
-                    (Some(b), Some(v)) if b.median > 0.0 => format!("{:.2}", v.median / b.median),
-                    _ => "n/a".to_owned(),
+        // The table's baseline first, then the others in the order they were measured.
+        let ordered = contenders
+            .iter()
+            .filter(|c| c.as_str() == table.baseline)
+            .chain(contenders.iter().filter(|c| c.as_str() != table.baseline));
+        for c in ordered {
+            let has_figure = table
+                .columns
+                .iter()
+                .any(|col| figures.get(table.case, c, col.metric).is_some());
+            let note = note_of(samples, table.case, c);
+            if !has_figure && note.is_none() {
+                continue;
+            }
+            let baseline = baseline_for(table, c);
+            let _ = write!(md, "| {c} |");
+            if !has_figure {
+                let span = table
+                    .columns
+                    .iter()
+                    .map(|col| match col.kind {
+                        Kind::Plain => 1,
+                        Kind::Rate => 2,
+                        Kind::Latency => 3,
+                    })
+                    .sum::<usize>()
+                    + usize::from(has_target);
+                let _ = write!(md, " n/a: {} |", escape(note.unwrap_or_default()));
+                md.push_str(&" |".repeat(span.saturating_sub(1)));
+                md.push('\n');
+                continue;
+            }
+            let mut verdicts = Vec::new();
+            for column in table.columns {
+                let value = figures.get(table.case, c, column.metric);
+                let base = figures.get(table.case, baseline, column.metric);
+                let _ = write!(md, " {} |", cell(value));
+                let pair = match (base, value) {
+                    (Some(b), Some(v)) if b.median > 0.0 && c != baseline => {
+                        Some((b.median, v.median))
+                    }
+                    _ => None,
                 };
-                let _ = write!(md, " {} | {ratio} |", cell(value));
-                if has_latency {
-                    let added = match (base, value, kind) {
-                        (Some(b), Some(v), Kind::Latency) => {
-                            format!("{:+.0} µs", v.median - b.median)
-                        }
-                        _ => String::new(),
-                    };
+                if column.kind != Kind::Plain {
+                    let ratio = pair.map_or(String::new(), |(b, v)| format!("{:.2}", v / b));
+                    let _ = write!(md, " {ratio} |");
+                }
+                if column.kind == Kind::Latency {
+                    let added = pair.map_or(String::new(), |(b, v)| signed(v - b));
                     let _ = write!(md, " {added} |");
                 }
+                if let (Some(t), Some(v)) = (column.target, value)
+                    && c.starts_with("airlock")
+                    && let Some(met) = t.met(v.median, base.map(|b| b.median))
+                {
+                    verdicts.push(format!(
+                        "{} {}",
+                        if met { "✓" } else { "✗" },
+                        t.text(column.unit)
+                    ));
+                }
+            }
+            if has_target {
+                let _ = write!(md, " {} |", verdicts.join("; "));
             }
             md.push('\n');
         }
-        md.push('\n');
-    }
-    let rss: Vec<&String> = others
-        .iter()
-        .copied()
-        .filter(|c| figures.get("rss-idle", c, "vm_rss_mib").is_some())
-        .collect();
-    if !rss.is_empty() {
-        md.push_str("### Proxy memory (from /proc/PID/status)\n\n");
-        md.push_str("| | idle VmRSS (MiB) | VmRSS after all cases (MiB) | peak VmHWM over all cases (MiB) |\n|---|---:|---:|---:|\n");
-        for c in rss {
+        let baselines: Vec<&str> = {
+            let mut b: Vec<&str> = contenders
+                .iter()
+                .map(|c| baseline_for(table, c))
+                .filter(|b| {
+                    figures
+                        .0
+                        .keys()
+                        .any(|(case, c, _)| case == table.case && c == b)
+                })
+                .collect();
+            b.dedup();
+            b
+        };
+        if table.columns.iter().any(|c| c.kind != Kind::Plain) && !baselines.is_empty() {
             let _ = writeln!(
                 md,
-                "| {c} | {} | {} | {} |",
-                num(figures.median("rss-idle", c, "vm_rss_mib")),
-                num(figures.median("rss-after-all-cases", c, "vm_rss_mib")),
-                num(figures.median("rss-after-all-cases", c, "vm_hwm_mib")),
+                "\nRatio and added are against `{}`{}.",
+                table.baseline,
+                if baselines.contains(&"direct-veth") {
+                    " (`airlock-sidecar` against `direct-veth`, the same client in the same network namespace without the sidecar)"
+                } else {
+                    ""
+                }
             );
         }
+        md.push('\n');
     }
     md
+}
+
+/// Cross-contender targets: Airlock against mitmproxy and Squid.
+fn comparisons(figures: &Figures) -> String {
+    let mut lines = Vec::new();
+    for case in ["keepalive", "newconn"] {
+        let Some(airlock) = figures.median(case, "airlock-explicit", "req_per_s") else {
+            continue;
+        };
+        if let Some(m) = figures
+            .median(case, "mitmproxy", "req_per_s")
+            .filter(|m| *m > 0.0)
+        {
+            let x = airlock / m;
+            let mark = if case == "keepalive" {
+                if x >= 10.0 {
+                    "✓ (target ≥ 10×)"
+                } else {
+                    "✗ (target ≥ 10×)"
+                }
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "- {case}: airlock-explicit is {x:.1}× mitmproxy {mark}"
+            ));
+        }
+        if let Some(sq) = figures
+            .median(case, "squid-ssl-bump", "req_per_s")
+            .filter(|m| *m > 0.0)
+        {
+            let x = airlock / sq;
+            let mark = if case == "keepalive" {
+                if x > 1.0 {
+                    "✓ (target: ahead)"
+                } else {
+                    "✗ (target: ahead)"
+                }
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "- {case}: airlock-explicit is {x:.2}× squid-ssl-bump {mark}"
+            ));
+        }
+    }
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("### Against the alternatives\n\n{}\n", lines.join("\n"))
+    }
 }
 
 /// "(16 connections, GET /small, 4 s)" from the first sample of a case.
@@ -453,10 +784,6 @@ fn cell(s: Option<Spread>) -> String {
     }
 }
 
-fn num(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"))
-}
-
 /// Three significant-ish digits without scientific notation, thousands separated.
 fn fmt(v: f64) -> String {
     if v.abs() >= 100.0 {
@@ -475,129 +802,22 @@ fn fmt(v: f64) -> String {
     }
 }
 
+/// "+153" / "-2,366": a difference with its sign.
+fn signed(v: f64) -> String {
+    if v >= 0.0 {
+        format!("+{}", fmt(v))
+    } else {
+        fmt(v)
+    }
+}
+
 fn escape(s: &str) -> String {
     s.replace('|', "\\|")
-}
-
-/// A few sentences saying what the figures mean, filled from the figures.
-fn reading(
-    f: &Figures,
-    contenders: &[String],
-    machine: &Machine,
-    info: &[(String, String)],
-) -> String {
-    let Some(c) = contenders.iter().find(|c| *c != BASELINE) else {
-        return "Only the direct baseline was measured.".to_owned();
-    };
-    let mut s = Vec::new();
-    let pct = |case: &str, metric: &str| -> Option<(f64, f64, f64)> {
-        let d = f.median(case, BASELINE, metric)?;
-        let p = f.median(case, c, metric)?;
-        (d > 0.0).then(|| (p / d * 100.0, p, d))
-    };
-    if let (Some(ka), Some(nc)) = (pct("keepalive", "req_per_s"), pct("newconn", "req_per_s")) {
-        s.push(format!(
-            "Through {c}, keep-alive throughput is {:.0}% of direct ({} vs {} requests/s) and \
-             new-connection throughput is {:.0}% of direct ({} vs {}): every proxied request is \
-             decrypted, checked against the policy, logged as an event line (to a file, \
-             as deployed) and re-encrypted towards nginx. A new proxied connection pays a CONNECT exchange and a TLS handshake \
-             with the proxy (certificate minted for bench.test) instead of with nginx, while the \
-             proxy reuses pooled connections to nginx; that is why the new-connection ratio sits \
-             much closer to 1 than the keep-alive one, and can exceed it when the client's and \
-             the server's handshakes, not forwarding, are what saturates the cores.",
-            ka.0,
-            fmt(ka.1),
-            fmt(ka.2),
-            nc.0,
-            fmt(nc.1),
-            fmt(nc.2)
-        ));
-    }
-    let added = |case: &str, m: &str| Some(f.median(case, c, m)? - f.median(case, BASELINE, m)?);
-    if let (Some(a50), Some(a99)) = (
-        added("latency-keepalive", "p50_us"),
-        added("latency-keepalive", "p99_us"),
-    ) {
-        let mut sentence = format!(
-            "On one idle keep-alive connection the proxy {} at p50 and {} at p99",
-            change(a50),
-            change(a99)
-        );
-        if let (Some(n50), Some(n99)) = (
-            added("latency-newconn", "p50_us"),
-            added("latency-newconn", "p99_us"),
-        ) {
-            let _ = write!(
-                sentence,
-                "; when each request opens a new connection it {} at p50 and {} at p99",
-                change(n50),
-                change(n99)
-            );
-        }
-        sentence.push('.');
-        s.push(sentence);
-    }
-    if let Some(dl) = pct("download", "mb_per_s") {
-        s.push(format!(
-            "The large download streams at {} MB/s through {c} vs {} MB/s direct ({:.0}%).",
-            fmt(dl.1),
-            fmt(dl.2),
-            dl.0
-        ));
-    }
-    if let (Some(idle), Some(peak)) = (
-        f.median("rss-idle", c, "vm_rss_mib"),
-        f.median("rss-after-all-cases", c, "vm_hwm_mib"),
-    ) {
-        s.push(format!(
-            "The proxy process used {idle:.1} MiB resident when idle and peaked at {peak:.1} MiB \
-             (VmHWM) over all cases, including the concurrent and large-download ones."
-        ));
-    }
-    let load = info
-        .iter()
-        .find(|(k, _)| k == "load average")
-        .map(|(_, v)| {
-            let v = v.split(" (").next().unwrap_or(v);
-            format!(" (load average {v}; well above 2 means other work shared them too)")
-        })
-        .unwrap_or_default();
-    s.push(format!(
-        "Caveat: nginx, the proxy and the load generator share the same {} CPU(s){load}, so in \
-         the proxied runs three busy processes compete for cores where the direct runs have \
-         two; the ratios are therefore pessimistic compared with a proxy on its own cores, and \
-         the run-to-run spread (min–max) is the noise floor to read differences against.",
-        machine.cpus
-    ));
-    s.join(" ")
-}
-
-/// "adds 170 µs" / "measures 1.69 ms less" for a latency difference in µs.
-fn change(us: f64) -> String {
-    let size = |v: f64| {
-        if v >= 1000.0 {
-            format!("{:.2} ms", v / 1000.0)
-        } else {
-            format!("{v:.0} µs")
-        }
-    };
-    if us >= 0.0 {
-        format!("adds {}", size(us))
-    } else {
-        format!("measures {} less", size(-us))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn latency_changes_read_naturally() {
-        assert_eq!(change(170.4), "adds 170 µs");
-        assert_eq!(change(4980.0), "adds 4.98 ms");
-        assert!(change(-1692.0).starts_with("measures 1.69 ms less"));
-    }
 
     fn sample(case: &str, contender: &str, run: u32, metric: &str, v: f64) -> RawSample {
         RawSample {
@@ -624,17 +844,43 @@ mod tests {
         let figures = Figures::of(&samples);
         let md = results_tables(&figures, &contenders(&samples), &samples);
         assert!(
-            md.contains("| requests/s | 2,000 (1,000–3,000) | 900 (500–1,000) | 0.45 |"),
+            md.contains("| airlock-explicit | 900 (500–1,000) | 0.45 | ✗ ≥ 0.5 × baseline |"),
             "{md}"
         );
+        assert!(md.contains("| direct | 2,000 (1,000–3,000) |  |"), "{md}");
         assert!(
-            md.contains("| p50 (µs) | 100 | 250 | 2.50 | +150 µs |"),
+            md.contains("| airlock-explicit | 250 | 2.50 | +150 |"),
             "{md}"
         );
         assert!(
             !md.contains("download"),
             "cases without samples are left out: {md}"
         );
+    }
+
+    #[test]
+    fn unmeasured_contenders_are_marked_not_dropped() {
+        let mut note = sample("wrk-h1", "mitmproxy", 1, "x", 0.0);
+        note.metrics.clear();
+        note.params
+            .insert("note".into(), "wrk has no proxy support".into());
+        let samples = vec![sample("wrk-h1", "direct", 1, "req_per_s", 1000.0), note];
+        let md = results_tables(&Figures::of(&samples), &contenders(&samples), &samples);
+        assert!(
+            md.contains("| mitmproxy | n/a: wrk has no proxy support |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn sidecar_is_compared_with_the_veth_path() {
+        let samples = vec![
+            sample("keepalive", "direct", 1, "req_per_s", 1000.0),
+            sample("keepalive", "direct-veth", 1, "req_per_s", 800.0),
+            sample("keepalive", "airlock-sidecar", 1, "req_per_s", 400.0),
+        ];
+        let md = results_tables(&Figures::of(&samples), &contenders(&samples), &samples);
+        assert!(md.contains("| airlock-sidecar | 400 | 0.50 | ✓"), "{md}");
     }
 
     #[test]

@@ -16,6 +16,10 @@ fuzz_target!(|data: &[u8]| {
     // Feeding the same bytes in two steps must agree with feeding them at once.
     let cut = data.len() / 2;
     if let Peek::Hello(h) = peek_client_hello(&data[..cut]) {
-        assert_eq!(whole, Peek::Hello(h), "a prefix parsed as a hello but the whole did not agree");
+        assert_eq!(
+            whole,
+            Peek::Hello(h),
+            "a prefix parsed as a hello but the whole did not agree"
+        );
     }
 });

@@ -28,7 +28,11 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Some(q) = &answered.query {
         if !q.allowed {
-            assert!(q.answers.is_empty(), "denied name {:?} got an address", q.name);
+            assert!(
+                q.answers.is_empty(),
+                "denied name {:?} got an address",
+                q.name
+            );
         }
         let name = q.name.to_ascii_lowercase();
         if !q.answers.is_empty() {

@@ -38,7 +38,8 @@ fn server_view(path: &str) -> String {
     while i < raw.len() {
         if raw[i] == b'%'
             && i + 2 < raw.len()
-            && let Ok(v) = u8::from_str_radix(std::str::from_utf8(&raw[i + 1..i + 3]).unwrap_or("zz"), 16)
+            && let Ok(v) =
+                u8::from_str_radix(std::str::from_utf8(&raw[i + 1..i + 3]).unwrap_or("zz"), 16)
         {
             bytes.push(v);
             i += 3;
@@ -47,7 +48,9 @@ fn server_view(path: &str) -> String {
         bytes.push(raw[i]);
         i += 1;
     }
-    let decoded = String::from_utf8_lossy(&bytes).to_lowercase().replace('\\', "/");
+    let decoded = String::from_utf8_lossy(&bytes)
+        .to_lowercase()
+        .replace('\\', "/");
     let mut out: Vec<&str> = Vec::new();
     for seg in decoded.split('/') {
         let seg = seg.split(';').next().unwrap_or("");
@@ -77,7 +80,10 @@ fuzz_target!(|data: (&str, &str)| {
     if let Decision::Allow(_) = decision {
         let view = server_view(target);
         assert!(
-            !(view == "/admin" || view.starts_with("/admin/") || view == "/v1/secret" || view.starts_with("/v1/secret/")),
+            !(view == "/admin"
+                || view.starts_with("/admin/")
+                || view == "/v1/secret"
+                || view.starts_with("/v1/secret/")),
             "{method} {target:?} reaches protected {view:?} but was allowed"
         );
     }

@@ -133,9 +133,16 @@ pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
 /// Fully decodes remaining escapes, lower-cases ASCII and strips `;params`.
 fn loosen(exact: &str) -> String {
     let mut out = String::with_capacity(exact.len());
-    for segment in exact.split('/').skip(1) {
+    let segments: Vec<&str> = exact.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (n, segment) in segments.iter().enumerate() {
         let decoded = percent_decode_lossy(segment);
         let without_params = decoded.split(';').next().unwrap_or(&decoded);
+        // A segment that is only `;params` is empty to a server that strips
+        // them, which then collapses it like `//` ("/;x/admin" is "/admin").
+        if without_params.is_empty() && n != last {
+            continue;
+        }
         out.push('/');
         out.push_str(&without_params.to_ascii_lowercase());
     }

@@ -123,7 +123,7 @@ impl Sandbox {
         if missing.memory {
             plan.rlimit_memory = spec.limits.memory_bytes;
             notices.push(format!(
-                "{why}: --memory enforced with RLIMIT_AS instead (allocations fail rather than the command being killed)"
+                "{why}: --memory enforced with RLIMIT_AS instead: it caps address space, not memory, so allocations fail rather than the command being killed, and runtimes that reserve large ranges (node needs about 768M) need a higher limit"
             ));
         }
         if missing.pids {

@@ -13,7 +13,7 @@ use airlock_auditor::{SessionEnd, SessionMode};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::serve::{
-    Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
+    Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
 use crate::{certs, policy_file, secrets};
 
@@ -63,6 +63,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let signals = Signals::install()?;
     let policy = policy_file::load(&args.policy)?;
     let credentials = secrets::resolve_all(policy.credentials())?;
     announce_placeholders(&credentials);
@@ -127,10 +128,11 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_dns_tcp(tcp).await });
     }
 
-    let (code, reason) = match serve_until_stopped(&proxy, &args.policy, &mut servers).await? {
-        Stop::Signal(why) => (0, why),
-        Stop::Failed(why) => (1, why),
-    };
+    let (code, reason) =
+        match serve_until_stopped(&proxy, &args.policy, signals, &mut servers).await {
+            Stop::Signal(why) => (0, why),
+            Stop::Failed(why) => (1, why),
+        };
     if let Some(recorder) = recorder {
         let end = SessionEnd {
             exit_status: Some(i32::from(code)),

@@ -237,23 +237,34 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         upstream_roots.extend(certs::load_pem_certs(path)?);
     }
 
-    let recorder = match &audit_paths {
-        Some((db, key)) => Some(audit::begin(
-            db,
-            Some(key),
-            audit::session_info(&policy, SessionMode::Run, limits_record),
-            &credentials,
-        )?),
+    // The audit store opens (and the session record is written) while the
+    // sandbox is being set up: the two are independent until the command is
+    // released, and both take milliseconds.
+    let beginning = audit_paths.map(|(db, key)| {
+        let info = audit::session_info(&policy, SessionMode::Run, limits_record);
+        let credentials = credentials.clone();
+        std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
+    });
+    let mut spec = spec;
+    let readers = terminal.map(|terminal| {
+        let (stdio, readers) = terminal.split();
+        spec.stdio = Some(stdio);
+        readers
+    });
+    let sandbox = Sandbox::spawn(spec);
+    let recorder = match beginning {
+        Some(thread) => Some(
+            thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("opening the audit database panicked"))??,
+        ),
         None => None,
     };
-    let mut spec = spec;
-    let mut output_threads = Vec::new();
-    if let (Some(terminal), Some(recorder)) = (terminal, &recorder) {
-        let (stdio, threads) = terminal.split(recorder.clone());
-        spec.stdio = Some(stdio);
-        output_threads = threads;
-    }
-    let mut sandbox = Sandbox::spawn(spec)?;
+    let mut sandbox = sandbox?;
+    let output_threads = match (readers, &recorder) {
+        (Some(readers), Some(recorder)) => readers.record(recorder),
+        _ => Vec::new(),
+    };
     let observer = match (sandbox.take_observations(), &recorder) {
         (Some(observations), Some(recorder)) => {
             Some(observe::record_observations(observations, recorder.clone()))
@@ -427,6 +438,7 @@ fn finish(
 }
 
 fn to_tokio_listener(listener: std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+    crate::serve::widen_backlog(&listener)?;
     listener.set_nonblocking(true)?;
     Ok(tokio::net::TcpListener::from_std(listener)?)
 }

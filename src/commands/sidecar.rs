@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::serve::{
-    Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
+    Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
 use crate::sidecar::netns::{self, Target};
 use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
@@ -159,16 +159,20 @@ pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
         dns_port: args.dns_port,
         nft: args.nft.clone(),
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let signals = {
+        let _context = runtime.enter();
+        Signals::install()?
+    };
     rules.install()?;
     eprintln!(
         "airlock: capture rules installed (nft table inet {}); traffic fails until the sidecar is ready",
         rules.table.as_str()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let end = runtime.block_on(serve(&args, prepared, &rules, target.as_ref()));
+    let end = runtime.block_on(serve(&args, prepared, &rules, target.as_ref(), signals));
     let end = end.unwrap_or_else(|e| Stop::Failed(one_line(&e)));
     match end {
         Stop::Signal(why) => {
@@ -231,6 +235,7 @@ async fn serve(
     prepared: Prepared,
     rules: &CaptureRules,
     target: Option<&Target>,
+    signals: Signals,
 ) -> anyhow::Result<Stop> {
     let Prepared {
         policy_path,
@@ -294,13 +299,12 @@ async fn serve(
         args.admin
     );
 
-    let end = serve_until_stopped(&proxy, &policy_path, &mut servers).await;
+    let end = serve_until_stopped(&proxy, &policy_path, signals, &mut servers).await;
     admin_state.set_ready(false);
     lag.abort();
     let (code, reason) = match &end {
-        Ok(Stop::Signal(why)) => (0, why.clone()),
-        Ok(Stop::Failed(why)) => (1, why.clone()),
-        Err(e) => (1, one_line(e)),
+        Stop::Signal(why) => (0, why.clone()),
+        Stop::Failed(why) => (1, why.clone()),
     };
     let finished = tokio::task::spawn_blocking(move || {
         recorder.finish(SessionEnd {
@@ -311,7 +315,7 @@ async fn serve(
     })
     .await
     .context("finishing the audit session")?;
-    match (end?, finished) {
+    match (end, finished) {
         (Stop::Signal(_), Err(e)) => Ok(Stop::Failed(format!(
             "finishing the audit session failed: {e}"
         ))),

@@ -31,6 +31,36 @@ fn normalisation_decodes_unreserved_and_collapses_slashes() {
     assert_eq!(loose("/Admin%3Bx"), "/admin");
 }
 
+/// Found by the `path_evaluate` fuzz target: a segment that is only
+/// `;params` is empty once a Tomcat-style server strips them, so it must
+/// collapse like `//` or a deny rule on "/admin/**" misses the request.
+#[test]
+fn param_only_segments_collapse_so_deny_rules_still_match() {
+    assert_eq!(loose("/;mH//admin/;//h"), "/admin/h");
+    assert_eq!(loose("/%3Bx/ADMIN"), "/admin");
+    assert_eq!(loose("/admin/;x"), "/admin/");
+    let p = policy(
+        r#"
+version = 1
+default = "allow"
+[[deny]]
+host = "api.example.com"
+paths = ["/admin", "/admin/**"]
+"#,
+    );
+    for path in [
+        "/;mH//admin/;//h",
+        "/;x/admin",
+        "/%3bx/Admin/y",
+        "/a;b/../admin",
+    ] {
+        assert!(
+            !allowed(&decide(&p, "api.example.com", "GET", path)),
+            "{path} reached /admin"
+        );
+    }
+}
+
 #[test]
 fn ambiguous_paths_are_refused() {
     for bad in [
