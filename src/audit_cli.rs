@@ -219,6 +219,11 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
                     "command": s.info.command,
                     "mode": s.info.mode,
                     "policy": s.info.policy_name,
+                    "policy_sha256": s.info.policy_sha256(),
+                    "policy_text": s.info.policy_text,
+                    "limits": s.info.limits,
+                    "airlock_version": s.info.airlock_version,
+                    "host": s.info.host,
                     "events": s.events,
                     "key_fingerprint": s.key_fingerprint,
                 })

@@ -205,6 +205,7 @@ const SECRET: &str = "sk-fidelity-c0ffee-9a8b7c";
 
 #[tokio::test]
 async fn requests_carry_bodies_and_the_exec_that_made_them_and_no_secret() {
+    // curl and python's requests library, as the issue asks.
     let pki = TestPki::new();
     let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
     let dir = tempfile::tempdir().unwrap();
@@ -230,7 +231,7 @@ placeholder = "FIDELITY_TOKEN"
     .unwrap();
     let url = format!("https://api.test:{}/echo", upstream.port());
     let python = format!(
-        "import urllib.request, os; r = urllib.request.Request('{url}?from=python', data=b'python-body', headers={{'X-Token': os.environ['FIDELITY_TOKEN']}}); print(urllib.request.urlopen(r, timeout=20).read().decode())"
+        "import requests, os; r = requests.post('{url}?from=python', data=b'python-body', headers={{'X-Token': os.environ['FIDELITY_TOKEN']}}, timeout=20); print(r.text)"
     );
     let script = format!(
         "curl -sS --data curl-body '{url}?from=curl'; echo; /usr/bin/python3 -c \"{python}\"; env"
@@ -369,6 +370,20 @@ placeholder = "FIDELITY_TOKEN"
         bodies.contains(&"curl-body") && bodies.contains(&"python-body"),
         "{bodies:?}"
     );
+    // The responses are on record too: the upstream's echo of each request,
+    // with the injected secret scrubbed to its name.
+    let responses: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e["response"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(responses.len(), 2, "{entries:#?}");
+    for (response, body) in responses.iter().zip(["curl-body", "python-body"]) {
+        assert!(
+            response.contains(&format!("\"body\":\"{body}\"")),
+            "{response}"
+        );
+        assert!(response.contains("[secret:api]"), "{response}");
+    }
 
     // The secret is nowhere in the database files.
     for file in ["audit.db", "audit.db-wal", "audit.db-shm"] {

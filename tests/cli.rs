@@ -58,6 +58,59 @@ fn check_names_line_column_and_fix_for_unknown_keys() {
 }
 
 #[test]
+fn check_warns_about_rules_that_never_match_or_are_shadowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        &dir,
+        r#"version = 1
+
+[[deny]]
+host = "*.evil.test"
+
+[[allow]]
+host = "api.evil.test"
+
+[[allow]]
+host = "api.github.com"
+
+[[allow]]
+host = "api.github.com"
+methods = ["GET"]
+paths = ["/repos/**"]
+
+[[allow]]
+host = "git.test"
+port = 22
+protocol = "tcp"
+
+[[allow]]
+host = "git.test"
+port = 22
+methods = ["GET"]
+"#,
+    );
+    let out = airlock(&["policy", "check", &policy]);
+    // Warnings do not fail the check; each names its line and the other rule.
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let msg = text(&out);
+    assert!(
+        msg.contains(
+            "policy.toml:6:1: warning: this allow rule can never match: the deny rule at line 3"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("policy.toml:12:1: warning: this allow rule can never match: the allow rule at line 9 already allows everything it does"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("policy.toml:22:1: warning: the tcp rule at line 17 tunnels git.test:22 without inspection"),
+        "{msg}"
+    );
+    assert!(msg.contains("ok (3 warnings)"), "{msg}");
+}
+
+#[test]
 fn test_prints_the_deciding_rule_and_exits_by_decision() {
     let dir = tempfile::tempdir().unwrap();
     let policy = write_policy(

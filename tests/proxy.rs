@@ -103,6 +103,21 @@ async fn denied_host_gets_a_403_naming_the_rule_to_add() {
         "{body}"
     );
     assert!(body.contains("GET https://other.test:"), "{body}");
+    // What a person (or an agent) reads: the request, why, who decided, the fix.
+    assert!(
+        body.contains("\nreason:     no rule allows this host\n"),
+        "{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("decided by: ") && l.ends_with("(default: deny)")),
+        "{body}"
+    );
+    assert!(
+        body.to_lowercase()
+            .contains("x-airlock-reason: no rule allows this host"),
+        "{body}"
+    );
     assert!(body.contains("[[allow]]\nhost = \"other.test\""), "{body}");
     assert_eq!(
         s.upstream.hits(),
@@ -647,4 +662,193 @@ async fn report_mode_allows_and_records_what_deny_would_block() {
     assert_eq!(reports.len(), 2, "{reports:#?}");
     assert!(reports[0]["reason"].as_str().unwrap().contains("quota"));
     assert_eq!(s.upstream.hits(), 3);
+}
+
+/// The certificate a client sees for an intercepted host: minted for that
+/// name by the session's CA, ECDSA P-256, valid for about a day, and the
+/// same (cached) certificate on the next connection.
+#[tokio::test]
+async fn minted_leaf_is_ecdsa_p256_short_lived_and_cached() {
+    let s = Setup::new(read_only).await;
+    let script = format!(
+        "set -e; for i in 1 2; do openssl s_client -proxy {proxy} -connect api.test:{port} -servername api.test \
+           -CAfile {ca} -verify_return_error </dev/null 2>/dev/null | openssl x509 > leaf$i.pem; done; \
+         openssl x509 -in leaf1.pem -noout -text; \
+         openssl x509 -in leaf1.pem -noout -serial; openssl x509 -in leaf2.pem -noout -serial; \
+         openssl x509 -in leaf1.pem -noout -checkend 3600 >/dev/null && echo valid-for-an-hour; \
+         openssl x509 -in leaf1.pem -noout -checkend 90000 >/dev/null || echo expires-within-25h",
+        proxy = s.proxy.addr,
+        port = s.upstream.port(),
+        ca = s.proxy.ca_pem.display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    let out = common::ClientOutput::from(out);
+    assert_eq!(out.status, 0, "{out:?}");
+    let text = &out.stdout;
+    assert!(
+        text.contains("Public Key Algorithm: id-ecPublicKey"),
+        "{text}"
+    );
+    assert!(
+        text.contains("prime256v1") || text.contains("P-256"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Signature Algorithm: ecdsa-with-SHA256"),
+        "{text}"
+    );
+    assert!(text.contains("DNS:api.test"), "{text}");
+    assert!(text.contains("TLS Web Server Authentication"), "{text}");
+    let serials: Vec<&str> = text.lines().filter(|l| l.starts_with("serial=")).collect();
+    assert_eq!(serials.len(), 2, "{text}");
+    assert_eq!(serials[0], serials[1], "the leaf was minted twice: {text}");
+    assert!(
+        text.contains("valid-for-an-hour\nexpires-within-25h"),
+        "{text}"
+    );
+}
+
+/// Upstream names are resolved by airlock, and the hosts file counts: a name
+/// that only /etc/hosts knows reaches the address given there. That address
+/// is loopback here, so it is used only once the policy names it (the
+/// non-public rule), and the refusal before that says exactly this.
+#[tokio::test]
+async fn upstream_names_honour_the_hosts_file() {
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["hosts.test"]))).await;
+    let port = upstream.port();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n127.0.0.1 hosts.test\n").unwrap();
+    // The proxy sees this hosts file in a mount namespace of its own; the
+    // machine's /etc/hosts is untouched.
+    let mount = format!(
+        "mount --bind {} /etc/hosts && exec \"$0\" \"$@\"",
+        hosts.display()
+    );
+    let wrapper = vec![
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &mount,
+    ];
+    let start = |policy: &str| {
+        let mut opts = ProxyOptions::new(policy);
+        opts.upstream_ca = Some(&pki.ca_pem);
+        opts.wrapper = wrapper.clone();
+        AirlockProxy::start(opts)
+    };
+    let url = format!("https://hosts.test:{port}/echo");
+
+    let name_only = format!("version = 1\n[[allow]]\nhost = \"hosts.test\"\nport = {port}\n");
+    let proxy = start(&name_only);
+    let (code, body, out) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(
+        body.contains("hosts.test resolves to 127.0.0.1, a non-public address"),
+        "{body}"
+    );
+    assert_eq!(upstream.hits(), 0);
+
+    let with_address = format!("{name_only}\n[[allow]]\nhost = \"127.0.0.1\"\nport = {port}\n");
+    let proxy = start(&with_address);
+    let (code, body, out) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 200, "{out:?}");
+    assert!(body.contains("\"method\":\"GET\""), "{body}");
+    assert_eq!(upstream.hits(), 1);
+}
+
+/// A request body streams through: the upstream sees its first bytes while
+/// the client is still sending (the client waits for exactly that before
+/// sending the rest), and 64 MiB pass without the proxy holding them.
+#[tokio::test]
+async fn request_bodies_stream_to_the_upstream() {
+    let pki = TestPki::new();
+    let extra = common::Extra::default();
+    let started = extra.upload_started.clone();
+    let upstream = Upstream::start_with(Some(pki.server_config(&["api.test"])), extra).await;
+    let port = upstream.port();
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"POST\"]\npaths = [\"/upload\"]\n"
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(opts);
+
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("upstream-saw-the-first-chunk");
+    let signal = flag.clone();
+    tokio::spawn(async move {
+        if tokio::time::timeout(std::time::Duration::from_secs(20), started.notified())
+            .await
+            .is_ok()
+        {
+            std::fs::write(signal, "").unwrap();
+        }
+    });
+    const CLIENT: &str = r#"
+import http.client, os, ssl, sys, time
+proxy, port, ca, flag = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+host, proxy_port = proxy.rsplit(":", 1)
+c = http.client.HTTPSConnection(host, int(proxy_port), context=ssl.create_default_context(cafile=ca), timeout=30)
+c.set_tunnel("api.test", port)
+def body():
+    yield b"x" * 65536
+    deadline = time.time() + 20
+    while not os.path.exists(flag):
+        if time.time() > deadline:
+            print("the upstream saw nothing before the body ended")
+            break
+        time.sleep(0.01)
+    else:
+        print("the upstream saw the first chunk while the client was still sending")
+    chunk = b"y" * (1 << 20)
+    for _ in range(64):
+        yield chunk
+c.request("POST", "/upload", body=body(), encode_chunked=True)
+r = c.getresponse()
+print(r.status, r.read().decode())
+"#;
+    let out = run(
+        "python3",
+        &[
+            "-c",
+            CLIENT,
+            &proxy.addr.to_string(),
+            &port.to_string(),
+            proxy.ca_pem.to_str().unwrap(),
+            flag.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        out.stdout,
+        format!(
+            "the upstream saw the first chunk while the client was still sending\n200 received {} bytes\n",
+            65536 + 64 * (1 << 20)
+        ),
+        "{out:?}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.pid())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    eprintln!("proxy peak RSS after a 64 MiB upload: {} KiB", peak_kib);
+    assert!(
+        peak_kib < 48 * 1024,
+        "the proxy held the body: peak RSS {peak_kib} KiB"
+    );
 }

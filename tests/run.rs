@@ -317,7 +317,36 @@ async fn the_session_is_audited() {
     };
     let sessions = audit(&["sessions", "--json"]);
     let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
-    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let session = &sessions[0];
+    let id = session["id"].as_str().unwrap().to_owned();
+    // What an incident responder needs about the session itself: the exact
+    // policy (text, and a hash to compare files against), the limits, which
+    // airlock and which machine.
+    let policy_text = std::fs::read_to_string(&policy).unwrap();
+    assert_eq!(session["policy_text"], policy_text.as_str(), "{session:#}");
+    let sha = std::process::Command::new("sha256sum")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    let sha = String::from_utf8_lossy(&sha.stdout);
+    let sha = sha.split_whitespace().next().unwrap();
+    assert_eq!(session["policy_sha256"], sha, "{session:#}");
+    assert_eq!(session["limits"]["timeout_s"], 60.0, "{session:#}");
+    assert_eq!(
+        session["airlock_version"],
+        env!("CARGO_PKG_VERSION"),
+        "{session:#}"
+    );
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(session["host"], hostname.trim(), "{session:#}");
+    assert_eq!(session["exit_status"], 0, "{session:#}");
+    let timeline = audit(&["timeline", &id]);
+    let timeline = String::from_utf8_lossy(&timeline.stdout);
+    assert!(
+        timeline.contains(&format!("(sha256 {sha})  limits: "))
+            && timeline.contains("timeout_s=60"),
+        "{timeline}"
+    );
     let timeline = audit(&["timeline", &id, "--kind", "dns,http"]);
     let timeline = String::from_utf8_lossy(&timeline.stdout);
     assert!(timeline.contains("api.test"), "{timeline}");

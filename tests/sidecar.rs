@@ -1014,3 +1014,70 @@ fn same_file(path: &str, want: &std::fs::Metadata) -> bool {
         .map(|m| m.ino() == want.ino() && m.dev() == want.dev())
         .unwrap_or(false)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_a_secret_file_are_injected_for_the_pod_and_never_recorded() {
+    const SECRET: &str = "sk-sidecar-0123456789abcdef";
+    let pod = Pod::new("cred");
+    // The secret comes from a file only the sidecar can read (a mounted
+    // Kubernetes secret, say); the app in the pod never sees it.
+    let token = pod.dir.path().join("token");
+    std::fs::write(&token, format!("{SECRET}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    pod.write_policy(&format!(
+        "{POLICY}\n[[credential]]\nname = \"api\"\nhosts = [\"api.test\"]\nheader = \"Authorization\"\nvalue = \"Bearer ${{file:{}}}\"\n",
+        token.display()
+    ));
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let mut sidecar = pod.sidecar(&pki, &[]).ready().await;
+
+    let out = pod.app(&["cat", token.to_str().unwrap()], &[]).await;
+    assert_ne!(out.status, 0, "the app could read the secret file: {out:?}");
+
+    let (code, body, out) = pod
+        .curl(
+            "https://api.test/echo",
+            &["-H", "Authorization: Bearer forged-by-the-app"],
+        )
+        .await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert_eq!(
+        upstream.last_header("authorization").as_deref(),
+        Some(format!("Bearer {SECRET}").as_str()),
+        "the upstream must receive the real secret"
+    );
+    assert!(!body.contains(SECRET), "secret echoed to the app: {body}");
+    assert!(body.contains("[secret:api]"), "{body}");
+    assert!(!body.contains("forged-by-the-app"), "{body}");
+
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    assert!(
+        !sidecar.log().contains(SECRET),
+        "secret in the sidecar's log"
+    );
+    // Not in the audit record, neither exported nor in the database's bytes.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    let id = sessions[0]["id"].as_str().unwrap();
+    let jsonl = pod.dir.path().join("cred.jsonl");
+    pod.audit(&[
+        "export",
+        id,
+        "--format",
+        "jsonl",
+        "--out",
+        jsonl.to_str().unwrap(),
+    ]);
+    let exported = std::fs::read_to_string(&jsonl).unwrap();
+    assert!(exported.contains("[secret:api]"), "{exported}");
+    assert!(!exported.contains(SECRET));
+    for file in std::fs::read_dir(pod.db().parent().unwrap()).unwrap() {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "secret in the audit files"
+        );
+    }
+}

@@ -319,6 +319,27 @@ impl Default for SessionInfo {
     }
 }
 
+impl SessionInfo {
+    /// SHA-256 (hex) of the policy text the session ran under: compare it
+    /// with a policy file to know whether that is the one that was in force.
+    pub fn policy_sha256(&self) -> String {
+        crate::chain::sha256_hex(self.policy_text.as_bytes())
+    }
+
+    /// The limits that were set, as `name=value` pairs (unset ones left out).
+    pub fn limits_summary(&self) -> String {
+        match self.limits.as_object() {
+            Some(limits) => limits
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => String::new(),
+        }
+    }
+}
+
 /// How a session ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SessionEnd {

@@ -212,6 +212,20 @@ pub fn render_text(
             .collect::<Vec<_>>()
             .join(" ")
     ));
+    let info = &summary.info;
+    let limits = info.limits_summary();
+    out.push_str(&format!(
+        "policy {} (sha256 {})  limits: {}  airlock {} on {}\n",
+        if info.policy_name.is_empty() {
+            "(none)"
+        } else {
+            &info.policy_name
+        },
+        info.policy_sha256(),
+        if limits.is_empty() { "none" } else { &limits },
+        info.airlock_version,
+        info.host
+    ));
     if let Some(note) = &summary.info.capabilities_note {
         out.push_str(&format!("note: {note}\n"));
     }

@@ -88,7 +88,8 @@ fn tls_config(cert: CertificateDer<'static>, key: KeyPair) -> ServerConfig {
 
 /// A real HTTPS (or plain HTTP) server with the endpoints the tests need:
 /// `/echo` (request as JSON), `/sse` (two events, the second only after
-/// `release_sse`), `/ws` (WebSocket echo), `/bytes/N` (N bytes).
+/// `release_sse`), `/ws` (WebSocket echo), `/bytes/N` (N bytes), `/upload`
+/// (counts a streamed request body).
 pub struct Upstream {
     pub addr: SocketAddr,
     pub sse_gate: Arc<Notify>,
@@ -193,6 +194,8 @@ pub struct Extra {
     pub files: std::collections::HashMap<String, (String, Vec<u8>)>,
     /// Serve `/git/...` with `git http-backend` from this project root.
     pub git_root: Option<PathBuf>,
+    /// Notified when the first bytes of an `/upload` body arrive.
+    pub upload_started: Arc<Notify>,
 }
 
 type TestBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -253,6 +256,23 @@ async fn route(
             response.headers_mut().insert("x-saw-te", te);
         }
         return Ok(response);
+    }
+    if path == "/upload" {
+        // Count the body as it streams in; say when its first bytes arrive.
+        let mut body = req.into_body();
+        let mut received = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                if received == 0 && !data.is_empty() {
+                    extra.upload_started.notify_one();
+                }
+                received += data.len();
+            }
+        }
+        return Ok(Response::new(
+            Full::new(Bytes::from(format!("received {received} bytes"))).boxed(),
+        ));
     }
     if let Some(n) = path.strip_prefix("/bytes/") {
         let n: usize = n.parse().unwrap_or(0);
@@ -437,6 +457,9 @@ pub struct ProxyOptions<'a> {
     pub env: Vec<(&'a str, &'a str)>,
     pub dns: bool,
     pub extra: Vec<String>,
+    /// A program (and its arguments) that runs `airlock` for the test, e.g.
+    /// `unshare -m ...` to give the proxy a private view of some file.
+    pub wrapper: Vec<&'a str>,
 }
 
 impl<'a> ProxyOptions<'a> {
@@ -448,6 +471,7 @@ impl<'a> ProxyOptions<'a> {
             env: Vec::new(),
             dns: false,
             extra: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 }
@@ -465,7 +489,14 @@ impl AirlockProxy {
         let policy = dir.path().join("policy.toml");
         std::fs::write(&policy, opts.policy).unwrap();
         let events = dir.path().join("events.jsonl");
-        let mut cmd = Command::new(AIRLOCK);
+        let mut cmd = match opts.wrapper.split_first() {
+            None => Command::new(AIRLOCK),
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(AIRLOCK);
+                cmd
+            }
+        };
         cmd.args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
             .arg(&policy)
             .arg("--ca-dir")
