@@ -23,6 +23,10 @@ use clap::{Parser, Subcommand};
 
 /// Exit status for bad input: a usage, configuration or policy error.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit status of `airlock run` when airlock itself failed, bad arguments
+/// included, so it cannot be mistaken for the command's own status (as for
+/// `env`, `timeout` and `docker run`).
+pub const EXIT_RUN_FAILED: u8 = 125;
 
 #[derive(Parser)]
 #[command(
@@ -55,7 +59,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            let run = std::env::args_os().nth(1).is_some_and(|a| a == "run");
+            return ExitCode::from(if run { EXIT_RUN_FAILED } else { EXIT_USAGE });
+        }
+    };
     init_tracing();
     let result = match cli.command {
         Command::Run(args) => commands::run::run(args),

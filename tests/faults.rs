@@ -637,3 +637,49 @@ async fn sandboxed_command_killing_its_parent_or_everything() {
         );
     }
 }
+
+/// `airlock run` fails closed too: when its audit store fills up mid-session
+/// the sandbox is stopped (exit 125, saying why) instead of running on
+/// unrecorded, and what was recorded still verifies.
+#[tokio::test]
+async fn run_session_stops_when_its_audit_store_fills() {
+    let fs = Tmpfs::mount("1M");
+    let db = fs.path().join("audit.db");
+    let keydir = tempfile::tempdir().unwrap();
+    let key = keydir.path().join("audit.key");
+    let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+    // 100 files of 64 KiB of random bytes, each recorded with its content:
+    // far more than the 1 MiB store holds.
+    let started = Instant::now();
+    let out = tokio::process::Command::new(AIRLOCK)
+        .arg("run")
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--audit-db")
+        .arg(&db)
+        .arg("--audit-key")
+        .arg(&key)
+        .args(["--timeout", "60s", "--", "sh", "-c"])
+        .arg("for i in $(seq 100); do head -c 65536 /dev/urandom > f$i; done; sleep 30; echo finished")
+        .output()
+        .await
+        .unwrap();
+    let out = common::ClientOutput::from(out);
+    assert_eq!(out.status, 125, "{out:?}");
+    assert!(!out.stdout.contains("finished"), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the session ran on after its store failed: {:?}",
+        started.elapsed()
+    );
+    // One line: what happened, why, and what to do.
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("the audit store failed, so the session was stopped")
+            && out.stderr.contains("database or disk is full")
+            && out.stderr.contains("free disk space"),
+        "{out:?}"
+    );
+    assert!(verify_all(&db, &key, true) >= 1);
+}

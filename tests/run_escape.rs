@@ -819,8 +819,31 @@ fn nft_ruleset() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The host's interfaces (names and state, not counters) and routes.
+fn host_links_and_routes() -> String {
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ip -o link show | cut -d' ' -f2,3; ip route show table all",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The host's mounts, less those other tests running in parallel make and
+/// remove (tmpfs under their temp dirs, `ip netns` bind mounts).
 fn host_mounts() -> String {
-    std::fs::read_to_string("/proc/mounts").unwrap()
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let mount_point = l.split(' ').nth(1).unwrap_or("");
+            !mount_point.starts_with("/tmp/.tmp") && !mount_point.starts_with("/run/netns")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// Kills (SIGKILL) and reaps a child when dropped, so a failing test leaves nothing running.
@@ -849,6 +872,7 @@ async fn kill_9_leaves_nothing_behind() {
     );
     let nft_before = nft_ruleset();
     let mounts_before = host_mounts();
+    let net_before = host_links_and_routes();
     let mut args = f.run_args(&ws);
     // Limits, so that there are cgroups to leave behind.
     args.extend(os(&["--memory", "256M", "--pids", "64", "--cpus", "1"]));
@@ -953,6 +977,11 @@ async fn kill_9_leaves_nothing_behind() {
     );
     assert_eq!(nft_ruleset(), nft_before, "the host's nftables changed");
     assert_eq!(host_mounts(), mounts_before, "the host's mounts changed");
+    assert_eq!(
+        host_links_and_routes(),
+        net_before,
+        "the host's interfaces or routes changed"
+    );
 
     // The audit trail is incomplete, not broken.
     let mut verify_args: Vec<OsString> = os(&["audit", "verify", "--all", "--audit-db"]);
@@ -1212,7 +1241,7 @@ async fn limits_and_exit_status() {
     assert_eq!(seven.status, 7, "{seven:?}");
     assert_eq!(term.status, 143, "{term:?}");
 
-    assert_eq!(bad_memory.status, 2, "{bad_memory:?}");
+    assert_eq!(bad_memory.status, 125, "{bad_memory:?}");
     let first = bad_memory.stderr.lines().next().unwrap_or("");
     assert!(
         first.starts_with("error:") && first.contains("lots") && first.contains("--memory"),

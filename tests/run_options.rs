@@ -92,9 +92,9 @@ fn the_environment_is_clean_and_holds_only_what_was_asked_for() {
         "{out:?}"
     );
 
-    // A malformed --env is a usage error (exit 2) naming the fix.
+    // A malformed --env is refused before anything runs: exit 125, naming the fix.
     let out = airlock_run(ws.path(), &["--env", "NOEQUALS"], &["true"], &[]);
-    assert_eq!(out.status, 2, "{out:?}");
+    assert_eq!(out.status, 125, "{out:?}");
     assert!(out.stderr.contains("KEY=VALUE"), "{out:?}");
 }
 
@@ -212,7 +212,7 @@ fn user_option_runs_the_command_as_that_user() {
     );
 
     let out = airlock_run(ws.path(), &["--user", "nobody-by-name"], &["true"], &[]);
-    assert_eq!(out.status, 2, "{out:?}");
+    assert_eq!(out.status, 125, "{out:?}");
     assert!(out.stderr.contains("expected UID or UID:GID"), "{out:?}");
 }
 

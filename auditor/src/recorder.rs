@@ -61,7 +61,9 @@ struct Health {
 
 impl Health {
     fn fail(&self, reason: String) {
-        tracing::error!(%reason, "audit store failed; refusing further events");
+        // Not an error log: whoever runs the session reports it once, with
+        // what to do (the proxy's engine, `airlock run`).
+        tracing::debug!(%reason, "audit store failed; refusing further events");
         let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         if r.is_none() {
             *r = Some(reason);
@@ -69,9 +71,14 @@ impl Health {
         self.failed.store(true, Ordering::SeqCst);
     }
 
-    fn error(&self) -> AuditError {
+    /// Why the store failed, in the store's own words.
+    fn reason(&self) -> String {
         let r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        AuditError::WriterFailed(r.clone().unwrap_or_else(|| "unknown failure".into()))
+        r.clone().unwrap_or_else(|| "unknown failure".into())
+    }
+
+    fn error(&self) -> AuditError {
+        AuditError::WriterFailed(self.reason())
     }
 
     fn check(&self) -> Result<(), AuditError> {
@@ -422,7 +429,7 @@ impl Writer {
         // Failed: keep answering so callers waiting on sync/finish get an
         // error instead of hanging, until every handle is gone.
         while let Ok(msg) = rx.recv() {
-            let reason = self.health.error().to_string();
+            let reason = self.health.reason();
             match msg {
                 Msg::Sync(r) | Msg::Finish { reply: r, .. } => {
                     let _ = r.send(Err(reason));

@@ -24,10 +24,8 @@ use anyhow::{Context, bail};
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::notices::DenialNotices;
 use crate::observe::{self, Terminal};
-use crate::{audit, certs, one_line, paths, policy_file, secrets};
+use crate::{EXIT_RUN_FAILED, audit, certs, one_line, paths, policy_file, secrets};
 
-/// Exit status when airlock itself failed (as for `env`, `timeout`, `docker run`).
-const EXIT_AIRLOCK_FAILED: u8 = 125;
 /// Host secrets hidden when the command runs as uid 0 (root-owned files stay
 /// readable by ownership even without capabilities). Not exhaustive: use
 /// `--user` for untrusted code when airlock runs as root.
@@ -144,7 +142,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(code) => Ok(code),
         Err(e) => {
             eprintln!("airlock: {}", one_line(&e));
-            Ok(ExitCode::from(EXIT_AIRLOCK_FAILED))
+            Ok(ExitCode::from(EXIT_RUN_FAILED))
         }
     }
 }
@@ -333,18 +331,26 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
-    if let Some(recorder) = recorder {
-        finish(recorder, &outcome, stopped.as_ref().map(Stop::describe))?;
-    }
+    let finished = match recorder {
+        Some(recorder) => finish(recorder, &outcome, stopped.as_ref().map(Stop::describe)),
+        None => Ok(()),
+    };
     if let Some(stop) = stopped {
-        eprintln!("{}", stop.describe());
+        // After an audit failure the end record cannot be written either;
+        // say what failed instead of that it failed twice.
+        match (&stop, finished) {
+            (Stop::AuditFailed, Err(e)) => eprintln!("{} ({})", stop.describe(), store_failure(&e)),
+            (_, Err(e)) => return Err(e),
+            (_, Ok(())) => eprintln!("{}", stop.describe()),
+        }
         return Ok(ExitCode::from(stop.exit_code()));
     }
+    finished?;
     if let Some(message) = outcome.message() {
         eprintln!("{message}");
     }
     Ok(ExitCode::from(
-        u8::try_from(outcome.exit_code()).unwrap_or(EXIT_AIRLOCK_FAILED),
+        u8::try_from(outcome.exit_code()).unwrap_or(EXIT_RUN_FAILED),
     ))
 }
 
@@ -406,15 +412,23 @@ impl Stop {
     fn describe(&self) -> String {
         match self {
             Stop::Signal(_, name) => format!("airlock: stopped the sandbox on {name}"),
-            Stop::AuditFailed => "airlock: the audit store failed; the session was stopped rather than run unaudited (check disk space and permissions of the audit database)".into(),
+            Stop::AuditFailed => "airlock: the audit store failed, so the session was stopped rather than run unaudited: free disk space or fix the audit database's permissions, then run again".into(),
         }
     }
 
     fn exit_code(&self) -> u8 {
         match self {
             Stop::Signal(n, _) => 128 + *n as u8,
-            Stop::AuditFailed => EXIT_AIRLOCK_FAILED,
+            Stop::AuditFailed => EXIT_RUN_FAILED,
         }
+    }
+}
+
+/// The store's own words for why it failed, without the advice around them.
+fn store_failure(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<airlock_auditor::AuditError>() {
+        Some(airlock_auditor::AuditError::WriterFailed(reason)) => reason.clone(),
+        _ => e.root_cause().to_string(),
     }
 }
 
