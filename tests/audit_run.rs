@@ -534,3 +534,95 @@ fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
     let text = String::from_utf8_lossy(&sessions.stdout);
     assert!(text.contains("SIGTERM"), "the end record says why: {text}");
 }
+
+/// Ctrl-C in a terminal signals the whole foreground process group: the
+/// command gets its SIGINT and ends as it would outside (130), and airlock,
+/// which steps in only at a second Ctrl-C, still finishes the record.
+#[test]
+fn ctrl_c_ends_the_command_and_the_record_is_complete() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit/audit.db");
+    let key = dir.path().join("audit/audit.key");
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let mut child = Command::new(AIRLOCK)
+        .arg("run")
+        .arg("--workspace")
+        .arg(&workspace)
+        .arg("--audit-db")
+        .arg(&db)
+        .arg("--audit-key")
+        .arg(&key)
+        .args(["--", "sh", "-c", "echo started; exec sleep 60"])
+        .stdout(std::process::Stdio::piped())
+        // Its own process group, as a shell gives a foreground job.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "started\n");
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let verify = Command::new(AIRLOCK)
+        .args(["audit", "verify", "--all", "--audit-db"])
+        .arg(&db)
+        .arg("--audit-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+    let sessions = Command::new(AIRLOCK)
+        .args(["audit", "sessions", "--json", "--audit-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    assert_eq!(sessions[0]["signal"], 2, "{sessions:#}");
+}
+
+/// `airlock audit timeline` shows nested shells as a tree: each exec is
+/// indented under the one that started it, and a file sits under the exec
+/// that wrote it.
+#[test]
+fn the_timeline_is_indented_by_process_tree() {
+    let s = Session::run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "sh -c 'echo hi > nested.txt; /bin/true deep'; /bin/true top",
+        ],
+        &[],
+    );
+    assert_eq!(s.status, 0);
+    let out = s.audit(&["timeline", &s.id]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The indentation after the "#seq" column.
+    let depth_of = |needle: &str| {
+        let line = text
+            .lines()
+            .filter_map(|l| l.split_once(" #"))
+            .find(|(_, rest)| rest.contains(needle))
+            .unwrap_or_else(|| panic!("no event with {needle:?} in\n{text}"));
+        let after_seq = line.1;
+        let rest = after_seq.trim_start_matches(|c: char| c.is_ascii_digit());
+        (rest.len() - rest.trim_start().len() - 1) / 2
+    };
+    assert_eq!(depth_of("exec  sh -c 'sh -c"), 0, "{text}");
+    assert_eq!(depth_of("exec  sh -c 'echo hi"), 1, "{text}");
+    assert_eq!(depth_of("exec  /bin/true deep"), 2, "{text}");
+    assert_eq!(depth_of("file  create"), 2, "{text}");
+    assert_eq!(depth_of("exec  /bin/true top"), 1, "{text}");
+}
