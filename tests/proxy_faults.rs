@@ -119,14 +119,14 @@ async fn wait_for_stderr(proxy: &AirlockProxy, needle: &str) {
 async fn malformed_and_oversized_requests_get_errors() {
     let (_pki, upstream, proxy) = setup("\"/echo\"").await;
     let garbage = raw(&proxy, b"\x00\x01\x02 junk junk\r\n\r\n").await;
-    assert!(
-        garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"),
-        "{garbage:?}"
-    );
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage:?}");
     let mut huge = b"GET http://api.test/echo HTTP/1.1\r\nHost: api.test\r\nX-Big: ".to_vec();
     huge.extend(std::iter::repeat_n(b'a', 200 * 1024));
     huge.extend_from_slice(b"\r\n\r\n");
     let answer = raw(&proxy, &huge).await;
+    // The proxy answers 431 after the first 64 KiB and closes; the kernel may
+    // then reset the connection under the rest of our 200 KiB (unread data at
+    // close, see tcp(7)), so an empty answer is allowed here.
     assert!(
         answer.is_empty()
             || answer.starts_with("HTTP/1.1 431")
