@@ -239,9 +239,12 @@ async fn rapid_reset() {
         "rapid reset: sent {sent} streams, upstream saw {hits}, GOAWAY: {}",
         saw_goaway(&frames)
     );
+    // The flood is cut off (GOAWAY after the pending-reset limit) and its
+    // streams cost the upstream next to nothing.
+    assert!(saw_goaway(&frames), "no GOAWAY after {sent} reset streams");
     assert!(
-        (hits as u32) < sent,
-        "every reset stream was still forwarded ({hits})"
+        (hits as u32) < sent / 10,
+        "{hits} of {sent} reset streams were still forwarded"
     );
     let after = rss_kib(fx.proxy.pid());
     assert!(after < before + 100 * 1024, "RSS {before} -> {after} KiB");
