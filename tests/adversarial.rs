@@ -665,6 +665,34 @@ async fn a_stalled_header_is_closed_by_the_timeout() {
     fx.survives().await;
 }
 
+/// A client that starts a request body and stops sending is cut off by the
+/// body idle timeout (30 s, proxy/src/engine.rs): the upstream request is
+/// abandoned and the client told why, instead of both being held forever.
+#[tokio::test]
+async fn a_stalled_body_is_abandoned_by_the_timeout() {
+    let fx = Fx::new().await;
+    let host = fx.good_authority();
+    let mut tls = intercepted(&fx.proxy, &host, "api.test", &[b"http/1.1"]).await;
+    tls.write_all(
+        format!("POST /echo HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100000\r\n\r\nthe start")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(45), tls.read_to_end(&mut out)).await;
+    assert!(closed.is_ok(), "a stalled body was kept open for 45 s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(20),
+        "closed too early"
+    );
+    let answer = String::from_utf8_lossy(&out);
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains("no request body data for 30 s"), "{answer}");
+    fx.survives().await;
+}
+
 /// A request followed by a half-close (FIN) still gets its answer; a
 /// half-closed idle connection is released.
 #[tokio::test]

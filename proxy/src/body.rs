@@ -7,8 +7,10 @@
 //! abandoned) the tap runs its completion callback exactly once.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -174,5 +176,72 @@ impl<B> Drop for Tap<B> {
         if self.on_end.is_some() {
             self.end(Some("aborted before the end of the body".into()));
         }
+    }
+}
+
+/// Why [`IdleLimit`] ended a body; typed so the 502 can say it plainly.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent no request body data for {} s", .0.as_secs())]
+pub struct BodyStalled(pub Duration);
+
+/// A body that fails when its sender goes quiet for `limit`: a client that
+/// starts a request body and then stalls would otherwise hold its upstream
+/// request (and a stream of the shared upstream connection) open forever.
+/// The error aborts the upstream request; the client gets a 502 saying why.
+pub struct IdleLimit<B> {
+    inner: B,
+    limit: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl<B> IdleLimit<B> {
+    /// `stalled` is set when the limit ends the body: the upstream client
+    /// reports that only as a failed request, so the caller checks it to say why.
+    pub fn new(inner: B, limit: Duration, stalled: Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            limit,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            stalled,
+        }
+    }
+}
+
+impl<B> Body for IdleLimit<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.limit;
+                this.deadline.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.stalled.store(true, Ordering::Release);
+                    Poll::Ready(Some(Err(Box::new(BodyStalled(this.limit)))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -25,6 +25,9 @@ use crate::upstream::Upstream;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to send the body prefix a body constraint needs.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a streamed request body may go without data before the request
+/// is abandoned (see `body::IdleLimit`).
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to send its first bytes / finish the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request head accepted (HTTP/1.1 buffer and HTTP/2 header list).

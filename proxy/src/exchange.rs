@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use airlock_policy::{BodyInput, Decision, DefaultAction, Policy, RequestInfo, Scheme};
@@ -14,8 +15,9 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use crate::body::{CaptureHandle, ProxyBody, Tap, full};
+use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Scrubber, scrub_headers};
+use crate::engine::BODY_IDLE_TIMEOUT;
 use crate::engine::{ConnInfo, Engine};
 use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::{Refusal, bad_gateway};
@@ -211,14 +213,18 @@ pub async fn handle(
     }
 
     let request_capture = CaptureHandle::default();
+    let body_stalled = Arc::new(AtomicBool::new(false));
     let upstream_body: ProxyBody = match (body, buffered) {
         (_, Some((bytes, _))) => {
             let tap = Tap::new(full(bytes), request_capture.clone(), engine.capture_cap);
             tap.boxed_unsync()
         }
-        (Some(body), None) => {
-            Tap::new(body, request_capture.clone(), engine.capture_cap).boxed_unsync()
-        }
+        (Some(body), None) => Tap::new(
+            IdleLimit::new(body, BODY_IDLE_TIMEOUT, body_stalled.clone()),
+            request_capture.clone(),
+            engine.capture_cap,
+        )
+        .boxed_unsync(),
         (None, None) => full(Bytes::new()),
     };
     let uri: Uri = match url.parse() {
@@ -246,7 +252,11 @@ pub async fn handle(
     let response = match client.request(upstream_req).await {
         Ok(r) => r,
         Err(e) => {
-            let (why, resolve) = explain(&e);
+            let (why, resolve) = if body_stalled.load(Ordering::Acquire) {
+                (BodyStalled(BODY_IDLE_TIMEOUT).to_string(), None)
+            } else {
+                explain(&e)
+            };
             let response = match resolve {
                 Some(ResolveError::NonPublic { .. }) => Refusal::NonPublicAddress(why.clone())
                     .response(&method, &url, &rules.policy, None),
