@@ -1081,3 +1081,51 @@ async fn credentials_from_a_secret_file_are_injected_for_the_pod_and_never_recor
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_listens_where_it_is_told() {
+    const ELSEWHERE: &str = "127.0.0.1:15099";
+    let (pod, _pki, _upstream, _sidecar) = pod_with_sidecar("admin", &["--admin", ELSEWHERE]).await;
+    let get = |path: &'static str| {
+        let pod = &pod;
+        async move {
+            let out = pod
+                .exec(
+                    &[],
+                    &[
+                        "curl",
+                        "-s",
+                        "--max-time",
+                        "5",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        &format!("http://{ELSEWHERE}{path}"),
+                    ],
+                    &[],
+                )
+                .await;
+            out.stdout
+        }
+    };
+    assert_eq!(get("/healthz").await, "200");
+    assert_eq!(get("/readyz").await, "200");
+    // Nothing on the default port.
+    assert_eq!(pod.admin("/healthz").await.0, 0);
+    let out = pod
+        .exec(
+            &[],
+            &[
+                AIRLOCK,
+                "sidecar",
+                "--wait-ready",
+                ELSEWHERE,
+                "--wait-timeout",
+                "5s",
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(out.status, 0, "{out:?}");
+}
