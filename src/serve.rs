@@ -17,6 +17,21 @@ use tokio::task::JoinSet;
 use crate::policy_watch::FileWatch;
 use crate::{one_line, policy_file, secrets};
 
+/// The proxy's async runtime. `AIRLOCK_WORKER_THREADS` sets its number of
+/// worker threads; the default is tokio's (one per CPU).
+pub fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name(thread_name);
+    if let Some(threads) = std::env::var("AIRLOCK_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        builder.worker_threads(threads);
+    }
+    builder.build().context("starting the async runtime")
+}
+
 /// Clients of a standalone proxy need the dummy values to send; they are not secret.
 pub fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
     for cred in credentials {

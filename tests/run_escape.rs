@@ -1353,3 +1353,43 @@ async fn root_owned_host_secrets_are_not_readable() {
         secret.display()
     );
 }
+
+/// Where unprivileged user namespaces are switched off, an ordinary user's
+/// `airlock run` says so in one line naming the sysctl (exit 125) instead of
+/// failing somewhere inside. The sysctl is faked for airlock alone: a file
+/// bind-mounted over it in a mount namespace of its own.
+#[tokio::test]
+async fn disabled_user_namespaces_are_named_with_their_sysctl() {
+    if !nix::unistd::geteuid().is_root() || which("setpriv").is_none() {
+        eprintln!("SKIPPED: needs root (to fake the sysctl) and setpriv");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let airlock = dir.path().join("airlock");
+    std::fs::copy(AIRLOCK, &airlock).unwrap();
+    chmod(&airlock, 0o755);
+    let fake = dir.path().join("max_user_namespaces");
+    std::fs::write(&fake, "0\n").unwrap();
+    chmod(&fake, 0o644);
+    let script = format!(
+        "mount --bind {fake} /proc/sys/user/max_user_namespaces && \
+         exec setpriv --reuid=65534 --regid=65534 --clear-groups {airlock} run --no-audit -- true",
+        fake = fake.display(),
+        airlock = airlock.display(),
+    );
+    let out = run_program(
+        "unshare",
+        os(&["-m", "--propagation", "private", "sh", "-c", &script]),
+        &[],
+    )
+    .await;
+    assert_eq!(out.status, 125, "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("unprivileged user namespaces are disabled (user.max_user_namespaces=0)")
+            && out.stderr.contains("or run as root"),
+        "{out:?}"
+    );
+}

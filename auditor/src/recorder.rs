@@ -23,6 +23,11 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// Upper bound on rows per transaction, so one commit never holds the write
 /// lock for long.
 const MAX_BATCH: usize = 8192;
+/// Under load (more than one event waiting), the writer waits this long for
+/// more before committing, unless someone waits for durability: one commit
+/// and one wake-up per linger instead of per event. Events reach the database
+/// at most this much later; `sync`/`finish` are never delayed.
+const LINGER: Duration = Duration::from_millis(2);
 /// Queue depth between `record` and the writer. When full, `record` waits
 /// (back-pressure) rather than dropping events.
 const QUEUE_DEPTH: usize = 65536;
@@ -361,6 +366,16 @@ struct Writer {
     health: Arc<Health>,
 }
 
+/// Take what is queued, up to [`MAX_BATCH`], without waiting.
+fn drain(rx: &Receiver<Msg>, batch: &mut Vec<Msg>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
+    }
+}
+
 impl Writer {
     fn run(mut self, rx: Receiver<Msg>) {
         loop {
@@ -384,11 +399,12 @@ impl Writer {
                 }
             };
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
-                }
+            drain(&rx, &mut batch);
+            let durability_wanted =
+                |batch: &[Msg]| batch.iter().any(|m| !matches!(m, Msg::Event(_)));
+            if batch.len() > 1 && batch.len() < MAX_BATCH && !durability_wanted(&batch) {
+                std::thread::sleep(LINGER);
+                drain(&rx, &mut batch);
             }
             let mut replies = Vec::new();
             let mut rows = Vec::with_capacity(batch.len());

@@ -55,10 +55,7 @@ pub struct ProxyArgs {
 }
 
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::serve::runtime("airlock-proxy")?;
     runtime.block_on(serve(args))
 }
 

@@ -297,11 +297,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         audit_sync: args.audit_sync,
         socket_mark: None,
     })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("airlock-proxy")
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::serve::runtime("airlock-proxy")?;
     let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
     {
         let _guard = runtime.enter();

@@ -159,10 +159,7 @@ pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
         dns_port: args.dns_port,
         nft: args.nft.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = crate::serve::runtime("airlock-proxy")?;
     let signals = {
         let _context = runtime.enter();
         Signals::install()?
