@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, tls_client};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
@@ -150,22 +150,6 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn tls_client(ca_pem: &std::path::Path, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca_pem).unwrap();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// Open a CONNECT tunnel through the explicit proxy; returns the raw stream after the 200.

@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, tls_client};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -84,20 +83,8 @@ impl Fx {
             head.push(byte[0]);
         }
         assert!(head.starts_with(b"HTTP/1.1 200"));
-        let mut roots = rustls::RootCertStore::empty();
-        let pem = std::fs::read(&self.proxy.ca_pem).unwrap();
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
         let name = rustls::pki_types::ServerName::try_from("api.test").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        let mut tls = tls_client(&self.proxy.ca_pem, &[b"h2"])
             .connect(name, tcp)
             .await
             .unwrap();

@@ -485,54 +485,88 @@ fn tampering_through_sqlite_is_detected_at_the_right_seq() {
     );
 }
 
+/// `airlock run -- sh -c 'echo started; exec sleep 60'` with a private
+/// audit database, returned once the command has started.
+struct Sleeper {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    key: PathBuf,
+}
+
+impl Sleeper {
+    /// `own_process_group`: as a shell starts a foreground job.
+    fn start(own_process_group: bool) -> Self {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit/audit.db");
+        let key = dir.path().join("audit/audit.key");
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir(&workspace).unwrap();
+        let mut command = Command::new(AIRLOCK);
+        command
+            .arg("run")
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--audit-db")
+            .arg(&db)
+            .arg("--audit-key")
+            .arg(&key)
+            .args(["--", "sh", "-c", "echo started; exec sleep 60"])
+            .stdout(std::process::Stdio::piped());
+        if own_process_group {
+            command.process_group(0);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "started\n");
+        Self {
+            child,
+            _dir: dir,
+            db,
+            key,
+        }
+    }
+
+    fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Wait for airlock's exit status; then the record must verify.
+    fn finish(mut self) -> (Option<i32>, serde_json::Value) {
+        let status = self.child.wait().unwrap().code();
+        let verify = Command::new(AIRLOCK)
+            .args(["audit", "verify", "--all", "--audit-db"])
+            .arg(&self.db)
+            .arg("--audit-key")
+            .arg(&self.key)
+            .output()
+            .unwrap();
+        assert!(verify.status.success(), "{verify:?}");
+        let sessions = Command::new(AIRLOCK)
+            .args(["audit", "sessions", "--json", "--audit-db"])
+            .arg(&self.db)
+            .output()
+            .unwrap();
+        (status, serde_json::from_slice(&sessions.stdout).unwrap())
+    }
+}
+
 #[test]
 fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("audit/audit.db");
-    let key = dir.path().join("audit/audit.key");
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir(&workspace).unwrap();
-    let mut child = Command::new(AIRLOCK)
-        .arg("run")
-        .arg("--workspace")
-        .arg(&workspace)
-        .arg("--audit-db")
-        .arg(&db)
-        .arg("--audit-key")
-        .arg(&key)
-        .args(["--", "sh", "-c", "echo started; exec sleep 60"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "started\n");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(143));
-    let verify = Command::new(AIRLOCK)
-        .args(["audit", "verify", "--all", "--audit-db"])
-        .arg(&db)
-        .arg("--audit-key")
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(verify.status.success(), "{verify:?}");
-    let sessions = Command::new(AIRLOCK)
-        .args(["audit", "sessions", "--json", "--audit-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&sessions.stdout);
-    assert!(text.contains("SIGTERM"), "the end record says why: {text}");
+    let session = Sleeper::start(false);
+    nix::sys::signal::kill(session.pid(), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (status, sessions) = session.finish();
+    assert_eq!(status, Some(143));
+    assert!(
+        sessions.to_string().contains("SIGTERM"),
+        "the end record says why: {sessions:#}"
+    );
 }
 
 /// Ctrl-C in a terminal signals the whole foreground process group: the
@@ -540,54 +574,10 @@ fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
 /// which steps in only at a second Ctrl-C, still finishes the record.
 #[test]
 fn ctrl_c_ends_the_command_and_the_record_is_complete() {
-    use std::os::unix::process::CommandExt;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("audit/audit.db");
-    let key = dir.path().join("audit/audit.key");
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir(&workspace).unwrap();
-    let mut child = Command::new(AIRLOCK)
-        .arg("run")
-        .arg("--workspace")
-        .arg(&workspace)
-        .arg("--audit-db")
-        .arg(&db)
-        .arg("--audit-key")
-        .arg(&key)
-        .args(["--", "sh", "-c", "echo started; exec sleep 60"])
-        .stdout(std::process::Stdio::piped())
-        // Its own process group, as a shell gives a foreground job.
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "started\n");
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    let verify = Command::new(AIRLOCK)
-        .args(["audit", "verify", "--all", "--audit-db"])
-        .arg(&db)
-        .arg("--audit-key")
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(verify.status.success(), "{verify:?}");
-    let sessions = Command::new(AIRLOCK)
-        .args(["audit", "sessions", "--json", "--audit-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    let session = Sleeper::start(true);
+    nix::sys::signal::killpg(session.pid(), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (status, sessions) = session.finish();
+    assert_eq!(status, Some(130));
     assert_eq!(sessions[0]["signal"], 2, "{sessions:#}");
 }
 

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, run, untrusted_server_config};
+use common::{
+    AirlockProxy, ProxyOptions, TestPki, Upstream, curl, run, tls_client, untrusted_server_config,
+};
 
 /// A proxy whose policy allows `api.test` and `other.test` on the upstream's port,
 /// both pinned to loopback, with `rules` added to the policy.
@@ -438,19 +440,7 @@ async fn websocket_echo_through_the_proxy() {
     let mut buf = [0u8; 1024];
     let n = tcp.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&s.proxy.ca_pem).unwrap();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+    let tls = tls_client(&s.proxy.ca_pem, &[b"http/1.1"])
         .connect("api.test".try_into().unwrap(), tcp)
         .await
         .unwrap();
@@ -557,19 +547,7 @@ async fn grpc_trailers_pass_through_over_http2() {
     let mut buf = [0u8; 1024];
     let n = tcp.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&s.proxy.ca_pem).unwrap();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+    let tls = tls_client(&s.proxy.ca_pem, &[b"h2"])
         .connect("api.test".try_into().unwrap(), tcp)
         .await
         .unwrap();

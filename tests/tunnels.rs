@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream};
+use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream, tls_client};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -237,23 +237,6 @@ except OSError as e:
     assert_eq!(ssh.accepted.load(Ordering::SeqCst), 1, "{out:?}");
 }
 
-/// A rustls client that trusts only `ca_pem`.
-fn client(ca_pem: &std::path::Path) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca_pem).unwrap();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
 #[tokio::test]
 async fn passthrough_keeps_the_upstreams_own_certificate() {
     let pki = TestPki::new();
@@ -270,7 +253,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
     // A client that pins the upstream's CA (and does not trust Airlock's)
     // completes its handshake: the certificate it sees is the upstream's own.
     let tcp = connect(&proxy, &authority).await.unwrap();
-    let mut tls = client(&pki.ca_pem)
+    let mut tls = tls_client(&pki.ca_pem, &[b"http/1.1"])
         .connect("pinned.test".try_into().unwrap(), tcp)
         .await
         .expect("the pinned client's handshake went through the proxy untouched");
@@ -287,7 +270,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
 
     // A client trusting Airlock's CA fails: nothing is intercepted here.
     let tcp = connect(&proxy, &authority).await.unwrap();
-    let intercepted = client(&proxy.ca_pem)
+    let intercepted = tls_client(&proxy.ca_pem, &[b"http/1.1"])
         .connect("pinned.test".try_into().unwrap(), tcp)
         .await;
     assert!(intercepted.is_err(), "passthrough was intercepted");
@@ -295,7 +278,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
     // The SNI must name the rule's host: another name in the same tunnel is
     // cut off before the upstream sees a byte of it.
     let tcp = connect(&proxy, &authority).await.unwrap();
-    let other = client(&pki.ca_pem)
+    let other = tls_client(&pki.ca_pem, &[b"http/1.1"])
         .connect("other.test".try_into().unwrap(), tcp)
         .await;
     assert!(other.is_err(), "SNI other.test was passed through");

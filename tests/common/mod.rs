@@ -86,6 +86,23 @@ fn tls_config(cert: CertificateDer<'static>, key: KeyPair) -> ServerConfig {
     config
 }
 
+/// A rustls client that trusts only the CA in `ca_pem` and offers `alpn`.
+pub fn tls_client(ca_pem: &Path, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca_pem).unwrap();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
 /// A real HTTPS (or plain HTTP) server with the endpoints the tests need:
 /// `/echo` (request as JSON), `/sse` (two events, the second only after
 /// `release_sse`), `/ws` (WebSocket echo), `/bytes/N` (N bytes), `/upload`
