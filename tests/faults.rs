@@ -148,6 +148,34 @@ async fn dns_failure_is_a_502_not_a_hang() {
 }
 
 /// A tmpfs of `size`, unmounted on drop.
+/// `airlock proxy` allowing `api.test` (any method on /echo and /sse, pinned
+/// to loopback), recording to the audit store `db` signed with `key`.
+fn audited_proxy(
+    pki: &TestPki,
+    upstream: &Upstream,
+    db: &Path,
+    key: &Path,
+    audit_sync: bool,
+) -> AirlockProxy {
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\", \"/sse\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        "--audit-key".into(),
+        key.to_str().unwrap().into(),
+    ];
+    if audit_sync {
+        opts.extra.push("--audit-sync".into());
+    }
+    AirlockProxy::start(opts)
+}
+
 struct Tmpfs {
     dir: tempfile::TempDir,
 }
@@ -189,21 +217,7 @@ async fn audit_store_full_stops_the_session_and_stays_verifiable() {
     let db = fs.path().join("audit.db");
     let keydir = tempfile::tempdir().unwrap();
     let key = keydir.path().join("audit.key");
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\", \"POST\"]\npaths = [\"/echo\"]\n",
-        upstream.port()
-    );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        db.to_str().unwrap().into(),
-        "--audit-key".into(),
-        key.to_str().unwrap().into(),
-        "--audit-sync".into(),
-    ];
-    let mut proxy = AirlockProxy::start(opts);
+    let mut proxy = audited_proxy(&pki, &upstream, &db, &key, true);
     let url = format!("https://api.test:{}/echo", upstream.port());
     let body = "x".repeat(60 * 1024);
     let mut codes = Vec::new();
@@ -275,21 +289,7 @@ async fn audit_store_turning_read_only_stops_the_session_and_stays_verifiable() 
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let db = dir.path().join("audit.db");
     let key = dir.path().join("audit.key");
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\"]\n",
-        upstream.port()
-    );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        db.to_str().unwrap().into(),
-        "--audit-key".into(),
-        key.to_str().unwrap().into(),
-        "--audit-sync".into(),
-    ];
-    let mut proxy = AirlockProxy::start(opts);
+    let mut proxy = audited_proxy(&pki, &upstream, &db, &key, true);
     let url = format!("https://api.test:{}/echo", upstream.port());
     for _ in 0..3 {
         assert_eq!(curl(&proxy, &[&url]).await.0, 200);
@@ -501,20 +501,7 @@ async fn kill_9_of_the_proxy_leaves_a_verifiable_record() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("audit.db");
     let key = dir.path().join("audit.key");
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\npaths = [\"/echo\", \"/sse\"]\n",
-        upstream.port()
-    );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        db.to_str().unwrap().into(),
-        "--audit-key".into(),
-        key.to_str().unwrap().into(),
-    ];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = audited_proxy(&pki, &upstream, &db, &key, false);
     let addr = proxy.addr;
     let base = format!("https://api.test:{}", upstream.port());
     for _ in 0..5 {
