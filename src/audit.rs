@@ -10,7 +10,7 @@ use anyhow::Context;
 /// What every session records about itself.
 pub fn session_info(policy: &Policy, mode: SessionMode, limits: serde_json::Value) -> SessionInfo {
     SessionInfo {
-        command: std::env::args().collect(),
+        command: recorded_command_line(std::env::args()),
         policy_name: policy.source_name().to_owned(),
         policy_text: policy.text().to_owned(),
         limits,
@@ -22,6 +22,30 @@ pub fn session_info(policy: &Policy, mode: SessionMode, limits: serde_json::Valu
         mode,
         ..SessionInfo::default()
     }
+}
+
+/// Airlock's own command line as the record keeps it: the value of an
+/// `--env KEY=VALUE` whose KEY looks secret is replaced, as it is for the
+/// environment of every exec (values only where not secret-like).
+fn recorded_command_line(args: impl Iterator<Item = String>) -> Vec<String> {
+    let redact = |assignment: &str| match assignment.split_once('=') {
+        Some((key, _)) if airlock_shim::is_secret_name(key) => format!("{key}=[redacted]"),
+        _ => assignment.to_owned(),
+    };
+    let mut out = Vec::new();
+    let mut env_value_next = false;
+    for arg in args {
+        if std::mem::take(&mut env_value_next) {
+            out.push(redact(&arg));
+        } else if let Some(assignment) = arg.strip_prefix("--env=") {
+            out.push(format!("--env={}", redact(assignment)));
+        } else {
+            // Only airlock's own options: after `--` comes the command.
+            env_value_next = arg == "--env" && !out.iter().any(|a| a == "--");
+            out.push(arg);
+        }
+    }
+    out
 }
 
 pub trait WithNote {
@@ -61,4 +85,43 @@ pub fn begin(
     store
         .begin_session(info)
         .context("starting the audit session")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recorded_command_line;
+
+    #[test]
+    fn secret_looking_env_values_are_redacted_from_the_command_line() {
+        let args = [
+            "airlock",
+            "run",
+            "--env",
+            "API_TOKEN=t0k",
+            "--env=DB_PASSWORD=pw",
+            "--env",
+            "PLAIN=ok",
+            "--",
+            "sh",
+            "--env",
+            "GITHUB_TOKEN=kept-as-typed",
+        ]
+        .map(String::from);
+        assert_eq!(
+            recorded_command_line(args.into_iter()),
+            [
+                "airlock",
+                "run",
+                "--env",
+                "API_TOKEN=[redacted]",
+                "--env=DB_PASSWORD=[redacted]",
+                "--env",
+                "PLAIN=ok",
+                "--",
+                "sh",
+                "--env",
+                "GITHUB_TOKEN=kept-as-typed",
+            ]
+        );
+    }
 }

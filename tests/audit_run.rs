@@ -616,3 +616,74 @@ fn the_timeline_is_indented_by_process_tree() {
     assert_eq!(depth_of("file  create"), 2, "{text}");
     assert_eq!(depth_of("exec  /bin/true top"), 1, "{text}");
 }
+
+/// `--audit-max-file` caps what is kept of each file (bigger ones keep only
+/// their hash, and `audit files` says so), and an environment variable that
+/// looks secret is recorded by name only.
+#[test]
+fn file_size_cap_and_secret_looking_variables() {
+    let big = "b".repeat(4096);
+    let script = format!("printf small > small.txt; printf {big} > big.txt");
+    let s = Session::run(
+        &[
+            "--audit-max-file",
+            "1K",
+            "--env",
+            "MY_API_TOKEN=tok-not-for-the-record",
+            "--env",
+            "PLAIN_SETTING=visible",
+        ],
+        &["sh", "-c", &script],
+        &[],
+    );
+    assert_eq!(s.status, 0, "{}", s.stdout);
+    let restored = s.dir.path().join("restored");
+    let report = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    let line_for = |name: &str| {
+        report
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name} not in {report}"))
+            .to_owned()
+    };
+    assert!(line_for("big.txt").starts_with("hash only"), "{report}");
+    assert!(line_for("small.txt").starts_with("restored"), "{report}");
+    let inside = restored.join(s.workspace.strip_prefix("/").unwrap());
+    assert_eq!(
+        std::fs::read_to_string(inside.join("small.txt")).unwrap(),
+        "small"
+    );
+    assert!(!inside.join("big.txt").exists());
+
+    let events = s.jsonl();
+    let exec = events.iter().find(|e| e["kind"] == "exec").unwrap();
+    let names: Vec<&str> = exec["env_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        names.contains(&"MY_API_TOKEN") && names.contains(&"PLAIN_SETTING"),
+        "{exec}"
+    );
+    assert_eq!(
+        exec["env_values_nonsecret"]["PLAIN_SETTING"], "visible",
+        "{exec}"
+    );
+    assert!(
+        exec["env_values_nonsecret"].get("MY_API_TOKEN").is_none(),
+        "{exec}"
+    );
+    let needle = b"tok-not-for-the-record";
+    for file in std::fs::read_dir(s.db.parent().unwrap()).unwrap() {
+        let path = file.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle),
+            "token value in {}",
+            path.display()
+        );
+    }
+}
