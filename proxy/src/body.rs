@@ -192,6 +192,10 @@ pub struct IdleLimit<B> {
     inner: B,
     limit: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
+    /// True while we wait on the client. The clock starts when waiting
+    /// starts, so time the upstream spent not asking for more (flow
+    /// control) never counts against the client.
+    waiting: bool,
     stalled: Arc<AtomicBool>,
 }
 
@@ -203,6 +207,7 @@ impl<B> IdleLimit<B> {
             inner,
             limit,
             deadline: Box::pin(tokio::time::sleep(limit)),
+            waiting: false,
             stalled,
         }
     }
@@ -223,17 +228,16 @@ where
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + this.limit;
-                this.deadline.as_mut().reset(next);
+                this.waiting = false;
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => match this.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    this.stalled.store(true, Ordering::Release);
-                    Poll::Ready(Some(Err(Box::new(BodyStalled(this.limit)))))
+            Poll::Pending => {
+                if !std::mem::replace(&mut this.waiting, true) {
+                    let deadline = tokio::time::Instant::now() + this.limit;
+                    this.deadline.as_mut().reset(deadline);
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                this.poll_deadline(cx)
+            }
         }
     }
 
@@ -243,5 +247,68 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl<B> IdleLimit<B> {
+    fn poll_deadline(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.stalled.store(true, Ordering::Release);
+                Poll::Ready(Some(Err(Box::new(BodyStalled(self.limit)))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request body fed by the test, like a client sending at its own pace.
+    struct ClientBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl Body for ClientBody {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_limit_counts_only_time_spent_waiting_on_the_client() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let stalled = Arc::new(AtomicBool::new(false));
+        let mut body = IdleLimit::new(ClientBody(rx), Duration::from_secs(30), stalled.clone());
+        tx.send(Bytes::from_static(b"first")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+
+        // The upstream asks for nothing for a minute (flow control), then the
+        // client needs 20 s for its next bytes: not idle for 30 s of waiting.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let sender = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            sender.send(Bytes::from_static(b"second")).await.unwrap();
+        });
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(!stalled.load(Ordering::Acquire));
+
+        // Then it goes quiet (still connected): 30 s later the body fails.
+        let started = tokio::time::Instant::now();
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        assert!(error.to_string().contains("no request body data for 30 s"));
+        assert!(stalled.load(Ordering::Acquire));
+        drop(tx);
     }
 }

@@ -17,8 +17,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Scrubber, scrub_headers};
-use crate::engine::BODY_IDLE_TIMEOUT;
-use crate::engine::{ConnInfo, Engine};
+use crate::engine::{BODY_IDLE_TIMEOUT, ConnInfo, Engine};
 use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::{Refusal, bad_gateway};
 use crate::rules::Rules;
