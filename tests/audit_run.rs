@@ -637,6 +637,19 @@ fn file_size_cap_and_secret_looking_variables() {
         &[],
     );
     assert_eq!(s.status, 0, "{}", s.stdout);
+    // The listing says which files kept only their hash...
+    let listing = s.audit(&["files", &s.id]);
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let listed = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name} not in {listing}"))
+            .to_owned()
+    };
+    assert!(listed("big.txt").contains("hash only"), "{listing}");
+    assert!(!listed("small.txt").contains("hash only"), "{listing}");
+    // ...and restoring brings back the rest.
     let restored = s.dir.path().join("restored");
     let report = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
     let report = String::from_utf8_lossy(&report.stdout).into_owned();

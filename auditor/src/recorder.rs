@@ -14,7 +14,7 @@ use ed25519_dalek::{Signer, SigningKey};
 use rusqlite::{Connection, params};
 
 use crate::chain::{self, Hash};
-use crate::{AuditError, AuditEvent, Redactor, Seq, SessionEnd, SessionId};
+use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
 
 /// Sign a checkpoint after this many events...
 const CHECKPOINT_EVERY: u64 = 1000;
@@ -251,6 +251,7 @@ impl SessionRecorder {
     /// size cap and redaction, and returns (hash of stored bytes, bytes).
     fn take_content(&self, event: &mut AuditEvent) -> Option<(String, Vec<u8>)> {
         let AuditEvent::File {
+            op,
             content,
             sha256,
             size,
@@ -263,8 +264,14 @@ impl SessionRecorder {
         };
         // Never trust store-only fields from the caller.
         *stored_content = None;
+        let Some(mut bytes) = content.take() else {
+            // The observer leaves out content over the cap itself: say so.
+            let writes_content = matches!(op, FileOp::Create | FileOp::Modify | FileOp::Truncate);
+            *content_over_cap =
+                writes_content && size.is_some_and(|s| s > self.inner.max_file_bytes);
+            return None;
+        };
         *content_over_cap = false;
-        let mut bytes = content.take()?;
         if sha256.is_none() {
             *sha256 = Some(chain::sha256_hex(&bytes));
         }

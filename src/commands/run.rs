@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_auditor::{SessionEnd, SessionMode, SessionRecorder};
+use airlock_auditor::{SessionEnd, SessionInfo, SessionMode, SessionRecorder};
 use airlock_policy::Policy;
 use airlock_proxy::{
     CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
@@ -209,6 +209,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
         "tmp_bytes": limits.tmp_bytes,
     });
+    let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
     let spec = SandboxSpec {
         command: args.command.clone(),
         workspace,
@@ -221,9 +222,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         ca_bundle_pem: Some(ca_bundle(&ca)),
         hostname: "airlock".into(),
         allow_unix_sockets: args.allow_unix_sockets,
-        observe: audit_paths.as_ref().map(|_| ObserveSpec {
-            max_file_bytes: args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES),
-        }),
+        observe: audit_paths.as_ref().map(|_| ObserveSpec { max_file_bytes }),
         stdio: None,
     };
     let terminal = match &audit_paths {
@@ -239,7 +238,11 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     // sandbox is being set up: the two are independent until the command is
     // released, and both take milliseconds.
     let beginning = audit_paths.map(|(db, key)| {
-        let info = audit::session_info(&policy, SessionMode::Run, limits_record);
+        let info = SessionInfo {
+            // The same cap for the observer and the record.
+            max_file_bytes,
+            ..audit::session_info(&policy, SessionMode::Run, limits_record)
+        };
         let credentials = credentials.clone();
         std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
     });
