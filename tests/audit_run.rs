@@ -638,30 +638,27 @@ fn file_size_cap_and_secret_looking_variables() {
     );
     assert_eq!(s.status, 0, "{}", s.stdout);
     // The listing says which files kept only their hash...
-    let listing = s.audit(&["files", &s.id]);
-    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
-    let listed = |name: &str| {
-        listing
-            .lines()
+    let line_with = |args: &[&str], name: &str| {
+        let out = s.audit(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
             .find(|l| l.contains(name))
-            .unwrap_or_else(|| panic!("{name} not in {listing}"))
+            .unwrap_or_else(|| panic!("{name} not in {text}"))
             .to_owned()
     };
-    assert!(listed("big.txt").contains("hash only"), "{listing}");
-    assert!(!listed("small.txt").contains("hash only"), "{listing}");
-    // ...and restoring brings back the rest.
+    let listing = ["files", s.id.as_str()];
+    assert!(line_with(&listing, "big.txt").contains("hash only"));
+    assert!(!line_with(&listing, "small.txt").contains("hash only"));
+    // ...and restoring brings back the rest (restoring again is harmless).
     let restored = s.dir.path().join("restored");
-    let report = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
-    let report = String::from_utf8_lossy(&report.stdout).into_owned();
-    let line_for = |name: &str| {
-        report
-            .lines()
-            .find(|l| l.contains(name))
-            .unwrap_or_else(|| panic!("{name} not in {report}"))
-            .to_owned()
-    };
-    assert!(line_for("big.txt").starts_with("hash only"), "{report}");
-    assert!(line_for("small.txt").starts_with("restored"), "{report}");
+    let restore = [
+        "files",
+        s.id.as_str(),
+        "--restore",
+        restored.to_str().unwrap(),
+    ];
+    assert!(line_with(&restore, "big.txt").starts_with("hash only"));
+    assert!(line_with(&restore, "small.txt").starts_with("restored"));
     let inside = restored.join(s.workspace.strip_prefix("/").unwrap());
     assert_eq!(
         std::fs::read_to_string(inside.join("small.txt")).unwrap(),
