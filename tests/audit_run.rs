@@ -20,6 +20,20 @@ struct Session {
     stdout: String,
 }
 
+/// `airlock run` in `workspace`, recording to `db` signed with `key`.
+fn airlock_run(workspace: &Path, db: &Path, key: &Path) -> Command {
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("run")
+        .arg("--workspace")
+        .arg(workspace)
+        .arg("--audit-db")
+        .arg(db)
+        .arg("--audit-key")
+        .arg(key);
+    command
+}
+
 impl Session {
     /// Run `command` under `airlock run` with a private audit database.
     fn run(extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Session {
@@ -28,14 +42,7 @@ impl Session {
         std::fs::create_dir(&workspace).unwrap();
         let db = dir.path().join("audit/audit.db");
         let key = dir.path().join("audit/audit.key");
-        let out = Command::new(AIRLOCK)
-            .arg("run")
-            .arg("--workspace")
-            .arg(&workspace)
-            .arg("--audit-db")
-            .arg(&db)
-            .arg("--audit-key")
-            .arg(&key)
+        let out = airlock_run(&workspace, &db, &key)
             .args(extra)
             .arg("--")
             .args(command)
@@ -503,15 +510,8 @@ impl Sleeper {
         let key = dir.path().join("audit/audit.key");
         let workspace = dir.path().join("ws");
         std::fs::create_dir(&workspace).unwrap();
-        let mut command = Command::new(AIRLOCK);
+        let mut command = airlock_run(&workspace, &db, &key);
         command
-            .arg("run")
-            .arg("--workspace")
-            .arg(&workspace)
-            .arg("--audit-db")
-            .arg(&db)
-            .arg("--audit-key")
-            .arg(&key)
             .args(["--", "sh", "-c", "echo started; exec sleep 60"])
             .stdout(std::process::Stdio::piped());
         if own_process_group {

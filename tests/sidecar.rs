@@ -363,8 +363,13 @@ except urllib.error.HTTPError as e:
         .await
     }
 
-    /// GET an admin endpoint from inside the pod: (status, body).
+    /// GET an admin endpoint (at the default address) from inside the pod: (status, body).
     async fn admin(&self, path: &str) -> (u16, String) {
+        self.admin_at(ADMIN, path).await
+    }
+
+    /// GET `path` from an admin endpoint listening on `addr` inside the pod.
+    async fn admin_at(&self, addr: &str, path: &str) -> (u16, String) {
         let out = self
             .exec(
                 &[],
@@ -375,7 +380,7 @@ except urllib.error.HTTPError as e:
                     "5",
                     "-w",
                     "\n%{http_code}",
-                    &format!("http://{ADMIN}{path}"),
+                    &format!("http://{addr}{path}"),
                 ],
                 &[],
             )
@@ -1086,31 +1091,8 @@ async fn credentials_from_a_secret_file_are_injected_for_the_pod_and_never_recor
 async fn admin_listens_where_it_is_told() {
     const ELSEWHERE: &str = "127.0.0.1:15099";
     let (pod, _pki, _upstream, _sidecar) = pod_with_sidecar("admin", &["--admin", ELSEWHERE]).await;
-    let get = |path: &'static str| {
-        let pod = &pod;
-        async move {
-            let out = pod
-                .exec(
-                    &[],
-                    &[
-                        "curl",
-                        "-s",
-                        "--max-time",
-                        "5",
-                        "-o",
-                        "/dev/null",
-                        "-w",
-                        "%{http_code}",
-                        &format!("http://{ELSEWHERE}{path}"),
-                    ],
-                    &[],
-                )
-                .await;
-            out.stdout
-        }
-    };
-    assert_eq!(get("/healthz").await, "200");
-    assert_eq!(get("/readyz").await, "200");
+    assert_eq!(pod.admin_at(ELSEWHERE, "/healthz").await.0, 200);
+    assert_eq!(pod.admin_at(ELSEWHERE, "/readyz").await.0, 200);
     // Nothing on the default port.
     assert_eq!(pod.admin("/healthz").await.0, 0);
     let out = pod
