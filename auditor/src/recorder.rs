@@ -23,10 +23,12 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// Upper bound on rows per transaction, so one commit never holds the write
 /// lock for long.
 const MAX_BATCH: usize = 8192;
-/// Under load (more than one event waiting), the writer waits this long for
-/// more before committing, unless someone waits for durability: one commit
-/// and one wake-up per linger instead of per event. Events reach the database
-/// at most this much later; `sync`/`finish` are never delayed.
+/// Having taken events, the writer waits this long for more before
+/// committing, unless someone waits for durability: one commit and one
+/// wake-up per linger instead of per event, also when events come one at a
+/// time (sequential requests: a request and its response were two commits).
+/// Events reach the database at most this much later; `sync`/`finish` are
+/// never delayed.
 const LINGER: Duration = Duration::from_millis(2);
 /// Queue depth between `record` and the writer. When full, `record` waits
 /// (back-pressure) rather than dropping events.
@@ -409,7 +411,7 @@ impl Writer {
             drain(&rx, &mut batch);
             let durability_wanted =
                 |batch: &[Msg]| batch.iter().any(|m| !matches!(m, Msg::Event(_)));
-            if batch.len() > 1 && batch.len() < MAX_BATCH && !durability_wanted(&batch) {
+            if batch.len() < MAX_BATCH && !durability_wanted(&batch) {
                 std::thread::sleep(LINGER);
                 drain(&rx, &mut batch);
             }

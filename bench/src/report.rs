@@ -735,11 +735,48 @@ fn comparisons(figures: &Figures) -> String {
             ));
         }
     }
+    lines.extend(references(figures));
     if lines.is_empty() {
         String::new()
     } else {
         format!("### Against the alternatives\n\n{}\n", lines.join("\n"))
     }
+}
+
+/// What the same hop costs in nginx, for reading the keep-alive ratios: the
+/// references' own ratios to direct, and Airlock's to the TLS-terminating one.
+fn references(figures: &Figures) -> Vec<String> {
+    let case = "keepalive";
+    let Some(direct) = figures
+        .median(case, BASELINE, "req_per_s")
+        .filter(|d| *d > 0.0)
+    else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for (reference, what) in [
+        (
+            "nginx-tls-proxy",
+            "nginx terminating and re-encrypting TLS, no policy or audit",
+        ),
+        ("nginx-tcp-relay", "nginx copying bytes, no TLS work"),
+    ] {
+        let Some(r) = figures
+            .median(case, reference, "req_per_s")
+            .filter(|r| *r > 0.0)
+        else {
+            continue;
+        };
+        let mut line = format!(
+            "- {case}: {reference} ({what}) reaches {:.2} of direct",
+            r / direct
+        );
+        if let Some(a) = figures.median(case, "airlock-explicit", "req_per_s") {
+            line.push_str(&format!("; airlock-explicit is {:.2}× it", a / r));
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 /// "(16 connections, GET /small, 4 s)" from the first sample of a case.
@@ -855,6 +892,27 @@ mod tests {
         assert!(
             !md.contains("download"),
             "cases without samples are left out: {md}"
+        );
+    }
+
+    #[test]
+    fn references_give_the_keepalive_ratios_their_scale() {
+        let samples = vec![
+            sample("keepalive", "direct", 1, "req_per_s", 1000.0),
+            sample("keepalive", "airlock-explicit", 1, "req_per_s", 200.0),
+            sample("keepalive", "nginx-tls-proxy", 1, "req_per_s", 400.0),
+            sample("keepalive", "nginx-tcp-relay", 1, "req_per_s", 550.0),
+        ];
+        let text = comparisons(&Figures::of(&samples));
+        assert!(
+            text.contains("nginx-tls-proxy (nginx terminating and re-encrypting TLS, no policy or audit) reaches 0.40 of direct; airlock-explicit is 0.50× it"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "nginx-tcp-relay (nginx copying bytes, no TLS work) reaches 0.55 of direct"
+            ),
+            "{text}"
         );
     }
 
