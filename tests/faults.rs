@@ -636,7 +636,10 @@ async fn run_session_stops_when_its_audit_store_fills() {
     let key = keydir.path().join("audit.key");
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
     // 100 files of 64 KiB of random bytes, each recorded with its content:
-    // far more than the 1 MiB store holds.
+    // far more than the 1 MiB store holds. `dd` opens each file itself, so
+    // each is captured when its `dd` exits, mid-session. (A shell's `> f` is
+    // opened by the shell and captured when the shell ends, which would make
+    // this a test of the session's end.)
     let started = Instant::now();
     let out = tokio::process::Command::new(AIRLOCK)
         .arg("run")
@@ -647,7 +650,7 @@ async fn run_session_stops_when_its_audit_store_fills() {
         .arg("--audit-key")
         .arg(&key)
         .args(["--timeout", "60s", "--", "sh", "-c"])
-        .arg("for i in $(seq 100); do head -c 65536 /dev/urandom > f$i; done; sleep 30; echo finished")
+        .arg("for i in $(seq 100); do dd if=/dev/urandom of=f$i bs=64k count=1 status=none; done; sleep 30; echo finished")
         .output()
         .await
         .unwrap();
