@@ -17,19 +17,25 @@ use tokio::task::JoinSet;
 use crate::policy_watch::FileWatch;
 use crate::{one_line, policy_file, secrets};
 
-/// The proxy's async runtime. `AIRLOCK_WORKER_THREADS` sets its number of
-/// worker threads; the default is tokio's (one per CPU).
+/// The runtime for everything but the connections themselves: accepting,
+/// DNS, the admin endpoint, signals, policy reloads. One thread is plenty;
+/// connections are served by the proxy's own workers ([`worker_threads`]).
 pub fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name(thread_name);
-    if let Some(threads) = std::env::var("AIRLOCK_WORKER_THREADS")
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name(thread_name)
+        .build()
+        .context("starting the async runtime")
+}
+
+/// How many threads serve connections: `AIRLOCK_WORKER_THREADS`, else one per CPU.
+pub fn worker_threads() -> usize {
+    std::env::var("AIRLOCK_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
-    {
-        builder.worker_threads(threads);
-    }
-    builder.build().context("starting the async runtime")
+        .unwrap_or_else(airlock_proxy::default_worker_threads)
 }
 
 /// Clients of a standalone proxy need the dummy values to send; they are not secret.
@@ -164,8 +170,23 @@ pub enum Stop {
 
 /// Serve until SIGTERM/SIGINT or a failure, reloading the policy on SIGHUP
 /// and when the file changes. A failed audit store stops everything rather
-/// than let the proxy run unaudited.
+/// than let the proxy run unaudited. Returns once no listener accepts and
+/// every connection is closed, so nothing happens after the record ends.
 pub async fn serve_until_stopped(
+    proxy: &Proxy,
+    policy: &Path,
+    signals: Signals,
+    servers: &mut JoinSet<std::io::Result<()>>,
+) -> Stop {
+    let stop = wait_for_stop(proxy, policy, signals, servers).await;
+    servers.abort_all();
+    let proxy = proxy.clone();
+    // Joins the worker threads: not on this runtime's thread.
+    let _ = tokio::task::spawn_blocking(move || proxy.stop_connections()).await;
+    stop
+}
+
+async fn wait_for_stop(
     proxy: &Proxy,
     policy: &Path,
     signals: Signals,

@@ -63,7 +63,7 @@ impl AdminState {
 
 /// Serve the admin endpoint until the listener fails.
 pub async fn serve(listener: TcpListener, state: Arc<AdminState>) -> std::io::Result<()> {
-    accept_loop(listener, move |stream, _client| {
+    accept_loop(listener, None, move |stream, _client| {
         let state = state.clone();
         async move {
             let service = service_fn(move |req| {

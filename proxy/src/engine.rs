@@ -20,6 +20,7 @@ use crate::quota::Quotas;
 use crate::rules::Rules;
 use crate::target::Target;
 use crate::upstream::Upstream;
+use crate::workers::Workers;
 
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,6 +69,8 @@ pub struct Engine {
     pub tls_by_sni: Arc<ServerConfig>,
     /// Operator counters, fed from every event (see `/metrics`).
     pub metrics: Arc<Metrics>,
+    /// The threads accepted connections are served on.
+    pub workers: Arc<Workers>,
 }
 
 impl Engine {
@@ -79,6 +82,7 @@ impl Engine {
         events: Arc<dyn EventSink>,
         capture_cap: usize,
         audit_sync: bool,
+        workers: Arc<Workers>,
     ) -> Self {
         let tls_by_sni = Arc::new(server_config(Arc::new(MintBySni(ca.clone()))));
         Self {
@@ -94,6 +98,7 @@ impl Engine {
             audit_failed: AtomicBool::new(false),
             tls_by_sni,
             metrics: Arc::default(),
+            workers,
         }
     }
 

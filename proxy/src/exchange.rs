@@ -243,11 +243,7 @@ pub async fn handle(
     let mut client_parts_for_upgrade = Request::from_parts(parts, ());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut client_parts_for_upgrade));
 
-    let client = if upgrade {
-        &engine.upstream.client_h1
-    } else {
-        &engine.upstream.client
-    };
+    let client = engine.upstream.client(upgrade);
     let response = match client.request(upstream_req).await {
         Ok(r) => r,
         Err(e) => {

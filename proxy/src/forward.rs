@@ -23,7 +23,8 @@ use crate::refusal::Refusal;
 use crate::target::parse_authority;
 
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
-    accept_loop(listener, move |stream, client| {
+    let workers = engine.workers.clone();
+    accept_loop(listener, Some(workers), move |stream, client| {
         handle_client(engine.clone(), stream, client)
     })
     .await

@@ -35,6 +35,7 @@ mod rules;
 pub mod target;
 mod transparent;
 pub mod upstream;
+mod workers;
 
 use std::sync::Arc;
 
@@ -49,6 +50,7 @@ pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
 pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
 pub use metrics::Metrics;
 pub use upstream::{PinnedHost, UpstreamSetupError};
+pub use workers::default_count as default_worker_threads;
 
 use engine::Engine;
 use rules::Rules;
@@ -72,6 +74,17 @@ pub struct ProxyConfig {
     /// `SO_MARK` for the proxy's own upstream and DNS sockets, so that a
     /// sidecar's capture rules let them out (None: no mark, the default).
     pub socket_mark: Option<u32>,
+    /// Threads that serve connections (see `workers`); at least one.
+    pub worker_threads: usize,
+}
+
+/// Why a proxy could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Upstream(#[from] UpstreamSetupError),
+    #[error("cannot start the connection worker threads: {0}")]
+    Workers(#[source] std::io::Error),
 }
 
 /// A running proxy engine; cheap to clone, shared by all front doors.
@@ -81,15 +94,23 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(config: ProxyConfig) -> Result<Self, UpstreamSetupError> {
+    pub fn new(config: ProxyConfig) -> Result<Self, SetupError> {
         let rules = Arc::new(ArcSwap::from_pointee(Rules {
             policy: config.policy,
             credentials: Credentials::new(config.credentials),
         }));
         let resolver =
             upstream::UpstreamResolver::new(&config.pins, rules.clone(), config.socket_mark);
-        let upstream =
-            upstream::Upstream::new(resolver, &config.upstream_roots, config.socket_mark)?;
+        let workers =
+            workers::Workers::start(config.worker_threads).map_err(SetupError::Workers)?;
+        // One set of upstream clients per worker (and one for other threads),
+        // so a pooled upstream connection is only ever used by its own worker.
+        let upstream = upstream::Upstream::new(
+            resolver,
+            &config.upstream_roots,
+            config.socket_mark,
+            workers.count() + 1,
+        )?;
         Ok(Self {
             engine: Arc::new(Engine::new(
                 rules,
@@ -98,6 +119,7 @@ impl Proxy {
                 config.events,
                 config.capture_cap,
                 config.audit_sync,
+                Arc::new(workers),
             )),
         })
     }
@@ -134,6 +156,12 @@ impl Proxy {
     /// The policy in force.
     pub fn policy(&self) -> Policy {
         self.engine.rules.load().policy.clone()
+    }
+
+    /// Close every connection and stop the worker threads (before a session's
+    /// record is finished, so nothing is recorded after its end).
+    pub fn stop_connections(&self) {
+        self.engine.workers.stop();
     }
 
     /// True once recording failed; the proxy then refuses everything.

@@ -20,7 +20,8 @@ use crate::target::Target;
 
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
     let own = listener.local_addr()?;
-    accept_loop(listener, move |stream, client| {
+    let workers = engine.workers.clone();
+    accept_loop(listener, Some(workers), move |stream, client| {
         handle(engine.clone(), stream, client, own)
     })
     .await

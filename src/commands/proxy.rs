@@ -95,6 +95,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: None,
+        worker_threads: crate::serve::worker_threads(),
     })?;
 
     let mut servers = tokio::task::JoinSet::new();

@@ -299,6 +299,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: None,
+        worker_threads: crate::serve::worker_threads(),
     })?;
     let runtime = crate::serve::runtime("airlock-proxy")?;
     let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
@@ -323,6 +324,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     sandbox.release()?;
     let outcome = sandbox.wait()?;
+    proxy.stop_connections();
     runtime.shutdown_timeout(Duration::from_secs(1));
     // Everything the command wrote and did is recorded before the session ends.
     for thread in output_threads.into_iter().chain(observer) {

@@ -268,6 +268,7 @@ async fn serve(
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: Some(rules.mark),
+        worker_threads: crate::serve::worker_threads(),
     })?;
 
     let mut servers = JoinSet::new();

@@ -31,12 +31,18 @@ pub type HttpClient = Client<HttpsConnector<MarkedConnector>, ProxyBody>;
 #[derive(Clone)]
 pub struct Upstream {
     pub resolver: UpstreamResolver,
-    /// Negotiates HTTP/2 or HTTP/1.1 by ALPN.
-    pub client: HttpClient,
-    /// HTTP/1.1 only, for protocol upgrades (WebSocket).
-    pub client_h1: HttpClient,
+    /// One pair of clients (so one connection pool) per connection worker,
+    /// and the first for any other thread: see [`Upstream::client`].
+    clients: Arc<[Clients]>,
     /// `SO_MARK` for every upstream socket (sidecar mode), see [`connect`].
     pub mark: Option<u32>,
+}
+
+struct Clients {
+    /// Negotiates HTTP/2 or HTTP/1.1 by ALPN.
+    any: HttpClient,
+    /// HTTP/1.1 only, for protocol upgrades (WebSocket).
+    h1: HttpClient,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +56,7 @@ impl Upstream {
         resolver: UpstreamResolver,
         extra_roots: &[CertificateDer<'static>],
         mark: Option<u32>,
+        pools: usize,
     ) -> Result<Self, UpstreamSetupError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -68,14 +75,26 @@ impl Upstream {
             resolver: resolver.clone(),
             mark,
         };
-        let client = build_client(connector.clone(), tls.clone(), true);
-        let client_h1 = build_client(connector, tls, false);
+        let clients = (0..pools.max(1))
+            .map(|_| Clients {
+                any: build_client(connector.clone(), tls.clone(), true),
+                h1: build_client(connector.clone(), tls.clone(), false),
+            })
+            .collect();
         Ok(Self {
             resolver,
-            client,
-            client_h1,
+            clients,
             mark,
         })
+    }
+
+    /// The client for a request from this thread: its worker's own, whose
+    /// pooled connections are driven by the same thread (no cross-thread
+    /// wake-up per request). `upgrade`: HTTP/1.1 only, for protocol upgrades.
+    pub fn client(&self, upgrade: bool) -> &HttpClient {
+        let pool = crate::workers::current().map_or(0, |worker| worker + 1);
+        let clients = &self.clients[pool % self.clients.len()];
+        if upgrade { &clients.h1 } else { &clients.any }
     }
 
     /// Open a raw TCP connection to `host:port` (tunnels and passthrough).
