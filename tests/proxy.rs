@@ -830,3 +830,54 @@ print(r.status, r.read().decode())
         "the proxy held the body: peak RSS {peak_kib} KiB"
     );
 }
+
+/// Context switches of each connection worker thread (`airlock-conn-N`).
+fn worker_switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut workers = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if !name.starts_with("airlock-conn-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let switches = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        workers.insert(name.trim().to_owned(), switches);
+    }
+    workers
+}
+
+/// `AIRLOCK_WORKER_THREADS` sets how many threads serve connections, and
+/// connections are spread over all of them; HTTP/1.1 and HTTP/2 clients at
+/// once all get their answers.
+#[tokio::test]
+async fn connections_are_spread_over_the_worker_threads() {
+    let s = Setup::with_env(read_only, &[("AIRLOCK_WORKER_THREADS", "3")]).await;
+    let before = worker_switches(s.proxy.pid());
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        ["airlock-conn-0", "airlock-conn-1", "airlock-conn-2"],
+        "{before:?}"
+    );
+    let url = s.url("api.test", "/echo");
+    let clients = (0..12).map(|n| {
+        let version = if n % 2 == 0 { "--http1.1" } else { "--http2" };
+        let url = url.clone();
+        let proxy = &s.proxy;
+        async move { curl(proxy, &[version, &url]).await }
+    });
+    for (code, _, out) in futures_util::future::join_all(clients).await {
+        assert_eq!(code, 200, "{out:?}");
+    }
+    let after = worker_switches(s.proxy.pid());
+    for (worker, switches) in &after {
+        assert!(
+            *switches > before[worker],
+            "{worker} served no connection: before {before:?}, after {after:?}"
+        );
+    }
+}
