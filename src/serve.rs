@@ -30,12 +30,20 @@ pub fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// How many threads serve connections: `AIRLOCK_WORKER_THREADS`, else one per CPU.
-pub fn worker_threads() -> usize {
-    std::env::var("AIRLOCK_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or_else(airlock_proxy::default_worker_threads)
+pub fn worker_threads() -> anyhow::Result<usize> {
+    let Some(value) = std::env::var_os("AIRLOCK_WORKER_THREADS") else {
+        return Ok(airlock_proxy::default_worker_threads());
+    };
+    value
+        .to_str()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=1024).contains(n))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "AIRLOCK_WORKER_THREADS={}: not a number of threads from 1 to 1024; set one, or unset it for one per CPU",
+                value.to_string_lossy()
+            )
+        })
 }
 
 /// Clients of a standalone proxy need the dummy values to send; they are not secret.

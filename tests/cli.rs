@@ -260,4 +260,30 @@ fn proxy_start_errors_are_one_line_with_the_fix() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("airlock ca init"), "{}", text(&out));
+    // A worker count that is not one: named, with the fix, before anything starts.
+    for bad in ["abc", "0"] {
+        let out = Command::new(AIRLOCK)
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--policy",
+                &policy,
+                "--ca-dir",
+            ])
+            .arg(&missing)
+            .env("AIRLOCK_TEST_UNSET_TOKEN", "set-now")
+            .env("AIRLOCK_WORKER_THREADS", bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let msg = text(&out);
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "AIRLOCK_WORKER_THREADS={bad}: not a number of threads from 1 to 1024"
+            )) && msg.contains("unset it for one per CPU"),
+            "{msg}"
+        );
+    }
 }

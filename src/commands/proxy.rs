@@ -63,6 +63,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let policy = policy_file::load(&args.policy)?;
     let credentials = secrets::resolve_all(policy.credentials())?;
+    let worker_threads = crate::serve::worker_threads()?;
     announce_placeholders(&credentials);
     let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
     let ca = Arc::new(ca);
@@ -95,7 +96,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: None,
-        worker_threads: crate::serve::worker_threads(),
+        worker_threads,
     })?;
 
     let mut servers = tokio::task::JoinSet::new();

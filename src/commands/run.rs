@@ -154,6 +154,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => Policy::deny_all(),
     };
     let credentials = secrets::resolve_all(policy.credentials())?;
+    let worker_threads = crate::serve::worker_threads()?;
     let ca = match &args.ca_dir {
         Some(dir) => CertificateAuthority::load(dir)?,
         None => CertificateAuthority::ephemeral()?,
@@ -299,7 +300,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: None,
-        worker_threads: crate::serve::worker_threads(),
+        worker_threads,
     })?;
     let runtime = crate::serve::runtime("airlock-proxy")?;
     let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));

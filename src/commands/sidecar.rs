@@ -130,6 +130,7 @@ struct Prepared {
     upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     audit_db: PathBuf,
     audit_key: PathBuf,
+    worker_threads: usize,
 }
 
 pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
@@ -204,6 +205,7 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
     let policy = policy_file::load(policy_path)?;
     let credentials = secrets::resolve_all(policy.credentials())?;
     let ca = CertificateAuthority::load(ca_dir)?;
+    let worker_threads = crate::serve::worker_threads()?;
     let mut upstream_roots = Vec::new();
     for path in &args.upstream_ca {
         upstream_roots.extend(certs::load_pem_certs(path)?);
@@ -224,6 +226,7 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
         upstream_roots,
         audit_db,
         audit_key,
+        worker_threads,
     })
 }
 
@@ -242,6 +245,7 @@ async fn serve(
         upstream_roots,
         audit_db,
         audit_key,
+        worker_threads,
     } = prepared;
     announce_placeholders(&credentials);
     let limits = serde_json::json!({
@@ -268,7 +272,7 @@ async fn serve(
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
         audit_sync: args.audit_sync,
         socket_mark: Some(rules.mark),
-        worker_threads: crate::serve::worker_threads(),
+        worker_threads,
     })?;
 
     let mut servers = JoinSet::new();
