@@ -84,9 +84,13 @@ impl Workers {
     }
 
     /// Stop every worker, dropping its connections, and wait for the threads
-    /// to end. Call it from outside the workers (it joins them).
+    /// to end (from a worker itself it only signals: a thread cannot join
+    /// itself).
     pub fn stop(&self) {
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if current().is_some() {
+            return;
+        }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for thread in threads {
             let _ = thread.join();
