@@ -235,47 +235,37 @@ fn proxy_start_errors_are_one_line_with_the_fix() {
     let ca = dir.path().join("ca");
     let out = airlock(&["ca", "init", "--dir", ca.to_str().unwrap()]);
     assert!(out.status.success());
-    let out = Command::new(AIRLOCK)
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--policy",
-            &policy,
-            "--ca-dir",
-        ])
-        .arg(&ca)
-        .env_remove("AIRLOCK_TEST_UNSET_TOKEN")
-        .output()
-        .unwrap();
+    // `airlock proxy` with this CA directory and environment (None: unset).
+    let proxy = |ca_dir: &std::path::Path, env: &[(&str, Option<&str>)]| {
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.args(["proxy", "--listen", "127.0.0.1:0", "--policy", &policy])
+            .arg("--ca-dir")
+            .arg(ca_dir);
+        for (name, value) in env {
+            match value {
+                Some(value) => cmd.env(name, value),
+                None => cmd.env_remove(name),
+            };
+        }
+        cmd.output().unwrap()
+    };
+    let out = proxy(&ca, &[("AIRLOCK_TEST_UNSET_TOKEN", None)]);
     assert_eq!(out.status.code(), Some(2));
     let msg = text(&out);
     assert!(msg.contains("AIRLOCK_TEST_UNSET_TOKEN is not set"), "{msg}");
     let missing = dir.path().join("nowhere");
-    let out = Command::new(AIRLOCK)
-        .args(["proxy", "--policy", &policy, "--ca-dir"])
-        .arg(&missing)
-        .env("AIRLOCK_TEST_UNSET_TOKEN", "set-now")
-        .output()
-        .unwrap();
+    let out = proxy(&missing, &[("AIRLOCK_TEST_UNSET_TOKEN", Some("set-now"))]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("airlock ca init"), "{}", text(&out));
     // A worker count that is not one: named, with the fix, before anything starts.
     for bad in ["abc", "0"] {
-        let out = Command::new(AIRLOCK)
-            .args([
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--policy",
-                &policy,
-                "--ca-dir",
-            ])
-            .arg(&missing)
-            .env("AIRLOCK_TEST_UNSET_TOKEN", "set-now")
-            .env("AIRLOCK_WORKER_THREADS", bad)
-            .output()
-            .unwrap();
+        let out = proxy(
+            &missing,
+            &[
+                ("AIRLOCK_TEST_UNSET_TOKEN", Some("set-now")),
+                ("AIRLOCK_WORKER_THREADS", Some(bad)),
+            ],
+        );
         assert_eq!(out.status.code(), Some(2));
         let msg = text(&out);
         assert_eq!(msg.lines().count(), 1, "{msg}");
