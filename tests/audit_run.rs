@@ -188,6 +188,63 @@ echo one > log.txt && echo two >> log.txt
     assert!(original.contains_key(Path::new("final.txt")));
 }
 
+/// A version the session destroys is on record before it is gone, even when
+/// the writer lives on: a shell's `> f` is opened by the shell, whose own end
+/// is far away. Truncated, deleted, replaced and renamed files each keep the
+/// content they had, and restore still gives the final workspace.
+#[test]
+fn every_version_a_session_destroys_is_on_record() {
+    let script = r#"
+echo v1 > f; echo v2 > f
+echo staged-secret > g; rm g
+echo a > x; echo b > y; mv y x
+sleep 1
+"#;
+    let s = Session::run(&[], &["sh", "-c", script], &[]);
+    assert_eq!(s.status, 0);
+    let files: Vec<serde_json::Value> = s
+        .jsonl()
+        .into_iter()
+        .filter(|e| e["kind"] == "file")
+        .collect();
+    let name = |e: &serde_json::Value| {
+        let path = Path::new(e["path"].as_str().unwrap());
+        path.file_name().unwrap().to_string_lossy().into_owned()
+    };
+    // Position of the first record of `op` on `file` (with `content`, if given).
+    let at = |file: &str, op: &str, content: Option<&str>| {
+        files
+            .iter()
+            .position(|e| {
+                name(e) == file
+                    && e["op"] == op
+                    && content.is_none_or(|c| e["sha256"] == sha256_hex(c.as_bytes()))
+            })
+            .unwrap_or_else(|| panic!("no {op} of {file} with {content:?}: {files:#?}"))
+    };
+    let written = |file: &str, content: &str| {
+        files
+            .iter()
+            .position(|e| name(e) == file && e["sha256"] == sha256_hex(content.as_bytes()))
+            .unwrap_or_else(|| panic!("{file} = {content:?} is not on record: {files:#?}"))
+    };
+    // Both versions of f.
+    assert!(written("f", "v1\n") < written("f", "v2\n"));
+    // g's content, recorded before it was deleted.
+    assert!(written("g", "staged-secret\n") < at("g", "delete", None));
+    // x's first content and y's, recorded before y replaced x; one rename
+    // (mv's RENAME_NOREPLACE try fails and is not a rename).
+    let rename = at("y", "rename", None);
+    assert!(written("x", "a\n") < rename && written("y", "b\n") < rename);
+    assert_eq!(files.iter().filter(|e| e["op"] == "rename").count(), 1);
+    // Replaying the record gives the final workspace.
+    let restored = s.dir.path().join("restored");
+    let out = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let workspace_inside = restored.join(s.workspace.strip_prefix("/").unwrap());
+    assert_eq!(tree(&workspace_inside), tree(&s.workspace));
+}
+
 /// Every regular file under `root`, relative, with its bytes.
 fn tree(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     let mut out = std::collections::BTreeMap::new();

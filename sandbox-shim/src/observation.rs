@@ -15,9 +15,13 @@
 //!   not recorded (shells probe every PATH entry);
 //! - writes are recorded once per (exec, path) and captured when the writing
 //!   exec's process exits, or when the command ends (before the sandbox's
-//!   mounts go away), whichever comes first; a rename carries a pending write
-//!   along to the new name; rename/delete/chmod/mkdir/symlink are reported at
-//!   once (for symlinks `content` holds the link target);
+//!   mounts go away), whichever comes first; but a version about to be
+//!   destroyed is captured first, while its syscall waits: before a delete,
+//!   an `O_TRUNC` open or truncate(2) of the path, and both ends of a rename
+//!   (a shell's `> f` is the shell's write, and the shell may live for hours);
+//!   rename/delete/chmod/mkdir/symlink are reported at once (for symlinks
+//!   `content` holds the link target); a `RENAME_NOREPLACE` rename onto an
+//!   existing name is not reported (it fails; `mv` then renames for real);
 //! - only writable places count: the workspace, rw grants, /tmp, /dev/shm.
 //!
 //! Limits (what this does not see or cannot be sure of):

@@ -88,6 +88,8 @@ enum Action {
         writer: Writer,
         path: String,
         op: FileOp,
+        /// The syscall discards the file's content (`O_TRUNC`, truncate(2)).
+        truncates: bool,
     },
     /// Reported right away.
     Now {
@@ -98,6 +100,36 @@ enum Action {
         mode: Option<u32>,
         content: Option<Vec<u8>>,
     },
+}
+
+impl Action {
+    /// Paths whose pending content must be captured before this syscall runs:
+    /// a file it deletes or truncates (`O_TRUNC`, truncate(2)), and both ends
+    /// of a rename (the file moved, under the name it was written as, and the
+    /// one it replaces). The syscall may still fail (a rename with
+    /// `RENAME_NOREPLACE` that `mv` then retries); capturing early is harmless.
+    fn captured_first(&self) -> impl Iterator<Item = &str> {
+        let (first, second) = match self {
+            Action::Now {
+                op: FileOp::Delete,
+                path,
+                ..
+            } => (Some(path.as_str()), None),
+            Action::Now {
+                op: FileOp::Rename,
+                path,
+                rename_to,
+                ..
+            } => (Some(path.as_str()), rename_to.as_deref()),
+            Action::Pend {
+                truncates: true,
+                path,
+                ..
+            } => (Some(path.as_str()), None),
+            _ => (None, None),
+        };
+        first.into_iter().chain(second)
+    }
 }
 
 /// Who made a file syscall, resolved before it continues (the process may be
@@ -245,7 +277,7 @@ impl Observer {
                 }
                 channel::COMMAND_DONE => {
                     self.drain();
-                    self.flush(None);
+                    self.flush(|_, _| true);
                     if let Some(chan) = &self.chan {
                         let _ = channel::send(chan, channel::FLUSHED, b"", &[]);
                     }
@@ -282,6 +314,14 @@ impl Observer {
         };
         if let Ok(n) = sys::notif_recv(listener.as_fd()) {
             let action = self.decode(&n);
+            // Pending writes are captured when their writer's process ends,
+            // which for a shell's `> f` is when the shell ends. A version the
+            // syscall is about to destroy or move is captured now, while the
+            // notification holds the syscall (seccomp_unotify(2)).
+            let paths: Vec<String> = action.captured_first().map(str::to_owned).collect();
+            if !paths.is_empty() {
+                self.flush(|_, pending| paths.iter().any(|p| p == pending));
+            }
             let valid = sys::notif_id_valid(listener.as_fd(), n.id);
             sys::notif_continue(listener.as_fd(), n.id);
             if valid {
@@ -339,7 +379,8 @@ impl Observer {
             Self::at_path(tid, dirfd, &procfs::read_cstr(&mem, addr)?)
         };
         let nr = n.nr as libc::c_long;
-        let (dirfd, addr) = match nr {
+        let o_trunc = libc::O_TRUNC as u64;
+        let (dirfd, addr, truncates) = match nr {
             libc::SYS_execve | libc::SYS_execveat => {
                 let (dirfd, p, argv, envp, flags) = if nr == libc::SYS_execve {
                     (AT_FDCWD, a[0], a[1], a[2], 0)
@@ -399,17 +440,17 @@ impl Observer {
                 };
             }
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_open => (AT_FDCWD, a[0]),
+            libc::SYS_open => (AT_FDCWD, a[0], a[1] & o_trunc != 0),
             #[cfg(target_arch = "x86_64")]
-            libc::SYS_creat => (AT_FDCWD, a[0]),
-            libc::SYS_openat => (arg_i32(a[0]), a[1]),
+            libc::SYS_creat => (AT_FDCWD, a[0], true),
+            libc::SYS_openat => (arg_i32(a[0]), a[1], a[2] & o_trunc != 0),
             libc::SYS_openat2 => {
                 let flags = procfs::read_u64(&mem, a[2]).unwrap_or(0);
                 let write = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u64;
                 if flags & write == 0 {
                     return Action::Nothing;
                 }
-                (arg_i32(a[0]), a[1])
+                (arg_i32(a[0]), a[1], flags & o_trunc != 0)
             }
             _ => return self.decode_other(n, &path_at),
         };
@@ -431,6 +472,7 @@ impl Observer {
             } else {
                 FileOp::Create
             },
+            truncates,
         }
     }
 
@@ -456,6 +498,17 @@ impl Observer {
             }
             libc::SYS_renameat | libc::SYS_renameat2 => {
                 rename_to = path_at(arg_i32(a[2]), a[3]);
+                // RENAME_NOREPLACE onto an existing name fails with EEXIST
+                // (rename(2)); `mv` tries it first, then renames for real.
+                // Recording the failed try would move the file twice.
+                let no_replace =
+                    nr == libc::SYS_renameat2 && a[4] & u64::from(libc::RENAME_NOREPLACE) != 0;
+                if no_replace
+                    && let (Some(root), Some(to)) = (self.root.as_ref(), rename_to.as_deref())
+                    && root.exists(to)
+                {
+                    return Action::Nothing;
+                }
                 (FileOp::Rename, path_at(arg_i32(a[0]), a[1]))
             }
             #[cfg(target_arch = "x86_64")]
@@ -532,7 +585,12 @@ impl Observer {
             return Action::Nothing;
         };
         if pend {
-            Action::Pend { writer, path, op }
+            Action::Pend {
+                writer,
+                path,
+                op,
+                truncates: op == FileOp::Truncate,
+            }
         } else {
             Action::Now {
                 writer,
@@ -633,7 +691,9 @@ impl Observer {
                 pidfd,
             } => self.on_exec(tgid, st, ppid, path, argv, env, cwd, pidfd, ts),
             Action::ExitGroup { tgid, status } => self.process_exited(tgid, Some(status), None),
-            Action::Pend { writer, path, op } => {
+            Action::Pend {
+                writer, path, op, ..
+            } => {
                 let exec = self.exec_of_writer(writer);
                 self.seq += 1;
                 let seq = self.seq;
@@ -655,9 +715,6 @@ impl Observer {
                 content,
             } => {
                 let exec_id = self.exec_of_writer(writer);
-                if let (FileOp::Rename, Some(to)) = (op, &rename_to) {
-                    self.move_pending(&path, to);
-                }
                 self.emit(Observation::File {
                     exec_id,
                     path,
@@ -773,34 +830,16 @@ impl Observer {
                 ts,
             });
         }
-        self.flush(Some(&p.chain));
+        self.flush(|exec, _| exec.is_some_and(|e| p.chain.contains(&e)));
     }
 
-    /// A rename carries pending writes along to the new name (write-then-rename).
-    fn move_pending(&mut self, from: &str, to: &str) {
-        let keys: Vec<_> = self
-            .pending
-            .keys()
-            .filter(|(_, p)| p == from)
-            .cloned()
-            .collect();
-        for key in keys {
-            if let Some(p) = self.pending.remove(&key) {
-                self.pending.entry((key.0, to.to_string())).or_insert(p);
-            }
-        }
-    }
-
-    /// Capture and report pending files of `execs` (all when None).
-    fn flush(&mut self, execs: Option<&[ExecId]>) {
+    /// Capture and report the pending files `which` selects by the exec they
+    /// are attributed to and their path, in the order they were written.
+    fn flush(&mut self, which: impl Fn(Option<ExecId>, &str) -> bool) {
         let mut keys: Vec<_> = self
             .pending
             .iter()
-            .filter(|((e, _), _)| match (execs, e) {
-                (None, _) => true,
-                (Some(list), Some(e)) => list.contains(e),
-                (Some(_), None) => false,
-            })
+            .filter(|((exec, path), _)| which(*exec, path))
             .map(|(k, p)| (p.seq, k.clone()))
             .collect();
         keys.sort();
@@ -834,6 +873,6 @@ impl Observer {
         for tgid in tgids {
             self.died_without_exit_group(tgid);
         }
-        self.flush(None);
+        self.flush(|_, _| true);
     }
 }
