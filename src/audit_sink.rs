@@ -310,6 +310,16 @@ impl EventSink for Tee {
         result
     }
 
+    fn emit_all(&self, events: Vec<Event>) -> Result<(), SinkError> {
+        let mut result = Ok(());
+        for sink in &self.0 {
+            if let Err(e) = sink.emit_all(events.clone()) {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
     fn sync(&self) -> SyncFuture<'_> {
         Box::pin(async move {
             for sink in &self.0 {

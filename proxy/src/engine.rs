@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_policy::{Host, Scheme};
@@ -16,6 +15,7 @@ use crate::ca::CertificateAuthority;
 use crate::dns::SyntheticAddresses;
 use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
 use crate::metrics::Metrics;
+use crate::outlet::Outlet;
 use crate::quota::Quotas;
 use crate::rules::Rules;
 use crate::target::Target;
@@ -55,7 +55,8 @@ pub struct Engine {
     pub rules: Arc<ArcSwap<Rules>>,
     pub ca: Arc<CertificateAuthority>,
     pub upstream: Upstream,
-    pub events: Arc<dyn EventSink>,
+    /// Where events go; set failed once the sink failed, and from then on nothing is forwarded.
+    pub events: Arc<Outlet>,
     pub quotas: Quotas,
     pub ids: IdGenerator,
     pub synthetic: SyntheticAddresses,
@@ -63,8 +64,6 @@ pub struct Engine {
     pub capture_cap: usize,
     /// Make each decision durable before forwarding (`--audit-sync`).
     pub audit_sync: bool,
-    /// Set once the sink failed; from then on nothing is forwarded.
-    audit_failed: AtomicBool,
     /// Served to intercepted clients that sent SNI (shares session resumption).
     pub tls_by_sni: Arc<ServerConfig>,
     /// Operator counters, fed from every event (see `/metrics`).
@@ -89,13 +88,12 @@ impl Engine {
             rules,
             ca,
             upstream,
-            events,
+            events: Outlet::new(events),
             quotas: Quotas::default(),
             ids: IdGenerator::default(),
             synthetic: SyntheticAddresses::default(),
             capture_cap,
             audit_sync,
-            audit_failed: AtomicBool::new(false),
             tls_by_sni,
             metrics: Arc::default(),
             workers,
@@ -108,37 +106,27 @@ impl Engine {
 
     /// Record an event that gates an action: the action goes ahead only if this succeeds.
     pub async fn record(&self, event: Event) -> Result<(), SinkError> {
-        if self.audit_failed.load(Ordering::Acquire) {
+        if self.events.failed() {
             return Err(SinkError("an earlier audit write failed".into()));
         }
         self.metrics.observe(&event);
-        let result = match self.events.emit(event) {
-            Ok(()) if self.audit_sync => self.events.sync().await,
-            other => other,
-        };
-        if let Err(e) = &result {
-            self.fail_audit(e);
+        if self.audit_sync {
+            self.events.emit_durably(event).await
+        } else {
+            self.events.emit(event)
         }
-        result
     }
 
     /// Record an event about something already done; a failure stops all further forwarding.
     pub fn record_lossy(&self, event: Event) {
         self.metrics.observe(&event);
-        if let Err(e) = self.events.emit(event) {
-            self.fail_audit(&e);
-        }
+        // A failure is remembered by the outlet.
+        let _ = self.events.emit(event);
     }
 
     /// True once the audit sink has failed (the binary stops the session).
     pub fn audit_failed(&self) -> bool {
-        self.audit_failed.load(Ordering::Acquire)
-    }
-
-    fn fail_audit(&self, e: &SinkError) {
-        if !self.audit_failed.swap(true, Ordering::AcqRel) {
-            tracing::error!("{e}; refusing all further traffic");
-        }
+        self.events.failed()
     }
 
     /// A TLS configuration that always serves the leaf for `host` (clients without SNI).

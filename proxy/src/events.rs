@@ -182,6 +182,17 @@ pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + S
 pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: Event) -> Result<(), SinkError>;
 
+    /// Emit several events in order: all of them, even after one fails.
+    fn emit_all(&self, events: Vec<Event>) -> Result<(), SinkError> {
+        let mut result = Ok(());
+        for event in events {
+            if let Err(e) = self.emit(event) {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
     fn sync(&self) -> SyncFuture<'_> {
         Box::pin(std::future::ready(Ok(())))
     }
@@ -211,16 +222,32 @@ impl<W: Write + Send> JsonLinesSink<W> {
 
 impl<W: Write + Send + 'static> EventSink for JsonLinesSink<W> {
     fn emit(&self, event: Event) -> Result<(), SinkError> {
-        let mut line = serde_json::to_vec(&event).map_err(|e| SinkError(e.to_string()))?;
-        line.push(b'\n');
+        self.emit_all(vec![event])
+    }
+
+    /// One write for the lot.
+    fn emit_all(&self, events: Vec<Event>) -> Result<(), SinkError> {
+        let mut result = Ok(());
+        let mut lines = Vec::with_capacity(512 * events.len());
+        for event in &events {
+            let start = lines.len();
+            match serde_json::to_writer(&mut lines, event) {
+                Ok(()) => lines.push(b'\n'),
+                Err(e) => {
+                    lines.truncate(start);
+                    result = Err(SinkError(e.to_string()));
+                }
+            }
+        }
         let mut out = self
             .out
             .lock()
             .map_err(|_| SinkError("event writer poisoned".into()))?;
-        // Flushed per line so that `tail -f` and log shippers see events as they happen.
-        out.write_all(&line)
+        // Flushed each time so that `tail -f` and log shippers see events as they happen.
+        out.write_all(&lines)
             .and_then(|()| out.flush())
-            .map_err(|e| SinkError(format!("writing event: {e}")))
+            .map_err(|e| SinkError(format!("writing event: {e}")))?;
+        result
     }
 }
 

@@ -34,7 +34,6 @@ pub async fn handle(
     let request_id = RequestId(engine.ids.next());
     let rules = engine.rules.load_full();
     let method = req.method().as_str().to_owned();
-    let shown_url = display_url(&conn, req.uri());
 
     let target = match request_target(&conn, &req) {
         Ok(t) => t,
@@ -55,7 +54,7 @@ pub async fn handle(
                 request_id,
                 &rules,
                 &req,
-                &shown_url,
+                &display_url(&conn, req.uri()),
                 suggestion.as_deref(),
                 refusal,
             ));
@@ -80,7 +79,6 @@ pub async fn handle(
         method: &method,
         path_and_query: &path_and_query,
     };
-    let suggestion = Policy::suggest_rule(&info);
 
     // The body prefix a body constraint needs, bounded.
     let (parts, body) = req.into_parts();
@@ -118,7 +116,7 @@ pub async fn handle(
                 &rules,
                 &req,
                 &url,
-                Some(&suggestion),
+                Some(&Policy::suggest_rule(&info)),
                 refusal,
             ));
         }

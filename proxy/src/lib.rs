@@ -28,6 +28,7 @@ mod exchange;
 mod forward;
 mod metered;
 pub mod metrics;
+mod outlet;
 mod quota;
 mod refusal;
 mod replay;

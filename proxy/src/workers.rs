@@ -1,7 +1,8 @@
 //! Connection workers: a few threads, each running its own single-threaded
 //! Tokio runtime. Every accepted connection is handed to one worker and stays
 //! there: its TLS, its HTTP, the upstream connection it uses and every task
-//! they spawn run on that one thread.
+//! they spawn run on that one thread. Its events wait until it is about to
+//! sleep (see `outlet`).
 //!
 //! Why: on a shared multi-threaded runtime one request used to hop between
 //! threads (client connection on one, pooled upstream connection on another),
@@ -19,6 +20,8 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+
+use crate::outlet;
 
 thread_local! {
     static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
@@ -47,6 +50,7 @@ impl Workers {
         for index in 0..count {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                .on_thread_park(outlet::flush_this_thread)
                 .build()?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
@@ -56,9 +60,12 @@ impl Workers {
                     .name(format!("airlock-conn-{index}"))
                     .spawn(move || {
                         CURRENT.set(Some(index));
+                        outlet::queue_on_this_thread();
                         // Ends on a send or when the sender is dropped.
                         let _ = runtime.block_on(stopped);
                         runtime.shutdown_timeout(STOP_WITHIN);
+                        // Events of the tasks that just ended.
+                        outlet::flush_this_thread();
                     })?,
             );
         }
