@@ -59,9 +59,16 @@ impl std::str::FromStr for PinnedHost {
 }
 
 /// Resolves upstream hosts and enforces the public-address rule.
+///
+/// Cheap to clone (one shared allocation): every upstream request clones it,
+/// because hyper-util's client clones its connector per request, and a
+/// hickory resolver by value is a dozen reference counts shared by all
+/// connection workers.
 #[derive(Clone)]
-pub struct UpstreamResolver {
-    pins: Arc<HashMap<Host, Vec<IpAddr>>>,
+pub struct UpstreamResolver(Arc<ResolverState>);
+
+struct ResolverState {
+    pins: HashMap<Host, Vec<IpAddr>>,
     system: Resolver<MarkedRuntime>,
     rules: Arc<ArcSwap<Rules>>,
 }
@@ -73,23 +80,24 @@ impl UpstreamResolver {
         for pin in pins {
             map.entry(pin.host.clone()).or_default().push(pin.ip);
         }
-        Self {
-            pins: Arc::new(map),
+        Self(Arc::new(ResolverState {
+            pins: map,
             system: system_resolver(mark),
             rules,
-        }
+        }))
     }
 
     /// The addresses to connect to for `host`, all of them permitted.
     pub async fn resolve(&self, host: &Host) -> Result<Vec<IpAddr>, ResolveError> {
-        if let Some(ips) = self.pins.get(host) {
+        if let Some(ips) = self.0.pins.get(host) {
             return Ok(ips.clone());
         }
         if let Some(ip) = host.ip() {
             return self.permit(host, vec![ip]);
         }
         let lookup =
-            self.system
+            self.0
+                .system
                 .lookup_ip(host.as_str())
                 .await
                 .map_err(|e| ResolveError::Lookup {
@@ -101,7 +109,7 @@ impl UpstreamResolver {
 
     /// Keep the permitted addresses; if none remain, say which one was refused.
     fn permit(&self, host: &Host, ips: Vec<IpAddr>) -> Result<Vec<IpAddr>, ResolveError> {
-        let rules = self.rules.load();
+        let rules = self.0.rules.load();
         let (ok, refused): (Vec<IpAddr>, Vec<IpAddr>) = ips
             .into_iter()
             .partition(|ip| is_public(*ip) || rules.policy.allows_private_address(*ip));
