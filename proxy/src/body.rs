@@ -191,7 +191,9 @@ pub struct BodyStalled(pub Duration);
 pub struct IdleLimit<B> {
     inner: B,
     limit: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Made the first time the body waits: most bodies (every GET's) never do,
+    /// and a timer per request is an allocation and a clock read.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     /// True while we wait on the client. The clock starts when waiting
     /// starts, so time the upstream spent not asking for more (flow
     /// control) never counts against the client.
@@ -206,7 +208,7 @@ impl<B> IdleLimit<B> {
         Self {
             inner,
             limit,
-            deadline: Box::pin(tokio::time::sleep(limit)),
+            deadline: None,
             waiting: false,
             stalled,
         }
@@ -232,11 +234,21 @@ where
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
-                if !std::mem::replace(&mut this.waiting, true) {
-                    let deadline = tokio::time::Instant::now() + this.limit;
-                    this.deadline.as_mut().reset(deadline);
+                let started_waiting = !std::mem::replace(&mut this.waiting, true);
+                let limit = this.limit;
+                let deadline = this
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if started_waiting {
+                    deadline.as_mut().reset(tokio::time::Instant::now() + limit);
                 }
-                this.poll_deadline(cx)
+                match deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.stalled.store(true, Ordering::Release);
+                        Poll::Ready(Some(Err(Box::new(BodyStalled(limit)))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
             }
         }
     }
@@ -247,21 +259,6 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-impl<B> IdleLimit<B> {
-    fn poll_deadline(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.stalled.store(true, Ordering::Release);
-                Poll::Ready(Some(Err(Box::new(BodyStalled(self.limit)))))
-            }
-            Poll::Pending => Poll::Pending,
-        }
     }
 }
 

@@ -260,7 +260,7 @@ pub async fn handle(
                 request_id,
                 response.status(),
                 Version::HTTP_11,
-                &HeaderMap::new(),
+                Vec::new(),
                 &request_capture,
                 &CaptureHandle::default(),
                 started,
@@ -283,7 +283,7 @@ pub async fn handle(
             request_id,
             parts.status,
             parts.version,
-            &parts.headers,
+            header_pairs(&parts.headers),
             &request_capture,
             &CaptureHandle::default(),
             started,
@@ -318,7 +318,7 @@ pub async fn handle(
         let conn = conn.clone();
         let status = resp_parts.status;
         let version = resp_parts.version;
-        let recorded = resp_parts.headers.clone();
+        let recorded = header_pairs(&resp_parts.headers);
         let request_capture = request_capture.clone();
         move |error: Option<String>| {
             engine.record_lossy(response_event(
@@ -326,7 +326,7 @@ pub async fn handle(
                 request_id,
                 status,
                 version,
-                &recorded,
+                recorded,
                 &request_capture,
                 &response_capture,
                 started,
@@ -484,7 +484,7 @@ fn response_event(
     request: RequestId,
     status: StatusCode,
     version: Version,
-    headers: &HeaderMap,
+    headers: Vec<(String, String)>,
     request_capture: &CaptureHandle,
     response_capture: &CaptureHandle,
     started: Instant,
@@ -497,21 +497,26 @@ fn response_event(
         request,
         status: status.as_u16(),
         http_version: format!("{version:?}"),
-        headers: headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers,
         request_body: request_capture.snapshot(),
         response_body: response_capture.snapshot(),
         time_to_headers_us: micros(headers_at.duration_since(started)),
         total_us: micros(started.elapsed()),
         error,
     }
+}
+
+/// Response headers as they go into the record.
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
 }
 
 fn micros(d: std::time::Duration) -> u64 {

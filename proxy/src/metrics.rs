@@ -9,7 +9,8 @@
 //! one is counted as `other`, so a client cycling through random names cannot
 //! grow the process's memory or a Prometheus server's series count.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -41,11 +42,14 @@ pub struct Metrics {
     reload_failures: AtomicU64,
 }
 
+/// Requests by host label, then by decision (indexed as [`DECISIONS`]).
+/// Keyed by host alone so that counting a known host looks it up by `&str`
+/// and allocates nothing: this runs for every request.
 #[derive(Debug, Default)]
-struct RequestCounts {
-    hosts: HashSet<String>,
-    by_label: HashMap<(&'static str, String), u64>,
-}
+struct RequestCounts(HashMap<String, [u64; 3]>);
+
+/// The `decision` label values, in the order [`RequestCounts`] keeps them.
+const DECISIONS: [&str; 3] = ["allow", "deny", "report"];
 
 #[derive(Debug, Default)]
 struct VerdictCounts {
@@ -96,23 +100,34 @@ impl Histogram {
     }
 }
 
-fn label_of(verdict: Verdict) -> &'static str {
+fn decision_index(verdict: Verdict) -> usize {
     match verdict {
-        Verdict::Allow => "allow",
-        Verdict::Deny => "deny",
-        Verdict::Report => "report",
+        Verdict::Allow => 0,
+        Verdict::Deny => 1,
+        Verdict::Report => 2,
     }
 }
 
-/// The host part of a request URL as the proxy records it (`https://h:p/x`).
-fn host_of(url: &str) -> String {
-    url.parse::<http::Uri>()
-        .ok()
-        .and_then(|u| {
-            u.host()
-                .map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase())
-        })
-        .unwrap_or_else(|| "unknown".to_owned())
+/// The host part of a request URL as the proxy records it (`https://h:p/x`),
+/// lowercased. Sliced rather than parsed, and borrowed when it is already
+/// lowercase (the proxy's own URLs always are): this runs for every request.
+fn host_of(url: &str) -> Cow<'_, str> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Cow::Borrowed("unknown");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    if host.is_empty() {
+        Cow::Borrowed("unknown")
+    } else if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
 }
 
 impl Metrics {
@@ -133,22 +148,22 @@ impl Metrics {
         }
     }
 
-    fn count_request(&self, verdict: Verdict, host: String) {
+    fn count_request(&self, verdict: Verdict, host: Cow<'_, str>) {
+        let decision = decision_index(verdict);
         let Ok(mut counts) = self.requests.lock() else {
             return;
         };
-        let host = if counts.hosts.contains(&host) {
-            host
-        } else if counts.hosts.len() < MAX_HOST_LABELS {
-            counts.hosts.insert(host.clone());
-            host
+        if let Some(n) = counts.0.get_mut(host.as_ref()) {
+            n[decision] += 1;
+            return;
+        }
+        let distinct = counts.0.len() - usize::from(counts.0.contains_key(OTHER_HOST));
+        let label = if distinct < MAX_HOST_LABELS {
+            host.into_owned()
         } else {
             OTHER_HOST.to_owned()
         };
-        *counts
-            .by_label
-            .entry((label_of(verdict), host))
-            .or_default() += 1;
+        counts.0.entry(label).or_default()[decision] += 1;
     }
 
     /// How long the audit store took, last time, to make everything queued durable.
@@ -257,9 +272,14 @@ impl Metrics {
         let Ok(counts) = self.requests.lock() else {
             return;
         };
-        let mut rows: Vec<_> = counts.by_label.iter().collect();
+        let mut rows: Vec<_> = counts
+            .0
+            .iter()
+            .flat_map(|(host, n)| DECISIONS.iter().zip(n).map(move |(d, n)| (*d, host, *n)))
+            .filter(|(_, _, n)| *n > 0)
+            .collect();
         rows.sort();
-        for ((decision, host), n) in rows {
+        for (decision, host, n) in rows {
             let _ = writeln!(
                 out,
                 "airlock_requests_total{{decision=\"{decision}\",host=\"{}\"}} {n}",
@@ -390,6 +410,17 @@ mod tests {
         assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"10\"} 2"));
         assert!(text.contains("airlock_request_duration_seconds_bucket{le=\"+Inf\"} 3"));
         assert!(text.contains("airlock_request_duration_seconds_count 3"));
+    }
+
+    #[test]
+    fn hosts_are_sliced_from_recorded_urls() {
+        assert_eq!(host_of("https://api.test/a"), "api.test");
+        assert_eq!(host_of("https://API.Test:8443/b?c"), "api.test");
+        assert_eq!(host_of("http://[2001:db8::1]:80/"), "2001:db8::1");
+        assert_eq!(host_of("http://user@h.test#f"), "h.test");
+        assert_eq!(host_of("/relative"), "unknown");
+        assert_eq!(host_of("http:///"), "unknown");
+        assert!(matches!(host_of("https://api.test/a"), Cow::Borrowed(_)));
     }
 
     #[test]
