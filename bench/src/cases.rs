@@ -420,7 +420,8 @@ async fn sample_rss(pid: u32) {
     }
 }
 
-/// Start, max and end of the samples taken during the download.
+/// Start, max and end of the samples taken during the download, and how far
+/// it rose above the start.
 fn rss_after(pid: Option<u32>) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let mut v = RSS_KIB
         .lock()
@@ -437,6 +438,7 @@ fn rss_after(pid: Option<u32>) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         ("rss_start_mib", mib(*first)),
         ("rss_max_mib", mib(*max)),
         ("rss_end_mib", mib(*last)),
+        ("rss_growth_mib", mib(max - first)),
         ("rss_samples", v.len() as f64),
     ]))
 }
