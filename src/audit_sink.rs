@@ -33,6 +33,7 @@ struct Connection {
     port: u16,
     decision: String,
     rule: Option<String>,
+    reason: Option<String>,
 }
 
 pub struct AuditSink {
@@ -124,6 +125,7 @@ impl EventSink for AuditSink {
                 original_dst,
                 verdict: v,
                 rule,
+                reason,
                 ..
             } => {
                 let (host, port) = split_target(&target);
@@ -134,6 +136,7 @@ impl EventSink for AuditSink {
                     port,
                     decision: verdict(v),
                     rule,
+                    reason,
                 };
                 let event = tcp_event(conn, &record, 0, 0, None);
                 if let Ok(mut map) = self.connections.lock() {
@@ -290,6 +293,7 @@ fn tcp_event(
         port: record.port,
         decision: record.decision.clone(),
         rule: record.rule.clone(),
+        reason: record.reason.clone(),
         bytes_up,
         bytes_down,
         duration_ms,

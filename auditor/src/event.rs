@@ -99,6 +99,10 @@ pub enum AuditEvent {
         decision: String,
         #[serde(default)]
         rule: Option<String>,
+        /// Why a refused connection was refused. Left out when absent, so
+        /// records written before the field existed verify unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         #[serde(default)]
         bytes_up: u64,
         #[serde(default)]

@@ -132,13 +132,18 @@ pub fn describe(event: &AuditEvent) -> String {
             host,
             decision: d,
             rule,
+            reason,
             bytes_up,
             bytes_down,
             ..
         } => {
             let host = host.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+            let reason = reason
+                .as_ref()
+                .map(|r| format!("  ({})", r.escape_debug()))
+                .unwrap_or_default();
             format!(
-                "tcp   {dst}{host}  {}  up {} down {}",
+                "tcp   {dst}{host}  {}  up {} down {}{reason}",
                 decision(d, rule),
                 humanize::size(*bytes_up),
                 humanize::size(*bytes_down)

@@ -119,6 +119,7 @@ fn session(store: &AuditStore) -> SessionId {
             port: 443,
             decision: "allow".into(),
             rule: Some("policy.toml:3".into()),
+            reason: None,
             bytes_up: 2048,
             bytes_down: 4096,
             duration_ms: Some(30.0),

@@ -15,6 +15,9 @@ use crate::path::{AmbiguousPath, NormalPath, normalize};
 use crate::raw::RawPolicy;
 use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
 
+/// The source name of [`Policy::deny_all`].
+const DENY_ALL_NAME: &str = "<deny-all>";
+
 /// How many body bytes the proxy buffers to check body constraints.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
@@ -67,7 +70,7 @@ impl Policy {
     pub fn deny_all() -> Policy {
         let text: Arc<str> = "version = 1\ndefault = \"deny\"\n".into();
         Policy(Arc::new(Inner {
-            map: SourceMap::new("<deny-all>".into(), text.clone()),
+            map: SourceMap::new(DENY_ALL_NAME.into(), text.clone()),
             text,
             compiled: Compiled {
                 default: DefaultAction::Deny,
@@ -82,6 +85,12 @@ impl Policy {
 
     pub fn source_name(&self) -> &str {
         self.0.map.name()
+    }
+
+    /// Whether this is [`Policy::deny_all`], the policy in force when no file
+    /// was given: advice then says to pass one rather than to edit it.
+    pub fn is_builtin(&self) -> bool {
+        self.source_name() == DENY_ALL_NAME
     }
 
     /// The exact source text.

@@ -1,16 +1,20 @@
 //! The resolver sandboxed clients talk to.
 //!
-//! A name the policy allows gets a synthetic IPv4 address from 198.18.0.0/15
-//! (RFC 2544's benchmarking range, never routed) that maps back to the name, so
-//! every captured connection names its host and a connection to an address
-//! that never came from here is just a literal address to the policy. Every
-//! other name gets NXDOMAIN and is forwarded nowhere: nothing leaves through
-//! query names. Only A queries get addresses; AAAA and other types of allowed
-//! names get an empty answer, since the sandbox has no IPv6 and no other use.
+//! Every well-formed name gets a synthetic IPv4 address (`synthetic.rs`) that
+//! maps back to the name, so every captured connection names its host, and a
+//! connection to an address that never came from here is just a literal
+//! address to the policy. A name no rule allows gets an address too: the
+//! decision is made where it can be explained, on the connection, where an
+//! HTTP or TLS client gets the same 403 with the rule to add as for a path no
+//! rule allows (a client given NXDOMAIN can only say "could not resolve
+//! host", which an agent can't tell from a typo). The query is recorded with
+//! the policy's verdict either way. Nothing is ever forwarded: no name leaves
+//! the machine. Only A queries get addresses; AAAA and other types get an
+//! empty answer, since the sandbox has no IPv6 and no other use. A name that
+//! is not a well-formed host name gets NXDOMAIN.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_policy::Host;
@@ -22,59 +26,12 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::engine::Engine;
 use crate::events::{Event, TimestampUs, Verdict};
+use crate::synthetic::SyntheticAddresses;
 
-const SYNTHETIC_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
-const SYNTHETIC_SIZE: u32 = 1 << 17; // a /15
-/// Answers are stable for the session; a short TTL just keeps clients honest.
+/// Answers are stable while the name stays mapped; a short TTL keeps
+/// clients asking again rather than holding an address that may be evicted.
 const TTL: u32 = 60;
 const TCP_IDLE: Duration = Duration::from_secs(10);
-
-/// The two-way map between allowed names and their synthetic addresses.
-#[derive(Debug, Default)]
-pub struct SyntheticAddresses {
-    inner: Mutex<Maps>,
-}
-
-#[derive(Debug, Default)]
-struct Maps {
-    by_name: HashMap<Host, Ipv4Addr>,
-    by_addr: HashMap<Ipv4Addr, Host>,
-    next: u32,
-}
-
-impl SyntheticAddresses {
-    /// The address for `name`, allocated on first use; None when the range is exhausted.
-    pub fn address_for(&self, name: &Host) -> Option<Ipv4Addr> {
-        let mut maps = self.inner.lock().ok()?;
-        if let Some(ip) = maps.by_name.get(name) {
-            return Some(*ip);
-        }
-        // Skip .0 so no answer looks like a network address.
-        let offset = maps.next + 1;
-        if offset >= SYNTHETIC_SIZE - 1 {
-            return None;
-        }
-        maps.next = offset;
-        let ip = Ipv4Addr::from(SYNTHETIC_BASE + offset);
-        maps.by_name.insert(name.clone(), ip);
-        maps.by_addr.insert(ip, name.clone());
-        Some(ip)
-    }
-
-    /// The name behind a synthetic address.
-    pub fn name_for(&self, ip: IpAddr) -> Option<Host> {
-        let IpAddr::V4(v4) = ip else { return None };
-        self.inner.lock().ok()?.by_addr.get(&v4).cloned()
-    }
-
-    /// Whether `ip` lies in the synthetic range at all.
-    pub fn in_range(ip: IpAddr) -> bool {
-        match ip {
-            IpAddr::V4(v4) => u32::from(v4).wrapping_sub(SYNTHETIC_BASE) < SYNTHETIC_SIZE,
-            IpAddr::V6(_) => false,
-        }
-    }
-}
 
 /// Answer one DNS message; None when it is not worth an answer (not a query).
 pub fn answer(engine: &Engine, packet: &[u8], client: SocketAddr) -> Option<Vec<u8>> {
@@ -156,9 +113,9 @@ pub fn answer_packet(
     let host = Host::parse(raw_name.trim_end_matches('.')).ok();
     let allowed = host.as_ref().is_some_and(|h| policy.resolvable(h));
     let mut answers = Vec::new();
-    let mut reason = None;
-    match (&host, allowed) {
-        (Some(host), true) if qtype == RecordType::A => match synthetic.address_for(host) {
+    let mut reason = (!allowed).then(|| "no rule allows this name".to_owned());
+    match &host {
+        Some(host) if qtype == RecordType::A => match synthetic.address_for(host) {
             Some(ip) => {
                 response.add_answer(Record::from_rdata(
                     query.name().clone(),
@@ -172,10 +129,10 @@ pub fn answer_packet(
                 reason = Some("synthetic address range exhausted".to_owned());
             }
         },
-        (Some(_), true) => {} // NOERROR, no records of that type
-        _ => {
+        Some(_) => {} // NOERROR, no records of that type
+        None => {
             response.metadata.response_code = ResponseCode::NXDomain;
-            reason = Some("no rule allows this name".to_owned());
+            reason = Some("not a well-formed host name".to_owned());
         }
     }
     Some(Answered {
@@ -236,25 +193,5 @@ async fn serve_tcp_connection(
         };
         stream.write_all(&reply_len.to_be_bytes()).await?;
         stream.write_all(&reply).await?;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn synthetic_addresses_map_both_ways_and_stay_in_range() {
-        let map = SyntheticAddresses::default();
-        let a = Host::parse("a.example").unwrap();
-        let b = Host::parse("b.example").unwrap();
-        let ia = map.address_for(&a).unwrap();
-        let ib = map.address_for(&b).unwrap();
-        assert_ne!(ia, ib);
-        assert_eq!(map.address_for(&a), Some(ia));
-        assert_eq!(map.name_for(IpAddr::V4(ib)), Some(b));
-        assert!(SyntheticAddresses::in_range(IpAddr::V4(ia)));
-        assert!(!SyntheticAddresses::in_range("8.8.8.8".parse().unwrap()));
-        assert_eq!(map.name_for("198.18.200.1".parse().unwrap()), None);
     }
 }

@@ -12,7 +12,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::ca::CertificateAuthority;
-use crate::dns::SyntheticAddresses;
+use crate::synthetic::SyntheticAddresses;
 use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
 use crate::metrics::Metrics;
 use crate::outlet::Outlet;

@@ -9,7 +9,7 @@
 //! - connection-level decision and TLS interception: [`connection`]
 //! - one HTTP request (policy, credentials, forwarding, records): `exchange`
 //! - the 403 texts: `refusal`
-//! - DNS answers and synthetic addresses: [`dns`]
+//! - DNS answers: [`dns`]; the bounded map of synthetic addresses: [`synthetic`]
 //! - upstream resolution, the public-address rule and verified TLS: [`upstream`]
 
 #![forbid(unsafe_code)]
@@ -33,6 +33,7 @@ mod quota;
 mod refusal;
 mod replay;
 mod rules;
+pub mod synthetic;
 pub mod target;
 mod transparent;
 pub mod upstream;

@@ -63,7 +63,9 @@ impl Refusal {
     }
 
     /// What a user would change to get this through.
-    fn advice(&self, policy_name: &str, suggestion: Option<&str>) -> String {
+    fn advice(&self, policy: &Policy, suggestion: Option<&str>) -> String {
+        let policy_name = policy.source_name();
+        let builtin = policy.is_builtin();
         match self {
             Refusal::Policy(Denial {
                 reason: DenyReason::DeniedByRule,
@@ -91,9 +93,17 @@ impl Refusal {
             }) => "Servers may read this path differently from the policy, so it is refused.\n\
                    Send the path in its plain form (no dot segments, encoded slashes or backslashes)."
                 .into(),
-            Refusal::Policy(_) => match suggestion {
-                Some(rule) => format!("To allow it, add this rule to {policy_name}:\n\n{rule}"),
-                None => format!("To allow it, add an [[allow]] rule for it to {policy_name}."),
+            Refusal::Policy(_) => match (suggestion, builtin) {
+                (Some(rule), false) => {
+                    format!("To allow it, add this rule to {policy_name}:\n\n{rule}")
+                }
+                (Some(rule), true) => {
+                    format!("To allow it, pass --policy FILE with this rule:\n\n{rule}")
+                }
+                (None, false) => {
+                    format!("To allow it, add an [[allow]] rule for it to {policy_name}.")
+                }
+                (None, true) => "To allow it, pass --policy FILE with an [[allow]] rule for it.".into(),
             },
             Refusal::Quota { rule, max } => format!(
                 "The rule at {rule} allows {max} requests per session (max_requests), all used.\n\
@@ -145,7 +155,7 @@ impl Refusal {
              decided by: {decided_by}\n\n\
              {advice}\n",
             reason = self.reason(),
-            advice = self.advice(policy_name, suggestion),
+            advice = self.advice(policy, suggestion),
         );
         let mut response = Response::new(full(text));
         *response.status_mut() = self.status();

@@ -13,9 +13,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::accept::accept_loop;
 use crate::connection::{self, Origin};
-use crate::dns::SyntheticAddresses;
 use crate::engine::Engine;
-use crate::events::FrontDoor;
+use crate::events::{Event, FrontDoor, Handling, TimestampUs, Verdict};
+use crate::synthetic::{self, SyntheticAddresses};
 use crate::target::Target;
 
 pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
@@ -42,7 +42,7 @@ async fn handle(engine: Arc<Engine>, stream: TcpStream, client: SocketAddr, own:
         match engine.synthetic.name_for(dst.ip()) {
             Some(name) => name,
             None => {
-                tracing::warn!(%client, %dst, "address was never handed out by Airlock's DNS; closed");
+                refuse_unmapped(&engine, client, dst);
                 return;
             }
         }
@@ -64,6 +64,29 @@ async fn handle(engine: Arc<Engine>, stream: TcpStream, client: SocketAddr, own:
     };
     let plan = connection::decide(&engine, &origin, &target).await;
     connection::serve(engine, origin, target, plan, stream).await;
+}
+
+/// A synthetic address that names no host (never handed out, or evicted from
+/// the bounded map) has nothing a policy could decide on: recorded and closed.
+fn refuse_unmapped(engine: &Engine, client: SocketAddr, dst: SocketAddr) {
+    let reason = format!(
+        "{} was never handed out by Airlock's DNS, or was evicted from its map of the {} most recently used names; resolve the name again",
+        dst.ip(),
+        synthetic::CAPACITY
+    );
+    tracing::debug!(%client, %dst, "{reason}; closed");
+    engine.record_lossy(Event::Connection {
+        ts: TimestampUs::now(),
+        conn: engine.next_conn_id(),
+        front: FrontDoor::Transparent,
+        client,
+        target: dst.to_string(),
+        original_dst: Some(dst),
+        handling: Handling::Refused,
+        verdict: Verdict::Deny,
+        rule: None,
+        reason: Some(reason),
+    });
 }
 
 /// The pre-NAT destination of a redirected connection.

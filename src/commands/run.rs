@@ -282,7 +282,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     let network = sandbox
         .take_network()
         .context("the sandbox did not hand over its network sockets")?;
-    let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(policy.source_name()));
+    let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&policy));
     let events: Arc<dyn EventSink> = match &recorder {
         Some(r) => Arc::new(Tee(vec![
             AuditSink::attributed(r.clone(), attribute),
