@@ -245,13 +245,13 @@ impl Plan {
                 true
             }
         });
-        if hides
-            .iter()
-            .any(|h| h.forced && workspace.starts_with(&h.path))
-        {
+        // A workspace *inside* a hidden directory is mounted back on top of
+        // it (as bubblewrap does): the sandbox sees the workspace and nothing
+        // else of that directory. A workspace that *is* one would be covered.
+        if let Some(h) = hides.iter().find(|h| h.forced && h.path == workspace) {
             return Err(ShimError::InvalidSpec(format!(
-                "workspace {} lies inside a path that must stay hidden: choose another workspace",
-                workspace.display()
+                "workspace {} must stay hidden from the sandbox (it holds Airlock's own files or was given to --hide): use a subdirectory of it, or another directory, as the workspace",
+                h.path.display()
             )));
         }
 

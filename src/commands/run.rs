@@ -178,9 +178,24 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
             Some(key) => key.clone(),
             None => paths::default_audit_key()?,
         };
+        // Absolute, so that their directories are hidden from the sandbox: a
+        // bare "audit.key" has the parent "", which names nothing to hide.
+        let db = std::path::absolute(&db)
+            .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
+        let key = std::path::absolute(&key)
+            .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
         refuse_if_writable_inside(&db, &workspace, &args.rw)?;
         Some((db, key))
     };
+    let (db, key) = audit_paths.as_ref().map(|(db, key)| (db.parent(), key.parent())).unzip();
+    refuse_hidden_workspace(
+        &workspace,
+        &[
+            (db.flatten(), "holds the audit database", "--audit-db"),
+            (key.flatten(), "holds the audit signing key", "--audit-key"),
+            (args.ca_dir.as_deref(), "holds the CA's private key", "--ca-dir"),
+        ],
+    )?;
     let mut hide = args.hide.clone();
     hide.extend(args.ca_dir.iter().cloned());
     if let Some((db, key)) = &audit_paths {
@@ -545,9 +560,28 @@ fn refuse_if_writable_inside(db: &Path, workspace: &Path, rw: &[PathBuf]) -> any
             .unwrap_or_else(|_| writable.to_owned());
         if db_dir.starts_with(&writable) {
             bail!(
-                "--audit-db {} is inside {}, which the sandbox can write; put the audit database elsewhere",
+                "the audit database {} is inside {}, which the sandbox can write (and so could move or delete the record): pass --audit-db (or set AIRLOCK_AUDIT_DB) with a path outside it",
                 db.display(),
                 writable.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A directory the sandbox must not see cannot be the workspace (a workspace
+/// inside one is fine: it is mounted back on top of the hidden directory).
+/// Each entry: the directory, why it is hidden, and the option that moves it.
+fn refuse_hidden_workspace(
+    workspace: &Path,
+    hidden: &[(Option<&Path>, &str, &str)],
+) -> anyhow::Result<()> {
+    for (dir, why, option) in hidden {
+        let Some(dir) = dir else { continue };
+        if dir.canonicalize().is_ok_and(|dir| dir == workspace) {
+            bail!(
+                "the workspace {} {why}, which the sandbox must not see: use a subdirectory as the workspace, or move it with {option}",
+                workspace.display()
             );
         }
     }

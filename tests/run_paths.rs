@@ -1,0 +1,241 @@
+//! Layouts a user picks for the workspace and the audit database just work,
+//! without the sandbox seeing the database, the signing key or the secrets
+//! beside them; the one layout that can't work is refused with a line that
+//! names the path, why, and the fix.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::AIRLOCK;
+
+fn airlock_run(cwd: &Path, home: &Path, args: &[&str], script: &str) -> Output {
+    Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("AIRLOCK_AUDIT_DB")
+        .arg("run")
+        .args(args)
+        .args(["--timeout", "60s", "--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The sessions recorded in `db`, as `airlock audit sessions --json` lists them.
+fn sessions(db: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new(AIRLOCK)
+        .args(["audit", "sessions", "--json", "--audit-db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn an_audit_database_in_the_workspaces_parent_works_and_stays_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(dir.path().join("sibling.txt"), "not for the sandbox").unwrap();
+    let out = airlock_run(
+        &workspace,
+        dir.path(),
+        &["--audit-db", "../audit.db", "--audit-key", "../audit.key"],
+        "ls -A ..; for f in ../audit.db ../audit.key ../sibling.txt; do test -e $f && echo visible $f; done; echo written > out.txt; cat out.txt",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // Only the workspace itself is left of the hidden parent.
+    assert_eq!(stdout, "ws\nwritten\n", "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("out.txt")).unwrap(),
+        "written\n"
+    );
+    assert_eq!(sessions(&dir.path().join("audit.db")).len(), 1);
+}
+
+#[test]
+fn a_workspace_that_is_home_keeps_home_secrets_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::fs::write(home.join("notes.txt"), "mine\n").unwrap();
+    let db = dir.path().join("elsewhere/audit.db");
+    let out = airlock_run(
+        &home,
+        &home,
+        &["--audit-db", db.to_str().unwrap()],
+        "cat notes.txt; ls -A .ssh | wc -l; cat .ssh/id_ed25519 2>/dev/null || echo hidden; echo ok > new.txt",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "mine\n0\nhidden\n", "{stderr}");
+    assert!(home.join("new.txt").exists());
+}
+
+#[test]
+fn a_workspace_under_home_with_the_default_database_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let script = format!(
+        "ls -A ..; test -e {}/.local && echo visible; echo ok > f",
+        home.display()
+    );
+    let out = airlock_run(&project, &home, &[], &script);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "project\n", "{stderr}");
+    // The default database is under the (hidden) home, and has the session.
+    assert_eq!(
+        sessions(&home.join(".local/share/airlock/audit.db")).len(),
+        1
+    );
+}
+
+#[test]
+fn relative_audit_paths_are_hidden_like_absolute_ones() {
+    // Not under /tmp, which the sandbox replaces with its own: the key's
+    // directory is visible unless it is hidden.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let script = format!(
+        "for f in a.db a.key; do test -e {0}/$f && echo visible $f; done; ls -A {0}",
+        dir.path().display()
+    );
+    let out = airlock_run(
+        dir.path(),
+        dir.path(),
+        &[
+            "--workspace",
+            "ws",
+            "--audit-db",
+            "a.db",
+            "--audit-key",
+            "a.key",
+        ],
+        &script,
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "ws\n", "{stderr}");
+    assert!(dir.path().join("a.key").exists());
+}
+
+#[test]
+fn a_symlinked_workspace_runs_at_its_real_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let db = dir.path().join("db/audit.db");
+    let out = airlock_run(
+        &link,
+        dir.path(),
+        &["--audit-db", db.to_str().unwrap()],
+        "pwd; echo through-the-link > f",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), real.canonicalize().unwrap().to_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(real.join("f")).unwrap(),
+        "through-the-link\n"
+    );
+}
+
+/// A tmpfs the test mounts and unmounts (the test runs as root).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path) -> Self {
+        std::fs::create_dir_all(path).unwrap();
+        let done = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(done.success(), "mount tmpfs on {}", path.display());
+        Self(path.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_workspace_on_another_filesystem_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&dir.path().join("other-fs"));
+    let db = dir.path().join("db/audit.db");
+    let out = airlock_run(
+        &fs.0,
+        dir.path(),
+        &["--audit-db", db.to_str().unwrap()],
+        "stat -f -c %T .; echo on-tmpfs > f",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "tmpfs\n", "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(fs.0.join("f")).unwrap(),
+        "on-tmpfs\n"
+    );
+}
+
+#[test]
+fn a_workspace_that_must_stay_hidden_is_refused_with_the_path_why_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let db = dir.path().join("db/audit.db");
+    // The signing key would live in the workspace itself.
+    let out = airlock_run(
+        &workspace,
+        dir.path(),
+        &["--audit-db", db.to_str().unwrap(), "--audit-key", "audit.key"],
+        "true",
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the workspace {} holds the audit signing key, which the sandbox must not see",
+            workspace.display()
+        )) && stderr.contains("--audit-key"),
+        "{stderr}"
+    );
+    // The database in a place the sandbox can write: named, with the fix.
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = airlock_run(&home, &home, &[], "true");
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains(".local/share/airlock/audit.db is inside")
+            && stderr.contains("pass --audit-db (or set AIRLOCK_AUDIT_DB) with a path outside it"),
+        "{stderr}"
+    );
+}
