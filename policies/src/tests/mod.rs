@@ -49,7 +49,7 @@ pub fn decide(policy: &Policy, host_name: &str, method: &str, path: &str) -> Dec
 pub fn decide_json(policy: &Policy, host_name: &str, path: &str, json: &str) -> Decision {
     let h = host(host_name);
     let body = BodyInput {
-        content_type: Some("application/json"),
+        content_types: &["application/json"],
         bytes: json.as_bytes(),
         complete: true,
     };
