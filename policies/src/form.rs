@@ -16,7 +16,7 @@ pub type Pair = (String, String);
 /// Parses a form body strictly: invalid escapes, bytes that are not UTF-8
 /// after decoding, a raw `;` (a pair separator to Python before 3.9.2 and
 /// Go before 1.17) and a key repeated byte for byte (servers keep the first,
-/// the last, or all) are refused with the reason.
+/// the last, or all) are refused with the reason; `a[]` may repeat.
 pub fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
     let mut pairs: Vec<Pair> = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
@@ -26,7 +26,9 @@ pub fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let key = decode_strict(key)?;
         let value = decode_strict(value)?;
-        if pairs.iter().any(|(k, _)| *k == key) {
+        // `a[]` is the list spelling of PHP, Rails and qs: repeating it
+        // appends, it does not overwrite (each value is still checked).
+        if !key.ends_with("[]") && pairs.iter().any(|(k, _)| *k == key) {
             return Err(format!("duplicate form key {key:?}"));
         }
         pairs.push((key, value));
