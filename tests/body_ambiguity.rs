@@ -40,8 +40,7 @@ impl Drop for LaxUpstream {
 
 impl LaxUpstream {
     async fn start(pki: &TestPki) -> LaxUpstream {
-        let acceptor =
-            tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config(&["api.test"])));
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config(&["api.test"])));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen: Seen = Arc::default();
@@ -71,11 +70,20 @@ impl LaxUpstream {
     }
 
     fn routed_paths(&self) -> Vec<String> {
-        self.seen.lock().unwrap().iter().map(|(p, _)| p.clone()).collect()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect()
     }
 
     fn last_amount(&self) -> Option<String> {
-        self.seen.lock().unwrap().last().and_then(|(_, a)| a.clone())
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .and_then(|(_, a)| a.clone())
     }
 }
 
@@ -126,7 +134,7 @@ fn lax_amount(query: &str, body: &str) -> Option<String> {
             .filter_map(|pair| pair.split_once('='))
             .filter(|(k, _)| is_amount(&decode(k)))
             .map(|(_, v)| decode(v))
-            .last()
+            .next_back()
     };
     if let Some(amount) = last_pair(query) {
         return Some(amount);
@@ -286,7 +294,12 @@ async fn every_ambiguous_reading_of_a_constrained_field_is_refused_before_the_up
         (
             "JSON body that reads as a form too",
             "/charges",
-            vec!["-H", JSON, "--data", r#"{"amount":5,"note":"&amount=50000&"}"#],
+            vec![
+                "-H",
+                JSON,
+                "--data",
+                r#"{"amount":5,"note":"&amount=50000&"}"#,
+            ],
             "in the JSON body read as a form",
         ),
         (
@@ -301,7 +314,10 @@ async fn every_ambiguous_reading_of_a_constrained_field_is_refused_before_the_up
         let recorded = fx.recorded_refusals(says);
         let (code, body) = post(&fx, path, args).await;
         assert_eq!(code, 403, "{what}: {body}");
-        assert!(body.contains(says), "{what}: the 403 should say {says:?}:\n{body}");
+        assert!(
+            body.contains(says),
+            "{what}: the 403 should say {says:?}:\n{body}"
+        );
         assert_eq!(fx.upstream.hits(), before, "{what} reached the upstream");
         assert_eq!(
             fx.recorded_refusals(says),
@@ -309,7 +325,12 @@ async fn every_ambiguous_reading_of_a_constrained_field_is_refused_before_the_up
             "{what} is not in the record"
         );
     }
-    let (_, body) = post(&fx, "/charges", &["-H", JSON, "--data", r#"{"amount":5,"AMOUNT":50000}"#]).await;
+    let (_, body) = post(
+        &fx,
+        "/charges",
+        &["-H", JSON, "--data", r#"{"amount":5,"AMOUNT":50000}"#],
+    )
+    .await;
     assert!(
         body.contains("Send each constrained field once, in the body"),
         "the 403 says what to do: {body}"
@@ -329,15 +350,32 @@ async fn every_ambiguous_reading_of_a_constrained_field_is_refused_before_the_up
 async fn compliant_requests_get_through_and_the_upstream_acts_on_the_checked_amount() {
     let fx = Fixture::new().await;
     for (path, args, amount) in [
-        ("/charges", vec!["-H", JSON, "--data", r#"{"amount":500}"#], "500"),
-        ("/charges", vec!["-H", FORM, "--data", "amount=700"], "700"),
-        ("/charges?page=2", vec!["-H", JSON, "--data", r#"{"amount":5}"#], "5"),
         (
             "/charges",
-            vec!["-H", "Content-Type: application/json; charset=utf-8", "--data", r#"{"amount":999,"note":"a&b"}"#],
+            vec!["-H", JSON, "--data", r#"{"amount":500}"#],
+            "500",
+        ),
+        ("/charges", vec!["-H", FORM, "--data", "amount=700"], "700"),
+        (
+            "/charges?page=2",
+            vec!["-H", JSON, "--data", r#"{"amount":5}"#],
+            "5",
+        ),
+        (
+            "/charges",
+            vec![
+                "-H",
+                "Content-Type: application/json; charset=utf-8",
+                "--data",
+                r#"{"amount":999,"note":"a&b"}"#,
+            ],
             "999",
         ),
-        ("/charges", vec!["--http2", "-H", JSON, "--data", r#"{"amount":1000}"#], "1000"),
+        (
+            "/charges",
+            vec!["--http2", "-H", JSON, "--data", r#"{"amount":1000}"#],
+            "1000",
+        ),
     ] {
         let (code, body) = post(&fx, path, &args).await;
         assert_eq!(code, 200, "{path} {args:?}: {body}");
@@ -420,5 +458,8 @@ async fn a_glob_never_allows_a_path_that_a_tomcat_style_server_routes_elsewhere(
         assert_eq!(code, 200, "{path}: {out:?}");
         assert_eq!(body, format!("served {routed}"));
     }
-    assert_eq!(fx.upstream.routed_paths(), ["/files/pkg-1.0.whl", "/public/a"]);
+    assert_eq!(
+        fx.upstream.routed_paths(),
+        ["/files/pkg-1.0.whl", "/public/a"]
+    );
 }

@@ -137,7 +137,11 @@ impl BodyConstraints {
     /// Checks a request on a rule with body constraints; Err is the reason
     /// to deny. `query` is the request target's query string (after `?`):
     /// servers that merge query and body parameters read it too.
-    pub fn check(&self, query: Option<&str>, body: Option<&BodyInput<'_>>) -> Result<(), DenyReason> {
+    pub fn check(
+        &self,
+        query: Option<&str>,
+        body: Option<&BodyInput<'_>>,
+    ) -> Result<(), DenyReason> {
         let Some(body) = body else {
             return Err(DenyReason::BodyMissing);
         };
@@ -216,19 +220,25 @@ impl Readings {
     fn occurrences(&self, field: &FieldPath) -> Vec<Occurrence<'_>> {
         let mut found: Vec<Occurrence<'_>> = Vec::new();
         if let Some(doc) = &self.json {
-            found.extend(field.json_occurrences(doc).into_iter().map(|(key, value)| {
-                Occurrence {
-                    source: Source::JsonBody,
-                    key,
-                    value: FieldValue::Json(value),
-                }
-            }));
+            found.extend(
+                field
+                    .json_occurrences(doc)
+                    .into_iter()
+                    .map(|(key, value)| Occurrence {
+                        source: Source::JsonBody,
+                        key,
+                        value: FieldValue::Json(value),
+                    }),
+            );
         }
         let pair_source = match self.declared {
             Source::FormBody => Source::FormBody,
             _ => Source::JsonBodyAsForm,
         };
-        for (pairs, source) in [(&self.body_pairs, pair_source), (&self.query, Source::Query)] {
+        for (pairs, source) in [
+            (&self.body_pairs, pair_source),
+            (&self.query, Source::Query),
+        ] {
             found.extend(
                 pairs
                     .iter()
@@ -273,7 +283,11 @@ impl FieldConstraint {
         }
         for occurrence in &occurrences {
             if let Err(detail) = self.apply(&occurrence.value) {
-                return Err(ambiguous(self.describe_conflict(&occurrences, occurrence, &detail)));
+                return Err(ambiguous(self.describe_conflict(
+                    &occurrences,
+                    occurrence,
+                    &detail,
+                )));
             }
         }
         Ok(())
@@ -320,7 +334,9 @@ impl FieldConstraint {
             why.push("Java Servlet, Spring, Flask's request.values and PHP's $_REQUEST read the query string as well as the body");
         }
         if all.iter().any(|o| o.source == Source::JsonBodyAsForm) {
-            why.push("a server that reads the body as a form whatever its Content-Type finds it there");
+            why.push(
+                "a server that reads the body as a form whatever its Content-Type finds it there",
+            );
         }
         format!(
             "body field `{name}` appears {times} ({list}), and `{key}` in {source} {detail}; {why}: send it once, in the body",

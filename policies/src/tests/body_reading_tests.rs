@@ -50,7 +50,10 @@ fn ambiguity(d: &Decision) -> String {
 
 fn assert_ambiguous(p: &Policy, target: &str, content_types: &[&str], body: &str) -> String {
     let d = post(p, target, content_types, body);
-    assert!(!d.is_allowed(), "{target} {content_types:?} {body}: allowed");
+    assert!(
+        !d.is_allowed(),
+        "{target} {content_types:?} {body}: allowed"
+    );
     ambiguity(&d)
 }
 
@@ -66,7 +69,10 @@ fn a_case_variant_json_key_that_breaks_the_constraint_is_refused_naming_both_spe
         r#"{"amount":5,"\u0041MOUNT":50000}"#,
     ] {
         let detail = assert_ambiguous(&p, "/v1/charges", &[JSON], body);
-        assert!(detail.starts_with("body field `amount` appears 2 times ("), "{detail}");
+        assert!(
+            detail.starts_with("body field `amount` appears 2 times ("),
+            "{detail}"
+        );
         assert!(detail.contains("case-insensitively"), "{detail}");
         assert!(detail.ends_with("send it once, in the body"), "{detail}");
     }
@@ -92,13 +98,16 @@ fn a_case_variant_alone_is_the_field_and_is_checked() {
     let p = charges();
     // Only "AMOUNT": Go binds it to Amount, so it is the field.
     let d = post(&p, "/v1/charges", &[JSON], r#"{"AMOUNT":50000}"#);
-    assert!(matches!(
-        &d,
-        Decision::Deny(denial) if denial.reason == DenyReason::BodyConstraint {
-            field: "amount".into(),
-            detail: "= 50000 exceeds max 1000".into()
-        }
-    ), "{d:?}");
+    assert!(
+        matches!(
+            &d,
+            Decision::Deny(denial) if denial.reason == DenyReason::BodyConstraint {
+                field: "amount".into(),
+                detail: "= 50000 exceeds max 1000".into()
+            }
+        ),
+        "{d:?}"
+    );
     assert!(post(&p, "/v1/charges", &[JSON], r#"{"AMOUNT":50}"#).is_allowed());
 }
 
@@ -111,12 +120,28 @@ fn nested_fields_are_matched_case_insensitively_at_every_level() {
         r#"{"amount":1,"CUSTOMER":{"iD":"toolong"},"customer":{"id":"c1"}}"#,
     ] {
         let detail = assert_ambiguous(&p, "/v1/charges", &[JSON], body);
-        assert!(detail.starts_with("body field `customer.id` appears 2 times"), "{detail}");
+        assert!(
+            detail.starts_with("body field `customer.id` appears 2 times"),
+            "{detail}"
+        );
         assert!(detail.contains("is longer than 4 characters"), "{detail}");
     }
-    let d = post(&p, "/v1/charges", &[JSON], r#"{"amount":1,"Customer":{"ID":"toolong"}}"#);
+    let d = post(
+        &p,
+        "/v1/charges",
+        &[JSON],
+        r#"{"amount":1,"Customer":{"ID":"toolong"}}"#,
+    );
     assert!(!d.is_allowed(), "{d:?}");
-    assert!(post(&p, "/v1/charges", &[JSON], r#"{"amount":1,"Customer":{"ID":"c1"}}"#).is_allowed());
+    assert!(
+        post(
+            &p,
+            "/v1/charges",
+            &[JSON],
+            r#"{"amount":1,"Customer":{"ID":"c1"}}"#
+        )
+        .is_allowed()
+    );
 }
 
 #[test]
@@ -138,12 +163,31 @@ key = { equals = "a" }
 sum = { max = 10 }
 "#,
     );
-    let detail = assert_ambiguous(&p, "/", &[JSON], "{\"key\":\"a\",\"\u{212A}ey\":\"b\",\"sum\":1}");
-    assert!(detail.contains("body field `key` appears 2 times"), "{detail}");
-    let detail = assert_ambiguous(&p, "/", &[JSON], "{\"key\":\"a\",\"sum\":1,\"\u{17F}um\":99}");
-    assert!(detail.contains("body field `sum` appears 2 times"), "{detail}");
+    let detail = assert_ambiguous(
+        &p,
+        "/",
+        &[JSON],
+        "{\"key\":\"a\",\"\u{212A}ey\":\"b\",\"sum\":1}",
+    );
+    assert!(
+        detail.contains("body field `key` appears 2 times"),
+        "{detail}"
+    );
+    let detail = assert_ambiguous(
+        &p,
+        "/",
+        &[JSON],
+        "{\"key\":\"a\",\"sum\":1,\"\u{17F}um\":99}",
+    );
+    assert!(
+        detail.contains("body field `sum` appears 2 times"),
+        "{detail}"
+    );
     let detail = assert_ambiguous(&p, "/", &[FORM], "key=a&sum=1&%E2%84%AAEY=b");
-    assert!(detail.contains("body field `key` appears 2 times"), "{detail}");
+    assert!(
+        detail.contains("body field `key` appears 2 times"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -177,7 +221,10 @@ fn a_query_parameter_of_a_constrained_field_must_pass_too() {
         for (ct, body) in [(JSON, r#"{"amount":5}"#), (FORM, "amount=5")] {
             let detail = assert_ambiguous(&p, target, &[ct], body);
             assert!(detail.contains("in the query string"), "{target}: {detail}");
-            assert!(detail.contains("Java Servlet, Spring"), "{target}: {detail}");
+            assert!(
+                detail.contains("Java Servlet, Spring"),
+                "{target}: {detail}"
+            );
         }
     }
     let detail = assert_ambiguous(&p, "/v1/charges?amount=50000", &[JSON], r#"{"amount":5}"#);
@@ -185,8 +232,16 @@ fn a_query_parameter_of_a_constrained_field_must_pass_too() {
         detail.contains("and `amount` in the query string = \"50000\" exceeds max 1000"),
         "{detail}"
     );
-    let detail = assert_ambiguous(&p, "/v1/charges?customer[ID]=toolong", &[JSON], r#"{"amount":5}"#);
-    assert!(detail.starts_with("body field `customer.id` appears once, outside the body"), "{detail}");
+    let detail = assert_ambiguous(
+        &p,
+        "/v1/charges?customer[ID]=toolong",
+        &[JSON],
+        r#"{"amount":5}"#,
+    );
+    assert!(
+        detail.starts_with("body field `customer.id` appears once, outside the body"),
+        "{detail}"
+    );
     // The same value, or one that passes, in the query is fine; other
     // query parameters are not the policy's business.
     for target in [
@@ -195,7 +250,10 @@ fn a_query_parameter_of_a_constrained_field_must_pass_too() {
         "/v1/charges?page=2&amounts=50000",
         "/v1/charges?",
     ] {
-        assert!(post(&p, target, &[JSON], r#"{"amount":5}"#).is_allowed(), "{target}");
+        assert!(
+            post(&p, target, &[JSON], r#"{"amount":5}"#).is_allowed(),
+            "{target}"
+        );
     }
     // A field only in the query is still missing from the body.
     let d = post(&p, "/v1/charges?amount=5", &[JSON], r#"{"other":1}"#);
@@ -249,10 +307,24 @@ customer_id = { max_length = 4 }
 #[test]
 fn form_key_matching_covers_each_binder_spelling() {
     let amount = FieldPath::new("amount");
-    for key in ["amount", "AMOUNT", "amount[]", "amount[0]", "amount[1][]", "Amount[12]"] {
+    for key in [
+        "amount",
+        "AMOUNT",
+        "amount[]",
+        "amount[0]",
+        "amount[1][]",
+        "Amount[12]",
+    ] {
         assert!(amount.matches_form_key(key), "{key}");
     }
-    for key in ["amounts", "amount_", "x[amount]", "[amount]", "amount[x]", "am ount"] {
+    for key in [
+        "amounts",
+        "amount_",
+        "x[amount]",
+        "[amount]",
+        "amount[x]",
+        "am ount",
+    ] {
         assert!(!amount.matches_form_key(key), "{key}");
     }
     let nested = FieldPath::new("customer.id");
@@ -282,7 +354,9 @@ fn a_form_declared_body_that_is_json_is_refused() {
     ] {
         let detail = assert_ambiguous(&p, "/v1/charges", &[FORM], body);
         assert!(
-            detail.starts_with("the Content-Type is application/x-www-form-urlencoded but the body is JSON"),
+            detail.starts_with(
+                "the Content-Type is application/x-www-form-urlencoded but the body is JSON"
+            ),
             "{detail}"
         );
     }
@@ -297,7 +371,10 @@ fn a_json_body_that_also_reads_as_a_form_must_pass_as_a_form() {
         r#"{"amount":5,"note":"&amount[]=50000&"}"#,
     ] {
         let detail = assert_ambiguous(&p, "/v1/charges", &[JSON], body);
-        assert!(detail.contains("in the JSON body read as a form"), "{detail}");
+        assert!(
+            detail.contains("in the JSON body read as a form"),
+            "{detail}"
+        );
         assert!(detail.contains("whatever its Content-Type"), "{detail}");
     }
     assert!(post(&p, "/v1/charges", &[JSON], r#"{"amount":5,"note":"a&b=c"}"#).is_allowed());
@@ -325,7 +402,11 @@ fn two_content_types_or_a_list_in_one_are_refused() {
         &["application/json, application/x-www-form-urlencoded"],
         &[JSON, ""],
     ] {
-        let body = if content_types[0] == FORM { "amount=5" } else { r#"{"amount":5}"# };
+        let body = if content_types[0] == FORM {
+            "amount=5"
+        } else {
+            r#"{"amount":5}"#
+        };
         let detail = assert_ambiguous(&p, "/v1/charges", content_types, body);
         assert!(detail.contains("Content-Type values"), "{detail}");
         assert!(detail.ends_with("send exactly one"), "{detail}");
@@ -347,7 +428,10 @@ fn charset_parameters_must_name_utf8_once() {
         "Application/JSON; Charset=utf8",
         "application/json; charset=us-ascii",
     ] {
-        assert!(post(&p, "/v1/charges", &[ct], r#"{"amount":5}"#).is_allowed(), "{ct}");
+        assert!(
+            post(&p, "/v1/charges", &[ct], r#"{"amount":5}"#).is_allowed(),
+            "{ct}"
+        );
     }
     for ct in [
         "application/json; charset=utf-16",
