@@ -216,6 +216,20 @@ amount = {{ max = 1000 }}
         format!("https://api.test:{}{path}", self.upstream.port)
     }
 
+    /// Waits (the recorder writes after the 403 is sent) until the record
+    /// holds at least `want` refusals whose reason contains `needle`, and
+    /// returns how many it holds.
+    async fn refusals_reaching(&self, needle: &str, want: usize) -> usize {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let n = self.recorded_refusals(needle);
+            if n >= want || std::time::Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Refused requests in the record whose reason contains `needle`.
     fn recorded_refusals(&self, needle: &str) -> usize {
         self.proxy
@@ -320,7 +334,7 @@ async fn every_ambiguous_reading_of_a_constrained_field_is_refused_before_the_up
         );
         assert_eq!(fx.upstream.hits(), before, "{what} reached the upstream");
         assert_eq!(
-            fx.recorded_refusals(says),
+            fx.refusals_reaching(says, recorded + 1).await,
             recorded + 1,
             "{what} is not in the record"
         );
@@ -417,7 +431,7 @@ async fn python_requests_with_the_amount_in_query_and_json_is_refused() {
     assert!(out.stdout.starts_with("403\n"), "{out:?}");
     assert!(out.stdout.contains("in the query string"), "{out:?}");
     assert_eq!(fx.upstream.hits(), 0);
-    assert_eq!(fx.recorded_refusals("in the query string"), 1);
+    assert_eq!(fx.refusals_reaching("in the query string", 1).await, 1);
     let out = python("", "800").await;
     assert!(out.stdout.starts_with("200\ncharged 800"), "{out:?}");
     assert_eq!(fx.upstream.last_amount().as_deref(), Some("800"));
@@ -447,7 +461,7 @@ async fn a_glob_never_allows_a_path_that_a_tomcat_style_server_routes_elsewhere(
         "a path the policy does not allow was routed: {:?}",
         fx.upstream.routed_paths()
     );
-    assert!(fx.recorded_refusals("no rule allows this path") >= 10);
+    assert!(fx.refusals_reaching("no rule allows this path", 10).await >= 10);
     // Paths whose every reading is allowed still get through, parameters
     // and all: the proxy forwards the bytes it was sent.
     for (path, routed) in [
