@@ -42,7 +42,7 @@ fuzz_target!(|data: (bool, bool, &[u8])| {
         "application/x-www-form-urlencoded"
     };
     let body = BodyInput {
-        content_type: Some(content_type),
+        content_types: &[content_type],
         bytes,
         complete,
     };

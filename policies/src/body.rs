@@ -1,12 +1,16 @@
-//! Body constraints: compile them from the file, check them against a
-//! buffered JSON or form body. Anything that cannot be checked exactly is a
-//! violation (fail closed).
+//! Body constraints: compile them from the file, check them against every
+//! reading of the request a common server could make (the body as declared,
+//! a JSON body read as a form, the query string; keys matched as the
+//! binders in binding.rs match them). Anything that cannot be checked
+//! exactly is a violation (fail closed).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::binding::{FieldPath, Source};
 use crate::decimal::Decimal;
 use crate::decision::{BodyInput, DenyReason};
+use crate::form::{self, Pair};
 use crate::json::{self, Json};
 use crate::raw::{RawConstraint, TableOnly};
 
@@ -130,8 +134,14 @@ impl BodyConstraints {
         format!("{:?}", self.fields)
     }
 
-    /// Checks a body; Err is the reason to deny.
-    pub fn check(&self, body: Option<&BodyInput<'_>>) -> Result<(), DenyReason> {
+    /// Checks a request on a rule with body constraints; Err is the reason
+    /// to deny. `query` is the request target's query string (after `?`):
+    /// servers that merge query and body parameters read it too.
+    pub fn check(
+        &self,
+        query: Option<&str>,
+        body: Option<&BodyInput<'_>>,
+    ) -> Result<(), DenyReason> {
         let Some(body) = body else {
             return Err(DenyReason::BodyMissing);
         };
@@ -141,45 +151,210 @@ impl BodyConstraints {
         if body.bytes.is_empty() {
             return Err(DenyReason::BodyMissing);
         }
-        let unparseable = |detail: String| DenyReason::BodyUnparseable { detail };
+        let format = BodyFormat::declared(body.content_types)?;
         let text = std::str::from_utf8(body.bytes)
             .map_err(|_| unparseable("the body is not valid UTF-8".to_owned()))?;
-        match BodyFormat::from_content_type(body.content_type).map_err(unparseable)? {
+        let readings = Readings::read(format, text, query)?;
+        for field in &self.fields {
+            field.check(&readings)?;
+        }
+        Ok(())
+    }
+}
+
+fn unparseable(detail: String) -> DenyReason {
+    DenyReason::BodyUnparseable { detail }
+}
+
+fn ambiguous(detail: String) -> DenyReason {
+    DenyReason::AmbiguousBody { detail }
+}
+
+/// Every reading of one request that a common server could make.
+struct Readings {
+    /// The body as its `Content-Type` says.
+    declared: Source,
+    json: Option<Json>,
+    /// Pairs of a form body, or of a JSON body read as a form.
+    body_pairs: Vec<Pair>,
+    query: Vec<Pair>,
+}
+
+impl Readings {
+    fn read(format: BodyFormat, text: &str, query: Option<&str>) -> Result<Readings, DenyReason> {
+        let query = query.map(form::parse_lenient).unwrap_or_default();
+        match format {
             BodyFormat::Json => {
                 let doc =
                     json::parse(text).map_err(|e| unparseable(format!("invalid JSON: {e}")))?;
                 let Json::Object(_) = doc else {
                     return Err(unparseable("the JSON body is not an object".to_owned()));
                 };
-                self.check_fields(|name| Ok(json_field(&doc, name).map(FieldValue::Json)))
+                Ok(Readings {
+                    declared: Source::JsonBody,
+                    json: Some(doc),
+                    body_pairs: form::parse_lenient(text),
+                    query,
+                })
             }
             BodyFormat::Form => {
-                let form = parse_form(text).map_err(unparseable)?;
-                self.check_fields(|name| form_field(&form, name).map(|v| v.map(FieldValue::Form)))
+                if json::parse(text).is_ok() {
+                    return Err(ambiguous(
+                        "the Content-Type is application/x-www-form-urlencoded but the body is \
+                         JSON, which servers that decode JSON whatever the Content-Type read \
+                         differently: send Content-Type: application/json"
+                            .to_owned(),
+                    ));
+                }
+                Ok(Readings {
+                    declared: Source::FormBody,
+                    json: None,
+                    body_pairs: form::parse_strict(text).map_err(unparseable)?,
+                    query,
+                })
             }
         }
     }
 
-    fn check_fields<'a>(
-        &self,
-        lookup: impl Fn(&str) -> Result<Option<FieldValue<'a>>, DenyReason>,
-    ) -> Result<(), DenyReason> {
-        for field in &self.fields {
-            let violation = |detail: String| DenyReason::BodyConstraint {
-                field: field.name.clone(),
-                detail,
-            };
-            match lookup(&field.name)? {
-                None if field.optional => {}
-                None => return Err(violation("is missing".to_owned())),
-                Some(value) => {
-                    for check in &field.checks {
-                        check.apply(&value).map_err(violation)?;
-                    }
-                }
+    /// Every occurrence of a field, the declared body's first.
+    fn occurrences(&self, field: &FieldPath) -> Vec<Occurrence<'_>> {
+        let mut found: Vec<Occurrence<'_>> = Vec::new();
+        if let Some(doc) = &self.json {
+            found.extend(
+                field
+                    .json_occurrences(doc)
+                    .into_iter()
+                    .map(|(key, value)| Occurrence {
+                        source: Source::JsonBody,
+                        key,
+                        value: FieldValue::Json(value),
+                    }),
+            );
+        }
+        let pair_source = match self.declared {
+            Source::FormBody => Source::FormBody,
+            _ => Source::JsonBodyAsForm,
+        };
+        for (pairs, source) in [
+            (&self.body_pairs, pair_source),
+            (&self.query, Source::Query),
+        ] {
+            found.extend(
+                pairs
+                    .iter()
+                    .filter(|(key, _)| field.matches_form_key(key))
+                    .map(|(key, value)| Occurrence {
+                        source,
+                        key: key.clone(),
+                        value: FieldValue::Form(value),
+                    }),
+            );
+        }
+        found
+    }
+}
+
+/// One place a server could read a constrained field from.
+struct Occurrence<'a> {
+    source: Source,
+    /// The key as sent (nested JSON keys joined by `.`).
+    key: String,
+    value: FieldValue<'a>,
+}
+
+impl FieldConstraint {
+    fn check(&self, readings: &Readings) -> Result<(), DenyReason> {
+        let occurrences = readings.occurrences(&FieldPath::new(&self.name));
+        let violation = |detail: String| DenyReason::BodyConstraint {
+            field: self.name.clone(),
+            detail,
+        };
+        let in_body = occurrences
+            .iter()
+            .filter(|o| o.source == readings.declared)
+            .count();
+        if in_body == 0 && !self.optional {
+            return Err(violation("is missing".to_owned()));
+        }
+        if let [only] = occurrences.as_slice()
+            && only.source == readings.declared
+        {
+            return self.apply(&only.value).map_err(violation);
+        }
+        for occurrence in &occurrences {
+            if let Err(detail) = self.apply(&occurrence.value) {
+                return Err(ambiguous(self.describe_conflict(
+                    &occurrences,
+                    occurrence,
+                    &detail,
+                )));
             }
         }
         Ok(())
+    }
+
+    fn apply(&self, value: &FieldValue<'_>) -> Result<(), String> {
+        self.checks.iter().try_for_each(|check| check.apply(value))
+    }
+
+    /// "body field `amount` appears 2 times (`amount` in the JSON body,
+    /// `AMOUNT` in the JSON body), and `AMOUNT` in the JSON body = 50000
+    /// exceeds max 1000; servers that ...: send it once".
+    fn describe_conflict(
+        &self,
+        all: &[Occurrence<'_>],
+        failing: &Occurrence<'_>,
+        detail: &str,
+    ) -> String {
+        const LISTED: usize = 4;
+        let mut listed: Vec<String> = all
+            .iter()
+            .take(LISTED)
+            .map(|o| format!("`{}` in {}", shorten(&o.key), o.source))
+            .collect();
+        if all.len() > LISTED {
+            listed.push("…".to_owned());
+        }
+        let times = match all.len() {
+            1 => "once, outside the body".to_owned(),
+            n => format!("{n} times"),
+        };
+        let mut why = Vec::new();
+        let in_one_source = |source: Source| all.iter().filter(|o| o.source == source).count();
+        if [Source::JsonBody, Source::FormBody, Source::Query]
+            .into_iter()
+            .any(|source| in_one_source(source) > 1)
+        {
+            why.push(
+                "servers that match keys case-insensitively (Go encoding/json, ASP.NET Core) or \
+                 read `a[]` and `a[b]` keys (PHP, Rails, Express) bind each spelling, and the last one wins",
+            );
+        }
+        if all.iter().any(|o| o.source == Source::Query) {
+            why.push("Java Servlet, Spring, Flask's request.values and PHP's $_REQUEST read the query string as well as the body");
+        }
+        if all.iter().any(|o| o.source == Source::JsonBodyAsForm) {
+            why.push(
+                "a server that reads the body as a form whatever its Content-Type finds it there",
+            );
+        }
+        format!(
+            "body field `{name}` appears {times} ({list}), and `{key}` in {source} {detail}; {why}: send it once, in the body",
+            name = self.name,
+            list = listed.join(", "),
+            key = shorten(&failing.key),
+            source = failing.source,
+            why = why.join("; "),
+        )
+    }
+}
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() > MAX_QUOTED {
+        let short: String = text.chars().take(MAX_QUOTED).collect();
+        format!("{short}…")
+    } else {
+        text.to_owned()
     }
 }
 
@@ -189,23 +364,45 @@ enum BodyFormat {
 }
 
 impl BodyFormat {
-    fn from_content_type(content_type: Option<&str>) -> Result<BodyFormat, String> {
-        let Some(content_type) = content_type else {
-            return Err(
+    /// The format every `Content-Type` header declares. None, an unknown
+    /// type or a charset other than UTF-8 cannot be checked; two headers,
+    /// or one listing several values, are ambiguous (RFC 9110 §8.3 allows
+    /// one media type; servers take the first, the last, or both).
+    fn declared(content_types: &[&str]) -> Result<BodyFormat, DenyReason> {
+        match content_types {
+            [] => Err(unparseable(
                 "no Content-Type; send application/json or application/x-www-form-urlencoded"
                     .to_owned(),
-            );
-        };
+            )),
+            [one] if !one.contains(',') => BodyFormat::from_content_type(one).map_err(unparseable),
+            several => Err(ambiguous(format!(
+                "{} Content-Type values ({}); servers disagree on which one counts: send exactly one",
+                several.iter().map(|v| v.split(',').count()).sum::<usize>(),
+                several
+                    .iter()
+                    .map(|v| format!("{:?}", shorten(v)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    fn from_content_type(content_type: &str) -> Result<BodyFormat, String> {
         let mut parts = content_type.split(';');
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let mut charsets = 0;
         for param in parts {
             let (key, value) = param.split_once('=').unwrap_or((param, ""));
             if key.trim().eq_ignore_ascii_case("charset") {
+                charsets += 1;
                 let charset = value.trim().trim_matches('"').to_ascii_lowercase();
                 if charset != "utf-8" && charset != "utf8" && charset != "us-ascii" {
                     return Err(format!("charset {charset:?} is not UTF-8"));
                 }
             }
+        }
+        if charsets > 1 {
+            return Err("the Content-Type names a charset twice".to_owned());
         }
         if media == "application/json"
             || (media.starts_with("application/") && media.ends_with("+json"))
@@ -219,81 +416,6 @@ impl BodyFormat {
             ))
         }
     }
-}
-
-/// Follows a dotted name through nested objects.
-fn json_field<'a>(doc: &'a Json, name: &str) -> Option<&'a Json> {
-    name.split('.').try_fold(doc, |current, key| match current {
-        Json::Object(map) => map.get(key),
-        _ => None,
-    })
-}
-
-/// Looks a dotted name up literally and in bracket form
-/// ("customer.id" and "customer[id]"); both present is ambiguous.
-fn form_field<'a>(
-    form: &'a BTreeMap<String, String>,
-    name: &str,
-) -> Result<Option<&'a str>, DenyReason> {
-    let mut parts = name.split('.');
-    let first = parts.next().unwrap_or(name);
-    let bracketed: String = parts.fold(first.to_owned(), |acc, part| format!("{acc}[{part}]"));
-    let literal = form.get(name);
-    let nested = if bracketed == name {
-        None
-    } else {
-        form.get(&bracketed)
-    };
-    match (literal, nested) {
-        (Some(_), Some(_)) => Err(DenyReason::BodyUnparseable {
-            detail: format!("both {name:?} and {bracketed:?} are present"),
-        }),
-        (Some(v), None) | (None, Some(v)) => Ok(Some(v.as_str())),
-        (None, None) => Ok(None),
-    }
-}
-
-/// Parses application/x-www-form-urlencoded strictly: invalid escapes,
-/// raw ';' (a separator to some servers) and repeated keys are refused.
-fn parse_form(text: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut form = BTreeMap::new();
-    for pair in text.split('&').filter(|p| !p.is_empty()) {
-        if pair.contains(';') {
-            return Err("raw ';' in a form body is a separator to some servers".to_owned());
-        }
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = form_decode(key)?;
-        let value = form_decode(value)?;
-        if form.contains_key(&key) {
-            return Err(format!("duplicate form key {key:?}"));
-        }
-        form.insert(key, value);
-    }
-    Ok(form)
-}
-
-fn form_decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let byte = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| "invalid percent-encoding in form body".to_owned())?;
-                out.push(byte);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).map_err(|_| "form field is not UTF-8 after decoding".to_owned())
 }
 
 fn number(value: &toml::Spanned<toml::Value>) -> Result<Literal, SpanError> {
@@ -331,12 +453,7 @@ fn quote(value: &FieldValue<'_>) -> String {
         FieldValue::Json(Json::Array(_)) => "an array".to_owned(),
         FieldValue::Json(Json::Object(_)) => "an object".to_owned(),
     };
-    if text.chars().count() > MAX_QUOTED {
-        let short: String = text.chars().take(MAX_QUOTED).collect();
-        format!("{short}…")
-    } else {
-        text
-    }
+    shorten(&text)
 }
 
 impl FieldValue<'_> {

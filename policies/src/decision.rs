@@ -41,7 +41,11 @@ pub struct RequestInfo<'a> {
 /// The (possibly truncated) request body.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyInput<'a> {
-    pub content_type: Option<&'a str>,
+    /// Every `Content-Type` header value, in order. More than one is
+    /// refused on rules with body constraints: servers disagree on which
+    /// one counts. A value that is not visible ASCII should be passed as
+    /// `""` (refused as an unknown type), not dropped.
+    pub content_types: &'a [&'a str],
     pub bytes: &'a [u8],
     /// false if the proxy stopped buffering at the limit.
     pub complete: bool,
@@ -125,4 +129,10 @@ pub enum DenyReason {
     BodyUnparseable { detail: String },
     #[error("ambiguous request path: {detail}")]
     AmbiguousPath { detail: String },
+    /// A constrained field that common servers could read differently: it
+    /// occurs more than once (case variants, query and body, the body read
+    /// as a form and as JSON) and not every occurrence passes, or the
+    /// `Content-Type` headers disagree with each other or with the body.
+    #[error("ambiguous request: {detail}")]
+    AmbiguousBody { detail: String },
 }

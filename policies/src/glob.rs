@@ -1,11 +1,15 @@
 //! Segment-wise path globs: `*` within one segment, `**` any number of
 //! segments (including zero), `?` one character, everything else literal.
 
+use crate::path::{NormalPath, strip_params};
+
 /// A compiled path glob.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathGlob {
     source: String,
     segments: Vec<Segment>,
+    /// The pattern with `;params` stripped like [`NormalPath::routed`].
+    routed: Vec<Segment>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,20 +23,10 @@ enum Segment {
 impl PathGlob {
     /// Compiles an already-normalized pattern starting with '/'.
     pub fn new(pattern: &str) -> PathGlob {
-        let segments = pattern
-            .split('/')
-            .skip(1)
-            .map(|segment| {
-                if segment == "**" {
-                    Segment::AnyDepth
-                } else {
-                    Segment::Chars(segment.chars().collect())
-                }
-            })
-            .collect();
         PathGlob {
             source: pattern.to_owned(),
-            segments,
+            segments: segments(pattern),
+            routed: segments(&strip_params(pattern)),
         }
     }
 
@@ -49,6 +43,41 @@ impl PathGlob {
         let parts: Vec<&str> = rest.split('/').collect();
         match_segments(&self.segments, &parts)
     }
+
+    /// Allow rules: the glob must match the path both as sent and as a
+    /// server that strips `;params` routes it, so `/files/*.whl` does not
+    /// allow `/files/admin;.whl` (which Tomcat serves as `/files/admin`)
+    /// while `/public/**` still allows `/public/a;jsessionid=1`. The bytes
+    /// forwarded are never rewritten: servers that use matrix parameters
+    /// (JAX-RS `@MatrixParam`) still get them.
+    pub fn allows(&self, path: &NormalPath) -> bool {
+        if !self.matches(&path.exact) {
+            return false;
+        }
+        // Without parameters in the path, a pattern that matched it has
+        // none either, so both readings are the same.
+        path.routed == path.exact || {
+            let Some(rest) = path.routed.strip_prefix('/') else {
+                return false;
+            };
+            let parts: Vec<&str> = rest.split('/').collect();
+            match_segments(&self.routed, &parts)
+        }
+    }
+}
+
+fn segments(pattern: &str) -> Vec<Segment> {
+    pattern
+        .split('/')
+        .skip(1)
+        .map(|segment| {
+            if segment == "**" {
+                Segment::AnyDepth
+            } else {
+                Segment::Chars(segment.chars().collect())
+            }
+        })
+        .collect()
 }
 
 /// Dynamic programming over (pattern segment, path segment): O(P·N) even

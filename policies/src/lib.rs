@@ -22,12 +22,14 @@
 
 #![forbid(unsafe_code)]
 
+mod binding;
 mod body;
 mod compile;
 mod credential;
 mod decimal;
 mod decision;
 mod error;
+mod form;
 mod glob;
 mod host;
 mod json;

@@ -13,6 +13,12 @@ pub struct NormalPath {
     /// stripped from each segment. Deny rules additionally match this, so a
     /// case-insensitive or Tomcat-style server cannot be used to dodge them.
     pub loose: String,
+    /// `exact` as a server that strips path parameters routes it: each
+    /// segment cut at its first `;` (or `%3B`, for servers that decode
+    /// first), and segments left empty collapsed like `//`. Tomcat, Jetty
+    /// and Spring route `/files/admin;.whl` to `/files/admin`; allow rules
+    /// must match this reading as well as `exact` (see `PathGlob::allows`).
+    pub routed: String,
 }
 
 /// Why a path was refused as ambiguous.
@@ -26,11 +32,22 @@ pub fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
         return Ok(NormalPath {
             exact: "*".to_owned(),
             loose: "*".to_owned(),
+            routed: "*".to_owned(),
         });
     }
     let path = path_and_query
         .split_once('?')
         .map_or(path_and_query, |(path, _query)| path);
+    if path.starts_with("//") {
+        // RFC 3986 §4.2: "//x/y" is a network-path reference. Python's
+        // urllib.parse.urlsplit (used by older Werkzeug dev servers and by
+        // handlers that re-parse the target) reads "x" as a host and "/y"
+        // as the path, so "//public/secret" would be matched as
+        // "/public/secret" but served as "/secret".
+        return Err(AmbiguousPath(
+            "the path starts with '//', which URL parsers read as '//host/path'".to_owned(),
+        ));
+    }
     let exact = normalize_pattern_text(path).map_err(AmbiguousPath)?;
     if exact
         .split('/')
@@ -50,7 +67,12 @@ pub fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
             "a segment decodes to a dot segment; servers resolve it differently".to_owned(),
         ));
     }
-    Ok(NormalPath { exact, loose })
+    let routed = strip_params(&exact);
+    Ok(NormalPath {
+        exact,
+        loose,
+        routed,
+    })
 }
 
 /// The shared normalisation for request paths and rule path patterns.
@@ -128,6 +150,36 @@ pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
         out.push('/');
     }
     Ok(out)
+}
+
+/// Cuts every segment of a normalised path (or pattern) at its first `;`
+/// or `%3B`, collapsing segments left empty except a trailing one, as
+/// servlet containers do with path parameters (Servlet 6.0 §3.5:
+/// `/a;x/b` is `/a/b`; `/;x/admin` is `/admin`).
+pub fn strip_params(exact: &str) -> String {
+    if !exact.contains(';') && !exact.contains("%3B") {
+        return exact.to_owned();
+    }
+    let mut out = String::with_capacity(exact.len());
+    let segments: Vec<&str> = exact.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (n, segment) in segments.iter().enumerate() {
+        let cut = [segment.find(';'), segment.find("%3B")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(segment.len());
+        let without_params = &segment[..cut];
+        if without_params.is_empty() && n != last {
+            continue;
+        }
+        out.push('/');
+        out.push_str(without_params);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 /// Fully decodes remaining escapes, lower-cases ASCII and strips `;params`.

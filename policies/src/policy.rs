@@ -285,7 +285,8 @@ impl Policy {
             let Some(constraints) = &rule.body else {
                 return Verdict::Allowed(rule);
             };
-            match constraints.check(body) {
+            let query = req.path_and_query.split_once('?').map(|(_, query)| query);
+            match constraints.check(query, body) {
                 Ok(()) => return Verdict::Allowed(rule),
                 Err(reason) => {
                     first_failure.get_or_insert(Denial {

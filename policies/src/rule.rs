@@ -117,11 +117,12 @@ impl AllowRule {
             .is_none_or(|methods| methods.iter().any(|m| m == method))
     }
 
-    /// Allow rules match the exact normalized path, case-sensitively.
+    /// Allow rules match the exact normalized path, case-sensitively, and
+    /// the path as a server that strips `;params` routes it.
     pub fn matches_path(&self, path: &NormalPath) -> bool {
         self.paths
             .as_ref()
-            .is_none_or(|paths| paths.iter().any(|g| g.matches(&path.exact)))
+            .is_none_or(|paths| paths.iter().any(|g| g.allows(path)))
     }
 }
 

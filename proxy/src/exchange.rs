@@ -95,12 +95,17 @@ pub async fn handle(
             }
         },
     };
-    let content_type = parts
+    // Every Content-Type header: two are refused on constrained rules. A
+    // value that is not visible ASCII stays as "" (an unknown type), so it
+    // is refused rather than dropped.
+    let content_types: Vec<&str> = parts
         .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+        .get_all(header::CONTENT_TYPE)
+        .iter()
+        .map(|v| v.to_str().unwrap_or(""))
+        .collect();
     let body_input = buffered.as_ref().map(|(bytes, complete)| BodyInput {
-        content_type,
+        content_types: &content_types,
         bytes,
         complete: *complete,
     });

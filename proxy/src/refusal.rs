@@ -88,6 +88,12 @@ impl Refusal {
                     .map_or_else(|| policy_name.to_owned(), ToString::to_string)
             ),
             Refusal::Policy(Denial {
+                reason: DenyReason::AmbiguousBody { .. },
+                ..
+            }) => "Servers may read this request differently from the policy, so it is refused.\n\
+                   Send each constrained field once, in the body, with one Content-Type that matches the body."
+                .into(),
+            Refusal::Policy(Denial {
                 reason: DenyReason::AmbiguousPath { .. },
                 ..
             }) => "Servers may read this path differently from the policy, so it is refused.\n\

@@ -100,7 +100,7 @@ fn test(
         None => None,
     };
     let body_input = bytes.as_deref().map(|b| BodyInput {
-        content_type: Some(content_type),
+        content_types: std::slice::from_ref(&content_type),
         bytes: b,
         complete: true,
     });

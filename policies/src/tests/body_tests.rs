@@ -151,10 +151,11 @@ fn duplicate_keys_and_non_objects_are_unparseable() {
 fn with_body(p: &Policy, content_type: Option<&str>, bytes: &[u8], complete: bool) -> Decision {
     let h = host("api.stripe.com");
     let req = request(&h, "POST", "/v1/charges");
+    let content_types: Vec<&str> = content_type.into_iter().collect();
     p.evaluate(
         &req,
         Some(&BodyInput {
-            content_type,
+            content_types: &content_types,
             bytes,
             complete,
         }),
@@ -213,7 +214,6 @@ fn form_bodies() {
     );
     for bad in [
         &b"amount=5&amount=99999&currency=usd&customer[id]=c"[..],
-        b"amount=5&currency=usd&customer[id]=c&customer.id=d",
         b"amount=5;currency=usd",
         b"amount=%zz&currency=usd",
     ] {

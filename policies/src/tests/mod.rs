@@ -1,5 +1,6 @@
 //! Unit tests, one module per concern. Helpers shared by all of them.
 
+mod body_reading_tests;
 mod body_tests;
 mod credential_tests;
 mod decision_tests;
@@ -49,7 +50,7 @@ pub fn decide(policy: &Policy, host_name: &str, method: &str, path: &str) -> Dec
 pub fn decide_json(policy: &Policy, host_name: &str, path: &str, json: &str) -> Decision {
     let h = host(host_name);
     let body = BodyInput {
-        content_type: Some("application/json"),
+        content_types: &["application/json"],
         bytes: json.as_bytes(),
         complete: true,
     };

@@ -21,7 +21,7 @@ fn normalisation_decodes_unreserved_and_collapses_slashes() {
     assert_eq!(exact("/%61%62c"), "/abc");
     assert_eq!(exact("/a%7eb"), "/a~b");
     assert_eq!(exact("/a%3ab"), "/a%3Ab");
-    assert_eq!(exact("//a///b"), "/a/b");
+    assert_eq!(exact("/a///b"), "/a/b");
     assert_eq!(exact("/a/"), "/a/");
     assert_eq!(exact("/"), "/");
     assert_eq!(exact("/caf%C3%A9"), "/caf%C3%A9");
@@ -139,12 +139,7 @@ fn allow_rules_match_the_normalized_path_exactly() {
         "GET",
         "/public/a?x=../../etc"
     )));
-    assert!(allowed(&decide(
-        &p,
-        "api.example.com",
-        "GET",
-        "//public//a"
-    )));
+    assert!(allowed(&decide(&p, "api.example.com", "GET", "/public//a")));
     assert!(allowed(&decide(
         &p,
         "api.example.com",
@@ -238,4 +233,103 @@ fn many_double_stars_on_a_long_path_stay_fast() {
     assert!(start.elapsed() < std::time::Duration::from_secs(2));
     assert!(g.matches("/a/b/c/d/e"));
     assert!(g.matches("/q/a/q/b/c/q/q/d/e"));
+}
+
+/// `;params` are routed away by Tomcat, Jetty and Spring: an allow glob
+/// must match the path as sent *and* as such a server routes it.
+const PARAM_RULES: &str = r#"
+version = 1
+[[allow]]
+host = "api.example.com"
+paths = [
+    "/files/*.whl",
+    "/users/*/keys",
+    "/v?/status",
+    "/public/**",
+    "/docs/**/index.html",
+    "/items;v=2",
+    "/plain",
+]
+"#;
+
+#[test]
+fn a_star_or_question_mark_never_matches_across_a_path_parameter() {
+    let p = policy(PARAM_RULES);
+    for path in [
+        // Tomcat serves these as /files/internal-admin, /users/keys, ...
+        "/files/internal-admin;.whl",
+        "/files/internal-admin;x=1.whl",
+        "/files/internal-admin%3B.whl",
+        "/files/internal-admin%3b.whl",
+        "/files/;.whl",
+        "/files/x.whl;",
+        "/users/;x/keys",
+        "/users/bob/keys;x/../x",
+        "/v;/status",
+        "/v1;/status",
+        "/docs/a/index.html;x",
+        "/docs/a/x;index.html",
+        "/plain;x",
+        "/items;v=3",
+        "/items",
+        "/items;v=2x",
+        "/;x/plain",
+    ] {
+        assert!(
+            !allowed(&decide(&p, "api.example.com", "GET", path)),
+            "{path} allowed"
+        );
+    }
+    for path in [
+        "/files/x-1.0.whl",
+        "/files/x.whl?a=;b",
+        "/users/bob;jsessionid=1/keys",
+        "/v1/status",
+        "/public/a;jsessionid=1",
+        "/public/a;x/b;y",
+        "/public/;x",
+        "/docs/a;v=1/index.html",
+        "/docs/index.html",
+        "/items;v=2",
+        "/plain",
+    ] {
+        assert!(
+            allowed(&decide(&p, "api.example.com", "GET", path)),
+            "{path} refused"
+        );
+    }
+}
+
+#[test]
+fn the_routed_reading_strips_parameters_and_collapses_what_they_emptied() {
+    let routed = |p: &str| {
+        normalize(p)
+            .map(|n| n.routed)
+            .unwrap_or_else(|e| panic!("{e:?}"))
+    };
+    assert_eq!(routed("/files/admin;.whl"), "/files/admin");
+    assert_eq!(routed("/files/admin%3b.whl"), "/files/admin");
+    assert_eq!(routed("/a;x/b;y=1,2"), "/a/b");
+    assert_eq!(routed("/;x/admin"), "/admin");
+    assert_eq!(routed("/a/;x"), "/a/");
+    assert_eq!(routed("/;x"), "/");
+    assert_eq!(routed("/a/b"), "/a/b");
+    let glob = PathGlob::new("/files/*.whl");
+    assert!(glob.allows(&normalize("/files/a.whl").unwrap_or_else(|e| panic!("{e:?}"))));
+    assert!(!glob.allows(&normalize("/files/a;.whl").unwrap_or_else(|e| panic!("{e:?}"))));
+    // Deny rules are unchanged: any reading that matches denies.
+    assert!(glob.matches("/files/a;.whl"));
+}
+
+#[test]
+fn a_path_starting_with_two_slashes_is_refused_as_a_network_path() {
+    let p = policy(PARAM_RULES);
+    for path in ["//public/a", "///public/a", "//api.example.com/public/a"] {
+        let d = decide(&p, "api.example.com", "GET", path);
+        assert!(
+            matches!(&d, Decision::Deny(denial) if matches!(&denial.reason, DenyReason::AmbiguousPath { detail } if detail.contains("'//host/path'"))),
+            "{path}: {d:?}"
+        );
+    }
+    assert!(allowed(&decide(&p, "api.example.com", "GET", "/public//a")));
 }
