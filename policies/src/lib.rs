@@ -37,6 +37,7 @@ mod policy;
 mod raw;
 mod rule;
 mod suggest;
+mod upgrade;
 
 #[cfg(test)]
 mod tests;
@@ -50,3 +51,4 @@ pub use error::{Lint, PolicyError};
 pub use host::{Host, HostError, HostPattern};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
+pub use upgrade::{UpgradeProtocol, UpgradeToken};

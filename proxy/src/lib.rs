@@ -36,6 +36,8 @@ mod rules;
 pub mod target;
 mod transparent;
 pub mod upstream;
+mod upgrade;
+mod websocket;
 mod workers;
 
 use std::sync::Arc;
