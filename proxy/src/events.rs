@@ -102,6 +102,16 @@ pub enum WsDirection {
     ToClient,
 }
 
+impl WsDirection {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsDirection::ToUpstream => "to_upstream",
+            WsDirection::ToClient => "to_client",
+        }
+    }
+}
+
 /// A WebSocket message's opcode (RFC 6455 §5.2). A fragmented message is
 /// recorded once, under the opcode of its first frame, with its fragment
 /// count; `continuation` appears only for a message whose start was not seen.
@@ -117,6 +127,18 @@ pub enum WsOpcode {
 }
 
 impl WsOpcode {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsOpcode::Continuation => "continuation",
+            WsOpcode::Text => "text",
+            WsOpcode::Binary => "binary",
+            WsOpcode::Close => "close",
+            WsOpcode::Ping => "ping",
+            WsOpcode::Pong => "pong",
+        }
+    }
+
     /// The opcode's number on the wire.
     pub fn code(self) -> u8 {
         match self {
@@ -138,6 +160,17 @@ pub enum WsPeer {
     Upstream,
     /// Airlock itself, because a peer stopped speaking WebSocket.
     Airlock,
+}
+
+impl WsPeer {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsPeer::Client => "client",
+            WsPeer::Upstream => "upstream",
+            WsPeer::Airlock => "airlock",
+        }
+    }
 }
 
 /// What crossed an upgraded connection in one direction.

@@ -127,7 +127,7 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
             (None, None),
             Some(format!(
                 "the {} ended the connection without a close frame",
-                peer_name(reader(first_direction))
+                reader(first_direction).as_str()
             )),
         ),
         Err(e) if e.is_protocol() => {
@@ -137,7 +137,7 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
                 (Some(PROTOCOL_ERROR), None),
                 Some(format!(
                     "the {} stopped speaking WebSocket: {e}",
-                    peer_name(reader(first_direction))
+                    reader(first_direction).as_str()
                 )),
             )
         }
@@ -146,7 +146,7 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
             (None, None),
             Some(format!(
                 "reading from the {}: {e}",
-                peer_name(reader(first_direction))
+                reader(first_direction).as_str()
             )),
         ),
     };
@@ -157,7 +157,7 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
         };
         error = Some(format!(
             "during the closing handshake, the {}: {e}",
-            peer_name(reader(other))
+            reader(other).as_str()
         ));
     }
     let mut client_write = client_write.into_inner();
@@ -179,14 +179,6 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
         started,
         error,
     });
-}
-
-fn peer_name(peer: WsPeer) -> &'static str {
-    match peer {
-        WsPeer::Client => "client",
-        WsPeer::Upstream => "upstream",
-        WsPeer::Airlock => "airlock",
-    }
 }
 
 fn close_payload(code: u16, reason: &str) -> Vec<u8> {
