@@ -259,6 +259,7 @@ pub enum Event {
     /// One WebSocket message relayed on an upgraded exchange. Recorded for
     /// the first messages of each direction; payloads up to the capture cap
     /// per direction (what the client got, i.e. after scrubbing).
+    #[serde(rename = "websocket_message")]
     WebSocketMessage {
         ts: TimestampUs,
         conn: ConnId,
@@ -270,6 +271,7 @@ pub enum Event {
         payload: BodyCapture,
     },
     /// The end of an upgraded exchange: always the last event about it.
+    #[serde(rename = "websocket_end")]
     WebSocketEnd {
         ts: TimestampUs,
         conn: ConnId,
