@@ -326,7 +326,7 @@ impl EventSink for AuditSink {
                 record.ms_total = Some(duration_us as f64 / 1000.0);
                 record.error = error;
                 if let AuditEvent::Http { websocket, .. } = &mut event {
-                    *websocket = Some(record);
+                    *websocket = Some(Box::new(record));
                 }
                 self.record(event)
             }

@@ -123,7 +123,9 @@ async fn serve_anything<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, log: Log) 
             let header = |name: &str| {
                 head.split("\r\n").skip(1).find_map(|l| {
                     let (k, v) = l.split_once(':')?;
-                    k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                    k.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_owned())
                 })
             };
             let protocol = header("upgrade").unwrap_or_else(|| "websocket".into());
@@ -195,7 +197,9 @@ async fn echo_connection<S: AsyncRead + AsyncWrite + Unpin>(mut io: S) {
     let header = |name: &str| {
         head.split("\r\n").skip(1).find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
         })
     };
     let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
@@ -256,18 +260,14 @@ async fn echo_connection<S: AsyncRead + AsyncWrite + Unpin>(mut io: S) {
         match message {
             Message::Text(t) if t.as_str() == "close please" => {
                 let _ = ws
-                    .close(Some(
-                        tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                            code: 1000.into(),
-                            reason: authorization.clone().into(),
-                        },
-                    ))
+                    .close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                        code: 1000.into(),
+                        reason: authorization.clone().into(),
+                    }))
                     .await;
             }
-            Message::Text(_) | Message::Binary(_) => {
-                if ws.send(message).await.is_err() {
-                    return;
-                }
+            Message::Text(_) | Message::Binary(_) if ws.send(message.clone()).await.is_err() => {
+                return;
             }
             Message::Close(_) => return,
             _ => {}
@@ -345,11 +345,7 @@ value = "Bearer ${{env:WS_TOKEN}}"
     }
 
     /// A TLS connection to `host` through the proxy's CONNECT, speaking HTTP/1.1.
-    async fn tls_to(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> tokio_rustls::client::TlsStream<TcpStream> {
+    async fn tls_to(&self, host: &str, port: u16) -> tokio_rustls::client::TlsStream<TcpStream> {
         let authority = format!("{host}:{port}");
         let mut tcp = TcpStream::connect(self.proxy.addr).await.unwrap();
         tcp.write_all(
@@ -511,9 +507,9 @@ async fn upgrades_no_rule_grants_are_refused_with_403_and_never_reach_the_upstre
                 .is_some_and(|r| r.contains("no rule grants an upgrade to websocket"))
     });
     assert!(suggested, "{events:#?}");
-    let h2c = events.iter().any(|e| {
-        e["kind"] == "request" && e["reason"].as_str().is_some_and(|r| r.contains("h2c"))
-    });
+    let h2c = events
+        .iter()
+        .any(|e| e["kind"] == "request" && e["reason"].as_str().is_some_and(|r| r.contains("h2c")));
     assert!(h2c, "{events:#?}");
 }
 
@@ -621,7 +617,10 @@ async fn after_a_granted_upgrade_only_websocket_frames_reach_the_upstream() {
     // without the extension the client offered.
     let lines = s.hostile.request_lines();
     assert_eq!(
-        lines.iter().filter(|l| l.starts_with("GET /granted ")).count(),
+        lines
+            .iter()
+            .filter(|l| l.starts_with("GET /granted "))
+            .count(),
         2,
         "{lines:?}"
     );
@@ -630,9 +629,7 @@ async fn after_a_granted_upgrade_only_websocket_frames_reach_the_upstream() {
     s.hostile.assert_nothing_smuggled();
 
     let events = s
-        .events_when(|e| {
-            e.iter().filter(|e| e["kind"] == "websocket_end").count() == 2
-        })
+        .events_when(|e| e.iter().filter(|e| e["kind"] == "websocket_end").count() == 2)
         .await;
     let ends: Vec<&serde_json::Value> = events
         .iter()
@@ -652,12 +649,14 @@ async fn after_a_granted_upgrade_only_websocket_frames_reach_the_upstream() {
         "{broken}"
     );
     // The smuggled frame is in the record as what it was: a binary message.
-    assert!(events.iter().any(|e| e["kind"] == "websocket_message"
-        && e["direction"] == "to_upstream"
-        && e["opcode"] == "binary"
-        && e["payload"]["captured"]
-            .as_str()
-            .is_some_and(|p| p.starts_with(SMUGGLED))));
+    assert!(events.iter().any(|e| {
+        e["kind"] == "websocket_message"
+            && e["direction"] == "to_upstream"
+            && e["opcode"] == "binary"
+            && e["payload"]["captured"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(SMUGGLED))
+    }));
     assert_last_word_is_the_end(&events);
 }
 
@@ -688,11 +687,15 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
     let url = format!("wss://ws.test:{port}/ws");
     // tungstenite offers no extensions; add one to check it is stripped.
     let mut request =
-        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url.as_str())
-            .unwrap();
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+            url.as_str(),
+        )
+        .unwrap();
     request.headers_mut().insert(
         "sec-websocket-extensions",
-        "permessage-deflate; client_max_window_bits".parse().unwrap(),
+        "permessage-deflate; client_max_window_bits"
+            .parse()
+            .unwrap(),
     );
     let (mut ws, response) = tokio_tungstenite::client_async(request, tls).await.unwrap();
     assert_eq!(response.status(), 101);
@@ -709,10 +712,7 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
     assert_eq!(received[1], Message::text("token=[secret:ws]"));
     // The secret split across two fragments is still found.
     assert_eq!(received[2], Message::text("[secret:ws]"));
-    assert_eq!(
-        received[3],
-        Message::binary(b"[secret:ws]".to_vec())
-    );
+    assert_eq!(received[3], Message::binary(b"[secret:ws]".to_vec()));
     for text in ["hello", "through the airlock"] {
         ws.send(Message::text(text)).await.unwrap();
         let echoed = tokio::time::timeout(STEP, ws.next())
@@ -722,7 +722,9 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
             .unwrap();
         assert_eq!(echoed, Message::text(text));
     }
-    ws.send(Message::binary(vec![0u8, 1, 2, 255])).await.unwrap();
+    ws.send(Message::binary(vec![0u8, 1, 2, 255]))
+        .await
+        .unwrap();
     let echoed = ws.next().await.unwrap().unwrap();
     assert_eq!(echoed, Message::binary(vec![0u8, 1, 2, 255]));
     ws.send(Message::text("close please")).await.unwrap();
@@ -757,23 +759,38 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
             .iter()
             .any(|(d, o, p)| d == direction && o == opcode && p == payload)
     };
-    assert!(has("to_client", "text", "token=[secret:ws]"), "{messages:#?}");
+    assert!(
+        has("to_client", "text", "token=[secret:ws]"),
+        "{messages:#?}"
+    );
     assert!(has("to_client", "text", "[secret:ws]"), "{messages:#?}");
     assert!(has("to_client", "binary", "[secret:ws]"), "{messages:#?}");
     assert!(has("to_upstream", "text", "hello"), "{messages:#?}");
     assert!(has("to_upstream", "text", "close please"), "{messages:#?}");
-    assert!(has("to_upstream", "binary", "\u{0}\u{1}\u{2}\u{FFFD}"), "{messages:#?}");
-    let fragmented = events.iter().any(|e| {
-        e["kind"] == "websocket_message" && e["opcode"] == "text" && e["fragments"] == 2
-    });
+    assert!(
+        has("to_upstream", "binary", "\u{0}\u{1}\u{2}\u{FFFD}"),
+        "{messages:#?}"
+    );
+    let fragmented = events
+        .iter()
+        .any(|e| e["kind"] == "websocket_message" && e["opcode"] == "text" && e["fragments"] == 2);
     assert!(fragmented, "{messages:#?}");
-    assert!(messages.iter().any(|(_, o, _)| o == "close"), "{messages:#?}");
-    let end = events.iter().find(|e| e["kind"] == "websocket_end").unwrap();
+    assert!(
+        messages.iter().any(|(_, o, _)| o == "close"),
+        "{messages:#?}"
+    );
+    let end = events
+        .iter()
+        .find(|e| e["kind"] == "websocket_end")
+        .unwrap();
     assert_eq!(end["closed_by"], "upstream", "{end}");
     assert_eq!(end["close_code"], 1000, "{end}");
     assert_eq!(end["close_reason"], "[secret:ws]", "{end}");
     assert_eq!(end["error"], serde_json::Value::Null, "{end}");
-    assert!(end["to_upstream"]["messages"].as_u64().unwrap() >= 5, "{end}");
+    assert!(
+        end["to_upstream"]["messages"].as_u64().unwrap() >= 5,
+        "{end}"
+    );
     assert_last_word_is_the_end(&events);
 
     // The audit store keeps the exchange, its messages and its end; the
@@ -790,7 +807,8 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
         assert!(out.status.success(), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let sessions: serde_json::Value = serde_json::from_str(&audit(&["sessions", "--json"])).unwrap();
+    let sessions: serde_json::Value =
+        serde_json::from_str(&audit(&["sessions", "--json"])).unwrap();
     let id = sessions[0]["id"].as_str().unwrap().to_owned();
     let timeline = audit(&["timeline", &id]);
     assert!(timeline.contains("/ws -> 101"), "{timeline}");
@@ -798,7 +816,14 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
     assert!(timeline.contains("closed by upstream 1000"), "{timeline}");
     assert!(timeline.contains("<- text"), "{timeline}");
     let har_path = s._audit.path().join("session.har");
-    audit(&["export", &id, "--format", "har", "--out", har_path.to_str().unwrap()]);
+    audit(&[
+        "export",
+        &id,
+        "--format",
+        "har",
+        "--out",
+        har_path.to_str().unwrap(),
+    ]);
     let har_text = std::fs::read_to_string(&har_path).unwrap();
     assert!(!har_text.contains(SECRET));
     let har: serde_json::Value = serde_json::from_str(&har_text).unwrap();
@@ -809,12 +834,16 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
         .find(|e| e["response"]["status"] == 101)
         .unwrap();
     let messages = entry["_webSocketMessages"].as_array().unwrap();
-    assert!(messages.iter().any(|m| m["type"] == "send"
-        && m["opcode"] == 1
-        && m["data"] == "hello"));
-    assert!(messages.iter().any(|m| m["type"] == "receive"
-        && m["opcode"] == 1
-        && m["data"] == "token=[secret:ws]"));
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["type"] == "send" && m["opcode"] == 1 && m["data"] == "hello")
+    );
+    assert!(
+        messages.iter().any(|m| m["type"] == "receive"
+            && m["opcode"] == 1
+            && m["data"] == "token=[secret:ws]")
+    );
     assert_eq!(entry["_webSocketEnd"]["closedBy"], "upstream");
     let _ = &s.pki;
 }
@@ -824,9 +853,10 @@ async fn an_upstream_that_stops_speaking_websocket_gets_the_connection_closed() 
     let s = Setup::new().await;
     let port = s.echo.addr.port();
     let tls = s.tls_to("ws.test", port).await;
-    let (mut ws, _) = tokio_tungstenite::client_async(format!("wss://ws.test:{port}/ws-broken"), tls)
-        .await
-        .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::client_async(format!("wss://ws.test:{port}/ws-broken"), tls)
+            .await
+            .unwrap();
     let mut got = Vec::new();
     let ended = tokio::time::timeout(STEP, async {
         while let Some(message) = ws.next().await {
@@ -844,11 +874,17 @@ async fn an_upstream_that_stops_speaking_websocket_gets_the_connection_closed() 
         _ => None,
     });
     assert_eq!(close, Some(1002), "{got:?}");
-    assert!(!got.iter().any(|m| m.to_string().contains("hello")), "{got:?}");
+    assert!(
+        !got.iter().any(|m| m.to_string().contains("hello")),
+        "{got:?}"
+    );
     let events = s
         .events_when(|e| e.iter().any(|e| e["kind"] == "websocket_end"))
         .await;
-    let end = events.iter().find(|e| e["kind"] == "websocket_end").unwrap();
+    let end = events
+        .iter()
+        .find(|e| e["kind"] == "websocket_end")
+        .unwrap();
     assert_eq!(end["closed_by"], "airlock", "{end}");
     assert!(
         end["error"]

@@ -156,7 +156,7 @@ pub enum AuditEvent {
         /// An upgraded (101) exchange's WebSocket messages and how it ended;
         /// set on the record made when the relay ended.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        websocket: Option<WebSocketRecord>,
+        websocket: Option<Box<WebSocketRecord>>,
     },
     /// Terminal output, for asciicast export.
     Output {

@@ -212,7 +212,11 @@ fn websocket_line(ws: &crate::WebSocketRecord) -> String {
         s.push_str(&format!("  [{error}]"));
     }
     for m in &ws.messages {
-        let arrow = if m.direction == "to_client" { "<-" } else { "->" };
+        let arrow = if m.direction == "to_client" {
+            "<-"
+        } else {
+            "->"
+        };
         let text = String::from_utf8_lossy(&m.payload);
         let preview: String = text.chars().take(60).collect();
         s.push_str(&format!(

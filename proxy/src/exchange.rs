@@ -22,8 +22,8 @@ use crate::refusal::{Refusal, bad_gateway};
 use crate::rules::Rules;
 use crate::target::{Target, default_port, names, parse_authority};
 use crate::upgrade::{self, UpgradeAsk};
-use crate::websocket::{self, RelayContext};
 use crate::upstream::{ResolveError, explain};
+use crate::websocket::{self, RelayContext};
 
 /// Serve one request; never fails at the HTTP level (errors become responses).
 pub async fn handle(

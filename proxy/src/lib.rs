@@ -35,8 +35,8 @@ mod replay;
 mod rules;
 pub mod target;
 mod transparent;
-pub mod upstream;
 mod upgrade;
+pub mod upstream;
 mod websocket;
 mod workers;
 

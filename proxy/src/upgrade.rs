@@ -50,11 +50,13 @@ impl UpgradeRefusal {
     /// What the user can do about it (for the 403 body).
     pub fn advice(&self) -> String {
         match self {
-            UpgradeRefusal::H2c => "Airlock speaks HTTP/2 with both sides itself (negotiated with ALPN over TLS); \
+            UpgradeRefusal::H2c => {
+                "Airlock speaks HTTP/2 with both sides itself (negotiated with ALPN over TLS); \
                  after an h2c switch the connection would carry requests the policy never sees, \
                  so no rule can grant it. Send the request without `Upgrade: h2c` \
                  (e.g. curl --http1.1, or an https:// URL, where HTTP/2 is negotiated with ALPN)."
-                .to_owned(),
+                    .to_owned()
+            }
             UpgradeRefusal::Unknown(_) => format!(
                 "Airlock relays only upgrades it can keep inspecting ({}), so no rule can grant this one. \
                  Send the request without the Upgrade header.",
@@ -145,8 +147,12 @@ fn check_websocket_accept(response: &HeaderMap, request: &HeaderMap) -> Result<(
             String::from_utf8_lossy(extensions.as_bytes())
         ));
     }
-    let expected = request.get(SEC_WEBSOCKET_KEY).map(|k| accept_key(k.as_bytes()));
-    let got = response.get(SEC_WEBSOCKET_ACCEPT).map(HeaderValue::as_bytes);
+    let expected = request
+        .get(SEC_WEBSOCKET_KEY)
+        .map(|k| accept_key(k.as_bytes()));
+    let got = response
+        .get(SEC_WEBSOCKET_ACCEPT)
+        .map(HeaderValue::as_bytes);
     match (expected, got) {
         (Some(expected), Some(got)) if expected.as_bytes() == got => Ok(()),
         (None, _) => Err(
@@ -203,17 +209,31 @@ mod tests {
     fn every_connection_and_upgrade_line_counts_in_any_case() {
         let ask = |pairs: &[(&str, &str)]| asked(&headers(pairs), Version::HTTP_11);
         let ws = UpgradeAsk::Grantable(UpgradeProtocol::WebSocket);
-        assert_eq!(ask(&[("connection", "Upgrade"), ("upgrade", "WebSocket")]), ws);
         assert_eq!(
-            ask(&[("connection", "keep-alive, UPGRADE"), ("upgrade", "websocket")]),
+            ask(&[("connection", "Upgrade"), ("upgrade", "WebSocket")]),
             ws
         );
         assert_eq!(
-            ask(&[("connection", "keep-alive"), ("connection", "upgrade"), ("upgrade", "websocket")]),
+            ask(&[
+                ("connection", "keep-alive, UPGRADE"),
+                ("upgrade", "websocket")
+            ]),
             ws
         );
         assert_eq!(
-            ask(&[("connection", "upgrade"), ("upgrade", "websocket"), ("upgrade", "h2c")]),
+            ask(&[
+                ("connection", "keep-alive"),
+                ("connection", "upgrade"),
+                ("upgrade", "websocket")
+            ]),
+            ws
+        );
+        assert_eq!(
+            ask(&[
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("upgrade", "h2c")
+            ]),
             UpgradeAsk::Refused(UpgradeRefusal::Several("websocket, h2c".into()))
         );
         assert_eq!(

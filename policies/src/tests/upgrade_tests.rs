@@ -40,7 +40,9 @@ fn a_rule_grants_websocket_written_in_any_case() {
 fn h2c_is_refused_at_load_with_the_reason_and_the_fix() {
     let err = parse_error("[[allow]]\nhost = \"a.com\"\nupgrade = [\"h2c\"]\n");
     assert!(
-        err.starts_with("policy.toml:3:12: \"h2c\" cannot be granted: the proxy speaks HTTP/2 itself"),
+        err.starts_with(
+            "policy.toml:3:12: \"h2c\" cannot be granted: the proxy speaks HTTP/2 itself"
+        ),
         "{err}"
     );
     assert!(err.contains("remove it"), "{err}");
@@ -64,14 +66,18 @@ fn upgrade_cannot_be_set_on_opaque_rules() {
         "[[allow]]\nhost = \"a.com\"\nprotocol = \"tcp\"\nport = 5432\nupgrade = [\"websocket\"]\n",
     );
     assert!(
-        err.starts_with("policy.toml:5:11: `upgrade` cannot be enforced on a `protocol = \"tcp\"` rule"),
+        err.starts_with(
+            "policy.toml:5:11: `upgrade` cannot be enforced on a `protocol = \"tcp\"` rule"
+        ),
         "{err}"
     );
     let err = parse_error(
         "[[allow]]\nhost = \"a.com\"\ntls = \"passthrough\"\nupgrade = [\"websocket\"]\n",
     );
     assert!(
-        err.starts_with("policy.toml:4:11: `upgrade` cannot be enforced on a `tls = \"passthrough\"` rule"),
+        err.starts_with(
+            "policy.toml:4:11: `upgrade` cannot be enforced on a `tls = \"passthrough\"` rule"
+        ),
         "{err}"
     );
 }
@@ -165,7 +171,12 @@ fn upgrade_lints_a_rule_without_get_and_keeps_granting_rules_unshadowed() {
         "version = 1\n[[allow]]\nhost = \"a.com\"\nupgrade = [\"websocket\"]\n[[allow]]\nhost = \"a.com\"\nprotocol = \"tcp\"\nport = 443\n",
     );
     let lints: Vec<String> = p.lint().iter().map(ToString::to_string).collect();
-    assert!(lints.iter().any(|l| l.ends_with("this rule's upgrade is never enforced")), "{lints:?}");
+    assert!(
+        lints
+            .iter()
+            .any(|l| l.ends_with("this rule's upgrade is never enforced")),
+        "{lints:?}"
+    );
 }
 
 #[test]
@@ -186,7 +197,10 @@ const PLAIN_KEY: &str = "allow-2ca76cd8f31baf6c";
 
 #[test]
 fn upgrade_header_tokens_are_classified_case_insensitively() {
-    assert_eq!(UpgradeProtocol::classify("WebSocket"), UpgradeToken::Grantable(WS));
+    assert_eq!(
+        UpgradeProtocol::classify("WebSocket"),
+        UpgradeToken::Grantable(WS)
+    );
     assert_eq!(UpgradeProtocol::classify(" h2C "), UpgradeToken::H2c);
     assert_eq!(
         UpgradeProtocol::classify("websocket/13"),

@@ -242,7 +242,10 @@ mod tests {
             head(&[0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0], Sender::Server).await,
             Err(FrameError::LengthTooLarge)
         ));
-        assert!(matches!(head(&[0x81], Sender::Server).await, Err(FrameError::Truncated)));
+        assert!(matches!(
+            head(&[0x81], Sender::Server).await,
+            Err(FrameError::Truncated)
+        ));
         assert!(matches!(head(&[], Sender::Server).await, Ok(None)));
     }
 
@@ -252,7 +255,10 @@ mod tests {
         let payload = vec![b'x'; 70_000];
         let bytes = encode(true, WsOpcode::Binary, &payload, Some(key));
         let mut reader = &bytes[..];
-        let h = read_head(&mut reader, Sender::Client).await.unwrap().unwrap();
+        let h = read_head(&mut reader, Sender::Client)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             h,
             FrameHead {
@@ -279,7 +285,13 @@ mod tests {
             (Some(1000), Some("bye".into()))
         );
         assert!(matches!(parse_close(&[3]), Err(FrameError::CloseOneByte)));
-        assert!(matches!(parse_close(&[3, 0xED]), Err(FrameError::CloseCode(1005))));
-        assert!(matches!(parse_close(b"\x03\xe8\xff"), Err(FrameError::CloseReason)));
+        assert!(matches!(
+            parse_close(&[3, 0xED]),
+            Err(FrameError::CloseCode(1005))
+        ));
+        assert!(matches!(
+            parse_close(b"\x03\xe8\xff"),
+            Err(FrameError::CloseReason)
+        ));
     }
 }

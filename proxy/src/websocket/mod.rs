@@ -108,7 +108,9 @@ pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
             tokio::time::timeout(CLOSE_WAIT, &mut to_client).await.ok()
         }
         (Ok(PumpEnd::Closed { .. }), WsDirection::ToClient) => {
-            tokio::time::timeout(CLOSE_WAIT, &mut to_upstream).await.ok()
+            tokio::time::timeout(CLOSE_WAIT, &mut to_upstream)
+                .await
+                .ok()
         }
         _ => None,
     };
