@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use airlock_auditor::{AuditEvent, ExecId, SessionRecorder};
+use airlock_auditor::{AuditEvent, ExecId, SessionRecorder, WebSocketMessage, WebSocketRecord};
 use airlock_proxy::events::{ConnId, Event, EventSink, RequestId, SinkError, SyncFuture};
 
 /// What is remembered of a request until its response ends.
@@ -41,6 +41,9 @@ pub struct AuditSink {
     attribute: Option<Attribute>,
     requests: Mutex<HashMap<RequestId, Pending>>,
     connections: Mutex<HashMap<ConnId, Connection>>,
+    /// Upgraded exchanges (101) until their relay ends: the exchange is
+    /// recorded again then, with its messages, as its last record.
+    upgraded: Mutex<HashMap<RequestId, (AuditEvent, WebSocketRecord)>>,
 }
 
 impl AuditSink {
@@ -55,6 +58,7 @@ impl AuditSink {
             attribute,
             requests: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
+            upgraded: Mutex::new(HashMap::new()),
         })
     }
 
@@ -211,6 +215,7 @@ impl EventSink for AuditSink {
                     decision: pending.decision.clone(),
                     rule: pending.rule.clone(),
                     reason: pending.reason.clone(),
+                    websocket: None,
                 };
                 if refused_status.is_none()
                     && let Ok(mut map) = self.requests.lock()
@@ -241,7 +246,7 @@ impl EventSink for AuditSink {
                     return Ok(());
                 };
                 let started = i64::try_from(ts.0.saturating_sub(total_us)).ok();
-                self.record(AuditEvent::Http {
+                let event = AuditEvent::Http {
                     exec_id: self.exec_of_connection(conn),
                     exchange: Some(request.0),
                     method: p.method,
@@ -262,7 +267,71 @@ impl EventSink for AuditSink {
                     decision: p.decision,
                     rule: p.rule,
                     reason: error.or(p.reason),
-                })
+                    websocket: None,
+                };
+                if status == 101
+                    && let Ok(mut map) = self.upgraded.lock()
+                {
+                    map.insert(request, (event.clone(), WebSocketRecord::default()));
+                }
+                self.record(event)
+            }
+            Event::WebSocketMessage {
+                ts,
+                request,
+                direction,
+                opcode,
+                fragments,
+                payload,
+                ..
+            } => {
+                if let Ok(mut map) = self.upgraded.lock()
+                    && let Some((_, record)) = map.get_mut(&request)
+                {
+                    record.messages.push(WebSocketMessage {
+                        ts_us: i64::try_from(ts.0).unwrap_or(i64::MAX),
+                        direction: direction.as_str().to_owned(),
+                        opcode: opcode.as_str().to_owned(),
+                        fragments,
+                        bytes: payload.bytes,
+                        payload: payload.captured,
+                        truncated: payload.truncated,
+                    });
+                }
+                Ok(())
+            }
+            Event::WebSocketEnd {
+                request,
+                closed_by,
+                close_code,
+                close_reason,
+                to_upstream,
+                to_client,
+                duration_us,
+                error,
+                ..
+            } => {
+                let Some((mut event, mut record)) = self
+                    .upgraded
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.remove(&request))
+                else {
+                    return Ok(());
+                };
+                record.closed_by = closed_by.as_str().to_owned();
+                record.close_code = close_code;
+                record.close_reason = close_reason;
+                record.messages_to_upstream = to_upstream.messages;
+                record.bytes_to_upstream = to_upstream.bytes;
+                record.messages_to_client = to_client.messages;
+                record.bytes_to_client = to_client.bytes;
+                record.ms_total = Some(duration_us as f64 / 1000.0);
+                record.error = error;
+                if let AuditEvent::Http { websocket, .. } = &mut event {
+                    *websocket = Some(Box::new(record));
+                }
+                self.record(event)
             }
         }
     }

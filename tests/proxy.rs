@@ -441,7 +441,7 @@ async fn websocket_echo_through_the_proxy() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_tungstenite::tungstenite::Message;
     let s = Setup::new(|port| {
-        format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\npaths = [\"/ws\"]\n")
+        format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\npaths = [\"/ws\"]\nupgrade = [\"websocket\"]\n")
     })
     .await;
     let authority = format!("api.test:{}", s.upstream.port());

@@ -70,6 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         decision: "allow".into(),
         rule: Some("policy.toml:4".into()),
         reason: None,
+        websocket: None,
     })?;
     rec.record(AuditEvent::File {
         exec_id: Some(ExecId::new("2:1")),
@@ -104,6 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         decision: "deny".into(),
         rule: None,
         reason: Some("no rule allows host paste.example.net".into()),
+        websocket: None,
     })?;
     rec.record(AuditEvent::Output {
         stream: OutputStream::Stdout,

@@ -80,6 +80,7 @@ fn event(i: u64) -> AuditEvent {
             decision: "allow".into(),
             rule: Some("policy.toml:12".into()),
             reason: None,
+            websocket: None,
         },
         _ => AuditEvent::File {
             exec_id,

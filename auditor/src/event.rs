@@ -157,6 +157,10 @@ pub enum AuditEvent {
         rule: Option<String>,
         #[serde(default)]
         reason: Option<String>,
+        /// An upgraded (101) exchange's WebSocket messages and how it ended;
+        /// set on the record made when the relay ended.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        websocket: Option<Box<WebSocketRecord>>,
     },
     /// Terminal output, for asciicast export.
     Output {
@@ -190,6 +194,66 @@ impl AuditEvent {
             | AuditEvent::Tcp { exec_id, .. }
             | AuditEvent::Http { exec_id, .. } => exec_id.as_ref(),
             AuditEvent::Output { .. } | AuditEvent::Note { .. } => None,
+        }
+    }
+}
+
+/// What crossed an upgraded WebSocket exchange, and how it ended.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WebSocketRecord {
+    /// The first messages of each direction, payloads up to the capture cap.
+    #[serde(default)]
+    pub messages: Vec<WebSocketMessage>,
+    /// "client" | "upstream" | "airlock" (a peer broke the protocol).
+    pub closed_by: String,
+    #[serde(default)]
+    pub close_code: Option<u16>,
+    #[serde(default)]
+    pub close_reason: Option<String>,
+    #[serde(default)]
+    pub messages_to_upstream: u64,
+    #[serde(default)]
+    pub bytes_to_upstream: u64,
+    #[serde(default)]
+    pub messages_to_client: u64,
+    #[serde(default)]
+    pub bytes_to_client: u64,
+    #[serde(default)]
+    pub ms_total: Option<f64>,
+    /// Why it ended other than by a closing handshake.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One WebSocket message (RFC 6455), as forwarded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebSocketMessage {
+    /// Microseconds since the Unix epoch.
+    pub ts_us: i64,
+    /// "to_upstream" | "to_client".
+    pub direction: String,
+    /// "text" | "binary" | "close" | "ping" | "pong" | "continuation".
+    pub opcode: String,
+    #[serde(default)]
+    pub fragments: u32,
+    /// Payload length as forwarded.
+    pub bytes: u64,
+    #[serde(with = "b64")]
+    pub payload: Vec<u8>,
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+impl WebSocketMessage {
+    /// The opcode's number (RFC 6455 §5.2), as HAR's `_webSocketMessages` has it.
+    pub fn opcode_number(&self) -> u8 {
+        match self.opcode.as_str() {
+            "text" => 1,
+            "binary" => 2,
+            "close" => 8,
+            "ping" => 9,
+            "pong" => 10,
+            _ => 0,
         }
     }
 }

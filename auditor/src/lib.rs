@@ -33,7 +33,7 @@ mod verify;
 pub use error::AuditError;
 pub use event::{
     AuditEvent, EventKind, FileOp, OutputStream, SessionEnd, SessionInfo, SessionMode,
-    SessionSummary, StoredEvent, collapse_exchanges,
+    SessionSummary, StoredEvent, WebSocketMessage, WebSocketRecord, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId};
 pub use keys::{

@@ -96,10 +96,14 @@ impl Redactor {
             AuditEvent::Http {
                 request_body,
                 response_body,
+                websocket,
                 ..
             } => {
                 for body in [request_body, response_body].into_iter().flatten() {
                     self.scrub_bytes(body);
+                }
+                for message in websocket.iter_mut().flat_map(|w| w.messages.iter_mut()) {
+                    self.scrub_bytes(&mut message.payload);
                 }
             }
             AuditEvent::File {

@@ -159,6 +159,7 @@ pub fn describe(event: &AuditEvent) -> String {
             bytes_up,
             bytes_down,
             ms_total,
+            websocket,
             ..
         } => {
             let status = status.map_or("-".to_string(), |s| s.to_string());
@@ -173,6 +174,9 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             if let Some(r) = reason {
                 s.push_str(&format!("  ({r})"));
+            }
+            if let Some(ws) = websocket {
+                s.push_str(&websocket_line(ws));
             }
             s
         }
@@ -190,6 +194,44 @@ pub fn describe(event: &AuditEvent) -> String {
         }
         AuditEvent::Note { text } => format!("note  {text}"),
     }
+}
+
+/// "  websocket: 3 up / 2 down, closed by client 1000 (bye)" and, per
+/// message, "    -> text 5B "hello"".
+fn websocket_line(ws: &crate::WebSocketRecord) -> String {
+    let mut s = format!(
+        "\n      websocket  {} msgs up {}, {} msgs down {}, closed by {}",
+        ws.messages_to_upstream,
+        humanize::size(ws.bytes_to_upstream),
+        ws.messages_to_client,
+        humanize::size(ws.bytes_to_client),
+        ws.closed_by
+    );
+    if let Some(code) = ws.close_code {
+        s.push_str(&format!(" {code}"));
+    }
+    if let Some(reason) = &ws.close_reason {
+        s.push_str(&format!(" ({reason})"));
+    }
+    if let Some(error) = &ws.error {
+        s.push_str(&format!("  [{error}]"));
+    }
+    for m in &ws.messages {
+        let arrow = if m.direction == "to_client" {
+            "<-"
+        } else {
+            "->"
+        };
+        let text = String::from_utf8_lossy(&m.payload);
+        let preview: String = text.chars().take(60).collect();
+        s.push_str(&format!(
+            "\n      {arrow} {} {}: {preview:?}{}",
+            m.opcode,
+            humanize::size(m.bytes),
+            if m.truncated { " (truncated)" } else { "" }
+        ));
+    }
+    s
 }
 
 fn wanted(kinds: Option<&[EventKind]>, k: EventKind) -> bool {

@@ -65,6 +65,7 @@ fn big_http(i: usize) -> AuditEvent {
         decision: "allow".into(),
         rule: None,
         reason: None,
+        websocket: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEve
         decision: decision.into(),
         rule: Some("policy.toml:12".into()),
         reason: None,
+        websocket: None,
     }
 }
 

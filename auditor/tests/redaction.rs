@@ -51,6 +51,7 @@ fn registered_secret_never_appears_in_the_database_bytes() {
         decision: "allow".into(),
         rule: None,
         reason: None,
+        websocket: None,
     })
     .unwrap();
     rec.record(file(

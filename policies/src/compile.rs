@@ -14,6 +14,7 @@ use crate::host::HostPattern;
 use crate::path::{loosen_pattern, normalize_pattern_text};
 use crate::raw::{Protocol, RawAllow, RawCredential, RawDeny, RawPolicy, TlsMode};
 use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
+use crate::upgrade::{UpgradeProtocol, UpgradeToken};
 
 /// Ports an HTTP allow rule covers when it names none.
 pub const DEFAULT_HTTP_PORTS: [u16; 2] = [80, 443];
@@ -129,6 +130,7 @@ fn allow_rule(
             ("paths", raw.paths.as_ref().map(Spanned::span)),
             ("body", raw.body.as_ref().map(Spanned::span)),
             ("max_requests", raw.max_requests.as_ref().map(Spanned::span)),
+            ("upgrade", raw.upgrade.as_ref().map(Spanned::span)),
         ];
         if let Some((field, Some(span))) = opaque.into_iter().find(|(_, s)| s.is_some()) {
             return Err(map.error(
@@ -139,6 +141,7 @@ fn allow_rule(
     }
     let methods = methods(map, &raw.methods)?;
     let paths = paths(map, &raw.paths)?;
+    let upgrade = upgrades(map, &raw.upgrade)?;
     let body = match &raw.body {
         Some(body) => Some(
             BodyConstraints::compile(body.get_ref())
@@ -147,7 +150,7 @@ fn allow_rule(
         None => None,
     };
     let max_requests = raw.max_requests.as_ref().map(|m| *m.get_ref());
-    let canonical = format!(
+    let mut canonical = format!(
         "{}|{ports:?}|{methods:?}|{}|{transport:?}|{max_requests:?}|{}",
         joined(&hosts),
         paths.as_ref().map_or("*".to_owned(), |p| p
@@ -158,6 +161,11 @@ fn allow_rule(
         body.as_ref()
             .map_or(String::new(), BodyConstraints::canonical),
     );
+    // Only when set, so that the keys of rules without it stay as they were.
+    if !upgrade.is_empty() {
+        let tokens: Vec<&str> = upgrade.iter().map(|p| p.token()).collect();
+        canonical.push_str(&format!("|upgrade={}", tokens.join(",")));
+    }
     Ok(AllowRule {
         rule_ref: RuleRef::new(
             RuleKind::Allow,
@@ -174,8 +182,42 @@ fn allow_rule(
         max_requests,
         body,
         transport,
+        upgrade,
         description: raw.description.clone(),
     })
+}
+
+/// `upgrade = [...]`: known protocols only, lower-cased, each once.
+fn upgrades(map: &SourceMap, upgrade: &Strings) -> Result<Vec<UpgradeProtocol>, PolicyError> {
+    let Some(list) = upgrade else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for written in list.get_ref() {
+        let protocol = match UpgradeProtocol::classify(written.get_ref()) {
+            UpgradeToken::Grantable(protocol) => protocol,
+            UpgradeToken::H2c => {
+                return Err(map.error(
+                    written.span(),
+                    "\"h2c\" cannot be granted: the proxy speaks HTTP/2 itself (negotiated with ALPN on both sides), and after an h2c switch the connection would carry requests the policy never sees; remove it (clients keep HTTP/2 through TLS, or HTTP/1.1)",
+                ));
+            }
+            UpgradeToken::Unknown(_) => {
+                return Err(map.error(
+                    written.span(),
+                    format!(
+                        "unknown upgrade protocol {:?}; the allowed values are {}",
+                        written.get_ref(),
+                        UpgradeProtocol::allowed_values()
+                    ),
+                ));
+            }
+        };
+        if !out.contains(&protocol) {
+            out.push(protocol);
+        }
+    }
+    Ok(out)
 }
 
 fn deny_rule(

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
 use crate::rule::RuleRef;
+use crate::upgrade::UpgradeProtocol;
 
 /// What happens to traffic no rule allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -87,6 +88,9 @@ pub struct Allowance {
     pub max_requests: Option<u64>,
     /// Report mode: what deny mode would have said.
     pub would_deny: Option<Denial>,
+    /// The protocol the proxy may switch this request to (only from
+    /// [`crate::Policy::evaluate_upgrade`]); None = forward no upgrade.
+    pub upgrade: Option<UpgradeProtocol>,
 }
 
 /// Why something is denied.
@@ -135,4 +139,6 @@ pub enum DenyReason {
     /// `Content-Type` headers disagree with each other or with the body.
     #[error("ambiguous request: {detail}")]
     AmbiguousBody { detail: String },
+    #[error("no rule grants an upgrade to {protocol} for this request")]
+    UpgradeNotGranted { protocol: UpgradeProtocol },
 }

@@ -14,6 +14,11 @@
 //! 4. Otherwise the default applies: `deny` denies with the most specific
 //!    reason; `allow` allows with no rule.
 //!
+//! A request asking to upgrade (`Policy::evaluate_upgrade`) is decided the
+//! same way, except that step 3 only tries rules whose `upgrade` list names
+//! the protocol, and a request other rules would allow is denied
+//! (`UpgradeNotGranted`) in `allow` mode too.
+//!
 //! `default = "report"` never blocks anything except ambiguous paths:
 //! whatever deny mode would have denied (including deny rules and failed
 //! body constraints) is allowed with `would_deny` set; DNS and connections
@@ -39,6 +44,7 @@ mod policy;
 mod raw;
 mod rule;
 mod suggest;
+mod upgrade;
 
 #[cfg(test)]
 mod tests;
@@ -52,3 +58,4 @@ pub use error::{Lint, PolicyError};
 pub use host::{Host, HostError, HostPattern};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
+pub use upgrade::{UpgradeProtocol, UpgradeToken};

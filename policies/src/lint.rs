@@ -41,6 +41,14 @@ pub fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
         if let Some(message) = tunnelled(&policy.allow, rule) {
             lints.push(map.lint(rule.span.clone(), message));
         }
+        if !rule.upgrade.is_empty() && !rule.matches_method("GET") {
+            // RFC 6455 §4.1: the opening handshake is a GET; HTTP/1.1
+            // upgrades in practice are too.
+            lints.push(map.lint(
+                rule.span.clone(),
+                "`upgrade` on a rule that does not allow GET: a WebSocket handshake is a GET request (RFC 6455 §4.1), so the upgrade is never granted; add \"GET\" to `methods`",
+            ));
+        }
         if rule.body.is_some() {
             let bodiless = match &rule.methods {
                 None => true,
@@ -105,6 +113,7 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
         ("paths", rule.paths.is_some()),
         ("body", rule.body.is_some()),
         ("max_requests", rule.max_requests.is_some()),
+        ("upgrade", !rule.upgrade.is_empty()),
     ]
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
@@ -130,7 +139,9 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
                         }
                     })
                 })?;
-                let verb = if fields.len() == 1 && matches!(fields[0], "body" | "max_requests") {
+                let verb = if fields.len() == 1
+                    && matches!(fields[0], "body" | "max_requests" | "upgrade")
+                {
                     "is"
                 } else {
                     "are"
@@ -158,9 +169,12 @@ fn blocks(deny: &DenyRule, rule: &AllowRule) -> bool {
 }
 
 /// An earlier rule without quota or body constraints that matches every
-/// request the later one could.
+/// request the later one could. Upgrade requests are only matched by rules
+/// granting the upgrade, so the earlier rule must grant every upgrade the
+/// later one does.
 fn shadows(earlier: &AllowRule, later: &AllowRule) -> bool {
-    earlier.body.is_none()
+    later.upgrade.iter().all(|u| earlier.upgrade.contains(u))
+        && earlier.body.is_none()
         && earlier.max_requests.is_none()
         && earlier.transport == later.transport
         && later

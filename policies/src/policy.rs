@@ -14,6 +14,7 @@ use crate::host::Host;
 use crate::path::{AmbiguousPath, NormalPath, normalize};
 use crate::raw::RawPolicy;
 use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
+use crate::upgrade::UpgradeProtocol;
 
 /// The source name of [`Policy::deny_all`].
 const DENY_ALL_NAME: &str = "<deny-all>";
@@ -233,6 +234,31 @@ impl Policy {
 
     /// Request-level decision. See the crate docs for precedence.
     pub fn evaluate(&self, req: &RequestInfo<'_>, body: Option<&BodyInput<'_>>) -> Decision {
+        self.decide(req, body, None)
+    }
+
+    /// The decision for a request that asks to switch to `protocol`
+    /// (HTTP/1.1 `Connection: upgrade`): as [`Policy::evaluate`], but only
+    /// rules whose `upgrade` list names the protocol can allow it. A rule
+    /// that would allow the request without the upgrade does not: the
+    /// upgrade is refused (`UpgradeNotGranted`) in deny and allow mode
+    /// alike, because after the switch no per-request check applies.
+    /// Report mode allows it and says what deny mode would have done.
+    pub fn evaluate_upgrade(
+        &self,
+        req: &RequestInfo<'_>,
+        body: Option<&BodyInput<'_>>,
+        protocol: UpgradeProtocol,
+    ) -> Decision {
+        self.decide(req, body, Some(protocol))
+    }
+
+    fn decide(
+        &self,
+        req: &RequestInfo<'_>,
+        body: Option<&BodyInput<'_>>,
+        upgrade: Option<UpgradeProtocol>,
+    ) -> Decision {
         let path = match normalize(req.path_and_query) {
             Ok(path) => path,
             Err(AmbiguousPath(detail)) => {
@@ -242,12 +268,13 @@ impl Policy {
                 });
             }
         };
-        let verdict = self.verdict(req, &path, body);
+        let verdict = self.verdict(req, &path, body, upgrade);
         match (self.default_action(), verdict) {
             (_, Verdict::Allowed(rule)) => Decision::Allow(Allowance {
                 rule: Some(rule.rule_ref.clone()),
                 max_requests: rule.max_requests,
                 would_deny: None,
+                upgrade,
             }),
             (
                 DefaultAction::Report,
@@ -256,11 +283,13 @@ impl Policy {
                 rule: None,
                 max_requests: None,
                 would_deny: Some(denial),
+                upgrade,
             }),
             (DefaultAction::Allow, Verdict::NotAllowed(_)) => Decision::Allow(Allowance {
                 rule: None,
                 max_requests: None,
                 would_deny: None,
+                upgrade: None,
             }),
             (_, Verdict::DeniedByRules(denial) | Verdict::NotAllowed(denial)) => {
                 Decision::Deny(denial)
@@ -273,6 +302,7 @@ impl Policy {
         req: &RequestInfo<'_>,
         path: &NormalPath,
         body: Option<&BodyInput<'_>>,
+        upgrade: Option<UpgradeProtocol>,
     ) -> Verdict<'_> {
         if let Some(deny) = self.matching_deny(req, path) {
             return Verdict::DeniedByRules(Denial {
@@ -280,8 +310,33 @@ impl Policy {
                 reason: DenyReason::DeniedByRule,
             });
         }
+        let mut candidates = self.candidates(req, path);
+        if let Some(protocol) = upgrade {
+            let without = candidates.first().map(|r| r.rule_ref.clone());
+            candidates.retain(|r| r.grants_upgrade(protocol));
+            if candidates.is_empty() {
+                // Enforced in allow mode too: the switch takes the rest of
+                // the connection out of reach of every per-request rule.
+                // With no rule for the request at all, deny and report mode
+                // give deny mode's most specific reason.
+                let reason = DenyReason::UpgradeNotGranted { protocol };
+                return match without {
+                    Some(rule) => Verdict::DeniedByRules(Denial {
+                        rule: Some(rule),
+                        reason,
+                    }),
+                    None if self.default_action() != DefaultAction::Allow => {
+                        Verdict::NotAllowed(Denial {
+                            rule: None,
+                            reason: self.most_specific_reason(req, path),
+                        })
+                    }
+                    None => Verdict::DeniedByRules(Denial { rule: None, reason }),
+                };
+            }
+        }
         let mut first_failure: Option<Denial> = None;
-        for rule in self.candidates(req, path) {
+        for rule in candidates {
             let Some(constraints) = &rule.body else {
                 return Verdict::Allowed(rule);
             };
@@ -359,6 +414,11 @@ impl Policy {
     /// The TOML a user would add to allow this request.
     pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
         crate::suggest::suggest_rule(req)
+    }
+
+    /// The TOML a user would add to allow this request to switch to `protocol`.
+    pub fn suggest_upgrade_rule(req: &RequestInfo<'_>, protocol: UpgradeProtocol) -> String {
+        crate::suggest::suggest_upgrade_rule(req, protocol)
     }
 
     /// JSON Schema (draft 2020-12) of the policy file, pretty-printed.

@@ -102,9 +102,27 @@ pub struct RawAllow {
     #[serde(default)]
     #[schemars(with = "TlsMode")]
     pub tls: Option<Spanned<TlsMode>>,
+    /// HTTP/1.1 protocol upgrades this rule grants (`Connection: upgrade` +
+    /// `Upgrade: X`, answered by `101 Switching Protocols`): only
+    /// "websocket", which the proxy relays frame by frame, recorded and
+    /// scrubbed. Omitted = none: a request asking to upgrade is refused
+    /// with 403. "h2c" is never granted (the proxy speaks HTTP/2 itself).
+    #[serde(default)]
+    #[schemars(with = "Vec<UpgradeName>")]
+    pub upgrade: Option<Spanned<Vec<Spanned<String>>>>,
     /// Free text for humans.
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// A protocol an allow rule can grant an upgrade to (schema only; compile
+/// checks the written text so that an unknown value gets a helpful error).
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code, reason = "describes the schema; never constructed")]
+pub enum UpgradeName {
+    /// RFC 6455 WebSocket, relayed frame by frame (recorded, scrubbed).
+    Websocket,
 }
 
 /// One `[[deny]]` rule.

@@ -10,6 +10,7 @@ use crate::body::BodyConstraints;
 use crate::glob::PathGlob;
 use crate::host::{Host, HostPattern};
 use crate::path::NormalPath;
+use crate::upgrade::UpgradeProtocol;
 
 /// Which list a rule is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -103,6 +104,8 @@ pub struct AllowRule {
     pub max_requests: Option<u64>,
     pub body: Option<BodyConstraints>,
     pub transport: Transport,
+    /// Protocols this rule grants an HTTP/1.1 upgrade to; empty = none.
+    pub upgrade: Vec<UpgradeProtocol>,
     pub description: Option<String>,
 }
 
@@ -115,6 +118,10 @@ impl AllowRule {
         self.methods
             .as_ref()
             .is_none_or(|methods| methods.iter().any(|m| m == method))
+    }
+
+    pub fn grants_upgrade(&self, protocol: UpgradeProtocol) -> bool {
+        self.upgrade.contains(&protocol)
     }
 
     /// Allow rules match the exact normalized path, case-sensitively, and

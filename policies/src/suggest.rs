@@ -3,6 +3,7 @@
 use crate::credential::is_token;
 use crate::decision::RequestInfo;
 use crate::path::normalize;
+use crate::upgrade::UpgradeProtocol;
 
 /// Builds a rule that allows this host, port, method and path. A literal
 /// `*` in the path stays a glob character (it also matches itself).
@@ -24,6 +25,18 @@ pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
     }
     if path != "*" {
         out.push_str(&format!("paths = [{}]\n", toml_string(&path)));
+    }
+    out
+}
+
+/// As [`suggest_rule`], granting the upgrade to `protocol` as well. A rule
+/// that already allows the request without it stays as it is: rules with
+/// `upgrade` are the only ones asked about upgrade requests, so this one
+/// does not need to come first.
+pub fn suggest_upgrade_rule(req: &RequestInfo<'_>, protocol: UpgradeProtocol) -> String {
+    let mut out = suggest_rule(req);
+    if out.starts_with("[[allow]]") {
+        out.push_str(&format!("upgrade = [{}]\n", toml_string(protocol.token())));
     }
     out
 }

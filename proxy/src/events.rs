@@ -92,6 +92,95 @@ pub struct BodyCapture {
     pub truncated: bool,
 }
 
+/// Which way a WebSocket message travelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsDirection {
+    /// From the sandboxed client to the upstream server.
+    ToUpstream,
+    /// From the upstream server to the client (after scrubbing).
+    ToClient,
+}
+
+impl WsDirection {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsDirection::ToUpstream => "to_upstream",
+            WsDirection::ToClient => "to_client",
+        }
+    }
+}
+
+/// A WebSocket message's opcode (RFC 6455 §5.2). A fragmented message is
+/// recorded once, under the opcode of its first frame, with its fragment
+/// count; `continuation` appears only for a message whose start was not seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WsOpcode {
+    Continuation,
+    Text,
+    Binary,
+    Close,
+    Ping,
+    Pong,
+}
+
+impl WsOpcode {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsOpcode::Continuation => "continuation",
+            WsOpcode::Text => "text",
+            WsOpcode::Binary => "binary",
+            WsOpcode::Close => "close",
+            WsOpcode::Ping => "ping",
+            WsOpcode::Pong => "pong",
+        }
+    }
+
+    /// The opcode's number on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            WsOpcode::Continuation => 0x0,
+            WsOpcode::Text => 0x1,
+            WsOpcode::Binary => 0x2,
+            WsOpcode::Close => 0x8,
+            WsOpcode::Ping => 0x9,
+            WsOpcode::Pong => 0xA,
+        }
+    }
+}
+
+/// Who ended an upgraded connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WsPeer {
+    Client,
+    Upstream,
+    /// Airlock itself, because a peer stopped speaking WebSocket.
+    Airlock,
+}
+
+impl WsPeer {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WsPeer::Client => "client",
+            WsPeer::Upstream => "upstream",
+            WsPeer::Airlock => "airlock",
+        }
+    }
+}
+
+/// What crossed an upgraded connection in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WsTotals {
+    pub messages: u64,
+    /// Payload bytes, as forwarded.
+    pub bytes: u64,
+}
+
 /// JSON-lines sinks show captured bodies as (lossy) UTF-8 text; consumers that
 /// need the exact bytes, like the auditor, read `BodyCapture::captured` itself.
 mod lossy_bytes {
@@ -165,6 +254,37 @@ pub enum Event {
         time_to_headers_us: u64,
         /// From the request reaching the proxy to the end of the response body.
         total_us: u64,
+        error: Option<String>,
+    },
+    /// One WebSocket message relayed on an upgraded exchange. Recorded for
+    /// the first messages of each direction; payloads up to the capture cap
+    /// per direction (what the client got, i.e. after scrubbing).
+    #[serde(rename = "websocket_message")]
+    WebSocketMessage {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        direction: WsDirection,
+        opcode: WsOpcode,
+        /// Frames the message arrived in (1 unless fragmented).
+        fragments: u32,
+        payload: BodyCapture,
+    },
+    /// The end of an upgraded exchange: always the last event about it.
+    #[serde(rename = "websocket_end")]
+    WebSocketEnd {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        closed_by: WsPeer,
+        /// The status code of the first close frame (RFC 6455 §7.4), if any.
+        close_code: Option<u16>,
+        close_reason: Option<String>,
+        to_upstream: WsTotals,
+        to_client: WsTotals,
+        duration_us: u64,
+        /// Why the connection ended other than by a closing handshake, e.g.
+        /// "the client stopped speaking WebSocket: unmasked frame (RFC 6455 §5.1)".
         error: Option<String>,
     },
 }

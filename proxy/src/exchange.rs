@@ -13,7 +13,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Scrubber, scrub_headers};
@@ -22,7 +21,9 @@ use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::{Refusal, bad_gateway};
 use crate::rules::Rules;
 use crate::target::{Target, default_port, names, parse_authority};
+use crate::upgrade::{self, UpgradeAsk};
 use crate::upstream::{ResolveError, explain};
+use crate::websocket::{self, RelayContext};
 
 /// Serve one request; never fails at the HTTP level (errors become responses).
 pub async fn handle(
@@ -80,6 +81,24 @@ pub async fn handle(
         path_and_query: &path_and_query,
     };
 
+    // An upgrade no rule could grant is refused whatever the policy says.
+    let asked_upgrade = match upgrade::asked(req.headers(), req.version()) {
+        UpgradeAsk::None => None,
+        UpgradeAsk::Grantable(protocol) => Some(protocol),
+        UpgradeAsk::Refused(why) => {
+            return Ok(refuse(
+                &engine,
+                &conn,
+                request_id,
+                &rules,
+                &req,
+                &url,
+                None,
+                Refusal::Upgrade(why),
+            ));
+        }
+    };
+
     // The body prefix a body constraint needs, bounded.
     let (parts, body) = req.into_parts();
     let (body, buffered) = match rules.policy.needs_body(&info) {
@@ -110,10 +129,20 @@ pub async fn handle(
         complete: *complete,
     });
 
-    let (mut verdict, allowance) = match rules.policy.evaluate(&info, body_input.as_ref()) {
+    let decision = match asked_upgrade {
+        Some(protocol) => rules
+            .policy
+            .evaluate_upgrade(&info, body_input.as_ref(), protocol),
+        None => rules.policy.evaluate(&info, body_input.as_ref()),
+    };
+    let (mut verdict, allowance) = match decision {
         Decision::Deny(denial) => {
             let req = Request::from_parts(parts, ());
             let refusal = Refusal::Policy(denial);
+            let suggestion = match asked_upgrade {
+                Some(protocol) => Policy::suggest_upgrade_rule(&info, protocol),
+                None => Policy::suggest_rule(&info),
+            };
             return Ok(refuse(
                 &engine,
                 &conn,
@@ -121,7 +150,7 @@ pub async fn handle(
                 &rules,
                 &req,
                 &url,
-                Some(&Policy::suggest_rule(&info)),
+                Some(&suggestion),
                 refusal,
             ));
         }
@@ -166,10 +195,14 @@ pub async fn handle(
         ));
     }
 
-    // Build the upstream request.
-    let upgrade = is_upgrade(&parts.headers, parts.version);
+    // Build the upstream request; it upgrades only as the policy granted.
+    let granted_upgrade = allowance.upgrade.filter(|p| asked_upgrade == Some(*p));
+    let upgrade = granted_upgrade.is_some();
     let mut headers = parts.headers.clone();
     strip_hop_by_hop(&mut headers, upgrade);
+    if let Some(protocol) = granted_upgrade {
+        upgrade::prepare_request(&mut headers, protocol);
+    }
     headers.remove(header::HOST);
     // Secrets only ever travel encrypted: a plain-HTTP request to a
     // credential's host goes out without it (and a placeholder stays one).
@@ -242,6 +275,12 @@ pub async fn handle(
     let mut upstream_req = Request::new(upstream_body);
     *upstream_req.method_mut() = parts.method.clone();
     *upstream_req.uri_mut() = uri;
+    // What the upstream's 101 must answer (the WebSocket key).
+    let upgrade_request_headers = if upgrade {
+        headers.clone()
+    } else {
+        HeaderMap::new()
+    };
     *upstream_req.headers_mut() = headers;
     let mut client_parts_for_upgrade = Request::from_parts(parts, ());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut client_parts_for_upgrade));
@@ -277,11 +316,32 @@ pub async fn handle(
     };
     let headers_at = Instant::now();
     let mut response = response;
+    // A switch nobody asked for, or to another protocol, opens no tunnel.
+    if let Err(why) = upgrade::check_switch(
+        response.status(),
+        response.headers(),
+        granted_upgrade,
+        &upgrade_request_headers,
+    ) {
+        let reply = bad_gateway(&method, &url, &why);
+        engine.record_lossy(response_event(
+            &conn,
+            request_id,
+            reply.status(),
+            response.version(),
+            header_pairs(response.headers()),
+            &request_capture,
+            &CaptureHandle::default(),
+            started,
+            headers_at,
+            Some(why),
+        ));
+        return Ok(reply);
+    }
     if let Some(client_upgrade) = client_upgrade
         && response.status() == StatusCode::SWITCHING_PROTOCOLS
     {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
-        tokio::spawn(splice_upgraded(client_upgrade, upstream_upgrade));
         let (parts, _) = response.into_parts();
         engine.record_lossy(response_event(
             &conn,
@@ -295,6 +355,14 @@ pub async fn handle(
             headers_at,
             None,
         ));
+        // Recorded after the 101, and always ends with its own end event.
+        let relay = RelayContext {
+            engine: engine.clone(),
+            conn: conn.id,
+            request: request_id,
+            injected: injected.clone(),
+        };
+        tokio::spawn(websocket::relay(relay, client_upgrade, upstream_upgrade));
         return Ok(Response::from_parts(parts, full(Bytes::new())));
     }
 
@@ -561,13 +629,6 @@ async fn read_prefix(body: Incoming, limit: usize) -> Result<(Bytes, bool), Stri
     Ok((buf.freeze(), complete))
 }
 
-/// HTTP/1.1 `Connection: upgrade` + `Upgrade: ...` (RFC 9110 §7.8).
-fn is_upgrade(headers: &HeaderMap, version: Version) -> bool {
-    version == Version::HTTP_11
-        && headers.contains_key(header::UPGRADE)
-        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
-}
-
 fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
     headers
         .get_all(header::CONNECTION)
@@ -613,15 +674,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         // gRPC needs `te: trailers` end to end; it is the one TE value HTTP/2 allows.
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
-}
-
-async fn splice_upgraded(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (Ok(client), Ok(upstream)) = tokio::join!(client, upstream) else {
-        return;
-    };
-    let mut client = TokioIo::new(client);
-    let mut upstream = TokioIo::new(upstream);
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
 }
 
 #[cfg(test)]

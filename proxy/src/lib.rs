@@ -36,7 +36,9 @@ mod rules;
 pub mod synthetic;
 pub mod target;
 mod transparent;
+mod upgrade;
 pub mod upstream;
+mod websocket;
 mod workers;
 
 use std::sync::Arc;

@@ -145,6 +145,7 @@ impl Metrics {
             }
             Event::Request { url, verdict, .. } => self.count_request(*verdict, host_of(url)),
             Event::Response { total_us, .. } => self.latency.observe(*total_us),
+            Event::WebSocketMessage { .. } | Event::WebSocketEnd { .. } => {}
         }
     }
 

@@ -9,6 +9,7 @@ use airlock_policy::{Denial, DenyReason, Policy, RuleKind, RuleRef};
 use http::{HeaderValue, Response, StatusCode};
 
 use crate::body::{ProxyBody, full};
+use crate::upgrade::UpgradeRefusal;
 
 #[derive(Debug, Clone)]
 pub enum Refusal {
@@ -26,6 +27,8 @@ pub enum Refusal {
     AuditUnavailable(String),
     /// The request cannot be handled as sent (e.g. https:// in absolute form without CONNECT).
     BadRequest(String),
+    /// An upgrade no rule can grant (h2c, a protocol Airlock cannot inspect).
+    Upgrade(UpgradeRefusal),
 }
 
 impl Refusal {
@@ -51,6 +54,7 @@ impl Refusal {
             Refusal::NonPublicAddress(why) => why.clone(),
             Refusal::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
             Refusal::BadRequest(why) => why.clone(),
+            Refusal::Upgrade(why) => why.to_string(),
         }
     }
 
@@ -127,6 +131,7 @@ impl Refusal {
                 "Airlock refuses to forward anything it cannot record. Fix the audit store (disk space, permissions) and restart.".into()
             }
             Refusal::BadRequest(_) => "Fix the request and try again.".into(),
+            Refusal::Upgrade(why) => why.advice(),
         }
     }
 
@@ -151,6 +156,16 @@ impl Refusal {
                     ..
                 }),
             ) => "airlock (ambiguous paths are refused whatever the policy says)".to_owned(),
+            (None, Refusal::Upgrade(_)) => {
+                "airlock (only upgrades a rule can grant are forwarded)".to_owned()
+            }
+            (
+                None,
+                Refusal::Policy(Denial {
+                    reason: DenyReason::UpgradeNotGranted { .. },
+                    ..
+                }),
+            ) => format!("{policy_name} (upgrades need a rule that grants them)"),
             (None, Refusal::Policy(_)) => format!("{policy_name} (default: deny)"),
             (None, _) => "airlock".to_owned(),
         };

@@ -120,6 +120,7 @@ fn entry(ev: &StoredEvent) -> Option<Value> {
         decision,
         rule,
         reason,
+        websocket,
         ..
     } = &ev.event
     else {
@@ -181,7 +182,7 @@ fn entry(ev: &StoredEvent) -> Option<Value> {
         "headersSize": -1,
         "bodySize": response_body.as_ref().map_or(0, |b| b.len() as i64),
     });
-    Some(json!({
+    let mut entry = json!({
         "startedDateTime": humanize::rfc3339(started),
         "time": total,
         "request": request,
@@ -192,7 +193,48 @@ fn entry(ev: &StoredEvent) -> Option<Value> {
         "_decision": decision,
         "_rule": rule,
         "_reason": reason,
-    }))
+    });
+    if let (Some(ws), Some(obj)) = (websocket, entry.as_object_mut()) {
+        obj.insert("_webSocketMessages".into(), websocket_messages(ws));
+        obj.insert(
+            "_webSocketEnd".into(),
+            json!({
+                "closedBy": ws.closed_by,
+                "closeCode": ws.close_code,
+                "closeReason": ws.close_reason,
+                "error": ws.error,
+                "messagesToUpstream": ws.messages_to_upstream,
+                "bytesToUpstream": ws.bytes_to_upstream,
+                "messagesToClient": ws.messages_to_client,
+                "bytesToClient": ws.bytes_to_client,
+            }),
+        );
+    }
+    Some(entry)
+}
+
+/// Chrome DevTools' convention: `{type: "send"|"receive", time (seconds
+/// since the epoch), opcode, data}`; binary data as base64 (Chrome's
+/// convention for opcode 2), with airlock's own fields prefixed `_`.
+fn websocket_messages(ws: &crate::WebSocketRecord) -> Value {
+    ws.messages
+        .iter()
+        .map(|m| {
+            let opcode = m.opcode_number();
+            let data = match (opcode, std::str::from_utf8(&m.payload)) {
+                (2, _) | (_, Err(_)) => b64_encode(&m.payload),
+                (_, Ok(text)) => text.to_owned(),
+            };
+            json!({
+                "type": if m.direction == "to_client" { "receive" } else { "send" },
+                "time": m.ts_us as f64 / 1_000_000.0,
+                "opcode": opcode,
+                "data": data,
+                "_bytes": m.bytes,
+                "_truncated": m.truncated,
+            })
+        })
+        .collect()
 }
 
 /// The HAR document for a session's HTTP events.

@@ -10,6 +10,7 @@ mod lint_tests;
 mod parse_tests;
 mod path_tests;
 mod review_tests;
+mod upgrade_tests;
 
 use crate::{BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
 
