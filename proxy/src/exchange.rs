@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
-use crate::credentials::{Scrubber, scrub_headers};
+use crate::credentials::ResponseScrub;
 use crate::engine::{BODY_IDLE_TIMEOUT, ConnInfo, Engine};
 use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::{Refusal, bad_gateway};
@@ -272,12 +272,16 @@ pub async fn handle(
     };
     let headers_at = Instant::now();
     let mut response = response;
+    // Everything from here on came from an upstream that may have seen a
+    // credential: one scrub for its head, body and trailers alike.
+    let scrub = ResponseScrub::new(&injected);
     if let Some(client_upgrade) = client_upgrade
         && response.status() == StatusCode::SWITCHING_PROTOCOLS
     {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
         tokio::spawn(splice_upgraded(client_upgrade, upstream_upgrade));
-        let (parts, _) = response.into_parts();
+        let (mut parts, _) = response.into_parts();
+        scrub.iter().for_each(|s| s.head(&mut parts));
         engine.record_lossy(response_event(
             &conn,
             request_id,
@@ -294,7 +298,7 @@ pub async fn handle(
     }
 
     let (mut resp_parts, resp_body) = response.into_parts();
-    if !injected.is_empty() {
+    if let Some(scrub) = &scrub {
         // Every Content-Encoding header counts (clients apply them all, in
         // order), and so does a Transfer-Encoding coding other than chunked.
         if let Some(encoding) = unscrubbable_coding(&resp_parts.headers) {
@@ -303,15 +307,15 @@ pub async fn handle(
             );
             return Ok(bad_gateway(&method, &url, &why));
         }
-        scrub_headers(&mut resp_parts.headers, &injected);
+        scrub.head(&mut resp_parts);
         resp_parts.headers.remove(header::CONTENT_LENGTH);
     }
     strip_hop_by_hop(&mut resp_parts.headers, false);
 
     let response_capture = CaptureHandle::default();
     let mut tap = Tap::new(resp_body, response_capture.clone(), engine.capture_cap);
-    if !injected.is_empty() {
-        tap = tap.scrub(Scrubber::new(&injected));
+    if let Some(scrub) = &scrub {
+        tap = tap.scrub(scrub.body());
     }
     let on_end = {
         let engine = engine.clone();
