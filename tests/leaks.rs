@@ -65,7 +65,10 @@ fn echoes(token: &str) -> Vec<(&'static str, String)> {
         ("json-slash", token.replace('/', "\\/")),
         (
             "json-doc",
-            format!(r#"{{"error":"bad token \"{}\""}}"#, token.replace('/', "\\/")),
+            format!(
+                r#"{{"error":"bad token \"{}\""}}"#,
+                token.replace('/', "\\/")
+            ),
         ),
     ];
     // The token inside a larger encoded blob, at each offset mod 3.

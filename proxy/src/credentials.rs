@@ -190,7 +190,10 @@ mod tests {
             header: HeaderName::from_static("authorization"),
             value: Secret::new(format!("Bearer {token}")),
             placeholder: None,
-            secrets: vec![Secret::new(format!("Bearer {token}")), Secret::new(token.into())],
+            secrets: vec![
+                Secret::new(format!("Bearer {token}")),
+                Secret::new(token.into()),
+            ],
         }
     }
 

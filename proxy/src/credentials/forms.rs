@@ -169,7 +169,9 @@ mod tests {
     use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
 
     fn has(forms: &[Vec<u8>], form: &str) -> bool {
-        forms.iter().any(|f| f.eq_ignore_ascii_case(form.as_bytes()))
+        forms
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(form.as_bytes()))
     }
 
     /// Some form occurs, case-insensitively, inside `haystack`.
@@ -200,8 +202,14 @@ mod tests {
             &forms,
             "sk-live%2F4f9%2BQx%3Dz~7%20%22a%22%3Cb%3E%26%C3%A9"
         ));
-        assert!(has(&forms, "sk-live/4f9%2BQx%3Dz~7%20%22a%22%3Cb%3E%26%C3%A9"));
-        assert!(has(&forms, "sk-live%2F4f9%2BQx%3Dz~7+%22a%22%3Cb%3E%26%C3%A9"));
+        assert!(has(
+            &forms,
+            "sk-live/4f9%2BQx%3Dz~7%20%22a%22%3Cb%3E%26%C3%A9"
+        ));
+        assert!(has(
+            &forms,
+            "sk-live%2F4f9%2BQx%3Dz~7+%22a%22%3Cb%3E%26%C3%A9"
+        ));
     }
 
     #[test]
@@ -235,7 +243,7 @@ mod tests {
         let forms = forms(SECRET);
         for before in 0..6 {
             for after in 0..4 {
-                let mut blob = b"{\"user\":\"x\",\"t\":\"".to_vec()[..before + 10].to_vec();
+                let mut blob = b"{\"user\":\"x\",\"t\":\""[..before + 10].to_vec();
                 blob.extend_from_slice(SECRET.as_bytes());
                 blob.extend_from_slice(&b"\"}zz"[..after]);
                 for encoded in [STANDARD.encode(&blob), URL_SAFE_NO_PAD.encode(&blob)] {

@@ -7,6 +7,14 @@
 //! one Aho-Corasick automaton (ASCII-case-insensitive), and every occurrence
 //! becomes the credential's marker `[secret:NAME]`.
 //!
+//! Speed: the data is lower-cased into a scratch buffer and searched by a
+//! SIMD "packed" (Teddy) searcher, the fast path for a chunk with no form in
+//! it (nearly all of them); only a chunk with an occurrence goes through the
+//! automaton for every overlapping occurrence. aho-corasick's own prefilter
+//! cannot be used: it has no SIMD search under case-insensitivity, and on
+//! text made of the same letters as base64 forms its byte prefilters thrash
+//! (`bench/src/bin/scrub_cost.rs` measures each choice).
+//!
 //! Where forms overlap (one secret's form running into another's, or one form
 //! containing another), the union of the overlapping occurrences is replaced
 //! as a whole, so no byte of any of them is left behind.
@@ -14,7 +22,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, Input, MatchKind, packed};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 
@@ -22,6 +30,11 @@ use super::forms::forms;
 
 /// Every form of every secret, compiled once when the credentials are loaded.
 pub struct ScrubSet {
+    /// Finds the leftmost occurrence in lower-cased data, fast; `None` when
+    /// the packed searcher is unavailable (too many forms, or no SIMD), and
+    /// then the automaton does all the work.
+    detector: Option<packed::Searcher>,
+    /// Every occurrence, overlapping ones too, in lower-cased data.
     matcher: AhoCorasick,
     /// Lower-cased forms, by pattern id: for the hold-back at a chunk's end.
     patterns: Vec<Vec<u8>>,
@@ -81,13 +94,19 @@ impl ScrubSet {
         if patterns.is_empty() {
             return Ok(None);
         }
-        // A DFA: a few hundred KiB at most for these sizes, and the fastest
-        // search; Standard semantics so overlapping occurrences are all seen.
+        // A DFA: a few hundred KiB at most for these sizes; Standard semantics
+        // so overlapping occurrences are all seen. It runs only where the
+        // detector found something, so its own prefilter would only cost.
         let matcher = AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
             .kind(Some(AhoCorasickKind::DFA))
+            .prefilter(false)
             .build(&patterns)?;
+        let detector = packed::Config::new()
+            .match_kind(packed::MatchKind::LeftmostFirst)
+            .builder()
+            .extend(&patterns)
+            .build();
         let mut starts = [false; 256];
         for p in &patterns {
             starts[usize::from(p[0].to_ascii_lowercase())] = true;
@@ -95,6 +114,7 @@ impl ScrubSet {
         }
         let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
         Ok(Some(Self {
+            detector,
             matcher,
             patterns,
             marker_of,
@@ -115,13 +135,17 @@ impl ScrubSet {
 
     /// Whether any form occurs in `data`.
     pub fn finds(&self, data: &[u8]) -> bool {
-        self.matcher.is_match(data)
+        let lower = data.to_ascii_lowercase();
+        match &self.detector {
+            Some(detector) => detector.find(&lower).is_some(),
+            None => self.matcher.is_match(&lower),
+        }
     }
 
     /// `data` with every occurrence replaced (for heads and trailers, which
     /// arrive whole).
     pub fn scrub<'d>(&self, data: &'d [u8]) -> Cow<'d, [u8]> {
-        let spans = self.spans(data);
+        let spans = self.spans(data, &mut Vec::new());
         if spans.is_empty() {
             return Cow::Borrowed(data);
         }
@@ -130,11 +154,22 @@ impl ScrubSet {
         Cow::Owned(out)
     }
 
-    /// Occurrences in `data`, overlapping ones merged, in order.
-    fn spans(&self, data: &[u8]) -> Vec<Span> {
+    /// Occurrences in `data`, overlapping ones merged, in order. `lower` is
+    /// scratch space for the lower-cased copy.
+    fn spans(&self, data: &[u8], lower: &mut Vec<u8>) -> Vec<Span> {
+        lower.clear();
+        lower.extend(data.iter().map(u8::to_ascii_lowercase));
+        let from = match &self.detector {
+            // No occurrence starts before the leftmost one.
+            Some(detector) => match detector.find(&lower[..]) {
+                Some(m) => m.start(),
+                None => return Vec::new(),
+            },
+            None => 0,
+        };
         let mut found: Vec<Span> = self
             .matcher
-            .find_overlapping_iter(data)
+            .find_overlapping_iter(Input::new(&lower[..]).range(from..))
             .map(|m| Span {
                 start: m.start(),
                 end: m.end(),
@@ -190,10 +225,16 @@ impl ScrubSet {
     /// marker is not a valid header name). Values that the marker would make
     /// invalid are dropped too.
     pub fn scrub_headers(&self, headers: &mut HeaderMap) {
-        let dirty = headers
-            .iter()
-            .any(|(k, v)| self.finds(k.as_str().as_bytes()) || self.finds(v.as_bytes()));
-        if !dirty {
+        // One search over all of them: no form contains a line feed (JSON and
+        // percent forms encode it; a header cannot carry one).
+        let mut all = Vec::with_capacity(512);
+        for (k, v) in headers.iter() {
+            all.extend_from_slice(k.as_str().as_bytes());
+            all.push(b'\n');
+            all.extend_from_slice(v.as_bytes());
+            all.push(b'\n');
+        }
+        if !self.finds(&all) {
             return;
         }
         let old = std::mem::take(headers);
@@ -233,6 +274,8 @@ pub struct Scrubber {
     set: Option<Arc<ScrubSet>>,
     /// Raw (not yet scrubbed) bytes held back from the last chunk.
     pending: Vec<u8>,
+    /// Reused for each chunk's lower-cased copy.
+    lower: Vec<u8>,
 }
 
 impl Scrubber {
@@ -244,6 +287,7 @@ impl Scrubber {
         Self {
             set,
             pending: Vec::new(),
+            lower: Vec::new(),
         }
     }
 
@@ -262,7 +306,7 @@ impl Scrubber {
             data.extend_from_slice(&chunk);
             Cow::Owned(data)
         };
-        let spans = set.spans(&data);
+        let spans = set.spans(&data, &mut self.lower);
         let mut cut = data.len() - set.partial_suffix(&data);
         // Spans are disjoint and sorted: at most one straddles the cut.
         if let Some(s) = spans.iter().find(|s| s.start < cut && s.end > cut) {
@@ -392,7 +436,10 @@ mod tests {
             for cut in 0..=body.len() {
                 let out = scrub_split(&set, body.as_bytes(), &[cut]);
                 let out = String::from_utf8(out).unwrap();
-                assert!(out.starts_with("a ") && out.ends_with(" b"), "{echo} @{cut}: {out}");
+                assert!(
+                    out.starts_with("a ") && out.ends_with(" b"),
+                    "{echo} @{cut}: {out}"
+                );
                 assert!(out.contains("[secret:t]"), "{echo} @{cut}: {out}");
                 assert!(!out.contains(&echo), "{echo} @{cut}: {out}");
             }
@@ -408,7 +455,13 @@ mod tests {
             let out = scrub_split(&set, body.as_bytes(), &cuts);
             // base64 padding carries no secret and stays.
             let padding = &echo[echo.trim_end_matches('=').len()..];
-            assert_eq!(out, format!("<[secret:t]{padding}>").as_bytes(), "{echo}");
+            let out = String::from_utf8(out).unwrap();
+            // A blob keeps its own bytes ("user:"), the secret's are gone.
+            assert!(out.starts_with('<'), "{echo}: {out}");
+            assert!(
+                out.ends_with(&format!("[secret:t]{padding}>")),
+                "{echo}: {out}"
+            );
         }
     }
 
@@ -445,7 +498,10 @@ mod tests {
     #[test]
     fn a_form_inside_another_is_replaced_once() {
         // The header value contains the token: one marker for the whole.
-        let set = set(&[("Bearer tok3nValue", "[secret:t]"), ("tok3nValue", "[secret:t]")]);
+        let set = set(&[
+            ("Bearer tok3nValue", "[secret:t]"),
+            ("tok3nValue", "[secret:t]"),
+        ]);
         for cut in 0..=24 {
             let out = scrub_split(&set, b"auth: Bearer tok3nValue!", &[cut]);
             assert_eq!(out, b"auth: [secret:t]!", "cut {cut}");
@@ -470,7 +526,10 @@ mod tests {
         let set = set(&[(SECRET, "[secret:t]")]);
         let mut h = HeaderMap::new();
         h.insert("x-ok", HeaderValue::from_static("fine"));
-        h.append("x-leak", HeaderValue::from_str(&SECRET.to_uppercase()).unwrap());
+        h.append(
+            "x-leak",
+            HeaderValue::from_str(&SECRET.to_uppercase()).unwrap(),
+        );
         h.append("x-leak", HeaderValue::from_static("second"));
         let name = format!("x-{}", URL_SAFE_NO_PAD.encode(SECRET)).to_ascii_lowercase();
         h.insert(
@@ -496,6 +555,49 @@ mod tests {
         scrub.head(&mut parts);
         let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>().unwrap();
         assert_eq!(reason.as_bytes(), b"OK [secret:t]");
+    }
+
+    #[test]
+    fn streamed_scrubbing_equals_whole_scrubbing_for_any_chunking() {
+        // Secrets over a two-letter alphabet overlap and contain one another
+        // all the time; bodies over it are full of partial occurrences.
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let word = |len: u64, next: &mut dyn FnMut(u64) -> u64| -> String {
+            (0..len)
+                .map(|_| if next(2) == 0 { 'a' } else { 'B' })
+                .collect()
+        };
+        for _ in 0..300 {
+            let secrets: Vec<String> = (0..1 + next(3))
+                .map(|_| {
+                    let len = 3 + next(5);
+                    word(len, &mut next)
+                })
+                .collect();
+            let pairs: Vec<(&str, &str)> = secrets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.as_str(), ["[secret:x]", "[secret:y]", "[secret:z]"][i]))
+                .collect();
+            let set = set(&pairs);
+            let len = next(60);
+            let body = word(len, &mut next);
+            let whole = set.scrub(body.as_bytes()).into_owned();
+            let mut cuts: Vec<usize> = (0..next(6)).map(|_| next(len + 1) as usize).collect();
+            cuts.sort();
+            let streamed = scrub_split(&set, body.as_bytes(), &cuts);
+            assert_eq!(streamed, whole, "{secrets:?} {body} {cuts:?}");
+            let text = String::from_utf8(streamed).unwrap().to_ascii_lowercase();
+            for s in &secrets {
+                assert!(!text.contains(&s.to_ascii_lowercase()), "{s} in {text}");
+            }
+        }
     }
 
     #[test]
