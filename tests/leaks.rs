@@ -426,6 +426,10 @@ async fn trailers_are_scrubbed(proto: Proto) {
     }
     let record = fx.record(CLIENTS.len()).await;
     assert_clean(&format!("{proto:?} record"), &record);
+    // A body that ends in trailers is recorded as complete.
+    for response in fx.proxy.events().iter().filter(|e| e["kind"] == "response") {
+        assert!(response["error"].is_null(), "{proto:?}: {response}");
+    }
 }
 
 #[tokio::test]

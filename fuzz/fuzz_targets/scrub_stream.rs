@@ -43,8 +43,7 @@ fuzz_target!(|data: (Vec<Vec<u8>>, Vec<u8>, Vec<u8>)| {
     for s in &secrets {
         assert!(
             memchr::memmem::find(&out, s.as_bytes()).is_none(),
-            "secret {:?} leaked through the scrubber",
-            String::from_utf8_lossy(s)
+            "secret {s:?} leaked through the scrubber"
         );
     }
 });

@@ -149,6 +149,7 @@ where
             return Poll::Ready(None);
         }
         if let Some(trailers) = this.trailers.take() {
+            this.end(None);
             return Poll::Ready(Some(Ok(trailers)));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -160,7 +161,9 @@ where
                 };
                 // hyper stops polling once the body says it has ended (e.g. a
                 // Content-Length reached), so the end is recorded here too.
-                if this.scrubber.is_none() && this.inner.is_end_stream() {
+                // Trailers are always the last frame (RFC 9110 section 6.5),
+                // and hyper does not poll after sending them.
+                if frame.is_trailers() || (this.scrubber.is_none() && this.inner.is_end_stream()) {
                     this.end(None);
                 }
                 Poll::Ready(Some(Ok(frame)))
