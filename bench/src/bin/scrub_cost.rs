@@ -15,7 +15,8 @@
 //!   Aho-Corasick DFA over the raw data (the first design; no SIMD prefilter).
 //!
 //! Prints the median of 5 runs in MB/s (10^6 bytes). Build with `--release`.
-//! Usage: `scrub_cost [MiB]`.
+//! Usage: `scrub_cost [MiB] [text|binary]` (`binary`: random bytes, like a
+//! compressed download, instead of text).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,14 +35,24 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(64);
-    let data = corpus(mib << 20);
+    let binary = std::env::args().nth(2).is_some_and(|a| a == "binary");
+    let data = if binary {
+        random_bytes(mib << 20)
+    } else {
+        corpus(mib << 20)
+    };
     let tokens = [
         "sk-live-4f9Qx7KpZq9XkT3vW7pL2mN8",
         "ghp_R2d2C3poBb8Lk0Qw9Er7Ty6Ui5Op4As",
         "xoxb-1234567890-abcdefGHIJKLmnop",
     ];
     println!(
-        "scrubbing {mib} MiB in {} KiB chunks, median of {RUNS} runs",
+        "scrubbing {mib} MiB of {} in {} KiB chunks, median of {RUNS} runs",
+        if binary {
+            "random bytes"
+        } else {
+            "JSON-ish text"
+        },
         CHUNK / 1024
     );
     println!(
@@ -148,6 +159,20 @@ fn corpus(len: usize) -> Vec<u8> {
             out.push(ALPHABET[(next() % ALPHABET.len() as u64) as usize]);
         }
         out.extend_from_slice(b"\",\"note\":\"some ordinary words here\"},\n");
+    }
+    out.truncate(len);
+    out
+}
+
+/// Uniformly random bytes (xorshift, fixed seed).
+fn random_bytes(len: usize) -> Vec<u8> {
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
     }
     out.truncate(len);
     out
