@@ -3,7 +3,7 @@
 //! Bodies are never buffered whole (except the bounded prefix a body
 //! constraint needs): each frame is passed on as soon as it arrives, counted,
 //! the first bytes kept for the record, and — on responses to requests that
-//! carried a credential — scrubbed of secrets. When the stream ends (or is
+//! carried a credential — scrubbed of secrets, trailers included. When the stream ends (or is
 //! abandoned) the tap runs its completion callback exactly once.
 
 use std::pin::Pin;
@@ -62,6 +62,9 @@ pub struct Tap<B> {
     capture: CaptureHandle,
     cap: usize,
     scrubber: Option<Scrubber>,
+    /// Trailers that wait while the scrubber's held-back tail goes out first
+    /// (no data may follow trailers).
+    trailers: Option<Frame<Bytes>>,
     on_end: Option<OnEnd>,
     done: bool,
 }
@@ -73,6 +76,7 @@ impl<B> Tap<B> {
             capture,
             cap,
             scrubber: None,
+            trailers: None,
             on_end: None,
             done: false,
         }
@@ -98,11 +102,33 @@ impl<B> Tap<B> {
 
     fn pass(&mut self, data: Bytes) -> Bytes {
         let data = match &mut self.scrubber {
-            Some(s) => Bytes::from(s.push(&data)),
+            Some(s) => s.push_bytes(data),
             None => data,
         };
         self.capture.record(&data, self.cap);
         data
+    }
+
+    /// Trailers pass the scrubber like headers. Whatever it held back goes
+    /// out first, as data: returns that data frame, the trailers wait.
+    fn pass_trailers(&mut self, frame: Frame<Bytes>) -> Frame<Bytes> {
+        let Some(scrubber) = &mut self.scrubber else {
+            return frame;
+        };
+        let frame = match frame.into_trailers() {
+            Ok(mut trailers) => {
+                scrubber.trailers(&mut trailers);
+                Frame::trailers(trailers)
+            }
+            Err(other) => other,
+        };
+        let tail = scrubber.finish();
+        if tail.is_empty() {
+            return frame;
+        }
+        self.capture.record(&tail, self.cap);
+        self.trailers = Some(frame);
+        Frame::data(Bytes::from(tail))
     }
 }
 
@@ -122,16 +148,22 @@ where
         if this.done {
             return Poll::Ready(None);
         }
+        if let Some(trailers) = this.trailers.take() {
+            this.end(None);
+            return Poll::Ready(Some(Ok(trailers)));
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => {
                 let frame = match frame.into_data() {
                     Ok(data) => Frame::data(this.pass(data)),
-                    Err(frame) => frame, // trailers pass unchanged
+                    Err(frame) => this.pass_trailers(frame),
                 };
                 // hyper stops polling once the body says it has ended (e.g. a
                 // Content-Length reached), so the end is recorded here too.
-                if this.scrubber.is_none() && this.inner.is_end_stream() {
+                // Trailers are always the last frame (RFC 9110 section 6.5),
+                // and hyper does not poll after sending them.
+                if frame.is_trailers() || (this.scrubber.is_none() && this.inner.is_end_stream()) {
                     this.end(None);
                 }
                 Poll::Ready(Some(Ok(frame)))

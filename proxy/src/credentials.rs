@@ -4,12 +4,19 @@
 //! only in the proxy's memory. On a request to one of a credential's hosts the
 //! proxy sets its header and swaps its placeholder for the real secret; on
 //! every other host nothing changes, so a placeholder stays a placeholder.
-//! Whatever an upstream echoes back is scrubbed before it reaches the client,
-//! and records show `[secret:NAME]` instead of the value.
+//! Whatever an upstream echoes back, in any of the forms of
+//! [`forms`], is scrubbed ([`scrub`]) before it reaches the
+//! client, and records show `[secret:NAME]` instead of the value.
 
 use airlock_policy::{Host, HostPattern};
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
-use memchr::memmem;
+
+pub mod forms;
+pub mod scrub;
+
+pub use scrub::{ResponseScrub, ScrubSet, Scrubber};
 
 /// A secret value. Its `Debug` never shows the value.
 #[derive(Clone, PartialEq, Eq)]
@@ -67,14 +74,23 @@ impl ResolvedCredential {
 
 /// The set of credentials in force.
 #[derive(Debug, Clone, Default)]
-pub struct Credentials(Vec<ResolvedCredential>);
+pub struct Credentials {
+    list: Vec<ResolvedCredential>,
+    /// Every form of every credential's secrets, compiled once. A response
+    /// to a request that carried any credential is scrubbed of all of them:
+    /// none of them is the sandbox's to see.
+    scrub_set: Option<Arc<ScrubSet>>,
+    /// The scrubber could not be built, so no credential is injected (fail
+    /// closed: a secret that could not be scrubbed is never sent).
+    unscrubbable: bool,
+}
 
 /// What was injected into one request, so its response can be scrubbed.
 #[derive(Debug, Clone, Default)]
 pub struct Injected {
     pub names: Vec<String>,
-    /// (secret, marker) pairs, longest secret first so that overlaps scrub fully.
-    pub scrub: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The forms to scrub from the response; `Some` whenever `names` isn't empty.
+    pub scrub_set: Option<Arc<ScrubSet>>,
 }
 
 impl Injected {
@@ -85,17 +101,37 @@ impl Injected {
 
 impl Credentials {
     pub fn new(list: Vec<ResolvedCredential>) -> Self {
-        Self(list)
+        let markers: Vec<String> = list.iter().map(ResolvedCredential::marker).collect();
+        let secrets = list.iter().zip(&markers).flat_map(|(cred, marker)| {
+            cred.secrets
+                .iter()
+                .map(move |s| (s.expose(), marker.as_str()))
+        });
+        let (scrub_set, unscrubbable) = match ScrubSet::new(secrets) {
+            Ok(set) => (set.map(Arc::new), false),
+            Err(e) => {
+                tracing::error!("{e}; no credential will be injected");
+                (None, true)
+            }
+        };
+        Self {
+            list,
+            scrub_set,
+            unscrubbable,
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &ResolvedCredential> {
-        self.0.iter()
+        self.list.iter()
     }
 
     /// Set headers and swap placeholders for every credential bound to `host`.
     pub fn inject(&self, host: &Host, headers: &mut HeaderMap) -> Injected {
         let mut injected = Injected::default();
-        for cred in self.0.iter().filter(|c| c.applies_to(host)) {
+        if self.unscrubbable {
+            return injected;
+        }
+        for cred in self.list.iter().filter(|c| c.applies_to(host)) {
             if let Some(ph) = &cred.placeholder {
                 swap_in_headers(headers, &ph.dummy, ph.secret.expose());
             }
@@ -105,22 +141,15 @@ impl Credentials {
                 headers.insert(cred.header.clone(), value);
             }
             injected.names.push(cred.name.clone());
-            for s in &cred.secrets {
-                injected
-                    .scrub
-                    .push((s.expose().as_bytes().to_vec(), cred.marker().into_bytes()));
-            }
+            injected.scrub_set = self.scrub_set.clone();
         }
-        injected
-            .scrub
-            .sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         injected
     }
 
     /// Replace every secret value in `text` by its marker (for records).
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for cred in &self.0 {
+        for cred in &self.list {
             for s in &cred.secrets {
                 if !s.expose().is_empty() && out.contains(s.expose()) {
                     out = out.replace(s.expose(), &cred.marker());
@@ -143,97 +172,10 @@ fn swap_in_headers(headers: &mut HeaderMap, dummy: &str, secret: &str) {
     }
 }
 
-/// Replaces secrets in a byte stream, chunk by chunk.
-///
-/// A secret may straddle two chunks, so the scrubber holds back the longest
-/// tail of a chunk that is the beginning of some secret — and nothing else, so
-/// a streamed response (server-sent events) is not delayed.
-#[derive(Debug)]
-pub struct Scrubber {
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
-    pending: Vec<u8>,
-}
-
-impl Scrubber {
-    pub fn new(injected: &Injected) -> Self {
-        Self {
-            pairs: injected
-                .scrub
-                .iter()
-                .filter(|(s, _)| !s.is_empty())
-                .cloned()
-                .collect(),
-            pending: Vec::new(),
-        }
-    }
-
-    /// Scrub the next chunk; returns the bytes safe to send now.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.pending.extend_from_slice(chunk);
-        let data = std::mem::take(&mut self.pending);
-        let replaced = self.replace_all(&data);
-        let keep = self.partial_suffix(&replaced);
-        let cut = replaced.len() - keep;
-        self.pending = replaced[cut..].to_vec();
-        replaced[..cut].to_vec()
-    }
-
-    /// The held-back tail at end of stream (it is not a whole secret).
-    pub fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.pending)
-    }
-
-    fn replace_all(&self, data: &[u8]) -> Vec<u8> {
-        let mut current = data.to_vec();
-        for (secret, marker) in &self.pairs {
-            if memmem::find(&current, secret).is_none() {
-                continue;
-            }
-            let mut out = Vec::with_capacity(current.len());
-            let mut rest = &current[..];
-            while let Some(i) = memmem::find(rest, secret) {
-                out.extend_from_slice(&rest[..i]);
-                out.extend_from_slice(marker);
-                rest = &rest[i + secret.len()..];
-            }
-            out.extend_from_slice(rest);
-            current = out;
-        }
-        current
-    }
-
-    /// Length of the longest suffix of `data` that is a proper prefix of a secret.
-    fn partial_suffix(&self, data: &[u8]) -> usize {
-        let mut best = 0;
-        for (secret, _) in &self.pairs {
-            let max = (secret.len() - 1).min(data.len());
-            for len in (best + 1..=max).rev() {
-                if data.ends_with(&secret[..len]) {
-                    best = len;
-                    break;
-                }
-            }
-        }
-        best
-    }
-}
-
-/// Scrub secrets from response header values.
+/// Scrub secrets (every form) from response header values.
 pub fn scrub_headers(headers: &mut HeaderMap, injected: &Injected) {
-    for value in headers.values_mut() {
-        let bytes = value.as_bytes();
-        if injected
-            .scrub
-            .iter()
-            .any(|(s, _)| !s.is_empty() && memmem::find(bytes, s).is_some())
-        {
-            let mut scrubber = Scrubber::new(injected);
-            let mut clean = scrubber.push(bytes);
-            clean.extend(scrubber.finish());
-            if let Ok(v) = HeaderValue::from_bytes(&clean) {
-                *value = v;
-            }
-        }
+    if let Some(set) = &injected.scrub_set {
+        set.scrub_headers(headers);
     }
 }
 
@@ -241,39 +183,41 @@ pub fn scrub_headers(headers: &mut HeaderMap, injected: &Injected) {
 mod tests {
     use super::*;
 
-    fn injected(secret: &str) -> Injected {
-        Injected {
-            names: vec!["t".into()],
-            scrub: vec![(secret.as_bytes().to_vec(), b"[secret:t]".to_vec())],
+    fn credential(name: &str, host: &str, token: &str) -> ResolvedCredential {
+        ResolvedCredential {
+            name: name.into(),
+            hosts: vec![host.parse().unwrap()],
+            header: HeaderName::from_static("authorization"),
+            value: Secret::new(format!("Bearer {token}")),
+            placeholder: None,
+            secrets: vec![
+                Secret::new(format!("Bearer {token}")),
+                Secret::new(token.into()),
+            ],
         }
     }
 
     #[test]
-    fn scrubs_a_secret_split_across_chunks() {
-        let mut s = Scrubber::new(&injected("SECRET123"));
-        let mut out = s.push(b"token=SEC");
-        out.extend(s.push(b"RET123; done"));
+    fn a_response_to_a_request_with_a_credential_is_scrubbed_of_every_credential() {
+        let creds = Credentials::new(vec![
+            credential("a", "a.test", "tokenAAAA1"),
+            credential("b", "b.test", "tokenBBBB2"),
+        ]);
+        let mut headers = HeaderMap::new();
+        let injected = creds.inject(&"a.test".parse().unwrap(), &mut headers);
+        assert_eq!(injected.names, ["a"]);
+        assert_eq!(headers["authorization"], "Bearer tokenAAAA1");
+        let mut s = Scrubber::new(&injected);
+        let mut out = s.push(b"TOKENAAAA1 tokenBBBB2");
         out.extend(s.finish());
-        assert_eq!(out, b"token=[secret:t]; done");
+        assert_eq!(out, b"[secret:a] [secret:b]");
     }
 
     #[test]
-    fn holds_back_only_a_possible_secret_prefix() {
-        let mut s = Scrubber::new(&injected("SECRET123"));
-        assert_eq!(s.push(b"data: hello\n\n"), b"data: hello\n\n");
-        assert_eq!(s.push(b"x SE"), b"x ");
-        assert_eq!(s.finish(), b"SE");
-    }
-
-    #[test]
-    fn every_split_point_is_scrubbed() {
-        let body = b"aaSECRETbbSECRETcc";
-        for cut in 0..body.len() {
-            let mut s = Scrubber::new(&injected("SECRET"));
-            let mut out = s.push(&body[..cut]);
-            out.extend(s.push(&body[cut..]));
-            out.extend(s.finish());
-            assert_eq!(out, b"aa[secret:t]bb[secret:t]cc", "cut {cut}");
-        }
+    fn no_credential_means_no_scrubbing() {
+        let creds = Credentials::new(vec![credential("a", "a.test", "tokenAAAA1")]);
+        let injected = creds.inject(&"c.test".parse().unwrap(), &mut HeaderMap::new());
+        assert!(injected.is_empty());
+        assert!(ResponseScrub::new(&injected).is_none());
     }
 }

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
-use crate::credentials::{Scrubber, scrub_headers};
+use crate::credentials::ResponseScrub;
 use crate::engine::{BODY_IDLE_TIMEOUT, ConnInfo, Engine};
 use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::{Refusal, bad_gateway};
@@ -316,6 +316,9 @@ pub async fn handle(
     };
     let headers_at = Instant::now();
     let mut response = response;
+    // Everything from here on came from an upstream that may have seen a
+    // credential: one scrub for its head, body and trailers alike.
+    let scrub = ResponseScrub::new(&injected);
     // A switch nobody asked for, or to another protocol, opens no tunnel.
     if let Err(why) = upgrade::check_switch(
         response.status(),
@@ -324,12 +327,15 @@ pub async fn handle(
         &upgrade_request_headers,
     ) {
         let reply = bad_gateway(&method, &url, &why);
+        // The refused head is recorded scrubbed, like any other.
+        let (mut parts, _) = response.into_parts();
+        scrub.iter().for_each(|s| s.head(&mut parts));
         engine.record_lossy(response_event(
             &conn,
             request_id,
             reply.status(),
-            response.version(),
-            header_pairs(response.headers()),
+            parts.version,
+            header_pairs(&parts.headers),
             &request_capture,
             &CaptureHandle::default(),
             started,
@@ -342,7 +348,8 @@ pub async fn handle(
         && response.status() == StatusCode::SWITCHING_PROTOCOLS
     {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
-        let (parts, _) = response.into_parts();
+        let (mut parts, _) = response.into_parts();
+        scrub.iter().for_each(|s| s.head(&mut parts));
         engine.record_lossy(response_event(
             &conn,
             request_id,
@@ -367,7 +374,7 @@ pub async fn handle(
     }
 
     let (mut resp_parts, resp_body) = response.into_parts();
-    if !injected.is_empty() {
+    if let Some(scrub) = &scrub {
         // Every Content-Encoding header counts (clients apply them all, in
         // order), and so does a Transfer-Encoding coding other than chunked.
         if let Some(encoding) = unscrubbable_coding(&resp_parts.headers) {
@@ -376,15 +383,15 @@ pub async fn handle(
             );
             return Ok(bad_gateway(&method, &url, &why));
         }
-        scrub_headers(&mut resp_parts.headers, &injected);
+        scrub.head(&mut resp_parts);
         resp_parts.headers.remove(header::CONTENT_LENGTH);
     }
     strip_hop_by_hop(&mut resp_parts.headers, false);
 
     let response_capture = CaptureHandle::default();
     let mut tap = Tap::new(resp_body, response_capture.clone(), engine.capture_cap);
-    if !injected.is_empty() {
-        tap = tap.scrub(Scrubber::new(&injected));
+    if let Some(scrub) = &scrub {
+        tap = tap.scrub(scrub.body());
     }
     let on_end = {
         let engine = engine.clone();
