@@ -184,6 +184,7 @@ pub fn describe(event: &AuditEvent) -> String {
             )
         }
         AuditEvent::Note { text } => format!("note  {text}"),
+        AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
     }
 }
 
