@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -44,9 +44,10 @@ impl Pane {
             quote(dir.path().join("audit/audit.db").to_str().unwrap()),
             "--audit-key".into(),
             quote(dir.path().join("audit/audit.key").to_str().unwrap()),
-            "--timeout".into(),
-            "120s".into(),
         ];
+        if !airlock_args.contains(&"--timeout") {
+            line.extend(["--timeout".into(), "120s".into()]);
+        }
         line.extend(airlock_args.iter().map(|a| quote(a)));
         line.push("--".into());
         line.extend(command.iter().map(|a| quote(a)));
@@ -348,23 +349,32 @@ fn the_callers_terminal_never_enters_the_sandbox_and_tiocsti_stays_refused() {
     assert_eq!(out, ["foreign-terminals []", "tiocsti refused EPERM"]);
 
     // From the host: no process airlock started holds the pane's terminal.
-    let pane_tty = pane.pane_tty();
+    // Compared by device, not by path: the sandbox's own pty may carry the
+    // same name in its devpts instance.
+    let pane_tty = device_of(Path::new(&pane.pane_tty())).expect("the pane's terminal");
     let airlock = children(pane.pane_pid())
         .into_iter()
         .find(|p| comm(*p) == "airlock")
         .expect("airlock runs in the pane");
     let sandbox = descendants(airlock);
     assert!(sandbox.len() >= 3, "supervisor, init, bash: {sandbox:?}");
+    let mut terminals_seen = 0;
     for pid in sandbox {
-        for target in fd_targets(pid) {
+        for fd in fds(pid) {
+            let Some(device) = device_of(&fd) else {
+                continue;
+            };
+            terminals_seen += usize::from(device.1 >> 8 == 136);
             assert_ne!(
-                target,
+                device,
                 pane_tty,
-                "pid {pid} ({}) holds the caller's terminal",
-                comm(pid)
+                "pid {pid} ({}) holds the caller's terminal as {}",
+                comm(pid),
+                fd.display()
             );
         }
     }
+    assert!(terminals_seen >= 3, "bash holds its own pty as 0, 1 and 2");
     pane.type_line("exit");
     assert_cooked(&pane.after_airlock().1);
 }
@@ -398,6 +408,32 @@ fn the_callers_terminal_is_restored_after_the_sandboxed_process_is_killed_with_s
     );
     let (code, stty) = pane.after_airlock();
     assert_eq!(code, 137, "airlock reports the SIGKILL");
+    assert_cooked(&stty);
+}
+
+#[test]
+fn the_callers_terminal_is_restored_after_the_timeout_and_after_sigterm_of_airlock() {
+    let pane = Pane::start(&["--timeout", "2s"], &[PYTHON, "-q"]);
+    pane.wait_for(">>> ");
+    let (code, stty) = pane.after_airlock();
+    assert_eq!(code, 124, "the timeout's exit status");
+    assert_cooked(&stty);
+
+    let pane = Pane::start(&[], &[PYTHON, "-q"]);
+    pane.wait_for(">>> ");
+    let airlock = children(pane.pane_pid())
+        .into_iter()
+        .find(|p| comm(*p) == "airlock")
+        .expect("airlock runs in the pane");
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &airlock.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, stty) = pane.after_airlock();
+    assert_eq!(code, 143, "airlock stopped the sandbox on SIGTERM");
     assert_cooked(&stty);
 }
 
@@ -507,11 +543,16 @@ fn cmdline(pid: i32) -> Vec<String> {
         .collect()
 }
 
-fn fd_targets(pid: i32) -> Vec<String> {
+fn fds(pid: i32) -> Vec<PathBuf> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
-    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|p: PathBuf| p.display().to_string())
-        .collect()
+    dir.filter_map(|e| Some(e.ok()?.path())).collect()
+}
+
+/// (st_dev, st_rdev) of what a path (or a /proc/PID/fd link) opens.
+fn device_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.rdev()))
 }
