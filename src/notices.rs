@@ -24,7 +24,7 @@ impl DenialNotices {
     fn once(&self, key: String, line: impl FnOnce() -> String) {
         let first = self.seen.lock().map(|mut s| s.insert(key)).unwrap_or(false);
         if first {
-            eprintln!("{}", line());
+            crate::terminal::eprint_line(&line());
         }
     }
 }

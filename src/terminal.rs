@@ -12,6 +12,7 @@
 use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,21 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// The end-of-file character (VEOF, Ctrl-D) a pty turns into EOF for a
 /// reader at the start of a line; sent when airlock's own stdin ends.
 const EOF_CHAR: u8 = 0x04;
+
+/// Whether the caller's terminal is in raw mode now (output post-processing
+/// off, so a bare "\n" does not return the cursor to the first column).
+static RAW: AtomicBool = AtomicBool::new(false);
+
+/// Print one of airlock's own lines on stderr, also readable while the
+/// caller's terminal is in raw mode.
+pub fn eprint_line(line: &str) {
+    let end = if RAW.load(Ordering::Relaxed) {
+        "\r\n"
+    } else {
+        "\n"
+    };
+    let _ = write!(std::io::stderr().lock(), "{line}{end}");
+}
 
 /// Whether the command gets a pty: `--no-tty` never, `--tty` always,
 /// otherwise when airlock's stdin and stdout are both terminals. Requiring
@@ -103,6 +119,7 @@ impl PtyRelay {
             }
             false => None,
         };
+        RAW.store(raw.is_some(), Ordering::Relaxed);
         // A copy, so the relay owns what it polls; None when stdin is closed.
         let input = stdin.as_fd().try_clone_to_owned().ok();
         let master = Arc::new(master);
@@ -168,7 +185,15 @@ impl PtyRelay {
                 let _ = handle.join();
             }
         }
-        drop(self.raw.take());
+    }
+}
+
+impl Drop for PtyRelay {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            drop(raw);
+            RAW.store(false, Ordering::Relaxed);
+        }
     }
 }
 

@@ -438,6 +438,33 @@ fn the_callers_terminal_is_restored_after_the_timeout_and_after_sigterm_of_airlo
 }
 
 #[test]
+fn airlocks_own_refusal_notices_stay_readable_while_the_terminal_is_raw() {
+    let pane = Pane::start(
+        &[],
+        &[
+            "sh",
+            "-c",
+            // Refused by name or, where every name resolves, by request:
+            // either way airlock prints a notice.
+            "curl -s -o /dev/null https://refused.example/; echo after-$((1+1)); sleep 600",
+        ],
+    );
+    let screen = pane.wait_for("after-2");
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.starts_with("airlock: refused") && l.contains("refused.example")),
+        "{screen}"
+    );
+    assert!(
+        screen.lines().any(|l| l == "after-2"),
+        "the line after airlock's notice starts in the first column: {screen}"
+    );
+    pane.key("C-c");
+    assert_cooked(&pane.after_airlock().1);
+}
+
+#[test]
 fn no_tty_gives_the_command_pipes_even_from_a_terminal() {
     let pane = Pane::start(
         &["--no-tty"],
