@@ -26,6 +26,11 @@ struct Pane {
 
 impl Pane {
     fn start(airlock_args: &[&str], command: &[&str]) -> Pane {
+        Pane::start_as(None, airlock_args, command)
+    }
+
+    /// As `start`, with airlock run by `user` (through runuser) when given.
+    fn start_as(user: Option<&str>, airlock_args: &[&str], command: &[&str]) -> Pane {
         static N: AtomicU32 = AtomicU32::new(0);
         let socket = format!(
             "airlock-tty-{}-{}",
@@ -35,8 +40,21 @@ impl Pane {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
         let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-        let mut line = vec![
-            quote(AIRLOCK),
+        let mut line = Vec::new();
+        let mut airlock = PathBuf::from(AIRLOCK);
+        if let Some(user) = user {
+            // Everything the user needs in one world-accessible directory,
+            // including a copy of the binary.
+            use std::os::unix::fs::PermissionsExt;
+            let open = std::fs::Permissions::from_mode(0o777);
+            std::fs::set_permissions(dir.path(), open.clone()).unwrap();
+            std::fs::set_permissions(dir.path().join("ws"), open).unwrap();
+            airlock = dir.path().join("airlock");
+            std::fs::copy(AIRLOCK, &airlock).unwrap();
+            line.extend(["runuser".to_owned(), "-u".into(), quote(user), "--".into()]);
+        }
+        line.extend([
+            quote(airlock.to_str().unwrap()),
             "run".into(),
             "--workspace".into(),
             quote(dir.path().join("ws").to_str().unwrap()),
@@ -44,7 +62,7 @@ impl Pane {
             quote(dir.path().join("audit/audit.db").to_str().unwrap()),
             "--audit-key".into(),
             quote(dir.path().join("audit/audit.key").to_str().unwrap()),
-        ];
+        ]);
         if !airlock_args.contains(&"--timeout") {
             line.extend(["--timeout".into(), "120s".into()]);
         }
@@ -256,6 +274,28 @@ fn the_command_runs_on_a_pty_of_the_sandbox_with_the_callers_window_size_and_its
         output.contains("30 100") && output.contains("40 120"),
         "the recording has what the terminal showed: {output:?}"
     );
+}
+
+#[test]
+fn an_unprivileged_caller_gets_a_pty_of_the_sandbox_too() {
+    let pane = Pane::start_as(Some("nobody"), &[], &interactive_bash());
+    assert_eq!(pane.output_of("id -un"), ["nobody"]);
+    let tty = pane.output_of("tty; test -O $(tty) && echo owned");
+    assert!(
+        tty[0].starts_with("/dev/pts/") && tty[1] == "owned",
+        "the pty exists inside and belongs to the user: {tty:?}"
+    );
+    assert_eq!(pane.output_of("stty size"), ["30 100"]);
+    pane.type_line(&format!(
+        "{PYTHON} -c \"import time; print('sleeping-' + 'now', flush=True); time.sleep(100)\""
+    ));
+    pane.wait_for("sleeping-now");
+    pane.key("C-c");
+    assert_eq!(pane.output_of("echo status-$?"), ["status-130"]);
+    pane.type_line("exit");
+    let (code, stty) = pane.after_airlock();
+    assert_eq!(code, 0);
+    assert_cooked(&stty);
 }
 
 #[test]
