@@ -191,10 +191,15 @@ fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: Option<&SessionR
 /// as the terminal's line discipline delivers them, EOF at Ctrl-D. The
 /// thread stops as soon as the command's side is closed (the pipe's write
 /// end then polls POLLERR, see poll(2)), so it does not swallow input typed
-/// after the command ended; at most a line already read is lost.
+/// after the command ended; at most a line already read is lost. While
+/// airlock is a background job it leaves the terminal alone (a read would
+/// stop it with SIGTTIN although the command may never want input), as a
+/// program that does not read does.
 fn relay_terminal_input(tty: OwnedFd) -> anyhow::Result<OwnedFd> {
     use nix::fcntl::OFlag;
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    /// How often a background airlock checks whether it is foreground again.
+    const BACKGROUND_POLL_MS: u16 = 200;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stdin pipe")?;
     std::thread::Builder::new()
         .name("airlock-stdin".into())
@@ -202,19 +207,27 @@ fn relay_terminal_input(tty: OwnedFd) -> anyhow::Result<OwnedFd> {
             let mut buf = vec![0u8; 4096];
             let mut sink = std::fs::File::from(write);
             loop {
-                let mut fds = [
-                    PollFd::new(tty.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(sink.as_fd(), PollFlags::empty()),
-                ];
-                match poll(&mut fds, PollTimeout::NONE) {
+                let foreground = nix::unistd::tcgetpgrp(&tty).ok() == Some(nix::unistd::getpgrp());
+                let mut fds = vec![PollFd::new(sink.as_fd(), PollFlags::empty())];
+                let timeout = if foreground {
+                    fds.push(PollFd::new(tty.as_fd(), PollFlags::POLLIN));
+                    PollTimeout::NONE
+                } else {
+                    PollTimeout::from(BACKGROUND_POLL_MS)
+                };
+                match poll(&mut fds, timeout) {
                     Ok(_) => {}
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(_) => return,
                 }
-                if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
                     return;
                 }
-                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                if fds
+                    .get(1)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|r| !r.is_empty())
+                {
                     match nix::unistd::read(&tty, &mut buf) {
                         Ok(0) | Err(_) => return,
                         Ok(n) => {

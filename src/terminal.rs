@@ -50,11 +50,19 @@ pub fn eprint_line(line: &str) {
 }
 
 /// Whether the command gets a pty: `--no-tty` never, `--tty` always,
-/// otherwise when airlock's stdin and stdout are both terminals. Requiring
-/// stdout too keeps `airlock run -- cmd > file` from a terminal as it was:
-/// on a pty the command's stderr would land in the file, with CRLF endings.
+/// otherwise when airlock's stdin and stdout are both terminals and airlock
+/// runs in the foreground. Requiring stdout too keeps `airlock run -- cmd >
+/// file` from a terminal as it was: on a pty the command's stderr would land
+/// in the file, with CRLF endings. Requiring the foreground keeps `airlock
+/// run -- server &` running: a background job that changes its terminal's
+/// settings is stopped (SIGTTOU, see termios(3) "Job control").
 pub fn wanted(tty: bool, no_tty: bool) -> bool {
-    !no_tty && (tty || (std::io::stdin().is_terminal() && std::io::stdout().is_terminal()))
+    let stdin = std::io::stdin();
+    !no_tty
+        && (tty
+            || (stdin.is_terminal()
+                && std::io::stdout().is_terminal()
+                && nix::unistd::tcgetpgrp(&stdin).ok() == Some(nix::unistd::getpgrp())))
 }
 
 /// Whether any of airlock's stdin, stdout and stderr is a terminal.
