@@ -47,7 +47,7 @@ enum AuditCommand {
         session: String,
         #[command(flatten)]
         db: DbArg,
-        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note.
+        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note,resize.
         #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
         kind: Vec<EventKind>,
         /// Print JSON instead of text.

@@ -16,6 +16,7 @@ mod policy_watch;
 mod secrets;
 mod serve;
 mod sidecar;
+mod terminal;
 
 use std::process::ExitCode;
 

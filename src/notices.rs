@@ -46,13 +46,13 @@ impl DenialNotices {
         }
         if seen.len() == MAX_NOTICES {
             seen.insert(String::new());
-            eprintln!(
+            crate::terminal::eprint_line(&format!(
                 "airlock: more than {MAX_NOTICES} different refusals; the rest are not shown here (airlock audit timeline has them all)"
-            );
+            ));
             return;
         }
         seen.insert(key);
-        eprintln!("{}", line());
+        crate::terminal::eprint_line(&line());
     }
 }
 

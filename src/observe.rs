@@ -2,8 +2,8 @@
 //! it writes, and its terminal output. The shim observes; this module turns
 //! its observations into audit records.
 
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
@@ -106,7 +106,10 @@ fn file_op(op: airlock_shim::FileOp) -> FileOp {
 }
 
 /// The command's stdout and stderr go through pipes that airlock copies to
-/// its own and into the terminal recording, with timestamps.
+/// its own and into the terminal recording, with timestamps. When the
+/// command runs without a pty (`--no-tty`, or airlock's stdin is not a
+/// terminal), this is how it gets its stdio: a terminal stdin is relayed
+/// through a pipe too, so the sandbox never holds the caller's terminal.
 pub struct Terminal {
     /// stdin, stdout and stderr for the command.
     pub stdio: [OwnedFd; 3],
@@ -123,10 +126,11 @@ impl Terminal {
             nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stdout pipe")?;
         let (err_read, err_write) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stderr pipe")?;
-        let stdin = std::io::stdin()
-            .lock()
-            .as_fd_owned()
-            .context("duplicating stdin")?;
+        let stdin = std::io::stdin();
+        let stdin = match stdin.is_terminal() {
+            true => relay_terminal_input(stdin.as_fd_owned().context("duplicating stdin")?)?,
+            false => stdin.lock().as_fd_owned().context("duplicating stdin")?,
+        };
         Ok(Self {
             stdio: [stdin, out_write, err_write],
             readers: TerminalReaders([
@@ -144,19 +148,20 @@ impl Terminal {
 }
 
 impl TerminalReaders {
-    /// Start copying; the returned handles finish when the command's side closes.
-    pub fn record(self, recorder: &SessionRecorder) -> Vec<JoinHandle<()>> {
+    /// Start copying (and recording, with a recorder); the returned handles
+    /// finish when the command's side closes.
+    pub fn record(self, recorder: Option<&SessionRecorder>) -> Vec<JoinHandle<()>> {
         self.0
             .into_iter()
             .map(|(fd, stream)| {
-                let recorder = recorder.clone();
-                std::thread::spawn(move || copy_and_record(fd, stream, &recorder))
+                let recorder = recorder.cloned();
+                std::thread::spawn(move || copy_and_record(fd, stream, recorder.as_ref()))
             })
             .collect()
     }
 }
 
-fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: &SessionRecorder) {
+fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: Option<&SessionRecorder>) {
     let mut source = std::fs::File::from(fd);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -173,11 +178,69 @@ fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: &SessionRecorder
             }
             OutputStream::Stderr => std::io::stderr().lock().write_all(data),
         };
-        let _ = recorder.record(AuditEvent::Output {
-            stream,
-            data: data.to_vec(),
-        });
+        if let Some(recorder) = recorder {
+            let _ = recorder.record(AuditEvent::Output {
+                stream,
+                data: data.to_vec(),
+            });
+        }
     }
+}
+
+/// The read end of a pipe fed from the caller's terminal by a thread: lines
+/// as the terminal's line discipline delivers them, EOF at Ctrl-D. The
+/// thread stops as soon as the command's side is closed (the pipe's write
+/// end then polls POLLERR, see poll(2)), so it does not swallow input typed
+/// after the command ended; at most a line already read is lost. While
+/// airlock is a background job it leaves the terminal alone (a read would
+/// stop it with SIGTTIN although the command may never want input), as a
+/// program that does not read does.
+fn relay_terminal_input(tty: OwnedFd) -> anyhow::Result<OwnedFd> {
+    use nix::fcntl::OFlag;
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    /// How often a background airlock checks whether it is foreground again.
+    const BACKGROUND_POLL_MS: u16 = 200;
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stdin pipe")?;
+    std::thread::Builder::new()
+        .name("airlock-stdin".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            let mut sink = std::fs::File::from(write);
+            loop {
+                let foreground = nix::unistd::tcgetpgrp(&tty).ok() == Some(nix::unistd::getpgrp());
+                let mut fds = vec![PollFd::new(sink.as_fd(), PollFlags::empty())];
+                let timeout = if foreground {
+                    fds.push(PollFd::new(tty.as_fd(), PollFlags::POLLIN));
+                    PollTimeout::NONE
+                } else {
+                    PollTimeout::from(BACKGROUND_POLL_MS)
+                };
+                match poll(&mut fds, timeout) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => return,
+                }
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                    return;
+                }
+                if fds
+                    .get(1)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|r| !r.is_empty())
+                {
+                    match nix::unistd::read(&tty, &mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if sink.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        })
+        .context("starting the stdin relay")?;
+    Ok(read)
 }
 
 trait DupFd {

@@ -170,6 +170,9 @@ pub enum AuditEvent {
     },
     /// A session-level note from airlock itself (e.g. "policy reloaded").
     Note { text: String },
+    /// The command's terminal got a new window size (the caller resized
+    /// theirs), for asciicast export.
+    Resize { cols: u16, rows: u16 },
 }
 
 impl AuditEvent {
@@ -183,6 +186,7 @@ impl AuditEvent {
             AuditEvent::Http { .. } => EventKind::Http,
             AuditEvent::Output { .. } => EventKind::Output,
             AuditEvent::Note { .. } => EventKind::Note,
+            AuditEvent::Resize { .. } => EventKind::Resize,
         }
     }
 
@@ -193,7 +197,7 @@ impl AuditEvent {
             | AuditEvent::Dns { exec_id, .. }
             | AuditEvent::Tcp { exec_id, .. }
             | AuditEvent::Http { exec_id, .. } => exec_id.as_ref(),
-            AuditEvent::Output { .. } | AuditEvent::Note { .. } => None,
+            AuditEvent::Output { .. } | AuditEvent::Note { .. } | AuditEvent::Resize { .. } => None,
         }
     }
 }
@@ -300,10 +304,11 @@ pub enum EventKind {
     Http,
     Output,
     Note,
+    Resize,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::File,
@@ -312,6 +317,7 @@ impl EventKind {
         EventKind::Http,
         EventKind::Output,
         EventKind::Note,
+        EventKind::Resize,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -324,6 +330,7 @@ impl EventKind {
             EventKind::Http => "http",
             EventKind::Output => "output",
             EventKind::Note => "note",
+            EventKind::Resize => "resize",
         }
     }
 

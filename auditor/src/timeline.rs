@@ -193,6 +193,7 @@ pub fn describe(event: &AuditEvent) -> String {
             )
         }
         AuditEvent::Note { text } => format!("note  {text}"),
+        AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
     }
 }
 

@@ -293,6 +293,53 @@ fn asciicast_has_a_v2_header_and_output_frames() {
 }
 
 #[test]
+fn asciicast_and_timeline_show_terminal_resizes_in_order() {
+    let e = env();
+    let store = e.store();
+    let rec = store
+        .begin_session(SessionInfo {
+            terminal: Some((100, 30)),
+            ..info(&["bash"])
+        })
+        .unwrap();
+    for ev in [
+        output(OutputStream::Stdout, b"30 100\r\n"),
+        AuditEvent::Resize {
+            cols: 120,
+            rows: 40,
+        },
+        output(OutputStream::Stdout, b"40 120\r\n"),
+    ] {
+        rec.record(ev).unwrap();
+    }
+    let id = rec.session_id().clone();
+    rec.finish(SessionEnd::default()).unwrap();
+    let summary = store.session(&id).unwrap();
+    let events = store.events(&id, None).unwrap();
+    let mut buf = Vec::new();
+    cast::write(&summary, &events, &mut buf).unwrap();
+    let frames: Vec<serde_json::Value> = String::from_utf8(buf)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        (&frames[0]["width"], &frames[0]["height"]),
+        (&100.into(), &30.into())
+    );
+    let kinds: Vec<(&str, &str)> = frames[1..]
+        .iter()
+        .map(|f| (f[1].as_str().unwrap(), f[2].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("o", "30 100\r\n"), ("r", "120x40"), ("o", "40 120\r\n")]
+    );
+    let text = timeline::render_text(&summary, &events, None);
+    assert!(text.contains("term  resized to 120x40"), "{text}");
+}
+
+#[test]
 fn restore_reproduces_the_final_files_byte_for_byte() {
     let e = env();
     let store = e.store();

@@ -20,6 +20,8 @@ pub const READY: u8 = b'R';
 pub const ERROR: u8 = b'E';
 pub const EXIT: u8 = b'X';
 pub const INIT_DIED: u8 = b'C';
+/// The master of the command's pseudo-terminal (one descriptor).
+pub const TERMINAL: u8 = b'T';
 // On the observer channel:
 pub const LISTENER: u8 = b'L';
 pub const COMMAND_DONE: u8 = b'D';

@@ -140,16 +140,19 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     // Die with the supervisor (single-threaded, so the thread caveat of
     // PR_SET_PDEATHSIG in prctl(2) does not apply).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-    if let Err(msg) = init_setup(plan, chan) {
-        let _ = channel::send(chan, channel::ERROR, msg.as_bytes(), &[]);
-        sys::exit_now(125);
-    }
+    let terminal = match init_setup(plan, chan) {
+        Ok(terminal) => terminal,
+        Err(msg) => {
+            let _ = channel::send(chan, channel::ERROR, msg.as_bytes(), &[]);
+            sys::exit_now(125);
+        }
+    };
     match channel::recv(chan) {
         Ok(Some(m)) if m.tag == channel::GO => {}
         _ => sys::exit_now(125),
     }
     let cmd_pid = match sys::fork() {
-        Ok(Forked::Child) => command(plan, observe),
+        Ok(Forked::Child) => command(plan, observe, terminal.as_ref()),
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
             let _ = channel::send(
@@ -161,6 +164,9 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
             sys::exit_now(125);
         }
     };
+    // Only the command's session holds the terminal: when it and its
+    // children are gone, airlock's relay sees the hangup.
+    drop(terminal);
     // Reap everything; report when the command itself ends.
     loop {
         match sys::wait_any(-1, false) {
@@ -203,7 +209,10 @@ fn await_flush(obs: &OwnedFd) {
     }
 }
 
-fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<(), String> {
+/// Namespaces, network, mounts; with `plan.terminal` also the command's
+/// pty, whose master goes to airlock and whose slave is returned for the
+/// command.
+fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<Option<OwnedFd>, String> {
     // All owned by the user namespace when unprivileged (see user_namespaces(7)).
     unshare(
         CloneFlags::CLONE_NEWNS
@@ -228,12 +237,23 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<(), String> {
     .map_err(|e| format!("hand over sockets: {e}"))?;
     drop(sockets);
     crate::mounts::setup(plan)?;
-    channel::send(chan, channel::READY, b"", &[]).map_err(|e| format!("report ready: {e}"))
+    // After the mounts: the pty must come from the sandbox's devpts instance.
+    let terminal = if plan.terminal {
+        let (master, slave) =
+            crate::pty::allocate().map_err(|e| format!("allocate a pseudo-terminal: {e}"))?;
+        channel::send(chan, channel::TERMINAL, b"", &[master.as_raw_fd()])
+            .map_err(|e| format!("hand over the terminal: {e}"))?;
+        Some(slave)
+    } else {
+        None
+    };
+    channel::send(chan, channel::READY, b"", &[]).map_err(|e| format!("report ready: {e}"))?;
+    Ok(terminal)
 }
 
 /// The command process; never returns.
-fn command(plan: &Plan, observe: Option<&OwnedFd>) -> ! {
-    let (code, msg) = match exec_command(plan, observe) {
+fn command(plan: &Plan, observe: Option<&OwnedFd>, terminal: Option<&OwnedFd>) -> ! {
+    let (code, msg) = match exec_command(plan, observe, terminal) {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -248,8 +268,17 @@ fn setup_err(e: impl std::fmt::Display) -> (i32, String) {
     (125, format!("sandbox setup failed: {e}"))
 }
 
-fn exec_command(plan: &Plan, observe: Option<&OwnedFd>) -> Result<Never, (i32, String)> {
+fn exec_command(
+    plan: &Plan,
+    observe: Option<&OwnedFd>,
+    terminal: Option<&OwnedFd>,
+) -> Result<Never, (i32, String)> {
     sys::reset_signals();
+    if let Some(slave) = terminal {
+        // First, while still privileged in the sandbox: TIOCSCTTY needs the
+        // new session, and the error below then reaches the terminal.
+        crate::pty::attach(slave).map_err(|e| setup_err(format!("attach the terminal: {e}")))?;
+    }
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if let Some(bytes) = plan.rlimit_memory {
         setrlimit(Resource::RLIMIT_AS, bytes, bytes).map_err(setup_err)?;

@@ -20,6 +20,7 @@ mod outcome;
 mod plan;
 mod prereq;
 mod procfs;
+pub mod pty;
 mod route;
 mod sandbox;
 mod seccomp;

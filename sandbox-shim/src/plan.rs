@@ -55,6 +55,8 @@ pub struct Plan {
     pub rlimit_nproc: Option<u64>,
     pub observe: Option<ObserveSpec>,
     pub allow_unix_sockets: bool,
+    /// Run the command on a pseudo-terminal of the sandbox's own devpts.
+    pub terminal: bool,
 }
 
 /// Distribution CA bundle locations we shadow when they exist on the host.
@@ -305,6 +307,7 @@ impl Plan {
             rlimit_nproc: None,
             observe: spec.observe,
             allow_unix_sockets: spec.allow_unix_sockets,
+            terminal: spec.terminal,
         })
     }
 }

@@ -60,6 +60,7 @@ pub struct Sandbox {
     observations: Option<Receiver<Observation>>,
     observer: Option<JoinHandle<()>>,
     attribution: Option<SharedState>,
+    terminal: Option<OwnedFd>,
 }
 
 /// How long [`Sandbox::wait`] waits for the observer to report the last records.
@@ -107,7 +108,12 @@ impl Sandbox {
     /// Any thread may call it: the sandbox dies when the airlock *process* dies
     /// (EOF on the control channel), not when the calling thread exits.
     pub fn spawn(mut spec: SandboxSpec) -> Result<Sandbox, ShimError> {
-        let stdio = spec.stdio.take();
+        let stdio = match spec.terminal {
+            // The helpers (and the command until it attaches the pty) get
+            // /dev/null: no descriptor of the caller's terminal enters the sandbox.
+            true => Some(null_stdio()?),
+            false => spec.stdio.take(),
+        };
         let nft = prereq::find_nft()?;
         let mut plan = Plan::build(&spec, nft)?;
         if let Identity::Unprivileged { .. } = plan.identity {
@@ -181,8 +187,14 @@ impl Sandbox {
             observations: None,
             observer: None,
             attribution: None,
+            terminal: None,
         };
         sandbox.await_ready()?;
+        if spec.terminal && sandbox.terminal.is_none() {
+            return Err(ShimError::Setup(
+                "the sandbox reported ready without handing over its terminal".into(),
+            ));
+        }
         if let (Some(obs), Some(chan)) = (plan.observe, obs_ours) {
             let (tx, rx) = mpsc_channel();
             let shared: SharedState = Arc::new(Mutex::new(observer::Shared::default()));
@@ -221,6 +233,7 @@ impl Sandbox {
             match msg.tag {
                 channel::INIT_PID => self.init = msg.as_i32().unwrap_or(0),
                 channel::NETWORK => self.network = Some(network_handles(msg.fds)?),
+                channel::TERMINAL => self.terminal = msg.fds.into_iter().next(),
                 channel::READY => return Ok(()),
                 channel::ERROR => {
                     let text = msg.text();
@@ -247,6 +260,15 @@ impl Sandbox {
         self.attribution
             .as_ref()
             .map(|s| Attributor::new(self.init, s.clone()))
+    }
+
+    /// The master of the command's pseudo-terminal (when
+    /// `SandboxSpec::terminal` was set); Some exactly once. Read it for
+    /// everything the command prints, write it for its input; set the window
+    /// size on it before [`Sandbox::release`]. Reads fail with EIO once every
+    /// process in the sandbox has closed the terminal.
+    pub fn take_terminal(&mut self) -> Option<OwnedFd> {
+        self.terminal.take()
     }
 
     /// The sockets for the proxy; Some exactly once.
@@ -380,6 +402,19 @@ impl Sandbox {
     pub fn memory_limit_display(&self) -> Option<String> {
         self.memory_limit.map(human_bytes)
     }
+}
+
+/// /dev/null three times, for helpers that must not hold the caller's stdio.
+fn null_stdio() -> Result<[OwnedFd; 3], ShimError> {
+    let open = || -> Result<OwnedFd, ShimError> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(|e| ShimError::io("open /dev/null", e))
+    };
+    Ok([open()?, open()?, open()?])
 }
 
 /// Make the given descriptors the helper's (and so the command's) 0, 1, 2.

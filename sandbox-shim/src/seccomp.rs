@@ -258,8 +258,10 @@ pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_fi
     persona.push(stmt(BPF_RET_K, eperm));
     persona.push(stmt(BPF_RET_K, RET_ALLOW));
     guarded(&mut prog, libc::SYS_personality, persona);
-    // ioctl(fd, TIOCSTI/TIOCLINUX): the command shares the user's terminal and
-    // must not push keystrokes into the shell that runs after it (see ioctl_tty(2)).
+    // ioctl(fd, TIOCSTI/TIOCLINUX): pushing keystrokes into a terminal's input
+    // (see ioctl_tty(2)). The caller's terminal never enters the sandbox (the
+    // command gets a pty of its own, or pipes); this stays as a second wall,
+    // e.g. against a program typing into a shell it shares the pty with.
     guarded(
         &mut prog,
         libc::SYS_ioctl,

@@ -58,6 +58,13 @@ pub struct SandboxSpec {
     /// host daemon's socket file — a way around the proxy. socketpair(2)
     /// (unnamed, no path) always works.
     pub allow_unix_sockets: bool,
+    /// Run the command on a pseudo-terminal allocated from the sandbox's own
+    /// devpts instance, as session leader with the pty as its controlling
+    /// terminal; the master is handed back through
+    /// [`crate::Sandbox::take_terminal`]. The sandbox's helpers then get
+    /// /dev/null as stdio and `stdio` is ignored, so no descriptor of the
+    /// caller's terminal enters the sandbox.
+    pub terminal: bool,
 }
 
 /// Default size of the private /tmp.
@@ -82,6 +89,7 @@ impl Default for SandboxSpec {
             observe: None,
             stdio: None,
             allow_unix_sockets: false,
+            terminal: false,
         }
     }
 }
@@ -111,6 +119,7 @@ impl Clone for SandboxSpec {
             observe: self.observe,
             stdio,
             allow_unix_sockets: self.allow_unix_sockets,
+            terminal: self.terminal,
         }
     }
 }

@@ -438,6 +438,76 @@ pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> io::Result<std::os::fd::
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
 }
 
+/// Unlock a pseudo-terminal master (TIOCSPTLCK with 0, what unlockpt(3) does)
+/// and open its slave through the master itself (TIOCGPTPEER, Linux 4.13):
+/// no path lookup, so the slave is the peer of this very master on the same
+/// devpts instance, close-on-exec and not made the caller's controlling
+/// terminal. See ioctl_tty(2), pty(7).
+pub fn open_pty_peer(master: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one int from a valid pointer that outlives the call.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes the open flags by value and returns a new descriptor.
+    let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc) })
+}
+
+/// TIOCSCTTY: make `tty` the controlling terminal of the calling session
+/// leader (which must have none); its process group becomes the terminal's
+/// foreground group. See ioctl_tty(2), credentials(7).
+pub fn set_controlling_terminal(tty: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an int by value (0: do not steal from another session).
+    if unsafe { libc::ioctl(tty.as_raw_fd(), libc::TIOCSCTTY, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A terminal's window size in character cells (struct winsize, ioctl_tty(2)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// TIOCGWINSZ: the window size of the terminal behind `fd`.
+pub fn window_size(fd: BorrowedFd<'_>) -> io::Result<WindowSize> {
+    // SAFETY: winsize is plain old data; all-zero is a valid value.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize through a valid pointer that outlives the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(WindowSize {
+        cols: ws.ws_col,
+        rows: ws.ws_row,
+    })
+}
+
+/// TIOCSWINSZ: set the window size; on a pty master the kernel sends SIGWINCH
+/// to the slave's foreground process group when the size changes.
+pub fn set_window_size(fd: BorrowedFd<'_>, size: WindowSize) -> io::Result<()> {
+    let ws = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize from a valid pointer that outlives the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;

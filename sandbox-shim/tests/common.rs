@@ -31,6 +31,7 @@ pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
         observe: None,
         stdio: None,
         allow_unix_sockets: false,
+        terminal: false,
     }
 }
 

@@ -24,6 +24,7 @@ use anyhow::{Context, bail};
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::notices::DenialNotices;
 use crate::observe::{self, Terminal};
+use crate::terminal::PtyRelay;
 use crate::{EXIT_RUN_FAILED, audit, certs, one_line, paths, policy_file, secrets};
 
 /// Host secrets hidden when the command runs as uid 0 (root-owned files stay
@@ -132,6 +133,14 @@ pub struct RunArgs {
     /// Do not record the session (say so explicitly; never the default).
     #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync", "audit_max_file"])]
     no_audit: bool,
+    /// Run the command on a pseudo-terminal even when stdin or stdout is not a
+    /// terminal [default: when both are].
+    #[arg(short = 't', long, conflicts_with = "no_tty")]
+    tty: bool,
+    /// Never run the command on a pseudo-terminal: it gets pipes, as when
+    /// airlock's stdin is not a terminal.
+    #[arg(long)]
+    no_tty: bool,
     /// The command and its arguments.
     #[arg(required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -226,6 +235,8 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         "tmp_bytes": limits.tmp_bytes,
     });
     let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
+    let pty_size =
+        crate::terminal::wanted(args.tty, args.no_tty).then(crate::terminal::initial_size);
     let spec = SandboxSpec {
         command: args.command.clone(),
         workspace,
@@ -240,10 +251,15 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         allow_unix_sockets: args.allow_unix_sockets,
         observe: audit_paths.as_ref().map(|_| ObserveSpec { max_file_bytes }),
         stdio: None,
+        terminal: pty_size.is_some(),
     };
-    let terminal = match &audit_paths {
-        Some(_) => Some(Terminal::new()?),
-        None => None,
+    // With a pty the relay records the output; otherwise pipes carry it,
+    // when recording or when the caller's terminal must stay outside.
+    let terminal = match pty_size {
+        None if audit_paths.is_some() || crate::terminal::caller_has_one() => {
+            Some(Terminal::new()?)
+        }
+        _ => None,
     };
     let mut upstream_roots = Vec::new();
     for path in &args.upstream_ca {
@@ -257,6 +273,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         let info = SessionInfo {
             // The same cap for the observer and the record.
             max_file_bytes,
+            terminal: pty_size.map(|s| (s.cols, s.rows)),
             ..audit::session_info(&policy, SessionMode::Run, limits_record)
         };
         let credentials = credentials.clone();
@@ -278,9 +295,9 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut sandbox = sandbox?;
-    let output_threads = match (readers, &recorder) {
-        (Some(readers), Some(recorder)) => readers.record(recorder),
-        _ => Vec::new(),
+    let output_threads = match readers {
+        Some(readers) => readers.record(recorder.as_ref()),
+        None => Vec::new(),
     };
     let observer = match (sandbox.take_observations(), &recorder) {
         (Some(observations), Some(recorder)) => {
@@ -317,6 +334,10 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         socket_mark: None,
         worker_threads,
     })?;
+    let pty = match (sandbox.take_terminal(), pty_size) {
+        (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
+        _ => None,
+    };
     let runtime = crate::serve::runtime("airlock-proxy")?;
     let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
     {
@@ -337,9 +358,16 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
             sandbox.pid(),
             stopped_for.clone(),
         ));
+        if let Some(pty) = &pty {
+            runtime.spawn(pty.forward_resizes()?);
+        }
     }
     sandbox.release()?;
     let outcome = sandbox.wait()?;
+    // The caller's terminal is restored before airlock says anything more.
+    if let Some(pty) = pty {
+        pty.finish();
+    }
     proxy.stop_connections();
     runtime.shutdown_timeout(Duration::from_secs(1));
     // Everything the command wrote and did is recorded before the session ends.

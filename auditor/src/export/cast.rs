@@ -1,6 +1,7 @@
 //! asciicast v2 (https://docs.asciinema.org/manual/asciicast/v2/) of the
 //! session's terminal output. stderr is emitted as "o" too, because players
-//! render only output frames.
+//! render only output frames. The header carries the terminal's size at the
+//! start (when the command ran on a pty) and "r" events its resizes.
 
 use std::io::Write;
 
@@ -28,12 +29,19 @@ pub fn write(
     serde_json::to_writer(&mut *out, &header)?;
     out.write_all(b"\n").map_err(io)?;
     for ev in events {
-        if let AuditEvent::Output { data, .. } = &ev.event {
-            let t = (ev.ts_us.saturating_sub(summary.started_us)).max(0) as f64 / 1e6;
-            let frame = serde_json::json!([t, "o", String::from_utf8_lossy(data)]);
-            serde_json::to_writer(&mut *out, &frame)?;
-            out.write_all(b"\n").map_err(io)?;
-        }
+        let t = (ev.ts_us.saturating_sub(summary.started_us)).max(0) as f64 / 1e6;
+        let frame = match &ev.event {
+            AuditEvent::Output { data, .. } => {
+                serde_json::json!([t, "o", String::from_utf8_lossy(data)])
+            }
+            // "r" (resize) events, data "COLSxROWS" (asciicast v2).
+            AuditEvent::Resize { cols, rows } => {
+                serde_json::json!([t, "r", format!("{cols}x{rows}")])
+            }
+            _ => continue,
+        };
+        serde_json::to_writer(&mut *out, &frame)?;
+        out.write_all(b"\n").map_err(io)?;
     }
     Ok(())
 }
