@@ -402,9 +402,11 @@ for name in sys.argv[2:]:
         && e["name"] == "exfil-c2VjcmV0.unlisted.test"
         && e["verdict"] == "deny"
         && e["reason"] == "no rule allows this name"));
-    assert!(events.iter().any(|e| e["kind"] == "dns"
-        && e["name"] == "api.test"
-        && e["verdict"] == "allow"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["verdict"] == "allow")
+    );
 }
 
 #[tokio::test]

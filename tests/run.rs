@@ -105,14 +105,8 @@ async fn curl_inside_is_captured_without_proxy_settings() {
     // A host no rule names is refused the same way as a path no rule
     // allows: a 403 that names the rule to add, not "could not resolve host".
     assert!(out.stdout.contains("unlisted=0"), "{out:?}");
-    assert!(
-        out.stdout.contains("GET https://unlisted.test/"),
-        "{out:?}"
-    );
-    assert!(
-        out.stdout.contains("host = \"unlisted.test\""),
-        "{out:?}"
-    );
+    assert!(out.stdout.contains("GET https://unlisted.test/"), "{out:?}");
+    assert!(out.stdout.contains("host = \"unlisted.test\""), "{out:?}");
     assert!(
         out.stderr.contains("airlock: no rule allows unlisted.test"),
         "{out:?}"
@@ -296,10 +290,7 @@ with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
         )
         .await;
     assert_ne!(out.status, 0, "{out:?}");
-    assert!(
-        out.stderr.contains("no rule allows evil.test"),
-        "{out:?}"
-    );
+    assert!(out.stderr.contains("no rule allows evil.test"), "{out:?}");
 }
 
 #[tokio::test]

@@ -85,7 +85,10 @@ fn unlisted_names_resolve_and_the_name_map_is_bounded() {
         probe["first"].as_str().unwrap().starts_with("198.1"),
         "{probe}"
     );
-    assert_eq!(probe["before"], "answered: HTTP/1.1 403 Forbidden", "{probe}");
+    assert_eq!(
+        probe["before"], "answered: HTTP/1.1 403 Forbidden",
+        "{probe}"
+    );
     // After more names than the map keeps, the evicted address names nothing
     // and its connection is refused; asking again gives a new address.
     assert_eq!(probe["after"], "closed", "{probe}");

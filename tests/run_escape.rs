@@ -580,7 +580,9 @@ async fn escape_attempts_fail() {
     // which lead nowhere but to the proxy's refusal.
     for k in ["dns_unlisted.example", "dns_example.com"] {
         let v = get(k);
-        let resolved = v["resolved"].as_array().unwrap_or_else(|| panic!("{k}: {v}"));
+        let resolved = v["resolved"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}: {v}"));
         assert!(!resolved.is_empty(), "{k}: {v}");
         for ip in resolved {
             let ip: std::net::Ipv4Addr = ip.as_str().unwrap().parse().unwrap();

@@ -155,7 +155,10 @@ fn a_symlinked_workspace_runs_at_its_real_path() {
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(stdout.trim(), real.canonicalize().unwrap().to_str().unwrap());
+    assert_eq!(
+        stdout.trim(),
+        real.canonicalize().unwrap().to_str().unwrap()
+    );
     assert_eq!(
         std::fs::read_to_string(real.join("f")).unwrap(),
         "through-the-link\n"
@@ -214,7 +217,12 @@ fn a_workspace_that_must_stay_hidden_is_refused_with_the_path_why_and_fix() {
     let out = airlock_run(
         &workspace,
         dir.path(),
-        &["--audit-db", db.to_str().unwrap(), "--audit-key", "audit.key"],
+        &[
+            "--audit-db",
+            db.to_str().unwrap(),
+            "--audit-key",
+            "audit.key",
+        ],
         "true",
     );
     let (_, stderr) = text(&out);

@@ -12,12 +12,12 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::ca::CertificateAuthority;
-use crate::synthetic::SyntheticAddresses;
 use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
 use crate::metrics::Metrics;
 use crate::outlet::Outlet;
 use crate::quota::Quotas;
 use crate::rules::Rules;
+use crate::synthetic::SyntheticAddresses;
 use crate::target::Target;
 use crate::upstream::Upstream;
 use crate::workers::Workers;

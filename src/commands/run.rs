@@ -196,13 +196,20 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         refuse_if_writable_inside(&db, &workspace, &args.rw)?;
         Some((db, key))
     };
-    let (db, key) = audit_paths.as_ref().map(|(db, key)| (db.parent(), key.parent())).unzip();
+    let (db, key) = audit_paths
+        .as_ref()
+        .map(|(db, key)| (db.parent(), key.parent()))
+        .unzip();
     refuse_hidden_workspace(
         &workspace,
         &[
             (db.flatten(), "holds the audit database", "--audit-db"),
             (key.flatten(), "holds the audit signing key", "--audit-key"),
-            (args.ca_dir.as_deref(), "holds the CA's private key", "--ca-dir"),
+            (
+                args.ca_dir.as_deref(),
+                "holds the CA's private key",
+                "--ca-dir",
+            ),
         ],
     )?;
     let mut hide = args.hide.clone();
