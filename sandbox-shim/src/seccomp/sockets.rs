@@ -14,9 +14,9 @@
 //!
 //! - AF_INET, AF_INET6: the traffic the proxy captures. Stream and datagram
 //!   sockets of TCP, UDP, ICMP echo ("ping" sockets, still subject to
-//!   `net.ipv4.ping_group_range`) and MPTCP (Go 1.24 listens with it by
-//!   default; its subflows are TCP segments, which the nftables rules capture
-//!   like any other). Raw and SOCK_PACKET sockets are EPERM, as without
+//!   `net.ipv4.ping_group_range`) and MPTCP (Go listens with it by default
+//!   since 1.24, go.dev/issue/56539; its subflows are TCP segments, which
+//!   the nftables rules capture like any other). Raw and SOCK_PACKET sockets are EPERM, as without
 //!   CAP_NET_RAW; any other protocol (SCTP, UDP-Lite, DCCP, L2TP, and
 //!   IPPROTO_SMC, which since Linux 6.11 is AF_SMC under another name) is
 //!   EPROTONOSUPPORT and any other type ESOCKTNOSUPPORT, as from a kernel
