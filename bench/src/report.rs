@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::machine::Machine;
 use crate::stats::Spread;
 
+mod scrubber_cost;
+
 pub const BASELINE: &str = "direct";
 
 #[derive(clap::Args)]
@@ -410,6 +412,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         );
         latest.push_str(&results_tables(&figures, &contenders, &samples));
         latest.push_str(&comparisons(&figures));
+        latest.push_str(&scrubber_cost::section(&figures));
         splice(target, &latest)?;
     }
 
@@ -431,6 +434,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         "contenders": contenders,
         "summary": summary,
         "derived": derived(&figures, &contenders),
+        "credential": scrubber_cost::json(&figures),
         "commands": commands.lines().collect::<Vec<_>>(),
         "samples": samples,
     });
@@ -529,6 +533,7 @@ fn render_markdown(
     );
     md.push_str(&results_tables(figures, contenders, samples));
     md.push_str(&comparisons(figures));
+    md.push_str(&scrubber_cost::section(figures));
     md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
     for (k, v) in machine.rows() {
         let _ = writeln!(md, "| {k} | {} |", escape(&v));
