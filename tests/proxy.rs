@@ -623,7 +623,8 @@ value = "Bearer ${{env:TEST_TOKEN}}"
     );
     // A complete HTTP/1.1 response is recorded as complete.
     let responses: Vec<_> = proxy
-        .events()
+        .events_when(|events| events.iter().any(|e| e["kind"] == "response"))
+        .await
         .into_iter()
         .filter(|e| e["kind"] == "response")
         .collect();
@@ -871,7 +872,14 @@ fn worker_switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
 #[tokio::test]
 async fn connections_are_spread_over_the_worker_threads() {
     let s = Setup::with_env(read_only, &[("AIRLOCK_WORKER_THREADS", "3")]).await;
-    let before = worker_switches(s.proxy.pid());
+    // A new thread names itself once it runs, which under load can be after
+    // the proxy is already listening.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut before = worker_switches(s.proxy.pid());
+    while before.len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        before = worker_switches(s.proxy.pid());
+    }
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
         ["airlock-conn-0", "airlock-conn-1", "airlock-conn-2"],

@@ -589,6 +589,22 @@ impl AirlockProxy {
             .collect()
     }
 
+    /// The events once `done` holds for them (a response is recorded when
+    /// its body ends, after the client already has it), or after 10 s.
+    pub async fn events_when(
+        &self,
+        done: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let events = self.events();
+            if done(&events) || std::time::Instant::now() > deadline {
+                return events;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
