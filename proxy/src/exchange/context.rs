@@ -1,0 +1,157 @@
+//! What one request carries through the pipeline — its engine, connection,
+//! id, rules and start time — and the two things every step may need to do
+//! with them: refuse the request, and record a response.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::HeaderMap;
+use http::request::Parts;
+use http::{Response, StatusCode, Version};
+
+use crate::body::{CaptureHandle, ProxyBody};
+use crate::engine::{ConnInfo, Engine};
+use crate::events::{Event, RequestId, TimestampUs, Verdict};
+use crate::refusal::Refusal;
+use crate::rules::Rules;
+
+/// One request's context, built once when it arrives. Cheap to clone (the
+/// response's end-of-body hook keeps a copy).
+#[derive(Clone)]
+pub(super) struct Exchange {
+    pub(super) engine: Arc<Engine>,
+    pub(super) conn: Arc<ConnInfo>,
+    pub(super) id: RequestId,
+    /// The rules in force when the request arrived; a reload mid-request
+    /// does not change its decision.
+    pub(super) rules: Arc<Rules>,
+    pub(super) started: Instant,
+}
+
+/// An early answer: a refusal, or an error the proxy answers itself. Boxed,
+/// since it is the cold path and keeps every step's `Result` small.
+pub(super) struct Early(pub(super) Box<Response<ProxyBody>>);
+
+impl From<Response<ProxyBody>> for Early {
+    fn from(response: Response<ProxyBody>) -> Self {
+        Self(Box::new(response))
+    }
+}
+
+/// A response head as it goes into the record.
+pub(super) struct RecordedHead {
+    pub(super) status: StatusCode,
+    pub(super) version: Version,
+    pub(super) headers: Vec<(String, String)>,
+}
+
+impl RecordedHead {
+    pub(super) fn new(status: StatusCode, version: Version, headers: &HeaderMap) -> Self {
+        Self {
+            status,
+            version,
+            headers: header_pairs(headers),
+        }
+    }
+}
+
+/// The bodies of an exchange as captured for the record.
+pub(super) struct Captured<'a> {
+    pub(super) request: &'a CaptureHandle,
+    pub(super) response: &'a CaptureHandle,
+}
+
+impl Exchange {
+    pub(super) fn new(engine: Arc<Engine>, conn: Arc<ConnInfo>) -> Self {
+        Self {
+            id: RequestId(engine.ids.next()),
+            rules: engine.rules.load_full(),
+            started: Instant::now(),
+            engine,
+            conn,
+        }
+    }
+
+    /// Record and answer a refusal of the request whose head is `head`.
+    pub(super) fn refuse(
+        &self,
+        head: &Parts,
+        url: &str,
+        suggestion: Option<&str>,
+        refusal: Refusal,
+    ) -> Early {
+        let method = head.method.as_str();
+        self.engine.record_lossy(Event::Request {
+            ts: TimestampUs::now(),
+            conn: self.conn.id,
+            request: self.id,
+            method: method.to_owned(),
+            url: self.rules.credentials.redact(url),
+            http_version: format!("{:?}", head.version),
+            headers: self.record_headers(&head.headers),
+            verdict: Verdict::Deny,
+            rule: refusal.rule().map(ToString::to_string),
+            reason: Some(refusal.reason()),
+            credentials: Vec::new(),
+            refused_status: Some(refusal.status().as_u16()),
+        });
+        tracing::info!(client = %self.conn.client, front = ?self.conn.front, method, url, reason = %refusal.reason(), "denied");
+        refusal
+            .response(method, url, &self.rules.policy, suggestion)
+            .into()
+    }
+
+    /// Record the response to this request (best effort: the request's own
+    /// record, made before forwarding, is the one that fails closed).
+    pub(super) fn record_response(
+        &self,
+        head: RecordedHead,
+        bodies: Captured<'_>,
+        headers_at: Instant,
+        error: Option<String>,
+    ) {
+        self.engine.record_lossy(Event::Response {
+            ts: TimestampUs::now(),
+            conn: self.conn.id,
+            request: self.id,
+            status: head.status.as_u16(),
+            http_version: format!("{:?}", head.version),
+            headers: head.headers,
+            request_body: bodies.request.snapshot(),
+            response_body: bodies.response.snapshot(),
+            time_to_headers_us: micros(headers_at.duration_since(self.started)),
+            total_us: micros(self.started.elapsed()),
+            error,
+        });
+    }
+
+    /// Request headers as they go into the record: every secret replaced by
+    /// its marker.
+    pub(super) fn record_headers(&self, headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(k, v)| {
+                let text = String::from_utf8_lossy(v.as_bytes());
+                (k.as_str().to_owned(), self.rules.credentials.redact(&text))
+            })
+            .collect()
+    }
+}
+
+/// Response headers as they go into the record (already scrubbed when a
+/// credential was injected).
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
