@@ -26,6 +26,7 @@ mod engine;
 pub mod events;
 mod exchange;
 mod forward;
+mod header_list;
 mod metered;
 pub mod metrics;
 mod outlet;

@@ -13,6 +13,8 @@ use airlock_policy::{UpgradeProtocol, UpgradeToken};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
+use crate::header_list::list_elements;
+
 /// `Sec-WebSocket-Key` (RFC 6455 §4.1), sent by the client.
 const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");
 /// `Sec-WebSocket-Accept` (RFC 6455 §4.2.2), sent back by the server.
@@ -78,13 +80,13 @@ impl UpgradeRefusal {
 /// option, or on HTTP/1.0, is no upgrade: servers must ignore it, and the
 /// proxy drops it as hop-by-hop.
 pub fn asked(headers: &HeaderMap, version: Version) -> UpgradeAsk {
-    let option = list_tokens(headers, &header::CONNECTION)
+    let option = list_elements(headers, &header::CONNECTION)
         .iter()
         .any(|t| t.eq_ignore_ascii_case("upgrade"));
     if version != Version::HTTP_11 || !option || !headers.contains_key(header::UPGRADE) {
         return UpgradeAsk::None;
     }
-    let offered = list_tokens(headers, &header::UPGRADE);
+    let offered = list_elements(headers, &header::UPGRADE);
     match offered.as_slice() {
         [] => UpgradeAsk::Refused(UpgradeRefusal::Empty),
         [one] => match UpgradeProtocol::classify(one) {
@@ -125,7 +127,7 @@ pub fn check_switch(
                 .to_owned(),
         );
     };
-    let answered = list_tokens(response, &header::UPGRADE);
+    let answered = list_elements(response, &header::UPGRADE);
     if !matches!(answered.as_slice(), [one] if one.eq_ignore_ascii_case(protocol.token())) {
         return Err(format!(
             "the upstream switched to {:?} although the request asked for {protocol}; no tunnel is opened",
@@ -175,35 +177,10 @@ fn accept_key(key: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
 }
 
-/// The comma-separated elements of every field line of `name`, trimmed.
-fn list_tokens(headers: &HeaderMap, name: &HeaderName) -> Vec<String> {
-    headers
-        .get_all(name)
-        .iter()
-        .flat_map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .split(',')
-                .map(|t| t.trim().to_owned())
-                .collect::<Vec<_>>()
-        })
-        .filter(|t| !t.is_empty())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        h
-    }
+    use crate::header_list::headers;
 
     #[test]
     fn every_connection_and_upgrade_line_counts_in_any_case() {

@@ -3,20 +3,15 @@
 
 use http::header::{self, HeaderMap};
 
+use crate::header_list::list_elements;
+
 /// The first content or transfer coding in `headers` that the scrubber cannot
 /// see through (anything but identity, and chunked for Transfer-Encoding).
 pub(super) fn unscrubbable_coding(headers: &HeaderMap) -> Option<String> {
     let codings = |name| {
-        headers
-            .get_all(name)
-            .iter()
-            .flat_map(|v| {
-                String::from_utf8_lossy(v.as_bytes())
-                    .split(',')
-                    .map(|c| c.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .filter(|c| !c.is_empty())
+        list_elements(headers, &name)
+            .into_iter()
+            .map(|c| c.to_ascii_lowercase())
             .collect::<Vec<_>>()
     };
     let content = codings(header::CONTENT_ENCODING)
@@ -32,18 +27,7 @@ pub(super) fn unscrubbable_coding(headers: &HeaderMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::{HeaderName, HeaderValue};
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        h
-    }
+    use crate::header_list::headers;
 
     #[test]
     fn every_coding_header_is_checked() {

@@ -3,19 +3,12 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-}
+use crate::header_list::list_elements;
 
 /// Remove hop-by-hop headers (RFC 9110 §7.6.1), keeping the upgrade pair when upgrading.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let named: Vec<HeaderName> = connection_tokens(headers)
+    let named: Vec<HeaderName> = list_elements(headers, &header::CONNECTION)
+        .into_iter()
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
     for name in named {
