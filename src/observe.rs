@@ -7,7 +7,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
-use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream, SessionRecorder};
+use airlock_auditor::{
+    AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OutputStream, SessionRecorder,
+};
 use airlock_shim::Observation;
 use anyhow::Context;
 
@@ -42,6 +44,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             ppid,
             uid,
             path,
+            image,
             argv,
             cwd,
             env_names,
@@ -58,6 +61,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             cwd,
             env_names,
             env_values_nonsecret: env_values_nonsecret.into_iter().collect(),
+            image: exec_image(image),
         },
         Observation::Exit {
             exec_id: id,
@@ -78,6 +82,9 @@ fn to_audit(observation: Observation) -> AuditEvent {
             content,
             rename_to,
             mode,
+            inode,
+            names,
+            reconciled,
             ..
         } => AuditEvent::File {
             exec_id: id.map(exec_id),
@@ -90,6 +97,12 @@ fn to_audit(observation: Observation) -> AuditEvent {
             mode,
             stored_content: None,
             content_over_cap: false,
+            identity: FileIdentity {
+                dev: inode.map(|(dev, _)| dev),
+                ino: inode.map(|(_, ino)| ino),
+                names,
+                reconciled,
+            },
         },
     }
 }
@@ -102,6 +115,20 @@ fn file_op(op: airlock_shim::FileOp) -> FileOp {
         airlock_shim::FileOp::Rename => FileOp::Rename,
         airlock_shim::FileOp::Delete => FileOp::Delete,
         airlock_shim::FileOp::Chmod => FileOp::Chmod,
+        airlock_shim::FileOp::Image => FileOp::Image,
+    }
+}
+
+fn exec_image(image: airlock_shim::ExecImage) -> ExecImage {
+    let file = |f: airlock_shim::FileRef| ExecFile {
+        path: f.path,
+        sha256: f.sha256,
+    };
+    ExecImage {
+        sha256: image.sha256,
+        image: Some(image.kind.as_str().to_string()),
+        script: image.script.map(file),
+        loaded: image.loaded.map(file),
     }
 }
 

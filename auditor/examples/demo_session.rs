@@ -36,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cwd: "/work".into(),
         env_names: vec!["PATH".into()],
         env_values_nonsecret: BTreeMap::new(),
+        image: Default::default(),
     };
     rec.record(ex("1:1", None, &["sh", "-c", "python3 fetch.py"]))?;
     pause();
@@ -83,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         mode: Some(0o644),
         stored_content: None,
         content_over_cap: false,
+        identity: Default::default(),
     })?;
     rec.record(AuditEvent::Http {
         exchange: None,

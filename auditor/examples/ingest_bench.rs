@@ -31,6 +31,7 @@ fn event(i: u64) -> AuditEvent {
             cwd: "/work".into(),
             env_names: vec!["PATH".into(), "HOME".into(), "LANG".into()],
             env_values_nonsecret: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
+            image: Default::default(),
         },
         1 => AuditEvent::Dns {
             exec_id,
@@ -96,6 +97,7 @@ fn event(i: u64) -> AuditEvent {
             mode: Some(0o644),
             stored_content: None,
             content_over_cap: false,
+            identity: Default::default(),
         },
     }
 }

@@ -32,6 +32,10 @@ pub enum AuditEvent {
         env_names: Vec<String>,
         #[serde(default)]
         env_values_nonsecret: BTreeMap<String, String>,
+        /// What the kernel executed, beyond `path` (empty for records made
+        /// before 2026-11-25).
+        #[serde(default, flatten)]
+        image: ExecImage,
     },
     Exit {
         exec_id: ExecId,
@@ -72,6 +76,9 @@ pub enum AuditEvent {
         /// only its hash is kept.
         #[serde(default)]
         content_over_cap: bool,
+        /// Which file the kernel wrote, and how the record learnt of it.
+        #[serde(default, flatten)]
+        identity: FileIdentity,
     },
     Dns {
         #[serde(default)]
@@ -175,6 +182,50 @@ pub enum AuditEvent {
     Resize { cols: u16, rows: u16 },
 }
 
+/// A file an exec involved besides its image (a `#!` script, the program
+/// ld.so loads), as the process resolved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecFile {
+    pub path: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+/// What an exec ran, as the kernel saw it after the exec succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExecImage {
+    /// SHA-256 of the executed image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// "file", "memfd" (memfd_create(2)) or "deleted": images of the last
+    /// two kinds also have a file record with op "image" holding their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// For `#!` scripts: the script the interpreter (the image) was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<ExecFile>,
+    /// When the image is the dynamic loader run directly: the program it loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<ExecFile>,
+}
+
+/// Which inode a file record is about and how it was learnt.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FileIdentity {
+    /// Device and inode number of the file the kernel wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ino: Option<u64>,
+    /// Every name the inode had in the session, when more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Made by the end-of-session reconcile of the writable mounts (a change
+    /// no observed syscall explains), not by an observed syscall.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reconciled: bool,
+}
+
 impl AuditEvent {
     pub fn kind(&self) -> EventKind {
         match self {
@@ -271,6 +322,8 @@ pub enum FileOp {
     Rename,
     Delete,
     Chmod,
+    /// The bytes of an executed image with no path on disk (memfd, deleted).
+    Image,
 }
 
 impl FileOp {
@@ -282,6 +335,7 @@ impl FileOp {
             FileOp::Rename => "rename",
             FileOp::Delete => "delete",
             FileOp::Chmod => "chmod",
+            FileOp::Image => "image",
         }
     }
 }

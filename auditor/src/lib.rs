@@ -32,8 +32,9 @@ mod verify;
 
 pub use error::AuditError;
 pub use event::{
-    AuditEvent, EventKind, FileOp, OutputStream, SessionEnd, SessionInfo, SessionMode,
-    SessionSummary, StoredEvent, WebSocketMessage, WebSocketRecord, collapse_exchanges,
+    AuditEvent, EventKind, ExecFile, ExecImage, FileIdentity, FileOp, OutputStream, SessionEnd,
+    SessionInfo, SessionMode, SessionSummary, StoredEvent, WebSocketMessage, WebSocketRecord,
+    collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId};
 pub use keys::{

@@ -42,12 +42,17 @@ pub struct RestoreReport {
     pub refused: Vec<(String, String)>,
 }
 
+/// Where `audit files --restore` puts executed images that had no path on
+/// disk (memfd, deleted), one file per exec.
+pub const EXEC_IMAGES: &str = ".airlock-exec-images";
+
 /// The state of every written path at the end of the session.
 fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet<String>) {
     let mut files: BTreeMap<String, FileState> = BTreeMap::new();
     let mut deleted = BTreeSet::new();
     for ev in events {
         let AuditEvent::File {
+            exec_id,
             path,
             op,
             size,
@@ -83,6 +88,22 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
             FileOp::Rename => {
                 let moved = files.remove(path);
                 if let Some(to) = rename_to {
+                    // A directory moves with everything below it.
+                    let below: Vec<String> = files
+                        .keys()
+                        .filter(|p| {
+                            p.strip_prefix(path.as_str())
+                                .is_some_and(|r| r.starts_with('/'))
+                        })
+                        .cloned()
+                        .collect();
+                    for old in below {
+                        if let Some(state) = files.remove(&old) {
+                            let new = format!("{to}{}", &old[path.len()..]);
+                            deleted.remove(&new);
+                            files.insert(new, state);
+                        }
+                    }
                     let state = match moved {
                         // A rename event that carries content describes the
                         // destination after the move; trust it over history.
@@ -97,9 +118,27 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
                 }
             }
             FileOp::Delete => {
-                if files.remove(path).is_some() {
-                    deleted.insert(path.clone());
+                // A directory ("d/") goes with everything below it.
+                let gone: Vec<String> = files
+                    .keys()
+                    .filter(|p| *p == path || (path.ends_with('/') && p.starts_with(path.as_str())))
+                    .cloned()
+                    .collect();
+                for p in gone {
+                    files.remove(&p);
+                    deleted.insert(p);
                 }
+            }
+            FileOp::Image => {
+                // An executed image with no path on disk: kept apart, by exec.
+                let id = exec_id.as_ref().map(|e| e.as_str()).unwrap_or("unknown");
+                files.insert(
+                    format!("/{EXEC_IMAGES}/exec{id}"),
+                    FileState {
+                        data: data_from_event(),
+                        mode: Some(0o755),
+                    },
+                );
             }
             FileOp::Chmod => {
                 if let Some(f) = files.get_mut(path) {

@@ -110,6 +110,7 @@ fn session(store: &AuditStore) -> SessionId {
             mode: None,
             stored_content: None,
             content_over_cap: false,
+            identity: Default::default(),
         },
         dns("api.example.com"),
         AuditEvent::Tcp {

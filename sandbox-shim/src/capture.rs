@@ -1,31 +1,22 @@
-//! Reading files as the sandbox sees them, from the host: through the sandbox
-//! init's root (/proc/<pid>/root, see proc_pid_root(5)) with openat2(2)
-//! RESOLVE_IN_ROOT, so absolute symlinks and the private /tmp resolve inside
-//! the sandbox, never on the host.
+//! Size, SHA-256 and (small enough) content of one file, read through a
+//! descriptor the observer already holds: never by looking a name up again,
+//! so what is captured is the inode the kernel named.
 
-use std::fs::{File, Metadata};
-use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 use sha2::{Digest, Sha256};
 
-/// The sandbox's `/`, held open for the observer's lifetime.
-#[derive(Debug)]
-pub struct SandboxRoot {
-    root: OwnedFd,
-}
-
 /// Size, hash and (small enough) content of one file.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Captured {
     pub size: Option<u64>,
     pub sha256: Option<String>,
     pub content: Option<Vec<u8>>,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -33,91 +24,58 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-impl SandboxRoot {
-    pub fn open(init_pid: i32) -> Option<SandboxRoot> {
-        let root = nix::fcntl::open(
-            format!("/proc/{init_pid}/root").as_str(),
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .ok()?;
-        Some(SandboxRoot { root })
-    }
-
-    /// O_PATH handle of `path` (absolute inside the sandbox), following symlinks inside it.
-    fn lookup(&self, path: &str) -> Option<File> {
-        let relative = path.trim_start_matches('/');
-        let relative = if relative.is_empty() { "." } else { relative };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        openat2(&self.root, relative, how).ok().map(File::from)
-    }
-
-    pub fn metadata(&self, path: &str) -> Option<Metadata> {
-        self.lookup(path)?.metadata().ok()
-    }
-
-    pub fn exists(&self, path: &str) -> bool {
-        self.lookup(path).is_some()
-    }
-
-    /// What execve(2) would accept: a regular file with an execute bit.
-    pub fn is_executable(&self, path: &str) -> bool {
-        self.metadata(path)
-            .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-
-    /// Size of anything; sha256 and content of regular files we can read.
-    /// Content only when the whole file is at most `max_content` bytes.
-    pub fn capture(&self, path: &str, max_content: u64) -> Captured {
-        let Some(handle) = self.lookup(path) else {
-            return Captured::default();
+/// Capture what `handle` (an O_PATH or readable descriptor) refers to: size
+/// of anything, SHA-256 and content of a regular file, content only when
+/// the whole file is at most `max_content` bytes. A regular file is
+/// re-opened read-only through /proc/self/fd (proc_pid_fd(5)) only after
+/// fstat said it is one: opening a FIFO or device could block or have
+/// effects.
+pub fn capture(handle: &File, max_content: u64) -> Captured {
+    let Ok(meta) = handle.metadata() else {
+        return Captured::default();
+    };
+    if !meta.is_file() {
+        return Captured {
+            size: (!meta.is_dir()).then_some(meta.len()),
+            ..Captured::default()
         };
-        let Ok(meta) = handle.metadata() else {
-            return Captured::default();
+    }
+    let Ok(file) = File::open(format!("/proc/self/fd/{}", handle.as_raw_fd())) else {
+        return Captured {
+            size: Some(meta.len()),
+            ..Captured::default()
         };
-        if !meta.is_file() {
-            return Captured {
-                size: (!meta.is_dir()).then_some(meta.len()),
-                ..Captured::default()
-            };
-        }
-        // Re-open the O_PATH handle for reading: only now that we know it is a
-        // regular file (opening a FIFO or device could block or have effects).
-        let Ok(mut file) = File::open(format!("/proc/self/fd/{}", handle.as_raw_fd())) else {
-            return Captured {
-                size: Some(meta.len()),
-                ..Captured::default()
-            };
-        };
-        let mut hasher = Sha256::new();
-        let mut content = Vec::new();
-        let mut total: u64 = 0;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    hasher.update(&buf[..n]);
-                    total += n as u64;
-                    if total <= max_content {
-                        content.extend_from_slice(&buf[..n]);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    return Captured {
-                        size: Some(meta.len()),
-                        ..Captured::default()
-                    };
+    };
+    read_all(file, max_content).unwrap_or(Captured {
+        size: Some(meta.len()),
+        ..Captured::default()
+    })
+}
+
+/// Hash (and keep up to `max_content` bytes of) a readable file from its start.
+pub fn read_all(mut file: File, max_content: u64) -> Option<Captured> {
+    file.seek(SeekFrom::Start(0)).ok()?;
+    let mut hasher = Sha256::new();
+    let mut content = Vec::new();
+    let mut total: u64 = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                total += n as u64;
+                if total <= max_content {
+                    content.extend_from_slice(&buf[..n]);
                 }
             }
-        }
-        Captured {
-            size: Some(total),
-            sha256: Some(hex(&hasher.finalize())),
-            content: (total <= max_content).then_some(content),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
         }
     }
+    Some(Captured {
+        size: Some(total),
+        sha256: Some(hex(&hasher.finalize())),
+        content: (total <= max_content).then_some(content),
+    })
 }

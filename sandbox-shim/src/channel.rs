@@ -23,9 +23,10 @@ pub const INIT_DIED: u8 = b'C';
 /// The master of the command's pseudo-terminal (one descriptor).
 pub const TERMINAL: u8 = b'T';
 // On the observer channel:
-pub const LISTENER: u8 = b'L';
-pub const COMMAND_DONE: u8 = b'D';
-pub const FLUSHED: u8 = b'F';
+/// From the command, with a pidfd of itself: trace me before I exec.
+pub const TRACE_ME: u8 = b'L';
+/// From the observer: attached; go on.
+pub const TRACED: u8 = b'D';
 
 const MAX_MSG: usize = 4096;
 

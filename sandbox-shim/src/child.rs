@@ -41,8 +41,7 @@ fn write_id_maps(uid_map: &str, gid_map: &str, deny_setgroups: bool) -> Result<(
 /// Entry point of the forked supervisor; never returns.
 ///
 /// `observe` is the sandbox end of the observer channel (when observing): the
-/// command sends its seccomp listener over it, init reports the command's end
-/// and waits until the observer has captured the written files.
+/// command asks over it to be traced before it execs.
 pub fn supervisor(
     plan: &Plan,
     cgroup: Option<&Cgroup>,
@@ -171,40 +170,15 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     loop {
         match sys::wait_any(-1, false) {
             Ok(Some((pid, status))) if pid == cmd_pid => {
-                if let Some(obs) = observe {
-                    await_flush(obs);
-                }
+                // The observer (the command's tracer) reaped it first, so
+                // everything it did is already seen; what is still running
+                // dies with us, and the observer then reconciles the
+                // writable mounts it holds open.
                 let _ = channel::send_i32(chan, channel::EXIT, status);
                 sys::exit_now(0);
             }
             Ok(_) => {}
             Err(_) => sys::exit_now(125),
-        }
-    }
-}
-
-/// How long init keeps the sandbox (and its /tmp) alive for the observer to
-/// capture the written files after the command ended.
-const FLUSH_TIMEOUT_MS: u16 = 60_000;
-
-/// Tell the observer the command is done and wait until it has read the files
-/// (or is gone): the mount namespace dies with init.
-fn await_flush(obs: &OwnedFd) {
-    if channel::send(obs, channel::COMMAND_DONE, b"", &[]).is_err() {
-        return;
-    }
-    loop {
-        let mut fds = [PollFd::new(obs.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(FLUSH_TIMEOUT_MS)) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return,
-        }
-        match channel::recv(obs) {
-            Ok(Some(m)) if m.tag == channel::FLUSHED => return,
-            Ok(Some(_)) => {}
-            _ => return,
         }
     }
 }
@@ -318,16 +292,20 @@ fn exec_command(
                 .map_err(setup_err)?
         }
         (Some(_), Some(obs)) => {
-            // From here on our own execve waits for the observer, which gets
-            // the listener first (the message is queued before we exec).
-            let listener = sys::install_seccomp_listener(&crate::seccomp::filter_with(
-                true,
-                plan.allow_unix_sockets,
-            ))
-            .map_err(setup_err)?;
-            channel::send(obs, channel::LISTENER, b"", &[listener.as_raw_fd()])
+            // Be traced before anything of the command runs: the observer
+            // attaches to the process behind this pidfd (the kernel names it
+            // in the observer's PID namespace) and answers. The filter's
+            // SECCOMP_RET_TRACE stops need the tracer, and our execve is the
+            // first thing it sees.
+            let me = sys::pidfd_open(std::process::id() as i32).map_err(setup_err)?;
+            channel::send(obs, channel::TRACE_ME, b"", &[me.as_raw_fd()]).map_err(setup_err)?;
+            drop(me);
+            match channel::recv(obs) {
+                Ok(Some(m)) if m.tag == channel::TRACED => {}
+                _ => return Err(setup_err("the observer did not attach")),
+            }
+            sys::install_seccomp(&crate::seccomp::filter_with(true, plan.allow_unix_sockets))
                 .map_err(setup_err)?;
-            drop(listener);
         }
         // Fail closed: observation was asked for but there is no observer.
         (Some(_), None) => return Err(setup_err("observer channel missing")),

@@ -30,7 +30,9 @@ mod sys;
 
 pub use attribution::Attributor;
 pub use error::ShimError;
-pub use observation::{ExecId, FileOp, Observation, ObserveSpec, is_secret_name};
+pub use observation::{
+    ExecId, ExecImage, FileOp, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
+};
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};

@@ -1,43 +1,7 @@
 //! What the observer reports: every exec, every exit, every file change made
-//! by the sandboxed command, in the order they happened.
-//!
-//! How: the command's seccomp filter sends execve/execveat, exit_group and
-//! the file-changing syscalls (open* only with write/create/truncate flags)
-//! to a listener served by a thread in airlock (seccomp_unotify(2)); paths
-//! and argv are read from /proc/<pid>/mem before the syscall continues.
-//!
-//! Decisions:
-//! - an exec replacing an already exec'd image of the same process (`exec
-//!   foo`, or a shell running its last command in place) gets that previous
-//!   exec as parent, so `sh -c "sh -c 'python3 ...'"` is a chain of three;
-//!   all execs of a process end (Exit) together, with the process's status;
-//! - execve of a path that is not an executable file at notification time is
-//!   not recorded (shells probe every PATH entry);
-//! - writes are recorded once per (exec, path) and captured when the writing
-//!   exec's process exits, or when the command ends (before the sandbox's
-//!   mounts go away), whichever comes first; but a version about to be
-//!   destroyed is captured first, while its syscall waits: before a delete,
-//!   an `O_TRUNC` open or truncate(2) of the path, and both ends of a rename
-//!   (a shell's `> f` is the shell's write, and the shell may live for hours);
-//!   rename/delete/chmod/mkdir/symlink are reported at once (for symlinks
-//!   `content` holds the link target); a `RENAME_NOREPLACE` rename onto an
-//!   existing name is not reported (it fails; `mv` then renames for real);
-//! - only writable places count: the workspace, rw grants, /tmp, /dev/shm.
-//!
-//! Limits (what this does not see or cannot be sure of):
-//! - syscalls are observed at entry: a rename/delete/chmod that then fails is
-//!   still reported; argv/paths could be changed by another thread of the
-//!   process between our read and the kernel's (seccomp_unotify(2), "Design
-//!   goals"): this is a record, not an enforcement point;
-//! - writes through an fd opened before the command started, through mmap of
-//!   an already open file, or through fds passed over unix sockets are seen
-//!   only if the open itself was; io_uring is refused by the filter anyway;
-//! - content is what the file holds when captured, not each intermediate
-//!   version; files written by processes still running when the command ends
-//!   are captured then; later writes by such stragglers are not;
-//! - a process killed by a signal gets `signal` only if the kernel tells us
-//!   in time (pidfd PIDFD_INFO_EXIT or the zombie's /proc stat); otherwise
-//!   both status and signal are None.
+//! by the sandboxed command, as the kernel saw them. How, what it decides
+//! and what it cannot see: docs/architecture.md ("The record") and
+//! docs/threat-model.md; the code is in `observer/`.
 
 use std::time::SystemTime;
 
@@ -82,6 +46,9 @@ pub enum FileOp {
     Delete,
     /// chmod(2) family: `mode` holds the requested mode.
     Chmod,
+    /// The bytes of an executed image that has no path on disk (memfd,
+    /// deleted file): `path` is the exec's, `content` the image.
+    Image,
 }
 
 impl FileOp {
@@ -93,8 +60,49 @@ impl FileOp {
             FileOp::Rename => "rename",
             FileOp::Delete => "delete",
             FileOp::Chmod => "chmod",
+            FileOp::Image => "image",
         }
     }
+}
+
+/// Where an executed image came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    /// A file with a path.
+    File,
+    /// A memfd_create(2) file.
+    Memfd,
+    /// A file deleted before or while it ran.
+    Deleted,
+}
+
+impl ImageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageKind::File => "file",
+            ImageKind::Memfd => "memfd",
+            ImageKind::Deleted => "deleted",
+        }
+    }
+}
+
+/// A file an exec involved besides its image, resolved as the process saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    pub path: String,
+    pub sha256: Option<String>,
+}
+
+/// What was executed, beyond its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecImage {
+    pub kind: ImageKind,
+    /// SHA-256 of the image (/proc/PID/exe).
+    pub sha256: Option<String>,
+    /// For `#!` scripts: the script the interpreter (the image) was given.
+    pub script: Option<FileRef>,
+    /// When the image is the dynamic loader run directly: the program it loads.
+    pub loaded: Option<FileRef>,
 }
 
 /// One record of the observer.
@@ -111,8 +119,11 @@ pub enum Observation {
         pid: i32,
         ppid: i32,
         uid: u32,
-        /// The executable as passed to execve, made absolute against the cwd.
+        /// The image the kernel executed: readlink(/proc/PID/exe) after the
+        /// exec succeeded.
         path: String,
+        image: ExecImage,
+        /// As the new image received it (/proc/PID/cmdline).
         argv: Vec<String>,
         cwd: String,
         env_names: Vec<String>,
@@ -129,10 +140,17 @@ pub enum Observation {
         ts: SystemTime,
     },
     File {
-        /// None when the writer could not be tied to an exec.
+        /// None when the writer could not be tied to an exec, and for the
+        /// end-of-session reconcile.
         exec_id: Option<ExecId>,
-        /// Absolute path inside the sandbox.
+        /// Absolute path inside the sandbox: the kernel's name for the file.
         path: String,
+        /// The inode (device, number) when known.
+        inode: Option<(u64, u64)>,
+        /// Every name the inode had in this session, when more than one.
+        names: Vec<String>,
+        /// Made by the end-of-session reconcile, not by an observed syscall.
+        reconciled: bool,
         op: FileOp,
         size: Option<u64>,
         sha256: Option<String>,

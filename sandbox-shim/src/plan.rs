@@ -122,18 +122,6 @@ fn existing(path: &Path) -> Option<PathBuf> {
 }
 
 impl Plan {
-    /// Where the command can write, as absolute paths inside the sandbox.
-    pub fn writable_places(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .grants
-            .iter()
-            .filter(|g| g.writable)
-            .map(|g| g.path.to_string_lossy().into_owned())
-            .collect();
-        out.extend(["/tmp".to_string(), "/dev/shm".to_string()]);
-        out
-    }
-
     pub fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
         if spec.command.is_empty() {
             return Err(ShimError::InvalidSpec(

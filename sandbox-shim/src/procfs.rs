@@ -6,12 +6,9 @@
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Component, Path, PathBuf};
 
 /// Longest string we copy out of a process (MAX_ARG_STRLEN, see execve(2)).
 const MAX_STRING: usize = 128 * 1024;
-/// Most argv/envp entries we copy.
-const MAX_ARRAY: usize = 4096;
 
 pub fn open_mem(tid: i32) -> Option<File> {
     File::open(format!("/proc/{tid}/mem")).ok()
@@ -49,27 +46,6 @@ pub fn read_u64(mem: &File, addr: u64) -> Option<u64> {
     Some(u64::from_ne_bytes(b))
 }
 
-/// A NULL-terminated array of string pointers (argv, envp).
-pub fn read_str_array(mem: &File, addr: u64) -> Vec<String> {
-    let mut out = Vec::new();
-    if addr == 0 {
-        return out;
-    }
-    for i in 0..MAX_ARRAY as u64 {
-        let Some(ptr) = read_u64(mem, addr.wrapping_add(i * 8)) else {
-            break;
-        };
-        if ptr == 0 {
-            break;
-        }
-        match read_cstr(mem, ptr) {
-            Some(s) => out.push(String::from_utf8_lossy(&s).into_owned()),
-            None => break,
-        }
-    }
-    out
-}
-
 /// The fields of /proc/<pid>/status we need (see proc_pid_status(5)).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Status {
@@ -101,19 +77,6 @@ pub fn status(pid: i32) -> Option<Status> {
     (st.tgid > 0).then_some(st)
 }
 
-/// Exit code of a zombie (field 52 of /proc/<pid>/stat, a wait status).
-pub fn zombie_exit_code(pid: i32) -> Option<i32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); field 52 is index 49.
-    if fields.first() != Some(&"Z") {
-        return None;
-    }
-    fields.get(49)?.parse().ok()
-}
-
 fn link(path: String) -> Option<String> {
     let target = std::fs::read_link(path).ok()?;
     let text = String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned();
@@ -130,27 +93,6 @@ pub fn cwd(tid: i32) -> Option<String> {
 
 pub fn fd_path(tid: i32, fd: i32) -> Option<String> {
     link(format!("/proc/{tid}/fd/{fd}"))
-}
-
-/// `path` made absolute against `base` and cleaned of `.`/`..` lexically
-/// (what the kernel sees may differ through symlinks; this is a record, not a check).
-pub fn absolute(base: &str, path: &str) -> String {
-    let joined = if path.starts_with('/') {
-        PathBuf::from(path)
-    } else {
-        Path::new(base).join(path)
-    };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    String::from_utf8_lossy(out.as_os_str().as_bytes()).into_owned()
 }
 
 /// Children of every thread of `pid` (/proc/<pid>/task/*/children, see proc(5)).
@@ -173,14 +115,6 @@ pub fn children(pid: i32) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_are_made_absolute_lexically() {
-        assert_eq!(absolute("/ws", "f1"), "/ws/f1");
-        assert_eq!(absolute("/ws/a", "../b/./c"), "/ws/b/c");
-        assert_eq!(absolute("/ws", "/tmp//x"), "/tmp/x");
-        assert_eq!(absolute("/", "../.."), "/");
-    }
 
     #[test]
     fn own_status_and_memory_are_readable() {

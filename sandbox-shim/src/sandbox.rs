@@ -200,7 +200,6 @@ impl Sandbox {
             let shared: SharedState = Arc::new(Mutex::new(observer::Shared::default()));
             let cfg = observer::Config {
                 init: sandbox.init,
-                writable: plan.writable_places(),
                 max_file_bytes: obs.max_file_bytes,
             };
             let handle = observer::spawn(chan, cfg, tx, shared.clone())

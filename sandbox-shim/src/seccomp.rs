@@ -18,7 +18,10 @@ const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
-const RET_USER_NOTIF: u32 = libc::SECCOMP_RET_USER_NOTIF;
+/// A ptrace stop for the observer before the syscall runs (seccomp(2)
+/// SECCOMP_RET_TRACE); with no tracer attached the syscall fails with ENOSYS,
+/// so an unobserved command cannot write at all (fail closed).
+const RET_TRACE: u32 = libc::SECCOMP_RET_TRACE;
 
 // Offsets into struct seccomp_data (little endian: low word of each arg first).
 const OFF_NR: u32 = 0;
@@ -141,13 +144,11 @@ const WRITE_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::
 /// fchmodat2(2) (Linux 6.6) has the same number on every architecture.
 pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
 
-/// Syscalls the observer always hears about (seccomp_unotify(2)).
-fn notified_syscalls() -> Vec<libc::c_long> {
+/// Syscalls the observer always stops at. execve and exit are not among
+/// them: ptrace reports a successful exec and every death by itself.
+fn traced_syscalls() -> Vec<libc::c_long> {
     #[allow(unused_mut)]
     let mut list = vec![
-        libc::SYS_execve,
-        libc::SYS_execveat,
-        libc::SYS_exit_group,
         libc::SYS_openat2,
         libc::SYS_renameat,
         libc::SYS_renameat2,
@@ -175,22 +176,22 @@ fn notified_syscalls() -> Vec<libc::c_long> {
     list
 }
 
-/// `if nr == sys && (arg & WRITE_FLAGS) { notify }`: plain reads never leave the kernel.
-fn notify_if_writing(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, flags_arg: u32) {
+/// `if nr == sys && (arg & WRITE_FLAGS) { trace }`: plain reads never leave the kernel.
+fn trace_if_writing(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, flags_arg: u32) {
     guarded(
         prog,
         sys,
         vec![
             stmt(BPF_LD_W_ABS, off_arg(flags_arg)),
             jump(BPF_JSET_K, WRITE_FLAGS, 0, 1),
-            stmt(BPF_RET_K, RET_USER_NOTIF),
+            stmt(BPF_RET_K, RET_TRACE),
             stmt(BPF_RET_K, RET_ALLOW),
         ],
     );
 }
 
-/// The filter; with `observe`, exec, exit and file-changing syscalls are sent
-/// to the user-space listener first (answered with CONTINUE by the observer).
+/// The filter; with `observe`, file-changing syscalls stop for the observer
+/// (the tracer) first, which lets each run and looks at its result.
 pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_filter> {
     let eperm = errno(libc::EPERM);
     let mut prog = vec![
@@ -260,12 +261,12 @@ pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_fi
     );
     if observe {
         #[cfg(target_arch = "x86_64")]
-        notify_if_writing(&mut prog, libc::SYS_open, 1);
-        notify_if_writing(&mut prog, libc::SYS_openat, 2);
+        trace_if_writing(&mut prog, libc::SYS_open, 1);
+        trace_if_writing(&mut prog, libc::SYS_openat, 2);
         prog.push(stmt(BPF_LD_W_ABS, OFF_NR));
-        for sys in notified_syscalls() {
+        for sys in traced_syscalls() {
             prog.push(jump(BPF_JEQ_K, sys as u32, 0, 1));
-            prog.push(stmt(BPF_RET_K, RET_USER_NOTIF));
+            prog.push(stmt(BPF_RET_K, RET_TRACE));
         }
     }
     prog.push(stmt(BPF_RET_K, RET_ALLOW));

@@ -228,123 +228,130 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
 }
 
-/// Install a seccomp filter with SECCOMP_FILTER_FLAG_NEW_LISTENER and return
-/// the notification listener (seccomp(2), seccomp_unotify(2)). The kernel
-/// creates the descriptor close-on-exec.
-pub fn install_seccomp_listener(filter: &[libc::sock_filter]) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let prog = libc::sock_fprog {
-        len: u16::try_from(filter.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp filter too long"))?,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    // SAFETY: prog points at `filter`, which outlives the call; the kernel copies it.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: with NEW_LISTENER the kernel returns a fresh descriptor nobody else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
+/// How the observer traces the command (ptrace(2)): stop after every
+/// successful execve (before the new image's first instruction), follow every
+/// fork, vfork and clone, stop at the syscalls the seccomp filter marks with
+/// SECCOMP_RET_TRACE, tell syscall stops apart (TRACESYSGOOD), and kill every
+/// tracee if airlock dies (EXITKILL), so nothing runs on unobserved.
+fn trace_options() -> nix::sys::ptrace::Options {
+    use nix::sys::ptrace::Options;
+    Options::PTRACE_O_TRACEEXEC
+        | Options::PTRACE_O_TRACEFORK
+        | Options::PTRACE_O_TRACEVFORK
+        | Options::PTRACE_O_TRACECLONE
+        | Options::PTRACE_O_TRACESECCOMP
+        | Options::PTRACE_O_TRACESYSGOOD
+        | Options::PTRACE_O_EXITKILL
 }
 
-/// One seccomp user notification: who made which syscall with which arguments.
+/// PTRACE_SEIZE `pid` with [`trace_options`]; its children are traced too.
+pub fn trace_seize(pid: i32) -> io::Result<()> {
+    nix::sys::ptrace::seize(nix::unistd::Pid::from_raw(pid), trace_options())
+        .map_err(io::Error::from)
+}
+
+/// Resume a stopped tracee, delivering `signal` (0 for none). ESRCH (the
+/// tracee was killed meanwhile) is not an error worth reporting.
+pub fn trace_resume(tid: i32, signal: i32) {
+    // SAFETY: PTRACE_CONT takes integer arguments only.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, signal as libc::c_long) };
+}
+
+/// Resume a tracee stopped at a seccomp stop until the end of that syscall
+/// (the next stop is its syscall-exit-stop, ptrace(2) "Syscall-stops").
+pub fn trace_to_syscall_exit(tid: i32) {
+    // SAFETY: PTRACE_SYSCALL takes integer arguments only.
+    unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid, 0, 0) };
+}
+
+/// Leave a tracee in its group-stop (SIGSTOP, SIGTSTP...) without resuming
+/// it, so job control works as without a tracer (PTRACE_LISTEN, ptrace(2)).
+pub fn trace_listen(tid: i32) {
+    // SAFETY: PTRACE_LISTEN takes integer arguments only.
+    unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) };
+}
+
+/// PTRACE_GETEVENTMSG: the new pid of a fork/clone event, the former thread
+/// id of an exec event.
+pub fn trace_event_message(tid: i32) -> Option<i64> {
+    nix::sys::ptrace::getevent(nix::unistd::Pid::from_raw(tid)).ok()
+}
+
+/// Where a tracee stopped inside a syscall (PTRACE_GET_SYSCALL_INFO, Linux 5.3).
 #[derive(Debug, Clone, Copy)]
-pub struct Notification {
-    pub id: u64,
-    /// Thread id in the listener reader's PID namespace (the host's for airlock).
-    pub tid: i32,
-    pub nr: i64,
-    pub args: [u64; 6],
+pub enum SyscallStop {
+    /// A seccomp stop (SECCOMP_RET_TRACE): before the syscall runs.
+    Entry {
+        nr: i64,
+        args: [u64; 6],
+    },
+    /// After it ran: its return value, or -errno when `failed`.
+    Exit {
+        value: i64,
+        failed: bool,
+    },
+    Other,
 }
 
-/// SECCOMP_IOCTL_NOTIF_RECV (seccomp_unotify(2)). Errors with ENOENT when the
-/// target died between poll and receive.
-pub fn notif_recv(listener: BorrowedFd<'_>) -> io::Result<Notification> {
-    // SAFETY: seccomp_notif is plain old data; the kernel requires it zeroed.
-    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: n is a valid, zeroed seccomp_notif that outlives the call.
-        let rc = unsafe {
-            libc::ioctl(
-                listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_RECV,
-                &mut n as *mut libc::seccomp_notif,
-            )
-        };
-        if rc == 0 {
-            break;
+pub fn syscall_stop(tid: i32) -> io::Result<SyscallStop> {
+    let info = nix::sys::ptrace::syscall_info(nix::unistd::Pid::from_raw(tid))?;
+    Ok(match info.op {
+        libc::PTRACE_SYSCALL_INFO_SECCOMP => {
+            // SAFETY: op SECCOMP says the kernel filled the `seccomp` member.
+            let s = unsafe { info.u.seccomp };
+            SyscallStop::Entry {
+                nr: s.nr as i64,
+                args: s.args,
+            }
         }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
+        libc::PTRACE_SYSCALL_INFO_EXIT => {
+            // SAFETY: op EXIT says the kernel filled the `exit` member.
+            let e = unsafe { info.u.exit };
+            SyscallStop::Exit {
+                value: e.sval,
+                failed: e.is_error != 0,
+            }
         }
-    }
-    Ok(Notification {
-        id: n.id,
-        tid: n.pid as i32,
-        nr: i64::from(n.data.nr),
-        args: n.data.args,
+        _ => SyscallStop::Other,
     })
 }
 
-/// SECCOMP_IOCTL_NOTIF_ID_VALID: is the target still blocked in this very
-/// notification (so what we read from its memory belonged to it)?
-pub fn notif_id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
-    // SAFETY: the ioctl reads one u64 from a valid pointer.
-    let rc = unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
-            &id as *const u64,
-        )
-    };
-    rc == 0
-}
-
-/// Answer a notification with SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel runs
-/// the syscall as if no filter had intervened. ENOENT (target gone) is ignored.
-pub fn notif_continue(listener: BorrowedFd<'_>, id: u64) {
-    let mut resp = libc::seccomp_notif_resp {
-        id,
-        val: 0,
-        error: 0,
-        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-    };
+/// The next stop or death among this thread's tracees: waitpid(-1) with
+/// __WALL (threads too) and __WNOTHREAD (not the children that other
+/// threads of airlock forked, such as the sandbox supervisor); returns
+/// (tid, raw status), or None once no tracee is left (ECHILD).
+pub fn wait_tracee() -> io::Result<Option<(i32, i32)>> {
+    let mut status = 0;
     loop {
-        // SAFETY: resp is a valid seccomp_notif_resp that outlives the call.
-        let rc = unsafe {
-            libc::ioctl(
-                listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_SEND,
-                &mut resp as *mut libc::seccomp_notif_resp,
-            )
-        };
-        if rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
+        // SAFETY: status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+        if rc > 0 {
+            return Ok(Some((rc, status)));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ECHILD) => return Ok(None),
+            _ => return Err(err),
         }
     }
 }
 
-/// SECCOMP_IOCTL_NOTIF_SET_FLAGS(SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux 6.6):
-/// wake the supervisor on the same CPU, which roughly halves the round trip.
-/// Best effort: older kernels just refuse.
-pub fn notif_sync_wakeup(listener: BorrowedFd<'_>) {
-    const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
-    // SAFETY: the ioctl takes the flags by value.
-    unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
-        )
+/// The current coarse wall-clock time: the clock the kernel stamps inode
+/// times from (current_time(), see inode(7) "Timestamps"), so a file changed
+/// after this call never has an earlier ctime.
+pub fn coarse_now() -> std::time::SystemTime {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            ts.tv_sec.max(0) as u64,
+            ts.tv_nsec.clamp(0, 999_999_999) as u32,
+        )
 }
 
 /// dup2(2) onto a fixed descriptor number (stdio of the sandbox helpers). The
@@ -391,38 +398,6 @@ pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
         lo = k.saturating_add(1);
     }
     Ok(())
-}
-
-/// Wait status of an exited process from its pidfd: ioctl PIDFD_GET_INFO with
-/// PIDFD_INFO_EXIT (Linux 6.15, see pidfd_open(2) / include/uapi/linux/pidfd.h).
-/// Available once the process has been reaped; None before or on older kernels.
-pub fn pidfd_exit_code(pidfd: BorrowedFd<'_>) -> Option<i32> {
-    /// struct pidfd_info, PIDFD_INFO_SIZE_VER0 (64 bytes).
-    #[repr(C)]
-    #[derive(Default)]
-    struct PidfdInfo {
-        mask: u64,
-        cgroupid: u64,
-        ids: [u32; 11],
-        exit_code: i32,
-    }
-    const PIDFD_INFO_EXIT: u64 = 1 << 3;
-    // _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info)
-    const PIDFD_GET_INFO: u64 =
-        (3 << 30) | ((size_of::<PidfdInfo>() as u64) << 16) | (0xFF << 8) | 11;
-    let mut info = PidfdInfo {
-        mask: PIDFD_INFO_EXIT,
-        ..PidfdInfo::default()
-    };
-    // SAFETY: info is a valid pidfd_info of the size encoded in the request and outlives the call.
-    let rc = unsafe {
-        libc::ioctl(
-            pidfd.as_raw_fd(),
-            PIDFD_GET_INFO as _,
-            &mut info as *mut PidfdInfo,
-        )
-    };
-    (rc == 0 && info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code)
 }
 
 /// pidfd_getfd(2): a duplicate of descriptor `fd` of the process behind

@@ -58,6 +58,7 @@ pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
         cwd: "/work".into(),
         env_names: vec!["PATH".into(), "HOME".into()],
         env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),
+        image: Default::default(),
     }
 }
 
@@ -84,6 +85,7 @@ pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
         mode: None,
         stored_content: None,
         content_over_cap: false,
+        identity: Default::default(),
     }
 }
 

@@ -1,0 +1,267 @@
+//! What the kernel executed, read at the PTRACE_EVENT_EXEC stop: after the
+//! exec succeeded and before the new image runs its first instruction
+//! (ptrace(2) "execve(2) under ptrace"). At that moment the process has one
+//! thread and has not run any code of its own, so /proc/PID/exe, cmdline and
+//! environ are the kernel's answer (proc_pid_exe(5), proc_pid_cmdline(5)),
+//! not arguments read before the syscall that a sibling thread could swap.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+
+use super::resolve::{self, Viewer};
+use crate::capture::{self, Captured};
+use crate::observation::{ExecImage, FileRef, ImageKind};
+use crate::procfs::{self, Status};
+
+/// auxv entry holding the filename execve(2) was given (getauxval(3)).
+const AT_EXECFN: u64 = 31;
+/// Longest cmdline or environ we keep (the kernel allows a quarter of the
+/// stack limit; a record does not need more).
+const MAX_STRINGS_BYTES: u64 = 1 << 20;
+/// Dynamic loader options that take a value (ld.so(8)).
+const LOADER_OPTIONS_WITH_VALUE: [&str; 7] = [
+    "--library-path",
+    "--preload",
+    "--argv0",
+    "--audit",
+    "--inhibit-rpath",
+    "--glibc-hwcaps-prepend",
+    "--glibc-hwcaps-mask",
+];
+
+/// One successful exec, as the kernel performed it.
+#[derive(Debug)]
+pub struct Executed {
+    pub status: Status,
+    /// readlink(/proc/PID/exe): the resolved path, or `/memfd:NAME (deleted)`,
+    /// or `PATH (deleted)`.
+    pub path: String,
+    pub image: ExecImage,
+    /// The image's bytes when it has no path on disk to restore it from.
+    pub pathless: Option<Captured>,
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+}
+
+/// SHA-256 of files by identity and change times, so the same binary is
+/// hashed once however often it runs.
+#[derive(Debug, Default)]
+pub struct Hashes {
+    known: HashMap<(u64, u64, i64, i64, i64, i64, u64), String>,
+}
+
+impl Hashes {
+    fn sha256(&mut self, file: &File, max_content: u64) -> (Option<String>, Option<Captured>) {
+        let Ok(meta) = file.metadata() else {
+            return (None, None);
+        };
+        let key = (
+            meta.dev(),
+            meta.ino(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+            meta.len(),
+        );
+        if let Some(hash) = self.known.get(&key) {
+            return (Some(hash.clone()), None);
+        }
+        let captured = file
+            .try_clone()
+            .ok()
+            .and_then(|f| capture::read_all(f, max_content));
+        let hash = captured.as_ref().and_then(|c| c.sha256.clone());
+        if let Some(h) = &hash {
+            self.known.insert(key, h.clone());
+        }
+        (hash, captured)
+    }
+}
+
+fn split_nul(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+fn read_limited(path: String) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Ok(f) = File::open(path) {
+        let _ = f.take(MAX_STRINGS_BYTES).read_to_end(&mut out);
+    }
+    out
+}
+
+/// The filename execve(2) was given, from the new image's auxiliary vector.
+fn exec_filename(tgid: i32) -> Option<Vec<u8>> {
+    let auxv = std::fs::read(format!("/proc/{tgid}/auxv")).ok()?;
+    let addr = auxv.chunks_exact(16).find_map(|pair| {
+        let key = u64::from_ne_bytes(pair[..8].try_into().ok()?);
+        let value = u64::from_ne_bytes(pair[8..].try_into().ok()?);
+        (key == AT_EXECFN).then_some(value)
+    })?;
+    let mem = procfs::open_mem(tgid)?;
+    procfs::read_cstr(&mem, addr)
+}
+
+fn kind_of(path: &str) -> ImageKind {
+    if path.starts_with("/memfd:") {
+        ImageKind::Memfd
+    } else if path.ends_with(" (deleted)") {
+        ImageKind::Deleted
+    } else {
+        ImageKind::File
+    }
+}
+
+fn is_loader(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name == "ld.so"
+}
+
+/// The program ld.so was asked to load: its first argument that is not an option.
+fn loader_target(argv: &[String]) -> Option<&str> {
+    let mut args = argv.iter().skip(1);
+    while let Some(arg) = args.next() {
+        if LOADER_OPTIONS_WITH_VALUE.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with("--") {
+            return Some(arg);
+        }
+    }
+    None
+}
+
+/// A file the tracee named, resolved in its view and hashed.
+fn file_ref(viewer: Viewer, name: &[u8], hashes: &mut Hashes) -> Option<(FileRef, File)> {
+    let resolved = resolve::resolve(viewer, libc::AT_FDCWD, name, true)?;
+    let handle = resolved.open()?;
+    let file = File::open(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&handle)
+    ))
+    .ok()?;
+    let (sha256, _) = hashes.sha256(&file, 0);
+    Some((
+        FileRef {
+            path: resolved.path,
+            sha256,
+        },
+        file,
+    ))
+}
+
+fn same_file(a: &File, b: &File) -> bool {
+    match (a.metadata(), b.metadata()) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+fn starts_with_shebang(file: &File) -> bool {
+    let mut head = [0u8; 2];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut head, 0).is_ok() && &head == b"#!"
+}
+
+/// Read the exec that process `tgid` (host pid) has just performed.
+pub fn read(tgid: i32, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
+    let status = procfs::status(tgid)?;
+    let path = std::fs::read_link(format!("/proc/{tgid}/exe"))
+        .ok()
+        .map(|p| String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned())?;
+    let kind = kind_of(&path);
+    let exe = File::open(format!("/proc/{tgid}/exe")).ok();
+    let (sha256, captured) = match &exe {
+        Some(f) => hashes.sha256(
+            f,
+            if kind == ImageKind::File {
+                0
+            } else {
+                max_content
+            },
+        ),
+        None => (None, None),
+    };
+    let pathless = match kind {
+        ImageKind::File => None,
+        // A cached hash means we read these bytes before: read them again
+        // for this exec's record.
+        _ => captured.or_else(|| {
+            exe.as_ref()
+                .and_then(|f| f.try_clone().ok())
+                .and_then(|f| capture::read_all(f, max_content))
+        }),
+    };
+    let argv = split_nul(&read_limited(format!("/proc/{tgid}/cmdline")));
+    let env = split_nul(&read_limited(format!("/proc/{tgid}/environ")));
+    let cwd = procfs::cwd(tgid).unwrap_or_default();
+    let viewer = Viewer {
+        tid: tgid,
+        ns_tgid: status.ns_pid,
+        ns_tid: status.ns_pid,
+    };
+    let mut script = None;
+    if let (Some(exe), Some(name)) = (&exe, exec_filename(tgid))
+        && let Some((found, file)) = file_ref(viewer, &name, hashes)
+        && !same_file(exe, &file)
+        && starts_with_shebang(&file)
+    {
+        script = Some(found);
+    }
+    let loaded = is_loader(&path)
+        .then(|| loader_target(&argv))
+        .flatten()
+        .and_then(|target| file_ref(viewer, target.as_bytes(), hashes))
+        .map(|(found, _)| found);
+    Some(Executed {
+        status,
+        image: ExecImage {
+            kind,
+            sha256,
+            script,
+            loaded,
+        },
+        path,
+        pathless,
+        argv,
+        env,
+        cwd,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loader_targets_skip_options() {
+        let argv: Vec<String> = [
+            "/lib64/ld-linux-x86-64.so.2",
+            "--library-path",
+            "/x",
+            "--inhibit-cache",
+            "./prog",
+            "arg",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(loader_target(&argv), Some("./prog"));
+        assert!(is_loader("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"));
+        assert!(!is_loader("/usr/bin/python3"));
+    }
+
+    #[test]
+    fn image_kinds() {
+        assert_eq!(kind_of("/memfd:x (deleted)"), ImageKind::Memfd);
+        assert_eq!(kind_of("/ws/prog (deleted)"), ImageKind::Deleted);
+        assert_eq!(kind_of("/usr/bin/true"), ImageKind::File);
+    }
+}

@@ -1,0 +1,449 @@
+//! Bookkeeping of written files, keyed by the inode the kernel wrote (device
+//! and inode number), never by a name alone.
+//!
+//! A file opened for writing is tracked from the successful open until no
+//! process of the sandbox holds it open for writing any more: then its
+//! content is captured, through a read-only descriptor of that very inode
+//! opened when the write-open returned. Who holds it is learnt from
+//! /proc/PID/fd (proc_pid_fd(5): the link's mode says whether the descriptor
+//! is writable), checked when a holder stops at a traced syscall, execs, or
+//! exits; a child forked by a holder is a holder too until checked. Names
+//! follow renames and links, so the record names the file as it is called
+//! when captured, with every name it had.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::sync::mpsc::Sender;
+use std::time::SystemTime;
+
+use super::reconcile;
+use super::writable::{Mounts, is_under};
+use crate::capture::{self, Captured};
+use crate::observation::{ExecId, FileOp, Observation};
+
+/// (device, inode number).
+pub type FileKey = (u64, u64);
+
+/// Most read-only descriptors we keep open at once; past it, a file is
+/// captured through its name (and the reconcile checks it).
+const MAX_READERS: usize = 512;
+
+#[derive(Debug)]
+struct Tracked {
+    exec: Option<ExecId>,
+    /// Its current name.
+    name: String,
+    /// Every name it had, oldest first.
+    names: Vec<String>,
+    op: FileOp,
+    ts: SystemTime,
+    seq: u64,
+    holders: HashSet<i32>,
+    reader: Option<File>,
+}
+
+/// A record about to be emitted.
+#[derive(Debug)]
+pub struct FileRecord {
+    pub exec_id: Option<ExecId>,
+    pub path: String,
+    pub op: FileOp,
+    pub captured: Captured,
+    pub rename_to: Option<String>,
+    pub mode: Option<u32>,
+    pub inode: Option<FileKey>,
+    pub names: Vec<String>,
+    pub reconciled: bool,
+    pub ts: SystemTime,
+}
+
+impl FileRecord {
+    pub fn now(exec_id: Option<ExecId>, path: String, op: FileOp) -> FileRecord {
+        FileRecord {
+            exec_id,
+            path,
+            op,
+            captured: Captured::default(),
+            rename_to: None,
+            mode: None,
+            inode: None,
+            names: Vec::new(),
+            reconciled: false,
+            ts: SystemTime::now(),
+        }
+    }
+}
+
+pub struct Files {
+    tracked: HashMap<FileKey, Tracked>,
+    by_name: HashMap<String, FileKey>,
+    held_by: HashMap<i32, HashSet<FileKey>>,
+    /// What the record says each path holds now: the SHA-256 of its last
+    /// recorded content (None when it has none, e.g. a directory).
+    view: HashMap<String, Option<String>>,
+    pub mounts: Mounts,
+    max_content: u64,
+    seq: u64,
+    readers: usize,
+    tx: Sender<Observation>,
+}
+
+fn key_of(meta: &std::fs::Metadata) -> FileKey {
+    (meta.dev(), meta.ino())
+}
+
+/// Renaming `from` to `to` renames `name` if it is `from` or below it.
+fn renamed(name: &str, from: &str, to: &str) -> Option<String> {
+    if name == from {
+        return Some(to.to_string());
+    }
+    let from_dir = from.trim_end_matches('/');
+    name.strip_prefix(from_dir)
+        .filter(|rest| rest.starts_with('/'))
+        .map(|rest| format!("{}{rest}", to.trim_end_matches('/')))
+}
+
+impl Files {
+    pub fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Files {
+        Files {
+            tracked: HashMap::new(),
+            by_name: HashMap::new(),
+            held_by: HashMap::new(),
+            view: HashMap::new(),
+            mounts,
+            max_content,
+            seq: 0,
+            readers: 0,
+            tx,
+        }
+    }
+
+    /// Is `path` in a place the sandbox can write?
+    pub fn writable(&self, path: &str) -> bool {
+        self.mounts.contains(path.trim_end_matches('/'))
+    }
+
+    pub fn emit(&mut self, r: FileRecord) {
+        match r.op {
+            FileOp::Create | FileOp::Modify | FileOp::Truncate => {
+                self.view.insert(r.path.clone(), r.captured.sha256.clone());
+            }
+            FileOp::Delete => {
+                let gone = r.path.trim_end_matches('/').to_string();
+                self.view
+                    .retain(|p, _| !is_under(p.trim_end_matches('/'), &gone));
+            }
+            FileOp::Rename => {
+                if let Some(to) = &r.rename_to {
+                    let moved: Vec<(String, String)> = self
+                        .view
+                        .keys()
+                        .filter_map(|p| renamed(p, &r.path, to).map(|n| (p.clone(), n)))
+                        .collect();
+                    for (old, new) in moved {
+                        if let Some(hash) = self.view.remove(&old) {
+                            self.view.insert(new, hash);
+                        }
+                    }
+                }
+            }
+            FileOp::Chmod | FileOp::Image => {}
+        }
+        let _ = self.tx.send(Observation::File {
+            exec_id: r.exec_id,
+            path: r.path,
+            op: r.op,
+            size: r.captured.size,
+            sha256: r.captured.sha256,
+            content: r.captured.content,
+            rename_to: r.rename_to,
+            mode: r.mode,
+            inode: r.inode,
+            names: r.names,
+            reconciled: r.reconciled,
+            ts: r.ts,
+        });
+    }
+
+    /// Process `tgid` (running `exec`) opened `path` for writing and the
+    /// kernel returned a descriptor to `file` (any open mode).
+    pub fn opened(
+        &mut self,
+        tgid: i32,
+        exec: Option<ExecId>,
+        path: String,
+        file: &File,
+        created: bool,
+    ) {
+        let Ok(meta) = file.metadata() else { return };
+        if !meta.is_file() || !self.writable(&path) {
+            return;
+        }
+        let key = key_of(&meta);
+        self.seq += 1;
+        let seq = self.seq;
+        let want_reader = self.readers < MAX_READERS;
+        let entry = self.tracked.entry(key).or_insert_with(|| Tracked {
+            exec,
+            name: path.clone(),
+            names: vec![path.clone()],
+            op: if created {
+                FileOp::Create
+            } else {
+                FileOp::Modify
+            },
+            ts: SystemTime::now(),
+            seq,
+            holders: HashSet::new(),
+            reader: None,
+        });
+        if entry.name != path {
+            entry.name = path.clone();
+            if !entry.names.contains(&path) {
+                entry.names.push(path.clone());
+            }
+        }
+        entry.holders.insert(tgid);
+        if entry.reader.is_none() && want_reader {
+            // Re-open read-only: our own description of the inode, whose
+            // offset is ours (reading through a duplicate of the writer's
+            // descriptor would move its file offset).
+            entry.reader = File::open(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(file)
+            ))
+            .ok();
+            self.readers += usize::from(entry.reader.is_some());
+        }
+        self.by_name.insert(path, key);
+        self.held_by.entry(tgid).or_default().insert(key);
+    }
+
+    /// A truncate(2) by name: the change is complete when it returns.
+    pub fn truncated(&mut self, exec: Option<ExecId>, path: String, file: &File) {
+        let Ok(meta) = file.metadata() else { return };
+        if !meta.is_file() || !self.writable(&path) {
+            return;
+        }
+        let key = key_of(&meta);
+        if self.tracked.contains_key(&key) {
+            // Still held open by its writer: captured when it lets go.
+            return;
+        }
+        let captured = capture::capture(file, self.max_content);
+        self.emit(FileRecord {
+            captured,
+            inode: Some(key),
+            ..FileRecord::now(exec, path, FileOp::Truncate)
+        });
+    }
+
+    /// Capture, before a syscall destroys it (O_TRUNC, truncate, unlink, or
+    /// a rename over it), the version of a tracked file named `path`.
+    pub fn before_destroy(&mut self, path: &str) {
+        let Some(key) = self.by_name.get(path).copied() else {
+            return;
+        };
+        let keep_tracking = self
+            .tracked
+            .get(&key)
+            .is_some_and(|t| !t.holders.is_empty());
+        self.capture(key, keep_tracking);
+    }
+
+    /// Which tracked files `tgid` still holds open for writing, from its
+    /// descriptor table; the others it has let go of.
+    pub fn check_holder(&mut self, tgid: i32) {
+        let Some(held) = self.held_by.get(&tgid) else {
+            return;
+        };
+        if held.is_empty() {
+            return;
+        }
+        let still = writable_descriptors(tgid);
+        let released: Vec<FileKey> = held
+            .iter()
+            .filter(|k| !still.contains(k))
+            .copied()
+            .collect();
+        for key in released {
+            self.release(tgid, key);
+        }
+    }
+
+    /// `child` was forked by `parent` and inherited its descriptors.
+    pub fn forked(&mut self, parent: i32, child: i32) {
+        let Some(held) = self.held_by.get(&parent).cloned() else {
+            return;
+        };
+        for key in &held {
+            if let Some(t) = self.tracked.get_mut(key) {
+                t.holders.insert(child);
+            }
+        }
+        self.held_by.entry(child).or_default().extend(held);
+    }
+
+    /// Process `tgid` is gone: it holds nothing any more.
+    pub fn process_gone(&mut self, tgid: i32) {
+        for key in self.held_by.remove(&tgid).unwrap_or_default() {
+            self.release(tgid, key);
+        }
+    }
+
+    fn release(&mut self, tgid: i32, key: FileKey) {
+        if let Some(held) = self.held_by.get_mut(&tgid) {
+            held.remove(&key);
+        }
+        let Some(t) = self.tracked.get_mut(&key) else {
+            return;
+        };
+        t.holders.remove(&tgid);
+        if t.holders.is_empty() {
+            self.capture(key, false);
+        }
+    }
+
+    /// Record the content of a tracked file now; keep tracking it (as a
+    /// modification from here on) when it is still held open.
+    fn capture(&mut self, key: FileKey, keep_tracking: bool) {
+        let Some(mut t) = self.tracked.remove(&key) else {
+            return;
+        };
+        let captured = match &t.reader {
+            Some(reader) => reader
+                .try_clone()
+                .ok()
+                .filter(|r| r.metadata().is_ok_and(|m| m.nlink() > 0))
+                .and_then(|r| capture::read_all(r, self.max_content)),
+            None => self
+                .mounts
+                .lookup(&t.name)
+                .filter(|h| h.metadata().is_ok_and(|m| key_of(&m) == key))
+                .map(|h| capture::capture(&h, self.max_content)),
+        };
+        // No content: the file has no name any more (it was deleted; its
+        // last named version was captured before the unlink) or it is
+        // unreadable; the reconcile has the last word on what is on disk.
+        if let Some(captured) = captured {
+            let names = if t.names.len() > 1 {
+                t.names.clone()
+            } else {
+                Vec::new()
+            };
+            self.emit(FileRecord {
+                captured,
+                inode: Some(key),
+                names,
+                ts: t.ts,
+                ..FileRecord::now(t.exec, t.name.clone(), t.op)
+            });
+        }
+        if keep_tracking {
+            self.seq += 1;
+            t.op = FileOp::Modify;
+            t.seq = self.seq;
+            self.tracked.insert(key, t);
+        } else {
+            if t.reader.is_some() {
+                self.readers -= 1;
+            }
+            if self.by_name.get(&t.name) == Some(&key) {
+                self.by_name.remove(&t.name);
+            }
+            for holder in &t.holders {
+                if let Some(h) = self.held_by.get_mut(holder) {
+                    h.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// A successful rename: tracked names follow it.
+    pub fn renamed(&mut self, from: &str, to: &str) {
+        let moved: Vec<(String, String, FileKey)> = self
+            .by_name
+            .iter()
+            .filter_map(|(name, key)| renamed(name, from, to).map(|n| (name.clone(), n, *key)))
+            .collect();
+        for (old, new, key) in moved {
+            self.by_name.remove(&old);
+            if let Some(t) = self.tracked.get_mut(&key) {
+                t.name = new.clone();
+                if !t.names.contains(&new) {
+                    t.names.push(new.clone());
+                }
+            }
+            self.by_name.insert(new, key);
+        }
+    }
+
+    /// A successful link(2): the inode has one more name.
+    pub fn linked(&mut self, from: &str, to: &str) {
+        if let Some(key) = self.by_name.get(from).copied()
+            && let Some(t) = self.tracked.get_mut(&key)
+        {
+            t.names.push(to.to_string());
+        }
+    }
+
+    /// Content of the file named `path` now (for a record made at once).
+    pub fn capture_named(&self, path: &str) -> (Captured, Option<FileKey>) {
+        match self.mounts.lookup(path) {
+            Some(h) => {
+                let key = h.metadata().ok().map(|m| key_of(&m));
+                (capture::capture(&h, self.max_content), key)
+            }
+            None => (Captured::default(), None),
+        }
+    }
+
+    /// The end: every process of the sandbox is gone. Capture what is still
+    /// tracked, then reconcile every writable mount with the record.
+    pub fn finish(&mut self, since: SystemTime) {
+        let mut keys: Vec<(u64, FileKey)> = self.tracked.iter().map(|(k, t)| (t.seq, *k)).collect();
+        keys.sort();
+        for (_, key) in keys {
+            self.capture(key, false);
+        }
+        self.held_by.clear();
+        let findings = reconcile::run(&self.mounts, since, &self.view, self.max_content);
+        for r in findings {
+            self.emit(r);
+        }
+    }
+}
+
+/// (device, inode) of every file `tgid` holds open for writing.
+fn writable_descriptors(tgid: i32) -> HashSet<FileKey> {
+    let mut out = HashSet::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{tgid}/fd")) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let writable =
+            std::fs::symlink_metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o200 != 0);
+        if writable && let Ok(meta) = std::fs::metadata(&path) {
+            out.insert(key_of(&meta));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn renames_carry_names_and_directories() {
+        assert_eq!(
+            super::renamed("/ws/a", "/ws/a", "/ws/b").as_deref(),
+            Some("/ws/b")
+        );
+        assert_eq!(
+            super::renamed("/ws/d/f", "/ws/d", "/ws/e").as_deref(),
+            Some("/ws/e/f")
+        );
+        assert_eq!(super::renamed("/ws/dx", "/ws/d", "/ws/e"), None);
+    }
+}

@@ -1,0 +1,292 @@
+//! The observer: a thread of airlock that traces the sandboxed command and
+//! all its descendants with ptrace(2) and turns what the kernel reports into
+//! [`Observation`]s.
+//!
+//! - Execs: the PTRACE_EVENT_EXEC stop after every successful execve, where
+//!   the kernel's own answer is read (`exec`). Failed execs are not recorded.
+//! - Exits: the wait status of every traced process (exit code or signal).
+//! - Files: the seccomp filter returns SECCOMP_RET_TRACE for file-changing
+//!   syscalls; at that seccomp stop the call is decoded (`syscalls`), the
+//!   tracee is resumed to its syscall-exit stop, and only a call that
+//!   succeeded is recorded, by inode (`files`).
+//! - At the end, once every traced process is gone, what is still open is
+//!   captured and every writable mount is reconciled with the record
+//!   (`reconcile`), through descriptors held since the start (`writable`).
+//!
+//! Modules: `trace` classifies wait statuses, `procs` keeps which exec
+//! each process runs, `resolve` resolves path arguments as the kernel would
+//! for the tracee.
+
+mod exec;
+mod files;
+mod procs;
+mod reconcile;
+mod resolve;
+mod syscalls;
+mod trace;
+mod writable;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::channel;
+use crate::observation::{ExecId, FileOp, Observation, is_secret_name};
+use crate::sys;
+use files::{FileRecord, Files};
+use procs::Procs;
+use resolve::Viewer;
+use trace::Stop;
+
+/// State shared with [`crate::Attributor`]: host pid -> current exec.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub procs: HashMap<i32, ExecId>,
+}
+
+pub type SharedState = Arc<Mutex<Shared>>;
+
+/// What the observer needs to know about the sandbox.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Host pid of the sandbox init.
+    pub init: i32,
+    pub max_file_bytes: u64,
+}
+
+/// The observer's state: one value, owned by its thread.
+struct Observer {
+    cfg: Config,
+    tx: Sender<Observation>,
+    procs: Procs,
+    files: Files,
+    hashes: exec::Hashes,
+    /// Traced syscalls between their seccomp stop and their exit, by tid.
+    in_flight: HashMap<i32, (syscalls::Call, [u64; 6])>,
+    /// When the command started, on the clock inode times use.
+    since: SystemTime,
+}
+
+/// Start the observer thread; it ends once every traced process is gone and
+/// the last records are sent, dropping `tx`.
+pub fn spawn(
+    chan: OwnedFd,
+    cfg: Config,
+    tx: Sender<Observation>,
+    shared: SharedState,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // Before the command can run: the writable mounts are held from here on.
+    let mounts = writable::Mounts::open(cfg.init);
+    std::thread::Builder::new()
+        .name("airlock-observer".into())
+        .spawn(move || {
+            let mut obs = Observer {
+                files: Files::new(mounts, cfg.max_file_bytes, tx.clone()),
+                cfg,
+                tx,
+                procs: Procs::new(shared),
+                hashes: exec::Hashes::default(),
+                in_flight: HashMap::new(),
+                since: SystemTime::now(),
+            };
+            // Only this thread may use ptrace on the tracees (ptrace(2)):
+            // it attaches, waits and resumes.
+            if obs.attach(&chan) {
+                obs.trace();
+            }
+            obs.files.finish(obs.since);
+        })
+}
+
+/// Host pid behind a pidfd (the "Pid:" line of its fdinfo, proc_pid_fdinfo(5)).
+fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let text =
+        std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_fd().as_raw_fd())).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|pid: &i32| *pid > 0)
+}
+
+impl Observer {
+    /// Wait for the command to ask to be traced, attach, and let it go on.
+    fn attach(&mut self, chan: &OwnedFd) -> bool {
+        let Ok(Some(msg)) = channel::recv(chan) else {
+            return false;
+        };
+        if msg.tag != channel::TRACE_ME {
+            return false;
+        }
+        let Some(pid) = msg.fds.first().and_then(pid_of) else {
+            return false;
+        };
+        if sys::trace_seize(pid).is_err() {
+            // The command then hears nothing back and fails closed.
+            return false;
+        }
+        self.procs.tgid_of(pid);
+        // The session's changes start now: setup is done and nothing of
+        // the command has run (it waits for this answer).
+        self.since = sys::coarse_now();
+        channel::send(chan, channel::TRACED, b"", &[]).is_ok()
+    }
+
+    /// Handle every stop until no tracee is left.
+    fn trace(&mut self) {
+        while let Ok(Some((tid, status))) = sys::wait_tracee() {
+            match trace::classify(tid, status) {
+                Stop::Exited { code } => self.thread_ended(tid, Some(code), None),
+                Stop::Killed { signal } => self.thread_ended(tid, None, Some(signal)),
+                Stop::Exec => {
+                    self.on_exec(tid);
+                    sys::trace_resume(tid, 0);
+                }
+                Stop::Fork { thread_maybe } => {
+                    self.on_fork(tid, thread_maybe);
+                    sys::trace_resume(tid, 0);
+                }
+                Stop::Seccomp => self.on_syscall_entry(tid),
+                Stop::SyscallExit => {
+                    self.on_syscall_exit(tid);
+                    sys::trace_resume(tid, 0);
+                }
+                Stop::GroupStop => sys::trace_listen(tid),
+                Stop::Event => sys::trace_resume(tid, 0),
+                Stop::Signal { signal } => sys::trace_resume(tid, signal),
+            }
+        }
+    }
+
+    fn thread_ended(&mut self, tid: i32, status: Option<i32>, signal: Option<i32>) {
+        self.in_flight.remove(&tid);
+        let Some((tgid, proc)) = self.procs.exited(tid) else {
+            return;
+        };
+        let ts = SystemTime::now();
+        for exec_id in proc.chain.iter().rev() {
+            let _ = self.tx.send(Observation::Exit {
+                exec_id: *exec_id,
+                status,
+                signal,
+                ts,
+            });
+        }
+        self.files.process_gone(tgid);
+    }
+
+    fn on_fork(&mut self, tid: i32, thread_maybe: bool) {
+        let Some(child) = sys::trace_event_message(tid).and_then(|m| i32::try_from(m).ok()) else {
+            return;
+        };
+        let parent = self.procs.tgid_of(tid);
+        let thread = thread_maybe && crate::procfs::status(child).is_some_and(|s| s.tgid == parent);
+        self.procs.forked(tid, child, thread);
+        if !thread {
+            self.files.forked(parent, child);
+        }
+    }
+
+    fn on_exec(&mut self, tgid: i32) {
+        let former = sys::trace_event_message(tgid)
+            .and_then(|m| i32::try_from(m).ok())
+            .unwrap_or(tgid);
+        if former != tgid {
+            self.in_flight.remove(&former);
+        }
+        // Close-on-exec descriptors are gone now.
+        self.files.check_holder(tgid);
+        let (exec_id, parent) = self.procs.exec_started(tgid, former);
+        let ts = SystemTime::now();
+        let Some(done) = exec::read(tgid, self.cfg.max_file_bytes, &mut self.hashes) else {
+            return;
+        };
+        let ppid = if done.status.ppid == self.cfg.init {
+            1
+        } else {
+            crate::procfs::status(done.status.ppid)
+                .map(|s| s.ns_pid)
+                .unwrap_or(0)
+        };
+        let mut env_names = Vec::with_capacity(done.env.len());
+        let mut env_values_nonsecret = Vec::new();
+        for kv in &done.env {
+            let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+            if !is_secret_name(k) {
+                env_values_nonsecret.push((k.to_string(), v.to_string()));
+            }
+            env_names.push(k.to_string());
+        }
+        let path = done.path.clone();
+        let _ = self.tx.send(Observation::Exec {
+            exec_id,
+            parent,
+            pid: done.status.ns_pid,
+            ppid,
+            uid: done.status.uid,
+            path: done.path,
+            image: done.image,
+            argv: done.argv,
+            cwd: done.cwd,
+            env_names,
+            env_values_nonsecret,
+            ts,
+        });
+        if let Some(captured) = done.pathless {
+            self.files.emit(FileRecord {
+                captured,
+                ..FileRecord::now(Some(exec_id), path, FileOp::Image)
+            });
+        }
+    }
+
+    fn viewer(&self, tid: i32, tgid: i32) -> Viewer {
+        let ns = |pid: i32| crate::procfs::status(pid).map(|s| s.ns_pid).unwrap_or(pid);
+        Viewer {
+            tid,
+            ns_tgid: ns(tgid),
+            ns_tid: ns(tid),
+        }
+    }
+
+    fn on_syscall_entry(&mut self, tid: i32) {
+        let Ok(sys::SyscallStop::Entry { nr, args }) = sys::syscall_stop(tid) else {
+            sys::trace_resume(tid, 0);
+            return;
+        };
+        let tgid = self.procs.tgid_of(tid);
+        // What it let go of since its last stop is captured before it
+        // changes anything else.
+        self.files.check_holder(tgid);
+        let Some(entry) = syscalls::entry(self.viewer(tid, tgid), nr, args) else {
+            sys::trace_resume(tid, 0);
+            return;
+        };
+        if let Some(path) = &entry.destroys {
+            self.files.before_destroy(path);
+        }
+        self.in_flight.insert(tid, (entry.call, args));
+        sys::trace_to_syscall_exit(tid);
+    }
+
+    fn on_syscall_exit(&mut self, tid: i32) {
+        let Some((call, args)) = self.in_flight.remove(&tid) else {
+            return;
+        };
+        let Ok(sys::SyscallStop::Exit { value, failed }) = sys::syscall_stop(tid) else {
+            return;
+        };
+        if failed {
+            return;
+        }
+        let tgid = self.procs.tgid_of(tid);
+        let who = syscalls::Caller {
+            tid,
+            tgid,
+            exec: self.procs.exec_of(tgid),
+        };
+        syscalls::succeeded(&mut self.files, who, call, value, args);
+    }
+}

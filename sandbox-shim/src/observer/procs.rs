@@ -1,0 +1,131 @@
+//! Which program each traced process runs: every thread we trace maps to its
+//! process (thread group), every process to the exec responsible for it,
+//! its own or, until it execs, its parent's.
+
+use std::collections::HashMap;
+
+use super::SharedState;
+use crate::observation::ExecId;
+use crate::procfs;
+
+/// One traced process (keyed by its host tgid).
+#[derive(Debug, Default)]
+pub struct Proc {
+    /// Its current exec (inherited from the parent until it execs itself).
+    pub exec: Option<ExecId>,
+    /// Every exec this process went through itself, oldest first; they all
+    /// end with it.
+    pub chain: Vec<ExecId>,
+}
+
+#[derive(Debug)]
+pub struct Procs {
+    procs: HashMap<i32, Proc>,
+    /// Host tid -> host tgid, for every traced thread that is not a leader.
+    threads: HashMap<i32, i32>,
+    next_exec: u64,
+    shared: SharedState,
+}
+
+impl Procs {
+    pub fn new(shared: SharedState) -> Procs {
+        Procs {
+            procs: HashMap::new(),
+            threads: HashMap::new(),
+            next_exec: 1,
+            shared,
+        }
+    }
+
+    fn publish(&self, tgid: i32) {
+        if let Ok(mut s) = self.shared.lock() {
+            match self.procs.get(&tgid).and_then(|p| p.exec) {
+                Some(exec) => s.procs.insert(tgid, exec),
+                None => s.procs.remove(&tgid),
+            };
+        }
+    }
+
+    /// The process `tid` belongs to, registering a thread or process we had
+    /// not heard of (a new child can stop before its parent's fork event).
+    pub fn tgid_of(&mut self, tid: i32) -> i32 {
+        if self.procs.contains_key(&tid) {
+            return tid;
+        }
+        if let Some(tgid) = self.threads.get(&tid) {
+            return *tgid;
+        }
+        let status = procfs::status(tid);
+        let tgid = status.map(|s| s.tgid).unwrap_or(tid);
+        if tgid != tid {
+            self.threads.insert(tid, tgid);
+            return tgid;
+        }
+        let exec = status
+            .and_then(|s| self.procs.get(&s.ppid))
+            .and_then(|p| p.exec);
+        self.procs.insert(
+            tgid,
+            Proc {
+                exec,
+                chain: Vec::new(),
+            },
+        );
+        self.publish(tgid);
+        tgid
+    }
+
+    pub fn exec_of(&self, tgid: i32) -> Option<ExecId> {
+        self.procs.get(&tgid).and_then(|p| p.exec)
+    }
+
+    /// `parent` (a tid) created `child`: a thread of the same process, or a
+    /// new process running its parent's exec until it execs itself.
+    pub fn forked(&mut self, parent: i32, child: i32, thread: bool) {
+        let ptgid = self.tgid_of(parent);
+        if thread {
+            self.procs.remove(&child);
+            self.threads.insert(child, ptgid);
+            return;
+        }
+        let exec = self.exec_of(ptgid);
+        let entry = self.procs.entry(child).or_default();
+        if entry.chain.is_empty() {
+            entry.exec = exec;
+        }
+        self.publish(child);
+    }
+
+    /// Process `tgid` has just exec'd (its former thread `former` is gone):
+    /// a new exec id, and the exec it descends from (this process's previous
+    /// image, or the one it inherited).
+    pub fn exec_started(&mut self, tgid: i32, former: i32) -> (ExecId, Option<ExecId>) {
+        if former != tgid {
+            self.threads.remove(&former);
+        }
+        // execve(2) ends every other thread of the process.
+        self.threads.retain(|_, t| *t != tgid);
+        let id = ExecId(self.next_exec);
+        self.next_exec += 1;
+        let proc = self.procs.entry(tgid).or_default();
+        let parent = proc.exec;
+        proc.exec = Some(id);
+        proc.chain.push(id);
+        self.publish(tgid);
+        (id, parent)
+    }
+
+    /// Thread `tid` is gone; when it was a process's leader, that process is
+    /// gone and is returned (its exec chain ends now).
+    pub fn exited(&mut self, tid: i32) -> Option<(i32, Proc)> {
+        if self.threads.remove(&tid).is_some() {
+            return None;
+        }
+        let proc = self.procs.remove(&tid)?;
+        self.threads.retain(|_, t| *t != tid);
+        if let Ok(mut s) = self.shared.lock() {
+            s.procs.remove(&tid);
+        }
+        Some((tid, proc))
+    }
+}

@@ -1,0 +1,179 @@
+//! The end-of-session backstop: once every process of the sandbox is gone,
+//! walk every writable mount and compare what is on disk with what the
+//! record says. A file whose ctime is later than the session's start
+//! changed during the session (ctime is the one inode time a program cannot
+//! set, see inode(7)); unless the record already holds exactly its content,
+//! it is recorded now with its final content. A recorded file that is gone
+//! is recorded as deleted. So the end state is complete whatever path the
+//! writes took (an mmap, a descriptor passed over a socket, a syscall the
+//! filter does not stop at); the per-syscall records still say who wrote
+//! what, and when.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{OFlag, openat, readlinkat};
+use nix::sys::stat::Mode;
+
+use super::files::FileRecord;
+use super::writable::{Mounts, is_under};
+use crate::capture::{self, Captured};
+use crate::observation::FileOp;
+
+fn ctime(meta: &std::fs::Metadata) -> SystemTime {
+    let secs = u64::try_from(meta.ctime()).unwrap_or(0);
+    let nanos = u32::try_from(meta.ctime_nsec()).unwrap_or(0);
+    UNIX_EPOCH + Duration::new(secs, nanos)
+}
+
+fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
+    openat(
+        dir.as_fd(),
+        name,
+        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+    .map(|fd: OwnedFd| File::from(fd))
+}
+
+fn child_path(dir: &str, name: &OsStr) -> String {
+    let name = String::from_utf8_lossy(name.as_bytes());
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+struct Walk<'a> {
+    since: SystemTime,
+    view: &'a HashMap<String, Option<String>>,
+    max_content: u64,
+    seen: HashSet<String>,
+    out: Vec<FileRecord>,
+}
+
+impl Walk<'_> {
+    fn entry(&mut self, dir: &File, name: &OsStr, path: String, meta: &std::fs::Metadata) {
+        let changed = ctime(meta) >= self.since;
+        let recorded = self.view.get(&path);
+        self.seen.insert(path.clone());
+        if !changed {
+            return;
+        }
+        let ft = meta.file_type();
+        let captured = if ft.is_file() {
+            match open_at(dir, name, OFlag::O_PATH) {
+                Some(h) => capture::capture(&h, self.max_content),
+                None => return,
+            }
+        } else if ft.is_symlink() {
+            match readlinkat(dir.as_fd(), name) {
+                Ok(target) => Captured {
+                    size: Some(target.as_bytes().len() as u64),
+                    content: Some(target.as_bytes().to_vec()),
+                    sha256: None,
+                },
+                Err(_) => return,
+            }
+        } else {
+            // A FIFO, socket or device node: only that it exists.
+            Captured {
+                size: None,
+                ..Captured::default()
+            }
+        };
+        let same = match recorded {
+            Some(hash) => ft.is_file() && *hash == captured.sha256 || !ft.is_file(),
+            None => false,
+        };
+        if same {
+            return;
+        }
+        let op = if recorded.is_some() {
+            FileOp::Modify
+        } else {
+            FileOp::Create
+        };
+        self.out.push(FileRecord {
+            captured,
+            inode: Some((meta.dev(), meta.ino())),
+            reconciled: true,
+            ..FileRecord::now(None, path, op)
+        });
+    }
+}
+
+/// Findings of the reconcile of every writable mount, in path order.
+pub fn run(
+    mounts: &Mounts,
+    since: SystemTime,
+    view: &HashMap<String, Option<String>>,
+    max_content: u64,
+) -> Vec<FileRecord> {
+    let mut walk = Walk {
+        since,
+        view,
+        max_content,
+        seen: HashSet::new(),
+        out: Vec::new(),
+    };
+    let mut walked: Vec<&str> = Vec::new();
+    for mount in mounts.iter() {
+        let covered: Vec<&str> = mounts.covered_below(&mount.point).collect();
+        let Ok(root) = File::open(format!("/proc/self/fd/{}", mount.root.as_raw_fd())) else {
+            continue;
+        };
+        walked.push(&mount.point);
+        let mut stack = vec![(root, mount.point.clone())];
+        while let Some((dir, path)) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let child = child_path(&path, &name);
+                if covered.iter().any(|c| is_under(&child, c)) {
+                    continue;
+                }
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    if let Some(sub) = open_at(&dir, &name, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+                        walk.seen.insert(format!("{child}/"));
+                        stack.push((sub, child));
+                    }
+                    continue;
+                }
+                walk.entry(&dir, &name, child, &meta);
+            }
+        }
+    }
+    let mut out = std::mem::take(&mut walk.out);
+    // Recorded, under a walked mount, and gone.
+    let mut gone: Vec<&String> = view
+        .keys()
+        .filter(|p| !walk.seen.contains(p.as_str()))
+        .filter(|p| {
+            let plain = p.trim_end_matches('/');
+            mounts
+                .find(plain)
+                .is_some_and(|(m, _)| walked.contains(&m.point.as_str()) && plain != m.point)
+        })
+        .collect();
+    gone.sort();
+    for path in gone {
+        out.push(FileRecord {
+            reconciled: true,
+            ..FileRecord::now(None, path.clone(), FileOp::Delete)
+        });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}

@@ -1,0 +1,326 @@
+//! The file syscalls the seccomp filter stops at: what each one means,
+//! decoded at its seccomp stop (before it runs), and what is recorded once
+//! its syscall-exit stop says it succeeded. A failed syscall is not recorded.
+//!
+//! Opens are recorded from the descriptor the kernel returned (its
+//! /proc/PID/fd link is the kernel's name for the file). The other calls
+//! take paths, which are read from the tracee's memory at the seccomp stop
+//! and resolved in its view by `resolve` (see there for the one race left).
+
+use std::fs::File;
+
+use super::files::{FileRecord, Files};
+use super::resolve::{self, Resolved, Viewer};
+use crate::observation::{ExecId, FileOp};
+use crate::procfs;
+
+const AT_FDCWD: i32 = libc::AT_FDCWD;
+
+fn arg_i32(v: u64) -> i32 {
+    v as u32 as i32
+}
+
+/// A traced syscall between its seccomp stop and its exit.
+#[derive(Debug)]
+pub enum Call {
+    /// open/openat/openat2/creat for writing; `existed` before it ran.
+    Open {
+        existed: bool,
+    },
+    Truncate {
+        path: Resolved,
+    },
+    Ftruncate,
+    Rename {
+        from: String,
+        to: String,
+    },
+    Delete {
+        path: String,
+        dir: bool,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Symlink {
+        path: Resolved,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    Fchmod {
+        fd: i32,
+        mode: u32,
+    },
+}
+
+/// What the seccomp stop decoded: the call, and a path whose tracked
+/// content the syscall is about to destroy (captured first).
+pub struct Entry {
+    pub call: Call,
+    pub destroys: Option<String>,
+}
+
+struct Args<'a> {
+    viewer: Viewer,
+    args: [u64; 6],
+    mem: Option<&'a File>,
+}
+
+impl Args<'_> {
+    fn string(&self, i: usize) -> Option<Vec<u8>> {
+        procfs::read_cstr(self.mem?, self.args[i])
+    }
+
+    fn resolve(&self, dirfd: i32, i: usize, follow: bool) -> Option<Resolved> {
+        resolve::resolve(self.viewer, dirfd, &self.string(i)?, follow)
+    }
+
+    fn path(&self, dirfd: i32, i: usize, follow: bool) -> Option<String> {
+        self.resolve(dirfd, i, follow).map(|r| r.path)
+    }
+
+    fn dirfd(&self, i: usize) -> i32 {
+        arg_i32(self.args[i])
+    }
+}
+
+/// Decode the syscall `nr` that `viewer` stopped at.
+pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
+    let mem = procfs::open_mem(viewer.tid);
+    let a = Args {
+        viewer,
+        args,
+        mem: mem.as_ref(),
+    };
+    let nr = nr as libc::c_long;
+    let open = |dirfd: i32, path_arg: usize, flags: u64| -> Option<Entry> {
+        let trunc = flags & libc::O_TRUNC as u64 != 0;
+        let creat = flags & libc::O_CREAT as u64 != 0;
+        if !trunc && !creat {
+            return Some(Entry {
+                call: Call::Open { existed: true },
+                destroys: None,
+            });
+        }
+        let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
+        let target = a.resolve(dirfd, path_arg, follow);
+        let existed = target.as_ref().and_then(Resolved::open).is_some();
+        Some(Entry {
+            call: Call::Open { existed },
+            destroys: target.filter(|_| trunc).map(|r| r.path),
+        })
+    };
+    let call = match nr {
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_open => return open(AT_FDCWD, 0, args[1]),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_creat => return open(AT_FDCWD, 0, (libc::O_CREAT | libc::O_TRUNC) as u64),
+        libc::SYS_openat => return open(a.dirfd(0), 1, args[2]),
+        libc::SYS_openat2 => {
+            let flags = a
+                .mem
+                .and_then(|m| procfs::read_u64(m, args[2]))
+                .unwrap_or(0);
+            let write = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u64;
+            if flags & write == 0 {
+                return None;
+            }
+            return open(a.dirfd(0), 1, flags);
+        }
+        libc::SYS_truncate => {
+            let path = a.resolve(AT_FDCWD, 0, true)?;
+            return Some(Entry {
+                destroys: Some(path.path.clone()),
+                call: Call::Truncate { path },
+            });
+        }
+        libc::SYS_ftruncate => Call::Ftruncate,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rename => Call::Rename {
+            from: a.path(AT_FDCWD, 0, false)?,
+            to: a.path(AT_FDCWD, 1, false)?,
+        },
+        libc::SYS_renameat | libc::SYS_renameat2 => Call::Rename {
+            from: a.path(a.dirfd(0), 1, false)?,
+            to: a.path(a.dirfd(2), 3, false)?,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_unlink => Call::Delete {
+            path: a.path(AT_FDCWD, 0, false)?,
+            dir: false,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_rmdir => Call::Delete {
+            path: a.path(AT_FDCWD, 0, false)?,
+            dir: true,
+        },
+        libc::SYS_unlinkat => Call::Delete {
+            path: a.path(a.dirfd(0), 1, false)?,
+            dir: args[2] & libc::AT_REMOVEDIR as u64 != 0,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_chmod => Call::Chmod {
+            path: a.path(AT_FDCWD, 0, true)?,
+            mode: args[1] as u32,
+        },
+        libc::SYS_fchmod => Call::Fchmod {
+            fd: arg_i32(args[0]),
+            mode: args[1] as u32,
+        },
+        libc::SYS_fchmodat | crate::seccomp::SYS_FCHMODAT2 => Call::Chmod {
+            path: a.path(a.dirfd(0), 1, true)?,
+            mode: args[2] as u32,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_mkdir => Call::Mkdir {
+            path: a.path(AT_FDCWD, 0, false)?,
+            mode: args[1] as u32,
+        },
+        libc::SYS_mkdirat => Call::Mkdir {
+            path: a.path(a.dirfd(0), 1, false)?,
+            mode: args[2] as u32,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_link => Call::Link {
+            from: a.path(AT_FDCWD, 0, false)?,
+            to: a.path(AT_FDCWD, 1, false)?,
+        },
+        libc::SYS_linkat => Call::Link {
+            from: a.path(a.dirfd(0), 1, args[4] & libc::AT_SYMLINK_FOLLOW as u64 != 0)?,
+            to: a.path(a.dirfd(2), 3, false)?,
+        },
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_symlink => Call::Symlink {
+            path: a.resolve(AT_FDCWD, 1, false)?,
+        },
+        libc::SYS_symlinkat => Call::Symlink {
+            path: a.resolve(a.dirfd(1), 2, false)?,
+        },
+        _ => return None,
+    };
+    let destroys = match &call {
+        Call::Delete { path, .. } => Some(path.clone()),
+        Call::Rename { to, .. } => Some(to.clone()),
+        _ => None,
+    };
+    Some(Entry { call, destroys })
+}
+
+/// Who made the call.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub tid: i32,
+    pub tgid: i32,
+    pub exec: Option<ExecId>,
+}
+
+fn fd_file(tid: i32, fd: i64) -> Option<(String, File)> {
+    let path = procfs::fd_path(tid, i32::try_from(fd).ok()?)?;
+    let file = File::open(format!("/proc/{tid}/fd/{fd}"))
+        .ok()
+        .or_else(|| {
+            // Not readable by us: an O_PATH handle still names the inode.
+            nix::fcntl::open(
+                format!("/proc/{tid}/fd/{fd}").as_str(),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .map(File::from)
+        })?;
+    Some((path, file))
+}
+
+/// The call succeeded with `value`: record it.
+pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [u64; 6]) {
+    let exec = who.exec;
+    let record = match call {
+        Call::Open { existed } => {
+            if let Some((path, file)) = fd_file(who.tid, value) {
+                files.opened(who.tgid, exec, path, &file, !existed);
+            }
+            return;
+        }
+        Call::Ftruncate => {
+            if let Some((path, file)) = fd_file(who.tid, args[0] as i64) {
+                files.opened(who.tgid, exec, path, &file, false);
+            }
+            return;
+        }
+        Call::Truncate { path } => {
+            if let Some(file) = path.open() {
+                files.truncated(exec, path.path, &file);
+            }
+            return;
+        }
+        Call::Rename { from, to } => {
+            if !files.writable(&from) && !files.writable(&to) {
+                return;
+            }
+            files.renamed(&from, &to);
+            FileRecord {
+                rename_to: Some(to),
+                ..FileRecord::now(exec, from, FileOp::Rename)
+            }
+        }
+        Call::Delete { path, dir } => {
+            let path = if dir { format!("{path}/") } else { path };
+            FileRecord::now(exec, path, FileOp::Delete)
+        }
+        Call::Mkdir { path, mode } => FileRecord {
+            mode: Some(mode),
+            ..FileRecord::now(exec, format!("{path}/"), FileOp::Create)
+        },
+        Call::Link { from, to } => {
+            files.linked(&from, &to);
+            let (captured, inode) = files.capture_named(&to);
+            FileRecord {
+                captured,
+                inode,
+                ..FileRecord::now(exec, to, FileOp::Create)
+            }
+        }
+        Call::Symlink { path } => {
+            // The link as the kernel stored it, not the string we read.
+            let target = nix::fcntl::readlinkat(
+                std::os::fd::AsFd::as_fd(&path.parent),
+                std::ffi::OsStr::from_bytes(&path.name),
+            )
+            .ok()
+            .map(|t| std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str()).to_vec());
+            FileRecord {
+                captured: crate::capture::Captured {
+                    size: target.as_ref().map(|t| t.len() as u64),
+                    sha256: None,
+                    content: target,
+                },
+                ..FileRecord::now(exec, path.path, FileOp::Create)
+            }
+        }
+        Call::Chmod { path, mode } => FileRecord {
+            mode: Some(mode),
+            ..FileRecord::now(exec, path, FileOp::Chmod)
+        },
+        Call::Fchmod { fd, mode } => {
+            let Some(path) = procfs::fd_path(who.tid, fd) else {
+                return;
+            };
+            FileRecord {
+                mode: Some(mode),
+                ..FileRecord::now(exec, path, FileOp::Chmod)
+            }
+        }
+    };
+    if files.writable(&record.path) {
+        files.emit(record);
+    }
+}
+
+use std::os::unix::ffi::OsStrExt as _;
