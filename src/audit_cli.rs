@@ -1,5 +1,9 @@
 //! `airlock audit ...`: read back, export, restore and verify what sessions
 //! recorded. Thin layer over `airlock_auditor`; all logic lives there.
+//!
+//! Text output prints every recorded string through `escape::text` (the
+//! program under audit chose most of them and must not be able to rewrite
+//! the reader's terminal); `--json` output is left as data.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -8,7 +12,8 @@ use std::process::ExitCode;
 
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
-    AuditStore, EventKind, SessionId, TrustAnchor, VerifyReport, humanize, restore, timeline,
+    AuditStore, EventKind, SessionId, TrustAnchor, VerifyReport, escape, humanize, restore,
+    timeline,
 };
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
@@ -242,7 +247,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
         let (duration, exit) = match (s.ended_us, &s.end) {
             (Some(e), Some(end)) => (
                 humanize::duration(e.saturating_sub(s.started_us)),
-                end.describe(),
+                escape::text(&end.describe()).into_owned(),
             ),
             _ => ("-".into(), "unfinished".into()),
         };
@@ -254,7 +259,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
             duration,
             exit,
             s.events,
-            s.info.command.join(" ")
+            timeline::command_line(&s.info.command)
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -302,21 +307,32 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
     let report = restore::restore(store, id, dir)?;
     let mut out = std::io::stdout().lock();
     for (path, size) in &report.restored {
-        writeln!(out, "restored   {path} ({})", humanize::size(*size))?;
+        writeln!(
+            out,
+            "restored   {} ({})",
+            escape::text(path),
+            humanize::size(*size)
+        )?;
     }
     for (path, sha, size) in &report.hash_only {
         writeln!(
             out,
-            "hash only  {path} ({}, sha256 {}): content not captured or over the size cap",
+            "hash only  {} ({}, sha256 {}): content not captured or over the size cap",
+            escape::text(path),
             size.map_or("size unknown".into(), humanize::size),
-            sha.as_deref().unwrap_or("unknown")
+            escape::text(sha.as_deref().unwrap_or("unknown"))
         )?;
     }
     for path in &report.deleted {
-        writeln!(out, "deleted    {path}")?;
+        writeln!(out, "deleted    {}", escape::text(path))?;
     }
     for (path, why) in &report.refused {
-        writeln!(out, "refused    {path}: {why}")?;
+        writeln!(
+            out,
+            "refused    {}: {}",
+            escape::text(path),
+            escape::text(why)
+        )?;
     }
     writeln!(
         out,

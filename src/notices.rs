@@ -2,10 +2,15 @@
 //! allow it, once per distinct refusal. A 403 body explains itself, but many
 //! clients only print "403 Forbidden", and a program that is not HTTP only
 //! sees its connection closed.
+//!
+//! The names and URLs in these lines are the sandboxed program's own, so
+//! they go through `escape::text` like every other record shown to a person:
+//! this is the caller's live terminal.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use airlock_auditor::escape;
 use airlock_policy::Policy;
 use airlock_proxy::events::{Event, EventSink, SinkError, Verdict};
 
@@ -64,6 +69,7 @@ impl EventSink for DenialNotices {
                 verdict: Verdict::Deny,
                 ..
             } => self.once(format!("dns {name}"), || {
+                let name = escape::text(name);
                 format!(
                     "airlock: no rule allows {name}: connections to it are refused; to allow it, add [[allow]] host = \"{name}\" {}",
                     self.add_to
@@ -80,9 +86,11 @@ impl EventSink for DenialNotices {
                 let base = url.split('?').next().unwrap_or(url);
                 self.once(format!("http {method} {base}"), || {
                     format!(
-                        "airlock: refused {method} {base}: {} (decided by {}; the 403 response says what to change)",
-                        reason.as_deref().unwrap_or("denied"),
-                        rule.as_deref().unwrap_or(&self.policy_name)
+                        "airlock: refused {} {}: {} (decided by {}; the 403 response says what to change)",
+                        escape::text(method),
+                        escape::text(base),
+                        escape::text(reason.as_deref().unwrap_or("denied")),
+                        escape::text(rule.as_deref().unwrap_or(&self.policy_name))
                     )
                 })
             }

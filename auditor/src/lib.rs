@@ -17,6 +17,7 @@
 mod chain;
 mod codec;
 mod error;
+pub mod escape;
 mod event;
 pub mod export;
 pub mod humanize;

@@ -1,7 +1,12 @@
 //! One chronological view of a session, indented by process tree.
+//!
+//! Every string in the text form goes through [`escape`]: argv, paths,
+//! names, URLs and reasons come from (or are steered by) the sandboxed
+//! program, and printed raw they could rewrite the reader's screen.
 
 use std::collections::HashMap;
 
+use crate::escape;
 use crate::export::jsonl;
 use crate::humanize;
 use crate::{AuditEvent, EventKind, ExecId, SessionSummary, StoredEvent};
@@ -35,21 +40,31 @@ pub fn depths(events: &[StoredEvent]) -> Vec<usize> {
     out
 }
 
+/// One argument as a shell would need it, after escaping (so a quote that
+/// this adds is never itself escaped, and an escaped argument always
+/// contains a backslash and is always quoted).
 fn quote(arg: &str) -> String {
+    let arg = escape::text(arg);
     if !arg.is_empty()
         && arg
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
     {
-        arg.to_string()
+        arg.into_owned()
     } else {
         format!("'{}'", arg.replace('\'', "'\\''"))
     }
 }
 
+/// A command line as shell words, each escaped and quoted as in [`describe`].
+pub fn command_line(argv: &[String]) -> String {
+    argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+}
+
 fn decision(decision: &str, rule: &Option<String>) -> String {
+    let decision = escape::text(decision);
     match rule {
-        Some(r) => format!("[{decision} by {r}]"),
+        Some(r) => format!("[{decision} by {}]", escape::text(r)),
         None => format!("[{decision}]"),
     }
 }
@@ -67,9 +82,13 @@ pub fn describe(event: &AuditEvent) -> String {
             let cmd = if argv.is_empty() {
                 quote(path)
             } else {
-                argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+                command_line(argv)
             };
-            format!("exec  {cmd}  (pid {pid}, {path}, cwd {cwd})")
+            format!(
+                "exec  {cmd}  (pid {pid}, {}, cwd {})",
+                escape::text(path),
+                escape::text(cwd)
+            )
         }
         AuditEvent::Exit {
             exec_id,
@@ -90,16 +109,17 @@ pub fn describe(event: &AuditEvent) -> String {
             content_over_cap,
             ..
         } => {
-            let mut s = format!("file  {:<8} {path}", op.as_str());
+            let mut s = format!("file  {:<8} {}", op.as_str(), escape::text(path));
             if let Some(to) = rename_to {
-                s.push_str(&format!(" -> {to}"));
+                s.push_str(&format!(" -> {}", escape::text(to)));
             }
             let mut details = Vec::new();
             if let Some(sz) = size {
                 details.push(humanize::size(*sz));
             }
             if let Some(h) = sha256 {
-                details.push(format!("sha256 {}", h.chars().take(12).collect::<String>()));
+                let short: String = h.chars().take(12).collect();
+                details.push(format!("sha256 {}", escape::text(&short)));
             }
             if let Some(m) = mode {
                 details.push(format!("mode {m:o}"));
@@ -123,9 +143,14 @@ pub fn describe(event: &AuditEvent) -> String {
             let ans = if answer.is_empty() {
                 "-".to_string()
             } else {
-                answer.join(", ")
+                escape::text(&answer.join(", ")).into_owned()
             };
-            format!("dns   {name} {qtype} -> {ans}  {}", decision(d, rule))
+            format!(
+                "dns   {} {} -> {ans}  {}",
+                escape::text(name),
+                escape::text(qtype),
+                decision(d, rule)
+            )
         }
         AuditEvent::Tcp {
             dst,
@@ -137,13 +162,17 @@ pub fn describe(event: &AuditEvent) -> String {
             bytes_down,
             ..
         } => {
-            let host = host.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+            let host = host
+                .as_ref()
+                .map(|h| format!(" ({})", escape::text(h)))
+                .unwrap_or_default();
             let reason = reason
                 .as_ref()
-                .map(|r| format!("  ({})", r.escape_debug()))
+                .map(|r| format!("  ({})", escape::text(r)))
                 .unwrap_or_default();
             format!(
-                "tcp   {dst}{host}  {}  up {} down {}{reason}",
+                "tcp   {}{host}  {}  up {} down {}{reason}",
+                escape::text(dst),
                 decision(d, rule),
                 humanize::size(*bytes_up),
                 humanize::size(*bytes_down)
@@ -164,7 +193,9 @@ pub fn describe(event: &AuditEvent) -> String {
         } => {
             let status = status.map_or("-".to_string(), |s| s.to_string());
             let mut s = format!(
-                "http  {method} {url} -> {status}  {}  up {} down {}",
+                "http  {} {} -> {status}  {}  up {} down {}",
+                escape::text(method),
+                escape::text(url),
                 decision(d, rule),
                 humanize::size(*bytes_up),
                 humanize::size(*bytes_down)
@@ -173,7 +204,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 s.push_str(&format!(" in {ms:.0}ms"));
             }
             if let Some(r) = reason {
-                s.push_str(&format!("  ({r})"));
+                s.push_str(&format!("  ({})", escape::text(r)));
             }
             if let Some(ws) = websocket {
                 s.push_str(&websocket_line(ws));
@@ -181,18 +212,18 @@ pub fn describe(event: &AuditEvent) -> String {
             s
         }
         AuditEvent::Output { stream, data } => {
-            let text = String::from_utf8_lossy(data);
-            let first: String = text.lines().next().unwrap_or("").chars().take(60).collect();
+            let line = data.split(|b| *b == b'\n').next().unwrap_or_default();
             format!(
-                "out   {} {}: {first:?}",
+                "out   {} {}: {}",
                 match stream {
                     crate::OutputStream::Stdout => "stdout",
                     crate::OutputStream::Stderr => "stderr",
                 },
-                humanize::size(data.len() as u64)
+                humanize::size(data.len() as u64),
+                escape::preview(line, PREVIEW_CHARS)
             )
         }
-        AuditEvent::Note { text } => format!("note  {text}"),
+        AuditEvent::Note { text } => format!("note  {}", escape::text(text)),
         AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
     }
 }
@@ -206,16 +237,16 @@ fn websocket_line(ws: &crate::WebSocketRecord) -> String {
         humanize::size(ws.bytes_to_upstream),
         ws.messages_to_client,
         humanize::size(ws.bytes_to_client),
-        ws.closed_by
+        escape::text(&ws.closed_by)
     );
     if let Some(code) = ws.close_code {
         s.push_str(&format!(" {code}"));
     }
     if let Some(reason) = &ws.close_reason {
-        s.push_str(&format!(" ({reason})"));
+        s.push_str(&format!(" ({})", escape::text(reason)));
     }
     if let Some(error) = &ws.error {
-        s.push_str(&format!("  [{error}]"));
+        s.push_str(&format!("  [{}]", escape::text(error)));
     }
     for m in &ws.messages {
         let arrow = if m.direction == "to_client" {
@@ -223,17 +254,19 @@ fn websocket_line(ws: &crate::WebSocketRecord) -> String {
         } else {
             "->"
         };
-        let text = String::from_utf8_lossy(&m.payload);
-        let preview: String = text.chars().take(60).collect();
         s.push_str(&format!(
-            "\n      {arrow} {} {}: {preview:?}{}",
-            m.opcode,
+            "\n      {arrow} {} {}: {}{}",
+            escape::text(&m.opcode),
             humanize::size(m.bytes),
+            escape::preview(&m.payload, PREVIEW_CHARS),
             if m.truncated { " (truncated)" } else { "" }
         ));
     }
     s
 }
+
+/// How much of a line of output or a message payload a timeline line shows.
+const PREVIEW_CHARS: usize = 60;
 
 fn wanted(kinds: Option<&[EventKind]>, k: EventKind) -> bool {
     kinds.is_none_or(|ks| ks.contains(&k))
@@ -252,30 +285,28 @@ pub fn render_text(
         "session {}  started {} UTC  command: {}\n",
         summary.id,
         humanize::short_time(summary.started_us),
-        summary
-            .info
-            .command
-            .iter()
-            .map(|a| quote(a))
-            .collect::<Vec<_>>()
-            .join(" ")
+        command_line(&summary.info.command)
     ));
     let info = &summary.info;
     let limits = info.limits_summary();
     out.push_str(&format!(
         "policy {} (sha256 {})  limits: {}  airlock {} on {}\n",
         if info.policy_name.is_empty() {
-            "(none)"
+            "(none)".into()
         } else {
-            &info.policy_name
+            escape::text(&info.policy_name)
         },
         info.policy_sha256(),
-        if limits.is_empty() { "none" } else { &limits },
-        info.airlock_version,
-        info.host
+        if limits.is_empty() {
+            "none".into()
+        } else {
+            escape::text(&limits)
+        },
+        escape::text(&info.airlock_version),
+        escape::text(&info.host)
     ));
     if let Some(note) = &summary.info.capabilities_note {
-        out.push_str(&format!("note: {note}\n"));
+        out.push_str(&format!("note: {}\n", escape::text(note)));
     }
     let depth = depths(events);
     for (ev, d) in events.iter().zip(depth) {
@@ -296,7 +327,7 @@ pub fn render_text(
             "{:>10} {}        session ended: {} after {}\n",
             humanize::relative(t.saturating_sub(summary.started_us)),
             humanize::clock(t),
-            end.describe(),
+            escape::text(&end.describe()),
             humanize::duration(t.saturating_sub(summary.started_us))
         )),
         _ => out.push_str("(session did not finish: crashed or still running)\n"),
@@ -334,4 +365,142 @@ pub fn render_json(
         "command": summary.info.command,
         "events": items,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FileOp, OutputStream, WebSocketMessage, WebSocketRecord};
+
+    /// What a hostile program would put in a field: erase the line, retitle
+    /// the window, return to column 0, reverse the text, and a literal
+    /// backslash sequence that must not read as an escape.
+    const EVIL: &str = "a\x1b[2Kb\x1b]0;t\x07c\rd\u{202e}e\u{2066}f\u{9b}g\\x1bh";
+    const SHOWN: &str = "a\\x1b[2Kb\\x1b]0;t\\x07c\\rd\\u{202e}e\\u{2066}f\\u{9b}g\\\\x1bh";
+
+    fn s() -> String {
+        EVIL.to_owned()
+    }
+
+    fn assert_clean(line: &str) {
+        // The websocket record is a second line; a backslash is printed as
+        // itself (escaped, it is two of them); anything else the escaper
+        // would change must not be there raw.
+        for c in line.chars().filter(|c| !matches!(c, '\n' | '\\')) {
+            assert_eq!(
+                escape::text(&c.to_string()),
+                c.to_string(),
+                "raw {c:?} in {line:?}"
+            );
+        }
+        assert!(line.contains(SHOWN), "no escaped field in {line:?}");
+    }
+
+    #[test]
+    fn every_field_from_the_sandbox_is_escaped() {
+        let id = || Some(ExecId::new("e1"));
+        let events = [
+            AuditEvent::Exec {
+                exec_id: ExecId::new("e1"),
+                parent_exec_id: None,
+                pid: 1,
+                ppid: 0,
+                uid: 0,
+                path: s(),
+                argv: vec![s()],
+                cwd: s(),
+                env_names: vec![],
+                env_values_nonsecret: Default::default(),
+            },
+            AuditEvent::File {
+                exec_id: id(),
+                path: s(),
+                op: FileOp::Rename,
+                size: None,
+                sha256: None,
+                content: None,
+                rename_to: Some(s()),
+                mode: None,
+                stored_content: None,
+                content_over_cap: false,
+            },
+            AuditEvent::Dns {
+                exec_id: id(),
+                name: s(),
+                qtype: s(),
+                answer: vec![s()],
+                decision: s(),
+                rule: Some(s()),
+            },
+            AuditEvent::Tcp {
+                exec_id: id(),
+                connection: None,
+                dst: s(),
+                host: Some(s()),
+                port: 1,
+                decision: s(),
+                rule: None,
+                reason: Some(s()),
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: None,
+            },
+            AuditEvent::Http {
+                exec_id: id(),
+                exchange: None,
+                method: s(),
+                url: s(),
+                http_version: s(),
+                request_headers: vec![],
+                request_body: None,
+                request_body_truncated: false,
+                status: None,
+                response_headers: vec![],
+                response_body: None,
+                response_body_truncated: false,
+                bytes_up: 0,
+                bytes_down: 0,
+                started_us: None,
+                ms_to_headers: None,
+                ms_total: None,
+                decision: s(),
+                rule: Some(s()),
+                reason: Some(s()),
+                websocket: Some(Box::new(WebSocketRecord {
+                    messages: vec![WebSocketMessage {
+                        ts_us: 0,
+                        direction: "to_client".into(),
+                        opcode: s(),
+                        fragments: 1,
+                        bytes: 1,
+                        payload: EVIL.as_bytes().to_vec(),
+                        truncated: false,
+                    }],
+                    closed_by: s(),
+                    close_code: None,
+                    close_reason: Some(s()),
+                    messages_to_upstream: 0,
+                    bytes_to_upstream: 0,
+                    messages_to_client: 1,
+                    bytes_to_client: 1,
+                    ms_total: None,
+                    error: Some(s()),
+                })),
+            },
+            AuditEvent::Output {
+                stream: OutputStream::Stdout,
+                data: EVIL.as_bytes().to_vec(),
+            },
+            AuditEvent::Note { text: s() },
+        ];
+        for ev in &events {
+            let line = describe(ev);
+            assert_clean(&line);
+        }
+        // The exec line shows argv, path and cwd, each escaped.
+        let exec = describe(&events[0]);
+        assert_eq!(exec.matches(SHOWN).count(), 3, "{exec}");
+        // The rename shows both names.
+        assert_eq!(describe(&events[1]).matches(SHOWN).count(), 2);
+    }
 }
