@@ -1,6 +1,12 @@
 //! Builds the sandbox's filesystem view inside its private mount namespace:
 //! everything read-only, fresh /run, /tmp, /dev and /proc, secrets hidden,
 //! grants (workspace, --ro, --rw) bound back. See mount_namespaces(7).
+//!
+//! Every mount the command can write to is either a place the observer
+//! records (the workspace, --rw grants, /tmp, /dev/shm) or a kernel interface
+//! that stores no file data (proc, devpts); everything else is read-only.
+//! docs/architecture.md lists them; tests/record_mounts.rs checks it from
+//! inside.
 
 use std::fs;
 use std::io::Write;
@@ -106,11 +112,33 @@ fn mount_points() -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// Every mount of the copied host tree becomes read-only. /proc and /dev are
-/// replaced wholesale later, so they are skipped.
+/// Every mount of the copied host tree becomes read-only.
+///
+/// First in one call for the whole tree (mount_setattr(2), AT_RECURSIVE),
+/// which also reaches mounts stacked under another one at the same place
+/// (a host's /dev/shm mounted twice, say): no path leads to those, but they
+/// are in the sandbox's mount table and nothing there should stay writable.
+/// Then mount by mount, by path, which is all that kernels before 5.12 have
+/// (mount(2), MS_REMOUNT|MS_BIND) and a no-op where the first step worked.
+/// /proc is skipped there: it is replaced wholesale later.
+///
+/// The host's /dev is covered by our own later, but not skipped: the device
+/// nodes we show are bind mounts of its nodes, and a bind mount has the same
+/// mount options as the mount it comes from (mount(2), "Creating a bind
+/// mount"). Left read-write, it let the sandbox's uid 0, owner of the host's
+/// /dev/null, chmod or touch the host's node without any capability
+/// (chmod(2), utimensat(2): the owner may). Read-only, they still work as
+/// devices: opening a device node for writing does not take write access to
+/// its mount (the kernel's do_dentry_open() skips mnt_want_write() for
+/// special files; only the inode's own attributes and names are refused).
 fn remount_all_readonly() -> Result<()> {
+    match crate::sys::make_tree_readonly(c"/") {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => return Err(ctx("make read-only (recursively)", Path::new("/"), e)),
+    }
     for mp in mount_points()? {
-        if mp.starts_with("/proc") || mp.starts_with("/dev") {
+        if mp.starts_with("/proc") {
             continue;
         }
         match kept_flags(&mp) {
@@ -159,6 +187,7 @@ fn ensure_mount_point(path: &Path, dir: bool) -> Result<()> {
 }
 
 /// Populate a fresh /dev on a staging tmpfs, then move it over the host's /dev.
+/// `setup` makes it read-only once everything under it is in place.
 fn setup_dev(staging: &Path) -> Result<()> {
     mkdir_p(staging)?;
     mount_tmpfs(
@@ -355,6 +384,16 @@ pub fn setup(plan: &Plan) -> Result<()> {
         }
     }
     remount(run, true)?;
+    // /dev stores no file of the command's: its nodes, /dev/pts and /dev/shm
+    // are mounts of their own, which this remount leaves alone (mount(2):
+    // MS_REMOUNT|MS_BIND changes the flags of this one mount only). Writable,
+    // it was a place to stash files that no record saw. It is populated by
+    // now, grants' mount points under it included, so it goes read-only last.
+    // A grant of /dev itself sits on top and keeps its own mode.
+    let dev = Path::new("/dev");
+    if !plan.grants.iter().any(|g| g.path == dev) {
+        remount(dev, true)?;
+    }
     setup_proc()?;
     nix::unistd::chdir(&plan.workspace).map_err(|e| ctx("chdir", &plan.workspace, e))?;
     Ok(())
