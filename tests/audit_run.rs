@@ -338,7 +338,8 @@ placeholder = "FIDELITY_TOKEN"
     let exec_of = |program: &str| {
         events
             .iter()
-            .find(|e| e["kind"] == "exec" && e["path"].as_str().unwrap().ends_with(program))
+            // The kernel's path of the image: /usr/bin/python3.11 for python3.
+            .find(|e| e["kind"] == "exec" && e["path"].as_str().unwrap().contains(program))
             .map(|e| e["exec_id"].clone())
             .unwrap_or_else(|| panic!("no exec of {program}"))
     };

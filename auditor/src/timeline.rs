@@ -411,6 +411,7 @@ mod tests {
                 cwd: s(),
                 env_names: vec![],
                 env_values_nonsecret: Default::default(),
+                image: Default::default(),
             },
             AuditEvent::File {
                 exec_id: id(),
@@ -423,6 +424,7 @@ mod tests {
                 mode: None,
                 stored_content: None,
                 content_over_cap: false,
+                identity: Default::default(),
             },
             AuditEvent::Dns {
                 exec_id: id(),

@@ -511,26 +511,3 @@ pub fn set_window_size(fd: BorrowedFd<'_>, size: WindowSize) -> io::Result<()> {
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use std::os::fd::AsFd;
-
-    #[test]
-    fn pidfd_reports_the_exit_of_a_reaped_child() {
-        let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "read x; kill -9 $$"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn sh");
-        let pidfd = super::pidfd_open(child.id() as i32).expect("pidfd_open");
-        drop(child.stdin.take());
-        let status = child.wait().expect("wait");
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(9)
-        );
-        let code = super::pidfd_exit_code(pidfd.as_fd());
-        assert_eq!(code.map(|c| c & 0x7f), Some(9), "{code:?}");
-    }
-}

@@ -11,6 +11,12 @@ use airlock_shim::{ExecId, FileOp, Observation, ObserveSpec, Sandbox, SandboxSpe
 use common::*;
 
 /// Run to completion and collect every observation.
+/// The path the kernel reports for an executable: exec records name the
+/// image the kernel ran (/proc/PID/exe), symlinks resolved.
+fn kernel_path(p: impl AsRef<std::path::Path>) -> String {
+    std::fs::canonicalize(p).unwrap().display().to_string()
+}
+
 fn observe(mut s: SandboxSpec, max_file_bytes: u64) -> (i32, Vec<Observation>) {
     s.observe = Some(ObserveSpec { max_file_bytes });
     let mut sb = Sandbox::spawn(s).expect("spawn sandbox");
@@ -135,10 +141,17 @@ fn two_hundred_execs_and_files_are_all_recorded() {
     assert_eq!(code, 0);
     let all = execs(&obs);
     let sh = &all[0];
-    assert_eq!(sh.path, "/usr/bin/sh", "first exec is the command itself");
+    assert_eq!(
+        sh.path,
+        kernel_path("/usr/bin/sh"),
+        "first exec is the command itself"
+    );
     assert_eq!(sh.parent, None);
     assert_eq!(sh.argv[..2], ["sh".to_string(), "-c".to_string()]);
-    let trues: Vec<&Exec> = all.iter().filter(|e| e.path == "/bin/true").collect();
+    let trues: Vec<&Exec> = all
+        .iter()
+        .filter(|e| e.path == kernel_path("/bin/true"))
+        .collect();
     assert_eq!(trues.len(), 200);
     for (i, t) in trues.iter().enumerate() {
         assert_eq!(t.argv, vec!["/bin/true".to_string(), (i + 1).to_string()]);
@@ -190,7 +203,7 @@ fn nested_shells_build_a_tree_and_exit_status_is_recorded() {
         .expect("inner sh");
     let pyexec = all
         .iter()
-        .find(|e| e.path == py.display().to_string())
+        .find(|e| e.path == kernel_path(&py))
         .expect("python exec");
     assert_eq!(inner.parent, Some(outer.id));
     assert_eq!(pyexec.parent, Some(inner.id));
@@ -240,13 +253,13 @@ fn exec_details_pid_cwd_env_and_secrets() {
             );
             assert!(env_values_nonsecret.contains(&("LANG".into(), "C.UTF-8".into())));
             assert_eq!(*uid, 0);
-            if path == "/usr/bin/sh" {
+            if *path == kernel_path("/usr/bin/sh") {
                 // pids as the command sees them: sh is a child of init (PID 1).
                 assert_eq!(pid.to_string(), read(ws.path(), "pid").trim());
                 assert_eq!(*ppid, 1);
                 assert_eq!(cwd, &ws_real);
             }
-            if path == "/bin/echo" {
+            if *path == kernel_path("/bin/echo") {
                 assert_eq!(cwd, &format!("{ws_real}/d"));
                 found = true;
             }
@@ -397,7 +410,7 @@ open("r", "w").write(s.recv(10).decode())
     let obs: Vec<Observation> = rx.try_iter().collect();
     let pyexec = execs(&obs)
         .into_iter()
-        .find(|e| e.path == py.display().to_string())
+        .find(|e| e.path == kernel_path(&py))
         .expect("python exec");
     assert_eq!(exec, Some(pyexec.id));
     eprintln!("exec_for_peer took {took:?}");
@@ -500,7 +513,7 @@ fn overhead_of_observation() {
             assert_eq!(
                 execs(&rx.try_iter().collect::<Vec<_>>())
                     .iter()
-                    .filter(|e| e.path == "/bin/true")
+                    .filter(|e| e.path == kernel_path("/bin/true"))
                     .count(),
                 200
             );

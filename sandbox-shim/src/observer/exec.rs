@@ -51,8 +51,12 @@ pub struct Executed {
 /// hashed once however often it runs.
 #[derive(Debug, Default)]
 pub struct Hashes {
-    known: HashMap<(u64, u64, i64, i64, i64, i64, u64), String>,
+    known: HashMap<Identity, String>,
 }
+
+/// A file's identity and change times: (dev, ino, mtime, mtime ns, ctime,
+/// ctime ns, size). Any write changes ctime (inode(7)).
+type Identity = (u64, u64, i64, i64, i64, i64, u64);
 
 impl Hashes {
     fn sha256(&mut self, file: &File, max_content: u64) -> (Option<String>, Option<Captured>) {

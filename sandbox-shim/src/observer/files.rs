@@ -166,21 +166,27 @@ impl Files {
         });
     }
 
-    /// Process `tgid` (running `exec`) opened `path` for writing and the
-    /// kernel returned a descriptor to `file` (any open mode).
-    pub fn opened(
+    /// `exec` changed the file named `path` that `file` refers to: opened
+    /// it for writing in process `holder` (which now holds it), or
+    /// truncated it by name (no holder). `op` is Create, Modify or Truncate.
+    /// A new writer ends the previous writer's record: its version is
+    /// captured first.
+    pub fn wrote(
         &mut self,
-        tgid: i32,
+        holder: Option<i32>,
         exec: Option<ExecId>,
         path: String,
         file: &File,
-        created: bool,
+        op: FileOp,
     ) {
         let Ok(meta) = file.metadata() else { return };
         if !meta.is_file() || !self.writable(&path) {
             return;
         }
         let key = key_of(&meta);
+        if self.tracked.get(&key).is_some_and(|t| t.exec != exec) {
+            self.capture(key, true);
+        }
         self.seq += 1;
         let seq = self.seq;
         let want_reader = self.readers < MAX_READERS;
@@ -188,23 +194,26 @@ impl Files {
             exec,
             name: path.clone(),
             names: vec![path.clone()],
-            op: if created {
-                FileOp::Create
-            } else {
-                FileOp::Modify
-            },
+            op,
             ts: SystemTime::now(),
             seq,
             holders: HashSet::new(),
             reader: None,
         });
+        if entry.exec != exec {
+            entry.exec = exec;
+            entry.op = op;
+            entry.ts = SystemTime::now();
+        } else if entry.op == FileOp::Modify && op == FileOp::Truncate {
+            // Create stays Create; an explicit truncate outranks a plain write.
+            entry.op = op;
+        }
         if entry.name != path {
             entry.name = path.clone();
             if !entry.names.contains(&path) {
                 entry.names.push(path.clone());
             }
         }
-        entry.holders.insert(tgid);
         if entry.reader.is_none() && want_reader {
             // Re-open read-only: our own description of the inode, whose
             // offset is ours (reading through a duplicate of the writer's
@@ -216,27 +225,19 @@ impl Files {
             .ok();
             self.readers += usize::from(entry.reader.is_some());
         }
+        let unheld = match holder {
+            Some(tgid) => {
+                entry.holders.insert(tgid);
+                self.held_by.entry(tgid).or_default().insert(key);
+                false
+            }
+            None => entry.holders.is_empty(),
+        };
         self.by_name.insert(path, key);
-        self.held_by.entry(tgid).or_default().insert(key);
-    }
-
-    /// A truncate(2) by name: the change is complete when it returns.
-    pub fn truncated(&mut self, exec: Option<ExecId>, path: String, file: &File) {
-        let Ok(meta) = file.metadata() else { return };
-        if !meta.is_file() || !self.writable(&path) {
-            return;
+        if unheld {
+            // A change by name is complete when its syscall returns.
+            self.capture(key, false);
         }
-        let key = key_of(&meta);
-        if self.tracked.contains_key(&key) {
-            // Still held open by its writer: captured when it lets go.
-            return;
-        }
-        let captured = capture::capture(file, self.max_content);
-        self.emit(FileRecord {
-            captured,
-            inode: Some(key),
-            ..FileRecord::now(exec, path, FileOp::Truncate)
-        });
     }
 
     /// Capture, before a syscall destroys it (O_TRUNC, truncate, unlink, or

@@ -153,8 +153,13 @@ impl Observer {
                     self.on_syscall_exit(tid);
                     sys::trace_resume(tid, 0);
                 }
-                Stop::GroupStop => sys::trace_listen(tid),
-                Stop::Event => sys::trace_resume(tid, 0),
+                Stop::Paused => sys::trace_listen(tid),
+                Stop::Event => {
+                    // Most often a new child's first stop, which may come
+                    // before its parent's fork event: know it from here on.
+                    self.procs.tgid_of(tid);
+                    sys::trace_resume(tid, 0);
+                }
                 Stop::Signal { signal } => sys::trace_resume(tid, signal),
             }
         }
@@ -185,6 +190,9 @@ impl Observer {
         let thread = thread_maybe && crate::procfs::status(child).is_some_and(|s| s.tgid == parent);
         self.procs.forked(tid, child, thread);
         if !thread {
+            // The child inherits what the parent holds now, not what it
+            // once opened (a shell's `> f` is closed before its next fork).
+            self.files.check_holder(parent);
             self.files.forked(parent, child);
         }
     }
@@ -196,6 +204,8 @@ impl Observer {
         if former != tgid {
             self.in_flight.remove(&former);
         }
+        // A child whose fork event has not come yet inherits its parent's exec.
+        self.procs.tgid_of(tgid);
         // Close-on-exec descriptors are gone now.
         self.files.check_holder(tgid);
         let (exec_id, parent) = self.procs.exec_started(tgid, former);
@@ -264,7 +274,7 @@ impl Observer {
             sys::trace_resume(tid, 0);
             return;
         };
-        if let Some(path) = &entry.destroys {
+        for path in &entry.destroys {
             self.files.before_destroy(path);
         }
         self.in_flight.insert(tid, (entry.call, args));

@@ -82,7 +82,7 @@ fn same_inode(a: &File, b: &File) -> bool {
 
 fn is_proc(dir: &File) -> bool {
     nix::sys::statfs::fstatfs(dir)
-        .map(|s| s.filesystem_type().0 as i64 == PROC_SUPER_MAGIC)
+        .map(|s| s.filesystem_type().0 == PROC_SUPER_MAGIC)
         .unwrap_or(false)
 }
 

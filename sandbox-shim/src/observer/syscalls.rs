@@ -60,11 +60,12 @@ pub enum Call {
     },
 }
 
-/// What the seccomp stop decoded: the call, and a path whose tracked
-/// content the syscall is about to destroy (captured first).
+/// What the seccomp stop decoded: the call, and the paths whose tracked
+/// content the syscall is about to destroy or move (captured first, under
+/// the name they were written as).
 pub struct Entry {
     pub call: Call,
-    pub destroys: Option<String>,
+    pub destroys: Vec<String>,
 }
 
 struct Args<'a> {
@@ -106,7 +107,7 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         if !trunc && !creat {
             return Some(Entry {
                 call: Call::Open { existed: true },
-                destroys: None,
+                destroys: Vec::new(),
             });
         }
         let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
@@ -114,7 +115,11 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         let existed = target.as_ref().and_then(Resolved::open).is_some();
         Some(Entry {
             call: Call::Open { existed },
-            destroys: target.filter(|_| trunc).map(|r| r.path),
+            destroys: target
+                .filter(|_| trunc)
+                .map(|r| r.path)
+                .into_iter()
+                .collect(),
         })
     };
     let call = match nr {
@@ -137,7 +142,7 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         libc::SYS_truncate => {
             let path = a.resolve(AT_FDCWD, 0, true)?;
             return Some(Entry {
-                destroys: Some(path.path.clone()),
+                destroys: vec![path.path.clone()],
                 call: Call::Truncate { path },
             });
         }
@@ -206,9 +211,9 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         _ => return None,
     };
     let destroys = match &call {
-        Call::Delete { path, .. } => Some(path.clone()),
-        Call::Rename { to, .. } => Some(to.clone()),
-        _ => None,
+        Call::Delete { path, .. } => vec![path.clone()],
+        Call::Rename { from, to } => vec![from.clone(), to.clone()],
+        _ => Vec::new(),
     };
     Some(Entry { call, destroys })
 }
@@ -244,19 +249,24 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
     let record = match call {
         Call::Open { existed } => {
             if let Some((path, file)) = fd_file(who.tid, value) {
-                files.opened(who.tgid, exec, path, &file, !existed);
+                let op = if existed {
+                    FileOp::Modify
+                } else {
+                    FileOp::Create
+                };
+                files.wrote(Some(who.tgid), exec, path, &file, op);
             }
             return;
         }
         Call::Ftruncate => {
             if let Some((path, file)) = fd_file(who.tid, args[0] as i64) {
-                files.opened(who.tgid, exec, path, &file, false);
+                files.wrote(Some(who.tgid), exec, path, &file, FileOp::Truncate);
             }
             return;
         }
         Call::Truncate { path } => {
             if let Some(file) = path.open() {
-                files.truncated(exec, path.path, &file);
+                files.wrote(None, exec, path.path, &file, FileOp::Truncate);
             }
             return;
         }

@@ -16,8 +16,8 @@ pub enum Stop {
     Seccomp,
     /// Syscall-exit-stop (SIGTRAP | 0x80 with PTRACE_O_TRACESYSGOOD).
     SyscallExit,
-    /// Group-stop (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU): PTRACE_LISTEN.
-    GroupStop,
+    /// Group-stop (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU): left stopped with PTRACE_LISTEN.
+    Paused,
     /// Any other PTRACE_EVENT_STOP (a new child's first stop, an interrupt).
     Event,
     /// Signal-delivery-stop: the signal is passed on.
@@ -51,7 +51,7 @@ pub fn classify(_tid: i32, status: i32) -> Stop {
         },
         libc::PTRACE_EVENT_CLONE => Stop::Fork { thread_maybe: true },
         libc::PTRACE_EVENT_SECCOMP => Stop::Seccomp,
-        libc::PTRACE_EVENT_STOP if is_stop_signal(sig) => Stop::GroupStop,
+        libc::PTRACE_EVENT_STOP if is_stop_signal(sig) => Stop::Paused,
         libc::PTRACE_EVENT_STOP => Stop::Event,
         0 if sig == libc::SIGTRAP | 0x80 => Stop::SyscallExit,
         0 => Stop::Signal { signal: sig },
@@ -91,7 +91,7 @@ mod tests {
         );
         assert_eq!(
             classify(1, stopped(libc::SIGTSTP, libc::PTRACE_EVENT_STOP)),
-            Stop::GroupStop
+            Stop::Paused
         );
         assert_eq!(
             classify(1, stopped(libc::SIGTRAP, libc::PTRACE_EVENT_STOP)),
