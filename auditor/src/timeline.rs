@@ -69,6 +69,10 @@ fn decision(decision: &str, rule: &Option<String>) -> String {
     }
 }
 
+fn short_hash(h: &str) -> String {
+    h.chars().take(12).collect()
+}
+
 /// A one-line description of an event (without time or indentation).
 pub fn describe(event: &AuditEvent) -> String {
     match event {
@@ -77,6 +81,7 @@ pub fn describe(event: &AuditEvent) -> String {
             path,
             pid,
             cwd,
+            image,
             ..
         } => {
             let cmd = if argv.is_empty() {
@@ -84,11 +89,18 @@ pub fn describe(event: &AuditEvent) -> String {
             } else {
                 command_line(argv)
             };
-            format!(
-                "exec  {cmd}  (pid {pid}, {}, cwd {})",
-                escape::text(path),
-                escape::text(cwd)
-            )
+            let mut s = format!("exec  {cmd}  (pid {pid}, {}", escape::text(path));
+            if let Some(h) = &image.sha256 {
+                s.push_str(&format!(" sha256 {}", escape::text(&short_hash(h))));
+            }
+            if let Some(script) = &image.script {
+                s.push_str(&format!(", script {}", escape::text(&script.path)));
+            }
+            if let Some(loaded) = &image.loaded {
+                s.push_str(&format!(", loads {}", escape::text(&loaded.path)));
+            }
+            s.push_str(&format!(", cwd {})", escape::text(cwd)));
+            s
         }
         AuditEvent::Exit {
             exec_id,
@@ -107,6 +119,7 @@ pub fn describe(event: &AuditEvent) -> String {
             rename_to,
             mode,
             content_over_cap,
+            identity,
             ..
         } => {
             let mut s = format!("file  {:<8} {}", op.as_str(), escape::text(path));
@@ -118,14 +131,25 @@ pub fn describe(event: &AuditEvent) -> String {
                 details.push(humanize::size(*sz));
             }
             if let Some(h) = sha256 {
-                let short: String = h.chars().take(12).collect();
-                details.push(format!("sha256 {}", escape::text(&short)));
+                details.push(format!("sha256 {}", escape::text(&short_hash(h))));
             }
             if let Some(m) = mode {
                 details.push(format!("mode {m:o}"));
             }
             if *content_over_cap {
                 details.push("hash only".into());
+            }
+            if identity.names.len() > 1 {
+                let names: Vec<String> = identity
+                    .names
+                    .iter()
+                    .map(|n| escape::text(n).into_owned())
+                    .collect();
+                details.push(format!("also named {}", names.join(", ")));
+            }
+            if identity.reconciled {
+                // No observed syscall explains this change: found at the end.
+                details.push("found at session end".into());
             }
             if !details.is_empty() {
                 s.push_str(&format!("  ({})", details.join(", ")));

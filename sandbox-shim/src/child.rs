@@ -302,7 +302,11 @@ fn exec_command(
             drop(me);
             match channel::recv(obs) {
                 Ok(Some(m)) if m.tag == channel::TRACED => {}
-                _ => return Err(setup_err("the observer did not attach")),
+                _ => {
+                    return Err(setup_err(
+                        "the auditor could not trace the command (ptrace(2) was refused: inside a container, allow ptrace; or pass --no-audit to run without a record)",
+                    ));
+                }
             }
             sys::install_seccomp(&crate::seccomp::filter_with(true, plan.allow_unix_sockets))
                 .map_err(setup_err)?;

@@ -63,8 +63,11 @@ pub struct Sandbox {
     terminal: Option<OwnedFd>,
 }
 
-/// How long [`Sandbox::wait`] waits for the observer to report the last records.
-const OBSERVER_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`Sandbox::wait`] waits for the observer to report the last
+/// records: the end-of-session reconcile walks every writable mount, which
+/// for a large workspace takes a while; past this, a stuck observer is left
+/// behind rather than hanging airlock.
+const OBSERVER_JOIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn unique_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -143,6 +143,14 @@ fn loader_target(argv: &[String]) -> Option<&str> {
     None
 }
 
+/// For a `#!` script the kernel rewrites argv to `interpreter [arg] script
+/// args...` with `script` the filename execve was given (binfmt_script, see
+/// execve(2) "Interpreter scripts"); only then is the file worth opening.
+fn may_be_script(argv: &[String], filename: &[u8]) -> bool {
+    let filename = String::from_utf8_lossy(filename);
+    argv.iter().skip(1).take(2).any(|a| *a == filename)
+}
+
 /// A file the tracee named, resolved in its view and hashed.
 fn file_ref(viewer: Viewer, name: &[u8], hashes: &mut Hashes) -> Option<(FileRef, File)> {
     let resolved = resolve::resolve(viewer, libc::AT_FDCWD, name, true)?;
@@ -206,13 +214,10 @@ pub fn read(tgid: i32, max_content: u64, hashes: &mut Hashes) -> Option<Executed
     let argv = split_nul(&read_limited(format!("/proc/{tgid}/cmdline")));
     let env = split_nul(&read_limited(format!("/proc/{tgid}/environ")));
     let cwd = procfs::cwd(tgid).unwrap_or_default();
-    let viewer = Viewer {
-        tid: tgid,
-        ns_tgid: status.ns_pid,
-        ns_tid: status.ns_pid,
-    };
+    let viewer = Viewer { tid: tgid, tgid };
     let mut script = None;
     if let (Some(exe), Some(name)) = (&exe, exec_filename(tgid))
+        && may_be_script(&argv, &name)
         && let Some((found, file)) = file_ref(viewer, &name, hashes)
         && !same_file(exe, &file)
         && starts_with_shebang(&file)

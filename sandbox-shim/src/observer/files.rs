@@ -11,14 +11,14 @@
 //! follow renames and links, so the record names the file as it is called
 //! when captured, with every name it had.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
 use super::reconcile;
-use super::writable::{Mounts, is_under};
+use super::writable::Mounts;
 use crate::capture::{self, Captured};
 use crate::observation::{ExecId, FileOp, Observation};
 
@@ -41,6 +41,15 @@ struct Tracked {
     seq: u64,
     holders: HashSet<i32>,
     reader: Option<File>,
+}
+
+/// A descriptor of a written file that we opened ourselves: read-only when
+/// we could (our own open file description, so reading it never moves the
+/// writer's file offset), else an O_PATH handle that still names the inode.
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    pub readable: bool,
 }
 
 /// A record about to be emitted.
@@ -77,11 +86,12 @@ impl FileRecord {
 
 pub struct Files {
     tracked: HashMap<FileKey, Tracked>,
-    by_name: HashMap<String, FileKey>,
+    /// Ordered, so a directory's entries are one range away.
+    by_name: BTreeMap<String, FileKey>,
     held_by: HashMap<i32, HashSet<FileKey>>,
     /// What the record says each path holds now: the SHA-256 of its last
     /// recorded content (None when it has none, e.g. a directory).
-    view: HashMap<String, Option<String>>,
+    view: BTreeMap<String, Option<String>>,
     pub mounts: Mounts,
     max_content: u64,
     seq: u64,
@@ -91,6 +101,15 @@ pub struct Files {
 
 fn key_of(meta: &std::fs::Metadata) -> FileKey {
     (meta.dev(), meta.ino())
+}
+
+/// The keys strictly below directory `dir` ("dir/..."), in order.
+fn under<V>(map: &BTreeMap<String, V>, dir: &str) -> Vec<String> {
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
+    map.range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// Renaming `from` to `to` renames `name` if it is `from` or below it.
@@ -108,9 +127,9 @@ impl Files {
     pub fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Files {
         Files {
             tracked: HashMap::new(),
-            by_name: HashMap::new(),
+            by_name: BTreeMap::new(),
             held_by: HashMap::new(),
-            view: HashMap::new(),
+            view: BTreeMap::new(),
             mounts,
             max_content,
             seq: 0,
@@ -130,19 +149,21 @@ impl Files {
                 self.view.insert(r.path.clone(), r.captured.sha256.clone());
             }
             FileOp::Delete => {
-                let gone = r.path.trim_end_matches('/').to_string();
-                self.view
-                    .retain(|p, _| !is_under(p.trim_end_matches('/'), &gone));
+                let gone = r.path.trim_end_matches('/');
+                self.view.remove(gone);
+                self.view.remove(&r.path);
+                for below in under(&self.view, gone) {
+                    self.view.remove(&below);
+                }
             }
             FileOp::Rename => {
                 if let Some(to) = &r.rename_to {
-                    let moved: Vec<(String, String)> = self
-                        .view
-                        .keys()
-                        .filter_map(|p| renamed(p, &r.path, to).map(|n| (p.clone(), n)))
-                        .collect();
-                    for (old, new) in moved {
-                        if let Some(hash) = self.view.remove(&old) {
+                    let mut moved = under(&self.view, &r.path);
+                    moved.push(r.path.clone());
+                    for old in moved {
+                        if let (Some(new), Some(hash)) =
+                            (renamed(&old, &r.path, to), self.view.remove(&old))
+                        {
                             self.view.insert(new, hash);
                         }
                     }
@@ -176,10 +197,12 @@ impl Files {
         holder: Option<i32>,
         exec: Option<ExecId>,
         path: String,
-        file: &File,
+        file: Opened,
         op: FileOp,
     ) {
-        let Ok(meta) = file.metadata() else { return };
+        let Ok(meta) = file.file.metadata() else {
+            return;
+        };
         if !meta.is_file() || !self.writable(&path) {
             return;
         }
@@ -214,16 +237,9 @@ impl Files {
                 entry.names.push(path.clone());
             }
         }
-        if entry.reader.is_none() && want_reader {
-            // Re-open read-only: our own description of the inode, whose
-            // offset is ours (reading through a duplicate of the writer's
-            // descriptor would move its file offset).
-            entry.reader = File::open(format!(
-                "/proc/self/fd/{}",
-                std::os::fd::AsRawFd::as_raw_fd(file)
-            ))
-            .ok();
-            self.readers += usize::from(entry.reader.is_some());
+        if entry.reader.is_none() && want_reader && file.readable {
+            entry.reader = Some(file.file);
+            self.readers += 1;
         }
         let unheld = match holder {
             Some(tgid) => {
@@ -238,6 +254,20 @@ impl Files {
             // A change by name is complete when its syscall returns.
             self.capture(key, false);
         }
+    }
+
+    /// Is any written file still tracked?
+    pub fn tracking(&self) -> bool {
+        !self.tracked.is_empty()
+    }
+
+    /// Capture a tracked inode's version before a truncating open empties it.
+    pub fn before_truncate(&mut self, key: FileKey) {
+        let keep_tracking = match self.tracked.get(&key) {
+            Some(t) => !t.holders.is_empty(),
+            None => return,
+        };
+        self.capture(key, keep_tracking);
     }
 
     /// Capture, before a syscall destroys it (O_TRUNC, truncate, unlink, or
@@ -363,13 +393,13 @@ impl Files {
 
     /// A successful rename: tracked names follow it.
     pub fn renamed(&mut self, from: &str, to: &str) {
-        let moved: Vec<(String, String, FileKey)> = self
-            .by_name
-            .iter()
-            .filter_map(|(name, key)| renamed(name, from, to).map(|n| (name.clone(), n, *key)))
-            .collect();
-        for (old, new, key) in moved {
-            self.by_name.remove(&old);
+        let mut names = under(&self.by_name, from);
+        names.push(from.to_string());
+        for old in names {
+            let (Some(new), Some(key)) = (renamed(&old, from, to), self.by_name.remove(&old))
+            else {
+                continue;
+            };
             if let Some(t) = self.tracked.get_mut(&key) {
                 t.name = new.clone();
                 if !t.names.contains(&new) {

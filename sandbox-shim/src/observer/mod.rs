@@ -252,15 +252,6 @@ impl Observer {
         }
     }
 
-    fn viewer(&self, tid: i32, tgid: i32) -> Viewer {
-        let ns = |pid: i32| crate::procfs::status(pid).map(|s| s.ns_pid).unwrap_or(pid);
-        Viewer {
-            tid,
-            ns_tgid: ns(tgid),
-            ns_tid: ns(tid),
-        }
-    }
-
     fn on_syscall_entry(&mut self, tid: i32) {
         let Ok(sys::SyscallStop::Entry { nr, args }) = sys::syscall_stop(tid) else {
             sys::trace_resume(tid, 0);
@@ -270,12 +261,16 @@ impl Observer {
         // What it let go of since its last stop is captured before it
         // changes anything else.
         self.files.check_holder(tgid);
-        let Some(entry) = syscalls::entry(self.viewer(tid, tgid), nr, args) else {
+        let viewer = Viewer { tid, tgid };
+        let Some(entry) = syscalls::entry(viewer, nr, args, self.files.tracking()) else {
             sys::trace_resume(tid, 0);
             return;
         };
         for path in &entry.destroys {
             self.files.before_destroy(path);
+        }
+        if let Some(key) = entry.truncates {
+            self.files.before_truncate(key);
         }
         self.in_flight.insert(tid, (entry.call, args));
         sys::trace_to_syscall_exit(tid);

@@ -9,7 +9,7 @@
 //! filter does not stop at); the per-syscall records still say who wrote
 //! what, and when.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -53,7 +53,7 @@ fn child_path(dir: &str, name: &OsStr) -> String {
 
 struct Walk<'a> {
     since: SystemTime,
-    view: &'a HashMap<String, Option<String>>,
+    view: &'a BTreeMap<String, Option<String>>,
     max_content: u64,
     seen: HashSet<String>,
     out: Vec<FileRecord>,
@@ -114,7 +114,7 @@ impl Walk<'_> {
 pub fn run(
     mounts: &Mounts,
     since: SystemTime,
-    view: &HashMap<String, Option<String>>,
+    view: &BTreeMap<String, Option<String>>,
     max_content: u64,
 ) -> Vec<FileRecord> {
     let mut walk = Walk {

@@ -32,12 +32,17 @@ const PROC_ROOT_INO: u64 = 1;
 /// The thread whose view we resolve in.
 #[derive(Debug, Clone, Copy)]
 pub struct Viewer {
-    /// Host thread id (for /proc/<tid>/...).
+    /// Host thread and process ids (for /proc/<tid>/...).
     pub tid: i32,
-    /// Its process and thread ids in its own PID namespace (what `self` and
-    /// `thread-self` mean in the sandbox's /proc).
-    pub ns_tgid: i32,
-    pub ns_tid: i32,
+    pub tgid: i32,
+}
+
+impl Viewer {
+    /// Its id in its own PID namespace (what `self` and `thread-self` mean
+    /// in the sandbox's /proc): the last NSpid field (proc_pid_status(5)).
+    fn ns_id(pid: i32) -> Option<i32> {
+        crate::procfs::status(pid).map(|s| s.ns_pid)
+    }
 }
 
 /// Where a path leads: the directory holding the last component, and that
@@ -106,6 +111,36 @@ fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = Vec<u8>> + '_ {
     path.split(|b| *b == b'/')
         .filter(|c| !c.is_empty() && *c != b".")
         .map(<[u8]>::to_vec)
+}
+
+/// A quick look at what `path` names for `viewer`, through its cwd, root or
+/// directory descriptor seen as /proc magic links from our side: one
+/// stat(2), for hints only (whether an open creates its file, which tracked
+/// file a truncating open is about to destroy). Unlike [`resolve`], a
+/// symlink met on the way with an absolute target resolves against our root.
+pub fn quick_stat(
+    viewer: Viewer,
+    dirfd: i32,
+    path: &[u8],
+    follow: bool,
+) -> Option<std::fs::Metadata> {
+    let tid = viewer.tid;
+    let base = if path.starts_with(b"/") {
+        format!("/proc/{tid}/root")
+    } else if dirfd == libc::AT_FDCWD {
+        format!("/proc/{tid}/cwd")
+    } else {
+        format!("/proc/{tid}/fd/{dirfd}")
+    };
+    let mut full = base.into_bytes();
+    full.push(b'/');
+    full.extend_from_slice(path);
+    let full = std::path::Path::new(OsStr::from_bytes(&full));
+    if follow {
+        std::fs::metadata(full).ok()
+    } else {
+        std::fs::symlink_metadata(full).ok()
+    }
 }
 
 /// Resolve `path` as `viewer` would, relative to its descriptor `dirfd`
@@ -210,9 +245,12 @@ fn proc_self(viewer: Viewer, dir: &File, part: &[u8]) -> Option<Vec<u8>> {
     if dir.metadata().ok()?.ino() != PROC_ROOT_INO {
         return None;
     }
+    let ns_tgid = Viewer::ns_id(viewer.tgid)?;
     match part {
-        b"self" => Some(viewer.ns_tgid.to_string().into_bytes()),
-        b"thread-self" => Some(format!("{}/task/{}", viewer.ns_tgid, viewer.ns_tid).into_bytes()),
+        b"self" => Some(ns_tgid.to_string().into_bytes()),
+        b"thread-self" => {
+            Some(format!("{ns_tgid}/task/{}", Viewer::ns_id(viewer.tid)?).into_bytes())
+        }
         _ => None,
     }
 }

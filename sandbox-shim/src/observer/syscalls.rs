@@ -8,8 +8,9 @@
 //! and resolved in its view by `resolve` (see there for the one race left).
 
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 
-use super::files::{FileRecord, Files};
+use super::files::{FileKey, FileRecord, Files, Opened};
 use super::resolve::{self, Resolved, Viewer};
 use crate::observation::{ExecId, FileOp};
 use crate::procfs;
@@ -66,17 +67,26 @@ pub enum Call {
 pub struct Entry {
     pub call: Call,
     pub destroys: Vec<String>,
+    /// The inode a truncating open is about to empty.
+    pub truncates: Option<FileKey>,
 }
 
-struct Args<'a> {
+struct Args {
     viewer: Viewer,
     args: [u64; 6],
-    mem: Option<&'a File>,
+    /// /proc/<tid>/mem, opened on first use.
+    mem: std::cell::OnceCell<Option<File>>,
 }
 
-impl Args<'_> {
+impl Args {
+    fn mem(&self) -> Option<&File> {
+        self.mem
+            .get_or_init(|| procfs::open_mem(self.viewer.tid))
+            .as_ref()
+    }
+
     fn string(&self, i: usize) -> Option<Vec<u8>> {
-        procfs::read_cstr(self.mem?, self.args[i])
+        procfs::read_cstr(self.mem()?, self.args[i])
     }
 
     fn resolve(&self, dirfd: i32, i: usize, follow: bool) -> Option<Resolved> {
@@ -92,35 +102,40 @@ impl Args<'_> {
     }
 }
 
-/// Decode the syscall `nr` that `viewer` stopped at.
-pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
-    let mem = procfs::open_mem(viewer.tid);
+/// Decode the syscall `nr` that `viewer` stopped at; `tracking` says whether
+/// any written file is still tracked (only then can an open destroy a
+/// version not yet on record).
+pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<Entry> {
     let a = Args {
         viewer,
         args,
-        mem: mem.as_ref(),
+        mem: std::cell::OnceCell::new(),
     };
     let nr = nr as libc::c_long;
+    // The open itself is recorded from the descriptor it returns; here only
+    // two hints are wanted, for one stat(2): did the file exist (create or
+    // modify), and which tracked inode does O_TRUNC empty.
     let open = |dirfd: i32, path_arg: usize, flags: u64| -> Option<Entry> {
         let trunc = flags & libc::O_TRUNC as u64 != 0;
         let creat = flags & libc::O_CREAT as u64 != 0;
-        if !trunc && !creat {
-            return Some(Entry {
-                call: Call::Open { existed: true },
-                destroys: Vec::new(),
-            });
+        let mut entry = Entry {
+            call: Call::Open { existed: true },
+            destroys: Vec::new(),
+            truncates: None,
+        };
+        if creat || (trunc && tracking) {
+            let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
+            let found = a
+                .string(path_arg)
+                .and_then(|p| resolve::quick_stat(viewer, dirfd, &p, follow));
+            entry.call = Call::Open {
+                existed: found.is_some(),
+            };
+            if trunc {
+                entry.truncates = found.map(|m| (m.dev(), m.ino()));
+            }
         }
-        let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
-        let target = a.resolve(dirfd, path_arg, follow);
-        let existed = target.as_ref().and_then(Resolved::open).is_some();
-        Some(Entry {
-            call: Call::Open { existed },
-            destroys: target
-                .filter(|_| trunc)
-                .map(|r| r.path)
-                .into_iter()
-                .collect(),
-        })
+        Some(entry)
     };
     let call = match nr {
         #[cfg(target_arch = "x86_64")]
@@ -130,7 +145,7 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         libc::SYS_openat => return open(a.dirfd(0), 1, args[2]),
         libc::SYS_openat2 => {
             let flags = a
-                .mem
+                .mem()
                 .and_then(|m| procfs::read_u64(m, args[2]))
                 .unwrap_or(0);
             let write = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u64;
@@ -143,6 +158,7 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
             let path = a.resolve(AT_FDCWD, 0, true)?;
             return Some(Entry {
                 destroys: vec![path.path.clone()],
+                truncates: None,
                 call: Call::Truncate { path },
             });
         }
@@ -215,7 +231,11 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6]) -> Option<Entry> {
         Call::Rename { from, to } => vec![from.clone(), to.clone()],
         _ => Vec::new(),
     };
-    Some(Entry { call, destroys })
+    Some(Entry {
+        call,
+        destroys,
+        truncates: None,
+    })
 }
 
 /// Who made the call.
@@ -226,21 +246,29 @@ pub struct Caller {
     pub exec: Option<ExecId>,
 }
 
-fn fd_file(tid: i32, fd: i64) -> Option<(String, File)> {
+/// The kernel's name for descriptor `fd` of `tid`, and our own descriptor of
+/// the same inode (opening the magic link reopens the file itself).
+fn fd_file(tid: i32, fd: i64) -> Option<(String, Opened)> {
     let path = procfs::fd_path(tid, i32::try_from(fd).ok()?)?;
-    let file = File::open(format!("/proc/{tid}/fd/{fd}"))
-        .ok()
-        .or_else(|| {
+    let link = format!("/proc/{tid}/fd/{fd}");
+    let opened = match File::open(&link) {
+        Ok(file) => Opened {
+            file,
+            readable: true,
+        },
+        Err(_) => Opened {
             // Not readable by us: an O_PATH handle still names the inode.
-            nix::fcntl::open(
-                format!("/proc/{tid}/fd/{fd}").as_str(),
+            file: nix::fcntl::open(
+                link.as_str(),
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
                 nix::sys::stat::Mode::empty(),
             )
             .ok()
-            .map(File::from)
-        })?;
-    Some((path, file))
+            .map(File::from)?,
+            readable: false,
+        },
+    };
+    Some((path, opened))
 }
 
 /// The call succeeded with `value`: record it.
@@ -254,19 +282,23 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
                 } else {
                     FileOp::Create
                 };
-                files.wrote(Some(who.tgid), exec, path, &file, op);
+                files.wrote(Some(who.tgid), exec, path, file, op);
             }
             return;
         }
         Call::Ftruncate => {
             if let Some((path, file)) = fd_file(who.tid, args[0] as i64) {
-                files.wrote(Some(who.tgid), exec, path, &file, FileOp::Truncate);
+                files.wrote(Some(who.tgid), exec, path, file, FileOp::Truncate);
             }
             return;
         }
         Call::Truncate { path } => {
             if let Some(file) = path.open() {
-                files.wrote(None, exec, path.path, &file, FileOp::Truncate);
+                let opened = Opened {
+                    file,
+                    readable: false,
+                };
+                files.wrote(None, exec, path.path, opened, FileOp::Truncate);
             }
             return;
         }
