@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{AIRLOCK, TestPki, Upstream};
+use common::{AIRLOCK, TestPki, Upstream, audit_cli, first_session_id, sessions, sha256_hex, tree};
 
 struct Session {
     dir: tempfile::TempDir,
@@ -49,15 +49,8 @@ impl Session {
             .envs(env.iter().copied())
             .output()
             .unwrap();
-        let sessions = Command::new(AIRLOCK)
-            .args(["audit", "sessions", "--json", "--audit-db"])
-            .arg(&db)
-            .output()
-            .unwrap();
-        let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout)
-            .unwrap_or_else(|_| panic!("no session recorded: {out:?}"));
         Session {
-            id: sessions[0]["id"].as_str().unwrap().to_owned(),
+            id: first_session_id(&db, &out),
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             dir,
@@ -68,13 +61,7 @@ impl Session {
     }
 
     fn audit(&self, args: &[&str]) -> std::process::Output {
-        Command::new(AIRLOCK)
-            .arg("audit")
-            .args(args)
-            .arg("--audit-db")
-            .arg(&self.db)
-            .output()
-            .unwrap()
+        audit_cli(&self.db, args)
     }
 
     /// Every event as exported for a SIEM.
@@ -95,24 +82,6 @@ impl Session {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    let out = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(data)?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
 }
 
 #[test]
@@ -243,26 +212,6 @@ sleep 1
     assert!(out.status.success(), "{out:?}");
     let workspace_inside = restored.join(s.workspace.strip_prefix("/").unwrap());
     assert_eq!(tree(&workspace_inside), tree(&s.workspace));
-}
-
-/// Every regular file under `root`, relative, with its bytes.
-fn tree(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.insert(
-                    path.strip_prefix(root).unwrap().to_owned(),
-                    std::fs::read(&path).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 const SECRET: &str = "sk-fidelity-c0ffee-9a8b7c";
@@ -606,12 +555,7 @@ impl Sleeper {
             .output()
             .unwrap();
         assert!(verify.status.success(), "{verify:?}");
-        let sessions = Command::new(AIRLOCK)
-            .args(["audit", "sessions", "--json", "--audit-db"])
-            .arg(&self.db)
-            .output()
-            .unwrap();
-        (status, serde_json::from_slice(&sessions.stdout).unwrap())
+        (status, sessions(&self.db))
     }
 }
 

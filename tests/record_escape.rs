@@ -18,7 +18,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::AIRLOCK;
+use common::{AIRLOCK, first_session_id};
 
 /// One hostile string and how the CLI must show it.
 struct Variant {
@@ -143,15 +143,8 @@ impl Session {
             .output()
             .unwrap();
         assert!(run.status.success(), "{run:?}");
-        let sessions = Command::new(AIRLOCK)
-            .args(["audit", "sessions", "--json", "--audit-db"])
-            .arg(&db)
-            .output()
-            .unwrap();
-        let sessions: serde_json::Value = serde_json::from_slice(&sessions.stdout)
-            .unwrap_or_else(|_| panic!("no session recorded: {run:?}"));
         Session {
-            id: sessions[0]["id"].as_str().unwrap().to_owned(),
+            id: first_session_id(&db, &run),
             dir,
             db,
             run,

@@ -15,9 +15,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::AIRLOCK;
+use common::{AIRLOCK, first_session_id, sha256_hex};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// File system types the probe leaves alone, each a kernel interface whose
 /// entries are kernel objects rather than stored files. Creating entries in
@@ -196,13 +195,6 @@ print(json.dumps(report))
 /// The errors that mean "the kernel refused to store it here".
 const REFUSED: [&str; 3] = ["EROFS", "EACCES", "EPERM"];
 
-fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
@@ -278,13 +270,8 @@ fn probe(user: Option<&str>) -> Probe {
         .unwrap_or_else(|e| panic!("probe report: {e}: {out:?}"));
 
     let db: OsString = audit.join("audit.db").into();
-    let sessions = Command::new(AIRLOCK)
-        .args(["audit", "sessions", "--json", "--audit-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let sessions: Value = serde_json::from_slice(&sessions.stdout).unwrap();
-    let id = sessions[0]["id"].as_str().unwrap();
+    let id = first_session_id(std::path::Path::new(&db), &"the probe run");
+    let id = id.as_str();
     let export = Command::new(AIRLOCK)
         .args([
             "audit",

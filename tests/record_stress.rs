@@ -6,6 +6,7 @@
 //! a record whose last sha256 is its on-disk sha256, and restore gives its
 //! bytes.
 
+mod common;
 mod record_common;
 
 use std::time::Duration;

@@ -14,6 +14,7 @@
 //! The /dev and writable-mount class and the terminal-escape class have
 //! their own tests elsewhere.
 
+mod common;
 mod record_common;
 
 use std::os::unix::fs::PermissionsExt;

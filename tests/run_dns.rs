@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::AIRLOCK;
+use common::{AIRLOCK, first_session_id};
 
 /// Inside the sandbox: resolve one name, flood the resolver with more unique
 /// names than its map keeps, then connect to the first name's address and to
@@ -101,13 +101,7 @@ fn unlisted_names_resolve_and_the_name_map_is_bounded() {
     );
 
     // Every query is on record, and both refused connections say why.
-    let list = Command::new(AIRLOCK)
-        .args(["audit", "sessions", "--json", "--audit-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let sessions: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let id = first_session_id(&db, &"the run above");
     let jsonl = dir.path().join("events.jsonl");
     let export = Command::new(AIRLOCK)
         .args(["audit", "export", &id, "--format", "jsonl", "--out"])

@@ -671,3 +671,68 @@ pub async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> ClientOu
         .unwrap();
     ClientOutput::from(out)
 }
+
+// ------------------------------------------------------------ the record
+
+/// `airlock audit ARGS --audit-db DB`, run to completion.
+pub fn audit_cli(db: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(AIRLOCK)
+        .arg("audit")
+        .args(args)
+        .arg("--audit-db")
+        .arg(db)
+        .output()
+        .unwrap()
+}
+
+/// Every session in `db`, as `audit sessions --json` lists them.
+pub fn sessions(db: &Path) -> serde_json::Value {
+    let out = audit_cli(db, &["sessions", "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("audit sessions: {e}: {out:?}"))
+}
+
+/// The id of the first session in `db`; `context` (say, the run's output)
+/// is printed when there is none.
+pub fn first_session_id(db: &Path, context: &dyn std::fmt::Debug) -> String {
+    let out = audit_cli(db, &["sessions", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("no session recorded: {context:?}"));
+    list[0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session recorded: {context:?}"))
+        .to_owned()
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Regular files under `root` (relative path -> bytes). Symlinks are not
+/// followed (tests plant `link -> .`-style loops on purpose) and are left
+/// out: only regular files have content to restore.
+pub fn tree(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                out.insert(
+                    path.strip_prefix(root).unwrap().to_owned(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}

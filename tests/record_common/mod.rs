@@ -13,42 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sha2::Digest;
 
-pub const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock");
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Regular files under `root` (relative path → bytes). Symlinks are not
-/// followed (a test plants `link -> .`-style loops on purpose) and are left
-/// out: only regular files have content to restore.
-pub fn tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                out.insert(
-                    path.strip_prefix(root).unwrap().to_owned(),
-                    std::fs::read(&path).unwrap(),
-                );
-            }
-        }
-    }
-    out
-}
+pub use crate::common::{AIRLOCK, sha256_hex, tree};
 
 /// Failures collected over all variants of a test, reported together.
 #[derive(Default)]
