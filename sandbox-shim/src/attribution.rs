@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
-use crate::observation::ExecId;
+use crate::observation::ExecSeq;
 use crate::observer::SharedState;
 use crate::procfs;
 use crate::sys;
@@ -105,7 +105,7 @@ impl Attributor {
     /// The exec that owns the sandbox socket at `peer` (the address the proxy
     /// sees as the connection's peer, or a DNS query's source). None when the
     /// socket is already closed or belongs to no observed exec.
-    pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecId> {
+    pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecSeq> {
         let local = canonical(peer);
         let mut queue = procfs::children(self.init);
         let mut seen = 0;
@@ -123,7 +123,7 @@ impl Attributor {
     }
 
     /// The current exec of `pid`, or of its nearest observed ancestor.
-    fn exec_of(&self, mut pid: i32) -> Option<ExecId> {
+    fn exec_of(&self, mut pid: i32) -> Option<ExecSeq> {
         for _ in 0..64 {
             if pid <= 1 || pid == self.init {
                 return None;

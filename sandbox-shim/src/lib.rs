@@ -31,7 +31,7 @@ mod sys;
 pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{
-    ExecId, ExecImage, FileOp, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
+    ExecImage, ExecSeq, FileChange, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
 };
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use super::reconcile;
 use super::writable::Mounts;
 use crate::capture::{self, Captured};
-use crate::observation::{ExecId, FileOp, Observation};
+use crate::observation::{ExecSeq, FileChange, Observation};
 
 /// (device, inode number).
 pub type FileKey = (u64, u64);
@@ -31,12 +31,12 @@ const MAX_READERS: usize = 512;
 
 #[derive(Debug)]
 struct Tracked {
-    exec: Option<ExecId>,
+    exec: Option<ExecSeq>,
     /// Its current name.
     name: String,
     /// Every name it had, oldest first.
     names: Vec<String>,
-    op: FileOp,
+    op: FileChange,
     ts: SystemTime,
     seq: u64,
     holders: HashSet<i32>,
@@ -55,9 +55,9 @@ pub struct Opened {
 /// A record about to be emitted.
 #[derive(Debug)]
 pub struct FileRecord {
-    pub exec_id: Option<ExecId>,
+    pub exec_id: Option<ExecSeq>,
     pub path: String,
-    pub op: FileOp,
+    pub op: FileChange,
     pub captured: Captured,
     pub rename_to: Option<String>,
     pub mode: Option<u32>,
@@ -68,7 +68,7 @@ pub struct FileRecord {
 }
 
 impl FileRecord {
-    pub fn now(exec_id: Option<ExecId>, path: String, op: FileOp) -> FileRecord {
+    pub fn now(exec_id: Option<ExecSeq>, path: String, op: FileChange) -> FileRecord {
         FileRecord {
             exec_id,
             path,
@@ -145,10 +145,10 @@ impl Files {
 
     pub fn emit(&mut self, r: FileRecord) {
         match r.op {
-            FileOp::Create | FileOp::Modify | FileOp::Truncate => {
+            FileChange::Create | FileChange::Modify | FileChange::Truncate => {
                 self.view.insert(r.path.clone(), r.captured.sha256.clone());
             }
-            FileOp::Delete => {
+            FileChange::Delete => {
                 let gone = r.path.trim_end_matches('/');
                 self.view.remove(gone);
                 self.view.remove(&r.path);
@@ -156,7 +156,7 @@ impl Files {
                     self.view.remove(&below);
                 }
             }
-            FileOp::Rename => {
+            FileChange::Rename => {
                 if let Some(to) = &r.rename_to {
                     let mut moved = under(&self.view, &r.path);
                     moved.push(r.path.clone());
@@ -169,7 +169,7 @@ impl Files {
                     }
                 }
             }
-            FileOp::Chmod | FileOp::Image => {}
+            FileChange::Chmod | FileChange::Image => {}
         }
         let _ = self.tx.send(Observation::File {
             exec_id: r.exec_id,
@@ -195,10 +195,10 @@ impl Files {
     pub fn wrote(
         &mut self,
         holder: Option<i32>,
-        exec: Option<ExecId>,
+        exec: Option<ExecSeq>,
         path: String,
         file: Opened,
-        op: FileOp,
+        op: FileChange,
     ) {
         let Ok(meta) = file.file.metadata() else {
             return;
@@ -227,7 +227,7 @@ impl Files {
             entry.exec = exec;
             entry.op = op;
             entry.ts = SystemTime::now();
-        } else if entry.op == FileOp::Modify && op == FileOp::Truncate {
+        } else if entry.op == FileChange::Modify && op == FileChange::Truncate {
             // Create stays Create; an explicit truncate outranks a plain write.
             entry.op = op;
         }
@@ -373,7 +373,7 @@ impl Files {
         }
         if keep_tracking {
             self.seq += 1;
-            t.op = FileOp::Modify;
+            t.op = FileChange::Modify;
             t.seq = self.seq;
             self.tracked.insert(key, t);
         } else {

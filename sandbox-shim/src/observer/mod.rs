@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::channel;
-use crate::observation::{ExecId, FileOp, Observation, is_secret_name};
+use crate::observation::{ExecSeq, FileChange, Observation, is_secret_name};
 use crate::sys;
 use files::{FileRecord, Files};
 use procs::Procs;
@@ -43,7 +43,7 @@ use trace::Stop;
 /// State shared with [`crate::Attributor`]: host pid -> current exec.
 #[derive(Debug, Default)]
 pub struct Shared {
-    pub procs: HashMap<i32, ExecId>,
+    pub procs: HashMap<i32, ExecSeq>,
 }
 
 pub type SharedState = Arc<Mutex<Shared>>;
@@ -247,7 +247,7 @@ impl Observer {
         if let Some(captured) = done.pathless {
             self.files.emit(FileRecord {
                 captured,
-                ..FileRecord::now(Some(exec_id), path, FileOp::Image)
+                ..FileRecord::now(Some(exec_id), path, FileChange::Image)
             });
         }
     }

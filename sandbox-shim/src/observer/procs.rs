@@ -5,17 +5,17 @@
 use std::collections::HashMap;
 
 use super::SharedState;
-use crate::observation::ExecId;
+use crate::observation::ExecSeq;
 use crate::procfs;
 
 /// One traced process (keyed by its host tgid).
 #[derive(Debug, Default)]
 pub struct Proc {
     /// Its current exec (inherited from the parent until it execs itself).
-    pub exec: Option<ExecId>,
+    pub exec: Option<ExecSeq>,
     /// Every exec this process went through itself, oldest first; they all
     /// end with it.
-    pub chain: Vec<ExecId>,
+    pub chain: Vec<ExecSeq>,
 }
 
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl Procs {
         tgid
     }
 
-    pub fn exec_of(&self, tgid: i32) -> Option<ExecId> {
+    pub fn exec_of(&self, tgid: i32) -> Option<ExecSeq> {
         self.procs.get(&tgid).and_then(|p| p.exec)
     }
 
@@ -99,13 +99,13 @@ impl Procs {
     /// Process `tgid` has just exec'd (its former thread `former` is gone):
     /// a new exec id, and the exec it descends from (this process's previous
     /// image, or the one it inherited).
-    pub fn exec_started(&mut self, tgid: i32, former: i32) -> (ExecId, Option<ExecId>) {
+    pub fn exec_started(&mut self, tgid: i32, former: i32) -> (ExecSeq, Option<ExecSeq>) {
         if former != tgid {
             self.threads.remove(&former);
         }
         // execve(2) ends every other thread of the process.
         self.threads.retain(|_, t| *t != tgid);
-        let id = ExecId(self.next_exec);
+        let id = ExecSeq(self.next_exec);
         self.next_exec += 1;
         let proc = self.procs.entry(tgid).or_default();
         let parent = proc.exec;
