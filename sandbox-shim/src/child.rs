@@ -8,7 +8,7 @@
 //!   (see pid_namespaces(7)).
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -19,7 +19,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::{AccessFlags, Gid, Uid, access};
 
 use crate::cgroup::Cgroup;
-use crate::channel;
+use crate::channel::{self, Failure, Message};
 use crate::netns;
 use crate::plan::{Identity, Plan};
 use crate::sys::{self, Forked};
@@ -38,6 +38,16 @@ fn write_id_maps(uid_map: &str, gid_map: &str, deny_setgroups: bool) -> Result<(
         .map_err(|e| format!("write /proc/self/gid_map: {e}"))
 }
 
+/// Tell airlock why setup failed (fitted to one message: the text is all
+/// airlock will hear of it).
+fn report(chan: &OwnedFd, msg: String) {
+    let failure = match msg.strip_prefix(USERNS_ERROR) {
+        Some(detail) => Failure::UserNamespaces(detail.to_string()),
+        None => Failure::Setup(msg),
+    };
+    let _ = channel::send(chan, &Message::Failed(failure.fitted()));
+}
+
 /// Entry point of the forked supervisor; never returns.
 ///
 /// `observe` is the sandbox end of the observer channel (when observing): the
@@ -51,7 +61,7 @@ pub fn supervisor(
     let code = match run_supervisor(plan, cgroup, &chan, observe) {
         Ok(code) => code,
         Err(msg) => {
-            let _ = channel::send(&chan, channel::ERROR, msg.as_bytes(), &[]);
+            report(&chan, msg);
             125
         }
     };
@@ -94,7 +104,7 @@ fn run_supervisor(
     };
     // Only init and the command use it; the observer sees EOF once they are gone.
     drop(observe);
-    channel::send_i32(chan, channel::INIT_PID, init_pid)
+    channel::send(chan, &Message::InitPid(init_pid))
         .map_err(|e| format!("report init pid: {e}"))?;
     let pidfd = sys::pidfd_open(init_pid).map_err(|e| format!("pidfd_open: {e}"))?;
     loop {
@@ -117,7 +127,7 @@ fn run_supervisor(
                 .flatten()
                 .map(|(_, s)| s)
                 .unwrap_or(libc::SIGKILL);
-            let _ = channel::send_i32(chan, channel::INIT_DIED, status);
+            let _ = channel::send(chan, &Message::InitDied(status));
             return Ok(0);
         }
         if hup {
@@ -142,24 +152,19 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     let terminal = match init_setup(plan, chan) {
         Ok(terminal) => terminal,
         Err(msg) => {
-            let _ = channel::send(chan, channel::ERROR, msg.as_bytes(), &[]);
+            report(chan, msg);
             sys::exit_now(125);
         }
     };
     match channel::recv(chan) {
-        Ok(Some(m)) if m.tag == channel::GO => {}
+        Ok(Some(Message::Go)) => {}
         _ => sys::exit_now(125),
     }
     let cmd_pid = match sys::fork() {
         Ok(Forked::Child) => command(plan, observe, terminal.as_ref()),
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => {
-            let _ = channel::send(
-                chan,
-                channel::ERROR,
-                format!("fork command: {e}").as_bytes(),
-                &[],
-            );
+            report(chan, format!("fork command: {e}"));
             sys::exit_now(125);
         }
     };
@@ -174,7 +179,7 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
                 // everything it did is already seen; what is still running
                 // dies with us, and the observer then reconciles the
                 // writable mounts it holds open.
-                let _ = channel::send_i32(chan, channel::EXIT, status);
+                let _ = channel::send(chan, &Message::Exit(status));
                 sys::exit_now(0);
             }
             Ok(_) => {}
@@ -198,30 +203,25 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<Option<OwnedFd>, String> {
     .map_err(|e| format!("unshare namespaces: {e}"))?;
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("sethostname: {e}"))?;
     let sockets = netns::setup(&plan.nft)?;
-    channel::send(
-        chan,
-        channel::NETWORK,
-        b"",
-        &[
-            sockets.transparent.as_raw_fd(),
-            sockets.dns_udp.as_raw_fd(),
-            sockets.dns_tcp.as_raw_fd(),
-        ],
-    )
-    .map_err(|e| format!("hand over sockets: {e}"))?;
-    drop(sockets);
+    let network = Message::Network {
+        transparent: sockets.transparent.into(),
+        dns_udp: sockets.dns_udp.into(),
+        dns_tcp: sockets.dns_tcp.into(),
+    };
+    channel::send(chan, &network).map_err(|e| format!("hand over sockets: {e}"))?;
+    drop(network);
     crate::mounts::setup(plan)?;
     // After the mounts: the pty must come from the sandbox's devpts instance.
     let terminal = if plan.terminal {
         let (master, slave) =
             crate::pty::allocate().map_err(|e| format!("allocate a pseudo-terminal: {e}"))?;
-        channel::send(chan, channel::TERMINAL, b"", &[master.as_raw_fd()])
+        channel::send(chan, &Message::Terminal(master))
             .map_err(|e| format!("hand over the terminal: {e}"))?;
         Some(slave)
     } else {
         None
     };
-    channel::send(chan, channel::READY, b"", &[]).map_err(|e| format!("report ready: {e}"))?;
+    channel::send(chan, &Message::Ready).map_err(|e| format!("report ready: {e}"))?;
     Ok(terminal)
 }
 
@@ -298,10 +298,9 @@ fn exec_command(
             // SECCOMP_RET_TRACE stops need the tracer, and our execve is the
             // first thing it sees.
             let me = sys::pidfd_open(std::process::id() as i32).map_err(setup_err)?;
-            channel::send(obs, channel::TRACE_ME, b"", &[me.as_raw_fd()]).map_err(setup_err)?;
-            drop(me);
+            channel::send(obs, &Message::TraceMe(me)).map_err(setup_err)?;
             match channel::recv(obs) {
-                Ok(Some(m)) if m.tag == channel::TRACED => {}
+                Ok(Some(Message::Traced)) => {}
                 _ => {
                     return Err(setup_err(
                         "the auditor could not trace the command (ptrace(2) was refused: inside a container, allow ptrace; or pass --no-audit to run without a record)",

@@ -114,13 +114,10 @@ fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
 impl Observer {
     /// Wait for the command to ask to be traced, attach, and let it go on.
     fn attach(&mut self, chan: &OwnedFd) -> bool {
-        let Ok(Some(msg)) = channel::recv(chan) else {
+        let Ok(Some(channel::Message::TraceMe(pidfd))) = channel::recv(chan) else {
             return false;
         };
-        if msg.tag != channel::TRACE_ME {
-            return false;
-        }
-        let Some(pid) = msg.fds.first().and_then(pid_of) else {
+        let Some(pid) = pid_of(&pidfd) else {
             return false;
         };
         if sys::trace_seize(pid).is_err() {
@@ -131,7 +128,7 @@ impl Observer {
         // The session's changes start now: setup is done and nothing of
         // the command has run (it waits for this answer).
         self.since = sys::coarse_now();
-        channel::send(chan, channel::TRACED, b"", &[]).is_ok()
+        channel::send(chan, &channel::Message::Traced).is_ok()
     }
 
     /// Handle every stop until no tracee is left.
