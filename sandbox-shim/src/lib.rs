@@ -11,6 +11,7 @@ mod capture;
 mod cgroup;
 mod channel;
 mod child;
+mod command;
 mod error;
 mod mounts;
 mod netns;
