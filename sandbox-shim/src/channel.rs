@@ -13,6 +13,7 @@ use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
 };
+use nix::unistd::Pid;
 
 use crate::sys;
 
@@ -80,7 +81,7 @@ pub enum Message {
     /// airlock → init: let the command exec.
     Go,
     /// supervisor → airlock: init's host pid.
-    InitPid(i32),
+    InitPid(Pid),
     /// init → airlock: the proxy's sockets, bound in the sandbox's network namespace.
     Network {
         transparent: OwnedFd,
@@ -154,7 +155,7 @@ fn status_payload(value: i32) -> Vec<u8> {
 fn encode(msg: &Message) -> (Vec<u8>, Vec<RawFd>) {
     let (tag, payload, fds) = match msg {
         Message::Go => (GO, Vec::new(), Vec::new()),
-        Message::InitPid(pid) => (INIT_PID, status_payload(*pid), Vec::new()),
+        Message::InitPid(pid) => (INIT_PID, status_payload(pid.as_raw()), Vec::new()),
         Message::Network {
             transparent,
             dns_udp,
@@ -205,7 +206,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
         |what: &'static str, want: usize| fds.next().ok_or(DecodeError::MissingFds { what, want });
     Ok(match tag {
         GO => Message::Go,
-        INIT_PID => Message::InitPid(int()?),
+        INIT_PID => Message::InitPid(Pid::from_raw(int()?)),
         NETWORK => Message::Network {
             transparent: fd("network sockets", 3)?,
             dns_udp: fd("network sockets", 3)?,
@@ -305,8 +306,8 @@ mod tests {
         assert!(matches!(round_trip(Message::Ready), Message::Ready));
         assert!(matches!(round_trip(Message::Traced), Message::Traced));
         assert!(matches!(
-            round_trip(Message::InitPid(4242)),
-            Message::InitPid(4242)
+            round_trip(Message::InitPid(Pid::from_raw(4242))),
+            Message::InitPid(pid) if pid.as_raw() == 4242
         ));
         assert!(matches!(round_trip(Message::Exit(-7)), Message::Exit(-7)));
         assert!(matches!(

@@ -186,7 +186,7 @@ fn run_supervisor(
             .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
         let init_done = fds[1].revents().is_some_and(|r| !r.is_empty());
         if init_done {
-            let status = sys::wait_any(init_pid, false)
+            let status = sys::wait_any(Some(init_pid), false)
                 .ok()
                 .flatten()
                 .map(|(_, s)| s)
@@ -198,7 +198,7 @@ fn run_supervisor(
             // airlock is gone (even kill -9): take the whole sandbox down and
             // leave no cgroup behind.
             sys::kill(init_pid, libc::SIGKILL);
-            let _ = sys::wait_any(init_pid, false);
+            let _ = sys::wait_any(Some(init_pid), false);
             if let Some(cg) = cgroup {
                 cg.leave_self();
                 cg.remove();
@@ -238,7 +238,7 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     drop(terminal);
     // Reap everything; report when the command itself ends.
     loop {
-        match sys::wait_any(-1, false) {
+        match sys::wait_any(None, false) {
             Ok(Some((pid, status))) if pid == cmd_pid => {
                 // The observer (the command's tracer) reaped it first, so
                 // everything it did is already seen; what is still running

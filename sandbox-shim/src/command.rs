@@ -157,7 +157,7 @@ fn exec_command(
             // in the observer's PID namespace) and answers. The filter's
             // SECCOMP_RET_TRACE stops need the tracer, and our execve is the
             // first thing it sees.
-            let me = sys::pidfd_open(std::process::id() as i32).map_err(SetupStepError::Pidfd)?;
+            let me = sys::pidfd_open(nix::unistd::Pid::this()).map_err(SetupStepError::Pidfd)?;
             channel::send(obs, &Message::TraceMe(me)).map_err(SetupStepError::Channel)?;
             match channel::recv(obs) {
                 Ok(Some(Message::Traced)) => {}

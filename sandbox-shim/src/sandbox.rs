@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::unistd::Pid;
 
 use crate::attribution::Attributor;
 use crate::cgroup::Cgroup;
@@ -47,8 +48,8 @@ pub struct NetworkHandles {
 /// Dropping it without [`Sandbox::wait`] kills the whole tree and removes its cgroup.
 #[derive(Debug)]
 pub struct Sandbox {
-    supervisor: i32,
-    init: i32,
+    supervisor: Pid,
+    init: Pid,
     chan: OwnedFd,
     network: Option<NetworkHandles>,
     cgroup: Option<Cgroup>,
@@ -189,7 +190,7 @@ impl Sandbox {
         drop(stdio);
         let mut sandbox = Sandbox {
             supervisor,
-            init: 0,
+            init: Pid::from_raw(0),
             chan: ours,
             network: None,
             cgroup,
@@ -294,7 +295,7 @@ impl Sandbox {
 
     /// Host pid of the sandbox init (PID 1 inside).
     pub fn pid(&self) -> i32 {
-        self.init
+        self.init.as_raw()
     }
 
     /// Let the command exec; the timeout starts now.
@@ -344,7 +345,7 @@ impl Sandbox {
                 Received::Message(_) => {}
             }
         }
-        let supervisor_status = sys::wait_any(self.supervisor, false)
+        let supervisor_status = sys::wait_any(Some(self.supervisor), false)
             .ok()
             .flatten()
             .map(|(_, s)| s);
@@ -462,7 +463,7 @@ impl Drop for Sandbox {
             return;
         }
         self.kill();
-        let _ = sys::wait_any(self.supervisor, false);
+        let _ = sys::wait_any(Some(self.supervisor), false);
         if let Some(cg) = &self.cgroup {
             cg.remove();
         }

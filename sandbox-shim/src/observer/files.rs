@@ -11,6 +11,7 @@
 //! follow renames and links, so the record names the file as it is called
 //! when captured, with every name it had.
 
+use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -39,7 +40,7 @@ struct Tracked {
     op: FileChange,
     ts: SystemTime,
     seq: u64,
-    holders: HashSet<i32>,
+    holders: HashSet<Pid>,
     reader: Option<File>,
 }
 
@@ -88,7 +89,7 @@ pub struct Files {
     tracked: HashMap<FileKey, Tracked>,
     /// Ordered, so a directory's entries are one range away.
     by_name: BTreeMap<String, FileKey>,
-    held_by: HashMap<i32, HashSet<FileKey>>,
+    held_by: HashMap<Pid, HashSet<FileKey>>,
     /// What the record says each path holds now: the SHA-256 of its last
     /// recorded content (None when it has none, e.g. a directory).
     view: BTreeMap<String, Option<String>>,
@@ -194,7 +195,7 @@ impl Files {
     /// captured first.
     pub fn wrote(
         &mut self,
-        holder: Option<i32>,
+        holder: Option<Pid>,
         exec: Option<ExecSeq>,
         path: String,
         file: Opened,
@@ -285,7 +286,7 @@ impl Files {
 
     /// Which tracked files `tgid` still holds open for writing, from its
     /// descriptor table; the others it has let go of.
-    pub fn check_holder(&mut self, tgid: i32) {
+    pub fn check_holder(&mut self, tgid: Pid) {
         let Some(held) = self.held_by.get(&tgid) else {
             return;
         };
@@ -304,7 +305,7 @@ impl Files {
     }
 
     /// `child` was forked by `parent` and inherited its descriptors.
-    pub fn forked(&mut self, parent: i32, child: i32) {
+    pub fn forked(&mut self, parent: Pid, child: Pid) {
         let Some(held) = self.held_by.get(&parent).cloned() else {
             return;
         };
@@ -317,13 +318,13 @@ impl Files {
     }
 
     /// Process `tgid` is gone: it holds nothing any more.
-    pub fn process_gone(&mut self, tgid: i32) {
+    pub fn process_gone(&mut self, tgid: Pid) {
         for key in self.held_by.remove(&tgid).unwrap_or_default() {
             self.release(tgid, key);
         }
     }
 
-    fn release(&mut self, tgid: i32, key: FileKey) {
+    fn release(&mut self, tgid: Pid, key: FileKey) {
         if let Some(held) = self.held_by.get_mut(&tgid) {
             held.remove(&key);
         }
@@ -447,7 +448,7 @@ impl Files {
 }
 
 /// (device, inode) of every file `tgid` holds open for writing.
-fn writable_descriptors(tgid: i32) -> HashSet<FileKey> {
+fn writable_descriptors(tgid: Pid) -> HashSet<FileKey> {
     let mut out = HashSet::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{tgid}/fd")) else {
         return out;

@@ -7,6 +7,7 @@
 //! take paths, which are read from the tracee's memory at the seccomp stop
 //! and resolved in its view by `resolve` (see there for the one race left).
 
+use nix::unistd::Pid;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
@@ -241,14 +242,14 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<
 /// Who made the call.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
-    pub tid: i32,
-    pub tgid: i32,
+    pub tid: Pid,
+    pub tgid: Pid,
     pub exec: Option<ExecSeq>,
 }
 
 /// The kernel's name for descriptor `fd` of `tid`, and our own descriptor of
 /// the same inode (opening the magic link reopens the file itself).
-fn fd_file(tid: i32, fd: i64) -> Option<(String, Opened)> {
+fn fd_file(tid: Pid, fd: i64) -> Option<(String, Opened)> {
     let path = procfs::fd_path(tid, i32::try_from(fd).ok()?)?;
     let link = format!("/proc/{tid}/fd/{fd}");
     let opened = match File::open(&link) {
