@@ -13,8 +13,9 @@ use airlock_auditor::{
 use airlock_shim::Observation;
 use anyhow::Context;
 
-/// The auditor's id for one of the shim's execs.
-pub fn exec_id(id: airlock_shim::ExecId) -> ExecId {
+/// The auditor's id for one of the shim's execs: its sequence number in the
+/// sandbox, as text ("7").
+pub fn exec_id(id: airlock_shim::ExecSeq) -> ExecId {
     ExecId::new(id.0.to_string())
 }
 
@@ -107,15 +108,16 @@ fn to_audit(observation: Observation) -> AuditEvent {
     }
 }
 
-fn file_op(op: airlock_shim::FileOp) -> FileOp {
-    match op {
-        airlock_shim::FileOp::Create => FileOp::Create,
-        airlock_shim::FileOp::Modify => FileOp::Modify,
-        airlock_shim::FileOp::Truncate => FileOp::Truncate,
-        airlock_shim::FileOp::Rename => FileOp::Rename,
-        airlock_shim::FileOp::Delete => FileOp::Delete,
-        airlock_shim::FileOp::Chmod => FileOp::Chmod,
-        airlock_shim::FileOp::Image => FileOp::Image,
+/// The auditor's name for what happened to a file.
+fn file_op(change: airlock_shim::FileChange) -> FileOp {
+    match change {
+        airlock_shim::FileChange::Create => FileOp::Create,
+        airlock_shim::FileChange::Modify => FileOp::Modify,
+        airlock_shim::FileChange::Truncate => FileOp::Truncate,
+        airlock_shim::FileChange::Rename => FileOp::Rename,
+        airlock_shim::FileChange::Delete => FileOp::Delete,
+        airlock_shim::FileChange::Chmod => FileOp::Chmod,
+        airlock_shim::FileChange::Image => FileOp::Image,
     }
 }
 

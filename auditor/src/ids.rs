@@ -51,7 +51,8 @@ impl fmt::Display for SessionId {
 }
 
 /// Identifies one exec'd program image inside a session. The producer picks
-/// the format (e.g. "pid:start_time"); the auditor only compares them.
+/// the format (airlock's is the shim's per-sandbox exec sequence number as
+/// text, e.g. "7"); the auditor only compares them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ExecId(pub String);

@@ -6,12 +6,13 @@
 //! a pidfd_getfd(2) duplicate. (/proc/<pid>/net/tcp would name the inode too,
 //! but reading it walks the kernel's global TCP hash table: milliseconds.)
 
+use nix::unistd::Pid;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
-use crate::observation::ExecId;
+use crate::observation::ExecSeq;
 use crate::observer::SharedState;
 use crate::procfs;
 use crate::sys;
@@ -23,7 +24,7 @@ const MAX_PROCS: usize = 4096;
 /// Cheap to clone; safe to use from any thread.
 #[derive(Debug, Clone)]
 pub struct Attributor {
-    init: i32,
+    init: Pid,
     shared: SharedState,
 }
 
@@ -55,7 +56,7 @@ fn same_endpoint(bound: SocketAddr, seen: SocketAddr) -> bool {
 }
 
 /// Does `pid` hold a socket of the right type whose local address is `local`?
-fn holds_socket(pid: i32, local: SocketAddr, udp: bool) -> bool {
+fn holds_socket(pid: Pid, local: SocketAddr, udp: bool) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
@@ -98,14 +99,14 @@ fn holds_socket(pid: i32, local: SocketAddr, udp: bool) -> bool {
 }
 
 impl Attributor {
-    pub(crate) fn new(init: i32, shared: SharedState) -> Attributor {
+    pub(crate) fn new(init: Pid, shared: SharedState) -> Attributor {
         Attributor { init, shared }
     }
 
     /// The exec that owns the sandbox socket at `peer` (the address the proxy
     /// sees as the connection's peer, or a DNS query's source). None when the
     /// socket is already closed or belongs to no observed exec.
-    pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecId> {
+    pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecSeq> {
         let local = canonical(peer);
         let mut queue = procfs::children(self.init);
         let mut seen = 0;
@@ -123,9 +124,9 @@ impl Attributor {
     }
 
     /// The current exec of `pid`, or of its nearest observed ancestor.
-    fn exec_of(&self, mut pid: i32) -> Option<ExecId> {
+    fn exec_of(&self, mut pid: Pid) -> Option<ExecSeq> {
         for _ in 0..64 {
-            if pid <= 1 || pid == self.init {
+            if pid.as_raw() <= 1 || pid == self.init {
                 return None;
             }
             if let Some(e) = self.shared.lock().ok()?.procs.get(&pid) {

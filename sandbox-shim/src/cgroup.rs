@@ -307,7 +307,7 @@ impl Cgroup {
         for (_, dir) in &self.dirs {
             if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
                 for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
-                    crate::sys::kill(pid, libc::SIGKILL);
+                    crate::sys::kill(nix::unistd::Pid::from_raw(pid), libc::SIGKILL);
                 }
             }
         }

@@ -1,6 +1,10 @@
 //! The control channel between airlock and its sandbox helpers: a
 //! SOCK_SEQPACKET socketpair (message boundaries, SCM_RIGHTS, and EOF when
 //! the other side dies). See unix(7).
+//!
+//! Every message is a [`Message`]; [`send`] and [`recv`] are the only places
+//! that know its wire form (one tag byte, a payload, descriptors as
+//! SCM_RIGHTS), so a sender and a receiver cannot disagree about it.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -9,26 +13,129 @@ use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
 };
+use nix::unistd::Pid;
 
 use crate::sys;
 
-/// Message tags.
-pub const GO: u8 = b'G';
-pub const INIT_PID: u8 = b'P';
-pub const NETWORK: u8 = b'N';
-pub const READY: u8 = b'R';
-pub const ERROR: u8 = b'E';
-pub const EXIT: u8 = b'X';
-pub const INIT_DIED: u8 = b'C';
-/// The master of the command's pseudo-terminal (one descriptor).
-pub const TERMINAL: u8 = b'T';
-// On the observer channel:
-/// From the command, with a pidfd of itself: trace me before I exec.
-pub const TRACE_ME: u8 = b'L';
-/// From the observer: attached; go on.
-pub const TRACED: u8 = b'D';
+/// Largest message on the channel, tag byte included: 4096 bytes. [`send`]
+/// refuses a longer one ([`ChannelError::TooLong`]) and [`recv`] reports one
+/// the kernel had to cut ([`DecodeError::Truncated`]): nothing is cut silently.
+pub const MAX_MSG: usize = 4096;
 
-const MAX_MSG: usize = 4096;
+/// Most descriptors one message carries (the network hand-over's three).
+const MAX_FDS: usize = 4;
+
+// Wire tags, one per `Message` variant.
+const GO: u8 = b'G';
+const INIT_PID: u8 = b'P';
+const NETWORK: u8 = b'N';
+const READY: u8 = b'R';
+const FAILED: u8 = b'E';
+const EXIT: u8 = b'X';
+const INIT_DIED: u8 = b'C';
+const TERMINAL: u8 = b'T';
+const TRACE_ME: u8 = b'L';
+const TRACED: u8 = b'D';
+
+// The first payload byte of a `FAILED` message: which `Failure`.
+const FAILED_USERNS: u8 = b'U';
+const FAILED_SETUP: u8 = b'S';
+
+/// Why the sandbox side gave up during setup, as airlock is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The user namespace could not be created: the host does not allow it.
+    UserNamespaces(String),
+    /// Any other setup step failed.
+    Setup(String),
+}
+
+impl Failure {
+    /// The same failure with its text shortened, visibly, to what one message
+    /// holds: an error worth reporting is better cut with a marker than lost
+    /// to [`ChannelError::TooLong`].
+    pub fn fitted(self) -> Failure {
+        const MARK: &str = " [cut: longer than the control channel's 4096-byte message limit]";
+        let room = MAX_MSG - 2;
+        let fit = |text: String| {
+            if text.len() <= room {
+                return text;
+            }
+            let mut end = room - MARK.len();
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}{MARK}", &text[..end])
+        };
+        match self {
+            Failure::UserNamespaces(t) => Failure::UserNamespaces(fit(t)),
+            Failure::Setup(t) => Failure::Setup(fit(t)),
+        }
+    }
+}
+
+/// One message between airlock, the supervisor, init, the command and the
+/// observer. Wait statuses are raw (see waitpid(2)); pids are host pids.
+#[derive(Debug)]
+pub enum Message {
+    /// airlock → init: let the command exec.
+    Go,
+    /// supervisor → airlock: init's host pid.
+    InitPid(Pid),
+    /// init → airlock: the proxy's sockets, bound in the sandbox's network namespace.
+    Network {
+        transparent: OwnedFd,
+        dns_udp: OwnedFd,
+        dns_tcp: OwnedFd,
+    },
+    /// init → airlock: the master of the command's pseudo-terminal.
+    Terminal(OwnedFd),
+    /// init → airlock: setup is done; waiting for [`Message::Go`].
+    Ready,
+    /// supervisor or init → airlock: setup failed.
+    Failed(Failure),
+    /// init → airlock: the command ended with this wait status.
+    Exit(i32),
+    /// supervisor → airlock: init ended with this wait status.
+    InitDied(i32),
+    /// command → observer, with a pidfd of itself: trace me before I exec.
+    TraceMe(OwnedFd),
+    /// observer → command: attached; go on.
+    Traced,
+}
+
+/// A message that arrived but does not read as a [`Message`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("unknown control message tag {0:#04x}")]
+    UnknownTag(u8),
+    #[error("control message {tag:?} has a malformed payload")]
+    BadPayload { tag: char },
+    #[error("the sandbox handed over fewer than {want} {what}")]
+    MissingFds { what: &'static str, want: usize },
+    #[error("control message longer than {MAX_MSG} bytes (or with too many descriptors)")]
+    Truncated,
+}
+
+/// Why a message could not be sent or received.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("control message of {len} bytes exceeds the channel's {MAX_MSG}-byte limit")]
+    TooLong { len: usize },
+    #[error(transparent)]
+    Malformed(#[from] DecodeError),
+}
+
+impl From<ChannelError> for std::io::Error {
+    fn from(e: ChannelError) -> std::io::Error {
+        match e {
+            ChannelError::Io(e) => e,
+            other => std::io::Error::other(other),
+        }
+    }
+}
 
 pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     socketpair(
@@ -40,42 +147,110 @@ pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     .map_err(std::io::Error::from)
 }
 
-pub fn send(fd: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(payload.len() + 1);
-    buf.push(tag);
-    buf.extend_from_slice(&payload[..payload.len().min(MAX_MSG - 1)]);
-    let iov = [IoSlice::new(&buf)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
+fn status_payload(value: i32) -> Vec<u8> {
+    value.to_le_bytes().to_vec()
+}
+
+/// The wire form: tag byte and payload, and the descriptors to pass along.
+fn encode(msg: &Message) -> (Vec<u8>, Vec<RawFd>) {
+    let (tag, payload, fds) = match msg {
+        Message::Go => (GO, Vec::new(), Vec::new()),
+        Message::InitPid(pid) => (INIT_PID, status_payload(pid.as_raw()), Vec::new()),
+        Message::Network {
+            transparent,
+            dns_udp,
+            dns_tcp,
+        } => (
+            NETWORK,
+            Vec::new(),
+            vec![
+                transparent.as_raw_fd(),
+                dns_udp.as_raw_fd(),
+                dns_tcp.as_raw_fd(),
+            ],
+        ),
+        Message::Terminal(master) => (TERMINAL, Vec::new(), vec![master.as_raw_fd()]),
+        Message::Ready => (READY, Vec::new(), Vec::new()),
+        Message::Failed(failure) => {
+            let (kind, text) = match failure {
+                Failure::UserNamespaces(t) => (FAILED_USERNS, t),
+                Failure::Setup(t) => (FAILED_SETUP, t),
+            };
+            let mut payload = vec![kind];
+            payload.extend_from_slice(text.as_bytes());
+            (FAILED, payload, Vec::new())
+        }
+        Message::Exit(status) => (EXIT, status_payload(*status), Vec::new()),
+        Message::InitDied(status) => (INIT_DIED, status_payload(*status), Vec::new()),
+        Message::TraceMe(pidfd) => (TRACE_ME, Vec::new(), vec![pidfd.as_raw_fd()]),
+        Message::Traced => (TRACED, Vec::new(), Vec::new()),
+    };
+    let mut bytes = Vec::with_capacity(payload.len() + 1);
+    bytes.push(tag);
+    bytes.extend_from_slice(&payload);
+    (bytes, fds)
+}
+
+/// Read a wire message back; extra descriptors are closed.
+fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
+    let (&tag, payload) = bytes
+        .split_first()
+        .ok_or(DecodeError::BadPayload { tag: '?' })?;
+    let bad = || DecodeError::BadPayload { tag: tag as char };
+    let int = || -> Result<i32, DecodeError> {
+        let bytes: [u8; 4] = payload.try_into().map_err(|_| bad())?;
+        Ok(i32::from_le_bytes(bytes))
+    };
+    let mut fds = fds.into_iter();
+    let mut fd =
+        |what: &'static str, want: usize| fds.next().ok_or(DecodeError::MissingFds { what, want });
+    Ok(match tag {
+        GO => Message::Go,
+        INIT_PID => Message::InitPid(Pid::from_raw(int()?)),
+        NETWORK => Message::Network {
+            transparent: fd("network sockets", 3)?,
+            dns_udp: fd("network sockets", 3)?,
+            dns_tcp: fd("network sockets", 3)?,
+        },
+        TERMINAL => Message::Terminal(fd("terminal", 1)?),
+        READY => Message::Ready,
+        FAILED => {
+            let (&kind, text) = payload.split_first().ok_or_else(bad)?;
+            let text = String::from_utf8_lossy(text).into_owned();
+            Message::Failed(match kind {
+                FAILED_USERNS => Failure::UserNamespaces(text),
+                FAILED_SETUP => Failure::Setup(text),
+                _ => return Err(bad()),
+            })
+        }
+        EXIT => Message::Exit(int()?),
+        INIT_DIED => Message::InitDied(int()?),
+        TRACE_ME => Message::TraceMe(fd("pidfd", 1)?),
+        TRACED => Message::Traced,
+        other => return Err(DecodeError::UnknownTag(other)),
+    })
+}
+
+/// Send one message; [`ChannelError::TooLong`] past [`MAX_MSG`].
+pub fn send(fd: &OwnedFd, msg: &Message) -> Result<(), ChannelError> {
+    let (bytes, fds) = encode(msg);
+    if bytes.len() > MAX_MSG {
+        return Err(ChannelError::TooLong { len: bytes.len() });
+    }
+    let iov = [IoSlice::new(&bytes)];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
     let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
     sendmsg::<()>(fd.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
         .map(|_| ())
-        .map_err(std::io::Error::from)
-}
-
-pub fn send_i32(fd: &OwnedFd, tag: u8, value: i32) -> std::io::Result<()> {
-    send(fd, tag, &value.to_le_bytes(), &[])
+        .map_err(|e| ChannelError::Io(e.into()))
 }
 
 /// One message; None on EOF (every peer closed its end).
-pub struct Message {
-    pub tag: u8,
-    pub payload: Vec<u8>,
-    pub fds: Vec<OwnedFd>,
-}
-
-impl Message {
-    pub fn as_i32(&self) -> Option<i32> {
-        let bytes: [u8; 4] = self.payload.get(..4)?.try_into().ok()?;
-        Some(i32::from_le_bytes(bytes))
-    }
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.payload).into_owned()
-    }
-}
-
-pub fn recv(fd: &OwnedFd) -> std::io::Result<Option<Message>> {
-    let mut buf = vec![0u8; MAX_MSG];
-    let mut cmsg_space = nix::cmsg_space!([RawFd; 4]);
+pub fn recv(fd: &OwnedFd) -> Result<Option<Message>, ChannelError> {
+    // One byte more than allowed, so that an oversized message shows as such
+    // even where the kernel does not set MSG_TRUNC.
+    let mut buf = vec![0u8; MAX_MSG + 1];
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
         let res = recvmsg::<()>(
@@ -87,7 +262,7 @@ pub fn recv(fd: &OwnedFd) -> std::io::Result<Option<Message>> {
         let msg = match res {
             Ok(m) => m,
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(ChannelError::Io(e.into())),
         };
         let mut fds = Vec::new();
         if let Ok(cmsgs) = msg.cmsgs() {
@@ -97,14 +272,144 @@ pub fn recv(fd: &OwnedFd) -> std::io::Result<Option<Message>> {
                 }
             }
         }
+        let cut = msg
+            .flags
+            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
         let n = msg.bytes;
-        if n == 0 {
+        if n == 0 && !cut {
             return Ok(None);
         }
-        return Ok(Some(Message {
-            tag: buf[0],
-            payload: buf[1..n].to_vec(),
-            fds,
-        }));
+        if cut || n > MAX_MSG {
+            return Err(DecodeError::Truncated.into());
+        }
+        return Ok(Some(decode(&buf[..n], fds)?));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn null() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    fn round_trip(msg: Message) -> Message {
+        let (a, b) = pair().unwrap();
+        send(&a, &msg).unwrap();
+        recv(&b).unwrap().expect("a message")
+    }
+
+    #[test]
+    fn every_message_survives_the_round_trip() {
+        assert!(matches!(round_trip(Message::Go), Message::Go));
+        assert!(matches!(round_trip(Message::Ready), Message::Ready));
+        assert!(matches!(round_trip(Message::Traced), Message::Traced));
+        assert!(matches!(
+            round_trip(Message::InitPid(Pid::from_raw(4242))),
+            Message::InitPid(pid) if pid.as_raw() == 4242
+        ));
+        assert!(matches!(round_trip(Message::Exit(-7)), Message::Exit(-7)));
+        assert!(matches!(
+            round_trip(Message::InitDied(9)),
+            Message::InitDied(9)
+        ));
+        for failure in [
+            Failure::UserNamespaces("unshare(CLONE_NEWUSER) failed with EPERM".into()),
+            Failure::Setup("mount tmpfs on /tmp: EPERM".into()),
+            Failure::Setup(String::new()),
+        ] {
+            match round_trip(Message::Failed(failure.clone())) {
+                Message::Failed(got) => assert_eq!(got, failure),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            round_trip(Message::Terminal(null())),
+            Message::Terminal(_)
+        ));
+        assert!(matches!(
+            round_trip(Message::TraceMe(null())),
+            Message::TraceMe(_)
+        ));
+        assert!(matches!(
+            round_trip(Message::Network {
+                transparent: null(),
+                dns_udp: null(),
+                dns_tcp: null(),
+            }),
+            Message::Network { .. }
+        ));
+    }
+
+    #[test]
+    fn eof_is_none() {
+        let (a, b) = pair().unwrap();
+        drop(a);
+        assert!(recv(&b).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_not_cut() {
+        let (a, _b) = pair().unwrap();
+        let text = "x".repeat(MAX_MSG);
+        let err = send(&a, &Message::Failed(Failure::Setup(text))).unwrap_err();
+        assert!(
+            matches!(err, ChannelError::TooLong { len } if len == MAX_MSG + 2),
+            "{err}"
+        );
+        // The largest that fits goes through whole.
+        let text = "y".repeat(MAX_MSG - 2);
+        match round_trip(Message::Failed(Failure::Setup(text.clone()))) {
+            Message::Failed(Failure::Setup(got)) => assert_eq!(got, text),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_oversized_message_from_elsewhere_is_reported() {
+        let (a, b) = pair().unwrap();
+        let big = vec![GO; MAX_MSG + 100];
+        sendmsg::<()>(
+            a.as_raw_fd(),
+            &[IoSlice::new(&big)],
+            &[],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        assert!(matches!(
+            recv(&b),
+            Err(ChannelError::Malformed(DecodeError::Truncated))
+        ));
+    }
+
+    #[test]
+    fn a_fitted_failure_fits_and_says_it_was_cut() {
+        let long = "é".repeat(MAX_MSG);
+        let Failure::Setup(text) = Failure::Setup(long).fitted() else {
+            unreachable!()
+        };
+        assert!(text.len() + 2 <= MAX_MSG);
+        assert!(text.ends_with("message limit]"));
+        let short = Failure::UserNamespaces("short".into());
+        assert_eq!(short.clone().fitted(), short);
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        assert_eq!(
+            decode(b"Z", Vec::new()).unwrap_err(),
+            DecodeError::UnknownTag(b'Z')
+        );
+        assert_eq!(
+            decode(b"P12", Vec::new()).unwrap_err(),
+            DecodeError::BadPayload { tag: 'P' }
+        );
+        assert_eq!(
+            decode(b"N", vec![null(), null()]).unwrap_err().to_string(),
+            "the sandbox handed over fewer than 3 network sockets"
+        );
+        assert!(decode(b"EQtext", Vec::new()).is_err());
     }
 }

@@ -11,6 +11,7 @@ mod capture;
 mod cgroup;
 mod channel;
 mod child;
+mod command;
 mod error;
 mod mounts;
 mod netns;
@@ -31,7 +32,7 @@ mod sys;
 pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{
-    ExecId, ExecImage, FileOp, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
+    ExecImage, ExecSeq, FileChange, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
 };
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;

@@ -23,17 +23,98 @@ use nix::sys::statvfs::{FsFlags, statvfs};
 use crate::plan::Plan;
 use crate::spec::{CA_BUNDLE_PATH, DNS_ADDR};
 
-type Result<T> = std::result::Result<T, String>;
+type Result<T> = std::result::Result<T, MountError>;
 
 const NONE: Option<&str> = None;
 
-fn ctx(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
-    format!("{what} {}: {e}", path.display())
+/// The step of the filesystem setup that failed, as it reads before the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    MakePrivate,
+    MakeReadOnly,
+    Statvfs,
+    Remount,
+    MountTmpfs,
+    MountDevpts,
+    MountProc,
+    /// A bind mount of this source.
+    Bind(PathBuf),
+    MoveDev,
+    Create,
+    Write,
+    Mkdir,
+    Symlink,
+    Open,
+    Chdir,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::MakePrivate => f.write_str("make private"),
+            Step::MakeReadOnly => f.write_str("make read-only (recursively)"),
+            Step::Statvfs => f.write_str("statvfs"),
+            Step::Remount => f.write_str("remount"),
+            Step::MountTmpfs => f.write_str("mount tmpfs on"),
+            Step::MountDevpts => f.write_str("mount devpts on"),
+            Step::MountProc => f.write_str("mount proc on"),
+            Step::Bind(source) => write!(f, "bind {} on", source.display()),
+            Step::MoveDev => f.write_str("move staging dev onto"),
+            Step::Create => f.write_str("create"),
+            Step::Write => f.write_str("write"),
+            Step::Mkdir => f.write_str("mkdir"),
+            Step::Symlink => f.write_str("symlink"),
+            Step::Open => f.write_str("open"),
+            Step::Chdir => f.write_str("chdir"),
+        }
+    }
+}
+
+/// Why the sandbox's filesystem view could not be built: the step, the path
+/// it was applied to and the kernel's answer.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// A system call through nix (mount(2), statvfs(2), open(2), chdir(2)).
+    #[error("{step} {}: {source}", .path.display())]
+    Sys {
+        step: Step,
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    /// A file operation through std.
+    #[error("{step} {}: {source}", .path.display())]
+    File {
+        step: Step,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read mountinfo: {0}")]
+    MountInfo(#[source] std::io::Error),
+}
+
+/// `map_err` for a nix call at `path`.
+fn sys_err(step: Step, path: &Path) -> impl FnOnce(Errno) -> MountError + '_ {
+    move |source| MountError::Sys {
+        step,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `map_err` for a std call at `path`.
+fn file_err(step: Step, path: &Path) -> impl FnOnce(std::io::Error) -> MountError + '_ {
+    move |source| MountError::File {
+        step,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn mount_tmpfs(target: &Path, flags: MsFlags, data: &str) -> Result<()> {
     mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(data))
-        .map_err(|e| ctx("mount tmpfs on", target, e))
+        .map_err(sys_err(Step::MountTmpfs, target))
 }
 
 fn bind(source: &Path, target: &Path, recursive: bool) -> Result<()> {
@@ -42,7 +123,7 @@ fn bind(source: &Path, target: &Path, recursive: bool) -> Result<()> {
         flags |= MsFlags::MS_REC;
     }
     mount(Some(source), target, NONE, flags, NONE)
-        .map_err(|e| ctx(&format!("bind {} on", source.display()), target, e))
+        .map_err(sys_err(Step::Bind(source.to_path_buf()), target))
 }
 
 /// Per-mount flags a remount must repeat: in a user namespace the kernel locks
@@ -70,7 +151,7 @@ fn kept_flags(path: &Path) -> std::result::Result<MsFlags, Errno> {
 
 /// Change only the read-only bit of the mount at `path`.
 fn remount(path: &Path, readonly: bool) -> Result<()> {
-    let mut flags = kept_flags(path).map_err(|e| ctx("statvfs", path, e))?;
+    let mut flags = kept_flags(path).map_err(sys_err(Step::Statvfs, path))?;
     flags.set(MsFlags::MS_RDONLY, readonly);
     mount(
         NONE,
@@ -79,7 +160,7 @@ fn remount(path: &Path, readonly: bool) -> Result<()> {
         MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
         NONE,
     )
-    .map_err(|e| ctx("remount", path, e))
+    .map_err(sys_err(Step::Remount, path))
 }
 
 /// Undo the octal escapes of /proc/self/mountinfo (see proc_pid_mountinfo(5)).
@@ -103,8 +184,7 @@ fn unescape(field: &str) -> PathBuf {
 }
 
 fn mount_points() -> Result<Vec<PathBuf>> {
-    let info =
-        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
+    let info = fs::read_to_string("/proc/self/mountinfo").map_err(MountError::MountInfo)?;
     Ok(info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
@@ -135,7 +215,7 @@ fn remount_all_readonly() -> Result<()> {
     match crate::sys::make_tree_readonly(c"/") {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
-        Err(e) => return Err(ctx("make read-only (recursively)", Path::new("/"), e)),
+        Err(e) => return Err(file_err(Step::MakeReadOnly, Path::new("/"))(e)),
     }
     for mp in mount_points()? {
         if mp.starts_with("/proc") {
@@ -146,7 +226,7 @@ fn remount_all_readonly() -> Result<()> {
             Ok(_) => {}
             // Unreachable for us means unreachable for the command too.
             Err(Errno::EACCES | Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
-            Err(e) => return Err(ctx("statvfs", &mp, e)),
+            Err(e) => return Err(sys_err(Step::Statvfs, &mp)(e)),
         }
         remount(&mp, true)?;
     }
@@ -160,8 +240,8 @@ fn write_file(path: &Path, content: &[u8]) -> Result<()> {
         .truncate(true)
         .mode(0o644)
         .open(path)
-        .map_err(|e| ctx("create", path, e))?;
-    f.write_all(content).map_err(|e| ctx("write", path, e))
+        .map_err(file_err(Step::Create, path))?;
+    f.write_all(content).map_err(file_err(Step::Write, path))
 }
 
 fn mkdir_p(path: &Path) -> Result<()> {
@@ -169,7 +249,7 @@ fn mkdir_p(path: &Path) -> Result<()> {
         .recursive(true)
         .mode(0o755)
         .create(path)
-        .map_err(|e| ctx("mkdir", path, e))
+        .map_err(file_err(Step::Mkdir, path))
 }
 
 /// Make sure a mount point of the right kind exists (only possible on our own tmpfs).
@@ -209,7 +289,7 @@ fn setup_dev(staging: &Path) -> Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=0620"),
     )
-    .map_err(|e| ctx("mount devpts on", &pts, e))?;
+    .map_err(sys_err(Step::MountDevpts, &pts))?;
     let shm = staging.join("shm");
     mkdir_p(&shm)?;
     mount_tmpfs(
@@ -224,10 +304,11 @@ fn setup_dev(staging: &Path) -> Result<()> {
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        symlink(target, staging.join(link)).map_err(|e| ctx("symlink", &staging.join(link), e))?;
+        let path = staging.join(link);
+        symlink(target, &path).map_err(file_err(Step::Symlink, &path))?;
     }
     mount(Some(staging), "/dev", NONE, MsFlags::MS_MOVE, NONE)
-        .map_err(|e| ctx("move staging dev onto", Path::new("/dev"), e))
+        .map_err(sys_err(Step::MoveDev, Path::new("/dev")))
 }
 
 /// Cover a path: empty tmpfs over a directory, /dev/null over anything else.
@@ -253,7 +334,7 @@ fn setup_proc() -> Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         NONE,
     )
-    .map_err(|e| ctx("mount proc on", Path::new("/proc"), e))?;
+    .map_err(sys_err(Step::MountProc, Path::new("/proc")))?;
     for p in [
         "/proc/sys",
         "/proc/sysrq-trigger",
@@ -287,13 +368,13 @@ fn setup_proc() -> Result<()> {
 }
 
 fn open_path(path: &Path) -> Result<OwnedFd> {
-    open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| ctx("open", path, e))
+    open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map_err(sys_err(Step::Open, path))
 }
 
 /// Run inside the new mount namespace, before the command exists.
 pub fn setup(plan: &Plan) -> Result<()> {
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
-        .map_err(|e| ctx("make private", Path::new("/"), e))?;
+        .map_err(sys_err(Step::MakePrivate, Path::new("/")))?;
     // Grab the grants before anything is covered (the workspace may live under /tmp or ~).
     let grant_fds = plan
         .grants
@@ -395,12 +476,34 @@ pub fn setup(plan: &Plan) -> Result<()> {
         remount(dev, true)?;
     }
     setup_proc()?;
-    nix::unistd::chdir(&plan.workspace).map_err(|e| ctx("chdir", &plan.workspace, e))?;
+    nix::unistd::chdir(&plan.workspace).map_err(sys_err(Step::Chdir, &plan.workspace))?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::{MountError, Step, sys_err};
+
+    #[test]
+    fn errors_name_the_step_and_the_path() {
+        let e = sys_err(Step::Bind(PathBuf::from("/a")), Path::new("/b"))(nix::errno::Errno::EPERM);
+        assert_eq!(
+            e.to_string(),
+            "bind /a on /b: EPERM: Operation not permitted"
+        );
+        let e = MountError::File {
+            step: Step::Mkdir,
+            path: PathBuf::from("/x"),
+            source: std::io::Error::from_raw_os_error(libc::EROFS),
+        };
+        assert_eq!(
+            e.to_string(),
+            "mkdir /x: Read-only file system (os error 30)"
+        );
+    }
+
     #[test]
     fn mountinfo_escapes_are_decoded() {
         assert_eq!(

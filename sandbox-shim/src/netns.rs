@@ -6,11 +6,13 @@
 use std::io::Write;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsFd;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
 
+use nix::errno::Errno;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
+use crate::route::RouteError;
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 use crate::sys;
 
@@ -57,7 +59,38 @@ fn ruleset() -> String {
     )
 }
 
-fn load_rules(nft: &Path) -> Result<(), String> {
+/// Why the sandbox's network could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("control socket: {0}")]
+    ControlSocket(#[source] Errno),
+    #[error("bring lo up: {0}")]
+    LoopbackUp(#[source] std::io::Error),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("bind {what}{addr}: {source}")]
+    Bind {
+        /// "" for the transparent listener, "udp " or "tcp " for DNS.
+        what: &'static str,
+        addr: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("run {}: {source}", .nft.display())]
+    NftSpawn {
+        nft: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("feed nft: {0}")]
+    NftFeed(#[source] std::io::Error),
+    #[error("wait for nft: {0}")]
+    NftWait(#[source] std::io::Error),
+    #[error("nft refused the sandbox ruleset ({status}): {stderr}")]
+    NftRefused { status: ExitStatus, stderr: String },
+}
+
+fn load_rules(nft: &Path) -> Result<(), NetError> {
     let mut child = Command::new(nft)
         .args(["-f", "-"])
         .env_clear()
@@ -65,21 +98,21 @@ fn load_rules(nft: &Path) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("run {}: {e}", nft.display()))?;
+        .map_err(|source| NetError::NftSpawn {
+            nft: nft.to_path_buf(),
+            source,
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(ruleset().as_bytes())
-            .map_err(|e| format!("feed nft: {e}"))?;
+            .map_err(NetError::NftFeed)?;
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("wait for nft: {e}"))?;
+    let out = child.wait_with_output().map_err(NetError::NftWait)?;
     if !out.status.success() {
-        return Err(format!(
-            "nft refused the sandbox ruleset ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(NetError::NftRefused {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }
@@ -93,21 +126,21 @@ fn disable_ipv6() {
 }
 
 /// Run inside the fresh network namespace while still privileged in it.
-pub fn setup(nft: &Path) -> Result<Sockets, String> {
+pub fn setup(nft: &Path) -> Result<Sockets, NetError> {
     let ctl = socket(
         AddressFamily::Inet,
         SockType::Datagram,
         SockFlag::SOCK_CLOEXEC,
         None,
     )
-    .map_err(|e| format!("control socket: {e}"))?;
-    sys::loopback_up(ctl.as_fd()).map_err(|e| format!("bring lo up: {e}"))?;
+    .map_err(NetError::ControlSocket)?;
+    sys::loopback_up(ctl.as_fd()).map_err(NetError::LoopbackUp)?;
     disable_ipv6();
     crate::route::default_route_via_lo()?;
-    let transparent =
-        TcpListener::bind(TRANSPARENT_ADDR).map_err(|e| format!("bind {TRANSPARENT_ADDR}: {e}"))?;
-    let dns_udp = UdpSocket::bind(DNS_ADDR).map_err(|e| format!("bind udp {DNS_ADDR}: {e}"))?;
-    let dns_tcp = TcpListener::bind(DNS_ADDR).map_err(|e| format!("bind tcp {DNS_ADDR}: {e}"))?;
+    let bind = |what, addr| move |source| NetError::Bind { what, addr, source };
+    let transparent = TcpListener::bind(TRANSPARENT_ADDR).map_err(bind("", TRANSPARENT_ADDR))?;
+    let dns_udp = UdpSocket::bind(DNS_ADDR).map_err(bind("udp ", DNS_ADDR))?;
+    let dns_tcp = TcpListener::bind(DNS_ADDR).map_err(bind("tcp ", DNS_ADDR))?;
     load_rules(nft)?;
     Ok(Sockets {
         transparent,

@@ -21,19 +21,22 @@ impl Default for ObserveSpec {
     }
 }
 
-/// One program execution inside a sandbox; unique per sandbox, starting at 1.
+/// One program execution inside a sandbox: its sequence number, unique per
+/// sandbox, starting at 1. (Not the auditor's `ExecId`, which is text the
+/// producer chooses: airlock's `observe::exec_id` makes one from this.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExecId(pub u64);
+pub struct ExecSeq(pub u64);
 
-impl std::fmt::Display for ExecId {
+impl std::fmt::Display for ExecSeq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "exec#{}", self.0)
     }
 }
 
-/// What happened to a file.
+/// What happened to a file, as the observer saw it. (The auditor's `FileOp`
+/// is its stored counterpart: airlock's `observe` module maps one to the other.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FileOp {
+pub enum FileChange {
     /// A new file, directory (path ends in '/'), hard link or symlink.
     Create,
     /// An existing file opened for writing.
@@ -51,16 +54,16 @@ pub enum FileOp {
     Image,
 }
 
-impl FileOp {
+impl FileChange {
     pub fn as_str(self) -> &'static str {
         match self {
-            FileOp::Create => "create",
-            FileOp::Modify => "modify",
-            FileOp::Truncate => "truncate",
-            FileOp::Rename => "rename",
-            FileOp::Delete => "delete",
-            FileOp::Chmod => "chmod",
-            FileOp::Image => "image",
+            FileChange::Create => "create",
+            FileChange::Modify => "modify",
+            FileChange::Truncate => "truncate",
+            FileChange::Rename => "rename",
+            FileChange::Delete => "delete",
+            FileChange::Chmod => "chmod",
+            FileChange::Image => "image",
         }
     }
 }
@@ -112,10 +115,10 @@ pub struct ExecImage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observation {
     Exec {
-        exec_id: ExecId,
+        exec_id: ExecSeq,
         /// The exec of the parent process, or for an exec that replaces an
         /// already exec'd image of the same process, that previous exec.
-        parent: Option<ExecId>,
+        parent: Option<ExecSeq>,
         pid: i32,
         ppid: i32,
         uid: u32,
@@ -132,7 +135,7 @@ pub enum Observation {
         ts: SystemTime,
     },
     Exit {
-        exec_id: ExecId,
+        exec_id: ExecSeq,
         /// exit_group(2) status (0..=255).
         status: Option<i32>,
         /// Terminating signal, when one was seen.
@@ -142,7 +145,7 @@ pub enum Observation {
     File {
         /// None when the writer could not be tied to an exec, and for the
         /// end-of-session reconcile.
-        exec_id: Option<ExecId>,
+        exec_id: Option<ExecSeq>,
         /// Absolute path inside the sandbox: the kernel's name for the file.
         path: String,
         /// The inode (device, number) when known.
@@ -151,7 +154,7 @@ pub enum Observation {
         names: Vec<String>,
         /// Made by the end-of-session reconcile, not by an observed syscall.
         reconciled: bool,
-        op: FileOp,
+        op: FileChange,
         size: Option<u64>,
         sha256: Option<String>,
         /// Only for regular files no larger than `ObserveSpec::max_file_bytes`.

@@ -7,10 +7,12 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 
+use nix::unistd::Pid;
+
 /// Longest string we copy out of a process (MAX_ARG_STRLEN, see execve(2)).
 const MAX_STRING: usize = 128 * 1024;
 
-pub fn open_mem(tid: i32) -> Option<File> {
+pub fn open_mem(tid: Pid) -> Option<File> {
     File::open(format!("/proc/{tid}/mem")).ok()
 }
 
@@ -47,34 +49,40 @@ pub fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 }
 
 /// The fields of /proc/<pid>/status we need (see proc_pid_status(5)).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Status {
-    pub tgid: i32,
+    pub tgid: Pid,
     /// Host pid of the parent.
-    pub ppid: i32,
+    pub ppid: Pid,
     /// pid in the innermost PID namespace (last NSpid field).
     pub ns_pid: i32,
     /// Real uid as the host sees it.
     pub uid: u32,
 }
 
-pub fn status(pid: i32) -> Option<Status> {
+pub fn status(pid: Pid) -> Option<Status> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let mut st = Status::default();
+    let mut st = Status {
+        tgid: Pid::from_raw(0),
+        ppid: Pid::from_raw(0),
+        ns_pid: 0,
+        uid: 0,
+    };
+    let pid = |v: Option<&str>| v?.parse().ok().map(Pid::from_raw);
     for line in text.lines() {
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
         let mut fields = value.split_whitespace();
         match key {
-            "Tgid" => st.tgid = fields.next()?.parse().ok()?,
-            "PPid" => st.ppid = fields.next()?.parse().ok()?,
+            "Tgid" => st.tgid = pid(fields.next())?,
+            "PPid" => st.ppid = pid(fields.next())?,
             "Uid" => st.uid = fields.next()?.parse().ok()?,
             "NSpid" => st.ns_pid = fields.next_back()?.parse().ok()?,
             _ => {}
         }
     }
-    (st.tgid > 0).then_some(st)
+    (st.tgid.as_raw() > 0).then_some(st)
 }
 
 fn link(path: String) -> Option<String> {
@@ -87,16 +95,16 @@ fn link(path: String) -> Option<String> {
     )
 }
 
-pub fn cwd(tid: i32) -> Option<String> {
+pub fn cwd(tid: Pid) -> Option<String> {
     link(format!("/proc/{tid}/cwd"))
 }
 
-pub fn fd_path(tid: i32, fd: i32) -> Option<String> {
+pub fn fd_path(tid: Pid, fd: i32) -> Option<String> {
     link(format!("/proc/{tid}/fd/{fd}"))
 }
 
 /// Children of every thread of `pid` (/proc/<pid>/task/*/children, see proc(5)).
-pub fn children(pid: i32) -> Vec<i32> {
+pub fn children(pid: Pid) -> Vec<Pid> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -105,7 +113,7 @@ pub fn children(pid: i32) -> Vec<i32> {
         if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
             out.extend(
                 text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
+                    .filter_map(|p| p.parse().ok().map(Pid::from_raw)),
             );
         }
     }
@@ -118,7 +126,7 @@ mod tests {
 
     #[test]
     fn own_status_and_memory_are_readable() {
-        let me = std::process::id() as i32;
+        let me = Pid::this();
         let st = status(me).expect("status");
         assert_eq!(st.tgid, me);
         let text = std::ffi::CString::new("hello").unwrap();

@@ -3,6 +3,7 @@
 //! it the kernel picks no source for non-loopback destinations (127.0.0.1 has
 //! host scope) and replies from the proxy would go to 0.0.0.0.
 
+use nix::errno::Errno;
 use nix::sys::socket::{
     AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, send, socket,
 };
@@ -58,22 +59,37 @@ fn request(ifindex: u32) -> Vec<u8> {
     msg
 }
 
-pub fn default_route_via_lo() -> Result<(), String> {
-    let ifindex =
-        nix::net::if_::if_nametoindex("lo").map_err(|e| format!("if_nametoindex(lo): {e}"))?;
+/// Why the default route could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("if_nametoindex(lo): {0}")]
+    LoopbackIndex(#[source] Errno),
+    #[error("netlink {step}: {source}")]
+    Netlink {
+        step: &'static str,
+        #[source]
+        source: Errno,
+    },
+    #[error("add default route via lo: {0}")]
+    Refused(#[source] std::io::Error),
+    #[error("add default route via lo: unexpected netlink answer")]
+    UnexpectedAnswer,
+}
+
+pub fn default_route_via_lo() -> Result<(), RouteError> {
+    let netlink = |step| move |source| RouteError::Netlink { step, source };
+    let ifindex = nix::net::if_::if_nametoindex("lo").map_err(RouteError::LoopbackIndex)?;
     let sock = socket(
         AddressFamily::Netlink,
         SockType::Raw,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkRoute,
     )
-    .map_err(|e| format!("netlink socket: {e}"))?;
+    .map_err(netlink("socket"))?;
     use std::os::fd::AsRawFd;
-    send(sock.as_raw_fd(), &request(ifindex), MsgFlags::empty())
-        .map_err(|e| format!("netlink send: {e}"))?;
+    send(sock.as_raw_fd(), &request(ifindex), MsgFlags::empty()).map_err(netlink("send"))?;
     let mut buf = [0u8; 1024];
-    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())
-        .map_err(|e| format!("netlink recv: {e}"))?;
+    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(netlink("recv"))?;
     // nlmsghdr (16 bytes) then nlmsgerr { int error; ... }.
     let kind = buf.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]]));
     let errno = buf
@@ -81,11 +97,10 @@ pub fn default_route_via_lo() -> Result<(), String> {
         .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
     match (n >= 20, kind, errno) {
         (true, Some(NLMSG_ERROR), Some(0)) => Ok(()),
-        (true, Some(NLMSG_ERROR), Some(e)) => Err(format!(
-            "add default route via lo: {}",
-            std::io::Error::from_raw_os_error(-e)
-        )),
-        _ => Err("add default route via lo: unexpected netlink answer".into()),
+        (true, Some(NLMSG_ERROR), Some(e)) => {
+            Err(RouteError::Refused(std::io::Error::from_raw_os_error(-e)))
+        }
+        _ => Err(RouteError::UnexpectedAnswer),
     }
 }
 

@@ -10,10 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::unistd::Pid;
 
 use crate::attribution::Attributor;
 use crate::cgroup::Cgroup;
-use crate::channel;
+use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
 use crate::child;
 use crate::error::ShimError;
 use crate::observation::Observation;
@@ -47,8 +48,8 @@ pub struct NetworkHandles {
 /// Dropping it without [`Sandbox::wait`] kills the whole tree and removes its cgroup.
 #[derive(Debug)]
 pub struct Sandbox {
-    supervisor: i32,
-    init: i32,
+    supervisor: Pid,
+    init: Pid,
     chan: OwnedFd,
     network: Option<NetworkHandles>,
     cgroup: Option<Cgroup>,
@@ -82,11 +83,19 @@ fn unique_id() -> String {
     )
 }
 
-/// Wait for one message, at most `timeout` (None = forever); Ok(None) on timeout.
-fn recv_within(
-    chan: &OwnedFd,
-    timeout: Option<Duration>,
-) -> Result<Option<Option<channel::Message>>, ShimError> {
+/// What came on the control channel within the time allowed.
+enum Received {
+    /// Nothing yet.
+    Nothing,
+    /// Every helper closed its end.
+    Eof,
+    Message(Message),
+    /// A message that does not read as one (no helper of ours sends it).
+    Malformed(DecodeError),
+}
+
+/// Wait for one message, at most `timeout` (None = forever).
+fn recv_within(chan: &OwnedFd, timeout: Option<Duration>) -> Result<Received, ShimError> {
     let ms = match timeout {
         None => PollTimeout::NONE,
         Some(d) => PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
@@ -94,14 +103,17 @@ fn recv_within(
     };
     let mut fds = [PollFd::new(chan.as_fd(), PollFlags::POLLIN)];
     match poll(&mut fds, ms) {
-        Ok(0) => return Ok(None),
+        Ok(0) => return Ok(Received::Nothing),
         Ok(_) => {}
-        Err(nix::errno::Errno::EINTR) => return Ok(None),
+        Err(nix::errno::Errno::EINTR) => return Ok(Received::Nothing),
         Err(e) => return Err(ShimError::io("poll control channel", e)),
     }
-    channel::recv(chan)
-        .map(Some)
-        .map_err(|e| ShimError::io("read control channel", e))
+    match channel::recv(chan) {
+        Ok(Some(msg)) => Ok(Received::Message(msg)),
+        Ok(None) => Ok(Received::Eof),
+        Err(ChannelError::Malformed(e)) => Ok(Received::Malformed(e)),
+        Err(e) => Err(ShimError::io("read control channel", e)),
+    }
 }
 
 impl Sandbox {
@@ -178,7 +190,7 @@ impl Sandbox {
         drop(stdio);
         let mut sandbox = Sandbox {
             supervisor,
-            init: 0,
+            init: Pid::from_raw(0),
             chan: ours,
             network: None,
             cgroup,
@@ -224,26 +236,29 @@ impl Sandbox {
                     SETUP_TIMEOUT.as_secs()
                 )));
             }
-            let Some(msg) = recv_within(&self.chan, Some(left))? else {
-                continue;
-            };
-            let Some(msg) = msg else {
-                return Err(ShimError::Setup(
-                    "sandbox helper exited during setup: see stderr above".into(),
-                ));
-            };
-            match msg.tag {
-                channel::INIT_PID => self.init = msg.as_i32().unwrap_or(0),
-                channel::NETWORK => self.network = Some(network_handles(msg.fds)?),
-                channel::TERMINAL => self.terminal = msg.fds.into_iter().next(),
-                channel::READY => return Ok(()),
-                channel::ERROR => {
-                    let text = msg.text();
-                    return Err(match text.strip_prefix(child::USERNS_ERROR) {
-                        Some(detail) => ShimError::UserNamespacesDisabled(detail.to_string()),
-                        None => ShimError::Setup(text),
-                    });
+            let msg = match recv_within(&self.chan, Some(left))? {
+                Received::Nothing => continue,
+                Received::Eof => {
+                    return Err(ShimError::Setup(
+                        "sandbox helper exited during setup: see stderr above".into(),
+                    ));
                 }
+                Received::Malformed(e) => return Err(ShimError::Setup(e.to_string())),
+                Received::Message(msg) => msg,
+            };
+            match msg {
+                Message::InitPid(pid) => self.init = pid,
+                Message::Network {
+                    transparent,
+                    dns_udp,
+                    dns_tcp,
+                } => self.network = Some(network_handles(transparent, dns_udp, dns_tcp)?),
+                Message::Terminal(master) => self.terminal = Some(master),
+                Message::Ready => return Ok(()),
+                Message::Failed(Failure::UserNamespaces(detail)) => {
+                    return Err(ShimError::UserNamespacesDisabled(detail));
+                }
+                Message::Failed(Failure::Setup(text)) => return Err(ShimError::Setup(text)),
                 _ => {}
             }
         }
@@ -280,7 +295,7 @@ impl Sandbox {
 
     /// Host pid of the sandbox init (PID 1 inside).
     pub fn pid(&self) -> i32 {
-        self.init
+        self.init.as_raw()
     }
 
     /// Let the command exec; the timeout starts now.
@@ -288,7 +303,7 @@ impl Sandbox {
         if self.released_at.is_some() {
             return Err(ShimError::AlreadyReleased);
         }
-        channel::send(&self.chan, channel::GO, b"", &[])
+        channel::send(&self.chan, &Message::Go)
             .map_err(|e| ShimError::io("release the command", e))?;
         self.released_at = Some(Instant::now());
         Ok(())
@@ -323,16 +338,14 @@ impl Sandbox {
                 _ => None,
             };
             match recv_within(&self.chan, left)? {
-                None => continue,
-                Some(None) => break,
-                Some(Some(msg)) => match msg.tag {
-                    channel::EXIT => exit = msg.as_i32(),
-                    channel::INIT_DIED => init_status = msg.as_i32(),
-                    _ => {}
-                },
+                Received::Nothing | Received::Malformed(_) => continue,
+                Received::Eof => break,
+                Received::Message(Message::Exit(status)) => exit = Some(status),
+                Received::Message(Message::InitDied(status)) => init_status = Some(status),
+                Received::Message(_) => {}
             }
         }
-        let supervisor_status = sys::wait_any(self.supervisor, false)
+        let supervisor_status = sys::wait_any(Some(self.supervisor), false)
             .ok()
             .flatten()
             .map(|(_, s)| s);
@@ -432,13 +445,7 @@ fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn network_handles(fds: Vec<OwnedFd>) -> Result<NetworkHandles, ShimError> {
-    let mut it = fds.into_iter();
-    let (Some(t), Some(u), Some(d)) = (it.next(), it.next(), it.next()) else {
-        return Err(ShimError::Setup(
-            "the sandbox handed over fewer than 3 network sockets".into(),
-        ));
-    };
+fn network_handles(t: OwnedFd, u: OwnedFd, d: OwnedFd) -> Result<NetworkHandles, ShimError> {
     let transparent_addr = TRANSPARENT_ADDR
         .parse()
         .map_err(|_| ShimError::Setup("bad built-in transparent address".into()))?;
@@ -456,7 +463,7 @@ impl Drop for Sandbox {
             return;
         }
         self.kill();
-        let _ = sys::wait_any(self.supervisor, false);
+        let _ = sys::wait_any(Some(self.supervisor), false);
         if let Some(cg) = &self.cgroup {
             cg.remove();
         }

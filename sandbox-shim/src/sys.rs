@@ -4,10 +4,12 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
+use nix::unistd::Pid;
+
 /// Result of [`fork`].
 pub enum Forked {
     Child,
-    Parent(i32),
+    Parent(Pid),
 }
 
 /// fork(2).
@@ -22,7 +24,7 @@ pub fn fork() -> io::Result<Forked> {
     // into code that assumes other threads exist.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
         nix::unistd::ForkResult::Child => Ok(Forked::Child),
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child.as_raw())),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
     }
 }
 
@@ -178,15 +180,17 @@ pub fn ignore_terminal_signals() {
     }
 }
 
-/// waitpid(2) that also works for arbitrary children; returns (pid, raw status).
-pub fn wait_any(pid: i32, nohang: bool) -> io::Result<Option<(i32, i32)>> {
+/// waitpid(2) for `pid`, or for any child when None, that also works for
+/// children that are not ours by clone flags (__WALL); returns (pid, raw status).
+pub fn wait_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, i32)>> {
     let mut status = 0;
     let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
+    let raw = pid.map_or(-1, Pid::as_raw);
     loop {
         // SAFETY: status is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
+        let rc = unsafe { libc::waitpid(raw, &mut status, flags) };
         if rc > 0 {
-            return Ok(Some((rc, status)));
+            return Ok(Some((Pid::from_raw(rc), status)));
         }
         if rc == 0 {
             return Ok(None);
@@ -199,12 +203,13 @@ pub fn wait_any(pid: i32, nohang: bool) -> io::Result<Option<(i32, i32)>> {
 }
 
 /// kill(2) without touching nix's typed Signal (raw numbers come from wait statuses).
-pub fn kill(pid: i32, sig: i32) {
-    if pid <= 0 {
+pub fn kill(pid: Pid, sig: i32) {
+    // 0 and negative values name process groups (kill(2)): never meant here.
+    if pid.as_raw() <= 0 {
         return;
     }
     // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(pid, sig) };
+    unsafe { libc::kill(pid.as_raw(), sig) };
 }
 
 /// Take ownership of a descriptor the kernel just installed for us via
@@ -217,10 +222,10 @@ pub fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
 }
 
 /// pidfd_open(2): a descriptor that becomes readable when `pid` exits.
-pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+pub fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain syscall with integer arguments.
-    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -274,36 +279,35 @@ fn trace_options() -> nix::sys::ptrace::Options {
 }
 
 /// PTRACE_SEIZE `pid` with [`trace_options`]; its children are traced too.
-pub fn trace_seize(pid: i32) -> io::Result<()> {
-    nix::sys::ptrace::seize(nix::unistd::Pid::from_raw(pid), trace_options())
-        .map_err(io::Error::from)
+pub fn trace_seize(pid: Pid) -> io::Result<()> {
+    nix::sys::ptrace::seize(pid, trace_options()).map_err(io::Error::from)
 }
 
 /// Resume a stopped tracee, delivering `signal` (0 for none). ESRCH (the
 /// tracee was killed meanwhile) is not an error worth reporting.
-pub fn trace_resume(tid: i32, signal: i32) {
+pub fn trace_resume(tid: Pid, signal: i32) {
     // SAFETY: PTRACE_CONT takes integer arguments only.
-    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, signal as libc::c_long) };
+    unsafe { libc::ptrace(libc::PTRACE_CONT, tid.as_raw(), 0, signal as libc::c_long) };
 }
 
 /// Resume a tracee stopped at a seccomp stop until the end of that syscall
 /// (the next stop is its syscall-exit-stop, ptrace(2) "Syscall-stops").
-pub fn trace_to_syscall_exit(tid: i32) {
+pub fn trace_to_syscall_exit(tid: Pid) {
     // SAFETY: PTRACE_SYSCALL takes integer arguments only.
-    unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid, 0, 0) };
+    unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid.as_raw(), 0, 0) };
 }
 
 /// Leave a tracee in its group-stop (SIGSTOP, SIGTSTP...) without resuming
 /// it, so job control works as without a tracer (PTRACE_LISTEN, ptrace(2)).
-pub fn trace_listen(tid: i32) {
+pub fn trace_listen(tid: Pid) {
     // SAFETY: PTRACE_LISTEN takes integer arguments only.
-    unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) };
+    unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid.as_raw(), 0, 0) };
 }
 
 /// PTRACE_GETEVENTMSG: the new pid of a fork/clone event, the former thread
 /// id of an exec event.
-pub fn trace_event_message(tid: i32) -> Option<i64> {
-    nix::sys::ptrace::getevent(nix::unistd::Pid::from_raw(tid)).ok()
+pub fn trace_event_message(tid: Pid) -> Option<i64> {
+    nix::sys::ptrace::getevent(tid).ok()
 }
 
 /// Where a tracee stopped inside a syscall (PTRACE_GET_SYSCALL_INFO, Linux 5.3).
@@ -322,8 +326,8 @@ pub enum SyscallStop {
     Other,
 }
 
-pub fn syscall_stop(tid: i32) -> io::Result<SyscallStop> {
-    let info = nix::sys::ptrace::syscall_info(nix::unistd::Pid::from_raw(tid))?;
+pub fn syscall_stop(tid: Pid) -> io::Result<SyscallStop> {
+    let info = nix::sys::ptrace::syscall_info(tid)?;
     Ok(match info.op {
         libc::PTRACE_SYSCALL_INFO_SECCOMP => {
             // SAFETY: op SECCOMP says the kernel filled the `seccomp` member.
@@ -349,13 +353,13 @@ pub fn syscall_stop(tid: i32) -> io::Result<SyscallStop> {
 /// __WALL (threads too) and __WNOTHREAD (not the children that other
 /// threads of airlock forked, such as the sandbox supervisor); returns
 /// (tid, raw status), or None once no tracee is left (ECHILD).
-pub fn wait_tracee() -> io::Result<Option<(i32, i32)>> {
+pub fn wait_tracee() -> io::Result<Option<(Pid, i32)>> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid out-pointer.
         let rc = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
         if rc > 0 {
-            return Ok(Some((rc, status)));
+            return Ok(Some((Pid::from_raw(rc), status)));
         }
         let err = io::Error::last_os_error();
         match err.raw_os_error() {

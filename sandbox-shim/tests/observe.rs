@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use airlock_shim::{ExecId, FileOp, Observation, ObserveSpec, Sandbox, SandboxSpec};
+use airlock_shim::{ExecSeq, FileChange, Observation, ObserveSpec, Sandbox, SandboxSpec};
 use common::*;
 
 /// Run to completion and collect every observation.
@@ -28,8 +28,8 @@ fn observe(mut s: SandboxSpec, max_file_bytes: u64) -> (i32, Vec<Observation>) {
 }
 
 struct Exec {
-    id: ExecId,
-    parent: Option<ExecId>,
+    id: ExecSeq,
+    parent: Option<ExecSeq>,
     path: String,
     argv: Vec<String>,
 }
@@ -54,7 +54,7 @@ fn execs(obs: &[Observation]) -> Vec<Exec> {
         .collect()
 }
 
-fn exits(obs: &[Observation]) -> HashMap<ExecId, (Option<i32>, Option<i32>)> {
+fn exits(obs: &[Observation]) -> HashMap<ExecSeq, (Option<i32>, Option<i32>)> {
     obs.iter()
         .filter_map(|o| match o {
             Observation::Exit {
@@ -69,9 +69,9 @@ fn exits(obs: &[Observation]) -> HashMap<ExecId, (Option<i32>, Option<i32>)> {
 }
 
 struct FileRec {
-    exec: Option<ExecId>,
+    exec: Option<ExecSeq>,
     path: String,
-    op: FileOp,
+    op: FileChange,
     size: Option<u64>,
     sha256: Option<String>,
     content: Option<Vec<u8>>,
@@ -174,7 +174,7 @@ fn two_hundred_execs_and_files_are_all_recorded() {
             .find(|r| r.path == path)
             .unwrap_or_else(|| panic!("no record for {path}"));
         let want = format!("{i}\n");
-        assert_eq!(r.op, FileOp::Create);
+        assert_eq!(r.op, FileChange::Create);
         assert_eq!(r.exec, Some(sh.id));
         assert_eq!(r.content.as_deref(), Some(want.as_bytes()));
         assert_eq!(r.size, Some(want.len() as u64));
@@ -270,7 +270,7 @@ fn exec_details_pid_cwd_env_and_secrets() {
     let recs = files(&obs);
     assert!(
         recs.iter()
-            .any(|r| r.path == format!("{ws_real}/d/") && r.op == FileOp::Create)
+            .any(|r| r.path == format!("{ws_real}/d/") && r.op == FileChange::Create)
     );
     assert!(!recs.iter().any(|r| r.path.starts_with("/dev")));
 }
@@ -290,28 +290,31 @@ fn rename_delete_chmod_are_attributed_to_the_right_exec() {
     let all = execs(&obs);
     let by_name = |n: &str| all.iter().find(|e| e.path.ends_with(n)).map(|e| e.id);
     let recs = files(&obs);
-    let find = |op: FileOp, path: &str| {
+    let find = |op: FileChange, path: &str| {
         recs.iter()
             .find(|r| r.op == op && r.path == path)
             .unwrap_or_else(|| panic!("no {op:?} of {path}"))
     };
-    let mv = find(FileOp::Rename, &format!("{w}/a"));
+    let mv = find(FileChange::Rename, &format!("{w}/a"));
     assert_eq!(mv.rename_to.as_deref(), Some(format!("{w}/b").as_str()));
     assert_eq!(mv.exec, by_name("/mv"));
-    let chmod = find(FileOp::Chmod, &format!("{w}/b"));
+    let chmod = find(FileChange::Chmod, &format!("{w}/b"));
     assert_eq!(chmod.mode, Some(0o600));
     assert_eq!(chmod.exec, by_name("/chmod"));
-    assert_eq!(find(FileOp::Delete, &format!("{w}/b")).exec, by_name("/rm"));
+    assert_eq!(
+        find(FileChange::Delete, &format!("{w}/b")).exec,
+        by_name("/rm")
+    );
     // `echo a > a` then rename: the pending write follows the file to its new
     // name, which is deleted before sh exits: recorded without content.
-    let link = find(FileOp::Create, &format!("{w}/s"));
+    let link = find(FileChange::Create, &format!("{w}/s"));
     assert_eq!(link.content.as_deref(), Some(&b"k"[..]), "symlink target");
     assert_eq!(link.exec, by_name("/ln"));
-    let tr = find(FileOp::Truncate, &format!("{w}/t"));
+    let tr = find(FileChange::Truncate, &format!("{w}/t"));
     assert_eq!(tr.exec, by_name("/truncate"));
     assert_eq!(tr.size, Some(3));
     assert_eq!(tr.content.as_deref(), Some(&[0u8, 0, 0][..]));
-    let keep = find(FileOp::Create, &format!("{w}/k"));
+    let keep = find(FileChange::Create, &format!("{w}/k"));
     assert_eq!(keep.content.as_deref(), Some(&b"keep\n"[..]));
     assert_eq!(keep.exec, Some(all[0].id));
 }

@@ -5,6 +5,7 @@
 //! environ are the kernel's answer (proc_pid_exe(5), proc_pid_cmdline(5)),
 //! not arguments read before the syscall that a sibling thread could swap.
 
+use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -104,7 +105,7 @@ fn read_limited(path: String) -> Vec<u8> {
 }
 
 /// The filename execve(2) was given, from the new image's auxiliary vector.
-fn exec_filename(tgid: i32) -> Option<Vec<u8>> {
+fn exec_filename(tgid: Pid) -> Option<Vec<u8>> {
     let auxv = std::fs::read(format!("/proc/{tgid}/auxv")).ok()?;
     let addr = auxv.chunks_exact(16).find_map(|pair| {
         let key = u64::from_ne_bytes(pair[..8].try_into().ok()?);
@@ -183,7 +184,7 @@ fn starts_with_shebang(file: &File) -> bool {
 }
 
 /// Read the exec that process `tgid` (host pid) has just performed.
-pub fn read(tgid: i32, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
+pub fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
     let status = procfs::status(tgid)?;
     let path = std::fs::read_link(format!("/proc/{tgid}/exe"))
         .ok()

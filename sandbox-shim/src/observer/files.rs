@@ -11,6 +11,7 @@
 //! follow renames and links, so the record names the file as it is called
 //! when captured, with every name it had.
 
+use nix::unistd::Pid;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -20,7 +21,7 @@ use std::time::SystemTime;
 use super::reconcile;
 use super::writable::Mounts;
 use crate::capture::{self, Captured};
-use crate::observation::{ExecId, FileOp, Observation};
+use crate::observation::{ExecSeq, FileChange, Observation};
 
 /// (device, inode number).
 pub type FileKey = (u64, u64);
@@ -31,15 +32,15 @@ const MAX_READERS: usize = 512;
 
 #[derive(Debug)]
 struct Tracked {
-    exec: Option<ExecId>,
+    exec: Option<ExecSeq>,
     /// Its current name.
     name: String,
     /// Every name it had, oldest first.
     names: Vec<String>,
-    op: FileOp,
+    op: FileChange,
     ts: SystemTime,
     seq: u64,
-    holders: HashSet<i32>,
+    holders: HashSet<Pid>,
     reader: Option<File>,
 }
 
@@ -55,9 +56,9 @@ pub struct Opened {
 /// A record about to be emitted.
 #[derive(Debug)]
 pub struct FileRecord {
-    pub exec_id: Option<ExecId>,
+    pub exec_id: Option<ExecSeq>,
     pub path: String,
-    pub op: FileOp,
+    pub op: FileChange,
     pub captured: Captured,
     pub rename_to: Option<String>,
     pub mode: Option<u32>,
@@ -68,7 +69,7 @@ pub struct FileRecord {
 }
 
 impl FileRecord {
-    pub fn now(exec_id: Option<ExecId>, path: String, op: FileOp) -> FileRecord {
+    pub fn now(exec_id: Option<ExecSeq>, path: String, op: FileChange) -> FileRecord {
         FileRecord {
             exec_id,
             path,
@@ -88,7 +89,7 @@ pub struct Files {
     tracked: HashMap<FileKey, Tracked>,
     /// Ordered, so a directory's entries are one range away.
     by_name: BTreeMap<String, FileKey>,
-    held_by: HashMap<i32, HashSet<FileKey>>,
+    held_by: HashMap<Pid, HashSet<FileKey>>,
     /// What the record says each path holds now: the SHA-256 of its last
     /// recorded content (None when it has none, e.g. a directory).
     view: BTreeMap<String, Option<String>>,
@@ -145,10 +146,10 @@ impl Files {
 
     pub fn emit(&mut self, r: FileRecord) {
         match r.op {
-            FileOp::Create | FileOp::Modify | FileOp::Truncate => {
+            FileChange::Create | FileChange::Modify | FileChange::Truncate => {
                 self.view.insert(r.path.clone(), r.captured.sha256.clone());
             }
-            FileOp::Delete => {
+            FileChange::Delete => {
                 let gone = r.path.trim_end_matches('/');
                 self.view.remove(gone);
                 self.view.remove(&r.path);
@@ -156,7 +157,7 @@ impl Files {
                     self.view.remove(&below);
                 }
             }
-            FileOp::Rename => {
+            FileChange::Rename => {
                 if let Some(to) = &r.rename_to {
                     let mut moved = under(&self.view, &r.path);
                     moved.push(r.path.clone());
@@ -169,7 +170,7 @@ impl Files {
                     }
                 }
             }
-            FileOp::Chmod | FileOp::Image => {}
+            FileChange::Chmod | FileChange::Image => {}
         }
         let _ = self.tx.send(Observation::File {
             exec_id: r.exec_id,
@@ -194,11 +195,11 @@ impl Files {
     /// captured first.
     pub fn wrote(
         &mut self,
-        holder: Option<i32>,
-        exec: Option<ExecId>,
+        holder: Option<Pid>,
+        exec: Option<ExecSeq>,
         path: String,
         file: Opened,
-        op: FileOp,
+        op: FileChange,
     ) {
         let Ok(meta) = file.file.metadata() else {
             return;
@@ -227,7 +228,7 @@ impl Files {
             entry.exec = exec;
             entry.op = op;
             entry.ts = SystemTime::now();
-        } else if entry.op == FileOp::Modify && op == FileOp::Truncate {
+        } else if entry.op == FileChange::Modify && op == FileChange::Truncate {
             // Create stays Create; an explicit truncate outranks a plain write.
             entry.op = op;
         }
@@ -285,7 +286,7 @@ impl Files {
 
     /// Which tracked files `tgid` still holds open for writing, from its
     /// descriptor table; the others it has let go of.
-    pub fn check_holder(&mut self, tgid: i32) {
+    pub fn check_holder(&mut self, tgid: Pid) {
         let Some(held) = self.held_by.get(&tgid) else {
             return;
         };
@@ -304,7 +305,7 @@ impl Files {
     }
 
     /// `child` was forked by `parent` and inherited its descriptors.
-    pub fn forked(&mut self, parent: i32, child: i32) {
+    pub fn forked(&mut self, parent: Pid, child: Pid) {
         let Some(held) = self.held_by.get(&parent).cloned() else {
             return;
         };
@@ -317,13 +318,13 @@ impl Files {
     }
 
     /// Process `tgid` is gone: it holds nothing any more.
-    pub fn process_gone(&mut self, tgid: i32) {
+    pub fn process_gone(&mut self, tgid: Pid) {
         for key in self.held_by.remove(&tgid).unwrap_or_default() {
             self.release(tgid, key);
         }
     }
 
-    fn release(&mut self, tgid: i32, key: FileKey) {
+    fn release(&mut self, tgid: Pid, key: FileKey) {
         if let Some(held) = self.held_by.get_mut(&tgid) {
             held.remove(&key);
         }
@@ -373,7 +374,7 @@ impl Files {
         }
         if keep_tracking {
             self.seq += 1;
-            t.op = FileOp::Modify;
+            t.op = FileChange::Modify;
             t.seq = self.seq;
             self.tracked.insert(key, t);
         } else {
@@ -447,7 +448,7 @@ impl Files {
 }
 
 /// (device, inode) of every file `tgid` holds open for writing.
-fn writable_descriptors(tgid: i32) -> HashSet<FileKey> {
+fn writable_descriptors(tgid: Pid) -> HashSet<FileKey> {
     let mut out = HashSet::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{tgid}/fd")) else {
         return out;

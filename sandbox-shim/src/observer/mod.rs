@@ -26,6 +26,7 @@ mod syscalls;
 mod trace;
 mod writable;
 
+use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Sender;
@@ -33,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::channel;
-use crate::observation::{ExecId, FileOp, Observation, is_secret_name};
+use crate::observation::{ExecSeq, FileChange, Observation, is_secret_name};
 use crate::sys;
 use files::{FileRecord, Files};
 use procs::Procs;
@@ -43,7 +44,7 @@ use trace::Stop;
 /// State shared with [`crate::Attributor`]: host pid -> current exec.
 #[derive(Debug, Default)]
 pub struct Shared {
-    pub procs: HashMap<i32, ExecId>,
+    pub procs: HashMap<Pid, ExecSeq>,
 }
 
 pub type SharedState = Arc<Mutex<Shared>>;
@@ -52,7 +53,7 @@ pub type SharedState = Arc<Mutex<Shared>>;
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Host pid of the sandbox init.
-    pub init: i32,
+    pub init: Pid,
     pub max_file_bytes: u64,
 }
 
@@ -64,7 +65,7 @@ struct Observer {
     files: Files,
     hashes: exec::Hashes,
     /// Traced syscalls between their seccomp stop and their exit, by tid.
-    in_flight: HashMap<i32, (syscalls::Call, [u64; 6])>,
+    in_flight: HashMap<Pid, (syscalls::Call, [u64; 6])>,
     /// When the command started, on the clock inode times use.
     since: SystemTime,
 }
@@ -101,7 +102,7 @@ pub fn spawn(
 }
 
 /// Host pid behind a pidfd (the "Pid:" line of its fdinfo, proc_pid_fdinfo(5)).
-fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
+fn pid_of(pidfd: &OwnedFd) -> Option<Pid> {
     use std::os::fd::AsRawFd;
     let text =
         std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_fd().as_raw_fd())).ok()?;
@@ -109,18 +110,16 @@ fn pid_of(pidfd: &OwnedFd) -> Option<i32> {
         .find_map(|l| l.strip_prefix("Pid:"))
         .and_then(|v| v.trim().parse().ok())
         .filter(|pid: &i32| *pid > 0)
+        .map(Pid::from_raw)
 }
 
 impl Observer {
     /// Wait for the command to ask to be traced, attach, and let it go on.
     fn attach(&mut self, chan: &OwnedFd) -> bool {
-        let Ok(Some(msg)) = channel::recv(chan) else {
+        let Ok(Some(channel::Message::TraceMe(pidfd))) = channel::recv(chan) else {
             return false;
         };
-        if msg.tag != channel::TRACE_ME {
-            return false;
-        }
-        let Some(pid) = msg.fds.first().and_then(pid_of) else {
+        let Some(pid) = pid_of(&pidfd) else {
             return false;
         };
         if sys::trace_seize(pid).is_err() {
@@ -131,13 +130,13 @@ impl Observer {
         // The session's changes start now: setup is done and nothing of
         // the command has run (it waits for this answer).
         self.since = sys::coarse_now();
-        channel::send(chan, channel::TRACED, b"", &[]).is_ok()
+        channel::send(chan, &channel::Message::Traced).is_ok()
     }
 
     /// Handle every stop until no tracee is left.
     fn trace(&mut self) {
         while let Ok(Some((tid, status))) = sys::wait_tracee() {
-            match trace::classify(tid, status) {
+            match trace::classify(status) {
                 Stop::Exited { code } => self.thread_ended(tid, Some(code), None),
                 Stop::Killed { signal } => self.thread_ended(tid, None, Some(signal)),
                 Stop::Exec => {
@@ -165,7 +164,7 @@ impl Observer {
         }
     }
 
-    fn thread_ended(&mut self, tid: i32, status: Option<i32>, signal: Option<i32>) {
+    fn thread_ended(&mut self, tid: Pid, status: Option<i32>, signal: Option<i32>) {
         self.in_flight.remove(&tid);
         let Some((tgid, proc)) = self.procs.exited(tid) else {
             return;
@@ -182,8 +181,11 @@ impl Observer {
         self.files.process_gone(tgid);
     }
 
-    fn on_fork(&mut self, tid: i32, thread_maybe: bool) {
-        let Some(child) = sys::trace_event_message(tid).and_then(|m| i32::try_from(m).ok()) else {
+    fn on_fork(&mut self, tid: Pid, thread_maybe: bool) {
+        let Some(child) = sys::trace_event_message(tid)
+            .and_then(|m| i32::try_from(m).ok())
+            .map(Pid::from_raw)
+        else {
             return;
         };
         let parent = self.procs.tgid_of(tid);
@@ -197,9 +199,10 @@ impl Observer {
         }
     }
 
-    fn on_exec(&mut self, tgid: i32) {
+    fn on_exec(&mut self, tgid: Pid) {
         let former = sys::trace_event_message(tgid)
             .and_then(|m| i32::try_from(m).ok())
+            .map(Pid::from_raw)
             .unwrap_or(tgid);
         if former != tgid {
             self.in_flight.remove(&former);
@@ -247,12 +250,12 @@ impl Observer {
         if let Some(captured) = done.pathless {
             self.files.emit(FileRecord {
                 captured,
-                ..FileRecord::now(Some(exec_id), path, FileOp::Image)
+                ..FileRecord::now(Some(exec_id), path, FileChange::Image)
             });
         }
     }
 
-    fn on_syscall_entry(&mut self, tid: i32) {
+    fn on_syscall_entry(&mut self, tid: Pid) {
         let Ok(sys::SyscallStop::Entry { nr, args }) = sys::syscall_stop(tid) else {
             sys::trace_resume(tid, 0);
             return;
@@ -276,7 +279,7 @@ impl Observer {
         sys::trace_to_syscall_exit(tid);
     }
 
-    fn on_syscall_exit(&mut self, tid: i32) {
+    fn on_syscall_exit(&mut self, tid: Pid) {
         let Some((call, args)) = self.in_flight.remove(&tid) else {
             return;
         };

@@ -2,27 +2,28 @@
 //! process (thread group), every process to the exec responsible for it,
 //! its own or, until it execs, its parent's.
 
+use nix::unistd::Pid;
 use std::collections::HashMap;
 
 use super::SharedState;
-use crate::observation::ExecId;
+use crate::observation::ExecSeq;
 use crate::procfs;
 
 /// One traced process (keyed by its host tgid).
 #[derive(Debug, Default)]
 pub struct Proc {
     /// Its current exec (inherited from the parent until it execs itself).
-    pub exec: Option<ExecId>,
+    pub exec: Option<ExecSeq>,
     /// Every exec this process went through itself, oldest first; they all
     /// end with it.
-    pub chain: Vec<ExecId>,
+    pub chain: Vec<ExecSeq>,
 }
 
 #[derive(Debug)]
 pub struct Procs {
-    procs: HashMap<i32, Proc>,
+    procs: HashMap<Pid, Proc>,
     /// Host tid -> host tgid, for every traced thread that is not a leader.
-    threads: HashMap<i32, i32>,
+    threads: HashMap<Pid, Pid>,
     next_exec: u64,
     shared: SharedState,
 }
@@ -37,7 +38,7 @@ impl Procs {
         }
     }
 
-    fn publish(&self, tgid: i32) {
+    fn publish(&self, tgid: Pid) {
         if let Ok(mut s) = self.shared.lock() {
             match self.procs.get(&tgid).and_then(|p| p.exec) {
                 Some(exec) => s.procs.insert(tgid, exec),
@@ -48,7 +49,7 @@ impl Procs {
 
     /// The process `tid` belongs to, registering a thread or process we had
     /// not heard of (a new child can stop before its parent's fork event).
-    pub fn tgid_of(&mut self, tid: i32) -> i32 {
+    pub fn tgid_of(&mut self, tid: Pid) -> Pid {
         if self.procs.contains_key(&tid) {
             return tid;
         }
@@ -75,13 +76,13 @@ impl Procs {
         tgid
     }
 
-    pub fn exec_of(&self, tgid: i32) -> Option<ExecId> {
+    pub fn exec_of(&self, tgid: Pid) -> Option<ExecSeq> {
         self.procs.get(&tgid).and_then(|p| p.exec)
     }
 
     /// `parent` (a tid) created `child`: a thread of the same process, or a
     /// new process running its parent's exec until it execs itself.
-    pub fn forked(&mut self, parent: i32, child: i32, thread: bool) {
+    pub fn forked(&mut self, parent: Pid, child: Pid, thread: bool) {
         let ptgid = self.tgid_of(parent);
         if thread {
             self.procs.remove(&child);
@@ -99,13 +100,13 @@ impl Procs {
     /// Process `tgid` has just exec'd (its former thread `former` is gone):
     /// a new exec id, and the exec it descends from (this process's previous
     /// image, or the one it inherited).
-    pub fn exec_started(&mut self, tgid: i32, former: i32) -> (ExecId, Option<ExecId>) {
+    pub fn exec_started(&mut self, tgid: Pid, former: Pid) -> (ExecSeq, Option<ExecSeq>) {
         if former != tgid {
             self.threads.remove(&former);
         }
         // execve(2) ends every other thread of the process.
         self.threads.retain(|_, t| *t != tgid);
-        let id = ExecId(self.next_exec);
+        let id = ExecSeq(self.next_exec);
         self.next_exec += 1;
         let proc = self.procs.entry(tgid).or_default();
         let parent = proc.exec;
@@ -117,7 +118,7 @@ impl Procs {
 
     /// Thread `tid` is gone; when it was a process's leader, that process is
     /// gone and is returned (its exec chain ends now).
-    pub fn exited(&mut self, tid: i32) -> Option<(i32, Proc)> {
+    pub fn exited(&mut self, tid: Pid) -> Option<(Pid, Proc)> {
         if self.threads.remove(&tid).is_some() {
             return None;
         }

@@ -23,7 +23,7 @@ use nix::sys::stat::Mode;
 use super::files::FileRecord;
 use super::writable::{Mounts, is_under};
 use crate::capture::{self, Captured};
-use crate::observation::FileOp;
+use crate::observation::FileChange;
 
 fn ctime(meta: &std::fs::Metadata) -> SystemTime {
     let secs = u64::try_from(meta.ctime()).unwrap_or(0);
@@ -97,9 +97,9 @@ impl Walk<'_> {
             return;
         }
         let op = if recorded.is_some() {
-            FileOp::Modify
+            FileChange::Modify
         } else {
-            FileOp::Create
+            FileChange::Create
         };
         self.out.push(FileRecord {
             captured,
@@ -171,7 +171,7 @@ pub fn run(
     for path in gone {
         out.push(FileRecord {
             reconciled: true,
-            ..FileRecord::now(None, path.clone(), FileOp::Delete)
+            ..FileRecord::now(None, path.clone(), FileChange::Delete)
         });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));

@@ -13,6 +13,7 @@
 //! for notifications). Records that come from a descriptor the kernel
 //! returned (open, exec) do not depend on this.
 
+use nix::unistd::Pid;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -33,14 +34,14 @@ const PROC_ROOT_INO: u64 = 1;
 #[derive(Debug, Clone, Copy)]
 pub struct Viewer {
     /// Host thread and process ids (for /proc/<tid>/...).
-    pub tid: i32,
-    pub tgid: i32,
+    pub tid: Pid,
+    pub tgid: Pid,
 }
 
 impl Viewer {
     /// Its id in its own PID namespace (what `self` and `thread-self` mean
     /// in the sandbox's /proc): the last NSpid field (proc_pid_status(5)).
-    fn ns_id(pid: i32) -> Option<i32> {
+    fn ns_id(pid: Pid) -> Option<i32> {
         crate::procfs::status(pid).map(|s| s.ns_pid)
     }
 }

@@ -7,12 +7,13 @@
 //! take paths, which are read from the tracee's memory at the seccomp stop
 //! and resolved in its view by `resolve` (see there for the one race left).
 
+use nix::unistd::Pid;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
 use super::files::{FileKey, FileRecord, Files, Opened};
 use super::resolve::{self, Resolved, Viewer};
-use crate::observation::{ExecId, FileOp};
+use crate::observation::{ExecSeq, FileChange};
 use crate::procfs;
 
 const AT_FDCWD: i32 = libc::AT_FDCWD;
@@ -241,14 +242,14 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<
 /// Who made the call.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller {
-    pub tid: i32,
-    pub tgid: i32,
-    pub exec: Option<ExecId>,
+    pub tid: Pid,
+    pub tgid: Pid,
+    pub exec: Option<ExecSeq>,
 }
 
 /// The kernel's name for descriptor `fd` of `tid`, and our own descriptor of
 /// the same inode (opening the magic link reopens the file itself).
-fn fd_file(tid: i32, fd: i64) -> Option<(String, Opened)> {
+fn fd_file(tid: Pid, fd: i64) -> Option<(String, Opened)> {
     let path = procfs::fd_path(tid, i32::try_from(fd).ok()?)?;
     let link = format!("/proc/{tid}/fd/{fd}");
     let opened = match File::open(&link) {
@@ -278,9 +279,9 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
         Call::Open { existed } => {
             if let Some((path, file)) = fd_file(who.tid, value) {
                 let op = if existed {
-                    FileOp::Modify
+                    FileChange::Modify
                 } else {
-                    FileOp::Create
+                    FileChange::Create
                 };
                 files.wrote(Some(who.tgid), exec, path, file, op);
             }
@@ -288,7 +289,7 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
         }
         Call::Ftruncate => {
             if let Some((path, file)) = fd_file(who.tid, args[0] as i64) {
-                files.wrote(Some(who.tgid), exec, path, file, FileOp::Truncate);
+                files.wrote(Some(who.tgid), exec, path, file, FileChange::Truncate);
             }
             return;
         }
@@ -298,7 +299,7 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
                     file,
                     readable: false,
                 };
-                files.wrote(None, exec, path.path, opened, FileOp::Truncate);
+                files.wrote(None, exec, path.path, opened, FileChange::Truncate);
             }
             return;
         }
@@ -309,16 +310,16 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
             files.renamed(&from, &to);
             FileRecord {
                 rename_to: Some(to),
-                ..FileRecord::now(exec, from, FileOp::Rename)
+                ..FileRecord::now(exec, from, FileChange::Rename)
             }
         }
         Call::Delete { path, dir } => {
             let path = if dir { format!("{path}/") } else { path };
-            FileRecord::now(exec, path, FileOp::Delete)
+            FileRecord::now(exec, path, FileChange::Delete)
         }
         Call::Mkdir { path, mode } => FileRecord {
             mode: Some(mode),
-            ..FileRecord::now(exec, format!("{path}/"), FileOp::Create)
+            ..FileRecord::now(exec, format!("{path}/"), FileChange::Create)
         },
         Call::Link { from, to } => {
             files.linked(&from, &to);
@@ -326,7 +327,7 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
             FileRecord {
                 captured,
                 inode,
-                ..FileRecord::now(exec, to, FileOp::Create)
+                ..FileRecord::now(exec, to, FileChange::Create)
             }
         }
         Call::Symlink { path } => {
@@ -343,12 +344,12 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
                     sha256: None,
                     content: target,
                 },
-                ..FileRecord::now(exec, path.path, FileOp::Create)
+                ..FileRecord::now(exec, path.path, FileChange::Create)
             }
         }
         Call::Chmod { path, mode } => FileRecord {
             mode: Some(mode),
-            ..FileRecord::now(exec, path, FileOp::Chmod)
+            ..FileRecord::now(exec, path, FileChange::Chmod)
         },
         Call::Fchmod { fd, mode } => {
             let Some(path) = procfs::fd_path(who.tid, fd) else {
@@ -356,7 +357,7 @@ pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [
             };
             FileRecord {
                 mode: Some(mode),
-                ..FileRecord::now(exec, path, FileOp::Chmod)
+                ..FileRecord::now(exec, path, FileChange::Chmod)
             }
         }
     };

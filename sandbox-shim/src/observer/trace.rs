@@ -31,7 +31,7 @@ fn is_stop_signal(sig: i32) -> bool {
     )
 }
 
-pub fn classify(_tid: i32, status: i32) -> Stop {
+pub fn classify(status: i32) -> Stop {
     if libc::WIFEXITED(status) {
         return Stop::Exited {
             code: libc::WEXITSTATUS(status),
@@ -70,35 +70,35 @@ mod tests {
 
     #[test]
     fn statuses_are_classified() {
-        assert_eq!(classify(1, 3 << 8), Stop::Exited { code: 3 });
+        assert_eq!(classify(3 << 8), Stop::Exited { code: 3 });
         assert_eq!(
-            classify(1, libc::SIGKILL),
+            classify(libc::SIGKILL),
             Stop::Killed {
                 signal: libc::SIGKILL
             }
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGTRAP, libc::PTRACE_EVENT_EXEC)),
+            classify(stopped(libc::SIGTRAP, libc::PTRACE_EVENT_EXEC)),
             Stop::Exec
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP)),
+            classify(stopped(libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP)),
             Stop::Seccomp
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGTRAP | 0x80, 0)),
+            classify(stopped(libc::SIGTRAP | 0x80, 0)),
             Stop::SyscallExit
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGTSTP, libc::PTRACE_EVENT_STOP)),
+            classify(stopped(libc::SIGTSTP, libc::PTRACE_EVENT_STOP)),
             Stop::Paused
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGTRAP, libc::PTRACE_EVENT_STOP)),
+            classify(stopped(libc::SIGTRAP, libc::PTRACE_EVENT_STOP)),
             Stop::Event
         );
         assert_eq!(
-            classify(1, stopped(libc::SIGCHLD, 0)),
+            classify(stopped(libc::SIGCHLD, 0)),
             Stop::Signal {
                 signal: libc::SIGCHLD
             }

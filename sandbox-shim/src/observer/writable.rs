@@ -8,6 +8,7 @@
 //! detached, as with umount2(2) MNT_DETACH), so files can be captured and the
 //! mounts reconciled after every process of the sandbox has died.
 
+use nix::unistd::Pid;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 
@@ -100,7 +101,7 @@ fn open_beneath(dir: &File, relative: &str, flags: OFlag, resolve: ResolveFlag) 
 
 impl Mounts {
     /// The writable mounts of the sandbox whose init is `init` (host pid).
-    pub fn open(init: i32) -> Mounts {
+    pub fn open(init: Pid) -> Mounts {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{init}/mountinfo")) else {
             return Mounts::default();
         };
