@@ -6,6 +6,7 @@
 mod audit;
 mod audit_sink;
 mod certs;
+mod cli;
 mod commands;
 mod notices;
 mod observe;

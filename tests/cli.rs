@@ -277,3 +277,51 @@ fn proxy_start_errors_are_one_line_with_the_fix() {
         );
     }
 }
+
+#[test]
+fn every_duration_option_reads_the_same_spellings() {
+    // A bare number is seconds for the sidecar's --wait-timeout as for
+    // run --timeout: nothing listens on port 9, so it gives up after 0.5s.
+    for spelling in ["0.5", "0.5s", "500ms"] {
+        let started = std::time::Instant::now();
+        let out = airlock(&[
+            "sidecar",
+            "--wait-ready",
+            "127.0.0.1:9",
+            "--wait-timeout",
+            spelling,
+        ]);
+        let msg = text(&out);
+        assert!(msg.contains("was not ready within"), "{spelling}: {msg}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{spelling}"
+        );
+    }
+    // A bad one: one line naming the option, the value and how to write it.
+    for (args, option, code) in [
+        (
+            &["run", "--timeout", "soon", "--", "true"][..],
+            "--timeout",
+            125,
+        ),
+        (
+            &[
+                "sidecar",
+                "--wait-ready",
+                "127.0.0.1:9",
+                "--wait-timeout",
+                "0",
+            ][..],
+            "--wait-timeout",
+            2,
+        ),
+    ] {
+        let out = airlock(args);
+        assert_eq!(out.status.code(), Some(code), "{}", text(&out));
+        let msg = text(&out);
+        let first = msg.lines().next().unwrap_or_default();
+        assert!(first.contains(option), "{msg}");
+        assert!(first.contains("500ms") && first.contains("1.5s"), "{msg}");
+    }
+}

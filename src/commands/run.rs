@@ -27,6 +27,7 @@ use anyhow::{Context, bail};
 use rustls::pki_types::CertificateDer;
 
 use crate::audit_sink::{Attribute, AuditSink, Tee};
+use crate::cli::parse_duration;
 use crate::notices::DenialNotices;
 use crate::observe::{self, Terminal, TerminalReaders};
 use crate::terminal::PtyRelay;
@@ -863,19 +864,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
         return Err(err());
     }
     Ok(bytes as u64)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<f64>()
-        && secs.is_finite()
-        && secs > 0.0
-    {
-        return Ok(Duration::from_secs_f64(secs));
-    }
-    humantime::parse_duration(s)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("invalid duration {s:?}: use e.g. 30s, 5m, 1h30m or 1.5"))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

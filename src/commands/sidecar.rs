@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
+use crate::cli::parse_duration;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -115,10 +116,6 @@ fn parse_mark(s: &str) -> Result<u32, String> {
             "invalid socket mark {s:?}: expected a number like 0x4149524c"
         )),
     }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e} (e.g. 30s, 2m)"))
 }
 
 /// Everything checked before the namespace is touched.
