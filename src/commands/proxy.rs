@@ -44,7 +44,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE", default_value = "-")]
     events: String,
     /// Also record the session into this audit database (see `airlock audit`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
     audit_db: Option<PathBuf>,
     /// The audit signing key [default: ~/.local/share/airlock/audit.key, created on first use].
     #[arg(long, value_name = "FILE")]
