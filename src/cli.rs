@@ -1,7 +1,67 @@
 //! Command-line pieces shared by several subcommands: value parsers and the
 //! option groups that `run`, `proxy` and `sidecar` flatten into their own.
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use airlock_proxy::PinnedHost;
+use rustls::pki_types::CertificateDer;
+
+use crate::{certs, paths};
+
+/// How airlock reaches upstream servers: extra trust and pinned addresses.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpstreamOptions {
+    /// Also trust this CA (PEM) for upstream servers. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
+    #[arg(long = "resolve", value_name = "HOST:IP")]
+    pub resolve: Vec<PinnedHost>,
+}
+
+impl UpstreamOptions {
+    /// The certificates of every `--upstream-ca` file.
+    pub fn roots(&self) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+        let mut roots = Vec::new();
+        for path in &self.upstream_ca {
+            roots.extend(certs::load_pem_certs(path)?);
+        }
+        Ok(roots)
+    }
+}
+
+/// Where a session is recorded, and how durably.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditOptions {
+    /// The audit database [default: ~/.local/share/airlock/audit.db].
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
+    pub audit_db: Option<PathBuf>,
+    /// The audit signing key [default: ~/.local/share/airlock/audit.key, created on first use].
+    #[arg(long, value_name = "FILE")]
+    pub audit_key: Option<PathBuf>,
+    /// Make each decision durable before the request is forwarded.
+    #[arg(long)]
+    pub audit_sync: bool,
+}
+
+impl AuditOptions {
+    /// `--audit-db`, else the per-user default.
+    pub fn db(&self) -> anyhow::Result<PathBuf> {
+        match &self.audit_db {
+            Some(db) => Ok(db.clone()),
+            None => paths::default_audit_db(),
+        }
+    }
+
+    /// `--audit-key`, else the per-user default.
+    pub fn key(&self) -> anyhow::Result<PathBuf> {
+        match &self.audit_key {
+            Some(key) => Ok(key.clone()),
+            None => paths::default_audit_key(),
+        }
+    }
+}
 
 /// What every duration option accepts, for its error message.
 const DURATION_FORMS: &str = "use seconds (1.5) or a number with a unit (500ms, 1.5s, 2m, 1h30m)";

@@ -15,6 +15,10 @@ pub fn default_ca_dir() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join("ca"))
 }
 
+pub fn default_audit_db() -> anyhow::Result<PathBuf> {
+    Ok(data_dir()?.join("audit.db"))
+}
+
 pub fn default_audit_key() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join("audit.key"))
 }

@@ -27,11 +27,11 @@ use anyhow::{Context, bail};
 use rustls::pki_types::CertificateDer;
 
 use crate::audit_sink::{Attribute, AuditSink, Tee};
-use crate::cli::parse_duration;
+use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::notices::DenialNotices;
 use crate::observe::{self, Terminal, TerminalReaders};
 use crate::terminal::PtyRelay;
-use crate::{EXIT_RUN_FAILED, audit, certs, one_line, paths, policy_file, secrets};
+use crate::{EXIT_RUN_FAILED, audit, one_line, policy_file, secrets};
 
 /// Host secrets hidden when the command runs as uid 0 (root-owned files stay
 /// readable by ownership even without capabilities). Not exhaustive: use
@@ -115,24 +115,13 @@ pub struct RunArgs {
     /// Run as UID[:GID] (root only).
     #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
     user: Option<UserSpec>,
-    /// Also trust this PEM CA for upstream servers. Repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    upstream_ca: Vec<PathBuf>,
-    /// Resolve HOST to IP instead of asking DNS. Repeatable.
-    #[arg(long = "resolve", value_name = "HOST:IP")]
-    resolve: Vec<PinnedHost>,
+    #[command(flatten)]
+    upstream: UpstreamOptions,
     /// Use this persistent CA instead of a fresh one for the session.
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
-    /// The audit database [default: ~/.local/share/airlock/audit.db].
-    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
-    audit_db: Option<PathBuf>,
-    /// The audit signing key [default: ~/.local/share/airlock/audit.key].
-    #[arg(long, value_name = "FILE")]
-    audit_key: Option<PathBuf>,
-    /// Make each network decision durable before the request is forwarded.
-    #[arg(long)]
-    audit_sync: bool,
+    #[command(flatten)]
+    audit: AuditOptions,
     /// Record written files up to this size with their content (larger ones by hash) [default: 1M].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     audit_max_file: Option<u64>,
@@ -259,14 +248,14 @@ impl Plan {
             terminal: pty_size.is_some(),
         };
         let terminal = output_pipes(pty_size.is_some(), audit.is_some())?;
-        let upstream_roots = upstream_roots(&args.upstream_ca)?;
+        let upstream_roots = args.upstream.roots()?;
         let proxy = ProxyPlan {
             policy,
             credentials,
             ca,
-            pins: args.resolve,
+            pins: args.upstream.resolve,
             upstream_roots,
-            audit_sync: args.audit_sync,
+            audit_sync: args.audit.audit_sync,
             worker_threads,
         };
         Ok(Plan {
@@ -535,14 +524,8 @@ fn audit_paths(args: &RunArgs, workspace: &Path) -> anyhow::Result<Option<AuditP
     if args.no_audit {
         return Ok(None);
     }
-    let db = match &args.audit_db {
-        Some(db) => db.clone(),
-        None => paths::data_dir()?.join("audit.db"),
-    };
-    let key = match &args.audit_key {
-        Some(key) => key.clone(),
-        None => paths::default_audit_key()?,
-    };
+    let db = args.audit.db()?;
+    let key = args.audit.key()?;
     // Absolute, so that their directories are hidden from the sandbox: a
     // bare "audit.key" has the parent "", which names nothing to hide.
     let db = std::path::absolute(&db)
@@ -610,14 +593,6 @@ fn limits_record(limits: &Limits) -> serde_json::Value {
         "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
         "tmp_bytes": limits.tmp_bytes,
     })
-}
-
-fn upstream_roots(files: &[PathBuf]) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let mut roots = Vec::new();
-    for path in files {
-        roots.extend(certs::load_pem_certs(path)?);
-    }
-    Ok(roots)
 }
 
 /// Why airlock stopped the sandbox itself.
