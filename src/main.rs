@@ -4,9 +4,9 @@
 #![forbid(unsafe_code)]
 
 mod audit;
-mod audit_cli;
 mod audit_sink;
 mod certs;
+mod cli;
 mod commands;
 mod notices;
 mod observe;
@@ -56,7 +56,7 @@ enum Command {
     #[command(subcommand)]
     Policy(commands::policy::PolicyCommand),
     /// Read back, export, restore and verify recorded sessions.
-    Audit(audit_cli::AuditArgs),
+    Audit(commands::audit::AuditArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         Command::Sidecar(args) => commands::sidecar::run(args),
         Command::Ca(cmd) => commands::ca::run(cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
-        Command::Audit(args) => audit_cli::run(args),
+        Command::Audit(args) => commands::audit::run(args),
     };
     match result {
         Ok(code) => code,

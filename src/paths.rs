@@ -1,20 +1,47 @@
 //! Where Airlock keeps its per-user state: `$XDG_DATA_HOME/airlock`, else
 //! `~/.local/share/airlock` (the CA, the audit database and its signing key).
+//! The only place that chooses these paths: the libraries (the auditor
+//! included) take the paths they are given.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 
+/// The audit database's file name in the data directory.
+const AUDIT_DB: &str = "audit.db";
+/// The audit signing key's file name in the data directory.
+const AUDIT_KEY: &str = "audit.key";
+/// The persistent CA's directory name in the data directory.
+const CA_DIR: &str = "ca";
+
+/// `$XDG_DATA_HOME/airlock` (when absolute, as the XDG Base Directory
+/// specification requires; a relative one is ignored), else
+/// `$HOME/.local/share/airlock`; None when neither is set.
+fn user_data_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(x);
+        if p.is_absolute() {
+            return Some(p.join("airlock"));
+        }
+    }
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
+    Some(PathBuf::from(home).join(".local/share/airlock"))
+}
+
 pub fn data_dir() -> anyhow::Result<PathBuf> {
-    airlock_auditor::default_data_dir()
+    user_data_dir()
         .context("neither XDG_DATA_HOME nor HOME is set; set one, or pass the path explicitly")
 }
 
 /// The default persistent CA directory.
 pub fn default_ca_dir() -> anyhow::Result<PathBuf> {
-    Ok(data_dir()?.join("ca"))
+    Ok(data_dir()?.join(CA_DIR))
+}
+
+pub fn default_audit_db() -> anyhow::Result<PathBuf> {
+    Ok(data_dir()?.join(AUDIT_DB))
 }
 
 pub fn default_audit_key() -> anyhow::Result<PathBuf> {
-    Ok(data_dir()?.join("audit.key"))
+    Ok(data_dir()?.join(AUDIT_KEY))
 }

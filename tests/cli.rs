@@ -277,3 +277,104 @@ fn proxy_start_errors_are_one_line_with_the_fix() {
         );
     }
 }
+
+#[test]
+fn every_duration_option_reads_the_same_spellings() {
+    // A bare number is seconds for the sidecar's --wait-timeout as for
+    // run --timeout: nothing listens on port 9, so it gives up after 0.5s.
+    for spelling in ["0.5", "0.5s", "500ms"] {
+        let started = std::time::Instant::now();
+        let out = airlock(&[
+            "sidecar",
+            "--wait-ready",
+            "127.0.0.1:9",
+            "--wait-timeout",
+            spelling,
+        ]);
+        let msg = text(&out);
+        assert!(msg.contains("was not ready within"), "{spelling}: {msg}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{spelling}"
+        );
+    }
+    // A bad one: one line naming the option, the value and how to write it.
+    for (args, option, code) in [
+        (
+            &["run", "--timeout", "soon", "--", "true"][..],
+            "--timeout",
+            125,
+        ),
+        (
+            &[
+                "sidecar",
+                "--wait-ready",
+                "127.0.0.1:9",
+                "--wait-timeout",
+                "0",
+            ][..],
+            "--wait-timeout",
+            2,
+        ),
+    ] {
+        let out = airlock(args);
+        assert_eq!(out.status.code(), Some(code), "{}", text(&out));
+        let msg = text(&out);
+        let first = msg.lines().next().unwrap_or_default();
+        assert!(first.contains(option), "{msg}");
+        assert!(first.contains("500ms") && first.contains("1.5s"), "{msg}");
+    }
+}
+
+#[test]
+fn the_audit_database_can_be_named_by_airlock_audit_db() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(&dir, "version = 1\n");
+    let ca = dir.path().join("ca");
+    assert!(
+        airlock(&["ca", "init", "--dir", ca.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let db = dir.path().join("from-env.db");
+    // `airlock proxy` records only when given a database: here only the
+    // variable names one.
+    let mut proxy = Command::new(AIRLOCK)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--events", "/dev/null"])
+        .args(["--policy", &policy])
+        .arg("--ca-dir")
+        .arg(&ca)
+        .arg("--audit-key")
+        .arg(dir.path().join("audit.key"))
+        .env("AIRLOCK_AUDIT_DB", &db)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(proxy.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("proxy listening") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "proxy exited");
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &proxy.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(proxy.wait().unwrap().code(), Some(0));
+    assert!(
+        db.exists(),
+        "the proxy did not record into AIRLOCK_AUDIT_DB"
+    );
+    // `airlock audit` reads the same variable.
+    let out = Command::new(AIRLOCK)
+        .args(["audit", "sessions", "--json"])
+        .env("AIRLOCK_AUDIT_DB", &db)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let sessions: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sessions.as_array().map(Vec::len), Some(1), "{sessions}");
+    assert_eq!(sessions[0]["mode"], "proxy", "{sessions}");
+}

@@ -2,6 +2,8 @@
 //! `airlock audit` readers have something to show.
 //!
 //!     cargo run -p airlock-auditor --example demo_session -- DB [KEY]
+//!
+//! KEY defaults to DB with the extension `.key`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,11 +15,12 @@ use airlock_auditor::{
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let db: PathBuf = args.next().ok_or("usage: demo_session DB [KEY]")?.into();
+    // The auditor chooses no per-user paths: without KEY, the key sits
+    // beside the database (DB with the extension .key).
     let key = args
         .next()
         .map(PathBuf::from)
-        .or_else(airlock_auditor::default_key_path)
-        .ok_or("no key path")?;
+        .unwrap_or_else(|| db.with_extension("key"));
     let store = AuditStore::open(&db, SigningKeySource::KeyFile(key))?;
     let rec = store.begin_session(SessionInfo {
         command: vec!["sh".into(), "-c".into(), "python3 fetch.py".into()],

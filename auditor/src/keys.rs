@@ -59,26 +59,6 @@ impl std::fmt::Display for KeyFingerprint {
     }
 }
 
-/// `$XDG_DATA_HOME/airlock`, else `$HOME/.local/share/airlock`.
-pub fn default_data_dir() -> Option<PathBuf> {
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(x);
-        if p.is_absolute() {
-            return Some(p.join("airlock"));
-        }
-    }
-    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
-    Some(PathBuf::from(home).join(".local/share/airlock"))
-}
-
-pub fn default_db_path() -> Option<PathBuf> {
-    default_data_dir().map(|d| d.join("audit.db"))
-}
-
-pub fn default_key_path() -> Option<PathBuf> {
-    default_data_dir().map(|d| d.join("audit.key"))
-}
-
 pub(crate) fn obtain_signing_key(source: &SigningKeySource) -> Result<SigningKey, AuditError> {
     match source {
         SigningKeySource::Ephemeral => generate(),

@@ -38,10 +38,7 @@ pub use event::{
     collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId};
-pub use keys::{
-    KeyFingerprint, SigningKeySource, TrustAnchor, default_data_dir, default_db_path,
-    default_key_path, load_public_key, public_key_text,
-};
+pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use store::AuditStore;

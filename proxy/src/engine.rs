@@ -72,17 +72,31 @@ pub struct Engine {
     pub workers: Arc<Workers>,
 }
 
+/// What [`Engine::new`] is built from; the rest of the engine's state
+/// (quotas, ids, synthetic addresses, metrics) starts empty.
+pub struct EngineParts {
+    pub rules: Arc<ArcSwap<Rules>>,
+    pub ca: Arc<CertificateAuthority>,
+    pub upstream: Upstream,
+    pub events: Arc<dyn EventSink>,
+    /// Bytes of each body kept for the record.
+    pub capture_cap: usize,
+    /// Make each decision durable before forwarding (`--audit-sync`).
+    pub audit_sync: bool,
+    pub workers: Arc<Workers>,
+}
+
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        rules: Arc<ArcSwap<Rules>>,
-        ca: Arc<CertificateAuthority>,
-        upstream: Upstream,
-        events: Arc<dyn EventSink>,
-        capture_cap: usize,
-        audit_sync: bool,
-        workers: Arc<Workers>,
-    ) -> Self {
+    pub fn new(parts: EngineParts) -> Self {
+        let EngineParts {
+            rules,
+            ca,
+            upstream,
+            events,
+            capture_cap,
+            audit_sync,
+            workers,
+        } = parts;
         let tls_by_sni = Arc::new(server_config(Arc::new(MintBySni(ca.clone()))));
         Self {
             rules,

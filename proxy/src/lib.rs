@@ -57,7 +57,7 @@ pub use metrics::Metrics;
 pub use upstream::{PinnedHost, UpstreamSetupError};
 pub use workers::default_count as default_worker_threads;
 
-use engine::Engine;
+use engine::{Engine, EngineParts};
 use rules::Rules;
 
 /// Bytes of each request and response body kept in the record by default.
@@ -117,15 +117,15 @@ impl Proxy {
             workers.count() + 1,
         )?;
         Ok(Self {
-            engine: Arc::new(Engine::new(
+            engine: Arc::new(Engine::new(EngineParts {
                 rules,
-                config.ca,
+                ca: config.ca,
                 upstream,
-                config.events,
-                config.capture_cap,
-                config.audit_sync,
-                Arc::new(workers),
-            )),
+                events: config.events,
+                capture_cap: config.capture_cap,
+                audit_sync: config.audit_sync,
+                workers: Arc::new(workers),
+            })),
         })
     }
 

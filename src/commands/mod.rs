@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod audit;
 pub mod ca;
 pub mod policy;
 pub mod proxy;

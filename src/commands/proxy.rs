@@ -5,19 +5,24 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use airlock_proxy::{CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig};
+use airlock_proxy::{CertificateAuthority, EventSink, Proxy, ProxyConfig};
 use anyhow::Context;
 
 use airlock_auditor::{SessionEnd, SessionMode};
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
+use crate::cli::{AuditOptions, UpstreamOptions};
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
-use crate::{certs, policy_file, secrets};
+use crate::{policy_file, secrets};
 
 #[derive(clap::Args)]
+// The proxy records only when given a database: no default.
+#[command(mut_arg("audit_db", |a| a.help(
+    "Also record the session into this audit database (see `airlock audit`)"
+)))]
 pub struct ProxyArgs {
     /// Address of the explicit forward proxy (HTTP_PROXY / HTTPS_PROXY). Port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -28,12 +33,8 @@ pub struct ProxyArgs {
     /// Directory of the CA made by `airlock ca init` [default: ~/.local/share/airlock/ca, created on first use].
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
-    /// Also trust this CA (PEM) for upstream servers. Repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    upstream_ca: Vec<PathBuf>,
-    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
-    #[arg(long = "resolve", value_name = "HOST:IP")]
-    resolve: Vec<PinnedHost>,
+    #[command(flatten)]
+    upstream: UpstreamOptions,
     /// Also accept connections redirected here by nftables (SO_ORIGINAL_DST).
     #[arg(long, value_name = "ADDR")]
     transparent_listen: Option<SocketAddr>,
@@ -43,15 +44,8 @@ pub struct ProxyArgs {
     /// Where to write decision events as JSON lines ("-" for stdout).
     #[arg(long, value_name = "FILE", default_value = "-")]
     events: String,
-    /// Also record the session into this audit database (see `airlock audit`).
-    #[arg(long, value_name = "FILE")]
-    audit_db: Option<PathBuf>,
-    /// The audit signing key [default: ~/.local/share/airlock/audit.key, created on first use].
-    #[arg(long, value_name = "FILE")]
-    audit_key: Option<PathBuf>,
-    /// Make each decision durable before the request is forwarded.
-    #[arg(long)]
-    audit_sync: bool,
+    #[command(flatten)]
+    audit: AuditOptions,
 }
 
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
@@ -67,15 +61,12 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     announce_placeholders(&credentials);
     let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
     let ca = Arc::new(ca);
-    let mut upstream_roots = Vec::new();
-    for path in &args.upstream_ca {
-        upstream_roots.extend(certs::load_pem_certs(path)?);
-    }
+    let upstream_roots = args.upstream.roots()?;
     let json_events = open_events(&args.events)?;
-    let recorder = match &args.audit_db {
+    let recorder = match &args.audit.audit_db {
         Some(db) => Some(crate::audit::begin(
             db,
-            args.audit_key.as_deref(),
+            args.audit.audit_key.as_deref(),
             crate::audit::session_info(&policy, SessionMode::Proxy, serde_json::Value::Null)
                 .with_note("proxy mode: network events only; exec and file events are not visible"),
             &credentials,
@@ -90,11 +81,11 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         policy,
         credentials,
         ca,
-        pins: args.resolve.clone(),
+        pins: args.upstream.resolve.clone(),
         upstream_roots,
         events,
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit_sync,
+        audit_sync: args.audit.audit_sync,
         socket_mark: None,
         worker_threads,
     })?;

@@ -11,6 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use airlock_auditor::{SessionEnd, SessionInfo, SessionMode, SessionRecorder};
@@ -18,14 +19,19 @@ use airlock_policy::Policy;
 use airlock_proxy::{
     CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
 };
-use airlock_shim::{CA_BUNDLE_PATH, Limits, ObserveSpec, Sandbox, SandboxSpec, UserSpec};
+use airlock_shim::pty::WindowSize;
+use airlock_shim::{
+    CA_BUNDLE_PATH, Limits, NetworkHandles, ObserveSpec, Sandbox, SandboxSpec, UserSpec,
+};
 use anyhow::{Context, bail};
+use rustls::pki_types::CertificateDer;
 
 use crate::audit_sink::{Attribute, AuditSink, Tee};
+use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::notices::DenialNotices;
-use crate::observe::{self, Terminal};
+use crate::observe::{self, Terminal, TerminalReaders};
 use crate::terminal::PtyRelay;
-use crate::{EXIT_RUN_FAILED, audit, certs, one_line, paths, policy_file, secrets};
+use crate::{EXIT_RUN_FAILED, audit, one_line, policy_file, secrets};
 
 /// Host secrets hidden when the command runs as uid 0 (root-owned files stay
 /// readable by ownership even without capabilities). Not exhaustive: use
@@ -109,24 +115,13 @@ pub struct RunArgs {
     /// Run as UID[:GID] (root only).
     #[arg(long, value_name = "UID[:GID]", value_parser = parse_user)]
     user: Option<UserSpec>,
-    /// Also trust this PEM CA for upstream servers. Repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    upstream_ca: Vec<PathBuf>,
-    /// Resolve HOST to IP instead of asking DNS. Repeatable.
-    #[arg(long = "resolve", value_name = "HOST:IP")]
-    resolve: Vec<PinnedHost>,
+    #[command(flatten)]
+    upstream: UpstreamOptions,
     /// Use this persistent CA instead of a fresh one for the session.
     #[arg(long, value_name = "DIR")]
     ca_dir: Option<PathBuf>,
-    /// The audit database [default: ~/.local/share/airlock/audit.db].
-    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
-    audit_db: Option<PathBuf>,
-    /// The audit signing key [default: ~/.local/share/airlock/audit.key].
-    #[arg(long, value_name = "FILE")]
-    audit_key: Option<PathBuf>,
-    /// Make each network decision durable before the request is forwarded.
-    #[arg(long)]
-    audit_sync: bool,
+    #[command(flatten)]
+    audit: AuditOptions,
     /// Record written files up to this size with their content (larger ones by hash) [default: 1M].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     audit_max_file: Option<u64>,
@@ -156,235 +151,333 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The session, in the order of `docs/architecture.md` ("`airlock run`"):
+/// plan, spawn (with the audit store opening alongside), wire the proxy and
+/// the terminal, then release, wait and finish.
 fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
-    airlock_shim::check_prerequisites()?;
-    let policy = match &args.policy {
-        Some(path) => policy_file::load(path)?,
-        None => Policy::deny_all(),
-    };
-    let credentials = secrets::resolve_all(policy.credentials())?;
-    let worker_threads = crate::serve::worker_threads()?;
-    let ca = match &args.ca_dir {
-        Some(dir) => CertificateAuthority::load(dir)?,
-        None => CertificateAuthority::ephemeral()?,
-    };
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("finding the current directory")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("--workspace {}: no such directory", workspace.display()))?;
-    let env = sandbox_env(&args, &credentials)?;
-    let audit_paths = if args.no_audit {
-        None
-    } else {
-        let db = match &args.audit_db {
-            Some(db) => db.clone(),
-            None => paths::data_dir()?.join("audit.db"),
-        };
-        let key = match &args.audit_key {
-            Some(key) => key.clone(),
-            None => paths::default_audit_key()?,
-        };
-        // Absolute, so that their directories are hidden from the sandbox: a
-        // bare "audit.key" has the parent "", which names nothing to hide.
-        let db = std::path::absolute(&db)
-            .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
-        let key = std::path::absolute(&key)
-            .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
-        refuse_if_writable_inside(&db, &workspace, &args.rw)?;
-        Some((db, key))
-    };
-    let (db, key) = audit_paths
-        .as_ref()
-        .map(|(db, key)| (db.parent(), key.parent()))
-        .unzip();
-    refuse_hidden_workspace(
-        &workspace,
-        &[
-            (db.flatten(), "holds the audit database", "--audit-db"),
-            (key.flatten(), "holds the audit signing key", "--audit-key"),
-            (
-                args.ca_dir.as_deref(),
-                "holds the CA's private key",
-                "--ca-dir",
-            ),
-        ],
-    )?;
-    let mut hide = args.hide.clone();
-    hide.extend(args.ca_dir.iter().cloned());
-    if let Some((db, key)) = &audit_paths {
-        hide.extend(
-            [db.clone(), key.clone()]
-                .into_iter()
-                .filter_map(|p| p.parent().map(Path::to_owned)),
-        );
+    let plan = Plan::new(args)?;
+    let spawned = plan.spawn()?;
+    let wired = spawned.wire()?;
+    wired.release_and_finish()
+}
+
+/// The audit store of a recorded session, both paths absolute.
+struct AuditPaths {
+    db: PathBuf,
+    key: PathBuf,
+}
+
+/// What the proxy needs, resolved up front; it is built once the sandbox
+/// has handed over its sockets.
+struct ProxyPlan {
+    policy: Policy,
+    credentials: Vec<ResolvedCredential>,
+    ca: CertificateAuthority,
+    pins: Vec<PinnedHost>,
+    upstream_roots: Vec<CertificateDer<'static>>,
+    audit_sync: bool,
+    worker_threads: usize,
+}
+
+impl ProxyPlan {
+    fn into_proxy(self, events: Arc<dyn EventSink>) -> anyhow::Result<Proxy> {
+        Ok(Proxy::new(ProxyConfig {
+            policy: self.policy,
+            credentials: self.credentials,
+            ca: Arc::new(self.ca),
+            pins: self.pins,
+            upstream_roots: self.upstream_roots,
+            events,
+            capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
+            audit_sync: self.audit_sync,
+            socket_mark: None,
+            worker_threads: self.worker_threads,
+        })?)
     }
-    if nix::unistd::geteuid().is_root() && args.user.is_none() {
-        // The command keeps uid 0 (without capabilities), so root-only files
-        // stay readable by ownership; hide the usual host secrets.
-        hide.extend(ROOT_ONLY_SECRETS.iter().map(PathBuf::from));
-    }
-    hide.retain(|p| p.exists());
-    let limits = Limits {
-        memory_bytes: args.memory,
-        pids: args.pids,
-        cpus: args.cpus,
-        timeout: args.timeout,
-        tmp_bytes: args.tmp_size.unwrap_or(DEFAULT_TMP_BYTES),
-    };
-    let limits_record = serde_json::json!({
-        "memory_bytes": limits.memory_bytes,
-        "pids": limits.pids,
-        "cpus": limits.cpus,
-        "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
-        "tmp_bytes": limits.tmp_bytes,
-    });
-    let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
-    let pty_size =
-        crate::terminal::wanted(args.tty, args.no_tty).then(crate::terminal::initial_size);
-    let spec = SandboxSpec {
-        command: args.command.clone(),
-        workspace,
-        ro: args.ro.clone(),
-        rw: args.rw.clone(),
-        hide,
-        limits,
-        env,
-        user: args.user,
-        ca_bundle_pem: Some(ca_bundle(&ca)),
-        hostname: "airlock".into(),
-        allow_unix_sockets: args.allow_unix_sockets,
-        observe: audit_paths.as_ref().map(|_| ObserveSpec { max_file_bytes }),
-        stdio: None,
-        terminal: pty_size.is_some(),
-    };
-    // With a pty the relay records the output; otherwise pipes carry it,
-    // when recording or when the caller's terminal must stay outside.
-    let terminal = match pty_size {
-        None if audit_paths.is_some() || crate::terminal::caller_has_one() => {
-            Some(Terminal::new()?)
-        }
-        _ => None,
-    };
-    let mut upstream_roots = Vec::new();
-    for path in &args.upstream_ca {
-        upstream_roots.extend(certs::load_pem_certs(path)?);
+}
+
+/// Step 1 (plan): every path canonicalised, every grant, secret and limit
+/// resolved before anything forks.
+struct Plan {
+    proxy: ProxyPlan,
+    audit: Option<AuditPaths>,
+    limits_record: serde_json::Value,
+    max_file_bytes: u64,
+    pty_size: Option<WindowSize>,
+    spec: SandboxSpec,
+    /// Pipes for the command's output when there is no pty (step 8).
+    terminal: Option<Terminal>,
+}
+
+impl Plan {
+    fn new(args: RunArgs) -> anyhow::Result<Plan> {
+        airlock_shim::check_prerequisites()?;
+        let policy = match &args.policy {
+            Some(path) => policy_file::load(path)?,
+            None => Policy::deny_all(),
+        };
+        let credentials = secrets::resolve_all(policy.credentials())?;
+        let worker_threads = crate::serve::worker_threads()?;
+        let ca = match &args.ca_dir {
+            Some(dir) => CertificateAuthority::load(dir)?,
+            None => CertificateAuthority::ephemeral()?,
+        };
+        let workspace = workspace(&args)?;
+        let env = sandbox_env(&args, &credentials)?;
+        let audit = audit_paths(&args, &workspace)?;
+        let hide = hidden_paths(&args, &workspace, audit.as_ref())?;
+        let limits = limits(&args);
+        let limits_record = limits_record(&limits);
+        let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
+        let pty_size =
+            crate::terminal::wanted(args.tty, args.no_tty).then(crate::terminal::initial_size);
+        let spec = SandboxSpec {
+            command: args.command.clone(),
+            workspace,
+            ro: args.ro.clone(),
+            rw: args.rw.clone(),
+            hide,
+            limits,
+            env,
+            user: args.user,
+            ca_bundle_pem: Some(ca_bundle(&ca)),
+            hostname: "airlock".into(),
+            allow_unix_sockets: args.allow_unix_sockets,
+            observe: audit.as_ref().map(|_| ObserveSpec { max_file_bytes }),
+            stdio: None,
+            terminal: pty_size.is_some(),
+        };
+        let terminal = output_pipes(pty_size.is_some(), audit.is_some())?;
+        let upstream_roots = args.upstream.roots()?;
+        let proxy = ProxyPlan {
+            policy,
+            credentials,
+            ca,
+            pins: args.upstream.resolve,
+            upstream_roots,
+            audit_sync: args.audit.audit_sync,
+            worker_threads,
+        };
+        Ok(Plan {
+            proxy,
+            audit,
+            limits_record,
+            max_file_bytes,
+            pty_size,
+            spec,
+            terminal,
+        })
     }
 
-    // The audit store opens (and the session record is written) while the
-    // sandbox is being set up: the two are independent until the command is
-    // released, and both take milliseconds.
-    let beginning = audit_paths.map(|(db, key)| {
-        let info = SessionInfo {
-            // The same cap for the observer and the record.
+    /// Steps 2, 3 and 5 (spawn, network, mounts) in the shim, while the
+    /// audit store opens: the two are independent until the command is
+    /// released (step 6), and both take milliseconds.
+    fn spawn(self) -> anyhow::Result<Spawned> {
+        let Plan {
+            proxy,
+            audit,
+            limits_record,
             max_file_bytes,
-            terminal: pty_size.map(|s| (s.cols, s.rows)),
-            ..audit::session_info(&policy, SessionMode::Run, limits_record)
+            pty_size,
+            mut spec,
+            terminal,
+        } = self;
+        let beginning = audit.map(|AuditPaths { db, key }| {
+            let info = SessionInfo {
+                // The same cap for the observer and the record.
+                max_file_bytes,
+                terminal: pty_size.map(|s| (s.cols, s.rows)),
+                ..audit::session_info(&proxy.policy, SessionMode::Run, limits_record)
+            };
+            let credentials = proxy.credentials.clone();
+            std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
+        });
+        let readers = terminal.map(|terminal| {
+            let (stdio, readers) = terminal.split();
+            spec.stdio = Some(stdio);
+            readers
+        });
+        let sandbox = Sandbox::spawn(spec);
+        let recorder = match beginning {
+            Some(thread) => Some(
+                thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("opening the audit database panicked"))??,
+            ),
+            None => None,
         };
-        let credentials = credentials.clone();
-        std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
-    });
-    let mut spec = spec;
-    let readers = terminal.map(|terminal| {
-        let (stdio, readers) = terminal.split();
-        spec.stdio = Some(stdio);
-        readers
-    });
-    let sandbox = Sandbox::spawn(spec);
-    let recorder = match beginning {
-        Some(thread) => Some(
-            thread
-                .join()
-                .map_err(|_| anyhow::anyhow!("opening the audit database panicked"))??,
-        ),
-        None => None,
-    };
-    let mut sandbox = sandbox?;
-    let output_threads = match readers {
-        Some(readers) => readers.record(recorder.as_ref()),
+        let mut sandbox = sandbox?;
+        let recording = record(&mut sandbox, readers, recorder.as_ref());
+        for notice in sandbox.notices() {
+            eprintln!("airlock: {notice}");
+        }
+        let network = sandbox
+            .take_network()
+            .context("the sandbox did not hand over its network sockets")?;
+        Ok(Spawned {
+            proxy,
+            pty_size,
+            sandbox,
+            recorder,
+            recording,
+            network,
+        })
+    }
+}
+
+/// The threads that record the command's output (without a pty) and what
+/// the observer saw; they end when the sandbox does.
+fn record(
+    sandbox: &mut Sandbox,
+    readers: Option<TerminalReaders>,
+    recorder: Option<&SessionRecorder>,
+) -> Vec<JoinHandle<()>> {
+    let mut threads = match readers {
+        Some(readers) => readers.record(recorder),
         None => Vec::new(),
     };
-    let observer = match (sandbox.take_observations(), &recorder) {
-        (Some(observations), Some(recorder)) => {
-            Some(observe::record_observations(observations, recorder.clone()))
-        }
-        _ => None,
-    };
-    let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
-        Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
-    });
-    for notice in sandbox.notices() {
-        eprintln!("airlock: {notice}");
+    if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
+        threads.push(observe::record_observations(observations, recorder.clone()));
     }
-    let network = sandbox
-        .take_network()
-        .context("the sandbox did not hand over its network sockets")?;
-    let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&policy));
-    let events: Arc<dyn EventSink> = match &recorder {
-        Some(r) => Arc::new(Tee(vec![
-            AuditSink::attributed(r.clone(), attribute),
-            notices,
-        ])),
-        None => notices,
-    };
-    let proxy = Proxy::new(ProxyConfig {
-        policy,
-        credentials,
-        ca: Arc::new(ca),
-        pins: args.resolve.clone(),
-        upstream_roots,
-        events,
-        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit_sync,
-        socket_mark: None,
-        worker_threads,
-    })?;
-    let pty = match (sandbox.take_terminal(), pty_size) {
-        (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
-        _ => None,
-    };
-    let runtime = crate::serve::runtime("airlock-proxy")?;
-    let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
-    {
-        let _guard = runtime.enter();
-        let transparent = to_tokio_listener(network.transparent)?;
-        let dns_tcp = to_tokio_listener(network.dns_tcp)?;
-        network.dns_udp.set_nonblocking(true)?;
-        let dns_udp = tokio::net::UdpSocket::from_std(network.dns_udp)?;
-        let p = proxy.clone();
-        runtime.spawn(async move { p.serve_transparent(transparent).await });
-        let p = proxy.clone();
-        runtime.spawn(async move { p.serve_dns_udp(dns_udp).await });
-        let p = proxy.clone();
-        runtime.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
-        runtime.spawn(watch(
-            proxy.clone(),
-            recorder.clone(),
-            sandbox.pid(),
-            stopped_for.clone(),
-        ));
-        if let Some(pty) = &pty {
-            runtime.spawn(pty.forward_resizes()?);
-        }
-    }
-    sandbox.release()?;
-    let outcome = sandbox.wait()?;
-    // The caller's terminal is restored before airlock says anything more.
-    if let Some(pty) = pty {
-        pty.finish();
-    }
-    proxy.stop_connections();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    // Everything the command wrote and did is recorded before the session ends.
-    for thread in output_threads.into_iter().chain(observer) {
-        let _ = thread.join();
-    }
+    threads
+}
 
-    let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
+/// A spawned sandbox, its command not yet released.
+struct Spawned {
+    proxy: ProxyPlan,
+    pty_size: Option<WindowSize>,
+    sandbox: Sandbox,
+    recorder: Option<SessionRecorder>,
+    recording: Vec<JoinHandle<()>>,
+    network: NetworkHandles,
+}
+
+impl Spawned {
+    /// Steps 4 and 8 (proxy, terminal): the proxy serves the sandbox's
+    /// sockets from the host's namespace, decisions go to the record (each
+    /// connection attributed to the exec that made it) and to the caller as
+    /// notices; the pty relay starts before the command is released.
+    fn wire(self) -> anyhow::Result<Wired> {
+        let Spawned {
+            proxy: plan,
+            pty_size,
+            mut sandbox,
+            recorder,
+            recording,
+            network,
+        } = self;
+        let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
+            Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
+        });
+        let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&plan.policy));
+        let events: Arc<dyn EventSink> = match &recorder {
+            Some(r) => Arc::new(Tee(vec![
+                AuditSink::attributed(r.clone(), attribute),
+                notices,
+            ])),
+            None => notices,
+        };
+        let proxy = plan.into_proxy(events)?;
+        let pty = match (sandbox.take_terminal(), pty_size) {
+            (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
+            _ => None,
+        };
+        let runtime = crate::serve::runtime("airlock-proxy")?;
+        let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
+        {
+            let _guard = runtime.enter();
+            serve_network(&runtime, &proxy, network)?;
+            runtime.spawn(watch(
+                proxy.clone(),
+                recorder.clone(),
+                sandbox.pid(),
+                stopped_for.clone(),
+            ));
+            if let Some(pty) = &pty {
+                runtime.spawn(pty.forward_resizes()?);
+            }
+        }
+        Ok(Wired {
+            sandbox,
+            recorder,
+            recording,
+            proxy,
+            pty,
+            runtime,
+            stopped_for,
+        })
+    }
+}
+
+/// The proxy's front doors on the sandbox's sockets (transparent TCP and DNS).
+fn serve_network(
+    runtime: &tokio::runtime::Runtime,
+    proxy: &Proxy,
+    network: NetworkHandles,
+) -> anyhow::Result<()> {
+    let transparent = to_tokio_listener(network.transparent)?;
+    let dns_tcp = to_tokio_listener(network.dns_tcp)?;
+    network.dns_udp.set_nonblocking(true)?;
+    let dns_udp = tokio::net::UdpSocket::from_std(network.dns_udp)?;
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_transparent(transparent).await });
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_dns_udp(dns_udp).await });
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
+    Ok(())
+}
+
+/// Everything in place; the command waits for the go. Fields in the order
+/// they came to be, so an error path drops them in the reverse order.
+struct Wired {
+    sandbox: Sandbox,
+    recorder: Option<SessionRecorder>,
+    recording: Vec<JoinHandle<()>>,
+    proxy: Proxy,
+    pty: Option<PtyRelay>,
+    runtime: tokio::runtime::Runtime,
+    stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
+}
+
+impl Wired {
+    /// Steps 6, 7 and 9: the go, the command, the wait; then the record is
+    /// completed and airlock's exit status chosen.
+    fn release_and_finish(self) -> anyhow::Result<ExitCode> {
+        let Wired {
+            mut sandbox,
+            recorder,
+            recording,
+            proxy,
+            pty,
+            runtime,
+            stopped_for,
+        } = self;
+        sandbox.release()?;
+        let outcome = sandbox.wait()?;
+        // The caller's terminal is restored before airlock says anything more.
+        if let Some(pty) = pty {
+            pty.finish();
+        }
+        proxy.stop_connections();
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        // Everything the command wrote and did is recorded before the session ends.
+        for thread in recording {
+            let _ = thread.join();
+        }
+        let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
+        conclude(recorder, &outcome, stopped)
+    }
+}
+
+/// The session's end record, what airlock says last, and its exit status.
+fn conclude(
+    recorder: Option<SessionRecorder>,
+    outcome: &airlock_shim::Outcome,
+    stopped: Option<Stop>,
+) -> anyhow::Result<ExitCode> {
     let finished = match recorder {
-        Some(recorder) => finish(recorder, &outcome, stopped.as_ref().map(Stop::describe)),
+        Some(recorder) => finish(recorder, outcome, stopped.as_ref().map(Stop::describe)),
         None => Ok(()),
     };
     if let Some(stop) = stopped {
@@ -404,6 +497,102 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(outcome.exit_code()).unwrap_or(EXIT_RUN_FAILED),
     ))
+}
+
+/// With a pty the relay records the output; otherwise pipes carry it,
+/// when recording or when the caller's terminal must stay outside.
+fn output_pipes(pty: bool, audited: bool) -> anyhow::Result<Option<Terminal>> {
+    Ok(match pty {
+        false if audited || crate::terminal::caller_has_one() => Some(Terminal::new()?),
+        _ => None,
+    })
+}
+
+fn workspace(args: &RunArgs) -> anyhow::Result<PathBuf> {
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("finding the current directory")?,
+    };
+    workspace
+        .canonicalize()
+        .with_context(|| format!("--workspace {}: no such directory", workspace.display()))
+}
+
+/// The audit store's paths, unless `--no-audit`; refused when the sandbox
+/// could write them.
+fn audit_paths(args: &RunArgs, workspace: &Path) -> anyhow::Result<Option<AuditPaths>> {
+    if args.no_audit {
+        return Ok(None);
+    }
+    let db = args.audit.db()?;
+    let key = args.audit.key()?;
+    // Absolute, so that their directories are hidden from the sandbox: a
+    // bare "audit.key" has the parent "", which names nothing to hide.
+    let db = std::path::absolute(&db)
+        .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
+    let key = std::path::absolute(&key)
+        .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
+    refuse_if_writable_inside(&db, workspace, &args.rw)?;
+    Ok(Some(AuditPaths { db, key }))
+}
+
+/// What the sandbox must not see: `--hide`, the CA and audit directories
+/// and, for a command that keeps uid 0, the usual host secrets.
+fn hidden_paths(
+    args: &RunArgs,
+    workspace: &Path,
+    audit: Option<&AuditPaths>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let (db, key) = audit.map(|a| (a.db.parent(), a.key.parent())).unzip();
+    refuse_hidden_workspace(
+        workspace,
+        &[
+            (db.flatten(), "holds the audit database", "--audit-db"),
+            (key.flatten(), "holds the audit signing key", "--audit-key"),
+            (
+                args.ca_dir.as_deref(),
+                "holds the CA's private key",
+                "--ca-dir",
+            ),
+        ],
+    )?;
+    let mut hide = args.hide.clone();
+    hide.extend(args.ca_dir.iter().cloned());
+    if let Some(AuditPaths { db, key }) = audit {
+        hide.extend(
+            [db.clone(), key.clone()]
+                .into_iter()
+                .filter_map(|p| p.parent().map(Path::to_owned)),
+        );
+    }
+    if nix::unistd::geteuid().is_root() && args.user.is_none() {
+        // The command keeps uid 0 (without capabilities), so root-only files
+        // stay readable by ownership; hide the usual host secrets.
+        hide.extend(ROOT_ONLY_SECRETS.iter().map(PathBuf::from));
+    }
+    hide.retain(|p| p.exists());
+    Ok(hide)
+}
+
+fn limits(args: &RunArgs) -> Limits {
+    Limits {
+        memory_bytes: args.memory,
+        pids: args.pids,
+        cpus: args.cpus,
+        timeout: args.timeout,
+        tmp_bytes: args.tmp_size.unwrap_or(DEFAULT_TMP_BYTES),
+    }
+}
+
+/// The limits as the session record shows them.
+fn limits_record(limits: &Limits) -> serde_json::Value {
+    serde_json::json!({
+        "memory_bytes": limits.memory_bytes,
+        "pids": limits.pids,
+        "cpus": limits.cpus,
+        "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
+        "tmp_bytes": limits.tmp_bytes,
+    })
 }
 
 /// Why airlock stopped the sandbox itself.
@@ -650,19 +839,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
         return Err(err());
     }
     Ok(bytes as u64)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<f64>()
-        && secs.is_finite()
-        && secs > 0.0
-    {
-        return Ok(Duration::from_secs_f64(secs));
-    }
-    humantime::parse_duration(s)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("invalid duration {s:?}: use e.g. 30s, 5m, 1h30m or 1.5"))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -20,21 +20,20 @@ use std::time::{Duration, Instant};
 
 use airlock_auditor::{SessionEnd, SessionMode, SessionRecorder};
 use airlock_proxy::admin::{self, AdminState};
-use airlock_proxy::{
-    CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
-};
+use airlock_proxy::{CertificateAuthority, EventSink, Proxy, ProxyConfig, ResolvedCredential};
 use anyhow::{Context, bail};
 use tokio::task::JoinSet;
 
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
+use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
 use crate::sidecar::netns::{self, Target};
 use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
 use crate::sidecar::wait_ready;
-use crate::{certs, one_line, paths, policy_file, secrets};
+use crate::{one_line, policy_file, secrets};
 
 /// What the session record says a sidecar cannot see.
 const CAPABILITIES_NOTE: &str =
@@ -59,12 +58,8 @@ pub struct SidecarArgs {
     /// Admin endpoint (/healthz, /readyz, /metrics), inside the namespace.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15021")]
     admin: SocketAddr,
-    /// Also trust this CA (PEM) for upstream servers. Repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    upstream_ca: Vec<PathBuf>,
-    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
-    #[arg(long = "resolve", value_name = "HOST:IP")]
-    resolve: Vec<PinnedHost>,
+    #[command(flatten)]
+    upstream: UpstreamOptions,
     /// Port of the transparent listener on 127.0.0.1 (names the nft table too).
     #[arg(long, value_name = "PORT", default_value_t = 15001)]
     transparent_port: u16,
@@ -77,15 +72,8 @@ pub struct SidecarArgs {
     /// Also stream every event as JSON lines here ("-" for stdout), for log pipelines.
     #[arg(long, value_name = "FILE")]
     events: Option<String>,
-    /// The audit database [default: ~/.local/share/airlock/audit.db].
-    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
-    audit_db: Option<PathBuf>,
-    /// The audit signing key [default: ~/.local/share/airlock/audit.key].
-    #[arg(long, value_name = "FILE")]
-    audit_key: Option<PathBuf>,
-    /// Make each decision durable before the request is forwarded.
-    #[arg(long)]
-    audit_sync: bool,
+    #[command(flatten)]
+    audit: AuditOptions,
     /// The nft program.
     #[arg(long, value_name = "PATH", default_value = "nft")]
     nft: PathBuf,
@@ -115,10 +103,6 @@ fn parse_mark(s: &str) -> Result<u32, String> {
             "invalid socket mark {s:?}: expected a number like 0x4149524c"
         )),
     }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e} (e.g. 30s, 2m)"))
 }
 
 /// Everything checked before the namespace is touched.
@@ -206,18 +190,9 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
     let credentials = secrets::resolve_all(policy.credentials())?;
     let ca = CertificateAuthority::load(ca_dir)?;
     let worker_threads = crate::serve::worker_threads()?;
-    let mut upstream_roots = Vec::new();
-    for path in &args.upstream_ca {
-        upstream_roots.extend(certs::load_pem_certs(path)?);
-    }
-    let audit_db = match &args.audit_db {
-        Some(db) => db.clone(),
-        None => paths::data_dir()?.join("audit.db"),
-    };
-    let audit_key = match &args.audit_key {
-        Some(key) => key.clone(),
-        None => paths::default_audit_key()?,
-    };
+    let upstream_roots = args.upstream.roots()?;
+    let audit_db = args.audit.db()?;
+    let audit_key = args.audit.key()?;
     Ok(Prepared {
         policy_path: policy_path.clone(),
         policy,
@@ -266,11 +241,11 @@ async fn serve(
         policy,
         credentials,
         ca: Arc::new(ca),
-        pins: args.resolve.clone(),
+        pins: args.upstream.resolve.clone(),
         upstream_roots,
         events: Arc::new(Tee(sinks)),
         capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit_sync,
+        audit_sync: args.audit.audit_sync,
         socket_mark: Some(rules.mark),
         worker_threads,
     })?;

@@ -121,7 +121,7 @@ fn parse_kind(text: &str) -> Result<EventKind, String> {
 fn db_path(db: &DbArg) -> Result<PathBuf> {
     match &db.audit_db {
         Some(p) => Ok(p.clone()),
-        None => airlock_auditor::default_db_path().ok_or_else(|| {
+        None => crate::paths::default_audit_db().map_err(|_| {
             anyhow!("cannot locate the audit database: HOME is not set; pass --audit-db FILE")
         }),
     }
@@ -350,8 +350,8 @@ fn default_trust(explicit: Option<PathBuf>) -> Result<TrustAnchor> {
         airlock_auditor::load_public_key(&p)?;
         return Ok(TrustAnchor::KeyFile(p));
     }
-    Ok(match airlock_auditor::default_key_path() {
-        Some(p) if p.exists() => TrustAnchor::KeyFile(p),
+    Ok(match crate::paths::default_audit_key() {
+        Ok(p) if p.exists() => TrustAnchor::KeyFile(p),
         _ => TrustAnchor::None,
     })
 }

@@ -1,0 +1,122 @@
+//! Command-line pieces shared by several subcommands: value parsers and the
+//! option groups that `run`, `proxy` and `sidecar` flatten into their own.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock_proxy::PinnedHost;
+use rustls::pki_types::CertificateDer;
+
+use crate::{certs, paths};
+
+/// How airlock reaches upstream servers: extra trust and pinned addresses.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpstreamOptions {
+    /// Also trust this CA (PEM) for upstream servers. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// Resolve HOST to IP instead of asking DNS, like curl's --resolve (IP may be private). Repeatable.
+    #[arg(long = "resolve", value_name = "HOST:IP")]
+    pub resolve: Vec<PinnedHost>,
+}
+
+impl UpstreamOptions {
+    /// The certificates of every `--upstream-ca` file.
+    pub fn roots(&self) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+        let mut roots = Vec::new();
+        for path in &self.upstream_ca {
+            roots.extend(certs::load_pem_certs(path)?);
+        }
+        Ok(roots)
+    }
+}
+
+/// Where a session is recorded, and how durably.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditOptions {
+    /// The audit database [default: ~/.local/share/airlock/audit.db].
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
+    pub audit_db: Option<PathBuf>,
+    /// The audit signing key [default: ~/.local/share/airlock/audit.key, created on first use].
+    #[arg(long, value_name = "FILE")]
+    pub audit_key: Option<PathBuf>,
+    /// Make each decision durable before the request is forwarded.
+    #[arg(long)]
+    pub audit_sync: bool,
+}
+
+impl AuditOptions {
+    /// `--audit-db`, else the per-user default.
+    pub fn db(&self) -> anyhow::Result<PathBuf> {
+        match &self.audit_db {
+            Some(db) => Ok(db.clone()),
+            None => paths::default_audit_db(),
+        }
+    }
+
+    /// `--audit-key`, else the per-user default.
+    pub fn key(&self) -> anyhow::Result<PathBuf> {
+        match &self.audit_key {
+            Some(key) => Ok(key.clone()),
+            None => paths::default_audit_key(),
+        }
+    }
+}
+
+/// What every duration option accepts, for its error message.
+const DURATION_FORMS: &str = "use seconds (1.5) or a number with a unit (500ms, 1.5s, 2m, 1h30m)";
+
+/// A duration as every option spells it: a bare number is seconds (`1.5`),
+/// otherwise a number with a unit, compound allowed (`500ms`, `1.5s`, `2m`,
+/// `1h30m`). Zero is refused: no option means "no time at all".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let parsed = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() => Duration::try_from_secs_f64(secs).ok(),
+        Ok(_) => None,
+        Err(_) => humantime::parse_duration(t).ok(),
+    };
+    match parsed {
+        Some(d) if !d.is_zero() => Ok(d),
+        Some(_) => Err(format!(
+            "invalid duration {s:?}: it must be longer than zero; {DURATION_FORMS}"
+        )),
+        None => Err(format!("invalid duration {s:?}: {DURATION_FORMS}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_mean_the_same_in_every_spelling() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("1.5"), Ok(ms(1500)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration("1500ms"), Ok(ms(1500)));
+        assert_eq!(parse_duration("500ms"), Ok(ms(500)));
+        assert_eq!(parse_duration("0.5"), Ok(ms(500)));
+        assert_eq!(parse_duration("2m"), Ok(ms(120_000)));
+        assert_eq!(parse_duration("120"), Ok(ms(120_000)));
+        assert_eq!(parse_duration("1h30m"), Ok(ms(5_400_000)));
+        assert_eq!(parse_duration("30s"), Ok(ms(30_000)));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_wrong_and_how_to_write_one() {
+        for bad in [
+            "0", "0s", "0ms", "-1", "soon", "", "1.5x", "NaN", "inf", "1e30",
+        ] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(!e.contains('\n'), "{e}");
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+            assert!(e.contains("500ms"), "{e}");
+        }
+        assert!(
+            parse_duration("0")
+                .unwrap_err()
+                .contains("longer than zero")
+        );
+    }
+}
