@@ -323,9 +323,12 @@ impl Cgroup {
     }
 
     /// Remove the directories, waiting briefly for exiting tasks to leave.
+    /// Traced tasks whose tracer died (PTRACE_O_EXITKILL) leave last: their
+    /// exit waits for the kernel to unlink them from the dead tracer, so the
+    /// wait is bounded at about 4 s rather than 1 s.
     pub fn remove(&self) {
         for (_, dir) in &self.dirs {
-            for attempt in 0..200 {
+            for attempt in 0..800 {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,

@@ -191,7 +191,13 @@ fn run_supervisor(
                 .flatten()
                 .map(|(_, s)| s)
                 .unwrap_or(libc::SIGKILL);
-            let _ = channel::send(chan, &Message::InitDied(status));
+            // Init also ends when airlock dies: the observer's tracees die
+            // with it (PTRACE_O_EXITKILL), the command among them, and init
+            // follows. Then nobody but us is left to remove the cgroup.
+            if hup || channel::send(chan, &Message::InitDied(status)).is_err() {
+                remove_cgroup(cgroup);
+                return Ok(137);
+            }
             return Ok(0);
         }
         if hup {
@@ -199,12 +205,18 @@ fn run_supervisor(
             // leave no cgroup behind.
             sys::kill(init_pid, libc::SIGKILL);
             let _ = sys::wait_any(Some(init_pid), false);
-            if let Some(cg) = cgroup {
-                cg.leave_self();
-                cg.remove();
-            }
+            remove_cgroup(cgroup);
             return Ok(137);
         }
+    }
+}
+
+/// Leave the cgroup, kill whatever is still in it, and remove it.
+fn remove_cgroup(cgroup: Option<&Cgroup>) {
+    if let Some(cg) = cgroup {
+        cg.leave_self();
+        cg.kill_all();
+        cg.remove();
     }
 }
 
