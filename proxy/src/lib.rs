@@ -6,22 +6,37 @@
 //! injects credentials, and reports every decision through [`EventSink`].
 //!
 //! Where things happen:
-//! - connection-level decision and TLS interception: [`connection`]
+//! - connection-level decision and TLS interception: `connection`
 //! - one HTTP request (policy, credentials, forwarding, records): `exchange`
 //! - the 403 texts: `refusal`
-//! - DNS answers: [`dns`]; the bounded map of synthetic addresses: [`synthetic`]
+//! - DNS answers: `dns`; the bounded map of synthetic addresses: `synthetic`
 //! - upstream resolution, the public-address rule and verified TLS: [`upstream`]
+//!
+//! The `fuzzing` feature (enabled by `fuzz/`) makes the parsers the fuzz
+//! targets drive public: `dns`, `synthetic`, `target` and the ClientHello
+//! peek. Without it the public API is what a user of the proxy needs.
 
 #![forbid(unsafe_code)]
+
+/// A module that is public only with the `fuzzing` feature, so that the fuzz
+/// targets can reach its parser while the library's API stays small.
+macro_rules! fuzzing_pub_mod {
+    ($name:ident) => {
+        #[cfg(feature = "fuzzing")]
+        pub mod $name;
+        #[cfg(not(feature = "fuzzing"))]
+        mod $name;
+    };
+}
 
 mod accept;
 pub mod admin;
 mod body;
 pub mod ca;
 mod client_hello;
-pub mod connection;
+mod connection;
 pub mod credentials;
-pub mod dns;
+fuzzing_pub_mod!(dns);
 mod engine;
 pub mod events;
 mod exchange;
@@ -34,8 +49,8 @@ mod quota;
 mod refusal;
 mod replay;
 mod rules;
-pub mod synthetic;
-pub mod target;
+fuzzing_pub_mod!(synthetic);
+fuzzing_pub_mod!(target);
 mod transparent;
 mod upgrade;
 pub mod upstream;
@@ -50,6 +65,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::net::{TcpListener, UdpSocket};
 
 pub use ca::{CaError, CertificateAuthority};
+#[cfg(feature = "fuzzing")]
 pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
 pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
 pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
