@@ -1,3 +1,6 @@
+// Why this file is long (~600 lines): one async function per benchmark case
+// (throughput, latency, download, fixed rate, hold), each short, sharing the
+// sample and timing types above them; splitting per case would scatter those.
 //! The benchmark cases. Each invocation runs one case once against one
 //! contender and prints one JSON sample; `bench/run` repeats and interleaves
 //! them and `report` takes medians.

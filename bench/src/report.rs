@@ -1,3 +1,6 @@
+// Why this file is long (~970 lines): most of it is the declarative table of
+// report columns (TABLES) and their Markdown rendering, one reading top to
+// bottom; the scrubber-cost section is already its own module.
 //! Turns raw samples (one JSON line per case, contender and run) into the
 //! results Markdown and JSON: medians with min/max, ratios against "direct",
 //! and added latency.

@@ -1,3 +1,6 @@
+// Why this file is long (~530 lines): compiling a body constraint and checking
+// it against every reading of the body share the private Check/Literal/
+// FieldValue types; the parsers themselves already live in json.rs and form.rs.
 //! Body constraints: compile them from the file, check them against every
 //! reading of the request a common server could make (the body as declared,
 //! a JSON body read as a form, the query string; keys matched as the
