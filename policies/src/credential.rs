@@ -3,8 +3,10 @@
 
 use crate::host::{Host, HostPattern};
 
-/// One `[[credential]]`.
+/// One `[[credential]]` (built only by the parser, so a new key in the file
+/// format does not break the crates that read it).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Credential {
     pub name: String,
     pub hosts: Vec<HostPattern>,

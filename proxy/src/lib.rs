@@ -79,7 +79,10 @@ use rules::Rules;
 /// Bytes of each request and response body kept in the record by default.
 pub const DEFAULT_CAPTURE_CAP: usize = 64 * 1024;
 
-/// Everything the proxy needs to start.
+/// Everything the proxy needs to start. Built with [`ProxyConfig::new`] and
+/// then adjusted field by field, so that a new setting (with its default) does
+/// not break the callers.
+#[non_exhaustive]
 pub struct ProxyConfig {
     pub policy: Policy,
     pub credentials: Vec<ResolvedCredential>,
@@ -97,6 +100,26 @@ pub struct ProxyConfig {
     pub socket_mark: Option<u32>,
     /// Threads that serve connections (see `workers`); at least one.
     pub worker_threads: usize,
+}
+
+impl ProxyConfig {
+    /// The required parts; everything else starts at its default: no
+    /// credentials, pins or extra upstream roots, [`DEFAULT_CAPTURE_CAP`], no
+    /// durable-before-forwarding, no socket mark, one worker per CPU.
+    pub fn new(policy: Policy, ca: Arc<CertificateAuthority>, events: Arc<dyn EventSink>) -> Self {
+        Self {
+            policy,
+            credentials: Vec::new(),
+            ca,
+            pins: Vec::new(),
+            upstream_roots: Vec::new(),
+            events,
+            capture_cap: DEFAULT_CAPTURE_CAP,
+            audit_sync: false,
+            socket_mark: None,
+            worker_threads: workers::default_count(),
+        }
+    }
 }
 
 /// Why a proxy could not be set up.

@@ -329,18 +329,13 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
         ])),
         None => notices,
     };
-    let proxy = Proxy::new(ProxyConfig {
-        policy,
-        credentials,
-        ca: Arc::new(ca),
-        pins: args.resolve.clone(),
-        upstream_roots,
-        events,
-        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit_sync,
-        socket_mark: None,
-        worker_threads,
-    })?;
+    let mut config = ProxyConfig::new(policy, Arc::new(ca), events);
+    config.credentials = credentials;
+    config.pins = args.resolve.clone();
+    config.upstream_roots = upstream_roots;
+    config.audit_sync = args.audit_sync;
+    config.worker_threads = worker_threads;
+    let proxy = Proxy::new(config)?;
     let pty = match (sandbox.take_terminal(), pty_size) {
         (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
         _ => None,

@@ -36,8 +36,9 @@ pub enum ResolveError {
     InvalidHost(String),
 }
 
-/// An operator's `--resolve HOST:IP` pin.
+/// An operator's `--resolve HOST:IP` pin (parsed with `str::parse`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PinnedHost {
     pub host: Host,
     pub ip: IpAddr,
