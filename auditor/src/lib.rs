@@ -13,6 +13,8 @@
 //! [`AuditStore`] plus the renderers in [`timeline`], [`export`] and
 //! [`restore`].
 #![forbid(unsafe_code)]
+// Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
+#![warn(missing_debug_implementations)]
 
 mod chain;
 mod codec;

@@ -46,6 +46,14 @@ pub struct SessionRecorder {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for SessionRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRecorder")
+            .field("session", &self.inner.session)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     session: SessionId,
     gate: Mutex<Gate>,

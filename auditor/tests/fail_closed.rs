@@ -115,8 +115,7 @@ fn read_only_store_cannot_be_opened_for_recording() {
     };
     let ro_db = e.dir.path().join("ro/audit.db");
     let err = AuditStore::open(&ro_db, SigningKeySource::Ephemeral)
-        .err()
-        .expect("recording into a read-only store must fail");
+        .expect_err("recording into a read-only store must fail");
     assert!(err.to_string().contains("audit"), "{err}");
     assert!(!err.to_string().contains('\n'), "one line: {err}");
 }

@@ -68,6 +68,12 @@ impl std::str::FromStr for PinnedHost {
 #[derive(Clone)]
 pub struct UpstreamResolver(Arc<ResolverState>);
 
+impl std::fmt::Debug for UpstreamResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamResolver").finish_non_exhaustive()
+    }
+}
+
 struct ResolverState {
     pins: HashMap<Host, Vec<IpAddr>>,
     system: Resolver<MarkedRuntime>,
