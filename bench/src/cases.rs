@@ -19,7 +19,7 @@ use crate::{rss, stats};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Case {
+pub(crate) enum Case {
     /// C concurrent keep-alive connections hammering --path: requests/s.
     Keepalive,
     /// C concurrent workers, each request on a fresh TCP+TLS connection (fresh CONNECT when proxied): requests/s.
@@ -41,7 +41,7 @@ pub enum Case {
 }
 
 #[derive(clap::Args)]
-pub struct LoadArgs {
+pub(crate) struct LoadArgs {
     #[arg(long, value_enum)]
     case: Case,
     /// Label of what is between client and nginx: "direct", "airlock-explicit", ...
@@ -120,7 +120,7 @@ struct Sample {
     metrics: BTreeMap<&'static str, f64>,
 }
 
-pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: LoadArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

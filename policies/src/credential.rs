@@ -106,7 +106,7 @@ fn valid_env_name(name: &str) -> bool {
 }
 
 /// RFC 9110 §5.6.2 token characters (header names, methods).
-pub fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| {
             b.is_ascii_alphanumeric()
