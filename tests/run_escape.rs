@@ -9,6 +9,8 @@
 //!
 //! Self-contained on purpose: the small fixtures are copied here, not shared.
 
+mod common;
+
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
@@ -1036,16 +1038,14 @@ fn chmod(path: &Path, mode: u32) {
 #[tokio::test]
 async fn unprivileged_user_runs_sandboxes_too() {
     let (Some(runuser), Some(useradd)) = (which("runuser"), which("useradd")) else {
-        eprintln!("SKIPPED unprivileged_user_runs_sandboxes_too: runuser or useradd is missing");
+        common::skip_or_fail("runuser or useradd is missing");
         return;
     };
     if sysctl("/proc/sys/user/max_user_namespaces") == Some(0)
         || sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0)
         || sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1)
     {
-        eprintln!(
-            "SKIPPED unprivileged_user_runs_sandboxes_too: unprivileged user namespaces are disabled"
-        );
+        common::skip_or_fail("unprivileged user namespaces are disabled");
         return;
     }
     let add = std::process::Command::new(&useradd)
@@ -1314,7 +1314,7 @@ async fn host_unix_sockets_are_out_of_reach() {
 #[tokio::test]
 async fn root_only_host_secrets_are_hidden() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: only meaningful when airlock runs as root");
+        common::skip_or_fail("only meaningful when airlock runs as root");
         return;
     }
     let ws = tempfile::tempdir().unwrap();
@@ -1340,7 +1340,7 @@ async fn root_only_host_secrets_are_hidden() {
 #[ignore = "known limitation: as root without --user, the uid-0 command can read root-owned files outside the hidden list; use --user"]
 async fn root_owned_host_secrets_are_not_readable() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: only meaningful when airlock runs as root");
+        common::skip_or_fail("only meaningful when airlock runs as root");
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -1369,7 +1369,7 @@ async fn root_owned_host_secrets_are_not_readable() {
 #[tokio::test]
 async fn disabled_user_namespaces_are_named_with_their_sysctl() {
     if !nix::unistd::geteuid().is_root() || which("setpriv").is_none() {
-        eprintln!("SKIPPED: needs root (to fake the sysctl) and setpriv");
+        common::skip_or_fail("needs root (to fake the sysctl) and setpriv");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -180,7 +180,7 @@ fn ro_rw_hide_and_tmp_size_as_typed() {
 #[test]
 fn user_option_runs_the_command_as_that_user() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: --user is root only");
+        common::skip_or_fail("--user is root only");
         return;
     }
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -230,7 +230,7 @@ impl Drop for RemoveOnDrop {
 #[test]
 fn cloud_and_container_credentials_are_hidden() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: needs root to plant /run/secrets");
+        common::skip_or_fail("needs root to plant /run/secrets");
         return;
     }
     // A home full of the usual credentials, with the workspace inside it.

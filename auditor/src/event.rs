@@ -1,3 +1,6 @@
+// Why this file is long (~540 lines): it is the record's data model, mostly
+// type definitions with their serde attributes (the stored format); one file
+// so the whole event model can be read and reviewed at once.
 //! What gets recorded: the event model, session metadata and read-back rows.
 
 use std::collections::BTreeMap;

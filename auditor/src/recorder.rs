@@ -1,3 +1,6 @@
+// Why this file is long (~570 lines): the recorder handle and its writer
+// thread are two ends of one protocol (the Msg channel, group commit, the
+// health gate, checkpoints); kept together so that protocol reads in one place.
 //! Recording: a cheap cloneable handle in front of one writer thread per
 //! session. `record` does the CPU work (redaction, JSON encoding) on the
 //! caller's thread and hands the row to the writer over a bounded channel; the
@@ -41,6 +44,14 @@ const QUEUE_DEPTH: usize = 65536;
 #[derive(Clone)]
 pub struct SessionRecorder {
     inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SessionRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRecorder")
+            .field("session", &self.inner.session)
+            .finish_non_exhaustive()
+    }
 }
 
 struct Inner {

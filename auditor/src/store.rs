@@ -24,6 +24,14 @@ pub struct AuditStore {
     redactor: Redactor,
 }
 
+impl std::fmt::Debug for AuditStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AuditStore {
     /// Opens or creates the database (and its directory, mode 0700) for
     /// recording, loading or creating the signing key.

@@ -73,7 +73,7 @@ fn big_http(i: usize) -> AuditEvent {
 fn full_disk_makes_record_fail_and_healthy_false() {
     let e = env();
     let Some(_mnt) = Mount::tmpfs(&e.dir.path().join("tiny"), "1M") else {
-        eprintln!("SKIP: cannot mount tmpfs (needs root)");
+        skip_or_fail("cannot mount tmpfs (needs root)");
         return;
     };
     let db = e.dir.path().join("tiny/audit.db");
@@ -110,13 +110,12 @@ fn read_only_store_cannot_be_opened_for_recording() {
     // Create a valid database first, then expose it read-only.
     thirty_event_session(&e.store());
     let Some(_mnt) = Mount::bind_readonly(e.dir.path(), &e.dir.path().join("ro")) else {
-        eprintln!("SKIP: cannot bind-mount (needs root)");
+        skip_or_fail("cannot bind-mount (needs root)");
         return;
     };
     let ro_db = e.dir.path().join("ro/audit.db");
     let err = AuditStore::open(&ro_db, SigningKeySource::Ephemeral)
-        .err()
-        .expect("recording into a read-only store must fail");
+        .expect_err("recording into a read-only store must fail");
     assert!(err.to_string().contains("audit"), "{err}");
     assert!(!err.to_string().contains('\n'), "one line: {err}");
 }
@@ -128,7 +127,7 @@ fn filesystem_filling_up_under_a_running_session_fails_closed() {
     let e = env();
     let dir = e.dir.path().join("live");
     let Some(_mnt) = Mount::tmpfs(&dir, "64M") else {
-        eprintln!("SKIP: cannot mount tmpfs (needs root)");
+        skip_or_fail("cannot mount tmpfs (needs root)");
         return;
     };
     let db = dir.join("audit.db");

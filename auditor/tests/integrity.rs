@@ -71,8 +71,7 @@ fn group_readable_key_is_refused() {
         &e.db,
         airlock_auditor::SigningKeySource::KeyFile(e.key.clone()),
     )
-    .err()
-    .expect("must refuse");
+    .expect_err("must refuse");
     assert!(err.to_string().contains("chmod 600"), "{err}");
 }
 

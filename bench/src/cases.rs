@@ -1,3 +1,6 @@
+// Why this file is long (~600 lines): one async function per benchmark case
+// (throughput, latency, download, fixed rate, hold), each short, sharing the
+// sample and timing types above them; splitting per case would scatter those.
 //! The benchmark cases. Each invocation runs one case once against one
 //! contender and prints one JSON sample; `bench/run` repeats and interleaves
 //! them and `report` takes medians.
@@ -16,7 +19,7 @@ use crate::{rss, stats};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Case {
+pub(crate) enum Case {
     /// C concurrent keep-alive connections hammering --path: requests/s.
     Keepalive,
     /// C concurrent workers, each request on a fresh TCP+TLS connection (fresh CONNECT when proxied): requests/s.
@@ -38,7 +41,7 @@ pub enum Case {
 }
 
 #[derive(clap::Args)]
-pub struct LoadArgs {
+pub(crate) struct LoadArgs {
     #[arg(long, value_enum)]
     case: Case,
     /// Label of what is between client and nginx: "direct", "airlock-explicit", ...
@@ -117,7 +120,7 @@ struct Sample {
     metrics: BTreeMap<&'static str, f64>,
 }
 
-pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: LoadArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -21,7 +21,7 @@ use tokio_rustls::TlsConnector;
 
 /// How the client reaches the origin.
 #[derive(Clone, Copy, Debug)]
-pub enum Route {
+pub(crate) enum Route {
     /// TCP straight to this address (like curl --connect-to).
     Direct(SocketAddr),
     /// TCP to this explicit proxy, then `CONNECT host:port`.
@@ -34,7 +34,7 @@ pub enum Route {
 
 /// The origin as the client names it: TLS SNI, certificate name and Host header.
 #[derive(Clone, Debug)]
-pub struct Origin {
+pub(crate) struct Origin {
     pub host: String,
     pub port: u16,
 }
@@ -47,7 +47,7 @@ impl Origin {
 
 /// Everything needed to open connections; cheap to clone across tasks.
 #[derive(Clone)]
-pub struct Dialer {
+pub(crate) struct Dialer {
     pub route: Route,
     pub origin: Arc<Origin>,
     /// What `CONNECT` asks for; the origin's authority unless overridden
@@ -60,7 +60,11 @@ pub struct Dialer {
 }
 
 impl Dialer {
-    pub fn new(route: Route, origin: Origin, tls: Arc<ClientConfig>) -> anyhow::Result<Self> {
+    pub(crate) fn new(
+        route: Route,
+        origin: Origin,
+        tls: Arc<ClientConfig>,
+    ) -> anyhow::Result<Self> {
         let server_name = ServerName::try_from(origin.host.clone())
             .with_context(|| format!("{:?} is not a valid TLS server name", origin.host))?;
         let tunnel_authority = origin.authority().into();
@@ -75,7 +79,7 @@ impl Dialer {
     }
 
     /// TCP (+ CONNECT) + TLS + HTTP/1.1 handshake; the connection is driven by a spawned task.
-    pub async fn open(&self) -> anyhow::Result<Connection> {
+    pub(crate) async fn open(&self) -> anyhow::Result<Connection> {
         let tcp = match self.route {
             Route::Direct(addr) => dial(addr).await?,
             Route::ExplicitProxy(proxy) => {
@@ -174,7 +178,7 @@ async fn connect_tunnel(
     }
 }
 
-pub struct Connection {
+pub(crate) struct Connection {
     sender: SendRequest<Empty<Bytes>>,
     host: String,
     closing: bool,
@@ -183,12 +187,12 @@ pub struct Connection {
 impl Connection {
     /// False once the server closed it or announced `Connection: close`
     /// (nginx does after keepalive_requests); callers then open a new one.
-    pub fn reusable(&self) -> bool {
+    pub(crate) fn reusable(&self) -> bool {
         !self.closing && !self.sender.is_closed()
     }
 
     /// GETs `path`, drains the body and returns its length; anything but 200 is an error.
-    pub async fn get(&mut self, path: &str) -> anyhow::Result<u64> {
+    pub(crate) async fn get(&mut self, path: &str) -> anyhow::Result<u64> {
         self.sender
             .ready()
             .await

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 #[derive(Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     pub cpus: usize,
     pub cpu_model: String,
     pub memory_gib: f64,
@@ -15,7 +15,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    pub fn probe() -> Self {
+    pub(crate) fn probe() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = field(&cpuinfo, "model name").unwrap_or_else(|| "unknown".to_owned());
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -38,7 +38,7 @@ impl Machine {
         }
     }
 
-    pub fn rows(&self) -> BTreeMap<&'static str, String> {
+    pub(crate) fn rows(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
             ("CPUs (nproc)", self.cpus.to_string()),
             ("CPU model", self.cpu_model.clone()),

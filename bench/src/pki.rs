@@ -10,11 +10,11 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-pub const CA_CERT: &str = "ca.pem";
-pub const SERVER_CERT: &str = "server.pem";
-pub const SERVER_KEY: &str = "server-key.pem";
+pub(crate) const CA_CERT: &str = "ca.pem";
+pub(crate) const SERVER_CERT: &str = "server.pem";
+pub(crate) const SERVER_KEY: &str = "server-key.pem";
 
-pub fn write(dir: &Path, names: &[String]) -> anyhow::Result<()> {
+pub(crate) fn write(dir: &Path, names: &[String]) -> anyhow::Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
 
     let ca_key = KeyPair::generate().context("generating the test CA key")?;

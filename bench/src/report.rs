@@ -1,3 +1,6 @@
+// Why this file is long (~970 lines): most of it is the declarative table of
+// report columns (TABLES) and their Markdown rendering, one reading top to
+// bottom; the scrubber-cost section is already its own module.
 //! Turns raw samples (one JSON line per case, contender and run) into the
 //! results Markdown and JSON: medians with min/max, ratios against "direct",
 //! and added latency.
@@ -17,10 +20,10 @@ use crate::stats::Spread;
 
 mod scrubber_cost;
 
-pub const BASELINE: &str = "direct";
+pub(crate) const BASELINE: &str = "direct";
 
 #[derive(clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Raw samples, one JSON object per line (output of `load` and `rss`).
     #[arg(long)]
     samples: PathBuf,
@@ -48,8 +51,8 @@ pub struct ReportArgs {
     results_link: Option<String>,
 }
 
-pub const SPLICE_BEGIN: &str = "<!-- bench:latest:begin -->";
-pub const SPLICE_END: &str = "<!-- bench:latest:end -->";
+pub(crate) const SPLICE_BEGIN: &str = "<!-- bench:latest:begin -->";
+pub(crate) const SPLICE_END: &str = "<!-- bench:latest:end -->";
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
@@ -360,7 +363,7 @@ fn baseline_for(table: &Table, contender: &str) -> &'static str {
     }
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.samples)
         .with_context(|| format!("reading samples from {}", args.samples.display()))?;
     let samples: Vec<RawSample> = text

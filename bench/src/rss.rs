@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 
-pub fn read_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+pub(crate) fn read_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path)
         .with_context(|| format!("reading {path}: is process {pid} still running?"))?;
@@ -18,7 +18,7 @@ pub fn read_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     bail!("{path} has no {field} line")
 }
 
-pub fn print_sample(pid: u32, contender: &str, phase: &str) -> anyhow::Result<()> {
+pub(crate) fn print_sample(pid: u32, contender: &str, phase: &str) -> anyhow::Result<()> {
     let rss = read_kib(pid, "VmRSS")?;
     let hwm = read_kib(pid, "VmHWM")?;
     let sample = serde_json::json!({

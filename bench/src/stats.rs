@@ -1,6 +1,6 @@
 //! Order statistics: exact percentiles of one run, medians across runs.
 
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     pub p50: f64,
     pub p99: f64,
     pub mean: f64,
@@ -9,7 +9,7 @@ pub struct Percentiles {
 
 impl Percentiles {
     /// Nearest-rank percentiles; `None` for an empty set. Sorts `values`.
-    pub fn of(values: &mut [f64]) -> Option<Self> {
+    pub(crate) fn of(values: &mut [f64]) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
@@ -32,7 +32,7 @@ fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
 
 /// Median, min and max of one figure over several runs.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Spread {
+pub(crate) struct Spread {
     pub median: f64,
     pub min: f64,
     pub max: f64,
@@ -40,7 +40,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    pub fn of(values: &[f64]) -> Option<Self> {
+    pub(crate) fn of(values: &[f64]) -> Option<Self> {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();

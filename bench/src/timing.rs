@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 #[derive(clap::Args)]
-pub struct TimeArgs {
+pub(crate) struct TimeArgs {
     /// Case label in the samples (e.g. startup, audit-workload).
     #[arg(long)]
     case: String,
@@ -31,7 +31,7 @@ pub struct TimeArgs {
 
 /// Spawns the command `warmup + runs` times, waiting for each; prints one JSON
 /// sample per timed run with its wall time in milliseconds.
-pub fn run(args: TimeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: TimeArgs) -> anyhow::Result<()> {
     let (program, rest) = args
         .command
         .split_first()
@@ -71,7 +71,7 @@ pub fn run(args: TimeArgs) -> anyhow::Result<()> {
 }
 
 #[derive(clap::Args)]
-pub struct SampleArgs {
+pub(crate) struct SampleArgs {
     #[arg(long)]
     case: String,
     #[arg(long)]
@@ -108,7 +108,7 @@ fn parse_param(s: &str) -> Result<(String, String), String> {
 
 /// One sample from figures measured by another tool (wrk, h2load, the ingest
 /// example) or a note saying why a contender could not be measured.
-pub fn print_sample(args: SampleArgs) -> anyhow::Result<()> {
+pub(crate) fn print_sample(args: SampleArgs) -> anyhow::Result<()> {
     let mut params: serde_json::Map<String, serde_json::Value> = args
         .params
         .into_iter()

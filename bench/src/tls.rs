@@ -11,14 +11,17 @@ use rustls::{ClientConfig, RootCertStore};
 /// Whether new connections may resume an earlier TLS session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Resumption {
+pub(crate) enum Resumption {
     /// Every connection does a full handshake: the worst case for a proxy that mints certificates.
     Off,
     /// rustls' default in-memory session cache (tickets / session ids).
     On,
 }
 
-pub fn client_config(ca_file: &Path, resumption: Resumption) -> anyhow::Result<Arc<ClientConfig>> {
+pub(crate) fn client_config(
+    ca_file: &Path,
+    resumption: Resumption,
+) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = RootCertStore::empty();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca_file)
         .with_context(|| format!("reading CA certificates from {}", ca_file.display()))?

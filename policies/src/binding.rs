@@ -13,7 +13,7 @@ use crate::json::Json;
 
 /// Where an occurrence was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The request target's query string.
     Query,
     /// A body declared as JSON.
@@ -38,14 +38,14 @@ impl std::fmt::Display for Source {
 
 /// A constrained field name, split on `.` and case-folded once.
 #[derive(Debug, Clone)]
-pub struct FieldPath {
+pub(crate) struct FieldPath {
     folded: Vec<String>,
     /// PHP's spelling of a dotted top-level name (`a.b` is `$_POST["a_b"]`).
     php_folded: String,
 }
 
 impl FieldPath {
-    pub fn new(name: &str) -> FieldPath {
+    pub(crate) fn new(name: &str) -> FieldPath {
         FieldPath {
             folded: name.split('.').map(fold).collect(),
             php_folded: fold(&php_mangle(name)),
@@ -56,7 +56,7 @@ impl FieldPath {
     /// field: compared part by part after case folding, with `[]`/`[N]`
     /// list parts ignored, in bracket (`a[b]`), dotted (`a.b`) and PHP
     /// (`a_b`) spellings.
-    pub fn matches_form_key(&self, key: &str) -> bool {
+    pub(crate) fn matches_form_key(&self, key: &str) -> bool {
         let (base, brackets) = split_brackets(key);
         let nested: Vec<String> = base
             .split('.')
@@ -84,7 +84,7 @@ impl FieldPath {
 
     /// Every value in a JSON document that a case-insensitive binder would
     /// read as this field, with the keys as written, joined by `.`.
-    pub fn json_occurrences<'a>(&self, doc: &'a Json) -> Vec<(String, &'a Json)> {
+    pub(crate) fn json_occurrences<'a>(&self, doc: &'a Json) -> Vec<(String, &'a Json)> {
         let mut found = Vec::new();
         walk(doc, &self.folded, String::new(), &mut found);
         found
@@ -120,7 +120,7 @@ fn walk<'a>(value: &'a Json, parts: &[String], written: String, out: &mut Vec<(S
 /// `s` and final sigma `ς` to `σ`, as in Go. It also folds dotless `ı` to
 /// `i` as .NET's `OrdinalIgnoreCase` does (Go does not): folding more keys
 /// together only finds more occurrences, which is the safe direction.
-pub fn fold(text: &str) -> String {
+pub(crate) fn fold(text: &str) -> String {
     text.chars().map(fold_char).collect()
 }
 

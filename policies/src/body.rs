@@ -1,3 +1,6 @@
+// Why this file is long (~530 lines): compiling a body constraint and checking
+// it against every reading of the body share the private Check/Literal/
+// FieldValue types; the parsers themselves already live in json.rs and form.rs.
 //! Body constraints: compile them from the file, check them against every
 //! reading of the request a common server could make (the body as declared,
 //! a JSON body read as a form, the query string; keys matched as the
@@ -19,7 +22,7 @@ const MAX_QUOTED: usize = 64;
 
 /// All constraints of one rule, in field-name order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BodyConstraints {
+pub(crate) struct BodyConstraints {
     fields: Vec<FieldConstraint>,
 }
 
@@ -58,7 +61,7 @@ impl std::fmt::Display for Literal {
 }
 
 /// A compile error: where and what.
-pub type SpanError = (Range<usize>, String);
+pub(crate) type SpanError = (Range<usize>, String);
 
 /// A field value from either body format.
 enum FieldValue<'a> {
@@ -68,7 +71,7 @@ enum FieldValue<'a> {
 
 impl BodyConstraints {
     /// Validates the `[allow.body]` table.
-    pub fn compile(
+    pub(crate) fn compile(
         table: &BTreeMap<String, toml::Spanned<TableOnly<RawConstraint>>>,
     ) -> Result<BodyConstraints, SpanError> {
         let mut fields = Vec::new();
@@ -130,14 +133,14 @@ impl BodyConstraints {
     }
 
     /// A canonical text of the constraints, for rule keys.
-    pub fn canonical(&self) -> String {
+    pub(crate) fn canonical(&self) -> String {
         format!("{:?}", self.fields)
     }
 
     /// Checks a request on a rule with body constraints; Err is the reason
     /// to deny. `query` is the request target's query string (after `?`):
     /// servers that merge query and body parameters read it too.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         query: Option<&str>,
         body: Option<&BodyInput<'_>>,

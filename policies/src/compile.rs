@@ -17,13 +17,13 @@ use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
 use crate::upgrade::{UpgradeProtocol, UpgradeToken};
 
 /// Ports an HTTP allow rule covers when it names none.
-pub const DEFAULT_HTTP_PORTS: [u16; 2] = [80, 443];
+pub(crate) const DEFAULT_HTTP_PORTS: [u16; 2] = [80, 443];
 /// Ports a passthrough rule covers when it names none: TLS only.
-pub const DEFAULT_PASSTHROUGH_PORTS: [u16; 1] = [443];
+pub(crate) const DEFAULT_PASSTHROUGH_PORTS: [u16; 1] = [443];
 
 /// The validated content of a policy file.
 #[derive(Debug)]
-pub struct Compiled {
+pub(crate) struct Compiled {
     pub default: DefaultAction,
     pub default_span: Option<Range<usize>>,
     pub allow: Vec<AllowRule>,
@@ -32,7 +32,7 @@ pub struct Compiled {
     pub credential_spans: Vec<Range<usize>>,
 }
 
-pub fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, PolicyError> {
+pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, PolicyError> {
     if let Some(version) = &raw.version
         && *version.get_ref() != 1
     {

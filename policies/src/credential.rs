@@ -3,8 +3,10 @@
 
 use crate::host::{Host, HostPattern};
 
-/// One `[[credential]]`.
+/// One `[[credential]]` (built only by the parser, so a new key in the file
+/// format does not break the crates that read it).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Credential {
     pub name: String,
     pub hosts: Vec<HostPattern>,
@@ -104,7 +106,7 @@ fn valid_env_name(name: &str) -> bool {
 }
 
 /// RFC 9110 §5.6.2 token characters (header names, methods).
-pub fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| {
             b.is_ascii_alphanumeric()

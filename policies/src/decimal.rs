@@ -11,7 +11,7 @@ const MAX_EXPONENT: i64 = 1_000_000;
 /// A finite decimal: sign, significant digits (no leading/trailing zeros),
 /// and the decimal exponent of the last digit. Zero has no digits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decimal {
+pub(crate) struct Decimal {
     negative: bool,
     digits: Vec<u8>,
     exponent: i64,
@@ -20,7 +20,7 @@ pub struct Decimal {
 impl Decimal {
     /// Parses JSON number syntax (RFC 8259 §6), also accepting a leading
     /// '+' and leading zeros as form fields may carry them.
-    pub fn parse(text: &str) -> Option<Decimal> {
+    pub(crate) fn parse(text: &str) -> Option<Decimal> {
         let bytes = text.as_bytes();
         let mut i = 0;
         let mut negative = false;
@@ -82,13 +82,13 @@ impl Decimal {
     }
 
     /// The exact value of an i64.
-    pub fn from_i64(value: i64) -> Decimal {
+    pub(crate) fn from_i64(value: i64) -> Decimal {
         Decimal::parse(&value.to_string()).unwrap_or_else(Decimal::zero)
     }
 
     /// The decimal a user wrote for a TOML float: Rust prints the shortest
     /// text that round-trips, which is what the user meant.
-    pub fn from_f64(value: f64) -> Option<Decimal> {
+    pub(crate) fn from_f64(value: f64) -> Option<Decimal> {
         if !value.is_finite() {
             return None;
         }

@@ -43,21 +43,21 @@ impl fmt::Display for Lint {
 /// Maps byte offsets of the source text to 1-based line and column
 /// (columns count characters).
 #[derive(Debug, Clone)]
-pub struct SourceMap {
+pub(crate) struct SourceMap {
     name: Arc<str>,
     text: Arc<str>,
 }
 
 impl SourceMap {
-    pub fn new(name: Arc<str>, text: Arc<str>) -> SourceMap {
+    pub(crate) fn new(name: Arc<str>, text: Arc<str>) -> SourceMap {
         SourceMap { name, text }
     }
 
-    pub fn name(&self) -> &Arc<str> {
+    pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
     }
 
-    pub fn position(&self, offset: usize) -> (u32, u32) {
+    pub(crate) fn position(&self, offset: usize) -> (u32, u32) {
         let mut offset = offset.min(self.text.len());
         while !self.text.is_char_boundary(offset) {
             offset -= 1;
@@ -72,11 +72,11 @@ impl SourceMap {
         )
     }
 
-    pub fn line(&self, offset: usize) -> u32 {
+    pub(crate) fn line(&self, offset: usize) -> u32 {
         self.position(offset).0
     }
 
-    pub fn error(&self, span: Range<usize>, message: impl Into<String>) -> PolicyError {
+    pub(crate) fn error(&self, span: Range<usize>, message: impl Into<String>) -> PolicyError {
         let (line, column) = self.position(span.start);
         PolicyError {
             line,
@@ -86,7 +86,7 @@ impl SourceMap {
         }
     }
 
-    pub fn lint(&self, span: Range<usize>, message: impl Into<String>) -> Lint {
+    pub(crate) fn lint(&self, span: Range<usize>, message: impl Into<String>) -> Lint {
         let (line, column) = self.position(span.start);
         Lint {
             line,
@@ -98,7 +98,7 @@ impl SourceMap {
 
     /// Turns a TOML/serde error into a positioned one; unknown-field errors
     /// get the enclosing table and a "did you mean" suggestion.
-    pub fn toml_error(&self, error: &toml::de::Error) -> PolicyError {
+    pub(crate) fn toml_error(&self, error: &toml::de::Error) -> PolicyError {
         let span = error.span().unwrap_or(0..0);
         let message = error.message().trim().to_owned();
         let message = self
@@ -240,7 +240,7 @@ fn friendly_types(message: &str) -> String {
 }
 
 /// The candidate with the smallest edit distance, if it is plausibly a typo.
-pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
         .map(|c| (edit_distance(word, c), *c))

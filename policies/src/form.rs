@@ -11,13 +11,13 @@
 use std::convert::Infallible;
 
 /// One decoded `key=value` pair, in the order sent.
-pub type Pair = (String, String);
+pub(crate) type Pair = (String, String);
 
 /// Parses a form body strictly: invalid escapes, bytes that are not UTF-8
 /// after decoding, a raw `;` (a pair separator to Python before 3.9.2 and
 /// Go before 1.17) and a key repeated byte for byte (servers keep the first,
 /// the last, or all) are refused with the reason; `a[]` may repeat.
-pub fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
+pub(crate) fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
     let mut pairs: Vec<Pair> = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
         if pair.contains(';') {
@@ -39,7 +39,7 @@ pub fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
 /// Reads pairs the way the most permissive common server would, never
 /// failing: `&` and `;` both separate, an invalid escape stays literal (as
 /// in PHP and Werkzeug), and bytes that are not UTF-8 become U+FFFD.
-pub fn parse_lenient(text: &str) -> Vec<Pair> {
+pub(crate) fn parse_lenient(text: &str) -> Vec<Pair> {
     text.split(['&', ';'])
         .filter(|p| !p.is_empty())
         .map(|pair| {

@@ -5,7 +5,7 @@ use crate::path::{NormalPath, strip_params};
 
 /// A compiled path glob.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathGlob {
+pub(crate) struct PathGlob {
     source: String,
     segments: Vec<Segment>,
     /// The pattern with `;params` stripped like [`NormalPath::routed`].
@@ -22,7 +22,7 @@ enum Segment {
 
 impl PathGlob {
     /// Compiles an already-normalized pattern starting with '/'.
-    pub fn new(pattern: &str) -> PathGlob {
+    pub(crate) fn new(pattern: &str) -> PathGlob {
         PathGlob {
             source: pattern.to_owned(),
             segments: segments(pattern),
@@ -31,12 +31,12 @@ impl PathGlob {
     }
 
     /// The pattern text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.source
     }
 
     /// Whether the glob matches a normalized path.
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         let Some(rest) = path.strip_prefix('/') else {
             return false;
         };
@@ -50,7 +50,7 @@ impl PathGlob {
     /// while `/public/**` still allows `/public/a;jsessionid=1`. The bytes
     /// forwarded are never rewritten: servers that use matrix parameters
     /// (JAX-RS `@MatrixParam`) still get them.
-    pub fn allows(&self, path: &NormalPath) -> bool {
+    pub(crate) fn allows(&self, path: &NormalPath) -> bool {
         if !self.matches(&path.exact) {
             return false;
         }

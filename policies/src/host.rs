@@ -143,7 +143,7 @@ impl FromStr for Host {
 
 /// An IP network in CIDR notation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpNet {
+pub(crate) struct IpNet {
     addr: IpAddr,
     prefix: u8,
 }
@@ -201,7 +201,7 @@ impl IpNet {
 
     /// Whether `ip` is inside this network. IPv4-mapped IPv6 addresses are
     /// compared as the IPv4 address they map to.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         if ip.is_ipv4() != self.addr.is_ipv4() {
             return false;
@@ -212,7 +212,7 @@ impl IpNet {
     }
 
     /// Whether every address of `other` is inside this network.
-    pub fn contains_net(&self, other: &IpNet) -> bool {
+    pub(crate) fn contains_net(&self, other: &IpNet) -> bool {
         other.prefix >= self.prefix && self.contains(other.addr)
     }
 }

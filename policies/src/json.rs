@@ -9,7 +9,7 @@ const MAX_DEPTH: usize = 128;
 
 /// A parsed JSON value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Json {
+pub(crate) enum Json {
     Null,
     Bool(bool),
     /// The number exactly as written.
@@ -20,7 +20,7 @@ pub enum Json {
 }
 
 /// Parses a complete JSON document; the error is a short description.
-pub fn parse(text: &str) -> Result<Json, String> {
+pub(crate) fn parse(text: &str) -> Result<Json, String> {
     let mut reader = Reader {
         bytes: text.as_bytes(),
         text,

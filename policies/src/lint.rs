@@ -11,7 +11,7 @@ use crate::rule::{AllowRule, DenyRule, Transport};
 /// Methods that normally carry no request body (RFC 9110 §9.3).
 const BODILESS_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
 
-pub fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
+pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
     let mut lints = Vec::new();
     if policy.default == DefaultAction::Allow && policy.deny.is_empty() {
         let span = policy.default_span.clone().unwrap_or(0..0);

@@ -4,7 +4,7 @@
 
 /// A request path prepared for matching.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NormalPath {
+pub(crate) struct NormalPath {
     /// Unreserved escapes decoded, other escapes upper-cased, raw non-ASCII
     /// percent-encoded (UTF-8, upper-case hex), `//` collapsed, query
     /// removed. Allow rules match this, case-sensitively.
@@ -23,11 +23,11 @@ pub struct NormalPath {
 
 /// Why a path was refused as ambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AmbiguousPath(pub String);
+pub(crate) struct AmbiguousPath(pub String);
 
 /// Normalises a raw request target (`/a/b?x=1`). `*` (the OPTIONS
 /// asterisk-form, RFC 9112 §3.2.4) is returned as-is.
-pub fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
+pub(crate) fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
     if path_and_query == "*" {
         return Ok(NormalPath {
             exact: "*".to_owned(),
@@ -77,7 +77,7 @@ pub fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPath> {
 
 /// The shared normalisation for request paths and rule path patterns.
 /// Returns the problem as a message on refusal.
-pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
+pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, String> {
     if !path.starts_with('/') {
         return Err(format!("path {path:?} does not start with '/'"));
     }
@@ -156,7 +156,7 @@ pub fn normalize_pattern_text(path: &str) -> Result<String, String> {
 /// or `%3B`, collapsing segments left empty except a trailing one, as
 /// servlet containers do with path parameters (Servlet 6.0 §3.5:
 /// `/a;x/b` is `/a/b`; `/;x/admin` is `/admin`).
-pub fn strip_params(exact: &str) -> String {
+pub(crate) fn strip_params(exact: &str) -> String {
     if !exact.contains(';') && !exact.contains("%3B") {
         return exact.to_owned();
     }
@@ -242,6 +242,6 @@ fn is_unreserved(b: u8) -> bool {
 
 /// Lower-cases and strips `;params` from a pattern so deny rules can be
 /// matched against [`NormalPath::loose`].
-pub fn loosen_pattern(pattern: &str) -> String {
+pub(crate) fn loosen_pattern(pattern: &str) -> String {
     loosen(pattern)
 }

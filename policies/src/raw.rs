@@ -14,7 +14,7 @@ use crate::decision::DefaultAction;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(title = "Airlock policy")]
-pub struct RawPolicy {
+pub(crate) struct RawPolicy {
     /// Format version; must be 1. Omitted = 1.
     #[serde(default)]
     #[schemars(with = "u32")]
@@ -41,7 +41,7 @@ pub struct RawPolicy {
 /// Transport of an allow rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// HTTP or HTTPS, inspected per request (default).
     Http,
     /// An opaque TCP tunnel; only host and port are enforced.
@@ -51,7 +51,7 @@ pub enum Protocol {
 /// TLS handling of an allow rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum TlsMode {
+pub(crate) enum TlsMode {
     /// Intercept TLS with the session CA and inspect requests (default).
     Intercept,
     /// Tunnel TLS without interception; the proxy checks SNI == host.
@@ -61,7 +61,7 @@ pub enum TlsMode {
 /// One `[[allow]]` rule.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawAllow {
+pub(crate) struct RawAllow {
     /// Host pattern: "api.example.com", "*.example.com" (subdomains, not the apex), "*", an IP or a CIDR.
     #[serde(default)]
     #[schemars(with = "String")]
@@ -120,7 +120,7 @@ pub struct RawAllow {
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code, reason = "describes the schema; never constructed")]
-pub enum UpgradeName {
+pub(crate) enum UpgradeName {
     /// RFC 6455 WebSocket, relayed frame by frame (recorded, scrubbed).
     Websocket,
 }
@@ -128,7 +128,7 @@ pub enum UpgradeName {
 /// One `[[deny]]` rule.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawDeny {
+pub(crate) struct RawDeny {
     /// Host pattern, as in allow rules.
     #[serde(default)]
     #[schemars(with = "String")]
@@ -165,7 +165,7 @@ pub struct RawDeny {
 /// constraint. Anything but a table is refused as "expected struct
 /// RawConstraint", which `SourceMap::toml_error` turns into advice.
 #[derive(Debug)]
-pub struct TableOnly<T>(pub T);
+pub(crate) struct TableOnly<T>(pub T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for TableOnly<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -195,7 +195,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for TableOnly<T> {
 /// A constraint on one body field.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawConstraint {
+pub(crate) struct RawConstraint {
     /// Largest allowed number.
     #[serde(default)]
     #[schemars(with = "f64")]
@@ -224,7 +224,7 @@ pub struct RawConstraint {
 /// One `[[credential]]`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawCredential {
+pub(crate) struct RawCredential {
     /// A name for logs and messages.
     #[schemars(with = "String")]
     pub name: Spanned<String>,

@@ -80,7 +80,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 
 /// How an allow rule's traffic is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// HTTP(S), inspected per request.
     Http,
     /// Opaque TCP.
@@ -91,7 +91,7 @@ pub enum Transport {
 
 /// A validated `[[allow]]`.
 #[derive(Debug, Clone)]
-pub struct AllowRule {
+pub(crate) struct AllowRule {
     pub rule_ref: RuleRef,
     /// Span of the rule's table, for lints.
     pub span: Range<usize>,
@@ -110,23 +110,23 @@ pub struct AllowRule {
 }
 
 impl AllowRule {
-    pub fn matches_host(&self, host: &Host) -> bool {
+    pub(crate) fn matches_host(&self, host: &Host) -> bool {
         self.hosts.iter().any(|p| p.matches(host))
     }
 
-    pub fn matches_method(&self, method: &str) -> bool {
+    pub(crate) fn matches_method(&self, method: &str) -> bool {
         self.methods
             .as_ref()
             .is_none_or(|methods| methods.iter().any(|m| m == method))
     }
 
-    pub fn grants_upgrade(&self, protocol: UpgradeProtocol) -> bool {
+    pub(crate) fn grants_upgrade(&self, protocol: UpgradeProtocol) -> bool {
         self.upgrade.contains(&protocol)
     }
 
     /// Allow rules match the exact normalized path, case-sensitively, and
     /// the path as a server that strips `;params` routes it.
-    pub fn matches_path(&self, path: &NormalPath) -> bool {
+    pub(crate) fn matches_path(&self, path: &NormalPath) -> bool {
         self.paths
             .as_ref()
             .is_none_or(|paths| paths.iter().any(|g| g.allows(path)))
@@ -135,7 +135,7 @@ impl AllowRule {
 
 /// A validated `[[deny]]`.
 #[derive(Debug, Clone)]
-pub struct DenyRule {
+pub(crate) struct DenyRule {
     pub rule_ref: RuleRef,
     pub hosts: Vec<HostPattern>,
     /// None = every port.
@@ -148,7 +148,7 @@ pub struct DenyRule {
 }
 
 impl DenyRule {
-    pub fn matches_host_port(&self, host: &Host, port: u16) -> bool {
+    pub(crate) fn matches_host_port(&self, host: &Host, port: u16) -> bool {
         self.hosts.iter().any(|p| p.matches(host))
             && self
                 .ports
@@ -157,13 +157,13 @@ impl DenyRule {
     }
 
     /// Host-wide: no method or path condition (ports may still apply).
-    pub fn is_host_wide(&self) -> bool {
+    pub(crate) fn is_host_wide(&self) -> bool {
         self.methods.is_none() && self.paths.is_none()
     }
 
     /// Deny rules match methods case-insensitively: a server that accepts
     /// "delete" must not get past a DELETE deny.
-    pub fn matches_method(&self, method: &str) -> bool {
+    pub(crate) fn matches_method(&self, method: &str) -> bool {
         self.methods
             .as_ref()
             .is_none_or(|methods| methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
@@ -172,7 +172,7 @@ impl DenyRule {
     /// Deny rules match the exact path or its loosened form, each also
     /// without a trailing `/`: most servers route "/admin/" to "/admin", so
     /// a deny on "/admin" must not be dodged by adding a slash.
-    pub fn matches_path(&self, path: &NormalPath) -> bool {
+    pub(crate) fn matches_path(&self, path: &NormalPath) -> bool {
         self.paths.as_ref().is_none_or(|paths| {
             let exact = [
                 Some(path.exact.as_str()),

@@ -7,7 +7,7 @@ use crate::upgrade::UpgradeProtocol;
 
 /// Builds a rule that allows this host, port, method and path. A literal
 /// `*` in the path stays a glob character (it also matches itself).
-pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
+pub(crate) fn suggest_rule(req: &RequestInfo<'_>) -> String {
     let path = match normalize(req.path_and_query) {
         Ok(path) => path.exact,
         Err(_) => {
@@ -33,7 +33,7 @@ pub fn suggest_rule(req: &RequestInfo<'_>) -> String {
 /// that already allows the request without it stays as it is: rules with
 /// `upgrade` are the only ones asked about upgrade requests, so this one
 /// does not need to come first.
-pub fn suggest_upgrade_rule(req: &RequestInfo<'_>, protocol: UpgradeProtocol) -> String {
+pub(crate) fn suggest_upgrade_rule(req: &RequestInfo<'_>, protocol: UpgradeProtocol) -> String {
     let mut out = suggest_rule(req);
     if out.starts_with("[[allow]]") {
         out.push_str(&format!("upgrade = [{}]\n", toml_string(protocol.token())));

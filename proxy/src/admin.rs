@@ -38,6 +38,14 @@ pub struct AdminState {
     ready: AtomicBool,
 }
 
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AdminState {
     /// Starts not ready; call [`AdminState::set_ready`] once everything serves.
     pub fn new(proxy: Proxy) -> Arc<Self> {

@@ -319,6 +319,7 @@ pub trait EventSink: Send + Sync + 'static {
 }
 
 /// Discards events (for benchmarks and tests that do not look at them).
+#[derive(Debug)]
 pub struct NullSink;
 
 impl EventSink for NullSink {
@@ -330,6 +331,12 @@ impl EventSink for NullSink {
 /// Writes each event as one JSON object per line.
 pub struct JsonLinesSink<W: Write + Send> {
     out: Mutex<W>,
+}
+
+impl<W: Write + Send> std::fmt::Debug for JsonLinesSink<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonLinesSink").finish_non_exhaustive()
+    }
 }
 
 impl<W: Write + Send> JsonLinesSink<W> {
@@ -372,7 +379,7 @@ impl<W: Write + Send + 'static> EventSink for JsonLinesSink<W> {
 }
 
 /// Collects events in memory (for tests of the proxy as a library).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct MemorySink(pub Mutex<Vec<Event>>);
 
 impl EventSink for MemorySink {

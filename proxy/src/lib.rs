@@ -6,22 +6,40 @@
 //! injects credentials, and reports every decision through [`EventSink`].
 //!
 //! Where things happen:
-//! - connection-level decision and TLS interception: [`connection`]
+//! - connection-level decision and TLS interception: `connection`
 //! - one HTTP request (policy, credentials, forwarding, records): `exchange`
 //! - the 403 texts: `refusal`
-//! - DNS answers: [`dns`]; the bounded map of synthetic addresses: [`synthetic`]
+//! - DNS answers: `dns`; the bounded map of synthetic addresses: `synthetic`
 //! - upstream resolution, the public-address rule and verified TLS: [`upstream`]
+//!
+//! The `fuzzing` feature (enabled by `fuzz/`) makes the parsers the fuzz
+//! targets drive public: `dns`, `synthetic`, `target` and the ClientHello
+//! peek. Without it the public API is what a user of the proxy needs.
 
 #![forbid(unsafe_code)]
+// Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
+// Off with `fuzzing`, which exposes the engine's internals to the fuzz targets.
+#![cfg_attr(not(feature = "fuzzing"), warn(missing_debug_implementations))]
+
+/// A module that is public only with the `fuzzing` feature, so that the fuzz
+/// targets can reach its parser while the library's API stays small.
+macro_rules! fuzzing_pub_mod {
+    ($name:ident) => {
+        #[cfg(feature = "fuzzing")]
+        pub mod $name;
+        #[cfg(not(feature = "fuzzing"))]
+        mod $name;
+    };
+}
 
 mod accept;
 pub mod admin;
 mod body;
 pub mod ca;
 mod client_hello;
-pub mod connection;
+mod connection;
 pub mod credentials;
-pub mod dns;
+fuzzing_pub_mod!(dns);
 mod engine;
 pub mod events;
 mod exchange;
@@ -34,8 +52,8 @@ mod quota;
 mod refusal;
 mod replay;
 mod rules;
-pub mod synthetic;
-pub mod target;
+fuzzing_pub_mod!(synthetic);
+fuzzing_pub_mod!(target);
 mod transparent;
 mod upgrade;
 pub mod upstream;
@@ -50,6 +68,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::net::{TcpListener, UdpSocket};
 
 pub use ca::{CaError, CertificateAuthority};
+#[cfg(feature = "fuzzing")]
 pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
 pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
 pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
@@ -63,7 +82,10 @@ use rules::Rules;
 /// Bytes of each request and response body kept in the record by default.
 pub const DEFAULT_CAPTURE_CAP: usize = 64 * 1024;
 
-/// Everything the proxy needs to start.
+/// Everything the proxy needs to start. Built with [`ProxyConfig::new`] and
+/// then adjusted field by field, so that a new setting (with its default) does
+/// not break the callers.
+#[non_exhaustive]
 pub struct ProxyConfig {
     pub policy: Policy,
     pub credentials: Vec<ResolvedCredential>,
@@ -83,6 +105,40 @@ pub struct ProxyConfig {
     pub worker_threads: usize,
 }
 
+impl ProxyConfig {
+    /// The required parts; everything else starts at its default: no
+    /// credentials, pins or extra upstream roots, [`DEFAULT_CAPTURE_CAP`], no
+    /// durable-before-forwarding, no socket mark, one worker per CPU.
+    pub fn new(policy: Policy, ca: Arc<CertificateAuthority>, events: Arc<dyn EventSink>) -> Self {
+        Self {
+            policy,
+            credentials: Vec::new(),
+            ca,
+            pins: Vec::new(),
+            upstream_roots: Vec::new(),
+            events,
+            capture_cap: DEFAULT_CAPTURE_CAP,
+            audit_sync: false,
+            socket_mark: None,
+            worker_threads: workers::default_count(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProxyConfig {
+    /// The settings; not the policy, credentials, CA or sink themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyConfig")
+            .field("pins", &self.pins)
+            .field("upstream_roots", &self.upstream_roots.len())
+            .field("capture_cap", &self.capture_cap)
+            .field("audit_sync", &self.audit_sync)
+            .field("socket_mark", &self.socket_mark)
+            .field("worker_threads", &self.worker_threads)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why a proxy could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -96,6 +152,12 @@ pub enum SetupError {
 #[derive(Clone)]
 pub struct Proxy {
     engine: Arc<Engine>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").finish_non_exhaustive()
+    }
 }
 
 impl Proxy {

@@ -189,7 +189,7 @@ fn two_hundred_execs_and_files_are_all_recorded() {
 fn nested_shells_build_a_tree_and_exit_status_is_recorded() {
     let ws = workspace();
     let Some(py) = python() else {
-        eprintln!("SKIP: no python3");
+        skip_or_fail("no python3");
         return;
     };
     let script = format!("sh -c '{} -c pass; true'; exit 3", py.display());
@@ -374,7 +374,7 @@ fn a_signal_death_is_recorded() {
 #[test]
 fn connections_are_attributed_to_the_exec_that_opened_them() {
     let Some(py) = python() else {
-        eprintln!("SKIP: no python3");
+        skip_or_fail("no python3");
         return;
     };
     let ws = workspace();
@@ -424,7 +424,7 @@ open("r", "w").write(s.recv(10).decode())
 #[test]
 fn dns_queries_are_attributed_too() {
     let Some(py) = python() else {
-        eprintln!("SKIP: no python3");
+        skip_or_fail("no python3");
         return;
     };
     let ws = workspace();

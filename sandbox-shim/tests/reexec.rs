@@ -255,15 +255,15 @@ fn unprivileged_user_gets_the_same_sandbox() {
         return;
     }
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: not root, cannot create a test user");
+        skip_or_fail("not root, cannot create a test user");
         return;
     }
     if !userns_available() {
-        eprintln!("SKIP: unprivileged user namespaces are disabled on this kernel");
+        skip_or_fail("unprivileged user namespaces are disabled on this kernel");
         return;
     }
     let Some((uid, gid)) = test_user() else {
-        eprintln!("SKIP: could not create user {TEST_USER} with useradd");
+        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
         return;
     };
     let ws = workspace();
@@ -356,11 +356,11 @@ fn unprivileged_user_is_observed_too() {
         return;
     }
     if !nix::unistd::geteuid().is_root() || !userns_available() {
-        eprintln!("SKIP: needs root (to create a test user) and user namespaces");
+        skip_or_fail("needs root (to create a test user) and user namespaces");
         return;
     }
     let Some((uid, gid)) = test_user() else {
-        eprintln!("SKIP: could not create user {TEST_USER} with useradd");
+        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
         return;
     };
     let ws = workspace();

@@ -77,18 +77,13 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         Some(r) => Arc::new(Tee(vec![json_events, AuditSink::new(r.clone())])),
         None => json_events,
     };
-    let proxy = Proxy::new(ProxyConfig {
-        policy,
-        credentials,
-        ca,
-        pins: args.upstream.resolve.clone(),
-        upstream_roots,
-        events,
-        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit.audit_sync,
-        socket_mark: None,
-        worker_threads,
-    })?;
+    let mut config = ProxyConfig::new(policy, ca, events);
+    config.credentials = credentials;
+    config.pins = args.upstream.resolve.clone();
+    config.upstream_roots = upstream_roots;
+    config.audit_sync = args.audit.audit_sync;
+    config.worker_threads = worker_threads;
+    let proxy = Proxy::new(config)?;
 
     let mut servers = tokio::task::JoinSet::new();
     let explicit = bind_tcp(args.listen, "--listen").await?;

@@ -181,18 +181,13 @@ struct ProxyPlan {
 
 impl ProxyPlan {
     fn into_proxy(self, events: Arc<dyn EventSink>) -> anyhow::Result<Proxy> {
-        Ok(Proxy::new(ProxyConfig {
-            policy: self.policy,
-            credentials: self.credentials,
-            ca: Arc::new(self.ca),
-            pins: self.pins,
-            upstream_roots: self.upstream_roots,
-            events,
-            capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-            audit_sync: self.audit_sync,
-            socket_mark: None,
-            worker_threads: self.worker_threads,
-        })?)
+        let mut config = ProxyConfig::new(self.policy, Arc::new(self.ca), events);
+        config.credentials = self.credentials;
+        config.pins = self.pins;
+        config.upstream_roots = self.upstream_roots;
+        config.audit_sync = self.audit_sync;
+        config.worker_threads = self.worker_threads;
+        Ok(Proxy::new(config)?)
     }
 }
 

@@ -237,18 +237,14 @@ async fn serve(
     if let Some(events) = &args.events {
         sinks.push(open_events(events)?);
     }
-    let proxy = Proxy::new(ProxyConfig {
-        policy,
-        credentials,
-        ca: Arc::new(ca),
-        pins: args.upstream.resolve.clone(),
-        upstream_roots,
-        events: Arc::new(Tee(sinks)),
-        capture_cap: airlock_proxy::DEFAULT_CAPTURE_CAP,
-        audit_sync: args.audit.audit_sync,
-        socket_mark: Some(rules.mark),
-        worker_threads,
-    })?;
+    let mut config = ProxyConfig::new(policy, Arc::new(ca), Arc::new(Tee(sinks)));
+    config.credentials = credentials;
+    config.pins = args.upstream.resolve.clone();
+    config.upstream_roots = upstream_roots;
+    config.audit_sync = args.audit.audit_sync;
+    config.socket_mark = Some(rules.mark);
+    config.worker_threads = worker_threads;
+    let proxy = Proxy::new(config)?;
 
     let mut servers = JoinSet::new();
     let admin_state = AdminState::new(proxy.clone());

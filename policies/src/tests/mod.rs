@@ -14,25 +14,25 @@ mod upgrade_tests;
 
 use crate::{BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
 
-pub fn policy(text: &str) -> Policy {
+pub(crate) fn policy(text: &str) -> Policy {
     match Policy::parse("policy.toml", text) {
         Ok(p) => p,
         Err(e) => panic!("policy should parse: {e}"),
     }
 }
 
-pub fn parse_error(text: &str) -> String {
+pub(crate) fn parse_error(text: &str) -> String {
     match Policy::parse("policy.toml", text) {
         Ok(_) => panic!("policy should be rejected:\n{text}"),
         Err(e) => e.to_string(),
     }
 }
 
-pub fn host(s: &str) -> Host {
+pub(crate) fn host(s: &str) -> Host {
     Host::parse(s).unwrap_or_else(|e| panic!("{e}"))
 }
 
-pub fn request<'a>(host: &'a Host, method: &'a str, path: &'a str) -> RequestInfo<'a> {
+pub(crate) fn request<'a>(host: &'a Host, method: &'a str, path: &'a str) -> RequestInfo<'a> {
     RequestInfo {
         scheme: Scheme::Https,
         host,
@@ -43,12 +43,12 @@ pub fn request<'a>(host: &'a Host, method: &'a str, path: &'a str) -> RequestInf
 }
 
 /// Evaluates a bodiless HTTPS request on port 443.
-pub fn decide(policy: &Policy, host_name: &str, method: &str, path: &str) -> Decision {
+pub(crate) fn decide(policy: &Policy, host_name: &str, method: &str, path: &str) -> Decision {
     let h = host(host_name);
     policy.evaluate(&request(&h, method, path), None)
 }
 
-pub fn decide_json(policy: &Policy, host_name: &str, path: &str, json: &str) -> Decision {
+pub(crate) fn decide_json(policy: &Policy, host_name: &str, path: &str, json: &str) -> Decision {
     let h = host(host_name);
     let body = BodyInput {
         content_types: &["application/json"],
@@ -58,6 +58,6 @@ pub fn decide_json(policy: &Policy, host_name: &str, path: &str, json: &str) -> 
     policy.evaluate(&request(&h, "POST", path), Some(&body))
 }
 
-pub fn allowed(d: &Decision) -> bool {
+pub(crate) fn allowed(d: &Decision) -> bool {
     d.is_allowed()
 }

@@ -93,7 +93,7 @@ pub async fn connect_any(
 
 /// Resolves with [`UpstreamResolver`] (pins, the public-address rule) and
 /// connects with [`connect_any`]; the TCP layer under the pooled HTTP clients.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct MarkedConnector {
     pub resolver: UpstreamResolver,
     pub mark: Option<u32>,

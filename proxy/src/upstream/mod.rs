@@ -38,6 +38,16 @@ pub struct Upstream {
     pub mark: Option<u32>,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("resolver", &self.resolver)
+            .field("clients", &self.clients.len())
+            .field("mark", &self.mark)
+            .finish()
+    }
+}
+
 struct Clients {
     /// Negotiates HTTP/2 or HTTP/1.1 by ALPN.
     any: HttpClient,

@@ -36,8 +36,9 @@ pub enum ResolveError {
     InvalidHost(String),
 }
 
-/// An operator's `--resolve HOST:IP` pin.
+/// An operator's `--resolve HOST:IP` pin (parsed with `str::parse`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PinnedHost {
     pub host: Host,
     pub ip: IpAddr,
@@ -66,6 +67,12 @@ impl std::str::FromStr for PinnedHost {
 /// connection workers.
 #[derive(Clone)]
 pub struct UpstreamResolver(Arc<ResolverState>);
+
+impl std::fmt::Debug for UpstreamResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamResolver").finish_non_exhaustive()
+    }
+}
 
 struct ResolverState {
     pins: HashMap<Host, Vec<IpAddr>>,

@@ -1,0 +1,136 @@
+use super::*;
+use crate::{FileOp, OutputStream, WebSocketMessage, WebSocketRecord};
+
+/// What a hostile program would put in a field: erase the line, retitle
+/// the window, return to column 0, reverse the text, and a literal
+/// backslash sequence that must not read as an escape.
+const EVIL: &str = "a\x1b[2Kb\x1b]0;t\x07c\rd\u{202e}e\u{2066}f\u{9b}g\\x1bh";
+const SHOWN: &str = "a\\x1b[2Kb\\x1b]0;t\\x07c\\rd\\u{202e}e\\u{2066}f\\u{9b}g\\\\x1bh";
+
+fn s() -> String {
+    EVIL.to_owned()
+}
+
+fn assert_clean(line: &str) {
+    // The websocket record is a second line; a backslash is printed as
+    // itself (escaped, it is two of them); anything else the escaper
+    // would change must not be there raw.
+    for c in line.chars().filter(|c| !matches!(c, '\n' | '\\')) {
+        assert_eq!(
+            escape::text(&c.to_string()),
+            c.to_string(),
+            "raw {c:?} in {line:?}"
+        );
+    }
+    assert!(line.contains(SHOWN), "no escaped field in {line:?}");
+}
+
+#[test]
+fn every_field_from_the_sandbox_is_escaped() {
+    let id = || Some(ExecId::new("e1"));
+    let events = [
+        AuditEvent::Exec {
+            exec_id: ExecId::new("e1"),
+            parent_exec_id: None,
+            pid: 1,
+            ppid: 0,
+            uid: 0,
+            path: s(),
+            argv: vec![s()],
+            cwd: s(),
+            env_names: vec![],
+            env_values_nonsecret: Default::default(),
+            image: Default::default(),
+        },
+        AuditEvent::File {
+            exec_id: id(),
+            path: s(),
+            op: FileOp::Rename,
+            size: None,
+            sha256: None,
+            content: None,
+            rename_to: Some(s()),
+            mode: None,
+            stored_content: None,
+            content_over_cap: false,
+            identity: Default::default(),
+        },
+        AuditEvent::Dns {
+            exec_id: id(),
+            name: s(),
+            qtype: s(),
+            answer: vec![s()],
+            decision: s(),
+            rule: Some(s()),
+        },
+        AuditEvent::Tcp {
+            exec_id: id(),
+            connection: None,
+            dst: s(),
+            host: Some(s()),
+            port: 1,
+            decision: s(),
+            rule: None,
+            reason: Some(s()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: None,
+        },
+        AuditEvent::Http {
+            exec_id: id(),
+            exchange: None,
+            method: s(),
+            url: s(),
+            http_version: s(),
+            request_headers: vec![],
+            request_body: None,
+            request_body_truncated: false,
+            status: None,
+            response_headers: vec![],
+            response_body: None,
+            response_body_truncated: false,
+            bytes_up: 0,
+            bytes_down: 0,
+            started_us: None,
+            ms_to_headers: None,
+            ms_total: None,
+            decision: s(),
+            rule: Some(s()),
+            reason: Some(s()),
+            websocket: Some(Box::new(WebSocketRecord {
+                messages: vec![WebSocketMessage {
+                    ts_us: 0,
+                    direction: "to_client".into(),
+                    opcode: s(),
+                    fragments: 1,
+                    bytes: 1,
+                    payload: EVIL.as_bytes().to_vec(),
+                    truncated: false,
+                }],
+                closed_by: s(),
+                close_code: None,
+                close_reason: Some(s()),
+                messages_to_upstream: 0,
+                bytes_to_upstream: 0,
+                messages_to_client: 1,
+                bytes_to_client: 1,
+                ms_total: None,
+                error: Some(s()),
+            })),
+        },
+        AuditEvent::Output {
+            stream: OutputStream::Stdout,
+            data: EVIL.as_bytes().to_vec(),
+        },
+        AuditEvent::Note { text: s() },
+    ];
+    for ev in &events {
+        let line = describe(ev);
+        assert_clean(&line);
+    }
+    // The exec line shows argv, path and cwd, each escaped.
+    let exec = describe(&events[0]);
+    assert_eq!(exec.matches(SHOWN).count(), 3, "{exec}");
+    // The rename shows both names.
+    assert_eq!(describe(&events[1]).matches(SHOWN).count(), 2);
+}
