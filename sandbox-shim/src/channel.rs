@@ -36,6 +36,7 @@ const INIT_DIED: u8 = b'C';
 const TERMINAL: u8 = b'T';
 const TRACE_ME: u8 = b'L';
 const TRACED: u8 = b'D';
+const BYE: u8 = b'B';
 
 // The first payload byte of a `FAILED` message: which `Failure`.
 const FAILED_USERNS: u8 = b'U';
@@ -98,6 +99,10 @@ pub enum Message {
     Exit(i32),
     /// supervisor → airlock: init ended with this wait status.
     InitDied(i32),
+    /// airlock → supervisor, in answer to [`Message::InitDied`]: airlock is
+    /// alive and takes it from here (the cgroup is its to remove). Without
+    /// it, the supervisor removes the cgroup itself.
+    Bye,
     /// command → observer, with a pidfd of itself: trace me before I exec.
     TraceMe(OwnedFd),
     /// observer → command: attached; go on.
@@ -184,6 +189,7 @@ fn encode(msg: &Message) -> (Vec<u8>, Vec<RawFd>) {
         Message::InitDied(status) => (INIT_DIED, status_payload(*status), Vec::new()),
         Message::TraceMe(pidfd) => (TRACE_ME, Vec::new(), vec![pidfd.as_raw_fd()]),
         Message::Traced => (TRACED, Vec::new(), Vec::new()),
+        Message::Bye => (BYE, Vec::new(), Vec::new()),
     };
     let mut bytes = Vec::with_capacity(payload.len() + 1);
     bytes.push(tag);
@@ -227,6 +233,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
         INIT_DIED => Message::InitDied(int()?),
         TRACE_ME => Message::TraceMe(fd("pidfd", 1)?),
         TRACED => Message::Traced,
+        BYE => Message::Bye,
         other => return Err(DecodeError::UnknownTag(other)),
     })
 }
@@ -310,6 +317,11 @@ mod tests {
             Message::InitPid(pid) if pid.as_raw() == 4242
         ));
         assert!(matches!(round_trip(Message::Exit(-7)), Message::Exit(-7)));
+        assert!(matches!(
+            round_trip(Message::InitDied(9)),
+            Message::InitDied(9)
+        ));
+        assert!(matches!(round_trip(Message::Bye), Message::Bye));
         assert!(matches!(
             round_trip(Message::InitDied(9)),
             Message::InitDied(9)

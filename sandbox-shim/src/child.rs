@@ -193,8 +193,12 @@ fn run_supervisor(
                 .unwrap_or(libc::SIGKILL);
             // Init also ends when airlock dies: the observer's tracees die
             // with it (PTRACE_O_EXITKILL), the command among them, and init
-            // follows. Then nobody but us is left to remove the cgroup.
-            if hup || channel::send(chan, &Message::InitDied(status)).is_err() {
+            // follows, possibly before airlock's end of the channel is
+            // closed. Only airlock's answer says it is alive and will remove
+            // the cgroup; without it, nobody but us is left to.
+            let answered =
+                !hup && channel::send(chan, &Message::InitDied(status)).is_ok() && awaits_bye(chan);
+            if !answered {
                 remove_cgroup(cgroup);
                 return Ok(137);
             }
@@ -207,6 +211,17 @@ fn run_supervisor(
             let _ = sys::wait_any(Some(init_pid), false);
             remove_cgroup(cgroup);
             return Ok(137);
+        }
+    }
+}
+
+/// Wait for airlock's [`Message::Bye`]; false when the channel ends instead.
+fn awaits_bye(chan: &OwnedFd) -> bool {
+    loop {
+        match channel::recv(chan) {
+            Ok(Some(Message::Bye)) => return true,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return false,
         }
     }
 }

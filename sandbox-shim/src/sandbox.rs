@@ -259,6 +259,11 @@ impl Sandbox {
                     return Err(ShimError::UserNamespacesDisabled(detail));
                 }
                 Message::Failed(Failure::Setup(text)) => return Err(ShimError::Setup(text)),
+                // Init died during setup: let the supervisor go, so the
+                // channel's end says so.
+                Message::InitDied(_) => {
+                    let _ = channel::send(&self.chan, &Message::Bye);
+                }
                 _ => {}
             }
         }
@@ -341,7 +346,12 @@ impl Sandbox {
                 Received::Nothing | Received::Malformed(_) => continue,
                 Received::Eof => break,
                 Received::Message(Message::Exit(status)) => exit = Some(status),
-                Received::Message(Message::InitDied(status)) => init_status = Some(status),
+                Received::Message(Message::InitDied(status)) => {
+                    init_status = Some(status);
+                    // We are alive and remove the cgroup ourselves (see
+                    // Message::Bye); the supervisor exits on it.
+                    let _ = channel::send(&self.chan, &Message::Bye);
+                }
                 Received::Message(_) => {}
             }
         }
