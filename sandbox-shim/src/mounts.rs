@@ -1,6 +1,8 @@
 //! Builds the sandbox's filesystem view inside its private mount namespace:
 //! everything read-only, fresh /run, /tmp, /dev and /proc, secrets hidden,
 //! grants (workspace, --ro, --rw) bound back. See mount_namespaces(7).
+//! About 500 lines: the mount table is built in one order that matters, and
+//! reading it top to bottom is the point.
 //!
 //! Every mount the command can write to is either a place the observer
 //! records (the workspace, --rw grants, /tmp, /dev/shm) or a kernel interface

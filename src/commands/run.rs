@@ -1,6 +1,11 @@
 //! `airlock run`: one command in a fresh sandbox whose only way out is the
 //! proxy, with everything recorded.
 //!
+//! Long (about 900 lines) because it is the whole pipeline of
+//! docs/architecture.md's "airlock run" list in four steps (plan, spawn,
+//! wire, release and finish) with the helpers each needs; the next split is
+//! one module per step under `commands/run/`.
+//!
 //! Order matters: the sandbox is created first (its network namespace, with
 //! the proxy's listening sockets inside), then the proxy starts serving those
 //! sockets from the host's namespace and the audit session begins, and only
