@@ -5,6 +5,7 @@
 //!
 //! Works as root and as an unprivileged user (through a user namespace).
 #![deny(unsafe_code)]
+#![warn(missing_debug_implementations)]
 
 mod attribution;
 mod capture;

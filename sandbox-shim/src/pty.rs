@@ -67,6 +67,14 @@ pub struct RawMode {
     saved: Termios,
 }
 
+impl std::fmt::Debug for RawMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawMode")
+            .field("tty", &self.tty)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RawMode {
     pub fn enter(tty: BorrowedFd<'_>) -> io::Result<RawMode> {
         let tty = tty.try_clone_to_owned()?;

@@ -36,7 +36,7 @@ pub async fn wait(addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
         if Instant::now() >= deadline {
             bail!(
                 "the sidecar at {addr} was not ready within {}s; check its log, or raise --wait-timeout",
-                timeout.as_secs()
+                timeout.as_secs_f64()
             );
         }
         tokio::time::sleep(POLL).await;
