@@ -13,7 +13,7 @@ use crate::workers::Workers;
 /// when given, else on the caller's runtime. Transient failures (EMFILE,
 /// ECONNABORTED, ...) are logged and retried after a short pause, so running
 /// out of file descriptors slows the proxy down instead of killing it.
-pub async fn accept_loop<F, Fut>(
+pub(crate) async fn accept_loop<F, Fut>(
     listener: TcpListener,
     workers: Option<Arc<Workers>>,
     handle: F,

@@ -20,26 +20,26 @@ use http_body_util::combinators::UnsyncBoxBody;
 use crate::credentials::Scrubber;
 use crate::events::BodyCapture;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The one body type the proxy sends in either direction.
-pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     http_body_util::Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed_unsync()
 }
 
-pub fn empty() -> ProxyBody {
+pub(crate) fn empty() -> ProxyBody {
     full(Bytes::new())
 }
 
 /// Shared record of what crossed, readable while the body still streams.
 #[derive(Debug, Default, Clone)]
-pub struct CaptureHandle(Arc<Mutex<BodyCapture>>);
+pub(crate) struct CaptureHandle(Arc<Mutex<BodyCapture>>);
 
 impl CaptureHandle {
-    pub fn snapshot(&self) -> BodyCapture {
+    pub(crate) fn snapshot(&self) -> BodyCapture {
         self.0.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
@@ -57,7 +57,7 @@ impl CaptureHandle {
 
 type OnEnd = Box<dyn FnOnce(Option<String>) + Send>;
 
-pub struct Tap<B> {
+pub(crate) struct Tap<B> {
     inner: B,
     capture: CaptureHandle,
     cap: usize,
@@ -70,7 +70,7 @@ pub struct Tap<B> {
 }
 
 impl<B> Tap<B> {
-    pub fn new(inner: B, capture: CaptureHandle, cap: usize) -> Self {
+    pub(crate) fn new(inner: B, capture: CaptureHandle, cap: usize) -> Self {
         Self {
             inner,
             capture,
@@ -82,13 +82,13 @@ impl<B> Tap<B> {
         }
     }
 
-    pub fn scrub(mut self, scrubber: Scrubber) -> Self {
+    pub(crate) fn scrub(mut self, scrubber: Scrubber) -> Self {
         self.scrubber = Some(scrubber);
         self
     }
 
     /// Called once with `None` at a clean end, or the error / "aborted".
-    pub fn on_end(mut self, f: impl FnOnce(Option<String>) + Send + 'static) -> Self {
+    pub(crate) fn on_end(mut self, f: impl FnOnce(Option<String>) + Send + 'static) -> Self {
         self.on_end = Some(Box::new(f));
         self
     }
@@ -214,13 +214,13 @@ impl<B> Drop for Tap<B> {
 /// Why [`IdleLimit`] ended a body; typed so the 502 can say it plainly.
 #[derive(Debug, thiserror::Error)]
 #[error("the client sent no request body data for {} s", .0.as_secs())]
-pub struct BodyStalled(pub Duration);
+pub(crate) struct BodyStalled(pub Duration);
 
 /// A body that fails when its sender goes quiet for `limit`: a client that
 /// starts a request body and then stalls would otherwise hold its upstream
 /// request (and a stream of the shared upstream connection) open forever.
 /// The error aborts the upstream request; the client gets a 502 saying why.
-pub struct IdleLimit<B> {
+pub(crate) struct IdleLimit<B> {
     inner: B,
     limit: Duration,
     /// Made the first time the body waits: most bodies (every GET's) never do,
@@ -236,7 +236,7 @@ pub struct IdleLimit<B> {
 impl<B> IdleLimit<B> {
     /// `stalled` is set when the limit ends the body: the upstream client
     /// reports that only as a failed request, so the caller checks it to say why.
-    pub fn new(inner: B, limit: Duration, stalled: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(inner: B, limit: Duration, stalled: Arc<AtomicBool>) -> Self {
         Self {
             inner,
             limit,

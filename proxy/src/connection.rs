@@ -27,7 +27,7 @@ use crate::target::Target;
 
 /// Where a captured connection came from.
 #[derive(Debug, Clone)]
-pub struct Origin {
+pub(crate) struct Origin {
     pub id: ConnId,
     pub front: FrontDoor,
     pub client: SocketAddr,
@@ -38,13 +38,13 @@ pub struct Origin {
 /// What to do with a connection: how to handle it, and the refusal every
 /// request on it gets when the policy refused the connection as a whole.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub handling: Handling,
     pub refusal: Option<Refusal>,
 }
 
 /// The connection-level decision for `target`, recorded before anything else happens.
-pub async fn decide(engine: &Engine, origin: &Origin, target: &Target) -> Plan {
+pub(crate) async fn decide(engine: &Engine, origin: &Origin, target: &Target) -> Plan {
     let decision = engine
         .rules
         .load()
@@ -93,7 +93,7 @@ pub async fn decide(engine: &Engine, origin: &Origin, target: &Target) -> Plan {
 /// Carry out a decision on the client's stream. A refused connection is still
 /// read: if it speaks HTTP (or TLS, which is intercepted) every request gets a
 /// 403 that explains the refusal; anything else is closed. Nothing goes upstream.
-pub async fn serve<S>(engine: Arc<Engine>, origin: Origin, target: Target, plan: Plan, io: S)
+pub(crate) async fn serve<S>(engine: Arc<Engine>, origin: Origin, target: Target, plan: Plan, io: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -23,22 +23,22 @@ use crate::upstream::Upstream;
 use crate::workers::Workers;
 
 /// How long a client may take to send a request's headers.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to send the body prefix a body constraint needs.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a streamed request body may go without data before the request
 /// is abandoned (see `body::IdleLimit`).
-pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to send its first bytes / finish the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request head accepted (HTTP/1.1 buffer and HTTP/2 header list).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Concurrent HTTP/2 streams per client connection.
-pub const MAX_H2_STREAMS: u32 = 256;
+pub(crate) const MAX_H2_STREAMS: u32 = 256;
 
 /// Facts about one accepted client connection, fixed for its lifetime.
 #[derive(Debug)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub id: ConnId,
     pub client: SocketAddr,
     pub front: FrontDoor,
@@ -51,7 +51,7 @@ pub struct ConnInfo {
     pub refusal: Option<crate::refusal::Refusal>,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     pub rules: Arc<ArcSwap<Rules>>,
     pub ca: Arc<CertificateAuthority>,
     pub upstream: Upstream,
@@ -74,7 +74,7 @@ pub struct Engine {
 
 /// What [`Engine::new`] is built from; the rest of the engine's state
 /// (quotas, ids, synthetic addresses, metrics) starts empty.
-pub struct EngineParts {
+pub(crate) struct EngineParts {
     pub rules: Arc<ArcSwap<Rules>>,
     pub ca: Arc<CertificateAuthority>,
     pub upstream: Upstream,
@@ -87,7 +87,7 @@ pub struct EngineParts {
 }
 
 impl Engine {
-    pub fn new(parts: EngineParts) -> Self {
+    pub(crate) fn new(parts: EngineParts) -> Self {
         let EngineParts {
             rules,
             ca,
@@ -114,12 +114,12 @@ impl Engine {
         }
     }
 
-    pub fn next_conn_id(&self) -> ConnId {
+    pub(crate) fn next_conn_id(&self) -> ConnId {
         ConnId(self.ids.next())
     }
 
     /// Record an event that gates an action: the action goes ahead only if this succeeds.
-    pub async fn record(&self, event: Event) -> Result<(), SinkError> {
+    pub(crate) async fn record(&self, event: Event) -> Result<(), SinkError> {
         if self.events.failed() {
             return Err(SinkError("an earlier audit write failed".into()));
         }
@@ -132,19 +132,22 @@ impl Engine {
     }
 
     /// Record an event about something already done; a failure stops all further forwarding.
-    pub fn record_lossy(&self, event: Event) {
+    pub(crate) fn record_lossy(&self, event: Event) {
         self.metrics.observe(&event);
         // A failure is remembered by the outlet.
         let _ = self.events.emit(event);
     }
 
     /// True once the audit sink has failed (the binary stops the session).
-    pub fn audit_failed(&self) -> bool {
+    pub(crate) fn audit_failed(&self) -> bool {
         self.events.failed()
     }
 
     /// A TLS configuration that always serves the leaf for `host` (clients without SNI).
-    pub fn tls_for_host(&self, host: &Host) -> Result<Arc<ServerConfig>, crate::ca::CaError> {
+    pub(crate) fn tls_for_host(
+        &self,
+        host: &Host,
+    ) -> Result<Arc<ServerConfig>, crate::ca::CaError> {
         let leaf = self.ca.leaf_for(host)?;
         Ok(Arc::new(server_config(Arc::new(FixedLeaf(leaf)))))
     }

@@ -185,7 +185,7 @@ pub struct WsTotals {
 /// need the exact bytes, like the auditor, read `BodyCapture::captured` itself.
 mod lossy_bytes {
     use serde::Serializer;
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&String::from_utf8_lossy(bytes))
     }
 }

@@ -22,7 +22,7 @@ use crate::exchange;
 use crate::refusal::Refusal;
 use crate::target::parse_authority;
 
-pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
+pub(crate) async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
     let workers = engine.workers.clone();
     accept_loop(listener, Some(workers), move |stream, client| {
         handle_client(engine.clone(), stream, client)

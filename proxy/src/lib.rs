@@ -17,9 +17,10 @@
 //! peek. Without it the public API is what a user of the proxy needs.
 
 #![forbid(unsafe_code)]
-// Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
-// Off with `fuzzing`, which exposes the engine's internals to the fuzz targets.
+// Per crate rather than in the workspace's lints: both are off with `fuzzing`,
+// which exposes the engine's internals to the fuzz targets.
 #![cfg_attr(not(feature = "fuzzing"), warn(missing_debug_implementations))]
+#![cfg_attr(not(feature = "fuzzing"), warn(unreachable_pub))]
 
 /// A module that is public only with the `fuzzing` feature, so that the fuzz
 /// targets can reach its parser while the library's API stays small.
@@ -27,7 +28,10 @@ macro_rules! fuzzing_pub_mod {
     ($name:ident) => {
         #[cfg(feature = "fuzzing")]
         pub mod $name;
+        // Its items are `pub` for the fuzz targets; without the feature they
+        // are reachable from this crate only, which is the point.
         #[cfg(not(feature = "fuzzing"))]
+        #[allow(unreachable_pub)]
         mod $name;
     };
 }
@@ -36,6 +40,8 @@ mod accept;
 pub mod admin;
 mod body;
 pub mod ca;
+// `pub` items for the fuzz targets, re-exported only with `fuzzing` (below).
+#[allow(unreachable_pub)]
 mod client_hello;
 mod connection;
 pub mod credentials;

@@ -10,11 +10,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Totals shared between a connection and whoever reports on it.
 #[derive(Debug, Default, Clone)]
-pub struct Meter(Arc<(AtomicU64, AtomicU64)>);
+pub(crate) struct Meter(Arc<(AtomicU64, AtomicU64)>);
 
 impl Meter {
     /// (bytes from the client, bytes to the client)
-    pub fn totals(&self) -> (u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64) {
         (
             self.0.0.load(Ordering::Relaxed),
             self.0.1.load(Ordering::Relaxed),
@@ -22,13 +22,13 @@ impl Meter {
     }
 }
 
-pub struct Metered<S> {
+pub(crate) struct Metered<S> {
     inner: S,
     meter: Meter,
 }
 
 impl<S> Metered<S> {
-    pub fn new(inner: S, meter: Meter) -> Self {
+    pub(crate) fn new(inner: S, meter: Meter) -> Self {
         Self { inner, meter }
     }
 }

@@ -31,13 +31,13 @@ thread_local! {
 }
 
 /// A sink with its fail-closed switch.
-pub struct Outlet {
+pub(crate) struct Outlet {
     sink: Arc<dyn EventSink>,
     failed: AtomicBool,
 }
 
 impl Outlet {
-    pub fn new(sink: Arc<dyn EventSink>) -> Arc<Self> {
+    pub(crate) fn new(sink: Arc<dyn EventSink>) -> Arc<Self> {
         Arc::new(Self {
             sink,
             failed: AtomicBool::new(false),
@@ -45,12 +45,12 @@ impl Outlet {
     }
 
     /// True once the sink has failed.
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
 
     /// Queue `event` (on a worker) or hand it over now (elsewhere).
-    pub fn emit(self: &Arc<Self>, event: Event) -> Result<(), SinkError> {
+    pub(crate) fn emit(self: &Arc<Self>, event: Event) -> Result<(), SinkError> {
         let event = QUEUE.with_borrow_mut(|queue| match queue {
             Some(queue) => {
                 queue.push((self.clone(), event));
@@ -71,7 +71,7 @@ impl Outlet {
 
     /// Hand `event` over now, after whatever this thread queued, and wait
     /// until everything handed over is durable.
-    pub async fn emit_durably(&self, event: Event) -> Result<(), SinkError> {
+    pub(crate) async fn emit_durably(&self, event: Event) -> Result<(), SinkError> {
         flush_this_thread();
         self.hand_over(vec![event])?;
         let synced = self.sink.sync().await;
@@ -98,12 +98,12 @@ impl Outlet {
 
 /// Make this thread queue its events; it must call [`flush_this_thread`]
 /// before it sleeps and before it ends.
-pub fn queue_on_this_thread() {
+pub(crate) fn queue_on_this_thread() {
     QUEUE.set(Some(Vec::with_capacity(MAX_QUEUED)));
 }
 
 /// Hand every event this thread queued to its sink, in order.
-pub fn flush_this_thread() {
+pub(crate) fn flush_this_thread() {
     let Some(mut queued) = QUEUE.with_borrow_mut(|q| q.as_mut().map(std::mem::take)) else {
         return;
     };

@@ -9,13 +9,13 @@ use std::sync::Mutex;
 use airlock_policy::RuleRef;
 
 #[derive(Debug, Default)]
-pub struct Quotas {
+pub(crate) struct Quotas {
     used: Mutex<HashMap<String, u64>>,
 }
 
 impl Quotas {
     /// Take one request from the rule's quota; false when it is used up.
-    pub fn try_take(&self, rule: &RuleRef, max: u64) -> bool {
+    pub(crate) fn try_take(&self, rule: &RuleRef, max: u64) -> bool {
         let Ok(mut used) = self.used.lock() else {
             return false; // fail closed
         };

@@ -12,7 +12,7 @@ use crate::body::{ProxyBody, full};
 use crate::upgrade::UpgradeRefusal;
 
 #[derive(Debug, Clone)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The policy denied it.
     Policy(Denial),
     /// The rule allowed it but its `max_requests` are used up.
@@ -32,7 +32,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Refusal::AuditUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -41,7 +41,7 @@ impl Refusal {
     }
 
     /// One line for logs, events and the `X-Airlock-Reason` header.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             Refusal::Policy(d) => d.reason.to_string(),
             Refusal::Quota { max, .. } => {
@@ -58,7 +58,7 @@ impl Refusal {
         }
     }
 
-    pub fn rule(&self) -> Option<&RuleRef> {
+    pub(crate) fn rule(&self) -> Option<&RuleRef> {
         match self {
             Refusal::Policy(d) => d.rule.as_ref(),
             Refusal::Quota { rule, .. } => Some(rule),
@@ -136,7 +136,7 @@ impl Refusal {
     }
 
     /// The HTTP response for this refusal.
-    pub fn response(
+    pub(crate) fn response(
         &self,
         method: &str,
         url: &str,
@@ -200,7 +200,7 @@ impl Refusal {
 }
 
 /// An upstream failure, shown to the client as 502 with the reason.
-pub fn bad_gateway(method: &str, url: &str, reason: &str) -> Response<ProxyBody> {
+pub(crate) fn bad_gateway(method: &str, url: &str, reason: &str) -> Response<ProxyBody> {
     let text = format!(
         "Airlock could not complete this request upstream.\n\n\
          request: {method} {url}\n\

@@ -11,13 +11,13 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub struct Replay<S> {
+pub(crate) struct Replay<S> {
     prefix: Bytes,
     inner: S,
 }
 
 impl<S> Replay<S> {
-    pub fn new(prefix: impl Into<Bytes>, inner: S) -> Self {
+    pub(crate) fn new(prefix: impl Into<Bytes>, inner: S) -> Self {
         Self {
             prefix: prefix.into(),
             inner,

@@ -18,7 +18,7 @@ use crate::events::{Event, FrontDoor, Handling, TimestampUs, Verdict};
 use crate::synthetic::{self, SyntheticAddresses};
 use crate::target::Target;
 
-pub async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
+pub(crate) async fn serve(engine: Arc<Engine>, listener: TcpListener) -> std::io::Result<()> {
     let own = listener.local_addr()?;
     let workers = engine.workers.clone();
     accept_loop(listener, Some(workers), move |stream, client| {

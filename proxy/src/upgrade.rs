@@ -26,7 +26,7 @@ const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 /// What a request asks for, as far as switching protocols goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpgradeAsk {
+pub(crate) enum UpgradeAsk {
     /// No upgrade: any `Upgrade` header is dropped as hop-by-hop.
     None,
     /// One protocol a rule may grant; the policy decides.
@@ -37,7 +37,7 @@ pub enum UpgradeAsk {
 
 /// Why an upgrade is refused before the policy is asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UpgradeRefusal {
+pub(crate) enum UpgradeRefusal {
     #[error("the request asks to upgrade to h2c, which Airlock never grants")]
     H2c,
     #[error("the request asks to upgrade to {0:?}, a protocol Airlock cannot inspect")]
@@ -50,7 +50,7 @@ pub enum UpgradeRefusal {
 
 impl UpgradeRefusal {
     /// What the user can do about it (for the 403 body).
-    pub fn advice(&self) -> String {
+    pub(crate) fn advice(&self) -> String {
         match self {
             UpgradeRefusal::H2c => {
                 "Airlock speaks HTTP/2 with both sides itself (negotiated with ALPN over TLS); \
@@ -79,7 +79,7 @@ impl UpgradeRefusal {
 /// Upgrade`, two `Upgrade` lines). An `Upgrade` without the connection
 /// option, or on HTTP/1.0, is no upgrade: servers must ignore it, and the
 /// proxy drops it as hop-by-hop.
-pub fn asked(headers: &HeaderMap, version: Version) -> UpgradeAsk {
+pub(crate) fn asked(headers: &HeaderMap, version: Version) -> UpgradeAsk {
     let option = list_elements(headers, &header::CONNECTION)
         .iter()
         .any(|t| t.eq_ignore_ascii_case("upgrade"));
@@ -102,7 +102,7 @@ pub fn asked(headers: &HeaderMap, version: Version) -> UpgradeAsk {
 /// and `Upgrade: <protocol>` (whatever case the client used), and no
 /// `Sec-WebSocket-Extensions`: a compressed message (permessage-deflate,
 /// RFC 7692) could not be scrubbed or recorded, so none is negotiated.
-pub fn prepare_request(headers: &mut HeaderMap, protocol: UpgradeProtocol) {
+pub(crate) fn prepare_request(headers: &mut HeaderMap, protocol: UpgradeProtocol) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static(protocol.token()));
     headers.remove(SEC_WEBSOCKET_EXTENSIONS);
@@ -112,7 +112,7 @@ pub fn prepare_request(headers: &mut HeaderMap, protocol: UpgradeProtocol) {
 /// upstream switched protocols in a way that must not become a tunnel.
 /// `granted` is the protocol the request asked for and was granted (None:
 /// the request asked for no upgrade); `request` its headers as sent.
-pub fn check_switch(
+pub(crate) fn check_switch(
     status: StatusCode,
     response: &HeaderMap,
     granted: Option<UpgradeProtocol>,

@@ -31,7 +31,7 @@ thread_local! {
 const STOP_WITHIN: Duration = Duration::from_millis(500);
 
 /// The worker threads of one proxy.
-pub struct Workers {
+pub(crate) struct Workers {
     handles: Vec<Handle>,
     next: AtomicUsize,
     /// Dropping a sender stops its worker (its tasks are dropped, its
@@ -42,7 +42,7 @@ pub struct Workers {
 
 impl Workers {
     /// Start `count` workers (at least one).
-    pub fn start(count: usize) -> std::io::Result<Self> {
+    pub(crate) fn start(count: usize) -> std::io::Result<Self> {
         let count = count.max(1);
         let mut handles = Vec::with_capacity(count);
         let mut stops = Vec::with_capacity(count);
@@ -77,12 +77,12 @@ impl Workers {
         })
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.handles.len()
     }
 
     /// Run `task` on the next worker in turn.
-    pub fn spawn<F>(&self, task: F)
+    pub(crate) fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -93,7 +93,7 @@ impl Workers {
     /// Stop every worker, dropping its connections, and wait for the threads
     /// to end (from a worker itself it only signals: a thread cannot join
     /// itself).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stops.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if current().is_some() {
             return;
@@ -106,7 +106,7 @@ impl Workers {
 }
 
 /// The index of the worker this thread is, if it is one.
-pub fn current() -> Option<usize> {
+pub(crate) fn current() -> Option<usize> {
     CURRENT.get()
 }
 

@@ -10,13 +10,13 @@ use sha2::{Digest, Sha256};
 
 /// Size, hash and (small enough) content of one file.
 #[derive(Debug, Default, Clone)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub size: Option<u64>,
     pub sha256: Option<String>,
     pub content: Option<Vec<u8>>,
 }
 
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -30,7 +30,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// re-opened read-only through /proc/self/fd (proc_pid_fd(5)) only after
 /// fstat said it is one: opening a FIFO or device could block or have
 /// effects.
-pub fn capture(handle: &File, max_content: u64) -> Captured {
+pub(crate) fn capture(handle: &File, max_content: u64) -> Captured {
     let Ok(meta) = handle.metadata() else {
         return Captured::default();
     };
@@ -53,7 +53,7 @@ pub fn capture(handle: &File, max_content: u64) -> Captured {
 }
 
 /// Hash (and keep up to `max_content` bytes of) a readable file from its start.
-pub fn read_all(mut file: File, max_content: u64) -> Option<Captured> {
+pub(crate) fn read_all(mut file: File, max_content: u64) -> Option<Captured> {
     file.seek(SeekFrom::Start(0)).ok()?;
     let mut hasher = Sha256::new();
     let mut content = Vec::new();

@@ -10,7 +10,7 @@ use crate::error::ShimError;
 use crate::spec::Limits;
 
 /// Extra pids the shim itself needs inside the cgroup (supervisor + init).
-pub const SHIM_PIDS: u64 = 2;
+pub(crate) const SHIM_PIDS: u64 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Version {
@@ -20,7 +20,7 @@ enum Version {
 
 /// The sandbox's cgroup directories (one per v1 controller, or a single v2 dir).
 #[derive(Debug, Clone)]
-pub struct Cgroup {
+pub(crate) struct Cgroup {
     version: Version,
     /// (controller, directory); for v2 the controller is "" and there is one dir.
     dirs: Vec<(String, PathBuf)>,
@@ -28,7 +28,7 @@ pub struct Cgroup {
 
 /// What the cgroup could not take care of (the caller uses rlimits instead).
 #[derive(Debug, Default)]
-pub struct Unenforced {
+pub(crate) struct Unenforced {
     pub memory: bool,
     pub pids: bool,
     pub cpus: bool,
@@ -137,7 +137,10 @@ const CFS_PERIOD_US: u64 = 100_000;
 impl Cgroup {
     /// Create and configure the cgroup. Returns None when no limit was asked
     /// for or nothing is available; `unenforced` says which limits remain.
-    pub fn create(limits: &Limits, id: &str) -> Result<(Option<Cgroup>, Unenforced), ShimError> {
+    pub(crate) fn create(
+        limits: &Limits,
+        id: &str,
+    ) -> Result<(Option<Cgroup>, Unenforced), ShimError> {
         let want = wanted(limits);
         let mut missing = Unenforced {
             memory: limits.memory_bytes.is_some(),
@@ -279,7 +282,7 @@ impl Cgroup {
     }
 
     /// Move the calling process into every directory ("0" means "me", see cgroups(7)).
-    pub fn join_self(&self) -> Result<(), ShimError> {
+    pub(crate) fn join_self(&self) -> Result<(), ShimError> {
         for (_, dir) in &self.dirs {
             write(&dir.join("cgroup.procs"), "0")?;
         }
@@ -287,7 +290,7 @@ impl Cgroup {
     }
 
     /// Did the kernel OOM-kill something in this cgroup?
-    pub fn oom_killed(&self) -> bool {
+    pub(crate) fn oom_killed(&self) -> bool {
         let Some(dir) = self.dir("memory") else {
             return false;
         };
@@ -303,7 +306,7 @@ impl Cgroup {
     }
 
     /// SIGKILL everything still inside.
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         for (_, dir) in &self.dirs {
             if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
                 for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
@@ -314,7 +317,7 @@ impl Cgroup {
     }
 
     /// Leave the cgroup (into its parent) so it can be removed by ourselves.
-    pub fn leave_self(&self) {
+    pub(crate) fn leave_self(&self) {
         for (_, dir) in &self.dirs {
             if let Some(parent) = dir.parent().and_then(Path::parent) {
                 let _ = fs::write(parent.join("cgroup.procs"), "0");
@@ -326,7 +329,7 @@ impl Cgroup {
     /// Traced tasks whose tracer died (PTRACE_O_EXITKILL) leave last: their
     /// exit waits for the kernel to unlink them from the dead tracer, so the
     /// wait is bounded at about 4 s rather than 1 s.
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         for (_, dir) in &self.dirs {
             for attempt in 0..800 {
                 match fs::remove_dir(dir) {
@@ -343,7 +346,7 @@ impl Cgroup {
         }
     }
 
-    pub fn paths(&self) -> Vec<PathBuf> {
+    pub(crate) fn paths(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|(_, d)| d.clone()).collect()
     }
 }

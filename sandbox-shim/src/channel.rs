@@ -20,7 +20,7 @@ use crate::sys;
 /// Largest message on the channel, tag byte included: 4096 bytes. [`send`]
 /// refuses a longer one ([`ChannelError::TooLong`]) and [`recv`] reports one
 /// the kernel had to cut ([`DecodeError::Truncated`]): nothing is cut silently.
-pub const MAX_MSG: usize = 4096;
+pub(crate) const MAX_MSG: usize = 4096;
 
 /// Most descriptors one message carries (the network hand-over's three).
 const MAX_FDS: usize = 4;
@@ -44,7 +44,7 @@ const FAILED_SETUP: u8 = b'S';
 
 /// Why the sandbox side gave up during setup, as airlock is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The user namespace could not be created: the host does not allow it.
     UserNamespaces(String),
     /// Any other setup step failed.
@@ -55,7 +55,7 @@ impl Failure {
     /// The same failure with its text shortened, visibly, to what one message
     /// holds: an error worth reporting is better cut with a marker than lost
     /// to [`ChannelError::TooLong`].
-    pub fn fitted(self) -> Failure {
+    pub(crate) fn fitted(self) -> Failure {
         const MARK: &str = " [cut: longer than the control channel's 4096-byte message limit]";
         let room = MAX_MSG - 2;
         let fit = |text: String| {
@@ -78,7 +78,7 @@ impl Failure {
 /// One message between airlock, the supervisor, init, the command and the
 /// observer. Wait statuses are raw (see waitpid(2)); pids are host pids.
 #[derive(Debug)]
-pub enum Message {
+pub(crate) enum Message {
     /// airlock → init: let the command exec.
     Go,
     /// supervisor → airlock: init's host pid.
@@ -142,7 +142,7 @@ impl From<ChannelError> for std::io::Error {
     }
 }
 
-pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -239,7 +239,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
 }
 
 /// Send one message; [`ChannelError::TooLong`] past [`MAX_MSG`].
-pub fn send(fd: &OwnedFd, msg: &Message) -> Result<(), ChannelError> {
+pub(crate) fn send(fd: &OwnedFd, msg: &Message) -> Result<(), ChannelError> {
     let (bytes, fds) = encode(msg);
     if bytes.len() > MAX_MSG {
         return Err(ChannelError::TooLong { len: bytes.len() });
@@ -253,7 +253,7 @@ pub fn send(fd: &OwnedFd, msg: &Message) -> Result<(), ChannelError> {
 }
 
 /// One message; None on EOF (every peer closed its end).
-pub fn recv(fd: &OwnedFd) -> Result<Option<Message>, ChannelError> {
+pub(crate) fn recv(fd: &OwnedFd) -> Result<Option<Message>, ChannelError> {
     // One byte more than allowed, so that an oversized message shows as such
     // even where the kernel does not set MSG_TRUNC.
     let mut buf = vec![0u8; MAX_MSG + 1];

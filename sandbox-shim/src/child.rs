@@ -26,7 +26,7 @@ use crate::sys::{self, Forked};
 /// Why the supervisor or init could not set the sandbox up. Airlock hears of
 /// it as a [`Failure`] (see [`SetupError::failure`]).
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     /// The kernel refused an unprivileged user namespace (unshare(2): EPERM
     /// when disabled by sysctl or AppArmor, ENOSPC at user.max_user_namespaces).
     #[error("unshare(CLONE_NEWUSER) failed with {0}")]
@@ -67,7 +67,7 @@ pub enum SetupError {
 impl SetupError {
     /// What airlock is told: a user-namespace refusal is its own case (it
     /// has its own remedy), everything else is a setup failure with its text.
-    pub fn failure(&self) -> Failure {
+    pub(crate) fn failure(&self) -> Failure {
         match self {
             SetupError::UserNamespaces(_) => Failure::UserNamespaces(self.to_string()),
             _ => Failure::Setup(self.to_string()),
@@ -114,7 +114,7 @@ fn report(chan: &OwnedFd, error: &SetupError) {
 ///
 /// `observe` is the sandbox end of the observer channel (when observing): the
 /// command asks over it to be traced before it execs.
-pub fn supervisor(
+pub(crate) fn supervisor(
     plan: &Plan,
     cgroup: Option<&Cgroup>,
     chan: OwnedFd,

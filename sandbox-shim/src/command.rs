@@ -88,7 +88,7 @@ enum SetupStepError {
 }
 
 /// The command process; never returns.
-pub fn run(plan: &Plan, observe: Option<&OwnedFd>, terminal: Option<&OwnedFd>) -> ! {
+pub(crate) fn run(plan: &Plan, observe: Option<&OwnedFd>, terminal: Option<&OwnedFd>) -> ! {
     let error = match exec_command(plan, observe, terminal) {
         Ok(never) => match never {},
         Err(e) => e,

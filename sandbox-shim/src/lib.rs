@@ -6,6 +6,7 @@
 //! Works as root and as an unprivileged user (through a user namespace).
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
+#![warn(unreachable_pub)]
 
 mod attribution;
 mod capture;

@@ -31,7 +31,7 @@ const NONE: Option<&str> = None;
 
 /// The step of the filesystem setup that failed, as it reads before the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     MakePrivate,
     MakeReadOnly,
     Statvfs,
@@ -75,7 +75,7 @@ impl std::fmt::Display for Step {
 /// Why the sandbox's filesystem view could not be built: the step, the path
 /// it was applied to and the kernel's answer.
 #[derive(Debug, thiserror::Error)]
-pub enum MountError {
+pub(crate) enum MountError {
     /// A system call through nix (mount(2), statvfs(2), open(2), chdir(2)).
     #[error("{step} {}: {source}", .path.display())]
     Sys {
@@ -374,7 +374,7 @@ fn open_path(path: &Path) -> Result<OwnedFd> {
 }
 
 /// Run inside the new mount namespace, before the command exists.
-pub fn setup(plan: &Plan) -> Result<()> {
+pub(crate) fn setup(plan: &Plan) -> Result<()> {
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(sys_err(Step::MakePrivate, Path::new("/")))?;
     // Grab the grants before anything is covered (the workspace may live under /tmp or ~).

@@ -17,7 +17,7 @@ use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 use crate::sys;
 
 /// The three sockets handed to the proxy (they stay in this namespace forever).
-pub struct Sockets {
+pub(crate) struct Sockets {
     pub transparent: TcpListener,
     pub dns_udp: UdpSocket,
     pub dns_tcp: TcpListener,
@@ -61,7 +61,7 @@ fn ruleset() -> String {
 
 /// Why the sandbox's network could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum NetError {
+pub(crate) enum NetError {
     #[error("control socket: {0}")]
     ControlSocket(#[source] Errno),
     #[error("bring lo up: {0}")]
@@ -126,7 +126,7 @@ fn disable_ipv6() {
 }
 
 /// Run inside the fresh network namespace while still privileged in it.
-pub fn setup(nft: &Path) -> Result<Sockets, NetError> {
+pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
     let ctl = socket(
         AddressFamily::Inet,
         SockType::Datagram,

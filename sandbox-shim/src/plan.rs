@@ -11,14 +11,14 @@ use crate::spec::{Limits, SandboxSpec, UserSpec};
 
 /// A path made visible inside the sandbox at the same place.
 #[derive(Debug, Clone)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub path: PathBuf,
     pub writable: bool,
 }
 
 /// A path covered by an empty read-only tmpfs (dirs) or /dev/null (files).
 #[derive(Debug, Clone)]
-pub struct Hide {
+pub(crate) struct Hide {
     pub path: PathBuf,
     /// Forced hides also cover grants (the proxy CA key must never be visible).
     pub forced: bool,
@@ -26,7 +26,7 @@ pub struct Hide {
 
 /// Who the command runs as.
 #[derive(Debug, Clone, Copy)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// Root on the host, staying uid 0 without capabilities.
     Root,
     /// Root on the host switching to `--user`.
@@ -36,7 +36,7 @@ pub enum Identity {
 }
 
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
     pub search_path: OsString,
@@ -122,7 +122,7 @@ fn existing(path: &Path) -> Option<PathBuf> {
 }
 
 impl Plan {
-    pub fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
+    pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
         if spec.command.is_empty() {
             return Err(ShimError::InvalidSpec(
                 "empty command: pass the program to run after `--`".into(),

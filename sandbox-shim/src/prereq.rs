@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use crate::error::ShimError;
 
 /// `nft` usually lives in /usr/sbin, which is often not in an ordinary user's PATH.
-pub fn find_nft() -> Result<PathBuf, ShimError> {
+pub(crate) fn find_nft() -> Result<PathBuf, ShimError> {
     static NFT: OnceLock<Option<PathBuf>> = OnceLock::new();
     NFT.get_or_init(|| {
         let path = std::env::var_os("PATH").unwrap_or_default();
@@ -28,7 +28,7 @@ fn sysctl(path: &str) -> Option<i64> {
 }
 
 /// Unprivileged sandboxes need user namespaces (see user_namespaces(7)).
-pub fn check_userns() -> Result<(), ShimError> {
+pub(crate) fn check_userns() -> Result<(), ShimError> {
     if sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
         return Err(ShimError::UserNamespacesDisabled(
             "kernel.unprivileged_userns_clone=0".into(),

@@ -12,12 +12,12 @@ use nix::unistd::Pid;
 /// Longest string we copy out of a process (MAX_ARG_STRLEN, see execve(2)).
 const MAX_STRING: usize = 128 * 1024;
 
-pub fn open_mem(tid: Pid) -> Option<File> {
+pub(crate) fn open_mem(tid: Pid) -> Option<File> {
     File::open(format!("/proc/{tid}/mem")).ok()
 }
 
 /// A NUL-terminated string at `addr` in the target's memory.
-pub fn read_cstr(mem: &File, addr: u64) -> Option<Vec<u8>> {
+pub(crate) fn read_cstr(mem: &File, addr: u64) -> Option<Vec<u8>> {
     if addr == 0 {
         return None;
     }
@@ -42,7 +42,7 @@ pub fn read_cstr(mem: &File, addr: u64) -> Option<Vec<u8>> {
     Some(out)
 }
 
-pub fn read_u64(mem: &File, addr: u64) -> Option<u64> {
+pub(crate) fn read_u64(mem: &File, addr: u64) -> Option<u64> {
     let mut b = [0u8; 8];
     mem.read_exact_at(&mut b, addr).ok()?;
     Some(u64::from_ne_bytes(b))
@@ -50,7 +50,7 @@ pub fn read_u64(mem: &File, addr: u64) -> Option<u64> {
 
 /// The fields of /proc/<pid>/status we need (see proc_pid_status(5)).
 #[derive(Debug, Clone, Copy)]
-pub struct Status {
+pub(crate) struct Status {
     pub tgid: Pid,
     /// Host pid of the parent.
     pub ppid: Pid,
@@ -60,7 +60,7 @@ pub struct Status {
     pub uid: u32,
 }
 
-pub fn status(pid: Pid) -> Option<Status> {
+pub(crate) fn status(pid: Pid) -> Option<Status> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let mut st = Status {
         tgid: Pid::from_raw(0),
@@ -95,16 +95,16 @@ fn link(path: String) -> Option<String> {
     )
 }
 
-pub fn cwd(tid: Pid) -> Option<String> {
+pub(crate) fn cwd(tid: Pid) -> Option<String> {
     link(format!("/proc/{tid}/cwd"))
 }
 
-pub fn fd_path(tid: Pid, fd: i32) -> Option<String> {
+pub(crate) fn fd_path(tid: Pid, fd: i32) -> Option<String> {
     link(format!("/proc/{tid}/fd/{fd}"))
 }
 
 /// Children of every thread of `pid` (/proc/<pid>/task/*/children, see proc(5)).
-pub fn children(pid: Pid) -> Vec<Pid> {
+pub(crate) fn children(pid: Pid) -> Vec<Pid> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;

@@ -61,7 +61,7 @@ fn request(ifindex: u32) -> Vec<u8> {
 
 /// Why the default route could not be added.
 #[derive(Debug, thiserror::Error)]
-pub enum RouteError {
+pub(crate) enum RouteError {
     #[error("if_nametoindex(lo): {0}")]
     LoopbackIndex(#[source] Errno),
     #[error("netlink {step}: {source}")]
@@ -76,7 +76,7 @@ pub enum RouteError {
     UnexpectedAnswer,
 }
 
-pub fn default_route_via_lo() -> Result<(), RouteError> {
+pub(crate) fn default_route_via_lo() -> Result<(), RouteError> {
     let netlink = |step| move |source| RouteError::Netlink { step, source };
     let ifindex = nix::net::if_::if_nametoindex("lo").map_err(RouteError::LoopbackIndex)?;
     let sock = socket(

@@ -192,7 +192,7 @@ fn trace_if_writing(prog: &mut Vec<libc::sock_filter>, sys: libc::c_long, flags_
 
 /// The filter; with `observe`, file-changing syscalls stop for the observer
 /// (the tracer) first, which lets each run and looks at its result.
-pub fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_filter> {
+pub(crate) fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::sock_filter> {
     let eperm = errno(libc::EPERM);
     let mut prog = vec![
         // Foreign architectures (e.g. i386 via int 0x80) are killed outright.

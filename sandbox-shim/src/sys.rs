@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use nix::unistd::Pid;
 
 /// Result of [`fork`].
-pub enum Forked {
+pub(crate) enum Forked {
     Child,
     Parent(Pid),
 }
@@ -21,7 +21,7 @@ pub enum Forked {
 /// process is created with a single thread"), so allocating in the child is safe
 /// even when the parent is multi-threaded; the child never touches locks owned
 /// by other parent threads (stdout, tracing) before exec.
-pub fn fork() -> io::Result<Forked> {
+pub(crate) fn fork() -> io::Result<Forked> {
     // SAFETY: see the function comment; the caller's child branch never returns
     // into code that assumes other threads exist.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
@@ -32,13 +32,13 @@ pub fn fork() -> io::Result<Forked> {
 
 /// _exit(2): leave without running atexit handlers or flushing stdio buffers
 /// that were inherited from the parent (they belong to the parent).
-pub fn exit_now(code: i32) -> ! {
+pub(crate) fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(code) }
 }
 
 /// Bring `lo` up (SIOCSIFFLAGS, see netdevice(7)).
-pub fn loopback_up(sock: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn loopback_up(sock: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
@@ -62,14 +62,14 @@ pub fn loopback_up(sock: BorrowedFd<'_>) -> io::Result<()> {
 /// Drop every capability from the bounding set (PR_CAPBSET_DROP), clear the
 /// ambient set, then zero effective/permitted/inheritable with capset(2).
 /// See capabilities(7).
-pub fn drop_all_capabilities(last_cap: u32) -> io::Result<()> {
+pub(crate) fn drop_all_capabilities(last_cap: u32) -> io::Result<()> {
     drop_bounding_and_ambient(last_cap)?;
     clear_capability_sets()
 }
 
 /// Empty the bounding and ambient sets but keep the effective set (needed to
 /// switch uid/gid afterwards). See capabilities(7).
-pub fn drop_bounding_and_ambient(last_cap: u32) -> io::Result<()> {
+pub(crate) fn drop_bounding_and_ambient(last_cap: u32) -> io::Result<()> {
     for cap in 0..=last_cap {
         // SAFETY: prctl with integer arguments only.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
@@ -94,7 +94,7 @@ pub fn drop_bounding_and_ambient(last_cap: u32) -> io::Result<()> {
 }
 
 /// capset(2) with all-zero sets (version 3 header, two data words).
-pub fn clear_capability_sets() -> io::Result<()> {
+pub(crate) fn clear_capability_sets() -> io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -127,7 +127,7 @@ pub fn clear_capability_sets() -> io::Result<()> {
 
 /// Install a seccomp filter (seccomp(2), SECCOMP_SET_MODE_FILTER). The caller
 /// must have set no_new_privs first.
-pub fn install_seccomp(filter: &[libc::sock_filter]) -> io::Result<()> {
+pub(crate) fn install_seccomp(filter: &[libc::sock_filter]) -> io::Result<()> {
     let prog = libc::sock_fprog {
         len: u16::try_from(filter.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp filter too long"))?,
@@ -151,7 +151,7 @@ pub fn install_seccomp(filter: &[libc::sock_filter]) -> io::Result<()> {
 /// Reset every signal disposition to default and unblock all signals, so the
 /// command does not inherit SIG_IGN from the shim (see signal(7): ignored
 /// signals stay ignored across execve).
-pub fn reset_signals() {
+pub(crate) fn reset_signals() {
     for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
@@ -169,7 +169,7 @@ pub fn reset_signals() {
 
 /// Ignore terminal-generated signals in the shim's helper processes: Ctrl-C
 /// belongs to the command (it is in the same foreground process group).
-pub fn ignore_terminal_signals() {
+pub(crate) fn ignore_terminal_signals() {
     for sig in [
         libc::SIGINT,
         libc::SIGQUIT,
@@ -184,7 +184,7 @@ pub fn ignore_terminal_signals() {
 
 /// waitpid(2) for `pid`, or for any child when None, that also works for
 /// children that are not ours by clone flags (__WALL); returns (pid, raw status).
-pub fn wait_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, i32)>> {
+pub(crate) fn wait_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, i32)>> {
     let mut status = 0;
     let flags = if nohang { libc::WNOHANG } else { 0 } | libc::__WALL;
     let raw = pid.map_or(-1, Pid::as_raw);
@@ -205,7 +205,7 @@ pub fn wait_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, i32)>
 }
 
 /// kill(2) without touching nix's typed Signal (raw numbers come from wait statuses).
-pub fn kill(pid: Pid, sig: i32) {
+pub(crate) fn kill(pid: Pid, sig: i32) {
     // 0 and negative values name process groups (kill(2)): never meant here.
     if pid.as_raw() <= 0 {
         return;
@@ -216,7 +216,7 @@ pub fn kill(pid: Pid, sig: i32) {
 
 /// Take ownership of a descriptor the kernel just installed for us via
 /// SCM_RIGHTS (see unix(7)); nothing else refers to it.
-pub fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
+pub(crate) fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
     // SAFETY: `raw` was returned by recvmsg in an SCM_RIGHTS message and is not
     // owned by any other object in this process.
@@ -224,7 +224,7 @@ pub fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
 }
 
 /// pidfd_open(2): a descriptor that becomes readable when `pid` exits.
-pub fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain syscall with integer arguments.
     let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
@@ -239,7 +239,7 @@ pub fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
 /// `path` and every mount below it become read-only, including mounts that
 /// another mount covers and no path reaches any more. Linux 5.12 and later;
 /// older kernels fail with ENOSYS.
-pub fn make_tree_readonly(path: &std::ffi::CStr) -> io::Result<()> {
+pub(crate) fn make_tree_readonly(path: &std::ffi::CStr) -> io::Result<()> {
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
@@ -281,40 +281,40 @@ fn trace_options() -> nix::sys::ptrace::Options {
 }
 
 /// PTRACE_SEIZE `pid` with [`trace_options`]; its children are traced too.
-pub fn trace_seize(pid: Pid) -> io::Result<()> {
+pub(crate) fn trace_seize(pid: Pid) -> io::Result<()> {
     nix::sys::ptrace::seize(pid, trace_options()).map_err(io::Error::from)
 }
 
 /// Resume a stopped tracee, delivering `signal` (0 for none). ESRCH (the
 /// tracee was killed meanwhile) is not an error worth reporting.
-pub fn trace_resume(tid: Pid, signal: i32) {
+pub(crate) fn trace_resume(tid: Pid, signal: i32) {
     // SAFETY: PTRACE_CONT takes integer arguments only.
     unsafe { libc::ptrace(libc::PTRACE_CONT, tid.as_raw(), 0, signal as libc::c_long) };
 }
 
 /// Resume a tracee stopped at a seccomp stop until the end of that syscall
 /// (the next stop is its syscall-exit-stop, ptrace(2) "Syscall-stops").
-pub fn trace_to_syscall_exit(tid: Pid) {
+pub(crate) fn trace_to_syscall_exit(tid: Pid) {
     // SAFETY: PTRACE_SYSCALL takes integer arguments only.
     unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid.as_raw(), 0, 0) };
 }
 
 /// Leave a tracee in its group-stop (SIGSTOP, SIGTSTP...) without resuming
 /// it, so job control works as without a tracer (PTRACE_LISTEN, ptrace(2)).
-pub fn trace_listen(tid: Pid) {
+pub(crate) fn trace_listen(tid: Pid) {
     // SAFETY: PTRACE_LISTEN takes integer arguments only.
     unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid.as_raw(), 0, 0) };
 }
 
 /// PTRACE_GETEVENTMSG: the new pid of a fork/clone event, the former thread
 /// id of an exec event.
-pub fn trace_event_message(tid: Pid) -> Option<i64> {
+pub(crate) fn trace_event_message(tid: Pid) -> Option<i64> {
     nix::sys::ptrace::getevent(tid).ok()
 }
 
 /// Where a tracee stopped inside a syscall (PTRACE_GET_SYSCALL_INFO, Linux 5.3).
 #[derive(Debug, Clone, Copy)]
-pub enum SyscallStop {
+pub(crate) enum SyscallStop {
     /// A seccomp stop (SECCOMP_RET_TRACE): before the syscall runs.
     Entry {
         nr: i64,
@@ -328,7 +328,7 @@ pub enum SyscallStop {
     Other,
 }
 
-pub fn syscall_stop(tid: Pid) -> io::Result<SyscallStop> {
+pub(crate) fn syscall_stop(tid: Pid) -> io::Result<SyscallStop> {
     let info = nix::sys::ptrace::syscall_info(tid)?;
     Ok(match info.op {
         libc::PTRACE_SYSCALL_INFO_SECCOMP => {
@@ -355,7 +355,7 @@ pub fn syscall_stop(tid: Pid) -> io::Result<SyscallStop> {
 /// __WALL (threads too) and __WNOTHREAD (not the children that other
 /// threads of airlock forked, such as the sandbox supervisor); returns
 /// (tid, raw status), or None once no tracee is left (ECHILD).
-pub fn wait_tracee() -> io::Result<Option<(Pid, i32)>> {
+pub(crate) fn wait_tracee() -> io::Result<Option<(Pid, i32)>> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid out-pointer.
@@ -375,7 +375,7 @@ pub fn wait_tracee() -> io::Result<Option<(Pid, i32)>> {
 /// The current coarse wall-clock time: the clock the kernel stamps inode
 /// times from (current_time(), see inode(7) "Timestamps"), so a file changed
 /// after this call never has an earlier ctime.
-pub fn coarse_now() -> std::time::SystemTime {
+pub(crate) fn coarse_now() -> std::time::SystemTime {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -391,7 +391,7 @@ pub fn coarse_now() -> std::time::SystemTime {
 
 /// dup2(2) onto a fixed descriptor number (stdio of the sandbox helpers). The
 /// forked child owns its descriptor table; `target` is 0, 1 or 2.
-pub fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
+pub(crate) fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
     // SAFETY: dup2 only manipulates the descriptor table.
     if unsafe { libc::dup2(fd, target) } < 0 {
         return Err(io::Error::last_os_error());
@@ -400,7 +400,7 @@ pub fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
 }
 
 /// fcntl(F_DUPFD): a copy of `fd` numbered at least `min`.
-pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
+pub(crate) fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
     // SAFETY: F_DUPFD only manipulates the descriptor table.
     let rc = unsafe { libc::fcntl(fd, libc::F_DUPFD, min) };
     if rc < 0 {
@@ -411,7 +411,7 @@ pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
 
 /// Close every descriptor >= 3 except those in `keep` (close_range(2)), so
 /// nothing the host process had open leaks into the sandbox.
-pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
+pub(crate) fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
     let mut keep: Vec<libc::c_uint> = keep
         .iter()
         .filter(|fd| **fd >= 3)
@@ -437,7 +437,7 @@ pub fn close_fds_except_all(keep: &[RawFd]) -> io::Result<()> {
 
 /// pidfd_getfd(2): a duplicate of descriptor `fd` of the process behind
 /// `pidfd` (needs ptrace access to it, see ptrace(2) "access mode checking").
-pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain syscall with integer arguments.
     let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
@@ -453,7 +453,7 @@ pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> io::Result<std::os::fd::
 /// no path lookup, so the slave is the peer of this very master on the same
 /// devpts instance, close-on-exec and not made the caller's controlling
 /// terminal. See ioctl_tty(2), pty(7).
-pub fn open_pty_peer(master: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn open_pty_peer(master: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let unlock: libc::c_int = 0;
     // SAFETY: TIOCSPTLCK reads one int from a valid pointer that outlives the call.
@@ -473,7 +473,7 @@ pub fn open_pty_peer(master: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd>
 /// TIOCSCTTY: make `tty` the controlling terminal of the calling session
 /// leader (which must have none); its process group becomes the terminal's
 /// foreground group. See ioctl_tty(2), credentials(7).
-pub fn set_controlling_terminal(tty: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn set_controlling_terminal(tty: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: TIOCSCTTY takes an int by value (0: do not steal from another session).
     if unsafe { libc::ioctl(tty.as_raw_fd(), libc::TIOCSCTTY, 0) } != 0 {
         return Err(io::Error::last_os_error());
@@ -489,7 +489,7 @@ pub struct WindowSize {
 }
 
 /// TIOCGWINSZ: the window size of the terminal behind `fd`.
-pub fn window_size(fd: BorrowedFd<'_>) -> io::Result<WindowSize> {
+pub(crate) fn window_size(fd: BorrowedFd<'_>) -> io::Result<WindowSize> {
     // SAFETY: winsize is plain old data; all-zero is a valid value.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ writes one winsize through a valid pointer that outlives the call.
@@ -504,7 +504,7 @@ pub fn window_size(fd: BorrowedFd<'_>) -> io::Result<WindowSize> {
 
 /// TIOCSWINSZ: set the window size; on a pty master the kernel sends SIGWINCH
 /// to the slave's foreground process group when the size changes.
-pub fn set_window_size(fd: BorrowedFd<'_>, size: WindowSize) -> io::Result<()> {
+pub(crate) fn set_window_size(fd: BorrowedFd<'_>, size: WindowSize) -> io::Result<()> {
     let ws = libc::winsize {
         ws_row: size.rows,
         ws_col: size.cols,

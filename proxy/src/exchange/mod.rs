@@ -52,7 +52,7 @@ use self::request_target::{display_url, request_target};
 type Answer = Result<Response<ProxyBody>, Early>;
 
 /// Serve one request; never fails at the HTTP level (errors become responses).
-pub async fn handle(
+pub(crate) async fn handle(
     engine: Arc<Engine>,
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,

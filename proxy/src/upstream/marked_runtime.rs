@@ -18,13 +18,13 @@ use super::connect::CONNECT_TIMEOUT;
 
 /// [`TokioRuntimeProvider`] whose sockets carry `mark` (when set).
 #[derive(Clone, Default)]
-pub struct MarkedRuntime {
+pub(super) struct MarkedRuntime {
     inner: TokioRuntimeProvider,
     mark: Option<u32>,
 }
 
 impl MarkedRuntime {
-    pub fn new(mark: Option<u32>) -> Self {
+    pub(super) fn new(mark: Option<u32>) -> Self {
         Self {
             inner: TokioRuntimeProvider::default(),
             mark,

@@ -6,19 +6,19 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::events::WsOpcode;
 
 /// Control frames carry at most 125 payload bytes (RFC 6455 §5.5).
-pub const MAX_CONTROL_PAYLOAD: usize = 125;
+pub(super) const MAX_CONTROL_PAYLOAD: usize = 125;
 
 /// Who sent the frames being read: a client masks every frame and a server
 /// masks none (RFC 6455 §5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sender {
+pub(super) enum Sender {
     Client,
     Server,
 }
 
 /// A checked frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameHead {
+pub(super) struct FrameHead {
     pub fin: bool,
     pub opcode: WsOpcode,
     pub mask: Option<[u8; 4]>,
@@ -27,7 +27,7 @@ pub struct FrameHead {
 
 /// Why a peer is no longer speaking WebSocket.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(super) enum FrameError {
     #[error("reserved bits set, and no extension was negotiated (RFC 6455 §5.2)")]
     ReservedBits,
     #[error("reserved opcode {0:#x} (RFC 6455 §5.2)")]
@@ -60,7 +60,7 @@ pub enum FrameError {
 
 impl FrameError {
     /// True when the peer broke the protocol (rather than the connection failing).
-    pub fn is_protocol(&self) -> bool {
+    pub(super) fn is_protocol(&self) -> bool {
         !matches!(self, FrameError::Io(_))
     }
 }
@@ -87,13 +87,13 @@ fn opcode(code: u8) -> Result<WsOpcode, FrameError> {
     })
 }
 
-pub fn is_control(opcode: WsOpcode) -> bool {
+pub(super) fn is_control(opcode: WsOpcode) -> bool {
     matches!(opcode, WsOpcode::Close | WsOpcode::Ping | WsOpcode::Pong)
 }
 
 /// Reads and checks the next frame header; None at a clean end of stream
 /// (between frames).
-pub async fn read_head<R: AsyncRead + Unpin>(
+pub(super) async fn read_head<R: AsyncRead + Unpin>(
     reader: &mut R,
     sender: Sender,
 ) -> Result<Option<FrameHead>, FrameError> {
@@ -146,7 +146,7 @@ pub async fn read_head<R: AsyncRead + Unpin>(
 }
 
 /// XORs `payload` with the mask, `offset` bytes into the frame's payload (RFC 6455 §5.3).
-pub fn apply_mask(payload: &mut [u8], mask: [u8; 4], offset: u64) {
+pub(super) fn apply_mask(payload: &mut [u8], mask: [u8; 4], offset: u64) {
     let start = (offset % 4) as usize;
     for (i, byte) in payload.iter_mut().enumerate() {
         *byte ^= mask[(start + i) % 4];
@@ -154,7 +154,12 @@ pub fn apply_mask(payload: &mut [u8], mask: [u8; 4], offset: u64) {
 }
 
 /// One whole frame: header, then the payload masked with `mask` if given.
-pub fn encode(fin: bool, opcode: WsOpcode, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+pub(super) fn encode(
+    fin: bool,
+    opcode: WsOpcode,
+    payload: &[u8],
+    mask: Option<[u8; 4]>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 14);
     out.push(if fin { 0x80 } else { 0 } | opcode.code());
     let mask_bit = if mask.is_some() { 0x80 } else { 0 };
@@ -185,7 +190,7 @@ pub fn encode(fin: bool, opcode: WsOpcode, payload: &[u8], mask: Option<[u8; 4]>
 
 /// The status code and reason of a close frame's payload, checked
 /// (RFC 6455 §5.5.1, §7.4.1). An empty payload has neither.
-pub fn parse_close(payload: &[u8]) -> Result<(Option<u16>, Option<String>), FrameError> {
+pub(super) fn parse_close(payload: &[u8]) -> Result<(Option<u16>, Option<String>), FrameError> {
     match payload {
         [] => Ok((None, None)),
         [_] => Err(FrameError::CloseOneByte),

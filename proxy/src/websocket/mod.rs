@@ -45,7 +45,7 @@ const MAX_RECORDED_MESSAGES: u64 = 1000;
 const PROTOCOL_ERROR: u16 = 1002;
 
 /// What the relay needs to know about its exchange.
-pub struct RelayContext {
+pub(crate) struct RelayContext {
     pub engine: Arc<Engine>,
     pub conn: ConnId,
     pub request: RequestId,
@@ -66,7 +66,7 @@ enum PumpEnd {
 }
 
 /// Relays frames both ways until the connection ends, then records the end.
-pub async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
+pub(crate) async fn relay(ctx: RelayContext, client: OnUpgrade, upstream: OnUpgrade) {
     let started = Instant::now();
     let (client, upstream) = match tokio::join!(client, upstream) {
         (Ok(client), Ok(upstream)) => (client, upstream),

@@ -35,7 +35,7 @@ const LOADER_OPTIONS_WITH_VALUE: [&str; 7] = [
 
 /// One successful exec, as the kernel performed it.
 #[derive(Debug)]
-pub struct Executed {
+pub(super) struct Executed {
     pub status: Status,
     /// readlink(/proc/PID/exe): the resolved path, or `/memfd:NAME (deleted)`,
     /// or `PATH (deleted)`.
@@ -51,7 +51,7 @@ pub struct Executed {
 /// SHA-256 of files by identity and change times, so the same binary is
 /// hashed once however often it runs.
 #[derive(Debug, Default)]
-pub struct Hashes {
+pub(super) struct Hashes {
     known: HashMap<Identity, String>,
 }
 
@@ -184,7 +184,7 @@ fn starts_with_shebang(file: &File) -> bool {
 }
 
 /// Read the exec that process `tgid` (host pid) has just performed.
-pub fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
+pub(super) fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
     let status = procfs::status(tgid)?;
     let path = std::fs::read_link(format!("/proc/{tgid}/exe"))
         .ok()

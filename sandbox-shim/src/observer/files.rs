@@ -24,7 +24,7 @@ use crate::capture::{self, Captured};
 use crate::observation::{ExecSeq, FileChange, Observation};
 
 /// (device, inode number).
-pub type FileKey = (u64, u64);
+pub(super) type FileKey = (u64, u64);
 
 /// Most read-only descriptors we keep open at once; past it, a file is
 /// captured through its name (and the reconcile checks it).
@@ -48,14 +48,14 @@ struct Tracked {
 /// we could (our own open file description, so reading it never moves the
 /// writer's file offset), else an O_PATH handle that still names the inode.
 #[derive(Debug)]
-pub struct Opened {
+pub(super) struct Opened {
     pub file: File,
     pub readable: bool,
 }
 
 /// A record about to be emitted.
 #[derive(Debug)]
-pub struct FileRecord {
+pub(super) struct FileRecord {
     pub exec_id: Option<ExecSeq>,
     pub path: String,
     pub op: FileChange,
@@ -69,7 +69,7 @@ pub struct FileRecord {
 }
 
 impl FileRecord {
-    pub fn now(exec_id: Option<ExecSeq>, path: String, op: FileChange) -> FileRecord {
+    pub(super) fn now(exec_id: Option<ExecSeq>, path: String, op: FileChange) -> FileRecord {
         FileRecord {
             exec_id,
             path,
@@ -85,7 +85,7 @@ impl FileRecord {
     }
 }
 
-pub struct Files {
+pub(super) struct Files {
     tracked: HashMap<FileKey, Tracked>,
     /// Ordered, so a directory's entries are one range away.
     by_name: BTreeMap<String, FileKey>,
@@ -125,7 +125,7 @@ fn renamed(name: &str, from: &str, to: &str) -> Option<String> {
 }
 
 impl Files {
-    pub fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Files {
+    pub(super) fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Files {
         Files {
             tracked: HashMap::new(),
             by_name: BTreeMap::new(),
@@ -140,11 +140,11 @@ impl Files {
     }
 
     /// Is `path` in a place the sandbox can write?
-    pub fn writable(&self, path: &str) -> bool {
+    pub(super) fn writable(&self, path: &str) -> bool {
         self.mounts.contains(path.trim_end_matches('/'))
     }
 
-    pub fn emit(&mut self, r: FileRecord) {
+    pub(super) fn emit(&mut self, r: FileRecord) {
         match r.op {
             FileChange::Create | FileChange::Modify | FileChange::Truncate => {
                 self.view.insert(r.path.clone(), r.captured.sha256.clone());
@@ -193,7 +193,7 @@ impl Files {
     /// truncated it by name (no holder). `op` is Create, Modify or Truncate.
     /// A new writer ends the previous writer's record: its version is
     /// captured first.
-    pub fn wrote(
+    pub(super) fn wrote(
         &mut self,
         holder: Option<Pid>,
         exec: Option<ExecSeq>,
@@ -258,12 +258,12 @@ impl Files {
     }
 
     /// Is any written file still tracked?
-    pub fn tracking(&self) -> bool {
+    pub(super) fn tracking(&self) -> bool {
         !self.tracked.is_empty()
     }
 
     /// Capture a tracked inode's version before a truncating open empties it.
-    pub fn before_truncate(&mut self, key: FileKey) {
+    pub(super) fn before_truncate(&mut self, key: FileKey) {
         let keep_tracking = match self.tracked.get(&key) {
             Some(t) => !t.holders.is_empty(),
             None => return,
@@ -273,7 +273,7 @@ impl Files {
 
     /// Capture, before a syscall destroys it (O_TRUNC, truncate, unlink, or
     /// a rename over it), the version of a tracked file named `path`.
-    pub fn before_destroy(&mut self, path: &str) {
+    pub(super) fn before_destroy(&mut self, path: &str) {
         let Some(key) = self.by_name.get(path).copied() else {
             return;
         };
@@ -286,7 +286,7 @@ impl Files {
 
     /// Which tracked files `tgid` still holds open for writing, from its
     /// descriptor table; the others it has let go of.
-    pub fn check_holder(&mut self, tgid: Pid) {
+    pub(super) fn check_holder(&mut self, tgid: Pid) {
         let Some(held) = self.held_by.get(&tgid) else {
             return;
         };
@@ -305,7 +305,7 @@ impl Files {
     }
 
     /// `child` was forked by `parent` and inherited its descriptors.
-    pub fn forked(&mut self, parent: Pid, child: Pid) {
+    pub(super) fn forked(&mut self, parent: Pid, child: Pid) {
         let Some(held) = self.held_by.get(&parent).cloned() else {
             return;
         };
@@ -318,7 +318,7 @@ impl Files {
     }
 
     /// Process `tgid` is gone: it holds nothing any more.
-    pub fn process_gone(&mut self, tgid: Pid) {
+    pub(super) fn process_gone(&mut self, tgid: Pid) {
         for key in self.held_by.remove(&tgid).unwrap_or_default() {
             self.release(tgid, key);
         }
@@ -393,7 +393,7 @@ impl Files {
     }
 
     /// A successful rename: tracked names follow it.
-    pub fn renamed(&mut self, from: &str, to: &str) {
+    pub(super) fn renamed(&mut self, from: &str, to: &str) {
         let mut names = under(&self.by_name, from);
         names.push(from.to_string());
         for old in names {
@@ -412,7 +412,7 @@ impl Files {
     }
 
     /// A successful link(2): the inode has one more name.
-    pub fn linked(&mut self, from: &str, to: &str) {
+    pub(super) fn linked(&mut self, from: &str, to: &str) {
         if let Some(key) = self.by_name.get(from).copied()
             && let Some(t) = self.tracked.get_mut(&key)
         {
@@ -421,7 +421,7 @@ impl Files {
     }
 
     /// Content of the file named `path` now (for a record made at once).
-    pub fn capture_named(&self, path: &str) -> (Captured, Option<FileKey>) {
+    pub(super) fn capture_named(&self, path: &str) -> (Captured, Option<FileKey>) {
         match self.mounts.lookup(path) {
             Some(h) => {
                 let key = h.metadata().ok().map(|m| key_of(&m));
@@ -433,7 +433,7 @@ impl Files {
 
     /// The end: every process of the sandbox is gone. Capture what is still
     /// tracked, then reconcile every writable mount with the record.
-    pub fn finish(&mut self, since: SystemTime) {
+    pub(super) fn finish(&mut self, since: SystemTime) {
         let mut keys: Vec<(u64, FileKey)> = self.tracked.iter().map(|(k, t)| (t.seq, *k)).collect();
         keys.sort();
         for (_, key) in keys {

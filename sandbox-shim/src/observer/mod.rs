@@ -43,15 +43,15 @@ use trace::Stop;
 
 /// State shared with [`crate::Attributor`]: host pid -> current exec.
 #[derive(Debug, Default)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub procs: HashMap<Pid, ExecSeq>,
 }
 
-pub type SharedState = Arc<Mutex<Shared>>;
+pub(crate) type SharedState = Arc<Mutex<Shared>>;
 
 /// What the observer needs to know about the sandbox.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// Host pid of the sandbox init.
     pub init: Pid,
     pub max_file_bytes: u64,
@@ -72,7 +72,7 @@ struct Observer {
 
 /// Start the observer thread; it ends once every traced process is gone and
 /// the last records are sent, dropping `tx`.
-pub fn spawn(
+pub(crate) fn spawn(
     chan: OwnedFd,
     cfg: Config,
     tx: Sender<Observation>,

@@ -11,7 +11,7 @@ use crate::procfs;
 
 /// One traced process (keyed by its host tgid).
 #[derive(Debug, Default)]
-pub struct Proc {
+pub(super) struct Proc {
     /// Its current exec (inherited from the parent until it execs itself).
     pub exec: Option<ExecSeq>,
     /// Every exec this process went through itself, oldest first; they all
@@ -20,7 +20,7 @@ pub struct Proc {
 }
 
 #[derive(Debug)]
-pub struct Procs {
+pub(super) struct Procs {
     procs: HashMap<Pid, Proc>,
     /// Host tid -> host tgid, for every traced thread that is not a leader.
     threads: HashMap<Pid, Pid>,
@@ -29,7 +29,7 @@ pub struct Procs {
 }
 
 impl Procs {
-    pub fn new(shared: SharedState) -> Procs {
+    pub(super) fn new(shared: SharedState) -> Procs {
         Procs {
             procs: HashMap::new(),
             threads: HashMap::new(),
@@ -49,7 +49,7 @@ impl Procs {
 
     /// The process `tid` belongs to, registering a thread or process we had
     /// not heard of (a new child can stop before its parent's fork event).
-    pub fn tgid_of(&mut self, tid: Pid) -> Pid {
+    pub(super) fn tgid_of(&mut self, tid: Pid) -> Pid {
         if self.procs.contains_key(&tid) {
             return tid;
         }
@@ -76,13 +76,13 @@ impl Procs {
         tgid
     }
 
-    pub fn exec_of(&self, tgid: Pid) -> Option<ExecSeq> {
+    pub(super) fn exec_of(&self, tgid: Pid) -> Option<ExecSeq> {
         self.procs.get(&tgid).and_then(|p| p.exec)
     }
 
     /// `parent` (a tid) created `child`: a thread of the same process, or a
     /// new process running its parent's exec until it execs itself.
-    pub fn forked(&mut self, parent: Pid, child: Pid, thread: bool) {
+    pub(super) fn forked(&mut self, parent: Pid, child: Pid, thread: bool) {
         let ptgid = self.tgid_of(parent);
         if thread {
             self.procs.remove(&child);
@@ -100,7 +100,7 @@ impl Procs {
     /// Process `tgid` has just exec'd (its former thread `former` is gone):
     /// a new exec id, and the exec it descends from (this process's previous
     /// image, or the one it inherited).
-    pub fn exec_started(&mut self, tgid: Pid, former: Pid) -> (ExecSeq, Option<ExecSeq>) {
+    pub(super) fn exec_started(&mut self, tgid: Pid, former: Pid) -> (ExecSeq, Option<ExecSeq>) {
         if former != tgid {
             self.threads.remove(&former);
         }
@@ -118,7 +118,7 @@ impl Procs {
 
     /// Thread `tid` is gone; when it was a process's leader, that process is
     /// gone and is returned (its exec chain ends now).
-    pub fn exited(&mut self, tid: Pid) -> Option<(Pid, Proc)> {
+    pub(super) fn exited(&mut self, tid: Pid) -> Option<(Pid, Proc)> {
         if self.threads.remove(&tid).is_some() {
             return None;
         }

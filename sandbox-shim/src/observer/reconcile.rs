@@ -111,7 +111,7 @@ impl Walk<'_> {
 }
 
 /// Findings of the reconcile of every writable mount, in path order.
-pub fn run(
+pub(super) fn run(
     mounts: &Mounts,
     since: SystemTime,
     view: &BTreeMap<String, Option<String>>,

@@ -32,7 +32,7 @@ const PROC_ROOT_INO: u64 = 1;
 
 /// The thread whose view we resolve in.
 #[derive(Debug, Clone, Copy)]
-pub struct Viewer {
+pub(super) struct Viewer {
     /// Host thread and process ids (for /proc/<tid>/...).
     pub tid: Pid,
     pub tgid: Pid,
@@ -50,7 +50,7 @@ impl Viewer {
 /// component; with `name` empty, `parent` is the object itself (a path that
 /// ends in `.`, `..` or a followed magic link).
 #[derive(Debug)]
-pub struct Resolved {
+pub(super) struct Resolved {
     pub parent: File,
     pub name: Vec<u8>,
     /// The full path in the sandbox (the kernel's name for `parent`, plus `name`).
@@ -60,7 +60,7 @@ pub struct Resolved {
 impl Resolved {
     /// O_PATH handle of the object itself (the symlink itself when the last
     /// component is one).
-    pub fn open(&self) -> Option<File> {
+    pub(super) fn open(&self) -> Option<File> {
         if self.name.is_empty() {
             return self.parent.try_clone().ok();
         }
@@ -94,7 +94,7 @@ fn is_proc(dir: &File) -> bool {
 
 /// The kernel's name of what `fd` refers to, as seen by its own mount
 /// namespace (d_path of the descriptor, proc_pid_fd(5)).
-pub fn name_of(fd: &impl AsRawFd) -> Option<String> {
+pub(super) fn name_of(fd: &impl AsRawFd) -> Option<String> {
     let target = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     Some(String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned())
 }
@@ -119,7 +119,7 @@ fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = Vec<u8>> + '_ {
 /// stat(2), for hints only (whether an open creates its file, which tracked
 /// file a truncating open is about to destroy). Unlike [`resolve`], a
 /// symlink met on the way with an absolute target resolves against our root.
-pub fn quick_stat(
+pub(super) fn quick_stat(
     viewer: Viewer,
     dirfd: i32,
     path: &[u8],
@@ -148,7 +148,12 @@ pub fn quick_stat(
 /// (`AT_FDCWD` for its cwd). With `follow_last`, a symbolic link in the last
 /// position is followed too (open(2) without O_NOFOLLOW, truncate(2),
 /// chmod(2)); without it, the link itself is named (unlink(2), rename(2)).
-pub fn resolve(viewer: Viewer, dirfd: i32, path: &[u8], follow_last: bool) -> Option<Resolved> {
+pub(super) fn resolve(
+    viewer: Viewer,
+    dirfd: i32,
+    path: &[u8],
+    follow_last: bool,
+) -> Option<Resolved> {
     let tid = viewer.tid;
     let root = File::open(format!("/proc/{tid}/root")).ok()?;
     let mut dir = if path.starts_with(b"/") {

@@ -24,7 +24,7 @@ fn arg_i32(v: u64) -> i32 {
 
 /// A traced syscall between its seccomp stop and its exit.
 #[derive(Debug)]
-pub enum Call {
+pub(super) enum Call {
     /// open/openat/openat2/creat for writing; `existed` before it ran.
     Open {
         existed: bool,
@@ -65,7 +65,7 @@ pub enum Call {
 /// What the seccomp stop decoded: the call, and the paths whose tracked
 /// content the syscall is about to destroy or move (captured first, under
 /// the name they were written as).
-pub struct Entry {
+pub(super) struct Entry {
     pub call: Call,
     pub destroys: Vec<String>,
     /// The inode a truncating open is about to empty.
@@ -106,7 +106,7 @@ impl Args {
 /// Decode the syscall `nr` that `viewer` stopped at; `tracking` says whether
 /// any written file is still tracked (only then can an open destroy a
 /// version not yet on record).
-pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<Entry> {
+pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<Entry> {
     let a = Args {
         viewer,
         args,
@@ -241,7 +241,7 @@ pub fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<
 
 /// Who made the call.
 #[derive(Debug, Clone, Copy)]
-pub struct Caller {
+pub(super) struct Caller {
     pub tid: Pid,
     pub tgid: Pid,
     pub exec: Option<ExecSeq>,
@@ -273,7 +273,7 @@ fn fd_file(tid: Pid, fd: i64) -> Option<(String, Opened)> {
 }
 
 /// The call succeeded with `value`: record it.
-pub fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [u64; 6]) {
+pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, args: [u64; 6]) {
     let exec = who.exec;
     let record = match call {
         Call::Open { existed } => {

@@ -3,7 +3,7 @@
 
 /// One stop or death of a traced thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
+pub(super) enum Stop {
     /// Exited with this code.
     Exited { code: i32 },
     /// Killed by this signal.
@@ -31,7 +31,7 @@ fn is_stop_signal(sig: i32) -> bool {
     )
 }
 
-pub fn classify(status: i32) -> Stop {
+pub(super) fn classify(status: i32) -> Stop {
     if libc::WIFEXITED(status) {
         return Stop::Exited {
             code: libc::WEXITSTATUS(status),

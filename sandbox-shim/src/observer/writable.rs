@@ -36,7 +36,7 @@ const NOT_STORAGE: [&str; 15] = [
 
 /// One writable mount.
 #[derive(Debug)]
-pub struct Mount {
+pub(super) struct Mount {
     /// Where the sandbox sees it.
     pub point: String,
     /// Its root directory (O_PATH).
@@ -44,7 +44,7 @@ pub struct Mount {
 }
 
 #[derive(Debug, Default)]
-pub struct Mounts {
+pub(super) struct Mounts {
     /// Longest mount point first, so the first match is the innermost mount.
     mounts: Vec<Mount>,
     /// Every mount point in the sandbox (writable or not): a walk of one
@@ -83,7 +83,7 @@ fn unescape(field: &str) -> String {
 }
 
 /// `path` (absolute) is `base` or below it.
-pub fn is_under(path: &str, base: &str) -> bool {
+pub(super) fn is_under(path: &str, base: &str) -> bool {
     base == "/"
         || path == base
         || (path.starts_with(base) && path.as_bytes().get(base.len()) == Some(&b'/'))
@@ -101,7 +101,7 @@ fn open_beneath(dir: &File, relative: &str, flags: OFlag, resolve: ResolveFlag) 
 
 impl Mounts {
     /// The writable mounts of the sandbox whose init is `init` (host pid).
-    pub fn open(init: Pid) -> Mounts {
+    pub(super) fn open(init: Pid) -> Mounts {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{init}/mountinfo")) else {
             return Mounts::default();
         };
@@ -134,23 +134,23 @@ impl Mounts {
         out
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Mount> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Mount> {
         self.mounts.iter()
     }
 
     /// The innermost writable mount holding `path`, and the path below it.
-    pub fn find<'p>(&self, path: &'p str) -> Option<(&Mount, &'p str)> {
+    pub(super) fn find<'p>(&self, path: &'p str) -> Option<(&Mount, &'p str)> {
         let m = self.mounts.iter().find(|m| is_under(path, &m.point))?;
         let rest = path[m.point.len().min(path.len())..].trim_start_matches('/');
         Some((m, rest))
     }
 
-    pub fn contains(&self, path: &str) -> bool {
+    pub(super) fn contains(&self, path: &str) -> bool {
         self.find(path).is_some()
     }
 
     /// Mount points strictly below `point` (other mounts a walk must skip).
-    pub fn covered_below<'a>(&'a self, point: &'a str) -> impl Iterator<Item = &'a str> {
+    pub(super) fn covered_below<'a>(&'a self, point: &'a str) -> impl Iterator<Item = &'a str> {
         self.points
             .iter()
             .map(String::as_str)
@@ -159,7 +159,7 @@ impl Mounts {
 
     /// O_PATH handle of the file named `path` right now, following no
     /// symlink and crossing no mount: the name as the record has it.
-    pub fn lookup(&self, path: &str) -> Option<File> {
+    pub(super) fn lookup(&self, path: &str) -> Option<File> {
         let (mount, rest) = self.find(path)?;
         open_beneath(
             &mount.root,
