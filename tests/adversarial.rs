@@ -5,20 +5,23 @@
 //! denies, counted at real upstream servers) and the proxy survives with
 //! bounded memory and keeps serving.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_test_support::client::{connect_tunnel, curl, intercepted, read_head, run};
+use airlock_test_support::pki::{TestPki, tls_client};
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::{TestServer, serve_http};
+use airlock_test_support::upstream::Upstream;
 use bytes::Bytes;
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, tls_client};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpStream, UdpSocket};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const SECRET: &str = "sk-live-adversarial-0123456789";
 /// Resident memory the proxy may use after any abuse case.
@@ -89,7 +92,7 @@ placeholder = "TEST_TOKEN"
         opts.resolve = vec!["api.test:127.0.0.1".into(), "evil.test:127.0.0.1".into()];
         opts.env = vec![("TEST_TOKEN", SECRET)];
         opts.dns = dns;
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Self {
             _pki: pki,
             good,
@@ -111,7 +114,7 @@ placeholder = "TEST_TOKEN"
             .lock()
             .unwrap()
             .iter()
-            .map(|(_, p, _)| p.clone())
+            .map(|r| r.path.clone())
             .collect()
     }
 
@@ -150,48 +153,6 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// Open a CONNECT tunnel through the explicit proxy; returns the raw stream after the 200.
-async fn connect_tunnel(proxy: &AirlockProxy, authority: &str) -> TcpStream {
-    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let head = read_head(&mut tcp).await;
-    assert!(
-        head.starts_with("HTTP/1.1 200"),
-        "CONNECT {authority}: {head:?}"
-    );
-    tcp
-}
-
-/// Read a response head byte by byte so nothing after it is consumed.
-async fn read_head<S: AsyncRead + Unpin>(io: &mut S) -> String {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match io.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&head).into_owned()
-}
-
-/// A TLS session with the proxy (as `sni`) inside a CONNECT tunnel to `authority`.
-async fn intercepted(
-    proxy: &AirlockProxy,
-    authority: &str,
-    sni: &str,
-    alpn: &[&[u8]],
-) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let tcp = connect_tunnel(proxy, authority).await;
-    let name = rustls::pki_types::ServerName::try_from(sni.to_owned()).unwrap();
-    tls_client(&proxy.ca_pem, alpn)
-        .connect(name, tcp)
-        .await
-        .unwrap()
 }
 
 /// Write raw bytes and read everything until the peer closes (or 5 s pass).
@@ -398,7 +359,7 @@ async fn host_confusion_is_refused_and_canonical_spellings_work() {
 
     // TLS-level confusion: SNI that is an IP literal, another host, or IDN.
     for sni in ["127.0.0.1", "evil.test", "xn--pi-7kc.test"] {
-        let out = common::run(
+        let out = run(
             "openssl",
             &[
                 "s_client",
@@ -1003,39 +964,23 @@ fn hex(bytes: &[u8]) -> String {
 /// gzip-labelled body the proxy cannot read.
 struct Leaky {
     port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Leaky {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _server: TestServer,
 }
 
 type LeakBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 impl Leaky {
     async fn start(tls: rustls::ServerConfig) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                        Ok::<_, Infallible>(leak_route(&req))
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        Self { port, task }
+        let server = TestServer::tls(tls, |tls| {
+            serve_http(tls, |req: Request<Incoming>| async move {
+                Ok::<_, Infallible>(leak_route(&req))
+            })
+        })
+        .await;
+        Self {
+            port: server.port(),
+            _server: server,
+        }
     }
 }
 
@@ -1135,13 +1080,7 @@ async fn the_placeholder_stays_a_placeholder_off_its_hosts() {
     let fx = Fx::new().await;
     let dummy = fx
         .proxy
-        .stderr
-        .lock()
-        .unwrap()
-        .iter()
-        .find_map(|l| l.strip_prefix("airlock: placeholder TEST_TOKEN="))
-        .and_then(|rest| rest.split_whitespace().next())
-        .map(str::to_owned)
+        .placeholder("TEST_TOKEN")
         .expect("the proxy announces the placeholder");
     // Plain HTTP to the credential's own host: no secret in cleartext.
     let plain = format!("http://api.test:{}/echo", fx.plain.port());
@@ -1159,7 +1098,7 @@ async fn the_placeholder_stays_a_placeholder_off_its_hosts() {
     assert_eq!(code, 200);
     assert!(!body.contains(SECRET));
     let seen = fx.good.seen.lock().unwrap().last().cloned().unwrap();
-    assert_eq!(seen.1, "/echo");
+    assert_eq!(seen.path, "/echo");
     // A denied host never gets anything, placeholder or not.
     let evil = format!("https://evil.test:{}/echo", fx.evil.port());
     let (code, _, _) = curl(

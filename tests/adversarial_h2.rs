@@ -4,13 +4,16 @@
 //! games. Each case checks that the proxy survives with bounded memory,
 //! keeps serving, and that nothing reaches a host the policy denies.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl, tls_client};
+use airlock_test_support::client::{curl, intercepted};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const RSS_LIMIT_KIB: u64 = 200 * 1024;
 
@@ -44,7 +47,7 @@ impl Fx {
         let mut opts = ProxyOptions::new(&policy);
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.resolve = vec!["api.test:127.0.0.1".into(), "evil.test:127.0.0.1".into()];
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Self {
             _pki: pki,
             good,
@@ -69,25 +72,7 @@ impl Fx {
     /// An h2 session with the proxy inside a CONNECT tunnel, preface and
     /// empty SETTINGS already sent.
     async fn h2(&self) -> H2 {
-        let authority = self.authority();
-        let mut tcp = TcpStream::connect(self.proxy.addr).await.unwrap();
-        tcp.write_all(
-            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            tcp.read_exact(&mut byte).await.unwrap();
-            head.push(byte[0]);
-        }
-        assert!(head.starts_with(b"HTTP/1.1 200"));
-        let name = rustls::pki_types::ServerName::try_from("api.test").unwrap();
-        let mut tls = tls_client(&self.proxy.ca_pem, &[b"h2"])
-            .connect(name, tcp)
-            .await
-            .unwrap();
+        let mut tls = intercepted(&self.proxy, &self.authority(), "api.test", &[b"h2"]).await;
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
         tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             .await

@@ -1,15 +1,15 @@
 //! `airlock audit` run as a real process against stores written through the
-//! auditor's API (fixtures shared with auditor/tests).
-
-#[path = "../auditor/tests/common/mod.rs"]
-mod common;
+//! auditor's API (the fixtures of airlock-test-support's `audit_store`,
+//! shared with auditor/tests).
 
 use std::process::{Command, Output};
 
-use common::*;
+use airlock_test_support::audit_store::{Env, env, file, info, thirty_event_session};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn run(e: &Env, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
+    Command::new(AIRLOCK)
         .arg("audit")
         .args(args)
         .arg("--audit-db")

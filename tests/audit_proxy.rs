@@ -1,11 +1,14 @@
 //! The proxy's decisions as an incident responder reads them back:
 //! `airlock proxy --audit-db` then `airlock audit ...`.
 
-mod common;
-
 use std::process::Command;
 
-use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use airlock_test_support::client::curl;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::upstream::Upstream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const SECRET: &str = "sk-audit-secret-7f3a9c2e";
 
@@ -42,7 +45,7 @@ value = "Bearer ${{env:API_TOKEN}}"
         "--audit-key".into(),
         key.to_str().unwrap().into(),
     ];
-    let mut proxy = AirlockProxy::start(opts);
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
     let echo = format!("https://api.test:{}/echo", upstream.port());
     let (code, _, _) = curl(&proxy, &["--data", "hello=world", &echo]).await;
     assert_eq!(code, 200);

@@ -2,13 +2,16 @@
 //! every file written, every request with the exec that made it, the
 //! terminal — exported, restorable, and tamper-evident.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{AIRLOCK, TestPki, Upstream, audit_cli, first_session_id, sessions, sha256_hex, tree};
+use airlock_test_support::audit_cli::{audit_cli, first_session_id, sessions};
+use airlock_test_support::disk::{sha256_hex, tree};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::upstream::Upstream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 struct Session {
     dir: tempfile::TempDir,
@@ -50,7 +53,7 @@ impl Session {
             .output()
             .unwrap();
         Session {
-            id: first_session_id(&db, &out),
+            id: first_session_id(AIRLOCK, &db, &out),
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             dir,
@@ -61,7 +64,7 @@ impl Session {
     }
 
     fn audit(&self, args: &[&str]) -> std::process::Output {
-        audit_cli(&self.db, args)
+        audit_cli(AIRLOCK, &self.db, args)
     }
 
     /// Every event as exported for a SIEM.
@@ -278,8 +281,9 @@ placeholder = "FIDELITY_TOKEN"
         s.stdout
     );
     // The upstream did get the real secret, in place of the placeholder too.
-    assert!(upstream.seen.lock().unwrap().iter().all(|(_, _, h)| {
-        h.get("authorization")
+    assert!(upstream.seen.lock().unwrap().iter().all(|r| {
+        r.headers
+            .get("authorization")
             .is_some_and(|v| v == format!("Bearer {SECRET}").as_str())
     }));
 
@@ -555,7 +559,7 @@ impl Sleeper {
             .output()
             .unwrap();
         assert!(verify.status.success(), "{verify:?}");
-        (status, sessions(&self.db))
+        (status, sessions(AIRLOCK, &self.db))
     }
 }
 

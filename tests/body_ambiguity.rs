@@ -8,19 +8,19 @@
 //! why, never reaches the upstream, and is in the record; compliant ones
 //! still get through and the upstream acts on the amount the policy saw.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
+use airlock_test_support::client::{curl, run};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::{TestServer, read_body, serve_http};
 use bytes::Bytes;
-use common::{AirlockProxy, ProxyOptions, TestPki, curl, run};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// What reached the hostile upstream: (routed path, the amount it acted on).
 type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -29,40 +29,23 @@ type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
 struct LaxUpstream {
     port: u16,
     seen: Seen,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for LaxUpstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _server: TestServer,
 }
 
 impl LaxUpstream {
     async fn start(pki: &TestPki) -> LaxUpstream {
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config(&["api.test"])));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let seen: Seen = Arc::default();
         let log = seen.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                let log = log.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        handle(req, log.clone())
-                    });
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        LaxUpstream { port, seen, task }
+        let server = TestServer::tls(pki.server_config(&["api.test"]), move |tls| {
+            let log = log.clone();
+            serve_http(tls, move |req: Request<Incoming>| handle(req, log.clone()))
+        })
+        .await;
+        LaxUpstream {
+            port: server.port(),
+            seen,
+            _server: server,
+        }
     }
 
     fn hits(&self) -> usize {
@@ -90,12 +73,7 @@ impl LaxUpstream {
 async fn handle(req: Request<Incoming>, seen: Seen) -> Result<Response<Full<Bytes>>, Infallible> {
     let routed = tomcat_route(req.uri().path());
     let query = req.uri().query().unwrap_or("").to_owned();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let body = read_body(req.into_body()).await;
     let body = String::from_utf8_lossy(&body).into_owned();
     let amount = if routed == "/charges" {
         lax_amount(&query, &body)
@@ -204,7 +182,7 @@ amount = {{ max = 1000 }}
         let mut opts = ProxyOptions::new(&policy);
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.resolve = vec!["api.test:127.0.0.1".into()];
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Fixture {
             _pki: pki,
             upstream,

@@ -1,11 +1,9 @@
 //! The command line as a user meets it: `policy check`, `policy test`,
 //! `policy schema`, `ca init`, and the errors for bad input.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::AIRLOCK;
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn airlock(args: &[&str]) -> Output {
     Command::new(AIRLOCK).args(args).output().unwrap()

@@ -4,24 +4,23 @@
 //! that Airlock fails closed, loses no audit data it acknowledged, and leaves
 //! nothing behind.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use airlock_test_support::audit_cli::audit_cli;
+use airlock_test_support::client::{ClientOutput, curl};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::TestServer;
+use airlock_test_support::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn audit(db: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(AIRLOCK)
-        .arg("audit")
-        .args(args)
-        .arg("--audit-db")
-        .arg(db)
-        .output()
-        .unwrap();
+    let out = audit_cli(AIRLOCK, db, args);
     (
         out.status.code(),
         format!(
@@ -56,45 +55,39 @@ fn verify_all(db: &Path, key: &Path, may_be_unfinished: bool) -> usize {
 
 /// A plain-TCP upstream that answers every request with `head` and `body`,
 /// then resets the connection (SO_LINGER 0) before the promised length.
-async fn breaking_upstream(head: &'static str, body: usize) -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut got = Vec::new();
-                // An HTTP upstream reads the whole head; a broken TLS one
-                // answers the first bytes (the ClientHello) with junk.
-                loop {
-                    match s.read(&mut buf).await {
-                        Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
-                    if head.is_empty() || got.windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                if head.is_empty() {
-                    let _ = s.write_all(b"SSH-2.0-not-tls\r\n").await;
-                }
-                let _ = s.write_all(head.as_bytes()).await;
-                let _ = s.write_all(&vec![b'x'; body]).await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                #[allow(deprecated)]
-                let _ = s.set_linger(Some(Duration::ZERO));
-                drop(s);
-            });
+async fn breaking_upstream(head: &'static str, body: usize) -> TestServer {
+    TestServer::tcp(move |mut s| async move {
+        let mut buf = vec![0u8; 8192];
+        let mut got = Vec::new();
+        // An HTTP upstream reads the whole head; a broken TLS one
+        // answers the first bytes (the ClientHello) with junk.
+        loop {
+            match s.read(&mut buf).await {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+            if head.is_empty() || got.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
         }
-    });
-    (port, task)
+        if head.is_empty() {
+            let _ = s.write_all(b"SSH-2.0-not-tls\r\n").await;
+        }
+        let _ = s.write_all(head.as_bytes()).await;
+        let _ = s.write_all(&vec![b'x'; body]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        #[allow(deprecated)]
+        let _ = s.set_linger(Some(Duration::ZERO));
+        drop(s);
+    })
+    .await
 }
 
 #[tokio::test]
 async fn upstream_reset_mid_body_and_broken_tls() {
-    let (reset_port, _reset) =
-        breaking_upstream("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n", 4096).await;
-    let (garbage_port, _garbage) = breaking_upstream("", 0).await;
+    let reset = breaking_upstream("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n", 4096).await;
+    let garbage = breaking_upstream("", 0).await;
+    let (reset_port, garbage_port) = (reset.port(), garbage.port());
     let pki = TestPki::new();
     let good = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
     let policy = format!(
@@ -104,7 +97,7 @@ async fn upstream_reset_mid_body_and_broken_tls() {
     let mut opts = ProxyOptions::new(&policy);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
 
     // Plain HTTP, reset mid-body: the client sees a truncated transfer, not a clean end.
     for _ in 0..5 {
@@ -134,7 +127,7 @@ async fn upstream_reset_mid_body_and_broken_tls() {
 async fn dns_failure_is_a_502_not_a_hang() {
     // An allowed name with no pin that no resolver can answer.
     let policy = "version = 1\n[[allow]]\nhost = \"no-such-host.invalid\"\n";
-    let proxy = AirlockProxy::start(ProxyOptions::new(policy));
+    let proxy = AirlockProxy::start(AIRLOCK, ProxyOptions::new(policy));
     let started = Instant::now();
     let (code, body, out) = curl(&proxy, &["https://no-such-host.invalid/x"]).await;
     assert!(code == 502 || code == 0, "{out:?}");
@@ -173,7 +166,7 @@ fn audited_proxy(
     if audit_sync {
         opts.extra.push("--audit-sync".into());
     }
-    AirlockProxy::start(opts)
+    AirlockProxy::start(AIRLOCK, opts)
 }
 
 struct Tmpfs {
@@ -417,7 +410,7 @@ async fn sighup_reload_under_load_drops_nothing() {
     let mut opts = ProxyOptions::new(&text);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     let url = format!("https://api.test:{}/echo", upstream.port());
     // No pause after start-up: the signal handlers are installed before the
     // proxy announces its address (src/serve.rs, `Signals`), so a SIGHUP
@@ -654,7 +647,7 @@ async fn run_session_stops_when_its_audit_store_fills() {
         .output()
         .await
         .unwrap();
-    let out = common::ClientOutput::from(out);
+    let out = ClientOutput::from(out);
     assert_eq!(out.status, 125, "{out:?}");
     assert!(!out.stdout.contains("finished"), "{out:?}");
     assert!(

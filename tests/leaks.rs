@@ -12,17 +12,18 @@
 //! phrase and a 1xx that hyper's server cannot) or HTTP/2 through the `h2`
 //! crate (which can send a 103), chosen by ALPN.
 
-mod common;
-
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_test_support::client::{ClientOutput, curl};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::TestServer;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use bytes::Bytes;
-use common::{AirlockProxy, ClientOutput, ProxyOptions, TestPki, curl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// Has `/`, `+` and `=` so that its percent and JSON forms differ from it.
 const SECRET: &str = "sk-live/Zq9+XkT3=vW7pL2mN";
@@ -151,13 +152,7 @@ enum Proto {
 /// it can: `/reason`, `/early`, `/trailers`, `/forms`.
 struct Reflector {
     port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Reflector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _server: TestServer,
 }
 
 impl Reflector {
@@ -167,24 +162,17 @@ impl Reflector {
             Proto::H1 => vec![b"http/1.1".to_vec()],
             Proto::H2 => vec![b"h2".to_vec()],
         };
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    match proto {
-                        Proto::H1 => serve_h1(tls).await,
-                        Proto::H2 => serve_h2(tls).await,
-                    }
-                });
+        let server = TestServer::tls(tls, move |tls| async move {
+            match proto {
+                Proto::H1 => serve_h1(tls).await,
+                Proto::H2 => serve_h2(tls).await,
             }
-        });
-        Self { port, task }
+        })
+        .await;
+        Self {
+            port: server.port(),
+            _server: server,
+        }
     }
 }
 
@@ -340,7 +328,7 @@ placeholder = "TEST_TOKEN"
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.resolve = vec!["api.test:127.0.0.1".into()];
         opts.env = vec![("TEST_TOKEN", SECRET)];
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Self {
             _pki: pki,
             upstream,

@@ -2,11 +2,12 @@
 //! and HTTP/2, python3, node, openssl, a WebSocket client) against real TLS
 //! servers on loopback.
 
-mod common;
+use airlock_test_support::client::{ClientOutput, curl, run};
+use airlock_test_support::pki::{TestPki, tls_client, untrusted_server_config};
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::upstream::{Extra, Upstream};
 
-use common::{
-    AirlockProxy, ProxyOptions, TestPki, Upstream, curl, run, tls_client, untrusted_server_config,
-};
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// A proxy whose policy allows `api.test` and `other.test` on the upstream's port,
 /// both pinned to loopback, with `rules` added to the policy.
@@ -30,7 +31,7 @@ impl Setup {
         opts.resolve = vec!["api.test:127.0.0.1".into(), "other.test:127.0.0.1".into()];
         opts.env = env.to_vec();
         opts.dns = true;
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Self {
             _pki: pki,
             upstream,
@@ -283,13 +284,7 @@ async fn placeholder_is_swapped_only_for_its_hosts() {
     let s = Setup::with_env(with_credential, &[("TEST_TOKEN", SECRET)]).await;
     let dummy = s
         .proxy
-        .stderr
-        .lock()
-        .unwrap()
-        .iter()
-        .find_map(|l| l.strip_prefix("airlock: placeholder TEST_TOKEN="))
-        .and_then(|rest| rest.split_whitespace().next())
-        .map(str::to_owned)
+        .placeholder("TEST_TOKEN")
         .expect("the proxy announces the placeholder");
     let header = format!("X-Api-Key: {dummy}");
     let (code, _, _) = curl(&s.proxy, &["-H", &header, &s.url("api.test", "/echo")]).await;
@@ -342,7 +337,7 @@ async fn invalid_upstream_certificate_is_refused() {
     let mut opts = ProxyOptions::new(&policy);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     let url = format!("https://api.test:{}/echo", upstream.port());
     let (code, body, _) = curl(&proxy, &[&url]).await;
     assert_eq!(code, 502);
@@ -537,7 +532,7 @@ async fn private_upstream_addresses_need_an_explicit_pin() {
         "version = 1\ndefault = \"allow\"\n[[allow]]\nhost = \"api.test\"\nport = {}\n",
         upstream.port()
     );
-    let proxy = AirlockProxy::start(ProxyOptions::new(&policy));
+    let proxy = AirlockProxy::start(AIRLOCK, ProxyOptions::new(&policy));
     let url = format!("http://127.0.0.1:{}/echo", upstream.port());
     let (code, body, _) = curl(&proxy, &[&url]).await;
     assert_eq!(code, 403, "{body}");
@@ -612,7 +607,7 @@ value = "Bearer ${{env:TEST_TOKEN}}"
     let mut opts = ProxyOptions::new(&policy);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
     opts.env = vec![("TEST_TOKEN", SECRET)];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     let url = format!("http://api.test:{}/echo", upstream.port());
     let (code, body, _) = curl(&proxy, &[&url]).await;
     assert_eq!(code, 200, "{body}");
@@ -681,7 +676,7 @@ async fn minted_leaf_is_ecdsa_p256_short_lived_and_cached() {
         .output()
         .await
         .unwrap();
-    let out = common::ClientOutput::from(out);
+    let out = ClientOutput::from(out);
     assert_eq!(out.status, 0, "{out:?}");
     let text = &out.stdout;
     assert!(
@@ -738,7 +733,7 @@ async fn upstream_names_honour_the_hosts_file() {
         let mut opts = ProxyOptions::new(policy);
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.wrapper = wrapper.clone();
-        AirlockProxy::start(opts)
+        AirlockProxy::start(AIRLOCK, opts)
     };
     let url = format!("https://hosts.test:{port}/echo");
 
@@ -766,7 +761,7 @@ async fn upstream_names_honour_the_hosts_file() {
 #[tokio::test]
 async fn request_bodies_stream_to_the_upstream() {
     let pki = TestPki::new();
-    let extra = common::Extra::default();
+    let extra = Extra::default();
     let started = extra.upload_started.clone();
     let upstream = Upstream::start_with(Some(pki.server_config(&["api.test"])), extra).await;
     let port = upstream.port();
@@ -776,7 +771,7 @@ async fn request_bodies_stream_to_the_upstream() {
     let mut opts = ProxyOptions::new(&policy);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
 
     let dir = tempfile::tempdir().unwrap();
     let flag = dir.path().join("upstream-saw-the-first-chunk");

@@ -1,13 +1,16 @@
 //! The proxy under bad input and faults: it answers with an error, never
 //! panics or hangs, and keeps serving everyone else.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{AirlockProxy, ProxyOptions, TestPki, Upstream, curl};
+use airlock_test_support::client::curl;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn policy(port: u16, paths: &str) -> String {
     format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\npaths = [{paths}]\n")
@@ -20,7 +23,7 @@ async fn setup(paths: &str) -> (TestPki, Upstream, AirlockProxy) {
     let mut opts = ProxyOptions::new(&text);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     (pki, upstream, proxy)
 }
 
@@ -184,7 +187,7 @@ async fn dead_upstream_gives_502_with_the_reason() {
     let mut opts = ProxyOptions::new(&text);
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     let (code, body, _) = curl(&proxy, &[&format!("https://api.test:{free}/echo")]).await;
     assert_eq!(code, 502, "{body}");
     assert!(body.to_lowercase().contains("refused"), "{body}");

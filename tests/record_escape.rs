@@ -13,12 +13,12 @@
 //! the name it is renamed to, and a request target sent with curl through
 //! the proxy (refused by the default policy, which is enough to be recorded).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::{AIRLOCK, first_session_id};
+use airlock_test_support::audit_cli::first_session_id;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// One hostile string and how the CLI must show it.
 struct Variant {
@@ -144,7 +144,7 @@ impl Session {
             .unwrap();
         assert!(run.status.success(), "{run:?}");
         Session {
-            id: first_session_id(&db, &run),
+            id: first_session_id(AIRLOCK, &db, &run),
             dir,
             db,
             run,

@@ -8,15 +8,16 @@
 //! root (the sandbox's uid 0 without capabilities) and as an ordinary user
 //! (user namespaces), which build the same mounts by different means.
 
-mod common;
-
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{AIRLOCK, first_session_id, sha256_hex};
+use airlock_test_support::audit_cli::{export_jsonl, first_session_id};
+use airlock_test_support::disk::sha256_hex;
 use serde_json::Value;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// File system types the probe leaves alone, each a kernel interface whose
 /// entries are kernel objects rather than stored files. Creating entries in
@@ -270,27 +271,8 @@ fn probe(user: Option<&str>) -> Probe {
         .unwrap_or_else(|e| panic!("probe report: {e}: {out:?}"));
 
     let db: OsString = audit.join("audit.db").into();
-    let id = first_session_id(std::path::Path::new(&db), &"the probe run");
-    let id = id.as_str();
-    let export = Command::new(AIRLOCK)
-        .args([
-            "audit",
-            "export",
-            id,
-            "--format",
-            "jsonl",
-            "--out",
-            "-",
-            "--audit-db",
-        ])
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert!(export.status.success(), "audit export: {export:?}");
-    let events = String::from_utf8_lossy(&export.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let id = first_session_id(AIRLOCK, std::path::Path::new(&db), &"the probe run");
+    let events = export_jsonl(AIRLOCK, std::path::Path::new(&db), &id);
     Probe {
         report,
         events,

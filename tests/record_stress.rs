@@ -6,12 +6,12 @@
 //! a record whose last sha256 is its on-disk sha256, and restore gives its
 //! bytes.
 
-mod common;
-mod record_common;
-
 use std::time::Duration;
 
-use record_common::{Failures, Sandbox, tree};
+use airlock_test_support::disk::tree;
+use airlock_test_support::record::{Failures, Sandbox};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const PROCESSES: usize = 100;
 const FILES_EACH: usize = 300;
@@ -49,7 +49,7 @@ while True:
 
 #[test]
 fn thirty_thousand_files_and_writers_cut_off_at_the_end_are_on_record() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     sb.tool("bg.py", BACKGROUND);
     let script = format!(
         r#"

@@ -14,15 +14,15 @@
 //! The /dev and writable-mount class and the terminal-escape class have
 //! their own tests elsewhere.
 
-mod common;
-mod record_common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use record_common::{Failures, Record, Sandbox, brief, sha256_hex};
+use airlock_test_support::disk::sha256_hex;
+use airlock_test_support::record::{Failures, Record, Sandbox, brief};
 use serde_json::Value;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// A copy of /usr/bin/true with `marker` appended: it runs like true (the
 /// ELF loader ignores trailing bytes) but has a sha256 of its own, so the
@@ -153,7 +153,7 @@ fn check_written(r: &Record, f: &mut Failures, rel: &str, content: &str) {
 /// name the file the kernel wrote and the program it ran.
 #[test]
 fn writes_and_execs_through_links_are_recorded_under_the_real_path() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     std::fs::create_dir_all(sb.ws.join("a/b/c")).unwrap();
     std::os::unix::fs::symlink("a/b/c", sb.ws.join("link")).unwrap();
     let progs = [
@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
 /// restore brings them back; an exec that failed is not on record.
 #[test]
 fn fileless_and_magic_link_execs_record_the_image_that_ran() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     let fexecve = sb.gcc("fexecve", FEXECVE_C, &[]);
     let mem_py = marked_true(&sb.tools.join("mem_py"), "v-memfd-py");
     let mem_c = marked_true(&sb.tools.join("mem_c"), "v-memfd-c");
@@ -474,7 +474,7 @@ int main(int argc, char **argv) {
 #[test]
 fn racing_threads_cannot_swap_the_recorded_path() {
     const N: usize = 200;
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     sb.gcc("race", RACE_C, &[]);
     let mark_a = sb.gcc("markA", MARKER_C, &["-DMARK=\"A\""]);
     let mark_b = sb.gcc("markB", MARKER_C, &["-DMARK=\"B\""]);
@@ -573,7 +573,7 @@ set -e
 /// - a MAP_SHARED mapping written after its descriptor was closed.
 #[test]
 fn content_is_captured_after_the_last_writer_is_done() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     std::fs::write(sb.ws.join("pre1"), "made before the session\n").unwrap();
     std::fs::hard_link(sb.ws.join("pre1"), sb.ws.join("pre2")).unwrap();
     let script = r#"
@@ -677,7 +677,7 @@ while [ ! -e big.done ] || [ ! -e passed.done ]; do sleep 0.1; done
 /// still gives every file they left untouched.
 #[test]
 fn failed_operations_are_not_recorded_as_done() {
-    let sb = Sandbox::new();
+    let sb = Sandbox::new(AIRLOCK);
     let script = r#"
 set -e
 echo keep > keep.txt; echo other > other.txt

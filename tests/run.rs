@@ -4,11 +4,13 @@
 //! their connections are captured, and they trust the session CA through the
 //! mounted bundle and the standard variables.
 
-mod common;
-
 use std::path::Path;
 
-use common::{AIRLOCK, ClientOutput, Extra, TestPki, Upstream};
+use airlock_test_support::client::ClientOutput;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::upstream::{Extra, Upstream};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// An allowed upstream `api.test` (also `git.test`, `pypi.test`) and a
 /// policy allowing GET /echo* and whatever `more` adds.

@@ -2,11 +2,11 @@
 //! the same whether the host or the path is what no rule allows, while the
 //! map of names it hands out stays bounded and nothing is forwarded.
 
-mod common;
-
 use std::process::Command;
 
-use common::{AIRLOCK, first_session_id};
+use airlock_test_support::audit_cli::first_session_id;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// Inside the sandbox: resolve one name, flood the resolver with more unique
 /// names than its map keeps, then connect to the first name's address and to
@@ -101,7 +101,7 @@ fn unlisted_names_resolve_and_the_name_map_is_bounded() {
     );
 
     // Every query is on record, and both refused connections say why.
-    let id = first_session_id(&db, &"the run above");
+    let id = first_session_id(AIRLOCK, &db, &"the run above");
     let jsonl = dir.path().join("events.jsonl");
     let export = Command::new(AIRLOCK)
         .args(["audit", "export", &id, "--format", "jsonl", "--out"])

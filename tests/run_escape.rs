@@ -6,10 +6,6 @@
 //! at (an upstream's request counter, a host listener, a host file) was never
 //! reached. Then: many sessions at once, `kill -9` of airlock, an ordinary
 //! user, and the limits and exit statuses.
-//!
-//! Self-contained on purpose: the small fixtures are copied here, not shared.
-
-mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -17,143 +13,19 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::ServerConfig;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::skip_or_fail;
+use airlock_test_support::upstream::{Extra, Upstream};
 
-const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock");
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 const PY: &str = "/usr/bin/python3";
 /// No single `airlock run` in this file may take longer than this.
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 
 // ---------------------------------------------------------------------------
-// Fixtures (copied from tests/common, trimmed to what these tests need).
-
-/// A CA for the test upstream, written to `upstream-ca.pem` for `--upstream-ca`.
-struct TestPki {
-    _dir: tempfile::TempDir,
-    issuer: Issuer<'static, KeyPair>,
-    ca_pem: PathBuf,
-}
-
-impl TestPki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "Airlock escape-test upstream CA");
-        let cert = params.self_signed(&key).unwrap();
-        let ca_pem = dir.path().join("upstream-ca.pem");
-        std::fs::write(&ca_pem, cert.pem()).unwrap();
-        Self {
-            _dir: dir,
-            issuer: Issuer::new(params, key),
-            ca_pem,
-        }
-    }
-
-    fn server_config(&self, names: &[&str]) -> ServerConfig {
-        let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], key)
-            .unwrap();
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        config
-    }
-}
-
-/// An HTTPS server on the host's 127.0.0.1 that answers every request with
-/// its path and query, and counts (and remembers) what reached it.
-struct Upstream {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<String>>>,
-    connections: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Upstream {
-    async fn start(tls: ServerConfig) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let connections: Arc<AtomicUsize> = Arc::default();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let (log, count) = (seen.clone(), connections.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                count.fetch_add(1, Ordering::SeqCst);
-                let (acceptor, log) = (acceptor.clone(), log.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let uri = req
-                            .uri()
-                            .path_and_query()
-                            .map(|p| p.to_string())
-                            .unwrap_or_default();
-                        log.lock().unwrap().push(uri.clone());
-                        async move {
-                            Ok::<_, std::convert::Infallible>(Response::new(Full::new(
-                                Bytes::from(format!("upstream saw {uri}\n")),
-                            )))
-                        }
-                    });
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        Self {
-            addr,
-            seen,
-            connections,
-            task,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// How many requests reached this server.
-    fn hits(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-}
+// Fixtures.
 
 /// What one `airlock run` printed.
 #[derive(Debug)]
@@ -200,7 +72,13 @@ struct Fixture {
 impl Fixture {
     async fn new() -> Self {
         let pki = TestPki::new();
-        let upstream = Upstream::start(pki.server_config(&["api.test"])).await;
+        // Every request is answered `upstream saw PATH?QUERY`: plain text
+        // that curl, python, node, git and pip all take as it is.
+        let extra = Extra {
+            say_target: true,
+            ..Extra::default()
+        };
+        let upstream = Upstream::start_with(Some(pki.server_config(&["api.test"])), extra).await;
         let dir = tempfile::tempdir().unwrap();
         let f = Self { pki, upstream, dir };
         let policy = format!(
@@ -704,9 +582,9 @@ async fn escape_attempts_fail() {
         f.upstream.hits(),
         0,
         "a request reached the upstream: {:?}",
-        f.upstream.seen.lock().unwrap()
+        f.upstream.targets()
     );
-    assert_eq!(f.upstream.connections.load(Ordering::SeqCst), 0);
+    assert_eq!(f.upstream.connections(), 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -746,7 +624,7 @@ async fn twenty_sessions_in_parallel() {
             BTreeSet::from([format!("mine-{i}.txt"), "out.txt".to_owned()])
         );
     }
-    let mut seen = f.upstream.seen.lock().unwrap().clone();
+    let mut seen = f.upstream.targets();
     seen.sort();
     let mut expected: Vec<String> = (0..20).map(|i| format!("/echo?session={i}-x")).collect();
     expected.sort();
@@ -1038,14 +916,14 @@ fn chmod(path: &Path, mode: u32) {
 #[tokio::test]
 async fn unprivileged_user_runs_sandboxes_too() {
     let (Some(runuser), Some(useradd)) = (which("runuser"), which("useradd")) else {
-        common::skip_or_fail("runuser or useradd is missing");
+        skip_or_fail("runuser or useradd is missing");
         return;
     };
     if sysctl("/proc/sys/user/max_user_namespaces") == Some(0)
         || sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0)
         || sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1)
     {
-        common::skip_or_fail("unprivileged user namespaces are disabled");
+        skip_or_fail("unprivileged user namespaces are disabled");
         return;
     }
     let add = std::process::Command::new(&useradd)
@@ -1158,7 +1036,7 @@ async fn unprivileged_user_runs_sandboxes_too() {
     // Every client trusted the session CA and went through the proxy; git and
     // pip got this upstream's plain-text answers (not a repository, not an
     // index), which is enough to show that their requests arrived.
-    let seen = f.upstream.seen.lock().unwrap().clone();
+    let seen = f.upstream.targets();
     assert_eq!(
         seen[..4],
         [
@@ -1314,7 +1192,7 @@ async fn host_unix_sockets_are_out_of_reach() {
 #[tokio::test]
 async fn root_only_host_secrets_are_hidden() {
     if !nix::unistd::geteuid().is_root() {
-        common::skip_or_fail("only meaningful when airlock runs as root");
+        skip_or_fail("only meaningful when airlock runs as root");
         return;
     }
     let ws = tempfile::tempdir().unwrap();
@@ -1340,7 +1218,7 @@ async fn root_only_host_secrets_are_hidden() {
 #[ignore = "known limitation: as root without --user, the uid-0 command can read root-owned files outside the hidden list; use --user"]
 async fn root_owned_host_secrets_are_not_readable() {
     if !nix::unistd::geteuid().is_root() {
-        common::skip_or_fail("only meaningful when airlock runs as root");
+        skip_or_fail("only meaningful when airlock runs as root");
         return;
     }
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -1369,7 +1247,7 @@ async fn root_owned_host_secrets_are_not_readable() {
 #[tokio::test]
 async fn disabled_user_namespaces_are_named_with_their_sysctl() {
     if !nix::unistd::geteuid().is_root() || which("setpriv").is_none() {
-        common::skip_or_fail("needs root (to fake the sysctl) and setpriv");
+        skip_or_fail("needs root (to fake the sysctl) and setpriv");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -6,11 +6,12 @@
 //! needed: every test runs the real binary with `--no-audit` unless it is
 //! about auditing.
 
-mod common;
-
 use std::path::Path;
 
-use common::{AIRLOCK, ClientOutput};
+use airlock_test_support::client::ClientOutput;
+use airlock_test_support::skip_or_fail;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// `airlock run --no-audit ARGS -- COMMAND` in `cwd`, with only PATH and `env`
 /// in airlock's environment.
@@ -180,7 +181,7 @@ fn ro_rw_hide_and_tmp_size_as_typed() {
 #[test]
 fn user_option_runs_the_command_as_that_user() {
     if !nix::unistd::geteuid().is_root() {
-        common::skip_or_fail("--user is root only");
+        skip_or_fail("--user is root only");
         return;
     }
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -230,7 +231,7 @@ impl Drop for RemoveOnDrop {
 #[test]
 fn cloud_and_container_credentials_are_hidden() {
     if !nix::unistd::geteuid().is_root() {
-        common::skip_or_fail("needs root to plant /run/secrets");
+        skip_or_fail("needs root to plant /run/secrets");
         return;
     }
     // A home full of the usual credentials, with the workspace inside it.

@@ -3,12 +3,10 @@
 //! beside them; the one layout that can't work is refused with a line that
 //! names the path, why, and the fix.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::AIRLOCK;
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn airlock_run(cwd: &Path, home: &Path, args: &[&str], script: &str) -> Output {
     Command::new(AIRLOCK)

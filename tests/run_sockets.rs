@@ -7,12 +7,12 @@
 //! test shows which ones the host kernel would have allowed (the sandbox's
 //! filter, not a missing module, refused them).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{AIRLOCK, ClientOutput};
+use airlock_test_support::client::ClientOutput;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const PY: &str = "/usr/bin/python3";
 

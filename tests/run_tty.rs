@@ -4,14 +4,12 @@
 //! comes back with `capture-pane`. Every wait polls the screen with a
 //! deadline; none relies on a fixed sleep.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::AIRLOCK;
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const PYTHON: &str = "/usr/bin/python3";
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -6,8 +6,6 @@
 //! service-mesh sidecar. Every test has its own namespaces (removed on drop,
 //! even on failure) and runs as root, like the rest of the suite.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,8 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{AIRLOCK, ClientOutput, TestPki, Upstream};
+use airlock_test_support::client::ClientOutput;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// The address of the "internet" side of the veth link; the upstream lives here.
 const NET_IP: &str = "10.254.0.1";

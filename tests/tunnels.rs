@@ -6,94 +6,40 @@
 //! where the host is known only from the sandbox's DNS query. And what is
 //! refused: other ports, other SNI, non-HTTP bytes without a rule.
 
-mod common;
-
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, Upstream, tls_client};
+use airlock_test_support::client::try_connect_tunnel;
+use airlock_test_support::pki::{TestPki, tls_client};
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::TestServer;
+use airlock_test_support::upstream::Upstream;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const BANNER: &str = "SSH-2.0-AirlockTestServer\r\n";
 const STEP: Duration = Duration::from_secs(10);
 
 /// A server-speaks-first line protocol, like SSH: a banner on accept, then
 /// every line echoed back. Counts the connections it accepted.
-struct BannerServer {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for BannerServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl BannerServer {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted: Arc<AtomicUsize> = Arc::default();
-        let count = accepted.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let (read, mut write) = stream.into_split();
-                    if write.write_all(BANNER.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let mut lines = BufReader::new(read).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        if write
-                            .write_all(format!("echo {line}\n").as_bytes())
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                });
+async fn banner_server() -> TestServer {
+    TestServer::tcp(|stream| async move {
+        let (read, mut write) = stream.into_split();
+        if write.write_all(BANNER.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut lines = BufReader::new(read).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if write
+                .write_all(format!("echo {line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
             }
-        });
-        Self {
-            addr,
-            accepted,
-            task,
         }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-}
-
-/// `CONNECT authority` through the explicit proxy; returns the stream after a
-/// 200, or the response head if it was anything else.
-async fn connect(proxy: &AirlockProxy, authority: &str) -> Result<TcpStream, String> {
-    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match tokio::time::timeout(STEP, tcp.read(&mut byte)).await {
-            Ok(Ok(1)) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    if head.starts_with("HTTP/1.1 200") {
-        Ok(tcp)
-    } else {
-        Err(head)
-    }
+    })
+    .await
 }
 
 /// Read until EOF or `STEP`; what arrived.
@@ -116,19 +62,19 @@ fn connection_events(proxy: &AirlockProxy) -> Vec<serde_json::Value> {
 
 #[tokio::test]
 async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
-    let ssh = BannerServer::start().await;
-    let other = BannerServer::start().await;
+    let ssh = banner_server().await;
+    let other = banner_server().await;
     let policy = format!(
         "version = 1\n[[allow]]\nhost = \"git.test\"\nport = {}\nprotocol = \"tcp\"\n",
         ssh.port()
     );
     let mut opts = ProxyOptions::new(&policy);
     opts.resolve = vec!["git.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
 
     // The banner arrives without the client sending a byte first, then the
     // tunnel carries both directions untouched.
-    let tcp = connect(&proxy, &format!("git.test:{}", ssh.port()))
+    let tcp = try_connect_tunnel(&proxy, &format!("git.test:{}", ssh.port()))
         .await
         .unwrap();
     let (read, mut write) = tcp.into_split();
@@ -150,8 +96,8 @@ async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
     // Another port of the same host has no rule: the bytes the client sends
     // are not HTTP or TLS, so the connection is closed and nothing reaches
     // the server there.
-    let before = other.accepted.load(Ordering::SeqCst);
-    match connect(&proxy, &format!("git.test:{}", other.port())).await {
+    let before = other.accepted();
+    match try_connect_tunnel(&proxy, &format!("git.test:{}", other.port())).await {
         Err(head) => assert!(head.starts_with("HTTP/1.1 403"), "{head}"),
         Ok(mut tcp) => {
             tcp.write_all(b"SSH-2.0-client\r\n").await.unwrap();
@@ -160,7 +106,7 @@ async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
             assert!(!got.contains("SSH-2.0-Airlock"), "{got:?}");
         }
     }
-    assert_eq!(other.accepted.load(Ordering::SeqCst), before);
+    assert_eq!(other.accepted(), before);
 
     // On record: the tunnel, allowed by the tcp rule; the other port, denied.
     let events = connection_events(&proxy);
@@ -179,7 +125,7 @@ async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
 
 #[tokio::test]
 async fn tcp_rule_inside_the_sandbox_knows_the_host_from_dns() {
-    let ssh = BannerServer::start().await;
+    let ssh = banner_server().await;
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
@@ -234,7 +180,7 @@ except OSError as e:
         "the bare address reached the server: {out:?}"
     );
     // Only the named connection reached the server.
-    assert_eq!(ssh.accepted.load(Ordering::SeqCst), 1, "{out:?}");
+    assert_eq!(ssh.accepted(), 1, "{out:?}");
 }
 
 #[tokio::test]
@@ -247,12 +193,12 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
     );
     let mut opts = ProxyOptions::new(&policy);
     opts.resolve = vec!["pinned.test:127.0.0.1".into()];
-    let proxy = AirlockProxy::start(opts);
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
     let authority = format!("pinned.test:{port}");
 
     // A client that pins the upstream's CA (and does not trust Airlock's)
     // completes its handshake: the certificate it sees is the upstream's own.
-    let tcp = connect(&proxy, &authority).await.unwrap();
+    let tcp = try_connect_tunnel(&proxy, &authority).await.unwrap();
     let mut tls = tls_client(&pki.ca_pem, &[b"http/1.1"])
         .connect("pinned.test".try_into().unwrap(), tcp)
         .await
@@ -269,7 +215,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
     assert_eq!(upstream.hits(), 1);
 
     // A client trusting Airlock's CA fails: nothing is intercepted here.
-    let tcp = connect(&proxy, &authority).await.unwrap();
+    let tcp = try_connect_tunnel(&proxy, &authority).await.unwrap();
     let intercepted = tls_client(&proxy.ca_pem, &[b"http/1.1"])
         .connect("pinned.test".try_into().unwrap(), tcp)
         .await;
@@ -277,7 +223,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
 
     // The SNI must name the rule's host: another name in the same tunnel is
     // cut off before the upstream sees a byte of it.
-    let tcp = connect(&proxy, &authority).await.unwrap();
+    let tcp = try_connect_tunnel(&proxy, &authority).await.unwrap();
     let other = tls_client(&pki.ca_pem, &[b"http/1.1"])
         .connect("other.test".try_into().unwrap(), tcp)
         .await;

@@ -8,21 +8,23 @@
 //! by message and is scrubbed. Peers that stop speaking WebSocket end the
 //! connection, and the record's last word is the relay's end event.
 
-mod common;
-
-use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{AIRLOCK, AirlockProxy, ProxyOptions, TestPki, tls_client};
+use airlock_test_support::client::intercepted;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::TestServer;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 const SECRET: &str = "sk-live-ws-0123456789abcdef";
 const SMUGGLED: &str = "DELETE /admin/users/1 HTTP/1.1";
@@ -43,15 +45,8 @@ type Log = Arc<Mutex<Received>>;
 /// Sec-WebSocket-Accept when there is a key), then parses whatever comes
 /// next on the connection as the next request.
 struct HostileUpstream {
-    addr: SocketAddr,
+    server: TestServer,
     log: Log,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for HostileUpstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl HostileUpstream {
@@ -59,27 +54,14 @@ impl HostileUpstream {
         // HTTP/1.1 only, so the proxy's requests arrive as text it can parse.
         let mut config = pki.server_config(&["api.test"]);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let log: Log = Arc::default();
         let shared = log.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                let log = shared.clone();
-                tokio::spawn(async move {
-                    if let Ok(tls) = acceptor.accept(tcp).await {
-                        serve_anything(tls, log).await;
-                    }
-                });
-            }
-        });
-        Self { addr, log, task }
+        let server = TestServer::tls(config, move |tls| serve_anything(tls, shared.clone())).await;
+        Self { server, log }
     }
 
     fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.port()
     }
 
     fn request_lines(&self) -> Vec<String> {
@@ -153,34 +135,8 @@ async fn serve_anything<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, log: Log) 
 /// what it gets; "close please" makes it close with the secret as the
 /// reason. On `/ws-broken` it sends one good message and then bytes that
 /// are not WebSocket.
-struct EchoUpstream {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for EchoUpstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl EchoUpstream {
-    async fn start(pki: &TestPki) -> Self {
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config(&["ws.test"])));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    if let Ok(tls) = acceptor.accept(tcp).await {
-                        echo_connection(tls).await;
-                    }
-                });
-            }
-        });
-        Self { addr, task }
-    }
+async fn echo_upstream(pki: &TestPki) -> TestServer {
+    TestServer::tls(pki.server_config(&["ws.test"]), echo_connection).await
 }
 
 async fn echo_connection<S: AsyncRead + AsyncWrite + Unpin>(mut io: S) {
@@ -278,7 +234,7 @@ async fn echo_connection<S: AsyncRead + AsyncWrite + Unpin>(mut io: S) {
 struct Setup {
     pki: TestPki,
     hostile: HostileUpstream,
-    echo: EchoUpstream,
+    echo: TestServer,
     proxy: AirlockProxy,
     _audit: tempfile::TempDir,
     audit_db: std::path::PathBuf,
@@ -288,7 +244,7 @@ impl Setup {
     async fn new() -> Self {
         let pki = TestPki::new();
         let hostile = HostileUpstream::start(&pki).await;
-        let echo = EchoUpstream::start(&pki).await;
+        let echo = echo_upstream(&pki).await;
         let policy = format!(
             r#"version = 1
 
@@ -333,7 +289,7 @@ value = "Bearer ${{env:WS_TOKEN}}"
             "--audit-key".into(),
             audit.path().join("audit.key").to_str().unwrap().into(),
         ];
-        let proxy = AirlockProxy::start(opts);
+        let proxy = AirlockProxy::start(AIRLOCK, opts);
         Self {
             pki,
             hostile,
@@ -346,20 +302,7 @@ value = "Bearer ${{env:WS_TOKEN}}"
 
     /// A TLS connection to `host` through the proxy's CONNECT, speaking HTTP/1.1.
     async fn tls_to(&self, host: &str, port: u16) -> tokio_rustls::client::TlsStream<TcpStream> {
-        let authority = format!("{host}:{port}");
-        let mut tcp = TcpStream::connect(self.proxy.addr).await.unwrap();
-        tcp.write_all(
-            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut buf = [0u8; 1024];
-        let n = tcp.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-        tls_client(&self.proxy.ca_pem, &[b"http/1.1"])
-            .connect(host.to_owned().try_into().unwrap(), tcp)
-            .await
-            .unwrap()
+        intercepted(&self.proxy, &format!("{host}:{port}"), host, &[b"http/1.1"]).await
     }
 
     /// Sends `raw` to the hostile upstream through the proxy, then reads

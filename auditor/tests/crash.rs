@@ -1,13 +1,11 @@
 //! Crash safety: a recorder process killed with SIGKILL mid-stream leaves a
 //! database that opens cleanly and verifies up to its last checkpoint.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use airlock_auditor::{AuditStore, SigningKeySource, TrustAnchor, VerifyOutcome};
-use common::*;
+use airlock_test_support::audit_store::{dns, env, info, thirty_event_session};
 
 const CHILD_ENV: &str = "AIRLOCK_AUDIT_CRASH_CHILD_DB";
 

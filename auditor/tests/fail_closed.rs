@@ -1,13 +1,12 @@
 //! Fail closed: when the store cannot be written, record() errors and
 //! healthy() turns false instead of silently dropping events.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use airlock_auditor::{AuditError, AuditEvent, AuditStore, SigningKeySource};
-use common::*;
+use airlock_test_support::audit_store::{dns, env, info, thirty_event_session};
+use airlock_test_support::skip_or_fail;
 
 /// A tmpfs mounted for the test, unmounted on drop.
 struct Mount(PathBuf);

@@ -2,10 +2,9 @@
 //! tampering done through a separate SQLite connection is detected and the
 //! first bad seq is named.
 
-mod common;
-
 use airlock_auditor::{AuditStore, KeyTrust, TrustAnchor, VerifyOutcome, VerifyReport};
-use common::*;
+use airlock_test_support::audit_store::{Env, dns, env, file, info, thirty_event_session};
+use airlock_test_support::chain::{forge_resign, link};
 
 fn verify(e: &Env, id: &airlock_auditor::SessionId) -> VerifyReport {
     AuditStore::open_readonly(&e.db)

@@ -1,8 +1,6 @@
 //! Reading a session back: timeline, HAR, JSONL, asciicast and file restore,
 //! checked the way a user would check them.
 
-mod common;
-
 use std::collections::BTreeMap;
 
 use airlock_auditor::export::{cast, har, jsonl};
@@ -10,7 +8,7 @@ use airlock_auditor::{
     AuditEvent, AuditStore, ExecId, FileOp, OutputStream, SessionEnd, SessionId, SessionInfo,
     restore, timeline,
 };
-use common::*;
+use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
 
 fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEvent {
     AuditEvent::Http {

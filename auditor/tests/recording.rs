@@ -1,12 +1,10 @@
 //! Recording behaviour: concurrent sessions and handles, drop without
 //! finish, sync durability.
 
-mod common;
-
 use std::sync::Arc;
 
 use airlock_auditor::{AuditStore, SigningKeySource, TrustAnchor, VerifyOutcome};
-use common::*;
+use airlock_test_support::audit_store::{dns, env, info, thirty_event_session};
 
 #[test]
 fn concurrent_sessions_and_cloned_handles_all_verify() {

@@ -1,10 +1,8 @@
 //! A registered secret never reaches the database file, wherever it appears
 //! in an event.
 
-mod common;
-
 use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream};
-use common::*;
+use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
 
 const SECRET: &str = "ghp_S3cr3tT0kenValue42";
 

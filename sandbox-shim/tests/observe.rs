@@ -1,14 +1,13 @@
 //! Exec, exit and file-write observation with real namespaces, a real seccomp
 //! listener and real processes (as root; the unprivileged case is in reexec.rs).
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use airlock_shim::{ExecSeq, FileChange, Observation, ObserveSpec, Sandbox, SandboxSpec};
-use common::*;
+use airlock_test_support::shim::{os, python, read, run, spec, workspace};
+use airlock_test_support::skip_or_fail;
 
 /// Run to completion and collect every observation.
 /// The path the kernel reports for an executable: exec records name the

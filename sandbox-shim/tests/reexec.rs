@@ -2,8 +2,6 @@
 //! user, or a parent that gets `kill -9`ed. The test binary re-executes itself
 //! with AIRLOCK_SHIM_HELPER=<mode>; each helper "test" is a no-op otherwise.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -12,7 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use airlock_shim::Sandbox;
-use common::*;
+use airlock_test_support::shim::{read, run, spec, workspace};
+use airlock_test_support::skip_or_fail;
 
 const HELPER: &str = "AIRLOCK_SHIM_HELPER";
 

@@ -2,15 +2,13 @@
 //! real cgroups and real processes (run as root; see unprivileged.rs for the
 //! ordinary-user side).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use airlock_shim::{ExitKind, Sandbox, ShimError, check_prerequisites};
-use common::*;
+use airlock_test_support::shim::{os, read, run, spec, workspace};
 use nix::sys::socket::{getsockopt, sockopt::OriginalDst};
 
 const PY: &str = "/usr/bin/python3";

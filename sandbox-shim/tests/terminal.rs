@@ -1,13 +1,11 @@
 //! `SandboxSpec::terminal`: the command runs on a pty of the sandbox's own
 //! devpts instance, as session leader, and the caller gets the master.
 
-mod common;
-
 use std::io::Read;
 
 use airlock_shim::Sandbox;
 use airlock_shim::pty::{self, WindowSize};
-use common::*;
+use airlock_test_support::shim::{spec, workspace};
 
 /// Everything the command wrote to its terminal, until the pty hangs up.
 fn read_to_hangup(master: std::os::fd::OwnedFd) -> String {

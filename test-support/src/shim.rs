@@ -1,5 +1,5 @@
-//! Helpers shared by the integration tests (real namespaces, real nft).
-#![allow(dead_code)]
+//! Sandboxes run through the shim's library API (real namespaces, real
+//! nft), for the shim's own tests.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -7,54 +7,33 @@ use std::time::Duration;
 
 use airlock_shim::{Limits, Outcome, Sandbox, SandboxSpec};
 
-/// A test whose prerequisite is missing (root, a tool, a kernel feature) calls
-/// this and returns. In CI (`CI=true`) the test fails here instead: a green CI
-/// run must mean that every test ran. Elsewhere it skips loudly, on stderr,
-/// naming the test (the test harness names each test's thread after it).
-#[track_caller]
-pub fn skip_or_fail(why: &str) {
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("this test");
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("{test}: prerequisite missing in CI (CI=true), failing instead of skipping: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-}
-
+/// `sh -c script` in `workspace`: the shim's defaults (no extra mounts, no
+/// proxy, no observer), a minimal PATH, a 64 MiB /tmp and a 60 s timeout.
 pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
     SandboxSpec {
         command: vec!["sh".into(), "-c".into(), script.into()],
         workspace: workspace.to_path_buf(),
-        ro: vec![],
-        rw: vec![],
-        hide: vec![],
         limits: Limits {
-            memory_bytes: None,
-            pids: None,
-            cpus: None,
             timeout: Some(Duration::from_secs(60)),
             tmp_bytes: 64 << 20,
+            ..Limits::default()
         },
         env: vec![
             ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
             ("LANG".into(), "C.UTF-8".into()),
         ],
-        user: None,
-        ca_bundle_pem: None,
-        hostname: "airlock".into(),
-        observe: None,
-        stdio: None,
-        allow_unix_sockets: false,
-        terminal: false,
+        ..SandboxSpec::default()
     }
 }
 
+/// Spawns the sandbox, lets it go and waits for its outcome.
 pub fn run(spec: SandboxSpec) -> Outcome {
     let mut sb = Sandbox::spawn(spec).expect("spawn sandbox");
     sb.release().expect("release");
     sb.wait().expect("wait")
 }
 
+/// A fresh workspace directory.
 pub fn workspace() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("airlock-shim-test")
@@ -62,10 +41,12 @@ pub fn workspace() -> tempfile::TempDir {
         .expect("tempdir")
 }
 
+/// The text of `name` in the workspace.
 pub fn read(ws: &Path, name: &str) -> String {
     std::fs::read_to_string(ws.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
 }
 
+/// The system python3, if there is one.
 pub fn python() -> Option<PathBuf> {
     ["/usr/bin/python3", "/usr/local/bin/python3"]
         .iter()
@@ -73,6 +54,7 @@ pub fn python() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// `s` as an `OsString`.
 pub fn os(s: &str) -> OsString {
     s.into()
 }

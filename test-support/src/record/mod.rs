@@ -1,212 +1,26 @@
-//! Shared by tests/record_truth.rs and tests/record_stress.rs (issue 20):
-//! run the real `airlock run` with an audit database, read the record back
-//! through the CLI a responder uses (`audit export`, `audit files
-//! --restore`), and compare it with what is on disk once the sandbox is
-//! gone. Every check collects its failures, so one run of a test names every
-//! variant the record gets wrong, each with the records it had for the path.
+//! `airlock run` with an audit database, its record read back through the
+//! CLI a responder uses (`audit export`, `audit files --restore`), and
+//! compared with what is on disk once the sandbox is gone. Every check
+//! collects its failures, so one run of a test names every variant the
+//! record gets wrong, each with the records it had for the path.
 
-#![allow(dead_code)]
+mod failures;
+mod sandbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-pub use crate::common::{AIRLOCK, sha256_hex, tree};
+pub use failures::Failures;
+pub use sandbox::Sandbox;
 
-/// Failures collected over all variants of a test, reported together.
-#[derive(Default)]
-pub struct Failures(Vec<String>);
-
-impl Failures {
-    pub fn add(&mut self, msg: impl Into<String>) {
-        self.0.push(msg.into());
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn check(&mut self, ok: bool, msg: impl FnOnce() -> String) {
-        if !ok {
-            self.0.push(msg());
-        }
-    }
-
-    /// Panics with every failure (the first 40, and how many more).
-    pub fn finish(self, what: &str) {
-        if self.0.is_empty() {
-            return;
-        }
-        let shown: Vec<&str> = self.0.iter().take(40).map(String::as_str).collect();
-        panic!(
-            "{what}: {} failure(s):\n\n{}{}",
-            self.0.len(),
-            shown.join("\n\n"),
-            if self.0.len() > 40 {
-                format!("\n\n... and {} more", self.0.len() - 40)
-            } else {
-                String::new()
-            }
-        );
-    }
-}
-
-/// A private workspace, a read-only tools directory (compiled helpers and
-/// scripts, visible in the sandbox at the same path, and never part of the
-/// record) and an audit database.
-pub struct Sandbox {
-    pub dir: tempfile::TempDir,
-    pub ws: PathBuf,
-    pub tools: PathBuf,
-    db: PathBuf,
-    key: PathBuf,
-}
-
-impl Default for Sandbox {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Sandbox {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        let tools = dir.path().join("tools");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::create_dir(&tools).unwrap();
-        Self {
-            db: dir.path().join("audit/audit.db"),
-            key: dir.path().join("audit/audit.key"),
-            dir,
-            ws,
-            tools,
-        }
-    }
-
-    /// Compiles `source` with gcc into tools/`name`. A missing or failing gcc
-    /// fails the test: the adversarial programs are the test.
-    pub fn gcc(&self, name: &str, source: &str, flags: &[&str]) -> PathBuf {
-        let src = self.tools.join(format!("{name}.c"));
-        std::fs::write(&src, source).unwrap();
-        let out = self.tools.join(name);
-        let done = Command::new("gcc")
-            .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .args(flags)
-            .output()
-            .unwrap_or_else(|e| panic!("gcc is needed to build {name}: {e}"));
-        assert!(
-            done.status.success(),
-            "gcc {name}: {}",
-            String::from_utf8_lossy(&done.stderr)
-        );
-        out
-    }
-
-    /// Writes a tool (a script) into tools/.
-    pub fn tool(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.tools.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    /// `airlock run` of `sh -c script` in the workspace (the sandbox's
-    /// working directory), with `$T` naming the tools directory. Airlock's
-    /// own `--timeout` bounds the sandbox; a watchdog here kills airlock
-    /// itself if it outlives that by a minute (a hang must fail, not stall
-    /// the suite).
-    pub fn run(&self, extra: &[&str], script: &str, timeout: Duration) -> Record {
-        let before = tree(&self.ws);
-        let out_path = self.dir.path().join("stdout");
-        let err_path = self.dir.path().join("stderr");
-        let started = Instant::now();
-        let mut child = Command::new(AIRLOCK)
-            .current_dir(&self.ws)
-            .arg("run")
-            .arg("--workspace")
-            .arg(&self.ws)
-            .arg("--audit-db")
-            .arg(&self.db)
-            .arg("--audit-key")
-            .arg(&self.key)
-            .arg("--ro")
-            .arg(&self.tools)
-            .arg("--env")
-            .arg(format!("T={}", self.tools.display()))
-            .arg("--timeout")
-            .arg(format!("{}s", timeout.as_secs()))
-            .arg("--no-tty")
-            .args(extra)
-            .args(["--", "sh", "-c", script])
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(&err_path).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = started + timeout + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "airlock run did not end within {:?}: {}",
-                    deadline - started,
-                    std::fs::read_to_string(&err_path).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let elapsed = started.elapsed();
-        let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-        let sessions = self.audit(&["sessions", "--json"]);
-        let sessions: Value = serde_json::from_slice(&sessions.stdout)
-            .unwrap_or_else(|_| panic!("no session recorded: {stderr}"));
-        let id = sessions[0]["id"].as_str().unwrap().to_owned();
-        let export = self.audit(&["export", &id, "--format", "jsonl", "--out", "-"]);
-        assert!(export.status.success(), "export: {export:?}");
-        let events = String::from_utf8_lossy(&export.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        Record {
-            id,
-            status: status.code().unwrap_or(-1),
-            stdout,
-            stderr,
-            events,
-            elapsed,
-            before,
-            ws: self.ws.clone(),
-            db: self.db.clone(),
-            restored: self.dir.path().join("restored"),
-        }
-    }
-
-    fn audit(&self, args: &[&str]) -> std::process::Output {
-        Command::new(AIRLOCK)
-            .arg("audit")
-            .args(args)
-            .arg("--audit-db")
-            .arg(&self.db)
-            .output()
-            .unwrap()
-    }
-}
+use crate::audit_cli::audit_cli;
+use crate::disk::{sha256_hex, tree};
 
 /// What one session put on record, and the workspace as it was before it.
+#[derive(Debug)]
 pub struct Record {
     pub id: String,
     pub status: i32,
@@ -216,6 +30,7 @@ pub struct Record {
     pub elapsed: Duration,
     before: BTreeMap<PathBuf, Vec<u8>>,
     pub ws: PathBuf,
+    airlock: String,
     db: PathBuf,
     restored: PathBuf,
 }
@@ -373,13 +188,12 @@ impl Record {
     /// `audit files SESSION --restore DIR`, once; returns DIR.
     pub fn restore(&self) -> &Path {
         if !self.restored.exists() {
-            let out = Command::new(AIRLOCK)
-                .args(["audit", "files", &self.id, "--restore"])
-                .arg(&self.restored)
-                .arg("--audit-db")
-                .arg(&self.db)
-                .output()
-                .unwrap();
+            let restored = self.restored.to_str().unwrap();
+            let out = audit_cli(
+                &self.airlock,
+                &self.db,
+                &["files", &self.id, "--restore", restored],
+            );
             assert!(out.status.success(), "restore: {out:?}");
         }
         &self.restored

@@ -1,0 +1,127 @@
+//! Audit stores written through the auditor's API: real SQLite files in
+//! temp dirs, a separate rusqlite connection for tampering, and events of
+//! every kind.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use airlock_auditor::{
+    AuditEvent, AuditStore, ExecId, FileOp, OutputStream, SessionEnd, SessionId, SessionInfo,
+    SigningKeySource,
+};
+
+/// A temp dir with the paths of a database and its signing key in it.
+#[derive(Debug)]
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A fresh temp dir for one store.
+pub fn env() -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("audit.db");
+    let key = dir.path().join("keys/audit.key");
+    Env { dir, db, key }
+}
+
+impl Env {
+    /// The store, opened (or created) with the key file.
+    pub fn store(&self) -> AuditStore {
+        AuditStore::open(&self.db, SigningKeySource::KeyFile(self.key.clone())).expect("open store")
+    }
+
+    /// A connection of its own to the database, as an attacker would open it.
+    pub fn raw(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(&self.db).expect("raw connection")
+    }
+}
+
+/// A session's info for `command`, with a one-rule policy.
+pub fn info(command: &[&str]) -> SessionInfo {
+    SessionInfo {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        policy_name: "test".into(),
+        policy_text: "[[allow]]\nhost = \"example.com\"\n".into(),
+        airlock_version: "0.1.0".into(),
+        host: "testhost".into(),
+        ..SessionInfo::default()
+    }
+}
+
+/// An exec of `/usr/bin/ARGV0` with id `id`, child of `parent`.
+pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
+    AuditEvent::Exec {
+        exec_id: ExecId::new(id),
+        parent_exec_id: parent.map(ExecId::new),
+        pid: 100,
+        ppid: 1,
+        uid: 1000,
+        path: format!("/usr/bin/{}", argv[0]),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: "/work".into(),
+        env_names: vec!["PATH".into(), "HOME".into()],
+        env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),
+        image: Default::default(),
+    }
+}
+
+/// An allowed DNS query for `name`.
+pub fn dns(name: &str) -> AuditEvent {
+    AuditEvent::Dns {
+        exec_id: None,
+        name: name.into(),
+        qtype: "A".into(),
+        answer: vec!["93.184.216.34".into()],
+        decision: "allow".into(),
+        rule: Some("policy.toml:3".into()),
+    }
+}
+
+/// A file event of exec `e1`, with `content` if given.
+pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
+    AuditEvent::File {
+        exec_id: Some(ExecId::new("e1")),
+        path: path.into(),
+        op,
+        size: None,
+        sha256: None,
+        content: content.map(|c| c.to_vec()),
+        rename_to: None,
+        mode: None,
+        stored_content: None,
+        content_over_cap: false,
+        identity: Default::default(),
+    }
+}
+
+/// Terminal output on `stream`.
+pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
+    AuditEvent::Output {
+        stream,
+        data: data.to_vec(),
+    }
+}
+
+/// A session with 30 dns events and checkpoints at seq 10, 20 and 30
+/// (final). Returns its id.
+pub fn thirty_event_session(store: &AuditStore) -> SessionId {
+    let rec = store
+        .begin_session(info(&["python3", "x.py"]))
+        .expect("begin");
+    for i in 1..=30 {
+        rec.record(dns(&format!("host{i}.example.com")))
+            .expect("record");
+        if i % 10 == 0 && i < 30 {
+            rec.sync().expect("sync");
+        }
+    }
+    let id = rec.session_id().clone();
+    rec.finish(SessionEnd {
+        exit_status: Some(0),
+        ..SessionEnd::default()
+    })
+    .expect("finish");
+    id
+}
