@@ -72,6 +72,7 @@ pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
         cwd: "/work".into(),
         env_names: vec!["PATH".into(), "HOME".into()],
         env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),
+        step: None,
         image: Default::default(),
     }
 }
@@ -107,6 +108,7 @@ pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
     AuditEvent::Output {
         stream,
         data: data.to_vec(),
+        step: None,
     }
 }
 
