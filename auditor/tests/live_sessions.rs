@@ -590,3 +590,50 @@ fn exports_filters_and_restore_know_the_step_records() {
         ]
     );
 }
+
+#[test]
+fn a_secret_in_a_steps_label_command_or_reason_is_redacted() {
+    const SECRET: &str = "ghp_S3cr3tT0kenValue42";
+    let e = env();
+    let store = e.store();
+    store.redactor().add("GITHUB_TOKEN", SECRET).unwrap();
+    let rec = store.begin_session(live_info()).unwrap();
+    rec.record(step_start(
+        1,
+        Some(&format!("call with {SECRET}")),
+        &["curl", "-H", &format!("token {SECRET}")],
+        false,
+    ))
+    .unwrap();
+    rec.record(AuditEvent::StepEnd {
+        step: StepNo(1),
+        exit_status: None,
+        signal: Some(9),
+        timed_out: false,
+        duration_ms: 1.0,
+        reason: Some(format!("killed: {SECRET}")),
+    })
+    .unwrap();
+    let id = rec.session_id().clone();
+    rec.finish(SessionEnd::default()).unwrap();
+
+    let payloads: Vec<String> = {
+        let conn = e.raw();
+        let mut stmt = conn.prepare("SELECT payload FROM events").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(payloads.len(), 2);
+    for p in &payloads {
+        assert!(!p.contains(SECRET), "{p}");
+        assert!(p.contains("[secret:GITHUB_TOKEN]"), "{p}");
+    }
+    let events = store.events(&id, None).unwrap();
+    let AuditEvent::StepStart { label, command, .. } = &events[0].event else {
+        panic!("{events:?}");
+    };
+    assert_eq!(label.as_deref(), Some("call with [secret:GITHUB_TOKEN]"));
+    assert_eq!(command[2], "token [secret:GITHUB_TOKEN]");
+}

@@ -97,7 +97,7 @@ pub fn group_by_step(events: &[StoredEvent]) -> StepGroups {
 
 /// A caller's label, quoted and escaped in full (it is untrusted text:
 /// a newline or an escape sequence in it must not forge a line).
-pub(super) fn label(text: &str) -> String {
+fn label(text: &str) -> String {
     escape::preview(text.as_bytes(), usize::MAX)
 }
 
