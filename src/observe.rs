@@ -62,6 +62,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             cwd,
             env_names,
             env_values_nonsecret: env_values_nonsecret.into_iter().collect(),
+            step: None,
             image: exec_image(image),
         },
         Observation::Exit {
@@ -211,6 +212,7 @@ fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: Option<&SessionR
             let _ = recorder.record(AuditEvent::Output {
                 stream,
                 data: data.to_vec(),
+                step: None,
             });
         }
     }

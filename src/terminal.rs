@@ -287,6 +287,7 @@ fn copy_output(master: &OwnedFd, buf: &mut [u8], recorder: Option<&SessionRecord
             let _ = r.record(AuditEvent::Output {
                 stream: OutputStream::Stdout,
                 data: data.to_vec(),
+                step: None,
             });
         }
     }

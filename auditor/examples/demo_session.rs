@@ -39,6 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cwd: "/work".into(),
         env_names: vec!["PATH".into()],
         env_values_nonsecret: BTreeMap::new(),
+        step: None,
         image: Default::default(),
     };
     rec.record(ex("1:1", None, &["sh", "-c", "python3 fetch.py"]))?;
@@ -115,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rec.record(AuditEvent::Output {
         stream: OutputStream::Stdout,
         data: b"saved repo.json\r\n".to_vec(),
+        step: None,
     })?;
     rec.record(AuditEvent::Exit {
         exec_id: ExecId::new("2:1"),

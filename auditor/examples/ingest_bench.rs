@@ -31,6 +31,7 @@ fn event(i: u64) -> AuditEvent {
             cwd: "/work".into(),
             env_names: vec!["PATH".into(), "HOME".into(), "LANG".into()],
             env_values_nonsecret: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
+            step: None,
             image: Default::default(),
         },
         1 => AuditEvent::Dns {

@@ -1,4 +1,4 @@
-// Why this file is long (~540 lines): it is the record's data model, mostly
+// Why this file is long (~650 lines): it is the record's data model, mostly
 // type definitions with their serde attributes (the stored format); one file
 // so the whole event model can be read and reviewed at once.
 //! What gets recorded: the event model, session metadata and read-back rows.
@@ -9,12 +9,13 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{b64, opt_b64};
-use crate::{ExecId, Seq, SessionId};
+use crate::{ExecId, Seq, SessionId, StepNo};
 
 /// One thing that happened inside (or at the edge of) the sandbox.
 ///
 /// Serialized with an internal `kind` tag whose values are exactly
-/// `exec | exit | file | dns | tcp | http | output | note`. Callers must pass
+/// `exec | exit | file | dns | tcp | http | output | note | resize |
+/// step_start | step_end` (see [`EventKind`]). Callers must pass
 /// already-redacted values (e.g. `"[secret:GITHUB_TOKEN]"`); the recorder's
 /// [`crate::Redactor`] scrubs registered secrets again as a second line of
 /// defence.
@@ -35,6 +36,12 @@ pub enum AuditEvent {
         env_names: Vec<String>,
         #[serde(default)]
         env_values_nonsecret: BTreeMap<String, String>,
+        /// In a live session, the step whose exec tree this exec is in (the
+        /// observer knows: it descends from the step's first process). Left
+        /// out when absent, so records made before steps existed verify
+        /// unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<StepNo>,
         /// What the kernel executed, beyond `path` (empty for records made
         /// before 2026-11-25).
         #[serde(default, flatten)]
@@ -177,12 +184,53 @@ pub enum AuditEvent {
         stream: OutputStream,
         #[serde(with = "b64")]
         data: Vec<u8>,
+        /// In a live session, the step whose stdout or stderr this is. Left
+        /// out when absent (as for `Exec::step`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<StepNo>,
     },
     /// A session-level note from airlock itself (e.g. "policy reloaded").
     Note { text: String },
     /// The command's terminal got a new window size (the caller resized
     /// theirs), for asciicast export.
     Resize { cols: u16, rows: u16 },
+    /// A live session (`airlock session exec`) began a step: one command
+    /// run in the session's sandbox, with the caller's label (an agent's
+    /// tool-call id or turn number; untrusted text, like everything the
+    /// caller chooses).
+    #[serde(rename = "step_start")]
+    StepStart {
+        step: StepNo,
+        #[serde(default)]
+        label: Option<String>,
+        command: Vec<String>,
+        #[serde(default)]
+        cwd: Option<String>,
+        /// The command ran on a pty.
+        #[serde(default)]
+        tty: bool,
+    },
+    /// A step's command ended. Processes it left in the background may
+    /// still run; their events stay the step's (they are in its exec tree).
+    #[serde(rename = "step_end")]
+    StepEnd {
+        step: StepNo,
+        /// Exit code when the command exited normally.
+        #[serde(default)]
+        exit_status: Option<i32>,
+        /// Signal number when the command was killed by a signal.
+        #[serde(default)]
+        signal: Option<i32>,
+        /// The step's own timeout killed it.
+        #[serde(default)]
+        timed_out: bool,
+        /// From the step's start to its end.
+        duration_ms: f64,
+        /// Why airlock ended it, if it did (e.g. "killed: the client
+        /// disconnected").
+        #[serde(default)]
+        reason: Option<String>,
+    },
 }
 
 /// A file an exec involved besides its image (a `#!` script, the program
@@ -241,6 +289,8 @@ impl AuditEvent {
             AuditEvent::Output { .. } => EventKind::Output,
             AuditEvent::Note { .. } => EventKind::Note,
             AuditEvent::Resize { .. } => EventKind::Resize,
+            AuditEvent::StepStart { .. } => EventKind::StepStart,
+            AuditEvent::StepEnd { .. } => EventKind::StepEnd,
         }
     }
 
@@ -251,7 +301,27 @@ impl AuditEvent {
             | AuditEvent::Dns { exec_id, .. }
             | AuditEvent::Tcp { exec_id, .. }
             | AuditEvent::Http { exec_id, .. } => exec_id.as_ref(),
-            AuditEvent::Output { .. } | AuditEvent::Note { .. } | AuditEvent::Resize { .. } => None,
+            AuditEvent::Output { .. }
+            | AuditEvent::Note { .. }
+            | AuditEvent::Resize { .. }
+            | AuditEvent::StepStart { .. }
+            | AuditEvent::StepEnd { .. } => None,
+        }
+    }
+
+    /// The step the event names itself, in a live session. Other events
+    /// belong to the step of their exec (see [`crate::timeline::steps`]).
+    pub fn step(&self) -> Option<StepNo> {
+        match self {
+            AuditEvent::Exec { step, .. } | AuditEvent::Output { step, .. } => *step,
+            AuditEvent::StepStart { step, .. } | AuditEvent::StepEnd { step, .. } => Some(*step),
+            AuditEvent::Exit { .. }
+            | AuditEvent::File { .. }
+            | AuditEvent::Dns { .. }
+            | AuditEvent::Tcp { .. }
+            | AuditEvent::Http { .. }
+            | AuditEvent::Note { .. }
+            | AuditEvent::Resize { .. } => None,
         }
     }
 }
@@ -362,10 +432,12 @@ pub enum EventKind {
     Output,
     Note,
     Resize,
+    StepStart,
+    StepEnd,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::File,
@@ -375,6 +447,8 @@ impl EventKind {
         EventKind::Output,
         EventKind::Note,
         EventKind::Resize,
+        EventKind::StepStart,
+        EventKind::StepEnd,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -388,6 +462,8 @@ impl EventKind {
             EventKind::Output => "output",
             EventKind::Note => "note",
             EventKind::Resize => "resize",
+            EventKind::StepStart => "step_start",
+            EventKind::StepEnd => "step_end",
         }
     }
 
@@ -412,6 +488,9 @@ pub enum SessionMode {
     Run,
     Sidecar,
     Proxy,
+    /// A live session (`airlock session start`): one sandbox, many
+    /// commands, each a step (`step_start`/`step_end` events).
+    Session,
 }
 
 /// Metadata recorded when a session starts. It is bound into the hash chain
@@ -539,5 +618,8 @@ pub struct SessionSummary {
     pub end: Option<SessionEnd>,
     pub info: SessionInfo,
     pub events: u64,
+    /// For a live session (mode `session`), how many steps it began; `None`
+    /// for other modes.
+    pub steps: Option<u64>,
     pub key_fingerprint: String,
 }

@@ -1,4 +1,5 @@
-//! Identifier newtypes: sessions, processes and event sequence numbers.
+//! Identifier newtypes: sessions, processes, event sequence numbers and
+//! the steps of a live session.
 
 use std::fmt;
 
@@ -84,6 +85,25 @@ impl Seq {
 }
 
 impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A step of a live session (`airlock session exec`): one command run in
+/// the session's sandbox, numbered from 1 in the order the steps began.
+/// Serialised as a bare number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StepNo(pub u64);
+
+impl StepNo {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for StepNo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }

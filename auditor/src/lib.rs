@@ -42,7 +42,7 @@ pub use event::{
     SessionInfo, SessionMode, SessionSummary, StoredEvent, WebSocketMessage, WebSocketRecord,
     collapse_exchanges,
 };
-pub use ids::{ExecId, Seq, SessionId};
+pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;

@@ -12,7 +12,7 @@ use crate::recorder::{WriterSetup, now_us};
 use crate::verify::{VerifyReport, verify_session};
 use crate::{
     AuditError, AuditEvent, EventKind, ExecId, Redactor, Seq, SessionEnd, SessionId, SessionInfo,
-    SessionRecorder, SessionSummary, StoredEvent, chain, schema,
+    SessionMode, SessionRecorder, SessionSummary, StoredEvent, chain, schema,
 };
 
 /// One SQLite audit database. Sessions recorded from it share its
@@ -133,7 +133,7 @@ impl AuditStore {
         let conn = self.conn();
         let mut stmt = conn
             .prepare(
-                "SELECT s.id, s.started_us, s.ended_us, s.end_json, s.info_json, s.key_fingerprint,
+                "SELECT s.sid, s.id, s.started_us, s.ended_us, s.end_json, s.info_json, s.key_fingerprint,
                         (SELECT COUNT(*) FROM events e WHERE e.sid = s.sid)
                  FROM sessions s ORDER BY s.started_us, s.sid",
             )
@@ -141,28 +141,43 @@ impl AuditStore {
         let rows = stmt
             .query_map([], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, Option<i64>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
                     r.get::<_, String>(5)?,
-                    r.get::<_, i64>(6)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, i64>(7)?,
                 ))
             })
             .map_err(AuditError::db("listing sessions"))?;
+        let mut steps = conn
+            .prepare_cached("SELECT COUNT(*) FROM events WHERE sid = ?1 AND kind = ?2")
+            .map_err(AuditError::db("listing sessions"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, started_us, ended_us, end_json, info_json, fp, count) =
+            let (sid, id, started_us, ended_us, end_json, info_json, fp, count) =
                 row.map_err(AuditError::db("listing sessions"))?;
+            // Unparseable metadata is shown as unknown; verify reports it.
+            let info: SessionInfo = serde_json::from_str(&info_json).unwrap_or_default();
+            // Counted only for live sessions, so listing others costs nothing more.
+            let steps = if info.mode == SessionMode::Session {
+                let n: i64 = steps
+                    .query_row(params![sid, EventKind::StepStart.as_str()], |r| r.get(0))
+                    .map_err(AuditError::db("listing sessions"))?;
+                Some(u64::try_from(n).unwrap_or(0))
+            } else {
+                None
+            };
             out.push(SessionSummary {
                 id: SessionId::from_db(id),
                 started_us,
                 ended_us,
-                // Unparseable metadata is shown as unknown; verify reports it.
                 end: end_json.and_then(|j| serde_json::from_str::<SessionEnd>(&j).ok()),
-                info: serde_json::from_str(&info_json).unwrap_or_default(),
+                info,
                 events: u64::try_from(count).unwrap_or(0),
+                steps,
                 key_fingerprint: fp,
             });
         }

@@ -1,4 +1,5 @@
-//! One chronological view of a session, indented by process tree.
+//! One chronological view of a session, indented by process tree; a live
+//! session's (mode `session`) grouped by step (see [`steps`]).
 //!
 //! Every string in the text form goes through [`escape`]: argv, paths,
 //! names, URLs and reasons come from (or are steered by) the sandboxed
@@ -9,7 +10,9 @@ use std::collections::HashMap;
 use crate::escape;
 use crate::export::jsonl;
 use crate::humanize;
-use crate::{AuditEvent, EventKind, ExecId, SessionSummary, StoredEvent};
+use crate::{AuditEvent, EventKind, ExecId, Seq, SessionMode, SessionSummary, StoredEvent};
+
+pub mod steps;
 
 /// Depth of each event in the exec tree: an exec sits one level below its
 /// parent exec, and other events one level below the exec that caused them.
@@ -235,7 +238,7 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             s
         }
-        AuditEvent::Output { stream, data } => {
+        AuditEvent::Output { stream, data, .. } => {
             let line = data.split(|b| *b == b'\n').next().unwrap_or_default();
             format!(
                 "out   {} {}: {}",
@@ -249,6 +252,12 @@ pub fn describe(event: &AuditEvent) -> String {
         }
         AuditEvent::Note { text } => format!("note  {}", escape::text(text)),
         AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
+        AuditEvent::StepStart { step, .. } => {
+            format!("step  {step} start  {}", steps::start_text(event))
+        }
+        AuditEvent::StepEnd { step, .. } => {
+            format!("step  {step} end: {}", steps::outcome(event))
+        }
     }
 }
 
@@ -296,6 +305,46 @@ fn wanted(kinds: Option<&[EventKind]>, k: EventKind) -> bool {
     kinds.is_none_or(|ks| ks.contains(&k))
 }
 
+/// One timeline line: time since the start, clock time, seq (blank when
+/// there is none), then `text`.
+fn line(started_us: i64, ts_us: i64, seq: Option<Seq>, text: &str) -> String {
+    format!(
+        "{:>10} {} {:>6} {text}\n",
+        humanize::relative(ts_us.saturating_sub(started_us)),
+        humanize::clock(ts_us),
+        seq.map(|s| format!("#{s}")).unwrap_or_default(),
+    )
+}
+
+/// An event's line, indented `depth` levels.
+fn event_line(started_us: i64, ev: &StoredEvent, depth: usize) -> String {
+    let text = format!("{}{}", "  ".repeat(depth), describe(&ev.event));
+    line(started_us, ev.ts_us, Some(ev.seq), &text)
+}
+
+fn step_count(steps: Option<u64>) -> String {
+    match steps {
+        Some(1) => "1 step".to_string(),
+        Some(n) => format!("{n} steps"),
+        None => "steps unknown".to_string(),
+    }
+}
+
+/// The command a session ran, as the sessions list shows it: a live
+/// session's is prefixed with its mode and step count.
+pub fn session_title(summary: &SessionSummary) -> String {
+    let command = command_line(&summary.info.command);
+    if summary.info.mode != SessionMode::Session {
+        return command;
+    }
+    let steps = step_count(summary.steps);
+    if command.is_empty() {
+        format!("[session, {steps}]")
+    } else {
+        format!("[session, {steps}] {command}")
+    }
+}
+
 /// The human timeline. `events` must be all of the session's events (the
 /// process tree needs the execs); `kinds` filters what is shown.
 pub fn render_text(
@@ -332,19 +381,18 @@ pub fn render_text(
     if let Some(note) = &summary.info.capabilities_note {
         out.push_str(&format!("note: {}\n", escape::text(note)));
     }
-    let depth = depths(events);
-    for (ev, d) in events.iter().zip(depth) {
-        if !wanted(kinds, ev.kind) {
-            continue;
-        }
+    if summary.info.mode == SessionMode::Session {
         out.push_str(&format!(
-            "{:>10} {} {:>6} {}{}\n",
-            humanize::relative(ev.ts_us.saturating_sub(summary.started_us)),
-            humanize::clock(ev.ts_us),
-            format!("#{}", ev.seq),
-            "  ".repeat(d),
-            describe(&ev.event)
+            "live session: {} (the session's own events first, then each step with its events)\n",
+            step_count(summary.steps)
         ));
+        steps::render_text(&mut out, summary.started_us, events, kinds);
+    } else {
+        for (ev, d) in events.iter().zip(depths(events)) {
+            if wanted(kinds, ev.kind) {
+                out.push_str(&event_line(summary.started_us, ev, d));
+            }
+        }
     }
     match (&summary.end, summary.ended_us) {
         (Some(end), Some(t)) => out.push_str(&format!(
@@ -359,7 +407,25 @@ pub fn render_text(
     out
 }
 
-/// The timeline as JSON: the JSONL objects plus `depth` and `t_rel_s`.
+/// One event of the JSON timeline: its JSONL object plus `depth` and
+/// `t_rel_s`.
+fn event_json(summary: &SessionSummary, ev: &StoredEvent, depth: usize) -> serde_json::Value {
+    let mut v = jsonl::event_json(&summary.id, ev);
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("depth".into(), depth.into());
+        obj.insert(
+            "t_rel_s".into(),
+            ((ev.ts_us.saturating_sub(summary.started_us)) as f64 / 1e6).into(),
+        );
+    }
+    v
+}
+
+/// The timeline as JSON: the JSONL objects plus `depth` and `t_rel_s`. A
+/// live session's (mode `session`) also has `mode` and `steps`: `events`
+/// holds the session-level events, and each step its summary (label,
+/// command, exit) and its own `events`; every event there carries its
+/// `step`.
 pub fn render_json(
     summary: &SessionSummary,
     events: &[StoredEvent],
@@ -367,21 +433,14 @@ pub fn render_json(
 ) -> serde_json::Value {
     let events = &crate::collapse_exchanges(events)[..];
     let depth = depths(events);
+    if summary.info.mode == SessionMode::Session {
+        return steps::render_json(summary, events, &depth, kinds);
+    }
     let items: Vec<serde_json::Value> = events
         .iter()
         .zip(depth)
         .filter(|(ev, _)| wanted(kinds, ev.kind))
-        .map(|(ev, d)| {
-            let mut v = jsonl::event_json(&summary.id, ev);
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert("depth".into(), d.into());
-                obj.insert(
-                    "t_rel_s".into(),
-                    ((ev.ts_us.saturating_sub(summary.started_us)) as f64 / 1e6).into(),
-                );
-            }
-            v
-        })
+        .map(|(ev, d)| event_json(summary, ev, d))
         .collect();
     serde_json::json!({
         "session": summary.id,

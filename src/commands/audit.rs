@@ -52,7 +52,7 @@ enum AuditCommand {
         session: String,
         #[command(flatten)]
         db: DbArg,
-        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note,resize.
+        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note,resize,step_start,step_end.
         #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
         kind: Vec<EventKind>,
         /// Print JSON instead of text.
@@ -230,6 +230,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
                     "airlock_version": s.info.airlock_version,
                     "host": s.info.host,
                     "events": s.events,
+                    "steps": s.steps,
                     "key_fingerprint": s.key_fingerprint,
                 })
             })
@@ -259,7 +260,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
             duration,
             exit,
             s.events,
-            timeline::command_line(&s.info.command)
+            timeline::session_title(s)
         )?;
     }
     Ok(ExitCode::SUCCESS)

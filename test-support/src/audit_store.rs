@@ -64,6 +64,7 @@ pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
         env_names: vec!["PATH".into(), "HOME".into()],
         env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),
         image: Default::default(),
+        step: None,
     }
 }
 
@@ -101,6 +102,7 @@ pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
     AuditEvent::Output {
         stream,
         data: data.to_vec(),
+        step: None,
     }
 }
 

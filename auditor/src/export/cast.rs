@@ -1,7 +1,8 @@
 //! asciicast v2 (https://docs.asciinema.org/manual/asciicast/v2/) of the
 //! session's terminal output. stderr is emitted as "o" too, because players
 //! render only output frames. The header carries the terminal's size at the
-//! start (when the command ran on a pty) and "r" events its resizes.
+//! start (when the command ran on a pty) and "r" events its resizes; a
+//! live session's steps begin with "m" (marker) events.
 
 use std::io::Write;
 
@@ -37,6 +38,15 @@ pub fn write(
             // "r" (resize) events, data "COLSxROWS" (asciicast v2).
             AuditEvent::Resize { cols, rows } => {
                 serde_json::json!([t, "r", format!("{cols}x{rows}")])
+            }
+            // A live session's steps as "m" (marker) events, which players
+            // offer as chapters; the output between them is the steps'.
+            AuditEvent::StepStart { step, label, .. } => {
+                let text = match label {
+                    Some(l) => format!("step {step}: {l}"),
+                    None => format!("step {step}"),
+                };
+                serde_json::json!([t, "m", text])
             }
             _ => continue,
         };

@@ -40,6 +40,7 @@ fn every_field_from_the_sandbox_is_escaped() {
             cwd: s(),
             env_names: vec![],
             env_values_nonsecret: Default::default(),
+            step: None,
             image: Default::default(),
         },
         AuditEvent::File {
@@ -121,6 +122,7 @@ fn every_field_from_the_sandbox_is_escaped() {
         AuditEvent::Output {
             stream: OutputStream::Stdout,
             data: EVIL.as_bytes().to_vec(),
+            step: None,
         },
         AuditEvent::Note { text: s() },
     ];
@@ -133,4 +135,33 @@ fn every_field_from_the_sandbox_is_escaped() {
     assert_eq!(exec.matches(SHOWN).count(), 3, "{exec}");
     // The rename shows both names.
     assert_eq!(describe(&events[1]).matches(SHOWN).count(), 2);
+}
+
+#[test]
+fn step_records_from_the_caller_are_escaped() {
+    let start = AuditEvent::StepStart {
+        step: crate::StepNo(1),
+        label: Some(s()),
+        command: vec![s()],
+        cwd: Some(s()),
+        tty: true,
+    };
+    let line = describe(&start);
+    assert_clean(&line);
+    // Label, command and cwd, each escaped.
+    assert_eq!(line.matches(SHOWN).count(), 3, "{line}");
+    let end = AuditEvent::StepEnd {
+        step: crate::StepNo(1),
+        exit_status: None,
+        signal: Some(9),
+        timed_out: true,
+        duration_ms: f64::NAN,
+        reason: Some(s()),
+    };
+    let line = describe(&end);
+    assert_clean(&line);
+    assert!(
+        line.contains("timed out, killed by signal 9 after 0ms"),
+        "{line}"
+    );
 }
