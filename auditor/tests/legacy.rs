@@ -3,7 +3,6 @@
 //! finished `run` session dumped row for row (`legacy_session.sql`), its
 //! public key, and what its timeline, JSONL and asciicast were then.
 
-
 use std::path::PathBuf;
 
 use airlock_auditor::export::{cast, jsonl};

@@ -2,7 +2,6 @@
 //! real SQLite store and read back the way a responder would: the timeline
 //! grouped by step, verification, the sessions list and the exports.
 
-
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
     AuditEvent, AuditStore, EventKind, ExecId, FileOp, OutputStream, SessionEnd, SessionId,
