@@ -46,6 +46,7 @@ pub fn spec(workspace: &Path, script: &str) -> SandboxSpec {
         stdio: None,
         allow_unix_sockets: false,
         terminal: false,
+        session: false,
     }
 }
 
