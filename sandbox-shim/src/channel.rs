@@ -15,14 +15,18 @@ use nix::sys::socket::{
 };
 use nix::unistd::Pid;
 
+use crate::step::StepId;
 use crate::sys;
+
+pub(crate) mod request;
 
 /// Largest message on the channel, tag byte included: 4096 bytes. [`send`]
 /// refuses a longer one ([`ChannelError::TooLong`]) and [`recv`] reports one
 /// the kernel had to cut ([`DecodeError::Truncated`]): nothing is cut silently.
 pub(crate) const MAX_MSG: usize = 4096;
 
-/// Most descriptors one message carries (the network hand-over's three).
+/// Most descriptors one message carries: a step's request and its three
+/// stdio descriptors.
 const MAX_FDS: usize = 4;
 
 // Wire tags, one per `Message` variant.
@@ -37,6 +41,12 @@ const TERMINAL: u8 = b'T';
 const TRACE_ME: u8 = b'L';
 const TRACED: u8 = b'D';
 const BYE: u8 = b'B';
+const EXEC: u8 = b'S';
+const KILL_STEP: u8 = b'K';
+const SIGNAL_STEP: u8 = b'Q';
+const STEP_TERMINAL: u8 = b'Y';
+const STEP_EXIT: u8 = b'W';
+const STEP_FAILED: u8 = b'F';
 
 // The first payload byte of a `FAILED` message: which `Failure`.
 const FAILED_USERNS: u8 = b'U';
@@ -56,23 +66,31 @@ impl Failure {
     /// holds: an error worth reporting is better cut with a marker than lost
     /// to [`ChannelError::TooLong`].
     pub(crate) fn fitted(self) -> Failure {
-        const MARK: &str = " [cut: longer than the control channel's 4096-byte message limit]";
-        let room = MAX_MSG - 2;
-        let fit = |text: String| {
-            if text.len() <= room {
-                return text;
-            }
-            let mut end = room - MARK.len();
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}{MARK}", &text[..end])
-        };
+        let fit = |text| fit_text(text, MAX_MSG - 2);
         match self {
             Failure::UserNamespaces(t) => Failure::UserNamespaces(fit(t)),
             Failure::Setup(t) => Failure::Setup(fit(t)),
         }
     }
+}
+
+/// `text` shortened, visibly, to `room` bytes.
+fn fit_text(text: String, room: usize) -> String {
+    const MARK: &str = " [cut: longer than the control channel's 4096-byte message limit]";
+    if text.len() <= room {
+        return text;
+    }
+    let mut end = room - MARK.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
+/// A [`Message::StepFailed`] whose text is cut, visibly, to fit one message
+/// (tag byte and step number included): the step is answered either way.
+pub(crate) fn step_failed(step: StepId, text: String) -> Message {
+    Message::StepFailed(step, fit_text(text, MAX_MSG - 1 - 8))
 }
 
 /// One message between airlock, the supervisor, init, the command and the
@@ -105,8 +123,26 @@ pub(crate) enum Message {
     Bye,
     /// command → observer, with a pidfd of itself: trace me before I exec.
     TraceMe(OwnedFd),
-    /// observer → command: attached; go on.
+    /// observer → command (or launcher): attached; go on.
     Traced,
+    /// airlock → launcher: run a step. `request` is a sealed memfd holding
+    /// the [`crate::StepRequest`] (see [`request`]); `stdio` the command's
+    /// 0, 1, 2, or None for a step on its own pseudo-terminal.
+    Exec {
+        step: StepId,
+        request: OwnedFd,
+        stdio: Option<[OwnedFd; 3]>,
+    },
+    /// airlock → launcher: SIGKILL everything the step's holder started.
+    KillStep(StepId),
+    /// airlock → launcher: send this signal to the step command's process group.
+    SignalStep(StepId, i32),
+    /// holder → airlock: the master of the step's pseudo-terminal.
+    StepTerminal(StepId, OwnedFd),
+    /// holder → airlock: the step's command ended with this wait status.
+    StepExit(StepId, i32),
+    /// launcher or holder → airlock: the step could not be started.
+    StepFailed(StepId, String),
 }
 
 /// A message that arrived but does not read as a [`Message`].
@@ -120,6 +156,10 @@ pub enum DecodeError {
     MissingFds { what: &'static str, want: usize },
     #[error("control message longer than {MAX_MSG} bytes (or with too many descriptors)")]
     Truncated,
+    /// An [`Message::Exec`] whose descriptors are not a request and 0 or 3
+    /// stdio descriptors; the step is known, so it can be answered.
+    #[error("{step} came with {got} descriptors (want a request and 0 or 3 stdio descriptors)")]
+    ExecFds { step: StepId, got: usize },
 }
 
 /// Why a message could not be sent or received.
@@ -156,6 +196,13 @@ fn status_payload(value: i32) -> Vec<u8> {
     value.to_le_bytes().to_vec()
 }
 
+/// A step number followed by `rest`.
+fn step_payload(step: StepId, rest: &[u8]) -> Vec<u8> {
+    let mut payload = step.0.to_le_bytes().to_vec();
+    payload.extend_from_slice(rest);
+    payload
+}
+
 /// The wire form: tag byte and payload, and the descriptors to pass along.
 fn encode(msg: &Message) -> (Vec<u8>, Vec<RawFd>) {
     let (tag, payload, fds) = match msg {
@@ -190,6 +237,36 @@ fn encode(msg: &Message) -> (Vec<u8>, Vec<RawFd>) {
         Message::TraceMe(pidfd) => (TRACE_ME, Vec::new(), vec![pidfd.as_raw_fd()]),
         Message::Traced => (TRACED, Vec::new(), Vec::new()),
         Message::Bye => (BYE, Vec::new(), Vec::new()),
+        Message::Exec {
+            step,
+            request,
+            stdio,
+        } => {
+            let mut fds = vec![request.as_raw_fd()];
+            fds.extend(stdio.iter().flatten().map(AsRawFd::as_raw_fd));
+            (EXEC, step_payload(*step, &[]), fds)
+        }
+        Message::KillStep(step) => (KILL_STEP, step_payload(*step, &[]), Vec::new()),
+        Message::SignalStep(step, sig) => (
+            SIGNAL_STEP,
+            step_payload(*step, &sig.to_le_bytes()),
+            Vec::new(),
+        ),
+        Message::StepTerminal(step, master) => (
+            STEP_TERMINAL,
+            step_payload(*step, &[]),
+            vec![master.as_raw_fd()],
+        ),
+        Message::StepExit(step, status) => (
+            STEP_EXIT,
+            step_payload(*step, &status.to_le_bytes()),
+            Vec::new(),
+        ),
+        Message::StepFailed(step, text) => (
+            STEP_FAILED,
+            step_payload(*step, text.as_bytes()),
+            Vec::new(),
+        ),
     };
     let mut bytes = Vec::with_capacity(payload.len() + 1);
     bytes.push(tag);
@@ -207,6 +284,38 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
         let bytes: [u8; 4] = payload.try_into().map_err(|_| bad())?;
         Ok(i32::from_le_bytes(bytes))
     };
+    // A step message: the step number, then the rest.
+    let step = || -> Result<(StepId, &[u8]), DecodeError> {
+        let (head, rest) = payload.split_at_checked(8).ok_or_else(bad)?;
+        let head: [u8; 8] = head.try_into().map_err(|_| bad())?;
+        Ok((StepId(u64::from_le_bytes(head)), rest))
+    };
+    let step_int = || -> Result<(StepId, i32), DecodeError> {
+        let (step, rest) = step()?;
+        let rest: [u8; 4] = rest.try_into().map_err(|_| bad())?;
+        Ok((step, i32::from_le_bytes(rest)))
+    };
+    if tag == EXEC {
+        let (step, rest) = step()?;
+        if !rest.is_empty() {
+            return Err(bad());
+        }
+        let got = fds.len();
+        let mut fds = fds.into_iter();
+        let (Some(request), stdio) = (fds.next(), fds.collect::<Vec<_>>()) else {
+            return Err(DecodeError::ExecFds { step, got });
+        };
+        let stdio = match <[OwnedFd; 3]>::try_from(stdio) {
+            Ok(three) => Some(three),
+            Err(none) if none.is_empty() => None,
+            Err(_) => return Err(DecodeError::ExecFds { step, got }),
+        };
+        return Ok(Message::Exec {
+            step,
+            request,
+            stdio,
+        });
+    }
     let mut fds = fds.into_iter();
     let mut fd =
         |what: &'static str, want: usize| fds.next().ok_or(DecodeError::MissingFds { what, want });
@@ -234,6 +343,29 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Message, DecodeError> {
         TRACE_ME => Message::TraceMe(fd("pidfd", 1)?),
         TRACED => Message::Traced,
         BYE => Message::Bye,
+        KILL_STEP => match step()? {
+            (step, []) => Message::KillStep(step),
+            _ => return Err(bad()),
+        },
+        SIGNAL_STEP => {
+            let (step, sig) = step_int()?;
+            Message::SignalStep(step, sig)
+        }
+        STEP_TERMINAL => {
+            let (step, rest) = step()?;
+            if !rest.is_empty() {
+                return Err(bad());
+            }
+            Message::StepTerminal(step, fd("step terminal", 1)?)
+        }
+        STEP_EXIT => {
+            let (step, status) = step_int()?;
+            Message::StepExit(step, status)
+        }
+        STEP_FAILED => {
+            let (step, text) = step()?;
+            Message::StepFailed(step, String::from_utf8_lossy(text).into_owned())
+        }
         other => return Err(DecodeError::UnknownTag(other)),
     })
 }
@@ -352,6 +484,67 @@ mod tests {
             }),
             Message::Network { .. }
         ));
+    }
+
+    #[test]
+    fn every_step_message_survives_the_round_trip() {
+        let s = StepId(123_456);
+        assert!(matches!(
+            round_trip(Message::KillStep(s)),
+            Message::KillStep(got) if got == s
+        ));
+        assert!(matches!(
+            round_trip(Message::SignalStep(s, 2)),
+            Message::SignalStep(got, 2) if got == s
+        ));
+        assert!(matches!(
+            round_trip(Message::StepExit(s, 9)),
+            Message::StepExit(got, 9) if got == s
+        ));
+        assert!(matches!(
+            round_trip(Message::StepFailed(s, "fork: EAGAIN".into())),
+            Message::StepFailed(got, text) if got == s && text == "fork: EAGAIN"
+        ));
+        assert!(matches!(
+            round_trip(Message::StepTerminal(s, null())),
+            Message::StepTerminal(got, _) if got == s
+        ));
+        assert!(matches!(
+            round_trip(Message::Exec { step: s, request: null(), stdio: Some([null(), null(), null()]) }),
+            Message::Exec { step, stdio: Some(_), .. } if step == s
+        ));
+        assert!(matches!(
+            round_trip(Message::Exec { step: s, request: null(), stdio: None }),
+            Message::Exec { step, stdio: None, .. } if step == s
+        ));
+    }
+
+    #[test]
+    fn a_long_step_failure_is_cut_to_fit_and_still_sent() {
+        let (a, b) = pair().unwrap();
+        send(&a, &step_failed(StepId(1), "x".repeat(2 * MAX_MSG))).unwrap();
+        match recv(&b).unwrap() {
+            Some(Message::StepFailed(StepId(1), text)) => {
+                assert!(text.ends_with("message limit]"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_exec_with_the_wrong_descriptors_still_names_its_step() {
+        let payload = [&[EXEC][..], &5u64.to_le_bytes()].concat();
+        for n in [0, 2, 3] {
+            let fds = (0..n).map(|_| null()).collect();
+            assert_eq!(
+                decode(&payload, fds).unwrap_err(),
+                DecodeError::ExecFds {
+                    step: StepId(5),
+                    got: n
+                }
+            );
+        }
+        assert!(decode(&[EXEC, 1, 2], vec![null()]).is_err());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! - supervisor: in the host PID namespace; joins the cgroup, creates the
 //!   namespaces, forks init, and kills it when airlock dies (EOF on the channel);
 //! - init: PID 1 of the new PID namespace; sets up network and mounts, hands the
-//!   sockets over, waits for the go, forks the command and reaps orphans;
+//!   sockets over, waits for the go, forks the command (in session mode the
+//!   launcher, `launcher.rs`, whose end ends the sandbox) and reaps orphans;
 //! - command: drops identity/capabilities, installs seccomp and execs
 //!   (in `command.rs`).
 //!   When init exits the kernel kills everything left in the namespace
@@ -252,10 +253,14 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
         _ => sys::exit_now(125),
     }
     let cmd_pid = match sys::fork() {
-        Ok(Forked::Child) => crate::command::run(plan, observe, terminal.as_ref()),
+        Ok(Forked::Child) if plan.session => crate::launcher::run(plan, chan, observe),
+        Ok(Forked::Child) => {
+            let launch = crate::command::Launch::of_plan(plan, observe, terminal.as_ref());
+            crate::command::run(plan, &launch)
+        }
         Ok(Forked::Parent(pid)) => pid,
         Err(source) => {
-            let what = "command";
+            let what = if plan.session { "launcher" } else { "command" };
             report(chan, &SetupError::Fork { what, source });
             sys::exit_now(125);
         }

@@ -1,12 +1,13 @@
 //! The command process: drops identity and capabilities, asks to be traced
 //! when observed, installs seccomp and execs. What fails here is told on the
 //! command's own stderr, with a shell's exit code: airlock is not listening
-//! on the control channel for it any more.
+//! on the control channel for it any more. `airlock run`'s command and each
+//! step of a session (`launcher.rs`) go the same way.
 
 use std::ffi::{CString, OsStr};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sched::{CloneFlags, unshare};
@@ -39,6 +40,12 @@ enum CommandError {
     },
     #[error("{name}: cannot execute")]
     ExecReturned { name: String },
+    #[error("cannot change to directory {}: {source}: pass a directory that exists in the sandbox", .path.display())]
+    Cwd {
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
 }
 
 impl CommandError {
@@ -46,7 +53,7 @@ impl CommandError {
     /// it is not there (the codes of sh(1), "Exit Status", and of env(1)).
     fn exit_code(&self) -> i32 {
         match self {
-            CommandError::Setup(_) => 125,
+            CommandError::Setup(_) | CommandError::Cwd { .. } => 125,
             CommandError::CannotExecute { .. } | CommandError::ExecReturned { .. } => 126,
             CommandError::NotFound { .. }
             | CommandError::NotInPath { .. }
@@ -85,11 +92,58 @@ enum SetupStepError {
     NotTraced,
     #[error("observer channel missing")]
     ObserverMissing,
+    #[error("new session: {0}")]
+    Setsid(#[source] Errno),
+}
+
+/// What to run and how: `airlock run`'s command from the plan, a step's
+/// from its request.
+pub(crate) struct Launch<'a> {
+    pub argv: &'a [CString],
+    pub envp: &'a [CString],
+    pub search_path: &'a OsStr,
+    /// Change here (as the command's user) before exec; None: stay in init's
+    /// working directory, the workspace.
+    pub cwd: Option<&'a Path>,
+    /// The pty slave to attach (which makes the command a session leader).
+    pub terminal: Option<&'a OwnedFd>,
+    /// Without a terminal: lead a new session (and so a process group of
+    /// its own, which a step's signals are sent to). setsid(2).
+    pub own_session: bool,
+    pub tracing: Tracing<'a>,
+}
+
+/// How an observed command comes to be traced.
+pub(crate) enum Tracing<'a> {
+    /// Ask the observer over its channel (`airlock run`'s command).
+    Ask(Option<&'a OwnedFd>),
+    /// A step's command: forked by a traced holder, it was traced from its
+    /// first instruction (PTRACE_O_TRACEFORK, ptrace(2)); checked, not asked.
+    Inherited,
+}
+
+impl<'a> Launch<'a> {
+    /// `airlock run`'s command.
+    pub(crate) fn of_plan(
+        plan: &'a Plan,
+        observe: Option<&'a OwnedFd>,
+        terminal: Option<&'a OwnedFd>,
+    ) -> Launch<'a> {
+        Launch {
+            argv: &plan.argv,
+            envp: &plan.envp,
+            search_path: &plan.search_path,
+            cwd: None,
+            terminal,
+            own_session: false,
+            tracing: Tracing::Ask(observe),
+        }
+    }
 }
 
 /// The command process; never returns.
-pub(crate) fn run(plan: &Plan, observe: Option<&OwnedFd>, terminal: Option<&OwnedFd>) -> ! {
-    let error = match exec_command(plan, observe, terminal) {
+pub(crate) fn run(plan: &Plan, launch: &Launch<'_>) -> ! {
+    let error = match exec_command(plan, launch) {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -100,16 +154,14 @@ pub(crate) fn run(plan: &Plan, observe: Option<&OwnedFd>, terminal: Option<&Owne
 
 enum Never {}
 
-fn exec_command(
-    plan: &Plan,
-    observe: Option<&OwnedFd>,
-    terminal: Option<&OwnedFd>,
-) -> Result<Never, CommandError> {
+fn exec_command(plan: &Plan, launch: &Launch<'_>) -> Result<Never, CommandError> {
     sys::reset_signals();
-    if let Some(slave) = terminal {
+    if let Some(slave) = launch.terminal {
         // First, while still privileged in the sandbox: TIOCSCTTY needs the
         // new session, and the error below then reaches the terminal.
         crate::pty::attach(slave).map_err(SetupStepError::AttachTerminal)?;
+    } else if launch.own_session {
+        nix::unistd::setsid().map_err(SetupStepError::Setsid)?;
     }
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if let Some(bytes) = plan.rlimit_memory {
@@ -145,13 +197,23 @@ fn exec_command(
         }
     }
     nix::sys::prctl::set_no_new_privs().map_err(SetupStepError::NoNewPrivs)?;
-    let program = resolve(&plan.argv[0], &plan.search_path)?;
-    match (plan.observe, observe) {
+    if let Some(dir) = launch.cwd {
+        // As the command's user, so its permissions decide.
+        nix::unistd::chdir(dir).map_err(|source| CommandError::Cwd {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let argv0 = launch.argv.first().ok_or_else(|| CommandError::NotFound {
+        name: String::new(),
+    })?;
+    let program = resolve(argv0, launch.search_path)?;
+    match (plan.observe, &launch.tracing) {
         (None, _) => {
             sys::install_seccomp(&crate::seccomp::filter_with(false, plan.allow_unix_sockets))
                 .map_err(SetupStepError::Seccomp)?
         }
-        (Some(_), Some(obs)) => {
+        (Some(_), Tracing::Ask(Some(obs))) => {
             // Be traced before anything of the command runs: the observer
             // attaches to the process behind this pidfd (the kernel names it
             // in the observer's PID namespace) and answers. The filter's
@@ -168,11 +230,25 @@ fn exec_command(
             sys::install_seccomp(&crate::seccomp::filter_with(true, plan.allow_unix_sockets))
                 .map_err(SetupStepError::Seccomp)?;
         }
+        (Some(_), Tracing::Inherited) => {
+            // Fail closed if the tracer is somehow not there. TracerPid in
+            // /proc/self/status cannot tell: the tracer is outside this PID
+            // namespace, so it reads 0 either way (proc_pid_status(5) gives
+            // pids as the /proc mount's namespace sees them). PTRACE_TRACEME
+            // fails with EPERM for a process that is already traced
+            // (ptrace(2), ERRORS); when it succeeds instead, nobody but our
+            // own parent traces us and we stop here.
+            if nix::sys::ptrace::traceme() != Err(Errno::EPERM) {
+                return Err(SetupStepError::NotTraced.into());
+            }
+            sys::install_seccomp(&crate::seccomp::filter_with(true, plan.allow_unix_sockets))
+                .map_err(SetupStepError::Seccomp)?;
+        }
         // Fail closed: observation was asked for but there is no observer.
-        (Some(_), None) => return Err(SetupStepError::ObserverMissing.into()),
+        (Some(_), Tracing::Ask(None)) => return Err(SetupStepError::ObserverMissing.into()),
     }
-    let err = nix::unistd::execve(&program, &plan.argv, &plan.envp).err();
-    let name = plan.argv[0].to_string_lossy().into_owned();
+    let err = nix::unistd::execve(&program, launch.argv, launch.envp).err();
+    let name = argv0.to_string_lossy().into_owned();
     Err(match err {
         Some(Errno::ENOENT) => CommandError::NotFound { name },
         Some(source) => CommandError::CannotExecute { name, source },

@@ -28,6 +28,10 @@ pub enum ShimError {
     },
     #[error("sandbox was already released")]
     AlreadyReleased,
+    #[error("this sandbox was not spawned for a session: set SandboxSpec::session to run steps")]
+    NotASession,
+    #[error(transparent)]
+    Step(#[from] crate::step::StepError),
 }
 
 impl ShimError {

@@ -15,6 +15,8 @@ mod channel;
 mod child;
 mod command;
 mod error;
+mod holder;
+mod launcher;
 mod mounts;
 mod netns;
 mod observation;
@@ -28,6 +30,7 @@ mod route;
 mod sandbox;
 mod seccomp;
 mod spec;
+mod step;
 #[allow(unsafe_code)]
 mod sys;
 
@@ -40,3 +43,4 @@ pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};
 pub use spec::{CA_BUNDLE_PATH, DNS_ADDR, Limits, SandboxSpec, TRANSPARENT_ADDR, UserSpec};
+pub use step::{StepControl, StepError, StepEvent, StepId, StepRequest, StepStdio};

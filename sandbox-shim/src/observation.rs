@@ -5,6 +5,8 @@
 
 use std::time::SystemTime;
 
+use crate::step::StepId;
+
 /// Observation settings; `SandboxSpec::observe = None` turns observation off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObserveSpec {
@@ -132,6 +134,9 @@ pub enum Observation {
         env_names: Vec<String>,
         /// Values of the variables whose names do not look secret.
         env_values_nonsecret: Vec<(String, String)>,
+        /// The session step this exec belongs to (see [`crate::StepControl`]);
+        /// None outside session mode.
+        step: Option<StepId>,
         ts: SystemTime,
     },
     Exit {

@@ -57,6 +57,8 @@ pub(crate) struct Plan {
     pub allow_unix_sockets: bool,
     /// Run the command on a pseudo-terminal of the sandbox's own devpts.
     pub terminal: bool,
+    /// Session mode: no command; init forks the launcher, which runs steps.
+    pub session: bool,
 }
 
 /// Distribution CA bundle locations we shadow when they exist on the host.
@@ -123,7 +125,18 @@ fn existing(path: &Path) -> Option<PathBuf> {
 
 impl Plan {
     pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
-        if spec.command.is_empty() {
+        if spec.session {
+            if !spec.command.is_empty() {
+                return Err(ShimError::InvalidSpec(
+                    "a session sandbox takes its commands as steps: leave `command` empty".into(),
+                ));
+            }
+            if spec.terminal {
+                return Err(ShimError::InvalidSpec(
+                    "a session sandbox has no terminal of its own: ask for one per step (StepRequest::terminal)".into(),
+                ));
+            }
+        } else if spec.command.is_empty() {
             return Err(ShimError::InvalidSpec(
                 "empty command: pass the program to run after `--`".into(),
             ));
@@ -152,27 +165,8 @@ impl Plan {
                 reason: "workspace is not a directory".into(),
             });
         }
-        let argv = spec
-            .command
-            .iter()
-            .map(|a| cstring(a.as_bytes(), "command argument"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut envp = Vec::with_capacity(spec.env.len());
-        let mut search_path = OsString::from(DEFAULT_PATH);
-        for (k, v) in &spec.env {
-            if k.is_empty() || k.as_bytes().contains(&b'=') {
-                return Err(ShimError::InvalidSpec(format!(
-                    "environment variable name {k:?} is empty or contains '=': fix the name"
-                )));
-            }
-            if k == OsStr::new("PATH") {
-                search_path = v.clone();
-            }
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            envp.push(cstring(&kv, "environment variable")?);
-        }
+        let argv = arguments(&spec.command)?;
+        let (envp, search_path) = environment(&spec.env)?;
 
         let mut grants = vec![Grant {
             path: workspace.clone(),
@@ -296,6 +290,38 @@ impl Plan {
             observe: spec.observe,
             allow_unix_sockets: spec.allow_unix_sockets,
             terminal: spec.terminal,
+            session: spec.session,
         })
     }
+}
+
+/// The environment as execve(2) takes it, and the PATH that argv[0] is
+/// looked up in (the environment's own, else a default).
+pub(crate) fn environment(
+    env: &[(OsString, OsString)],
+) -> Result<(Vec<CString>, OsString), ShimError> {
+    let mut envp = Vec::with_capacity(env.len());
+    let mut search_path = OsString::from(DEFAULT_PATH);
+    for (k, v) in env {
+        if k.is_empty() || k.as_bytes().contains(&b'=') {
+            return Err(ShimError::InvalidSpec(format!(
+                "environment variable name {k:?} is empty or contains '=': fix the name"
+            )));
+        }
+        if k == OsStr::new("PATH") {
+            search_path = v.clone();
+        }
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp.push(cstring(&kv, "environment variable")?);
+    }
+    Ok((envp, search_path))
+}
+
+/// Command arguments as execve(2) takes them.
+pub(crate) fn arguments(argv: &[OsString]) -> Result<Vec<CString>, ShimError> {
+    argv.iter()
+        .map(|a| cstring(a.as_bytes(), "command argument"))
+        .collect()
 }

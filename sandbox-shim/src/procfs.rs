@@ -120,9 +120,66 @@ pub(crate) fn children(pid: Pid) -> Vec<Pid> {
     out
 }
 
+/// A process's state letter and parent, from /proc/<pid>/stat (proc_pid_stat(5)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    pub state: char,
+    pub ppid: Pid,
+}
+
+impl Stat {
+    /// Dead already (a zombie, or being torn down): it can no longer fork
+    /// and needs no signal.
+    pub(crate) fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// The state and ppid fields of a stat line. The command name between
+/// the parentheses may itself hold ')' and spaces, so the fields are read
+/// after the last ')'.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok().map(Pid::from_raw)?;
+    Some(Stat { state, ppid })
+}
+
+pub(crate) fn stat(pid: Pid) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Every process (thread-group leader) this /proc shows.
+pub(crate) fn processes() -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .map(Pid::from_raw)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_after_the_last_parenthesis() {
+        assert_eq!(
+            parse_stat("42 (a) b) (c) S 7 42 42 0 -1"),
+            Some(Stat {
+                state: 'S',
+                ppid: Pid::from_raw(7)
+            })
+        );
+        assert!(parse_stat("42 (x) Z 1").unwrap().is_dead());
+        assert_eq!(parse_stat("42 (x"), None);
+        let me = stat(Pid::this()).expect("own stat");
+        assert_eq!(me.ppid, nix::unistd::getppid());
+        assert!(processes().contains(&Pid::this()));
+    }
 
     #[test]
     fn own_status_and_memory_are_readable() {

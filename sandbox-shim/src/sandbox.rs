@@ -1,5 +1,6 @@
 //! The handle airlock holds on one sandbox: spawn, hand-over of the network
-//! sockets, release, wait (with timeout), kill, cleanup.
+//! sockets, release, wait (with timeout), kill, cleanup; in session mode,
+//! the start of the session and its step events.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -23,6 +24,7 @@ use crate::outcome::{ExitKind, Outcome, human_bytes};
 use crate::plan::{Identity, Plan};
 use crate::prereq;
 use crate::spec::{SandboxSpec, TRANSPARENT_ADDR};
+use crate::step::{StepControl, StepEvent};
 use crate::sys::{self, Forked};
 
 /// How long setup (namespaces, nft, mounts) may take before we give up.
@@ -50,7 +52,9 @@ pub struct NetworkHandles {
 pub struct Sandbox {
     supervisor: Pid,
     init: Pid,
-    chan: OwnedFd,
+    /// Shared with the [`StepControl`]s of a session.
+    chan: Arc<OwnedFd>,
+    session: bool,
     network: Option<NetworkHandles>,
     cgroup: Option<Cgroup>,
     notices: Vec<String>,
@@ -123,11 +127,14 @@ impl Sandbox {
     /// Any thread may call it: the sandbox dies when the airlock *process* dies
     /// (EOF on the control channel), not when the calling thread exits.
     pub fn spawn(mut spec: SandboxSpec) -> Result<Sandbox, ShimError> {
-        let stdio = match spec.terminal {
+        let stdio = match (spec.terminal, spec.session, spec.stdio.take()) {
             // The helpers (and the command until it attaches the pty) get
             // /dev/null: no descriptor of the caller's terminal enters the sandbox.
-            true => Some(null_stdio()?),
-            false => spec.stdio.take(),
+            (true, _, _) => Some(null_stdio()?),
+            // A session's helpers outlive the caller's stdio, and each step
+            // brings its own.
+            (false, true, None) => Some(null_stdio()?),
+            (false, _, given) => given,
         };
         let nft = prereq::find_nft()?;
         let mut plan = Plan::build(&spec, nft)?;
@@ -191,7 +198,8 @@ impl Sandbox {
         let mut sandbox = Sandbox {
             supervisor,
             init: Pid::from_raw(0),
-            chan: ours,
+            chan: Arc::new(ours),
+            session: spec.session,
             network: None,
             cgroup,
             notices,
@@ -314,12 +322,48 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Session mode only: let the sandbox take steps (the go; the
+    /// session's timeout starts now); returns the handle for steps.
+    pub fn start_session(&mut self) -> Result<StepControl, ShimError> {
+        if !self.session {
+            return Err(ShimError::NotASession);
+        }
+        self.release()?;
+        Ok(StepControl::new(self.chan.clone()))
+    }
+
+    /// Session mode only: block until the sandbox ends (its init dies:
+    /// killed via [`Sandbox::pid`], the session's timeout, or airlock's
+    /// death), calling `on_event` for every step event as it arrives (on
+    /// this thread). Returns like [`Sandbox::wait`], or the reason when
+    /// the session could not serve steps at all.
+    pub fn wait_session(self, on_event: impl FnMut(StepEvent)) -> Result<Outcome, ShimError> {
+        if !self.session {
+            return Err(ShimError::NotASession);
+        }
+        let (outcome, failure) = self.finish(on_event)?;
+        match failure {
+            Some(text) => Err(ShimError::Setup(text)),
+            None => Ok(outcome),
+        }
+    }
+
     /// Block until the command ends (or the timeout kills it), reap, clean up.
     /// Releases the command first if that has not happened yet.
-    pub fn wait(mut self) -> Result<Outcome, ShimError> {
+    pub fn wait(self) -> Result<Outcome, ShimError> {
+        self.finish(drop).map(|(outcome, _)| outcome)
+    }
+
+    /// [`Sandbox::wait`], handing step events to `on_event`; also the text
+    /// of a failure the sandbox reported after the go.
+    fn finish(
+        mut self,
+        mut on_event: impl FnMut(StepEvent),
+    ) -> Result<(Outcome, Option<String>), ShimError> {
         if self.released_at.is_none() {
             self.release()?;
         }
+        let mut failure = None;
         let deadline = match (self.timeout, self.released_at) {
             (Some(t), Some(at)) => Some(at + t),
             _ => None,
@@ -352,6 +396,21 @@ impl Sandbox {
                     // Message::Bye); the supervisor exits on it.
                     let _ = channel::send(&self.chan, &Message::Bye);
                 }
+                Received::Message(Message::StepTerminal(step, master)) => {
+                    on_event(StepEvent::Terminal { step, master });
+                }
+                Received::Message(Message::StepExit(step, status)) => {
+                    let status = ExitKind::from_raw(status);
+                    on_event(StepEvent::Exited { step, status });
+                }
+                Received::Message(Message::StepFailed(step, message)) => {
+                    on_event(StepEvent::Failed { step, message });
+                }
+                Received::Message(Message::Failed(f)) => {
+                    failure = Some(match f {
+                        Failure::Setup(text) | Failure::UserNamespaces(text) => text,
+                    });
+                }
                 Received::Message(_) => {}
             }
         }
@@ -380,13 +439,14 @@ impl Sandbox {
         if let Some(cg) = &self.cgroup {
             cg.remove();
         }
-        Ok(Outcome {
+        let outcome = Outcome {
             status,
             timed_out,
             oom_killed,
             memory_limit: self.memory_limit,
             timeout: self.timeout,
-        })
+        };
+        Ok((outcome, failure))
     }
 
     /// Give the observer a bounded time to report the last records (it ends by
@@ -444,7 +504,7 @@ fn null_stdio() -> Result<[OwnedFd; 3], ShimError> {
 
 /// Make the given descriptors the helper's (and so the command's) 0, 1, 2.
 /// Copies above 2 first, so a given descriptor that is itself 0..2 survives.
-fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
+pub(crate) fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
     let mut high = [0; 3];
     for (h, fd) in high.iter_mut().zip(fds) {
         *h = sys::dup_above(fd.as_raw_fd(), 3)?;

@@ -65,6 +65,12 @@ pub struct SandboxSpec {
     /// /dev/null as stdio and `stdio` is ignored, so no descriptor of the
     /// caller's terminal enters the sandbox.
     pub terminal: bool,
+    /// Session mode: `command` stays empty and nothing runs until
+    /// [`crate::Sandbox::start_session`]; then each [`crate::StepRequest`]
+    /// runs one command, any number of times, concurrently. `terminal` must
+    /// be false (a step asks for its own), and `stdio` is what the
+    /// sandbox's helpers get (None: /dev/null).
+    pub session: bool,
 }
 
 /// Default size of the private /tmp.
@@ -90,6 +96,7 @@ impl Default for SandboxSpec {
             stdio: None,
             allow_unix_sockets: false,
             terminal: false,
+            session: false,
         }
     }
 }
@@ -120,6 +127,7 @@ impl Clone for SandboxSpec {
             stdio,
             allow_unix_sockets: self.allow_unix_sockets,
             terminal: self.terminal,
+            session: self.session,
         }
     }
 }

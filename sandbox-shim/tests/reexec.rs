@@ -398,3 +398,106 @@ fn executable_by_others(p: &Path) -> bool {
         .map(|m| m.permissions().mode() & 0o001 != 0)
         .unwrap_or(false)
 }
+
+// ------------------------------------------------------- unprivileged session
+
+#[test]
+fn helper_unprivileged_session() {
+    if helper_mode().as_deref() != Some("unpriv-session") {
+        return;
+    }
+    use airlock_shim::{
+        ExitKind, Observation, ObserveSpec, StepEvent, StepId, StepRequest, StepStdio,
+    };
+    let ws = PathBuf::from(std::env::var("WS").unwrap());
+    let mut s = spec(&ws, "");
+    s.command.clear();
+    s.session = true;
+    s.observe = Some(ObserveSpec::default());
+    let mut sb = Sandbox::spawn(s).expect("unprivileged session spawn");
+    let observations = sb.take_observations().unwrap();
+    let control = sb.start_session().unwrap();
+    let init = sb.pid();
+    let (tx, events) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || sb.wait_session(|e| tx.send(e).unwrap()));
+    let run = |step: u64, script: &str| -> (ExitKind, String) {
+        let request = StepRequest {
+            step: StepId(step),
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: None,
+            terminal: None,
+        };
+        let (out_r, out_w) = nix::unistd::pipe().unwrap();
+        let null = || std::fs::File::open("/dev/null").unwrap().into();
+        control
+            .exec(&request, StepStdio::Pipes([null(), out_w, null()]))
+            .unwrap();
+        let mut out = String::new();
+        std::fs::File::from(out_r).read_to_string(&mut out).unwrap();
+        match events.recv_timeout(Duration::from_secs(30)).unwrap() {
+            StepEvent::Exited { step: got, status } if got == StepId(step) => (status, out),
+            other => panic!("{other:?}"),
+        }
+    };
+    let uid = nix::unistd::getuid().as_raw();
+    assert_eq!(
+        run(1, "id -u; echo kept > /tmp/state"),
+        (ExitKind::Exited(0), format!("{uid}\n"))
+    );
+    assert_eq!(
+        run(2, "cat /tmp/state; grep CapEff /proc/self/status"),
+        (
+            ExitKind::Exited(0),
+            "kept\nCapEff:\t0000000000000000\n".to_string()
+        )
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(init), nix::sys::signal::SIGKILL).unwrap();
+    waiter.join().unwrap().unwrap();
+    let steps: Vec<Option<StepId>> = observations
+        .try_iter()
+        .filter_map(|o| match o {
+            Observation::Exec { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert!(steps.contains(&Some(StepId(1))), "{steps:?}");
+    assert!(steps.contains(&Some(StepId(2))), "{steps:?}");
+    assert!(steps.iter().all(Option::is_some), "{steps:?}");
+}
+
+#[test]
+fn unprivileged_user_gets_the_same_session_steps() {
+    if helper_mode().is_some() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() || !userns_available() {
+        skip_or_fail("needs root (to create a test user) and user namespaces");
+        return;
+    }
+    let Some((uid, gid)) = test_user() else {
+        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
+        return;
+    };
+    let ws = workspace();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    nix::unistd::chown(
+        ws.path(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    let out = helper("helper_unprivileged_session", "unpriv-session")
+        .env("WS", ws.path())
+        .env("HOME", ws.path())
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "unprivileged session helper failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

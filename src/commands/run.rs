@@ -246,6 +246,7 @@ impl Plan {
             observe: audit.as_ref().map(|_| ObserveSpec { max_file_bytes }),
             stdio: None,
             terminal: pty_size.is_some(),
+            session: false,
         };
         let terminal = output_pipes(pty_size.is_some(), audit.is_some())?;
         let upstream_roots = args.upstream.roots()?;

@@ -245,6 +245,7 @@ impl Observer {
             cwd: done.cwd,
             env_names,
             env_values_nonsecret,
+            step: self.procs.step_of(tgid),
             ts,
         });
         if let Some(captured) = done.pathless {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use super::SharedState;
 use crate::observation::ExecSeq;
 use crate::procfs;
+use crate::step::{self, StepId};
 
 /// One traced process (keyed by its host tgid).
 #[derive(Debug, Default)]
@@ -17,6 +18,8 @@ pub(super) struct Proc {
     /// Every exec this process went through itself, oldest first; they all
     /// end with it.
     pub chain: Vec<ExecSeq>,
+    /// The session step it belongs to, inherited like `exec`.
+    pub step: Option<StepId>,
 }
 
 #[derive(Debug)]
@@ -65,11 +68,13 @@ impl Procs {
         let exec = status
             .and_then(|s| self.procs.get(&s.ppid))
             .and_then(|p| p.exec);
+        let step = status.and_then(|s| self.step_for_child_of(s.ppid));
         self.procs.insert(
             tgid,
             Proc {
                 exec,
                 chain: Vec::new(),
+                step,
             },
         );
         self.publish(tgid);
@@ -78,6 +83,22 @@ impl Procs {
 
     pub(super) fn exec_of(&self, tgid: Pid) -> Option<ExecSeq> {
         self.procs.get(&tgid).and_then(|p| p.exec)
+    }
+
+    pub(super) fn step_of(&self, tgid: Pid) -> Option<StepId> {
+        self.procs.get(&tgid).and_then(|p| p.step)
+    }
+
+    /// The step a new child of `parent` (a tgid) belongs to: the parent's
+    /// own, or, for a parent with none, the step whose holder the parent is
+    /// (its name, set before it forks the step's command). A process that
+    /// belongs to a step keeps it whatever it renames itself to.
+    fn step_for_child_of(&self, parent: Pid) -> Option<StepId> {
+        if let Some(step) = self.step_of(parent) {
+            return Some(step);
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).ok()?;
+        step::step_of_holder_name(&comm)
     }
 
     /// `parent` (a tid) created `child`: a thread of the same process, or a
@@ -90,9 +111,13 @@ impl Procs {
             return;
         }
         let exec = self.exec_of(ptgid);
+        let step = self.step_for_child_of(ptgid);
         let entry = self.procs.entry(child).or_default();
         if entry.chain.is_empty() {
             entry.exec = exec;
+        }
+        if entry.step.is_none() {
+            entry.step = step;
         }
         self.publish(child);
     }

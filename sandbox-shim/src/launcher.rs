@@ -1,0 +1,416 @@
+//! Session mode, inside the sandbox: init forks the launcher instead of a
+//! command, and from then on the launcher alone reads the control channel.
+//! For each [`Message::Exec`] it forks a holder (`holder.rs`) that runs the
+//! step's command; it kills or signals a step on request, and reaps holders
+//! as they end. When it ends, init reports it and the sandbox is over.
+//!
+//! When observed, the launcher is traced before any step exists: every step
+//! process descends from it, so the observer's PTRACE_O_TRACEFORK follows
+//! them all without a second attach. It installs no seccomp filter (it is
+//! airlock's code and runs no step's); each command installs its own.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::channel::request::{self, RequestError};
+use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
+use crate::plan::{self, Plan};
+use crate::procfs;
+use crate::pty::WindowSize;
+use crate::step::StepId;
+use crate::sys::{self, Forked};
+
+/// The launcher's process name (prctl(2) PR_SET_NAME; 15 bytes at most).
+const NAME: &std::ffi::CStr = c"airlock:launch";
+
+/// How often a holder that has ended but is not yet reapable is retried: a
+/// traced child is reported to its tracer (the observer) first, and to us
+/// only once the tracer has seen it go (ptrace(2), "Death under ptrace").
+const REAP_RETRY: Duration = Duration::from_millis(5);
+
+/// Rounds of "find every live descendant, SIGKILL it" before giving up on
+/// a step that keeps forking (each round catches the children made before
+/// the last; a process with SIGKILL pending can fork no more).
+const KILL_ROUNDS: usize = 500;
+
+/// Why the launcher could not start serving steps (airlock hears the text).
+#[derive(Debug, thiserror::Error)]
+enum LauncherError {
+    #[error("observer channel missing")]
+    ObserverMissing,
+    #[error("pidfd_open: {0}")]
+    Pidfd(#[source] std::io::Error),
+    #[error("ask to be traced: {0}")]
+    Channel(#[source] ChannelError),
+    #[error(
+        "the auditor could not trace the session (ptrace(2) was refused: inside a container, allow ptrace; or pass --no-audit to run without a record)"
+    )]
+    NotTraced,
+}
+
+/// One step's command, ready to exec: every conversion done before the fork.
+pub(crate) struct StepCommand {
+    pub step: StepId,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub search_path: std::ffi::OsString,
+    pub cwd: PathBuf,
+    pub terminal: Option<WindowSize>,
+}
+
+/// A live holder.
+struct Holder {
+    pid: Pid,
+    /// Readable once the holder has ended.
+    pidfd: OwnedFd,
+    /// Ended, waiting for the tracer to let us reap it.
+    ended: bool,
+    /// What the holder tells the launcher ([`crate::holder::Report`]): its
+    /// command's pid, then that the step's last event is sent. None at EOF.
+    reports: Option<OwnedFd>,
+    /// The command's pid, which is also its process group's id.
+    command: Option<Pid>,
+    /// The holder has sent the step's last event (its exit, or why it failed).
+    reported: bool,
+}
+
+struct Launcher<'a> {
+    plan: &'a Plan,
+    chan: &'a OwnedFd,
+    steps: HashMap<StepId, Holder>,
+}
+
+/// The launcher process; never returns.
+pub(crate) fn run(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
+    let _ = nix::sys::prctl::set_name(NAME);
+    if plan.observe.is_some()
+        && let Err(error) = be_traced(observe)
+    {
+        let failure = Failure::Setup(error.to_string()).fitted();
+        let _ = channel::send(chan, &Message::Failed(failure));
+        sys::exit_now(125);
+    }
+    let mut launcher = Launcher {
+        plan,
+        chan,
+        steps: HashMap::new(),
+    };
+    sys::exit_now(launcher.serve())
+}
+
+/// Ask the observer to trace us, as `airlock run`'s command does, and wait
+/// for its answer: no step may start untraced.
+fn be_traced(observe: Option<&OwnedFd>) -> Result<(), LauncherError> {
+    let obs = observe.ok_or(LauncherError::ObserverMissing)?;
+    let me = sys::pidfd_open(Pid::this()).map_err(LauncherError::Pidfd)?;
+    channel::send(obs, &Message::TraceMe(me)).map_err(LauncherError::Channel)?;
+    match channel::recv(obs) {
+        Ok(Some(Message::Traced)) => Ok(()),
+        _ => Err(LauncherError::NotTraced),
+    }
+}
+
+/// What became ready in one poll.
+enum Ready {
+    Channel,
+    Ended(StepId),
+    Report(StepId),
+}
+
+impl Launcher<'_> {
+    /// Serve until airlock is gone; the exit code.
+    fn serve(&mut self) -> i32 {
+        loop {
+            let ready = match self.poll() {
+                Ok(ready) => ready,
+                Err(_) => return 125,
+            };
+            self.reap_ended();
+            for r in ready {
+                match r {
+                    Ready::Channel => match channel::recv(self.chan) {
+                        Ok(Some(msg)) => self.handle(msg),
+                        // airlock is gone: so is the session.
+                        Ok(None) => return 0,
+                        // Answered, so the caller does not wait for it in vain.
+                        Err(ChannelError::Malformed(e @ DecodeError::ExecFds { step, .. })) => {
+                            self.fail(step, e.to_string());
+                        }
+                        Err(ChannelError::Malformed(_)) => {}
+                        Err(_) => return 125,
+                    },
+                    Ready::Ended(step) => {
+                        if let Some(h) = self.steps.get_mut(&step) {
+                            h.ended = true;
+                        }
+                    }
+                    Ready::Report(step) => self.read_report(step),
+                }
+            }
+            self.reap_ended();
+        }
+    }
+
+    /// Wait for the channel, a holder's end or a command pid.
+    fn poll(&self) -> Result<Vec<Ready>, Errno> {
+        let mut fds = vec![PollFd::new(self.chan.as_fd(), PollFlags::POLLIN)];
+        let mut what = vec![Ready::Channel];
+        for (step, h) in &self.steps {
+            if !h.ended {
+                fds.push(PollFd::new(h.pidfd.as_fd(), PollFlags::POLLIN));
+                what.push(Ready::Ended(*step));
+            }
+            if let Some(pipe) = &h.reports {
+                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+                what.push(Ready::Report(*step));
+            }
+        }
+        let timeout = match self.steps.values().any(|h| h.ended) {
+            true => {
+                PollTimeout::try_from(REAP_RETRY.as_millis() as i32).unwrap_or(PollTimeout::MAX)
+            }
+            false => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        }
+        Ok(fds
+            .iter()
+            .zip(what)
+            .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, w)| w)
+            .collect())
+    }
+
+    /// Reap the holders that have ended (once their tracer let go of them).
+    /// A holder that went without sending its step's last event (a step can
+    /// kill its own holder) gets one sent for it: no caller waits in vain.
+    fn reap_ended(&mut self) {
+        let gone: Vec<(StepId, Option<i32>)> = self
+            .steps
+            .iter()
+            .filter(|(_, h)| h.ended)
+            .filter_map(|(step, h)| match sys::wait_any(Some(h.pid), true) {
+                Ok(Some((_, status))) => Some((*step, Some(status))),
+                Ok(None) => None,
+                Err(_) => Some((*step, None)),
+            })
+            .collect();
+        for (step, status) in gone {
+            // The holder is gone: what it wrote can be read without waiting.
+            while self.steps.get(&step).is_some_and(|h| h.reports.is_some()) {
+                self.read_report(step);
+            }
+            if self.steps.remove(&step).is_some_and(|h| !h.reported) {
+                let how = match status.map(crate::outcome::ExitKind::from_raw) {
+                    Some(crate::outcome::ExitKind::Signaled(sig)) => {
+                        format!("was killed by signal {sig}")
+                    }
+                    Some(crate::outcome::ExitKind::Exited(code)) => format!("exited with {code}"),
+                    None => "vanished".to_string(),
+                };
+                let text = format!(
+                    "the holder of {step} {how} before its command's end was reported (a step's processes can signal their own holder)"
+                );
+                self.fail(step, text);
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Message) {
+        match msg {
+            Message::Exec {
+                step,
+                request,
+                stdio,
+            } => self.exec(step, request, stdio),
+            Message::KillStep(step) => {
+                // A kill right after the exec: wait until the holder has
+                // forked the command, so that the command is among those killed.
+                self.await_command(step);
+                if let Some(h) = self.steps.get(&step) {
+                    kill_descendants(h.pid);
+                }
+            }
+            Message::SignalStep(step, signal) => self.signal(step, signal),
+            // Nothing else is meant for the launcher.
+            _ => {}
+        }
+    }
+
+    fn fail(&self, step: StepId, message: String) {
+        let _ = channel::send(self.chan, &channel::step_failed(step, message));
+    }
+
+    fn exec(&mut self, step: StepId, memfd: OwnedFd, stdio: Option<[OwnedFd; 3]>) {
+        if self.steps.contains_key(&step) {
+            let text = format!("{step} is still running: give each step a new number");
+            return self.fail(step, text);
+        }
+        let command = match self.prepare(step, memfd, stdio.is_some()) {
+            Ok(command) => command,
+            Err(text) => return self.fail(step, text),
+        };
+        let (pipe_read, pipe_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+            Ok(pair) => pair,
+            Err(e) => return self.fail(step, format!("pipe for {step}: {e}")),
+        };
+        let pid = match sys::fork() {
+            Ok(Forked::Child) => {
+                crate::holder::run(self.plan, self.chan, &command, stdio, pipe_write)
+            }
+            Ok(Forked::Parent(pid)) => pid,
+            Err(e) => return self.fail(step, format!("fork the holder of {step}: {e}")),
+        };
+        // The holder and its command hold the only copies now.
+        drop(stdio);
+        drop(pipe_write);
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // Without it we would never notice the holder's end: stop
+                // the step rather than lose track of it.
+                kill_descendants(pid);
+                sys::kill(pid, libc::SIGKILL);
+                let _ = sys::wait_any(Some(pid), false);
+                return self.fail(step, format!("pidfd_open for {step}: {e}"));
+            }
+        };
+        self.steps.insert(
+            step,
+            Holder {
+                pid,
+                pidfd,
+                ended: false,
+                reports: Some(pipe_read),
+                command: None,
+                reported: false,
+            },
+        );
+    }
+
+    /// Read and check the request; the text of what is wrong with it.
+    fn prepare(&self, step: StepId, memfd: OwnedFd, pipes: bool) -> Result<StepCommand, String> {
+        let request = request::from_memfd(memfd).map_err(|e| e.to_string())?;
+        if request.step != step {
+            let e = RequestError::StepMismatch {
+                inside: request.step,
+                outside: step,
+            };
+            return Err(e.to_string());
+        }
+        if request.terminal.is_some() == pipes {
+            return Err(crate::step::StepError::StdioMismatch { step }.to_string());
+        }
+        let argv = plan::arguments(&request.argv).map_err(|e| e.to_string())?;
+        let (envp, search_path) = plan::environment(&request.env).map_err(|e| e.to_string())?;
+        // Relative to the workspace; an absolute one replaces it.
+        let cwd = match &request.cwd {
+            Some(dir) => self.plan.workspace.join(dir),
+            None => self.plan.workspace.clone(),
+        };
+        Ok(StepCommand {
+            step,
+            argv,
+            envp,
+            search_path,
+            cwd,
+            terminal: request.terminal,
+        })
+    }
+
+    /// Read what the holder has written (blocking until it writes or ends).
+    fn read_report(&mut self, step: StepId) {
+        let Some(h) = self.steps.get_mut(&step) else {
+            return;
+        };
+        let Some(pipe) = &h.reports else {
+            return;
+        };
+        let mut buf = [0u8; crate::holder::Report::MAX_LEN];
+        match nix::unistd::read(pipe, &mut buf) {
+            Ok(0) | Err(_) => h.reports = None,
+            Ok(n) => {
+                for report in crate::holder::Report::parse(&buf[..n]) {
+                    match report {
+                        crate::holder::Report::Command(pid) => h.command = Some(pid),
+                        crate::holder::Report::Done => h.reported = true,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Until the holder has said its command's pid (or ended without one).
+    fn await_command(&mut self, step: StepId) {
+        while self
+            .steps
+            .get(&step)
+            .is_some_and(|h| h.command.is_none() && !h.reported && h.reports.is_some())
+        {
+            self.read_report(step);
+        }
+    }
+
+    /// kill(2) the step command's process group (the command leads its own
+    /// session, so its pid is the group's id).
+    fn signal(&mut self, step: StepId, signal: i32) {
+        // A signal can come before the pid was read: the holder writes it
+        // right after forking, so wait for it here.
+        self.await_command(step);
+        let Some(pgid) = self.steps.get(&step).and_then(|h| h.command) else {
+            return;
+        };
+        if let Ok(signal) = Signal::try_from(signal) {
+            let _ = nix::sys::signal::killpg(pgid, signal);
+        }
+    }
+}
+
+/// SIGKILL every live descendant of `root` (not `root` itself), round after
+/// round until none is left: /proc/[0-9]*/stat gives every process's parent.
+/// The holder stays to reap them and report its command's end.
+pub(crate) fn kill_descendants(root: Pid) {
+    for _ in 0..KILL_ROUNDS {
+        let victims = descendants(root);
+        if victims.is_empty() {
+            return;
+        }
+        for pid in victims {
+            sys::kill(pid, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The live descendants of `root`, from one scan of /proc.
+fn descendants(root: Pid) -> Vec<Pid> {
+    let mut children: HashMap<Pid, Vec<(Pid, procfs::Stat)>> = HashMap::new();
+    for pid in procfs::processes() {
+        if let Some(st) = procfs::stat(pid) {
+            children.entry(st.ppid).or_default().push((pid, st));
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue = vec![root];
+    while let Some(parent) = queue.pop() {
+        for (pid, st) in children.remove(&parent).unwrap_or_default() {
+            if !st.is_dead() {
+                out.push(pid);
+            }
+            queue.push(pid);
+        }
+    }
+    out
+}
