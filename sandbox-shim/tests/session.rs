@@ -1,6 +1,5 @@
 //! Session mode with real namespaces: one sandbox, many steps (as root).
 
-
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
