@@ -8,6 +8,7 @@ mod audit_sink;
 mod certs;
 mod cli;
 mod commands;
+mod launch;
 mod notices;
 mod observe;
 mod paths;
@@ -15,6 +16,7 @@ mod policy_file;
 mod policy_watch;
 mod secrets;
 mod serve;
+mod session;
 mod sidecar;
 mod terminal;
 
@@ -57,6 +59,9 @@ enum Command {
     Policy(commands::policy::PolicyCommand),
     /// Read back, export, restore and verify recorded sessions.
     Audit(commands::audit::AuditArgs),
+    /// Live sessions: one sandbox kept across many commands (start, exec, ls, stop).
+    #[command(subcommand)]
+    Session(commands::session::SessionCommand),
 }
 
 fn main() -> ExitCode {
@@ -65,7 +70,9 @@ fn main() -> ExitCode {
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             let _ = e.print();
-            let run = std::env::args_os().nth(1).is_some_and(|a| a == "run");
+            let run = std::env::args_os()
+                .nth(1)
+                .is_some_and(|a| a == "run" || a == "session");
             return ExitCode::from(if run { EXIT_RUN_FAILED } else { EXIT_USAGE });
         }
     };
@@ -77,6 +84,7 @@ fn main() -> ExitCode {
         Command::Ca(cmd) => commands::ca::run(cmd),
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Audit(args) => commands::audit::run(args),
+        Command::Session(cmd) => commands::session::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -50,6 +50,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             cwd,
             env_names,
             env_values_nonsecret,
+            step,
             ..
         } => AuditEvent::Exec {
             exec_id: exec_id(id),
@@ -62,7 +63,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             cwd,
             env_names,
             env_values_nonsecret: env_values_nonsecret.into_iter().collect(),
-            step: None,
+            step: step.map(|s| airlock_auditor::StepNo(s.0)),
             image: exec_image(image),
         },
         Observation::Exit {

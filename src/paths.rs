@@ -1,6 +1,6 @@
 //! Where Airlock keeps its per-user state: `$XDG_DATA_HOME/airlock`, else
-//! `~/.local/share/airlock` (the CA, the audit database and its signing key).
-//! The only place that chooses these paths: the libraries (the auditor
+//! `~/.local/share/airlock` (the CA, the audit database and its signing key),
+//! and the live sessions' control sockets (`session_dir`). The only place that chooses these paths: the libraries (the auditor
 //! included) take the paths they are given.
 
 use std::path::PathBuf;
@@ -44,4 +44,39 @@ pub fn default_audit_db() -> anyhow::Result<PathBuf> {
 
 pub fn default_audit_key() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join(AUDIT_KEY))
+}
+
+/// Where live sessions keep their control sockets: `/run/airlock` for root,
+/// else `$XDG_RUNTIME_DIR/airlock` (when absolute), else
+/// `/tmp/airlock-<uid>`. Created with mode 0700 and checked to be owned by
+/// this user: anyone who can reach a control socket can run code in its
+/// session.
+pub fn session_dir() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let uid = nix::unistd::geteuid();
+    let dir = if uid.is_root() {
+        PathBuf::from("/run/airlock")
+    } else {
+        match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+            Some(runtime) if runtime.is_absolute() => runtime.join("airlock"),
+            _ => PathBuf::from(format!("/tmp/airlock-{uid}")),
+        }
+    };
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir);
+    let meta = std::fs::symlink_metadata(&dir)
+        .with_context(|| format!("creating the session directory {}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid.as_raw() {
+        anyhow::bail!(
+            "the session directory {} is not a directory owned by uid {uid}: remove it, or set XDG_RUNTIME_DIR to a directory of your own",
+            dir.display()
+        );
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private (mode 0700)", dir.display()))?;
+    }
+    Ok(dir)
 }

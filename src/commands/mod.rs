@@ -5,4 +5,5 @@ pub mod ca;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod session;
 pub mod sidecar;

@@ -1,0 +1,500 @@
+//! Step 1 of bringing a sandbox up (docs/architecture.md, "`airlock run`"):
+//! every path canonicalised, every grant, secret and limit resolved before
+//! anything forks; then step 2, the spawn.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use airlock_auditor::{SessionInfo, SessionMode, SessionRecorder};
+use airlock_policy::Policy;
+use airlock_proxy::{
+    CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
+};
+use airlock_shim::pty::WindowSize;
+use airlock_shim::{CA_BUNDLE_PATH, Limits, ObserveSpec, Sandbox, SandboxSpec};
+use anyhow::{Context, bail};
+use rustls::pki_types::CertificateDer;
+
+use super::SandboxArgs;
+use super::wire::Spawned;
+use crate::observe::{self, Terminal, TerminalReaders};
+use crate::{audit, policy_file, secrets};
+
+/// Host secrets hidden when the command runs as uid 0 (root-owned files stay
+/// readable by ownership even without capabilities). Not exhaustive: use
+/// `--user` for untrusted code when airlock runs as root.
+const ROOT_ONLY_SECRETS: [&str; 9] = [
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/var/lib/docker",
+];
+/// Files up to this size are recorded with their content by default.
+const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Default size of the sandbox's private /tmp.
+const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+/// Variables that name the session's CA bundle for common clients.
+const CA_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
+/// System CA bundles, first found wins, combined with the session CA.
+const SYSTEM_BUNDLES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+];
+
+/// The audit store of a recorded session, both paths absolute.
+pub(crate) struct AuditPaths {
+    pub db: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What the proxy needs, resolved up front; it is built once the sandbox
+/// has handed over its sockets.
+pub(crate) struct ProxyPlan {
+    pub policy: Policy,
+    pub credentials: Vec<ResolvedCredential>,
+    ca: CertificateAuthority,
+    pins: Vec<PinnedHost>,
+    upstream_roots: Vec<CertificateDer<'static>>,
+    audit_sync: bool,
+    worker_threads: usize,
+}
+
+impl ProxyPlan {
+    pub(crate) fn into_proxy(self, events: Arc<dyn EventSink>) -> anyhow::Result<Proxy> {
+        let mut config = ProxyConfig::new(self.policy, Arc::new(self.ca), events);
+        config.credentials = self.credentials;
+        config.pins = self.pins;
+        config.upstream_roots = self.upstream_roots;
+        config.audit_sync = self.audit_sync;
+        config.worker_threads = self.worker_threads;
+        Ok(Proxy::new(config)?)
+    }
+}
+
+/// Step 1 (plan): every path canonicalised, every grant, secret and limit
+/// resolved before anything forks.
+pub(crate) struct Plan {
+    proxy: ProxyPlan,
+    audit: Option<AuditPaths>,
+    mode: SessionMode,
+    limits_record: serde_json::Value,
+    max_file_bytes: u64,
+    pty_size: Option<WindowSize>,
+    spec: SandboxSpec,
+    /// Pipes for the command's output when there is no pty (step 8).
+    terminal: Option<Terminal>,
+    /// The environment every command starts with (a session's steps add to it).
+    env: Vec<(OsString, OsString)>,
+}
+
+/// What the sandbox is for.
+pub(crate) enum Purpose {
+    /// `airlock run`: this command, on a pty of this size when Some.
+    Run {
+        command: Vec<OsString>,
+        pty_size: Option<WindowSize>,
+    },
+    /// `airlock session start`: nothing runs until the first step.
+    Session,
+}
+
+impl Plan {
+    pub(crate) fn new(args: &SandboxArgs, purpose: Purpose) -> anyhow::Result<Plan> {
+        airlock_shim::check_prerequisites()?;
+        let policy = match &args.policy {
+            Some(path) => policy_file::load(path)?,
+            None => Policy::deny_all(),
+        };
+        let credentials = secrets::resolve_all(policy.credentials())?;
+        let worker_threads = crate::serve::worker_threads()?;
+        let ca = match &args.ca_dir {
+            Some(dir) => CertificateAuthority::load(dir)?,
+            None => CertificateAuthority::ephemeral()?,
+        };
+        let workspace = workspace(args)?;
+        let env = sandbox_env(args, &credentials)?;
+        let audit = audit_paths(args, &workspace)?;
+        let hide = hidden_paths(args, &workspace, audit.as_ref())?;
+        let limits = limits(args);
+        let limits_record = limits_record(&limits);
+        let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
+        let (command, pty_size, mode) = match purpose {
+            Purpose::Run { command, pty_size } => (command, pty_size, SessionMode::Run),
+            Purpose::Session => (Vec::new(), None, SessionMode::Session),
+        };
+        let session = mode == SessionMode::Session;
+        let spec = SandboxSpec {
+            command,
+            session,
+            workspace,
+            ro: args.ro.clone(),
+            rw: args.rw.clone(),
+            hide,
+            limits,
+            env: env.clone(),
+            user: args.user,
+            ca_bundle_pem: Some(ca_bundle(&ca)),
+            hostname: "airlock".into(),
+            allow_unix_sockets: args.allow_unix_sockets,
+            observe: audit.as_ref().map(|_| ObserveSpec { max_file_bytes }),
+            // A session's helpers hold nothing of the caller's: its
+            // server's stdio goes to `airlock session start` until ready.
+            stdio: if session { Some(null_stdio()?) } else { None },
+            terminal: pty_size.is_some(),
+        };
+        // A session's steps bring their own stdio.
+        let terminal = match session {
+            true => None,
+            false => output_pipes(pty_size.is_some(), audit.is_some())?,
+        };
+        let upstream_roots = args.upstream.roots()?;
+        let proxy = ProxyPlan {
+            policy,
+            credentials,
+            ca,
+            pins: args.upstream.resolve.clone(),
+            upstream_roots,
+            audit_sync: args.audit.audit_sync,
+            worker_threads,
+        };
+        Ok(Plan {
+            proxy,
+            audit,
+            mode,
+            limits_record,
+            max_file_bytes,
+            pty_size,
+            spec,
+            terminal,
+            env,
+        })
+    }
+
+    /// Steps 2, 3 and 5 (spawn, network, mounts) in the shim, while the
+    /// audit store opens: the two are independent until the command is
+    /// released (step 6), and both take milliseconds.
+    pub(crate) fn spawn(self) -> anyhow::Result<Spawned> {
+        let Plan {
+            proxy,
+            audit,
+            mode,
+            limits_record,
+            max_file_bytes,
+            pty_size,
+            mut spec,
+            terminal,
+            env,
+        } = self;
+        let beginning = audit.map(|AuditPaths { db, key }| {
+            let info = SessionInfo {
+                // The same cap for the observer and the record.
+                max_file_bytes,
+                terminal: pty_size.map(|s| (s.cols, s.rows)),
+                ..audit::session_info(&proxy.policy, mode, limits_record)
+            };
+            let credentials = proxy.credentials.clone();
+            std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
+        });
+        let readers = terminal.map(|terminal| {
+            let (stdio, readers) = terminal.split();
+            spec.stdio = Some(stdio);
+            readers
+        });
+        let sandbox = Sandbox::spawn(spec);
+        let recorder = match beginning {
+            Some(thread) => Some(
+                thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("opening the audit database panicked"))??,
+            ),
+            None => None,
+        };
+        let mut sandbox = sandbox?;
+        let recording = record(&mut sandbox, readers, recorder.as_ref());
+        for notice in sandbox.notices() {
+            eprintln!("airlock: {notice}");
+        }
+        let network = sandbox
+            .take_network()
+            .context("the sandbox did not hand over its network sockets")?;
+        Ok(Spawned {
+            env,
+            proxy,
+            pty_size,
+            sandbox,
+            recorder,
+            recording,
+            network,
+        })
+    }
+}
+
+/// The threads that record the command's output (without a pty) and what
+/// the observer saw; they end when the sandbox does.
+fn record(
+    sandbox: &mut Sandbox,
+    readers: Option<TerminalReaders>,
+    recorder: Option<&SessionRecorder>,
+) -> Vec<JoinHandle<()>> {
+    let mut threads = match readers {
+        Some(readers) => readers.record(recorder),
+        None => Vec::new(),
+    };
+    if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
+        threads.push(observe::record_observations(observations, recorder.clone()));
+    }
+    threads
+}
+
+/// With a pty the relay records the output; otherwise pipes carry it,
+/// when recording or when the caller's terminal must stay outside.
+fn output_pipes(pty: bool, audited: bool) -> anyhow::Result<Option<Terminal>> {
+    Ok(match pty {
+        false if audited || crate::terminal::caller_has_one() => Some(Terminal::new()?),
+        _ => None,
+    })
+}
+
+fn workspace(args: &SandboxArgs) -> anyhow::Result<PathBuf> {
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("finding the current directory")?,
+    };
+    workspace
+        .canonicalize()
+        .with_context(|| format!("--workspace {}: no such directory", workspace.display()))
+}
+
+/// The audit store's paths, unless `--no-audit`; refused when the sandbox
+/// could write them.
+fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<AuditPaths>> {
+    if args.no_audit {
+        return Ok(None);
+    }
+    let db = args.audit.db()?;
+    let key = args.audit.key()?;
+    // Absolute, so that their directories are hidden from the sandbox: a
+    // bare "audit.key" has the parent "", which names nothing to hide.
+    let db = std::path::absolute(&db)
+        .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
+    let key = std::path::absolute(&key)
+        .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
+    refuse_if_writable_inside(&db, workspace, &args.rw)?;
+    Ok(Some(AuditPaths { db, key }))
+}
+
+/// What the sandbox must not see: `--hide`, the CA and audit directories
+/// and, for a command that keeps uid 0, the usual host secrets.
+fn hidden_paths(
+    args: &SandboxArgs,
+    workspace: &Path,
+    audit: Option<&AuditPaths>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let (db, key) = audit.map(|a| (a.db.parent(), a.key.parent())).unzip();
+    refuse_hidden_workspace(
+        workspace,
+        &[
+            (db.flatten(), "holds the audit database", "--audit-db"),
+            (key.flatten(), "holds the audit signing key", "--audit-key"),
+            (
+                args.ca_dir.as_deref(),
+                "holds the CA's private key",
+                "--ca-dir",
+            ),
+        ],
+    )?;
+    let mut hide = args.hide.clone();
+    hide.extend(args.ca_dir.iter().cloned());
+    if let Some(AuditPaths { db, key }) = audit {
+        hide.extend(
+            [db.clone(), key.clone()]
+                .into_iter()
+                .filter_map(|p| p.parent().map(Path::to_owned)),
+        );
+    }
+    if nix::unistd::geteuid().is_root() && args.user.is_none() {
+        // The command keeps uid 0 (without capabilities), so root-only files
+        // stay readable by ownership; hide the usual host secrets.
+        hide.extend(ROOT_ONLY_SECRETS.iter().map(PathBuf::from));
+    }
+    hide.retain(|p| p.exists());
+    Ok(hide)
+}
+
+fn limits(args: &SandboxArgs) -> Limits {
+    Limits {
+        memory_bytes: args.memory,
+        pids: args.pids,
+        cpus: args.cpus,
+        timeout: args.timeout,
+        tmp_bytes: args.tmp_size.unwrap_or(DEFAULT_TMP_BYTES),
+    }
+}
+
+/// The limits as the session record shows them.
+fn limits_record(limits: &Limits) -> serde_json::Value {
+    serde_json::json!({
+        "memory_bytes": limits.memory_bytes,
+        "pids": limits.pids,
+        "cpus": limits.cpus,
+        "timeout_s": limits.timeout.map(|t| t.as_secs_f64()),
+        "tmp_bytes": limits.tmp_bytes,
+    })
+}
+
+/// The system roots plus the session CA, for the sandbox's trust stores.
+fn ca_bundle(ca: &CertificateAuthority) -> Vec<u8> {
+    let mut bundle = SYSTEM_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(ca.cert_pem().as_bytes());
+    bundle
+}
+
+/// A clean environment: PATH, HOME, LANG, TERM, the CA variables, the
+/// credential placeholders, and only what the caller passes explicitly.
+fn sandbox_env(
+    args: &SandboxArgs,
+    credentials: &[ResolvedCredential],
+) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    let mut env: Vec<(String, OsString)> = Vec::new();
+    let mut set = |key: &str, value: OsString| {
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_owned(), value));
+    };
+    set(
+        "PATH",
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+    );
+    // The caller's home is hidden; the private /tmp is writable for caches.
+    set("HOME", "/tmp".into());
+    for key in ["LANG", "LC_ALL", "TERM"] {
+        if let Some(value) = std::env::var_os(key) {
+            set(key, value);
+        }
+    }
+    for key in CA_VARIABLES {
+        set(key, CA_BUNDLE_PATH.into());
+    }
+    for cred in credentials {
+        if let Some(ph) = &cred.placeholder {
+            set(&ph.variable, ph.dummy.clone().into());
+        }
+    }
+    let secret_sources: Vec<(&str, &str)> = credentials
+        .iter()
+        .flat_map(|c| c.secrets.iter().map(move |s| (c.name.as_str(), s.expose())))
+        .collect();
+    for key in &args.pass_env {
+        let Some(value) = std::env::var_os(key) else {
+            bail!("--pass-env {key}: {key} is not set in airlock's environment");
+        };
+        refuse_secret(key, &value.to_string_lossy(), &secret_sources)?;
+        set(key, value);
+    }
+    for (key, value) in &args.env {
+        refuse_secret(key, value, &secret_sources)?;
+        set(key, value.into());
+    }
+    Ok(env.into_iter().map(|(k, v)| (k.into(), v)).collect())
+}
+
+/// A credential's secret never enters the sandbox, not even when asked to.
+/// For a session step's `--env`: the same refusal as `airlock run --env`.
+pub(crate) fn refuse_secret_in_env(
+    key: &str,
+    value: &str,
+    credentials: &[ResolvedCredential],
+) -> anyhow::Result<()> {
+    let secrets: Vec<(&str, &str)> = credentials
+        .iter()
+        .flat_map(|c| c.secrets.iter().map(move |s| (c.name.as_str(), s.expose())))
+        .collect();
+    refuse_secret(key, value, &secrets)
+}
+
+/// /dev/null three times: stdio for sandbox helpers that must hold nothing
+/// of the caller's.
+fn null_stdio() -> anyhow::Result<[std::os::fd::OwnedFd; 3]> {
+    let open = || -> anyhow::Result<std::os::fd::OwnedFd> {
+        Ok(std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .context("opening /dev/null")?
+            .into())
+    };
+    Ok([open()?, open()?, open()?])
+}
+
+fn refuse_secret(key: &str, value: &str, secrets: &[(&str, &str)]) -> anyhow::Result<()> {
+    if let Some((name, _)) = secrets
+        .iter()
+        .find(|(_, s)| !s.is_empty() && value.contains(s))
+    {
+        bail!(
+            "{key} carries the secret of credential {name}; secrets never enter the sandbox (use the credential's placeholder instead)"
+        );
+    }
+    Ok(())
+}
+
+/// The sandbox must not be able to write the audit database.
+fn refuse_if_writable_inside(db: &Path, workspace: &Path, rw: &[PathBuf]) -> anyhow::Result<()> {
+    let db_dir = db
+        .parent()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
+        .unwrap_or_default();
+    for writable in std::iter::once(workspace).chain(rw.iter().map(PathBuf::as_path)) {
+        let writable = writable
+            .canonicalize()
+            .unwrap_or_else(|_| writable.to_owned());
+        if db_dir.starts_with(&writable) {
+            bail!(
+                "the audit database {} is inside {}, which the sandbox can write (and so could move or delete the record): pass --audit-db (or set AIRLOCK_AUDIT_DB) with a path outside it",
+                db.display(),
+                writable.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A directory the sandbox must not see cannot be the workspace (a workspace
+/// inside one is fine: it is mounted back on top of the hidden directory).
+/// Each entry: the directory, why it is hidden, and the option that moves it.
+fn refuse_hidden_workspace(
+    workspace: &Path,
+    hidden: &[(Option<&Path>, &str, &str)],
+) -> anyhow::Result<()> {
+    for (dir, why, option) in hidden {
+        let Some(dir) = dir else { continue };
+        if dir.canonicalize().is_ok_and(|dir| dir == workspace) {
+            bail!(
+                "the workspace {} {why}, which the sandbox must not see: use a subdirectory as the workspace, or move it with {option}",
+                workspace.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! Steps 4 and 8 of bringing a sandbox up (docs/architecture.md, "`airlock
+//! run`"): the proxy serves the sandbox's sockets, decisions go to the record
+//! and to the caller; and what stops a sandbox from outside (signals, a
+//! failing audit store).
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use airlock_auditor::SessionRecorder;
+use airlock_proxy::{EventSink, Proxy, ResolvedCredential};
+use airlock_shim::pty::WindowSize;
+use airlock_shim::{NetworkHandles, Sandbox};
+
+use super::plan::ProxyPlan;
+use crate::EXIT_RUN_FAILED;
+use crate::audit_sink::{Attribute, AuditSink, Tee};
+use crate::notices::DenialNotices;
+use crate::observe;
+use crate::terminal::PtyRelay;
+
+/// A spawned sandbox, its command not yet released.
+pub(crate) struct Spawned {
+    pub(super) env: Vec<(OsString, OsString)>,
+    pub(super) proxy: ProxyPlan,
+    pub(super) pty_size: Option<WindowSize>,
+    pub(super) sandbox: Sandbox,
+    pub(super) recorder: Option<SessionRecorder>,
+    pub(super) recording: Vec<JoinHandle<()>>,
+    pub(super) network: NetworkHandles,
+}
+
+impl Spawned {
+    /// Steps 4 and 8 (proxy, terminal): the proxy serves the sandbox's
+    /// sockets from the host's namespace, decisions go to the record (each
+    /// connection attributed to the exec that made it) and to the caller as
+    /// notices; the pty relay starts before the command is released.
+    pub(crate) fn wire(self) -> anyhow::Result<Wired> {
+        let Spawned {
+            env,
+            proxy: plan,
+            pty_size,
+            mut sandbox,
+            recorder,
+            recording,
+            network,
+        } = self;
+        let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
+            Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
+        });
+        let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&plan.policy));
+        let events: Arc<dyn EventSink> = match &recorder {
+            Some(r) => Arc::new(Tee(vec![
+                AuditSink::attributed(r.clone(), attribute),
+                notices,
+            ])),
+            None => notices,
+        };
+        let credentials = plan.credentials.clone();
+        let proxy = plan.into_proxy(events)?;
+        let pty = match (sandbox.take_terminal(), pty_size) {
+            (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
+            _ => None,
+        };
+        let runtime = crate::serve::runtime("airlock-proxy")?;
+        let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
+        {
+            let _guard = runtime.enter();
+            serve_network(&runtime, &proxy, network)?;
+            runtime.spawn(watch(
+                proxy.clone(),
+                recorder.clone(),
+                sandbox.pid(),
+                stopped_for.clone(),
+            ));
+            if let Some(pty) = &pty {
+                runtime.spawn(pty.forward_resizes()?);
+            }
+        }
+        Ok(Wired {
+            sandbox,
+            recorder,
+            recording,
+            proxy,
+            pty,
+            runtime,
+            stopped_for,
+            env,
+            credentials,
+        })
+    }
+}
+
+/// The proxy's front doors on the sandbox's sockets (transparent TCP and DNS).
+fn serve_network(
+    runtime: &tokio::runtime::Runtime,
+    proxy: &Proxy,
+    network: NetworkHandles,
+) -> anyhow::Result<()> {
+    let transparent = to_tokio_listener(network.transparent)?;
+    let dns_tcp = to_tokio_listener(network.dns_tcp)?;
+    network.dns_udp.set_nonblocking(true)?;
+    let dns_udp = tokio::net::UdpSocket::from_std(network.dns_udp)?;
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_transparent(transparent).await });
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_dns_udp(dns_udp).await });
+    let p = proxy.clone();
+    runtime.spawn(async move { p.serve_dns_tcp(dns_tcp).await });
+    Ok(())
+}
+
+/// Everything in place; the command waits for the go. Fields in the order
+/// they came to be, so an error path drops them in the reverse order.
+pub(crate) struct Wired {
+    pub sandbox: Sandbox,
+    pub recorder: Option<SessionRecorder>,
+    pub recording: Vec<JoinHandle<()>>,
+    pub proxy: Proxy,
+    pub pty: Option<PtyRelay>,
+    pub runtime: tokio::runtime::Runtime,
+    pub stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
+    /// The environment commands start with, and the credentials whose
+    /// secrets must never join it (a session's steps add variables).
+    pub env: Vec<(OsString, OsString)>,
+    pub credentials: Vec<ResolvedCredential>,
+}
+
+/// Why airlock stopped the sandbox itself.
+#[derive(Debug, Clone)]
+pub(crate) enum Stop {
+    Signal(i32, &'static str),
+    AuditFailed,
+}
+
+/// Stop the sandbox when airlock is told to stop, or when recording fails.
+/// Ctrl-C reaches the command directly (same process group); airlock only
+/// steps in at the second one, so it can still flush the record.
+async fn watch(
+    proxy: Proxy,
+    recorder: Option<SessionRecorder>,
+    init_pid: i32,
+    stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    let mut interrupts = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let reason = loop {
+        tokio::select! {
+            _ = term.recv() => break Stop::Signal(15, "SIGTERM"),
+            _ = hup.recv() => break Stop::Signal(1, "SIGHUP"),
+            _ = int.recv() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    break Stop::Signal(2, "SIGINT");
+                }
+            }
+            _ = tick.tick() => {
+                let recorder_failed = recorder.as_ref().is_some_and(|r| !r.healthy());
+                if proxy.audit_failed() || recorder_failed {
+                    break Stop::AuditFailed;
+                }
+            }
+        }
+    };
+    if let Ok(mut slot) = stopped_for.lock() {
+        *slot = Some(reason);
+    }
+    // Killing the sandbox's init ends its whole pid namespace (pid_namespaces(7)).
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+impl Stop {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Stop::Signal(_, name) => format!("airlock: stopped the sandbox on {name}"),
+            Stop::AuditFailed => "airlock: the audit store failed, so the session was stopped rather than run unaudited: free disk space or fix the audit database's permissions, then run again".into(),
+        }
+    }
+
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            Stop::Signal(n, _) => 128 + *n as u8,
+            Stop::AuditFailed => EXIT_RUN_FAILED,
+        }
+    }
+}
+
+/// The store's own words for why it failed, without the advice around them.
+pub(crate) fn store_failure(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<airlock_auditor::AuditError>() {
+        Some(airlock_auditor::AuditError::WriterFailed(reason)) => reason.clone(),
+        _ => e.root_cause().to_string(),
+    }
+}
+
+fn to_tokio_listener(listener: std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+    crate::serve::widen_backlog(&listener)?;
+    listener.set_nonblocking(true)?;
+    Ok(tokio::net::TcpListener::from_std(listener)?)
+}

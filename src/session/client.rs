@@ -1,0 +1,360 @@
+//! The caller's side of `airlock session`: `start` (forks the server and
+//! waits for its id), `exec` (streams a step), `ls` and `stop`.
+
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::os::fd::AsFd;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+
+use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
+use super::registry::Registry;
+use crate::EXIT_RUN_FAILED;
+use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
+
+/// How long `start` waits for the server to be ready (the shim's own setup
+/// bound is 20 s; this covers a slow audit store on top).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `stop` waits for the record to be closed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Say why airlock failed, on one line, and exit 125.
+fn failed(e: &anyhow::Error) -> ExitCode {
+    eprintln!("airlock: {}", crate::one_line(e));
+    ExitCode::from(EXIT_RUN_FAILED)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the client runtime")
+}
+
+/// `airlock session start`: run `airlock session serve` with the same
+/// options, detached; print the id it prints once ready. Its stderr is
+/// relayed until then (notices, or why it could not start).
+pub fn start() -> ExitCode {
+    match start_server() {
+        Ok(code) => code,
+        Err(e) => failed(&e),
+    }
+}
+
+fn start_server() -> anyhow::Result<ExitCode> {
+    let id = Registry::new_id()?;
+    let options: Vec<_> = std::env::args_os()
+        .skip_while(|a| a != "start")
+        .skip(1)
+        .collect();
+    let exe = std::env::current_exe().context("finding airlock's own executable")?;
+    let mut child = std::process::Command::new(exe)
+        .args(["session", "serve", "--id", &id])
+        .args(options)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the session's server")?;
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let relay = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut text);
+        text
+    });
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = match rx.recv_timeout(START_TIMEOUT) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the session did not come up within {}s: check system load, and its log in {}",
+                START_TIMEOUT.as_secs(),
+                Registry::open()?.dir().display()
+            );
+        }
+    };
+    let said = relay.join().unwrap_or_default();
+    eprint!("{said}");
+    if line.trim() == id {
+        println!("{id}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    // It could not start: it has said why on stderr (relayed above).
+    let status = child.wait().context("waiting for the session's server")?;
+    if said.trim().is_empty() {
+        bail!("the session's server ended without starting ({status})");
+    }
+    Ok(ExitCode::from(
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .filter(|c| *c != 0)
+            .unwrap_or(EXIT_RUN_FAILED),
+    ))
+}
+
+/// `airlock session ls`.
+pub fn ls(args: &LsArgs) -> ExitCode {
+    let listed = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let registry = Registry::open()?;
+            anyhow::Ok(registry.list().await)
+        })
+    });
+    let sessions = match listed {
+        Ok(sessions) => sessions,
+        Err(e) => return failed(&e),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&sessions).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<16}  {:<16}  {:<20}  {:>8}  {:<9}  {:<14}  POLICY",
+        "ID", "NAME", "STARTED", "COMMANDS", "STATE", "PIDS"
+    );
+    for s in sessions {
+        let started = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + Duration::from_secs_f64(s.started.max(0.0)),
+        );
+        let pids = match s.pids.init {
+            Some(init) => format!("{}/{}", s.pids.server, init),
+            None => s.pids.server.to_string(),
+        };
+        println!(
+            "{:<16}  {:<16}  {:<20}  {:>8}  {:<9}  {:<14}  {}",
+            s.id,
+            s.name.as_deref().unwrap_or("-"),
+            started.to_string(),
+            s.commands,
+            s.state,
+            pids,
+            s.policy
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `airlock session stop`: returns once the record is closed.
+pub fn stop(args: &StopArgs) -> ExitCode {
+    let stopped = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let registry = Registry::open()?;
+            let id = registry.resolve(&args.session).await?;
+            let exchange = async {
+                let mut stream = connect(&registry, &id).await?;
+                protocol::write_line(&mut stream, &Request::Stop).await?;
+                let reply: Option<Reply> = protocol::read_line(&mut stream).await?;
+                anyhow::Ok(reply)
+            };
+            let reply = tokio::time::timeout(STOP_TIMEOUT, exchange)
+                .await
+                .with_context(|| format!("session {id} did not stop within {STOP_TIMEOUT:?}"))??;
+            match reply {
+                Some(Reply { ok: true, .. }) => Ok(()),
+                Some(Reply { error, .. }) => bail!(error.unwrap_or_default()),
+                None => bail!("session {id} closed the connection before confirming the stop"),
+            }
+        })
+    });
+    match stopped {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => failed(&e),
+    }
+}
+
+async fn connect(registry: &Registry, id: &str) -> anyhow::Result<tokio::net::UnixStream> {
+    match registry.connect(id).await {
+        Ok(stream) => Ok(stream),
+        Err(e) => {
+            // Its server is gone (killed): asking cleans the socket away.
+            let _ = registry.info(id).await;
+            Err(e.context(format!(
+                "session {id} is no longer running: see `airlock session ls`"
+            )))
+        }
+    }
+}
+
+/// `airlock session exec`: the step's exit status, or 125.
+pub fn exec(args: ExecArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return failed(&e),
+    };
+    let result = rt.block_on(exec_step(args));
+    // stdin's reader may be blocked in read(2): do not wait for it.
+    rt.shutdown_background();
+    match result {
+        Ok(code) => code,
+        Err(e) => failed(&e),
+    }
+}
+
+async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let registry = Registry::open()?;
+    let id = registry.resolve(&args.session).await?;
+    let mut argv = Vec::with_capacity(args.command.len());
+    for arg in &args.command {
+        argv.push(
+            arg.to_str()
+                .with_context(|| {
+                    format!("{arg:?} is not valid UTF-8: the control protocol carries text")
+                })?
+                .to_owned(),
+        );
+    }
+    let tty = args.tty.then(|| {
+        let size = crate::terminal::initial_size();
+        TtySize {
+            cols: size.cols,
+            rows: size.rows,
+        }
+    });
+    let request = ExecRequest {
+        argv,
+        env: args.env.clone(),
+        cwd: args.cwd.clone(),
+        label: args.label.clone(),
+        timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+        tty,
+    };
+    let mut stream = connect(&registry, &id).await?;
+    protocol::write_line(&mut stream, &Request::Exec(request)).await?;
+    let reply: Reply = protocol::read_line(&mut stream)
+        .await?
+        .with_context(|| format!("session {id} closed the connection without answering"))?;
+    if !reply.ok {
+        bail!(reply.error.unwrap_or_default());
+    }
+    let stdin = std::io::stdin();
+    let raw = match tty.is_some() && stdin.is_terminal() {
+        true => Some(
+            airlock_shim::pty::RawMode::enter(stdin.as_fd())
+                .context("putting the terminal in raw mode")?,
+        ),
+        false => None,
+    };
+    let (mut reader, mut writer) = stream.into_split();
+    let (frames, mut frames_rx) = mpsc::channel::<(FrameType, Vec<u8>)>(16);
+    tokio::spawn(async move {
+        while let Some((kind, data)) = frames_rx.recv().await {
+            if protocol::write_frame(&mut writer, kind, &data)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    tokio::spawn(pump_stdin(frames.clone()));
+    tokio::spawn(forward_signals(frames, tty.is_some()));
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    let ended = loop {
+        match protocol::read_frame(&mut reader).await {
+            Ok(Some((FrameType::Stdout, data))) => {
+                let _ = out.write_all(&data).and_then(|()| out.flush());
+            }
+            Ok(Some((FrameType::Stderr, data))) => {
+                let _ = err.write_all(&data);
+            }
+            Ok(Some((FrameType::Exit, data))) => {
+                break Ok(serde_json::from_slice::<ExitReport>(&data)?);
+            }
+            Ok(Some((FrameType::Error, data))) => {
+                let text = serde_json::from_slice::<serde_json::Value>(&data)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                break Err(anyhow::anyhow!(text));
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                break Err(anyhow::anyhow!(
+                    "session {id} ended the connection before the command finished: see `airlock session ls`"
+                ));
+            }
+        }
+    };
+    drop(raw);
+    let report = ended?;
+    if let Some(reason) = &report.reason {
+        eprintln!("{reason}");
+    }
+    if report.timed_out {
+        eprintln!(
+            "airlock: the command timed out after {} (--timeout) and was killed; the session lives on",
+            humantime::format_duration(args.timeout.unwrap_or_default())
+        );
+    }
+    Ok(ExitCode::from(
+        u8::try_from(report.exit_code).unwrap_or(EXIT_RUN_FAILED),
+    ))
+}
+
+/// Copy airlock's stdin to the step, then say it ended.
+async fn pump_stdin(frames: mpsc::Sender<(FrameType, Vec<u8>)>) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if frames
+                    .send((FrameType::Stdin, buf[..n].to_vec()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = frames.send((FrameType::StdinEof, Vec::new())).await;
+}
+
+/// Window size changes (with a terminal), and Ctrl-C or SIGTERM (without
+/// one: with a terminal, Ctrl-C is a keystroke for the command's pty).
+async fn forward_signals(frames: mpsc::Sender<(FrameType, Vec<u8>)>, tty: bool) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut winch), Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::window_change()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    loop {
+        let frame = tokio::select! {
+            _ = winch.recv() => {
+                if !tty {
+                    continue;
+                }
+                let size = crate::terminal::initial_size();
+                let mut data = size.cols.to_be_bytes().to_vec();
+                data.extend_from_slice(&size.rows.to_be_bytes());
+                (FrameType::Resize, data)
+            }
+            _ = int.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGINT as u8]),
+            _ = term.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGTERM as u8]),
+        };
+        if frames.send(frame).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Live sessions (`airlock session`): one sandbox that an agent keeps across
+//! many steps, with the same namespaces, policy, proxy and one record in
+//! which every step is labelled.
+//!
+//! - `registry`: where sessions are found (control sockets, names);
+//! - `protocol`: what is said over a control socket (docs/sessions.md);
+//! - `server`: the detached process that keeps one session (`start` forks it);
+//! - `steps`: one step inside a live session, from request to exit report;
+//! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
+//! - `io`: non-blocking pipe and pty ends on the runtime.
+
+pub mod client;
+mod io;
+mod protocol;
+mod registry;
+pub mod server;
+mod steps;

@@ -1,0 +1,255 @@
+//! The live sessions of this user: one control socket each in
+//! `paths::session_dir()` (`<id>.sock`), a symlink per name
+//! (`name.<name>` → the id) and the serving process's log (`<id>.log`).
+//! Finding a session by id, id prefix or name happens here only.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::net::UnixStream;
+
+use super::protocol::{self, Reply, Request, SessionInfo};
+
+/// How long `ls` and the lookups wait for a session to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
+const NAME_PREFIX: &str = "name.";
+
+/// The directory and the files of one session.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    dir: PathBuf,
+}
+
+impl Registry {
+    pub fn open() -> anyhow::Result<Registry> {
+        Ok(Registry {
+            dir: crate::paths::session_dir()?,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn socket(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.sock"))
+    }
+
+    pub fn log(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.log"))
+    }
+
+    fn name_link(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{NAME_PREFIX}{name}"))
+    }
+
+    /// A fresh session id: 16 random hex digits.
+    pub fn new_id() -> anyhow::Result<String> {
+        let mut bytes = [0u8; 8];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .context("reading /dev/urandom for a session id")?;
+        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Reserve `name` for session `id` (atomically: symlink(2) fails when it
+    /// exists). A name whose session is gone is taken over.
+    pub async fn claim_name(&self, name: &str, id: &str) -> anyhow::Result<()> {
+        validate_name(name)?;
+        let link = self.name_link(name);
+        for _ in 0..2 {
+            match std::os::unix::fs::symlink(id, &link) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = std::fs::read_link(&link)
+                        .ok()
+                        .and_then(|p| p.to_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    if self.alive(&holder).await {
+                        bail!(
+                            "a session named {name} is already live ({holder}): choose another --name, or stop it with `airlock session stop {name}`"
+                        );
+                    }
+                    let _ = std::fs::remove_file(&link);
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("reserving the name {name}"));
+                }
+            }
+        }
+        bail!("could not reserve the name {name}: try again")
+    }
+
+    /// Remove what a session left here.
+    pub fn remove(&self, id: &str, name: Option<&str>) {
+        let _ = std::fs::remove_file(self.socket(id));
+        if let Some(name) = name {
+            let link = self.name_link(name);
+            if std::fs::read_link(&link).is_ok_and(|t| t == Path::new(id)) {
+                let _ = std::fs::remove_file(link);
+            }
+        }
+    }
+
+    /// Bind the control socket, owner-only.
+    pub fn bind(&self, id: &str) -> anyhow::Result<std::os::unix::net::UnixListener> {
+        let path = self.socket(id);
+        let listener = std::os::unix::net::UnixListener::bind(&path)
+            .with_context(|| format!("binding the control socket {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("making {} owner-only", path.display()))?;
+        Ok(listener)
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".sock").map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn names(&self) -> Vec<(String, String)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let file = e.file_name().into_string().ok()?;
+                let name = file.strip_prefix(NAME_PREFIX)?.to_owned();
+                let id = std::fs::read_link(e.path()).ok()?.to_str()?.to_owned();
+                Some((name, id))
+            })
+            .collect()
+    }
+
+    async fn alive(&self, id: &str) -> bool {
+        !id.is_empty() && self.info(id).await.is_ok()
+    }
+
+    /// Ask one session about itself. A socket nobody serves (its process
+    /// was killed) is removed, with the names pointing at it.
+    pub async fn info(&self, id: &str) -> anyhow::Result<SessionInfo> {
+        let reply = match self.ask(id, &Request::Info).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+                    matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                    )
+                }) {
+                    self.forget(id);
+                }
+                return Err(e);
+            }
+        };
+        match (reply.ok, reply.session) {
+            (true, Some(info)) => Ok(info),
+            _ => bail!(reply.error.unwrap_or_else(|| "no answer".into())),
+        }
+    }
+
+    /// Remove a dead session's socket and names.
+    fn forget(&self, id: &str) {
+        let _ = std::fs::remove_file(self.socket(id));
+        for (name, owner) in self.names() {
+            if owner == id {
+                let _ = std::fs::remove_file(self.name_link(&name));
+            }
+        }
+    }
+
+    /// One request, one answer line.
+    pub async fn ask(&self, id: &str, request: &Request) -> anyhow::Result<Reply> {
+        let exchange = async {
+            let mut stream = self.connect(id).await?;
+            protocol::write_line(&mut stream, request).await?;
+            let reply: Option<Reply> = protocol::read_line(&mut stream).await?;
+            reply.context("the session closed the connection without answering")
+        };
+        tokio::time::timeout(ANSWER_TIMEOUT, exchange)
+            .await
+            .with_context(|| format!("session {id} did not answer within {ANSWER_TIMEOUT:?}"))?
+    }
+
+    pub async fn connect(&self, id: &str) -> anyhow::Result<UnixStream> {
+        Ok(UnixStream::connect(self.socket(id)).await?)
+    }
+
+    /// Every live session, in id order (dead ones are cleaned away).
+    pub async fn list(&self) -> Vec<SessionInfo> {
+        let mut out = Vec::new();
+        for id in self.ids() {
+            if let Ok(info) = self.info(&id).await {
+                out.push(info);
+            }
+        }
+        out
+    }
+
+    /// SESSION as the user gave it: an id, a name, or a unique id prefix.
+    pub async fn resolve(&self, given: &str) -> anyhow::Result<String> {
+        let ids = self.ids();
+        if ids.iter().any(|id| id == given) {
+            return Ok(given.to_owned());
+        }
+        if let Some((_, id)) = self.names().into_iter().find(|(name, _)| name == given)
+            && ids.contains(&id)
+        {
+            return Ok(id);
+        }
+        let matches: Vec<&String> = ids.iter().filter(|id| id.starts_with(given)).collect();
+        match matches.as_slice() {
+            [one] if !given.is_empty() => Ok((*one).clone()),
+            [] | [_] => bail!("no live session {given:?}: see `airlock session ls`"),
+            many => bail!(
+                "session {given:?} is ambiguous: it starts {} ids ({}); give more of the id, or its name",
+                many.len(),
+                many.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+/// Names are file names here: letters, digits, `-`, `_` and `.`, up to 64.
+fn validate_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        bail!(
+            "invalid --name {name:?}: use up to 64 letters, digits, '-', '_' or '.', not starting with '.'"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain_file_names() {
+        for good in ["agent-1", "task_7.b", "x"] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "../x", "a/b", ".hidden", "sp ace", &"x".repeat(65)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! The process that keeps one live session: `airlock session start` runs it
+//! detached (its own session, see setsid(2)) and returns once it prints the
+//! session's id. It brings the sandbox up as `airlock run` does (`launch`),
+//! then serves the control socket until it is told to stop, the session is
+//! idle too long, its `--timeout` passes, its audit store fails, or it is
+//! killed; the sandbox never outlives it.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use airlock_auditor::{AuditEvent, SessionEnd, SessionRecorder, StepNo};
+use airlock_proxy::ResolvedCredential;
+use airlock_shim::{Outcome, StepControl, StepEvent, StepId};
+use anyhow::{Context, bail};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::protocol::{self, ExecRequest, ExitReport, Pids, Reply, Request, SessionInfo};
+use super::registry::Registry;
+use super::steps::{self, StepEnd, Waiting};
+use crate::commands::session::StartArgs;
+use crate::launch::{Plan, Purpose, Stop, Wired};
+
+/// How often the idle timeout is checked.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+/// Run the session's server; never returns to a shell that waits for it.
+pub fn serve(args: StartArgs, id: String) -> ExitCode {
+    // Detached from the caller's terminal and process group, so closing the
+    // shell that started it does not end it.
+    let _ = nix::unistd::setsid();
+    match serve_session(args, &id) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("airlock: {}", crate::one_line(&e));
+            ExitCode::from(crate::EXIT_RUN_FAILED)
+        }
+    }
+}
+
+/// What every connection handler may see; `Live` once the sandbox is up.
+struct Shared {
+    id: String,
+    name: Option<String>,
+    started: SystemTime,
+    policy: String,
+    live: Mutex<Option<Arc<Live>>>,
+    stops: mpsc::UnboundedSender<oneshot::Sender<()>>,
+}
+
+/// A session that takes steps.
+pub struct Live {
+    pub control: StepControl,
+    pub recorder: Option<SessionRecorder>,
+    env: Vec<(OsString, OsString)>,
+    credentials: Vec<ResolvedCredential>,
+    init: i32,
+    waiting: Mutex<Waiting>,
+    counts: Mutex<Counts>,
+    stopping: AtomicBool,
+    activity: Notify,
+}
+
+#[derive(Debug)]
+struct Counts {
+    next: u64,
+    total: u64,
+    running: u64,
+    last_activity: Instant,
+}
+
+impl Live {
+    pub fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session's environment with the step's additions; a credential's
+    /// secret never enters, as for `airlock run --env`.
+    pub fn step_env(
+        &self,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<Vec<(OsString, OsString)>> {
+        let mut env = self.env.clone();
+        for (key, value) in extra {
+            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+                bail!("invalid --env {key:?}: expected KEY=VALUE without NUL bytes");
+            }
+            crate::launch::refuse_secret_in_env(key, value, &self.credentials)?;
+            env.retain(|(k, _)| k != key.as_str());
+            env.push((key.into(), value.into()));
+        }
+        Ok(env)
+    }
+
+    /// A new step: its number, recorded start, and where its end (and
+    /// terminal) will be delivered.
+    #[allow(clippy::type_complexity)]
+    pub fn begin_step(
+        &self,
+        request: &ExecRequest,
+        terminal: bool,
+    ) -> anyhow::Result<(
+        StepId,
+        oneshot::Receiver<StepEnd>,
+        Option<oneshot::Receiver<OwnedFd>>,
+    )> {
+        if self.stopping.load(Ordering::SeqCst) {
+            bail!("the session is stopping: start a new one with `airlock session start`");
+        }
+        let step = {
+            let mut counts = self.counts();
+            let step = StepId(counts.next);
+            counts.next += 1;
+            counts.total += 1;
+            counts.running += 1;
+            counts.last_activity = Instant::now();
+            step
+        };
+        if let Some(recorder) = &self.recorder {
+            recorder
+                .record(AuditEvent::StepStart {
+                    step: StepNo(step.0),
+                    label: request.label.clone(),
+                    command: request.argv.clone(),
+                    cwd: request.cwd.clone(),
+                    tty: request.tty.is_some(),
+                })
+                .context("recording the step")?;
+        }
+        let (end_tx, end_rx) = oneshot::channel();
+        let mut waiting = self.waiting();
+        waiting.insert_end(step, end_tx);
+        let terminal = terminal.then(|| {
+            let (tx, rx) = oneshot::channel();
+            waiting.insert_terminal(step, tx);
+            rx
+        });
+        Ok((step, end_rx, terminal))
+    }
+
+    /// Record the step's end and count it done.
+    pub fn end_step(&self, step: StepId, report: &ExitReport) {
+        if let Some(recorder) = &self.recorder {
+            let _ = recorder.record(AuditEvent::StepEnd {
+                step: StepNo(step.0),
+                exit_status: report.status,
+                signal: report.signal,
+                timed_out: report.timed_out,
+                duration_ms: report.duration_ms,
+                reason: report.reason.clone(),
+            });
+        }
+        let mut counts = self.counts();
+        counts.running = counts.running.saturating_sub(1);
+        counts.last_activity = Instant::now();
+        drop(counts);
+        self.activity.notify_one();
+    }
+
+    fn on_event(&self, event: StepEvent) {
+        let mut waiting = self.waiting();
+        match event {
+            StepEvent::Terminal { step, master } => waiting.terminal(step, master),
+            StepEvent::Exited { step, status } => waiting.ended(step, StepEnd::Exited(status)),
+            StepEvent::Failed { step, message } => waiting.ended(step, StepEnd::Failed(message)),
+        }
+    }
+}
+
+impl Shared {
+    fn info(&self) -> SessionInfo {
+        let live = self.live.lock().ok().and_then(|l| l.clone());
+        let (state, commands, running, init, audit_session) = match &live {
+            Some(live) => {
+                let counts = live.counts();
+                let state = match live.stopping.load(Ordering::SeqCst) {
+                    true => "stopping",
+                    false => "ready",
+                };
+                (
+                    state,
+                    counts.total,
+                    counts.running,
+                    Some(live.init),
+                    live.recorder.as_ref().map(|r| r.session_id().to_string()),
+                )
+            }
+            None => ("starting", 0, 0, None, None),
+        };
+        SessionInfo {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            state: state.into(),
+            started: self
+                .started
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+            commands,
+            running,
+            policy: self.policy.clone(),
+            pids: Pids {
+                server: std::process::id() as i32,
+                init,
+            },
+            audit_session,
+        }
+    }
+}
+
+/// Why the session ends.
+enum Ending {
+    Stopped(Vec<oneshot::Sender<()>>),
+    Idle(Duration),
+    /// The sandbox ended by itself (its `--timeout`, a signal to airlock, a
+    /// failed audit store, its init killed).
+    SandboxEnded,
+}
+
+fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
+    let registry = Registry::open()?;
+    let control_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("airlock-control")
+        .enable_all()
+        .build()
+        .context("starting the control runtime")?;
+    if let Some(name) = &args.name {
+        control_rt.block_on(registry.claim_name(name, id))?;
+    }
+    let cleanup = Cleanup {
+        registry: registry.clone(),
+        id: id.to_owned(),
+        name: args.name.clone(),
+    };
+    let listener = registry.bind(id)?;
+    let policy = args
+        .sandbox
+        .policy
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "deny-all".into());
+    let (stops_tx, mut stops_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        id: id.to_owned(),
+        name: args.name.clone(),
+        started: SystemTime::now(),
+        policy,
+        live: Mutex::new(None),
+        stops: stops_tx,
+    });
+    {
+        let _guard = control_rt.enter();
+        listener.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(listener)?;
+        control_rt.spawn(accept(listener, shared.clone()));
+    }
+
+    let plan = Plan::new(&args.sandbox, Purpose::Session)?;
+    let wired = plan.spawn()?.wire()?;
+    let Wired {
+        mut sandbox,
+        recorder,
+        recording,
+        proxy,
+        pty: _,
+        runtime,
+        stopped_for,
+        env,
+        credentials,
+    } = wired;
+    let control = sandbox.start_session()?;
+    let live = Arc::new(Live {
+        control,
+        recorder: recorder.clone(),
+        env,
+        credentials,
+        init: sandbox.pid(),
+        waiting: Mutex::new(Waiting::default()),
+        counts: Mutex::new(Counts {
+            next: 1,
+            total: 0,
+            running: 0,
+            last_activity: Instant::now(),
+        }),
+        stopping: AtomicBool::new(false),
+        activity: Notify::new(),
+    });
+    let (ended_tx, ended_rx) = oneshot::channel::<Result<Outcome, airlock_shim::ShimError>>();
+    let events = live.clone();
+    std::thread::Builder::new()
+        .name("airlock-session".into())
+        .spawn(move || {
+            let outcome = sandbox.wait_session(|event| events.on_event(event));
+            let _ = ended_tx.send(outcome);
+        })
+        .context("starting the session's waiter")?;
+    if let Ok(mut slot) = shared.live.lock() {
+        *slot = Some(live.clone());
+    }
+    detach(&registry, id)?;
+
+    let idle = args.idle_timeout();
+    let mut ended_rx = ended_rx;
+    let ending = control_rt.block_on(async {
+        tokio::select! {
+            first = stops_rx.recv() => {
+                let mut waiters: Vec<_> = first.into_iter().collect();
+                while let Ok(more) = stops_rx.try_recv() {
+                    waiters.push(more);
+                }
+                Ending::Stopped(waiters)
+            }
+            () = idle_for(&live, idle) => Ending::Idle(idle.unwrap_or_default()),
+            _ = &mut ended_rx => Ending::SandboxEnded,
+        }
+    });
+    live.stopping.store(true, Ordering::SeqCst);
+    // From now on nobody finds it (those already connected are answered).
+    cleanup.unlink();
+    let outcome = match ending {
+        Ending::SandboxEnded => None,
+        _ => {
+            // Killing init ends the sandbox's whole PID namespace (pid_namespaces(7)).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(live.init),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            Some(control_rt.block_on(&mut ended_rx))
+        }
+    };
+    let _ = outcome;
+    let stop = stopped_for.lock().ok().and_then(|s| s.clone());
+    let why = match (&ending, &stop) {
+        (_, Some(stop)) => stop.describe(),
+        (Ending::Stopped(_), None) => "stopped by `airlock session stop`".to_owned(),
+        (Ending::Idle(d), None) => format!(
+            "stopped after {} idle (--idle-timeout)",
+            humantime::format_duration(*d)
+        ),
+        (Ending::SandboxEnded, None) => "the session's sandbox ended (its --timeout)".to_owned(),
+    };
+    live.waiting()
+        .session_ended(&format!("airlock: session {id} ended: {why}"));
+    proxy.stop_connections();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    for thread in recording {
+        let _ = thread.join();
+    }
+    // The steps' last reports go out before the record closes.
+    control_rt.block_on(wait_for_steps(&live));
+    let finished = match recorder {
+        Some(recorder) => recorder
+            .finish(SessionEnd {
+                exit_status: None,
+                signal: None,
+                reason: Some(why.clone()),
+            })
+            .context("finishing the audit session"),
+        None => Ok(()),
+    };
+    if let Ending::Stopped(waiters) = ending {
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+    }
+    // Give the stop answers a moment to leave.
+    control_rt.block_on(tokio::time::sleep(Duration::from_millis(20)));
+    finished?;
+    Ok(match stop {
+        Some(Stop::AuditFailed) => ExitCode::from(crate::EXIT_RUN_FAILED),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// Tell `airlock session start` the id, then let go of its pipes: from now
+/// on what the server says goes to its log.
+fn detach(registry: &Registry, id: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{id}").context("telling the caller the session's id")?;
+    stdout.flush()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(registry.log(id))
+        .context("opening the session's log")?;
+    nix::unistd::dup2_stdout(&log)?;
+    nix::unistd::dup2_stderr(&log)?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    Ok(())
+}
+
+/// Resolves when nothing has run for `idle` (never when None).
+async fn idle_for(live: &Live, idle: Option<Duration>) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    loop {
+        let wait = {
+            let counts = live.counts();
+            let quiet = counts.last_activity.elapsed();
+            if counts.running == 0 && quiet >= idle {
+                return;
+            }
+            idle.saturating_sub(quiet).max(IDLE_CHECK)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = live.activity.notified() => {}
+        }
+    }
+}
+
+/// Wait (briefly) for every step to have sent its report.
+async fn wait_for_steps(live: &Live) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while live.counts().running > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn accept(listener: UnixListener, shared: Arc<Shared>) {
+    let owner = nix::unistd::geteuid().as_raw();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        // Only the owner (or root) may talk to the session; the socket's
+        // mode says so already, the peer's credentials confirm it (unix(7),
+        // SO_PEERCRED).
+        let allowed = stream
+            .peer_cred()
+            .is_ok_and(|c| c.uid() == owner || c.uid() == 0);
+        if !allowed {
+            continue;
+        }
+        tokio::spawn(handle(stream, shared.clone()));
+    }
+}
+
+async fn handle(mut stream: UnixStream, shared: Arc<Shared>) {
+    let request: Request = match protocol::read_line(&mut stream).await {
+        Ok(Some(request)) => request,
+        Ok(None) => return,
+        Err(e) => {
+            let reply = Reply::error(format!("bad request: {e}"));
+            let _ = protocol::write_line(&mut stream, &reply).await;
+            return;
+        }
+    };
+    let live = shared.live.lock().ok().and_then(|l| l.clone());
+    match (request, live) {
+        (Request::Info, _) => {
+            let reply = Reply {
+                session: Some(shared.info()),
+                ..Reply::ok()
+            };
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
+        (_, None) => {
+            let reply = Reply::error(format!(
+                "session {} is still starting: try again once `airlock session start` has printed its id",
+                shared.id
+            ));
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
+        (Request::Stop, Some(_)) => {
+            let (tx, rx) = oneshot::channel();
+            let _ = shared.stops.send(tx);
+            let reply = match rx.await {
+                Ok(()) => Reply {
+                    session: Some(shared.info()),
+                    ..Reply::ok()
+                },
+                Err(_) => Reply::error("the session ended before it could confirm the stop"),
+            };
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
+        (Request::Exec(request), Some(live)) => steps::serve(live, stream, request).await,
+    }
+}
+
+/// Removes the socket and the name when the server ends, however it ends
+/// short of being killed (then `airlock session ls` cleans up).
+struct Cleanup {
+    registry: Registry,
+    id: String,
+    name: Option<String>,
+}
+
+impl Cleanup {
+    fn unlink(&self) {
+        self.registry.remove(&self.id, self.name.as_deref());
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.unlink();
+        let _ = std::fs::remove_file(self.registry.log(&self.id));
+    }
+}

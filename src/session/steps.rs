@@ -1,0 +1,500 @@
+//! One step of a live session: the request checked, the command started in
+//! the sandbox with its stdio, output relayed to the client and recorded,
+//! the per-step timeout, and the exit report. What a step leaves running in
+//! the background keeps its output pipes, which are read (and recorded)
+//! until it ends, so that it never blocks or dies of SIGPIPE.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_auditor::{AuditEvent, OutputStream, StepNo};
+use airlock_shim::pty::WindowSize;
+use airlock_shim::{ExitKind, StepId, StepRequest, StepStdio};
+use anyhow::{Context, bail};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::io::{Reader, Writer};
+use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
+use super::server::Live;
+
+/// The end-of-file character a pty turns into EOF for its reader (VEOF).
+const EOF_CHAR: u8 = 0x04;
+const EXIT_TIMED_OUT: i32 = 124;
+
+/// How a step's command ended, as the session learns it.
+#[derive(Debug)]
+pub enum StepEnd {
+    Exited(ExitKind),
+    /// It could not be started; the text says why.
+    Failed(String),
+    /// The session ended first (stopped, timed out, or its store failed).
+    SessionEnded(String),
+}
+
+/// Where the sandbox's word on a running step goes.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    terminal: HashMap<StepId, oneshot::Sender<OwnedFd>>,
+    end: HashMap<StepId, oneshot::Sender<StepEnd>>,
+}
+
+impl Waiting {
+    pub fn insert_end(&mut self, step: StepId, tx: oneshot::Sender<StepEnd>) {
+        self.end.insert(step, tx);
+    }
+
+    pub fn insert_terminal(&mut self, step: StepId, tx: oneshot::Sender<OwnedFd>) {
+        self.terminal.insert(step, tx);
+    }
+
+    pub fn terminal(&mut self, step: StepId, master: OwnedFd) {
+        if let Some(tx) = self.terminal.remove(&step) {
+            let _ = tx.send(master);
+        }
+    }
+
+    pub fn ended(&mut self, step: StepId, end: StepEnd) {
+        self.terminal.remove(&step);
+        if let Some(tx) = self.end.remove(&step) {
+            let _ = tx.send(end);
+        }
+    }
+
+    /// The session is over: every step still waiting hears why.
+    pub fn session_ended(&mut self, why: &str) {
+        self.terminal.clear();
+        for (_, tx) in self.end.drain() {
+            let _ = tx.send(StepEnd::SessionEnded(why.to_owned()));
+        }
+    }
+}
+
+/// Serve one `exec` request on its connection, to the end.
+pub async fn serve(live: Arc<Live>, stream: UnixStream, request: ExecRequest) {
+    let (mut reader, mut writer) = stream.into_split();
+    let started = match Started::begin(&live, &request).await {
+        Ok(started) => started,
+        Err(e) => {
+            let reply = Reply::error(crate::one_line(&e));
+            let _ = protocol::write_line(&mut writer, &reply).await;
+            return;
+        }
+    };
+    let reply = Reply {
+        step: Some(started.step.0),
+        ..Reply::ok()
+    };
+    if protocol::write_line(&mut writer, &reply).await.is_err() {
+        live.control.kill(started.step).ok();
+    }
+    started.relay(&live, &mut reader, writer, &request).await;
+}
+
+/// A step whose command was handed to the sandbox.
+struct Started {
+    step: StepId,
+    begun: Instant,
+    stdin: Option<Writer>,
+    outputs: Vec<(Reader, FrameType)>,
+    /// The pty master (a terminal step); also its only output.
+    terminal: Option<Arc<Terminal>>,
+    end: oneshot::Receiver<StepEnd>,
+}
+
+impl Started {
+    async fn begin(live: &Arc<Live>, request: &ExecRequest) -> anyhow::Result<Started> {
+        if request.argv.is_empty() {
+            bail!("no command given: pass one after `--`");
+        }
+        let env = live.step_env(&request.env)?;
+        let cwd = request.cwd.as_deref().map(PathBuf::from);
+        if cwd.as_ref().is_some_and(|c| !c.is_absolute()) {
+            bail!("--cwd must be an absolute path inside the sandbox");
+        }
+        let terminal = request.tty.map(|t| WindowSize {
+            cols: t.cols.max(1),
+            rows: t.rows.max(1),
+        });
+        let (step, end, master_rx) = live.begin_step(request, terminal.is_some())?;
+        let shim_request = StepRequest {
+            step,
+            argv: request.argv.iter().map(OsString::from).collect(),
+            env,
+            cwd,
+            terminal,
+        };
+        let begun = Instant::now();
+        let (stdio, stdin, outputs) = match terminal {
+            Some(_) => (StepStdio::Terminal, None, Vec::new()),
+            None => {
+                let (stdin_r, stdin_w) = pipe()?;
+                let (out_r, out_w) = pipe()?;
+                let (err_r, err_w) = pipe()?;
+                (
+                    StepStdio::Pipes([stdin_r, out_w, err_w]),
+                    Some(Writer::new(stdin_w)?),
+                    vec![
+                        (Reader::new(out_r)?, FrameType::Stdout),
+                        (Reader::new(err_r)?, FrameType::Stderr),
+                    ],
+                )
+            }
+        };
+        if let Err(e) = live.control.exec(&shim_request, stdio) {
+            live.waiting().ended(step, StepEnd::Failed(e.to_string()));
+            live.end_step(step, &failed_report(begun, &e.to_string()));
+            bail!("starting the command in the session: {e}");
+        }
+        let terminal = match master_rx {
+            Some(rx) => {
+                let master = tokio::select! {
+                    master = rx => master.ok(),
+                    // An end without a terminal (it could not be made).
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(20)) => None,
+                };
+                let master = master.context("the sandbox did not hand over the step's terminal")?;
+                Some(Arc::new(Terminal::new(master)?))
+            }
+            None => None,
+        };
+        Ok(Started {
+            step,
+            begun,
+            stdin,
+            outputs,
+            terminal,
+            end,
+        })
+    }
+
+    /// Relay until the command ends, then report.
+    async fn relay(
+        self,
+        live: &Arc<Live>,
+        reader: &mut tokio::net::unix::OwnedReadHalf,
+        writer: OwnedWriteHalf,
+        request: &ExecRequest,
+    ) {
+        let Started {
+            step,
+            begun,
+            stdin,
+            mut outputs,
+            terminal,
+            mut end,
+        } = self;
+        let (frames, frames_rx) = mpsc::channel::<(FrameType, Vec<u8>)>(64);
+        let writer = tokio::spawn(write_frames(writer, frames_rx));
+        let (exited, exited_rx) = watch::channel(false);
+        let mut drained = Vec::new();
+        if let Some(terminal) = &terminal {
+            outputs.clear();
+            drained.push(spawn_pump(
+                Output::Terminal(terminal.clone()),
+                FrameType::Stdout,
+                Pump {
+                    live: live.clone(),
+                    step,
+                    frames: frames.clone(),
+                    exited: exited_rx.clone(),
+                },
+            ));
+        }
+        for (end_fd, kind) in outputs {
+            drained.push(spawn_pump(
+                Output::Pipe(end_fd),
+                kind,
+                Pump {
+                    live: live.clone(),
+                    step,
+                    frames: frames.clone(),
+                    exited: exited_rx.clone(),
+                },
+            ));
+        }
+        let input = Input {
+            live: live.clone(),
+            step,
+            stdin,
+            terminal: terminal.clone(),
+        };
+        let mut timed_out = false;
+        let mut reason = None;
+        let outcome = {
+            let client = input.run(reader);
+            tokio::pin!(client);
+            let deadline = request.timeout();
+            let sleep = tokio::time::sleep(deadline.unwrap_or_default());
+            tokio::pin!(sleep);
+            let mut client_done = false;
+            loop {
+                tokio::select! {
+                    result = &mut end => break result,
+                    () = &mut sleep, if deadline.is_some() && !timed_out => {
+                        timed_out = true;
+                        let _ = live.control.kill(step);
+                    }
+                    gone = &mut client, if !client_done => {
+                        client_done = true;
+                        if gone {
+                            reason = Some("killed: the client disconnected".to_owned());
+                            let _ = live.control.kill(step);
+                        }
+                    }
+                }
+            }
+        };
+        let _ = exited.send(true);
+        for pump in drained {
+            let _ = pump.await;
+        }
+        let report = match outcome {
+            Ok(StepEnd::Exited(status)) => exit_report(begun, status, timed_out, reason),
+            Ok(StepEnd::Failed(why)) => failed_report(begun, &why),
+            Ok(StepEnd::SessionEnded(why)) => ExitReport {
+                reason: Some(why),
+                ..exit_report(begun, ExitKind::Signaled(libc_sigkill()), false, None)
+            },
+            Err(_) => failed_report(begun, "the session lost track of the step"),
+        };
+        live.end_step(step, &report);
+        let frame = match report.exit_code {
+            125 if report.status.is_none() && report.signal.is_none() => (
+                FrameType::Error,
+                serde_json::json!({ "error": report.reason.clone().unwrap_or_default() }),
+            ),
+            _ => (
+                FrameType::Exit,
+                serde_json::to_value(&report).unwrap_or_default(),
+            ),
+        };
+        let _ = frames
+            .send((frame.0, frame.1.to_string().into_bytes()))
+            .await;
+        drop(frames);
+        let _ = writer.await;
+    }
+}
+
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
+}
+
+fn exit_report(
+    begun: Instant,
+    status: ExitKind,
+    timed_out: bool,
+    reason: Option<String>,
+) -> ExitReport {
+    let (code, status, signal) = match status {
+        ExitKind::Exited(code) => (code, Some(code), None),
+        ExitKind::Signaled(sig) => (128 + sig, None, Some(sig)),
+    };
+    ExitReport {
+        exit_code: if timed_out { EXIT_TIMED_OUT } else { code },
+        status,
+        signal,
+        timed_out,
+        duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
+        reason,
+    }
+}
+
+fn failed_report(begun: Instant, why: &str) -> ExitReport {
+    ExitReport {
+        exit_code: i32::from(crate::EXIT_RUN_FAILED),
+        status: None,
+        signal: None,
+        timed_out: false,
+        duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
+        reason: Some(why.to_owned()),
+    }
+}
+
+fn pipe() -> anyhow::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating a pipe for the step")
+}
+
+async fn write_frames(mut writer: OwnedWriteHalf, mut rx: mpsc::Receiver<(FrameType, Vec<u8>)>) {
+    while let Some((kind, data)) = rx.recv().await {
+        if protocol::write_frame(&mut writer, kind, &data)
+            .await
+            .is_err()
+        {
+            // The client is gone: keep draining so the pumps never block.
+            while rx.recv().await.is_some() {}
+            return;
+        }
+    }
+}
+
+/// What the client sends while the step runs.
+struct Input {
+    live: Arc<Live>,
+    step: StepId,
+    stdin: Option<Writer>,
+    terminal: Option<Arc<Terminal>>,
+}
+
+impl Input {
+    /// Until the client stops sending; true when it went away (hung up or
+    /// broke the protocol), false when it merely has nothing more to say.
+    async fn run(mut self, reader: &mut tokio::net::unix::OwnedReadHalf) -> bool {
+        loop {
+            let frame = match protocol::read_frame(reader).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) | Err(_) => return true,
+            };
+            match frame {
+                (FrameType::Stdin, data) => {
+                    let target = match &self.terminal {
+                        Some(terminal) => Some(&terminal.input),
+                        None => self.stdin.as_ref(),
+                    };
+                    if let Some(target) = target {
+                        // The command may have closed its stdin: that is its business.
+                        let _ = target.write_all(&data).await;
+                    }
+                }
+                (FrameType::StdinEof, _) => match &self.terminal {
+                    Some(terminal) => {
+                        let _ = terminal.input.write_all(&[EOF_CHAR]).await;
+                    }
+                    None => self.stdin = None,
+                },
+                (FrameType::Resize, data) if data.len() == 4 => {
+                    if let Some(terminal) = &self.terminal {
+                        let size = WindowSize {
+                            cols: u16::from_be_bytes([data[0], data[1]]),
+                            rows: u16::from_be_bytes([data[2], data[3]]),
+                        };
+                        let _ = airlock_shim::pty::set_window_size(&terminal.master, size);
+                    }
+                }
+                (FrameType::Signal, data) if data.len() == 1 => {
+                    let _ = self.live.control.signal(self.step, i32::from(data[0]));
+                }
+                _ => return true,
+            }
+        }
+    }
+}
+
+/// A terminal step's pty master: read for its output, written for its
+/// input, and sized.
+struct Terminal {
+    master: OwnedFd,
+    output: Reader,
+    input: Writer,
+}
+
+impl Terminal {
+    fn new(master: OwnedFd) -> anyhow::Result<Terminal> {
+        let output = Reader::new(master.try_clone()?)?;
+        let input = Writer::new(master.try_clone()?)?;
+        Ok(Terminal {
+            master,
+            output,
+            input,
+        })
+    }
+}
+
+enum Output {
+    Pipe(Reader),
+    Terminal(Arc<Terminal>),
+}
+
+impl Output {
+    fn end(&self) -> &Reader {
+        match self {
+            Output::Pipe(end) => end,
+            Output::Terminal(terminal) => &terminal.output,
+        }
+    }
+}
+
+/// What an output pump needs besides its descriptor.
+struct Pump {
+    live: Arc<Live>,
+    step: StepId,
+    frames: mpsc::Sender<(FrameType, Vec<u8>)>,
+    exited: watch::Receiver<bool>,
+}
+
+/// Copy one output to the client and the record. When the command ends,
+/// what it wrote is drained to the client (the returned handle resolves
+/// then); what background processes write later is only recorded.
+fn spawn_pump(output: Output, kind: FrameType, pump: Pump) -> tokio::task::JoinHandle<()> {
+    let (drained_tx, drained_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let Pump {
+            live,
+            step,
+            frames,
+            mut exited,
+        } = pump;
+        let stream = match kind {
+            FrameType::Stderr => OutputStream::Stderr,
+            _ => OutputStream::Stdout,
+        };
+        let mut frames = Some(frames);
+        let mut drained_tx = Some(drained_tx);
+        let mut buf = vec![0u8; 16 * 1024];
+        let end = output.end();
+        loop {
+            tokio::select! {
+                read = end.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => emit(&live, step, stream, kind, frames.as_ref(), &buf[..n]).await,
+                },
+                _ = exited.changed(), if frames.is_some() => {
+                    // Everything the command wrote before it ended is in the
+                    // pipe now: hand it over, then stop talking to the client.
+                    while let Ok(Some(n)) = end.try_read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        emit(&live, step, stream, kind, frames.as_ref(), &buf[..n]).await;
+                    }
+                    frames = None;
+                    if let Some(tx) = drained_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        }
+        if let Some(tx) = drained_tx.take() {
+            let _ = tx.send(());
+        }
+    });
+    tokio::spawn(async move {
+        let _ = drained_rx.await;
+    })
+}
+
+async fn emit(
+    live: &Live,
+    step: StepId,
+    stream: OutputStream,
+    kind: FrameType,
+    frames: Option<&mpsc::Sender<(FrameType, Vec<u8>)>>,
+    data: &[u8],
+) {
+    if let Some(frames) = frames {
+        let _ = frames.send((kind, data.to_vec())).await;
+    }
+    if let Some(recorder) = &live.recorder {
+        let _ = recorder.record(AuditEvent::Output {
+            stream,
+            data: data.to_vec(),
+            step: Some(StepNo(step.0)),
+        });
+    }
+}

@@ -1,0 +1,671 @@
+//! `airlock session`: one sandbox kept across many steps, tested as a user
+//! (and an agent) would drive it: real TLS upstream, real namespaces, real
+//! processes, the real record.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::skip_or_fail;
+use airlock_test_support::upstream::Upstream;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
+
+fn audit_cli(db: &Path, args: &[&str]) -> Output {
+    airlock_test_support::audit_cli::audit_cli(AIRLOCK, db, args)
+}
+
+/// A TLS upstream, a policy that allows GET /echo/** on it, a workspace and
+/// an audit store, all the sessions of one test need.
+struct Env {
+    _pki: TestPki,
+    upstream: Upstream,
+    dir: tempfile::TempDir,
+    ca: PathBuf,
+}
+
+impl Env {
+    async fn new() -> Env {
+        let pki = TestPki::new();
+        let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+        let dir = tempfile::tempdir().unwrap();
+        let policy = format!(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\npaths = [\"/echo\", \"/echo/**\"]\n",
+            upstream.port()
+        );
+        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        std::fs::create_dir_all(dir.path().join("audit")).unwrap();
+        let ca = pki.ca_pem.clone();
+        Env {
+            _pki: pki,
+            upstream,
+            dir,
+            ca,
+        }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.db")
+    }
+
+    /// `airlock audit verify SESSION` against this test's key.
+    fn verify(&self, session: &str) -> Output {
+        let key = self.dir.path().join("audit/audit.key");
+        audit_cli(
+            &self.db(),
+            &["verify", session, "--audit-key", key.to_str().unwrap()],
+        )
+    }
+
+    fn base(&self) -> String {
+        format!("https://api.test:{}", self.upstream.port())
+    }
+
+    fn start_args(&self) -> Vec<String> {
+        let p = |p: PathBuf| p.to_string_lossy().into_owned();
+        vec![
+            "session".into(),
+            "start".into(),
+            "--policy".into(),
+            p(self.dir.path().join("policy.toml")),
+            "--workspace".into(),
+            p(self.workspace()),
+            "--upstream-ca".into(),
+            p(self.ca.clone()),
+            "--resolve".into(),
+            "api.test:127.0.0.1".into(),
+            "--audit-db".into(),
+            p(self.db()),
+            "--audit-key".into(),
+            p(self.dir.path().join("audit/audit.key")),
+        ]
+    }
+
+    /// `airlock session start` with these extra options; the live session.
+    fn start(&self, extra: &[&str]) -> Session {
+        let mut args = self.start_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = airlock(&args);
+        assert_eq!(out.status.code(), Some(0), "start: {}", show(&out));
+        let id = String::from_utf8(out.stdout.clone())
+            .unwrap()
+            .trim()
+            .to_owned();
+        assert!(
+            id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "start prints the id alone: {}",
+            show(&out)
+        );
+        Session { id, stopped: false }
+    }
+}
+
+/// A live session; stopped when dropped.
+struct Session {
+    id: String,
+    stopped: bool,
+}
+
+impl Session {
+    fn exec(&self, options: &[&str], command: &[&str]) -> Output {
+        let mut args = vec!["session", "exec", &self.id];
+        args.extend(options);
+        args.push("--");
+        args.extend(command);
+        airlock(&args)
+    }
+
+    fn sh(&self, script: &str) -> Output {
+        self.exec(&[], &["sh", "-c", script])
+    }
+
+    /// `airlock session ls --json`'s entry for this session, if listed.
+    fn info(&self) -> Option<serde_json::Value> {
+        let out = airlock(&["session", "ls", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "ls: {}", show(&out));
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == self.id.as_str())
+            .cloned()
+    }
+
+    fn pids(&self) -> (i32, i32) {
+        let info = self.info().expect("the session is listed");
+        (
+            info["pids"]["server"].as_i64().unwrap() as i32,
+            info["pids"]["init"].as_i64().unwrap() as i32,
+        )
+    }
+
+    fn audit_session(&self) -> String {
+        self.info().unwrap()["audit_session"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    fn stop(&mut self) -> Output {
+        self.stopped = true;
+        airlock(&["session", "stop", &self.id])
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = airlock(&["session", "stop", &self.id]);
+        }
+    }
+}
+
+fn airlock<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    Command::new(AIRLOCK)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// Wait (bounded) for `check` to hold.
+fn eventually(what: &str, limit: Duration, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The cgroups airlock made for the sandbox that `server` spawned (the shim
+/// names them `<pid>-...` after the process that spawned the sandbox).
+fn cgroups_of(server: i32) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, prefix: &str, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == "airlock" {
+                for c in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                    if c.file_name().to_string_lossy().starts_with(prefix) {
+                        out.push(c.path());
+                    }
+                }
+            } else if depth > 0 {
+                walk(&e.path(), depth - 1, prefix, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        Path::new("/sys/fs/cgroup"),
+        4,
+        &format!("{server}-"),
+        &mut out,
+    );
+    out
+}
+
+/// Nothing of the session is left on the host.
+fn assert_nothing_left(session: &Session, server: i32, init: i32) {
+    eventually(
+        "the server and the sandbox end",
+        Duration::from_secs(10),
+        || !alive(server) && !alive(init),
+    );
+    assert!(session.info().is_none(), "`ls` no longer lists it");
+    assert!(cgroups_of(server).is_empty(), "{:?}", cgroups_of(server));
+    let sock = Path::new("/run/airlock").join(format!("{}.sock", session.id));
+    assert!(!sock.exists(), "{} is removed", sock.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_and_background_servers_persist_across_steps() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let out = s.sh("echo kept > /tmp/state && echo ws > note && pwd");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(stdout(&out).trim(), env.workspace().to_string_lossy());
+    let out = s.sh("cat /tmp/state note");
+    assert_eq!(stdout(&out), "kept\nws\n", "{}", show(&out));
+    // A server started in the background in one step...
+    let out = s.sh(
+        "python3 -m http.server 18080 --bind 127.0.0.1 >/tmp/server.log 2>&1 & \
+         for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 18080))' 2>/dev/null && break; sleep 0.05; done; echo started",
+    );
+    assert_eq!(stdout(&out), "started\n", "{}", show(&out));
+    // ...answers curl in the next one, and keeps logging to its file.
+    let out = s.sh("curl -sS -o /dev/null -w '%{http_code}' http://127.0.0.1:18080/");
+    assert_eq!(stdout(&out), "200", "{}", show(&out));
+    let out = s.sh("grep -c 'GET / ' /tmp/server.log");
+    assert_eq!(stdout(&out).trim(), "1", "{}", show(&out));
+    assert_eq!(s.info().unwrap()["commands"], 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_step_is_held_to_the_policy() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let base = env.base();
+    for step in 0..2 {
+        let out = s.exec(&[], &["curl", "-sS", &format!("{base}/echo/step{step}")]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        assert!(
+            stdout(&out).contains(&format!("/echo/step{step}")),
+            "{}",
+            show(&out)
+        );
+        let out = s.exec(
+            &[],
+            &[
+                "curl",
+                "-sS",
+                "-w",
+                "\n%{http_code}",
+                &format!("{base}/admin"),
+            ],
+        );
+        let text = stdout(&out);
+        assert!(text.ends_with("\n403"), "{}", show(&out));
+        assert!(
+            text.contains("[[allow]]"),
+            "the refusal says which rule to add: {text}"
+        );
+    }
+    assert_eq!(env.upstream.hits(), 2, "only the allowed requests left");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_statuses_follow_airlock_run() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    assert_eq!(s.exec(&[], &["true"]).status.code(), Some(0));
+    assert_eq!(s.sh("exit 3").status.code(), Some(3));
+    assert_eq!(s.sh("kill -TERM $$").status.code(), Some(128 + 15));
+    let out = s.exec(&[], &["no-such-command-here"]);
+    assert_eq!(out.status.code(), Some(127), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    // stdin is streamed to the command.
+    let mut child = Command::new(AIRLOCK)
+        .args(["session", "exec", &s.id, "--", "tr", "a-z", "A-Z"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out), "HELLO\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn execs_run_concurrently() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let started = Instant::now();
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(AIRLOCK)
+                .args(["session", "exec", &s.id, "--", "sh", "-c"])
+                .arg(format!("sleep 1; echo done{i}"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("done{i}\n"));
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "three 1 s steps took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_timeout_kills_its_tree_and_the_session_lives_on() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let out = s.exec(
+        &["--timeout", "1s"],
+        &["sh", "-c", "sleep 300 & echo $! > /tmp/bg; sleep 300"],
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"));
+    // Its background child is gone too; the session still takes steps.
+    let out = s.sh("kill -0 $(cat /tmp/bg) 2>/dev/null && echo alive || echo gone");
+    assert_eq!(stdout(&out), "gone\n", "{}", show(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_leaves_nothing_behind_and_the_record_verifies() {
+    let env = Env::new().await;
+    // Limits, so that there are cgroups to leave behind.
+    let name = format!("stop-test-{}", std::process::id());
+    let mut s = env.start(&["--name", &name, "--memory", "256M", "--pids", "64"]);
+    s.sh("sleep 1000 &");
+    let (server, init) = s.pids();
+    assert!(!cgroups_of(server).is_empty(), "the session has cgroups");
+    let audit = s.audit_session();
+    let out = s.stop();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_nothing_left(&s, server, init);
+    let out = env.verify(&audit);
+    assert!(out.status.success(), "verify: {}", show(&out));
+    // An exec after the stop is refused on one line.
+    let out = s.exec(&[], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "{}",
+        show(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_session_stops_by_itself() {
+    let env = Env::new().await;
+    let s = env.start(&["--idle-timeout", "1s"]);
+    let (server, init) = s.pids();
+    assert_eq!(
+        s.sh("sleep 1.5; echo busy").status.code(),
+        Some(0),
+        "running is not idle"
+    );
+    assert_nothing_left(&s, server, init);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_server_ends_the_sandbox_and_the_record_still_verifies() {
+    let env = Env::new().await;
+    let s = env.start(&["--memory", "256M", "--pids", "64"]);
+    s.sh("echo before > /tmp/x; sleep 1000 &");
+    let (server, init) = s.pids();
+    assert!(!cgroups_of(server).is_empty(), "the session has cgroups");
+    let audit = s.audit_session();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_nothing_left(&s, server, init);
+    // The record is incomplete (it never got its end), not broken.
+    let out = env.verify(&audit);
+    let text = stdout(&out);
+    assert!(!text.contains("TAMPERED"), "{}", show(&out));
+    assert!(
+        text.contains("session never finished") && out.status.code() == Some(1),
+        "verify: {}",
+        show(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_one_line_and_125() {
+    let env = Env::new().await;
+    let name = format!("dup-{}", std::process::id());
+    let s = env.start(&["--name", &name]);
+    // The same name twice.
+    let mut args = env.start_args();
+    args.extend(["--name".to_owned(), name.clone()]);
+    let out = airlock(&args);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already live"),
+        "{}",
+        show(&out)
+    );
+    // Unknown and ambiguous sessions.
+    let out = airlock(&["session", "exec", "no-such-session", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no live session"));
+    let other = env.start(&[]);
+    let out = airlock(&["session", "exec", "", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    drop(other);
+    // By name and by unique prefix.
+    assert_eq!(s.exec(&[], &["true"]).status.code(), Some(0));
+    let out = airlock(&["session", "exec", &name, "--", "echo", "by-name"]);
+    assert_eq!(stdout(&out), "by-name\n", "{}", show(&out));
+    let out = airlock(&["session", "exec", &s.id[..12], "--", "echo", "by-prefix"]);
+    assert_eq!(stdout(&out), "by-prefix\n", "{}", show(&out));
+    // A relative --cwd.
+    let out = airlock(&[
+        "session", "exec", &s.id, "--env", "X=1", "--cwd", "relative", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "{}",
+        show(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_cannot_reach_any_control_socket() {
+    let env = Env::new().await;
+    let other = env.start(&[]);
+    let s = env.start(&["--allow-unix-sockets"]);
+    for id in [&s.id, &other.id] {
+        let probe = format!(
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('/run/airlock/{id}.sock'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n"
+        );
+        let out = s.exec(&[], &["python3", "-c", &probe]);
+        assert!(stdout(&out).starts_with("refused"), "{}", show(&out));
+    }
+    let out = s.sh("ls /run/airlock 2>&1; ls -a /run/user 2>&1 | head -3");
+    assert!(!stdout(&out).contains(&other.id), "{}", show(&out));
+    assert!(!stdout(&out).contains(".sock"), "{}", show(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_user_cannot_exec_into_the_session() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", "python3", "-c"])
+        .arg(format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('{sock}'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "refused 13\n", "{}", show(&out));
+    let out = Command::new("runuser")
+        .args([
+            "-u", "nobody", "--", AIRLOCK, "session", "exec", &s.id, "--", "id",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_timeline_shows_each_step_with_its_label() {
+    let env = Env::new().await;
+    let mut s = env.start(&[]);
+    let base = env.base();
+    s.exec(&["--label", "call_1"], &["sh", "-c", "echo one > /tmp/a"]);
+    s.exec(
+        &["--label", "call_2"],
+        &[
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            &format!("{base}/echo/two"),
+        ],
+    );
+    let audit = s.audit_session();
+    s.stop();
+    let out = audit_cli(&env.db(), &["timeline", &audit]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    let one = text.find("call_1").expect("step 1's label");
+    let two = text.find("call_2").expect("step 2's label");
+    let get = text.find("/echo/two").expect("the request");
+    assert!(one < two && two < get, "grouped by step:\n{text}");
+}
+
+const TEST_USER: &str = "airlock-session-test";
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `airlock ARGS` as `user` through runuser, with its own runtime directory.
+fn airlock_as(user: &str, runtime: &Path, airlock: &Path, args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", user, "--", "env", "PATH=/usr/local/bin:/usr/bin:/bin"])
+        .arg(format!("XDG_RUNTIME_DIR={}", runtime.display()))
+        .arg(format!("HOME={}", runtime.display()))
+        .arg(airlock)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ordinary_user_keeps_sessions_too() {
+    let add = Command::new("useradd").args(["-m", TEST_USER]).output();
+    let Ok(add) = add else {
+        skip_or_fail("useradd is missing");
+        return;
+    };
+    assert!(
+        add.status.success() || String::from_utf8_lossy(&add.stderr).contains("already exists"),
+        "useradd: {add:?}"
+    );
+    let env = Env::new().await;
+    // What the user needs, world-readable; the binary copied out of the
+    // shared target directory.
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o777);
+    let airlock_bin = dir.path().join("airlock");
+    std::fs::copy(AIRLOCK, &airlock_bin).unwrap();
+    chmod(&airlock_bin, 0o755);
+    let policy = env.dir.path().join("policy.toml");
+    for (from, to) in [(&policy, "policy.toml"), (&env.ca, "ca.pem")] {
+        std::fs::copy(from, dir.path().join(to)).unwrap();
+        chmod(&dir.path().join(to), 0o644);
+    }
+    for sub in ["ws", "audit", "run"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        chmod(&dir.path().join(sub), 0o777);
+    }
+    let runtime = dir.path().join("run/user");
+    std::fs::create_dir(&runtime).unwrap();
+    let uid: u32 = String::from_utf8(
+        Command::new("id")
+            .args(["-u", TEST_USER])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    nix::unistd::chown(&runtime, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+    chmod(&runtime, 0o700);
+    let p = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let start = airlock_as(
+        TEST_USER,
+        &runtime,
+        &airlock_bin,
+        &[
+            "session",
+            "start",
+            "--policy",
+            &p("policy.toml"),
+            "--workspace",
+            &p("ws"),
+            "--upstream-ca",
+            &p("ca.pem"),
+            "--resolve",
+            "api.test:127.0.0.1",
+            "--audit-db",
+            &p("audit/audit.db"),
+            "--audit-key",
+            &p("audit/audit.key"),
+            "--name",
+            "mine",
+        ],
+    );
+    assert_eq!(start.status.code(), Some(0), "{}", show(&start));
+    let id = stdout(&start).trim().to_owned();
+    let exec = |script: &str| {
+        airlock_as(
+            TEST_USER,
+            &runtime,
+            &airlock_bin,
+            &["session", "exec", "mine", "--", "sh", "-c", script],
+        )
+    };
+    let out = exec("id -u; echo kept > /tmp/f");
+    assert_eq!(stdout(&out), format!("{uid}\n"), "{}", show(&out));
+    let base = env.base();
+    let out = exec(&format!(
+        "cat /tmp/f; curl -sS -o /dev/null -w '%{{http_code}}\\n' {base}/echo/u; curl -sS -o /dev/null -w '%{{http_code}}\\n' {base}/admin"
+    ));
+    assert_eq!(stdout(&out), "kept\n200\n403\n", "{}", show(&out));
+    // Another user cannot get in: not through airlock, not to the socket.
+    let out = airlock_as(
+        "nobody",
+        &runtime,
+        &airlock_bin,
+        &["session", "exec", &id, "--", "id"],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    let sock = runtime.join(format!("airlock/{id}.sock"));
+    assert!(sock.exists());
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", "python3", "-c"])
+        .arg(format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('{}'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n",
+            sock.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "refused 13\n", "{}", show(&out));
+    let out = airlock_as(
+        TEST_USER,
+        &runtime,
+        &airlock_bin,
+        &["session", "stop", "mine"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(!sock.exists(), "stop removes the socket");
+}
