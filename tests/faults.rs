@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use airlock_test_support::audit_cli::audit_cli;
 use airlock_test_support::client::{ClientOutput, curl};
+use airlock_test_support::disk::Tmpfs;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
 use airlock_test_support::server::TestServer;
@@ -167,37 +168,6 @@ fn audited_proxy(
         opts.extra.push("--audit-sync".into());
     }
     AirlockProxy::start(AIRLOCK, opts)
-}
-
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount tmpfs (needs root)");
-        Self { dir }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().to_owned()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// The audit store fills up: new requests are refused (503), the proxy

@@ -183,6 +183,22 @@ fn show(out: &Output) -> String {
     )
 }
 
+/// Airlock refused: exit 125 and one line on stderr, which is returned.
+fn refused(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(125), "{}", show(out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stderr.lines().count(), 1, "one line: {}", show(out));
+    stderr
+}
+
+/// A python script that tries to connect to the Unix socket at `path` and
+/// prints "reached" or "refused ERRNO".
+fn connect_probe(path: &str) -> String {
+    format!(
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('{path}'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n"
+    )
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -381,14 +397,7 @@ async fn stop_leaves_nothing_behind_and_the_record_verifies() {
     let out = env.verify(&audit);
     assert!(out.status.success(), "verify: {}", show(&out));
     // An exec after the stop is refused on one line.
-    let out = s.exec(&[], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).lines().count(),
-        1,
-        "{}",
-        show(&out)
-    );
+    refused(&s.exec(&[], &["true"]));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -462,13 +471,7 @@ async fn bad_input_gets_one_line_and_125() {
     let out = airlock(&[
         "session", "exec", &s.id, "--env", "X=1", "--cwd", "relative", "--", "true",
     ]);
-    assert_eq!(out.status.code(), Some(125));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).lines().count(),
-        1,
-        "{}",
-        show(&out)
-    );
+    refused(&out);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -477,9 +480,7 @@ async fn the_sandbox_cannot_reach_any_control_socket() {
     let other = env.start(&[]);
     let s = env.start(&["--allow-unix-sockets"]);
     for id in [&s.id, &other.id] {
-        let probe = format!(
-            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('/run/airlock/{id}.sock'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n"
-        );
+        let probe = connect_probe(&format!("/run/airlock/{id}.sock"));
         let out = s.exec(&[], &["python3", "-c", &probe]);
         assert!(stdout(&out).starts_with("refused"), "{}", show(&out));
     }
@@ -495,9 +496,7 @@ async fn another_user_cannot_exec_into_the_session() {
     let sock = format!("/run/airlock/{}.sock", s.id);
     let out = Command::new("runuser")
         .args(["-u", "nobody", "--", "python3", "-c"])
-        .arg(format!(
-            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('{sock}'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n"
-        ))
+        .arg(connect_probe(&sock))
         .output()
         .unwrap();
     assert_eq!(stdout(&out), "refused 13\n", "{}", show(&out));
@@ -653,10 +652,7 @@ async fn an_ordinary_user_keeps_sessions_too() {
     assert!(sock.exists());
     let out = Command::new("runuser")
         .args(["-u", "nobody", "--", "python3", "-c"])
-        .arg(format!(
-            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect('{}'); print('reached')\nexcept OSError as e: print('refused', e.errno)\n",
-            sock.display()
-        ))
+        .arg(connect_probe(&sock.to_string_lossy()))
         .output()
         .unwrap();
     assert_eq!(stdout(&out), "refused 13\n", "{}", show(&out));
@@ -668,4 +664,85 @@ async fn an_ordinary_user_keeps_sessions_too() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     assert!(!sock.exists(), "stop removes the socket");
+}
+
+/// Fail closed: when the audit store fills up mid-step the session stops
+/// (the step gets 125 and one line saying why) rather than run on unrecorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_audit_store_stops_the_session() {
+    let env = Env::new().await;
+    let fs = airlock_test_support::disk::Tmpfs::mount("1M");
+    let keys = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut args = env.start_args();
+    for (option, value) in [
+        ("--audit-db", fs.path().join("audit.db")),
+        ("--audit-key", keys.path().join("audit.key")),
+        ("--workspace", ws.path().to_owned()),
+    ] {
+        let at = args.iter().position(|a| a == option).unwrap();
+        args[at + 1] = value.to_string_lossy().into_owned();
+    }
+    let out = airlock(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let s = Session {
+        id: stdout(&out).trim().to_owned(),
+        stopped: false,
+    };
+    // 100 files of 64 KiB recorded with their content: far more than 1 MiB.
+    let started = Instant::now();
+    let out = s.sh(
+        "for i in $(seq 100); do dd if=/dev/urandom of=f$i bs=64k count=1 status=none; done; sleep 30; echo finished",
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(!stdout(&out).contains("finished"));
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("the audit store failed"), "{stderr}");
+    eventually("the session is gone", Duration::from_secs(10), || {
+        s.info().is_none()
+    });
+    refused(&s.exec(&[], &["true"]));
+}
+
+/// A step asked of a session that is still coming up gets an answer, never
+/// a hang: one line and 125 until it is ready, then it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_that_is_still_starting_answers_at_once() {
+    let env = Env::new().await;
+    let name = format!("starting-{}", std::process::id());
+    let mut args = env.start_args();
+    args.extend(["--name".to_owned(), name.clone()]);
+    let starter = Command::new(AIRLOCK)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut refusals = Vec::new();
+    loop {
+        let out = airlock(&["session", "exec", &name, "--", "echo", "ran"]);
+        if out.status.code() == Some(0) {
+            assert_eq!(stdout(&out), "ran\n");
+            break;
+        }
+        let stderr = refused(&out);
+        assert!(
+            stderr.contains("still starting") || stderr.contains("no live session"),
+            "{stderr}"
+        );
+        refusals.push(stderr);
+        assert!(Instant::now() < deadline, "never ready: {refusals:?}");
+    }
+    let out = starter.wait_with_output().unwrap();
+    let _s = Session {
+        id: stdout(&out).trim().to_owned(),
+        stopped: false,
+    };
+    eprintln!("refused while starting: {refusals:?}");
 }

@@ -1,6 +1,10 @@
 //! The handle airlock holds on one sandbox: spawn, hand-over of the network
 //! sockets, release, wait (with timeout), kill, cleanup; in session mode,
 //! the start of the session and its step events.
+//!
+//! Over 500 lines because both modes share one handle and one wait loop
+//! (`finish`): a session's step events arrive on the same channel, between
+//! the same setup and teardown, as `airlock run`'s exit.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

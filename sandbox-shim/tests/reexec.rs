@@ -351,42 +351,7 @@ fn helper_unprivileged_observe() {
 
 #[test]
 fn unprivileged_user_is_observed_too() {
-    if helper_mode().is_some() {
-        return;
-    }
-    if !nix::unistd::geteuid().is_root() || !userns_available() {
-        skip_or_fail("needs root (to create a test user) and user namespaces");
-        return;
-    }
-    let Some((uid, gid)) = test_user() else {
-        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
-        return;
-    };
-    let ws = workspace();
-    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    nix::unistd::chown(
-        ws.path(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
-    let out = helper("helper_unprivileged_observe", "unpriv-observe")
-        .env("WS", ws.path())
-        .env("HOME", ws.path())
-        .uid(uid)
-        .gid(gid)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "unprivileged observe helper failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "the helper did not run"
-    );
+    run_helper_as_test_user("helper_unprivileged_observe", "unpriv-observe", "observe");
 }
 
 fn executable_by_others(p: &Path) -> bool {
@@ -468,6 +433,12 @@ fn helper_unprivileged_session() {
 
 #[test]
 fn unprivileged_user_gets_the_same_session_steps() {
+    run_helper_as_test_user("helper_unprivileged_session", "unpriv-session", "session");
+}
+
+/// Run `helper` (a test of this file in helper mode) as the test user, in a
+/// workspace of theirs, and require it to succeed.
+fn run_helper_as_test_user(helper_name: &str, tag: &str, what: &str) {
     if helper_mode().is_some() {
         return;
     }
@@ -487,7 +458,7 @@ fn unprivileged_user_gets_the_same_session_steps() {
         Some(nix::unistd::Gid::from_raw(gid)),
     )
     .unwrap();
-    let out = helper("helper_unprivileged_session", "unpriv-session")
+    let out = helper(helper_name, tag)
         .env("WS", ws.path())
         .env("HOME", ws.path())
         .uid(uid)
@@ -496,7 +467,7 @@ fn unprivileged_user_gets_the_same_session_steps() {
         .unwrap();
     assert!(
         out.status.success(),
-        "unprivileged session helper failed:\n{}\n{}",
+        "unprivileged {what} helper failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::parse_duration;
-use crate::launch::SandboxArgs;
+use crate::launch::{SandboxArgs, parse_env};
 use crate::session::{client, server};
 
 /// Default `--idle-timeout`.
@@ -106,15 +106,6 @@ pub struct ServeArgs {
     pub id: String,
     #[command(flatten)]
     pub start: StartArgs,
-}
-
-fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
-            Ok((k.to_owned(), v.to_owned()))
-        }
-        _ => Err(format!("invalid --env {s:?}: expected KEY=VALUE")),
-    }
 }
 
 pub fn run(command: SessionCommand) -> anyhow::Result<ExitCode> {

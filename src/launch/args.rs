@@ -99,7 +99,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
+pub fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
             Ok((k.to_owned(), v.to_owned()))

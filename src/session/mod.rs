@@ -5,12 +5,14 @@
 //! - `registry`: where sessions are found (control sockets, names);
 //! - `protocol`: what is said over a control socket (docs/sessions.md);
 //! - `server`: the detached process that keeps one session (`start` forks it);
+//! - `live`: what every step of a live session shares;
 //! - `steps`: one step inside a live session, from request to exit report;
 //! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
 //! - `io`: non-blocking pipe and pty ends on the runtime.
 
 pub mod client;
 mod io;
+mod live;
 mod protocol;
 mod registry;
 pub mod server;

@@ -5,23 +5,21 @@
 //! idle too long, its `--timeout` passes, its audit store fails, or it is
 //! killed; the sandbox never outlives it.
 
-use std::ffi::OsString;
-use std::os::fd::OwnedFd;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use airlock_auditor::{AuditEvent, SessionEnd, SessionRecorder, StepNo};
-use airlock_proxy::ResolvedCredential;
-use airlock_shim::{Outcome, StepControl, StepEvent, StepId};
-use anyhow::{Context, bail};
+use airlock_auditor::SessionEnd;
+use airlock_shim::Outcome;
+use anyhow::Context;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
-use super::protocol::{self, ExecRequest, ExitReport, Pids, Reply, Request, SessionInfo};
+use super::live::Live;
+use super::protocol::{self, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
-use super::steps::{self, StepEnd, Waiting};
+use super::steps;
 use crate::commands::session::StartArgs;
 use crate::launch::{Plan, Purpose, Stop, Wired};
 
@@ -50,129 +48,6 @@ struct Shared {
     policy: String,
     live: Mutex<Option<Arc<Live>>>,
     stops: mpsc::UnboundedSender<oneshot::Sender<()>>,
-}
-
-/// A session that takes steps.
-pub struct Live {
-    pub control: StepControl,
-    pub recorder: Option<SessionRecorder>,
-    env: Vec<(OsString, OsString)>,
-    credentials: Vec<ResolvedCredential>,
-    init: i32,
-    waiting: Mutex<Waiting>,
-    counts: Mutex<Counts>,
-    stopping: AtomicBool,
-    activity: Notify,
-}
-
-#[derive(Debug)]
-struct Counts {
-    next: u64,
-    total: u64,
-    running: u64,
-    last_activity: Instant,
-}
-
-impl Live {
-    pub fn waiting(&self) -> MutexGuard<'_, Waiting> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn counts(&self) -> MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The session's environment with the step's additions; a credential's
-    /// secret never enters, as for `airlock run --env`.
-    pub fn step_env(
-        &self,
-        extra: &[(String, String)],
-    ) -> anyhow::Result<Vec<(OsString, OsString)>> {
-        let mut env = self.env.clone();
-        for (key, value) in extra {
-            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-                bail!("invalid --env {key:?}: expected KEY=VALUE without NUL bytes");
-            }
-            crate::launch::refuse_secret_in_env(key, value, &self.credentials)?;
-            env.retain(|(k, _)| k != key.as_str());
-            env.push((key.into(), value.into()));
-        }
-        Ok(env)
-    }
-
-    /// A new step: its number, recorded start, and where its end (and
-    /// terminal) will be delivered.
-    #[allow(clippy::type_complexity)]
-    pub fn begin_step(
-        &self,
-        request: &ExecRequest,
-        terminal: bool,
-    ) -> anyhow::Result<(
-        StepId,
-        oneshot::Receiver<StepEnd>,
-        Option<oneshot::Receiver<OwnedFd>>,
-    )> {
-        if self.stopping.load(Ordering::SeqCst) {
-            bail!("the session is stopping: start a new one with `airlock session start`");
-        }
-        let step = {
-            let mut counts = self.counts();
-            let step = StepId(counts.next);
-            counts.next += 1;
-            counts.total += 1;
-            counts.running += 1;
-            counts.last_activity = Instant::now();
-            step
-        };
-        if let Some(recorder) = &self.recorder {
-            recorder
-                .record(AuditEvent::StepStart {
-                    step: StepNo(step.0),
-                    label: request.label.clone(),
-                    command: request.argv.clone(),
-                    cwd: request.cwd.clone(),
-                    tty: request.tty.is_some(),
-                })
-                .context("recording the step")?;
-        }
-        let (end_tx, end_rx) = oneshot::channel();
-        let mut waiting = self.waiting();
-        waiting.insert_end(step, end_tx);
-        let terminal = terminal.then(|| {
-            let (tx, rx) = oneshot::channel();
-            waiting.insert_terminal(step, tx);
-            rx
-        });
-        Ok((step, end_rx, terminal))
-    }
-
-    /// Record the step's end and count it done.
-    pub fn end_step(&self, step: StepId, report: &ExitReport) {
-        if let Some(recorder) = &self.recorder {
-            let _ = recorder.record(AuditEvent::StepEnd {
-                step: StepNo(step.0),
-                exit_status: report.status,
-                signal: report.signal,
-                timed_out: report.timed_out,
-                duration_ms: report.duration_ms,
-                reason: report.reason.clone(),
-            });
-        }
-        let mut counts = self.counts();
-        counts.running = counts.running.saturating_sub(1);
-        counts.last_activity = Instant::now();
-        drop(counts);
-        self.activity.notify_one();
-    }
-
-    fn on_event(&self, event: StepEvent) {
-        let mut waiting = self.waiting();
-        match event {
-            StepEvent::Terminal { step, master } => waiting.terminal(step, master),
-            StepEvent::Exited { step, status } => waiting.ended(step, StepEnd::Exited(status)),
-            StepEvent::Failed { step, message } => waiting.ended(step, StepEnd::Failed(message)),
-        }
-    }
 }
 
 impl Shared {
@@ -278,22 +153,13 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         credentials,
     } = wired;
     let control = sandbox.start_session()?;
-    let live = Arc::new(Live {
+    let live = Arc::new(Live::new(
         control,
-        recorder: recorder.clone(),
+        recorder.clone(),
         env,
         credentials,
-        init: sandbox.pid(),
-        waiting: Mutex::new(Waiting::default()),
-        counts: Mutex::new(Counts {
-            next: 1,
-            total: 0,
-            running: 0,
-            last_activity: Instant::now(),
-        }),
-        stopping: AtomicBool::new(false),
-        activity: Notify::new(),
-    });
+        sandbox.pid(),
+    ));
     let (ended_tx, ended_rx) = oneshot::channel::<Result<Outcome, airlock_shim::ShimError>>();
     let events = live.clone();
     std::thread::Builder::new()
@@ -326,18 +192,14 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     live.stopping.store(true, Ordering::SeqCst);
     // From now on nobody finds it (those already connected are answered).
     cleanup.unlink();
-    let outcome = match ending {
-        Ending::SandboxEnded => None,
-        _ => {
-            // Killing init ends the sandbox's whole PID namespace (pid_namespaces(7)).
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(live.init),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            Some(control_rt.block_on(&mut ended_rx))
-        }
-    };
-    let _ = outcome;
+    if !matches!(ending, Ending::SandboxEnded) {
+        // Killing init ends the sandbox's whole PID namespace (pid_namespaces(7)).
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(live.init),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = control_rt.block_on(&mut ended_rx);
+    }
     let stop = stopped_for.lock().ok().and_then(|s| s.clone());
     let why = match (&ending, &stop) {
         (_, Some(stop)) => stop.describe(),
@@ -348,8 +210,10 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         ),
         (Ending::SandboxEnded, None) => "the session's sandbox ended (its --timeout)".to_owned(),
     };
-    live.waiting()
-        .session_ended(&format!("airlock: session {id} ended: {why}"));
+    live.waiting().session_ended(&format!(
+        "session {id} ended while the command ran: {}",
+        why.trim_start_matches("airlock: ")
+    ));
     proxy.stop_connections();
     runtime.shutdown_timeout(Duration::from_secs(1));
     for thread in recording {

@@ -20,8 +20,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::io::{Reader, Writer};
+use super::live::{Live, NewStep};
 use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
-use super::server::Live;
 
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
@@ -121,7 +121,11 @@ impl Started {
             cols: t.cols.max(1),
             rows: t.rows.max(1),
         });
-        let (step, end, master_rx) = live.begin_step(request, terminal.is_some())?;
+        let NewStep {
+            step,
+            end,
+            terminal: master_rx,
+        } = live.begin_step(request, terminal.is_some())?;
         let shim_request = StepRequest {
             step,
             argv: request.argv.iter().map(OsString::from).collect(),
@@ -257,10 +261,8 @@ impl Started {
         let report = match outcome {
             Ok(StepEnd::Exited(status)) => exit_report(begun, status, timed_out, reason),
             Ok(StepEnd::Failed(why)) => failed_report(begun, &why),
-            Ok(StepEnd::SessionEnded(why)) => ExitReport {
-                reason: Some(why),
-                ..exit_report(begun, ExitKind::Signaled(libc_sigkill()), false, None)
-            },
+            // The command did not end its own way: airlock ended it.
+            Ok(StepEnd::SessionEnded(why)) => failed_report(begun, &why),
             Err(_) => failed_report(begun, "the session lost track of the step"),
         };
         live.end_step(step, &report);
@@ -280,10 +282,6 @@ impl Started {
         drop(frames);
         let _ = writer.await;
     }
-}
-
-fn libc_sigkill() -> i32 {
-    nix::sys::signal::Signal::SIGKILL as i32
 }
 
 fn exit_report(

@@ -1,5 +1,5 @@
-//! What is on disk: a directory's regular files, and sha256 as the record
-//! writes it.
+//! What is on disk: a directory's regular files, sha256 as the record
+//! writes it, and a small tmpfs to fill up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,4 +37,38 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
+}
+
+/// A tmpfs of a given size (needs root), unmounted when dropped: a disk that
+/// fills up.
+#[derive(Debug)]
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs (needs root)");
+        Tmpfs { dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
 }

@@ -1,0 +1,172 @@
+//! A session that takes steps: what every step handler shares (the shim's
+//! step control, the record, the session's environment) and the counts
+//! `ls` and the idle timeout read.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use airlock_auditor::{AuditEvent, SessionRecorder, StepNo};
+use airlock_proxy::ResolvedCredential;
+use airlock_shim::{StepControl, StepEvent, StepId};
+use anyhow::{Context, bail};
+use tokio::sync::{Notify, oneshot};
+
+use super::protocol::{ExecRequest, ExitReport};
+use super::steps::{StepEnd, Waiting};
+
+/// A session that takes steps.
+pub struct Live {
+    pub control: StepControl,
+    pub recorder: Option<SessionRecorder>,
+    env: Vec<(OsString, OsString)>,
+    credentials: Vec<ResolvedCredential>,
+    pub(super) init: i32,
+    waiting: Mutex<Waiting>,
+    pub(super) counts: Mutex<Counts>,
+    pub(super) stopping: AtomicBool,
+    pub(super) activity: Notify,
+}
+
+/// A step just begun: its number, and where the sandbox's word on it arrives.
+pub struct NewStep {
+    pub step: StepId,
+    pub end: oneshot::Receiver<StepEnd>,
+    /// A terminal step's pty master.
+    pub terminal: Option<oneshot::Receiver<OwnedFd>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Counts {
+    pub(super) next: u64,
+    pub(super) total: u64,
+    pub(super) running: u64,
+    pub(super) last_activity: Instant,
+}
+
+impl Live {
+    pub(super) fn new(
+        control: StepControl,
+        recorder: Option<SessionRecorder>,
+        env: Vec<(OsString, OsString)>,
+        credentials: Vec<ResolvedCredential>,
+        init: i32,
+    ) -> Live {
+        Live {
+            control,
+            recorder,
+            env,
+            credentials,
+            init,
+            waiting: Mutex::new(Waiting::default()),
+            counts: Mutex::new(Counts {
+                next: 1,
+                total: 0,
+                running: 0,
+                last_activity: Instant::now(),
+            }),
+            stopping: AtomicBool::new(false),
+            activity: Notify::new(),
+        }
+    }
+
+    pub fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session's environment with the step's additions; a credential's
+    /// secret never enters, as for `airlock run --env`.
+    pub fn step_env(
+        &self,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<Vec<(OsString, OsString)>> {
+        let mut env = self.env.clone();
+        for (key, value) in extra {
+            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+                bail!("invalid --env {key:?}: expected KEY=VALUE without NUL bytes");
+            }
+            crate::launch::refuse_secret_in_env(key, value, &self.credentials)?;
+            env.retain(|(k, _)| k != key.as_str());
+            env.push((key.into(), value.into()));
+        }
+        Ok(env)
+    }
+
+    /// A new step: its number, recorded start, and where its end (and
+    /// terminal) will be delivered.
+    pub fn begin_step(&self, request: &ExecRequest, terminal: bool) -> anyhow::Result<NewStep> {
+        if self.stopping.load(Ordering::SeqCst) {
+            bail!("the session is stopping: start a new one with `airlock session start`");
+        }
+        let step = {
+            let mut counts = self.counts();
+            let step = StepId(counts.next);
+            counts.next += 1;
+            counts.total += 1;
+            counts.running += 1;
+            counts.last_activity = Instant::now();
+            step
+        };
+        if let Some(recorder) = &self.recorder {
+            let recorded = recorder.record(AuditEvent::StepStart {
+                step: StepNo(step.0),
+                label: request.label.clone(),
+                command: request.argv.clone(),
+                cwd: request.cwd.clone(),
+                tty: request.tty.is_some(),
+            });
+            if let Err(e) = recorded {
+                // Nothing runs unrecorded: the step does not start.
+                self.counts().running -= 1;
+                return Err(e).context("recording the step");
+            }
+        }
+        let (end_tx, end) = oneshot::channel();
+        let mut waiting = self.waiting();
+        waiting.insert_end(step, end_tx);
+        let terminal = terminal.then(|| {
+            let (tx, rx) = oneshot::channel();
+            waiting.insert_terminal(step, tx);
+            rx
+        });
+        Ok(NewStep {
+            step,
+            end,
+            terminal,
+        })
+    }
+
+    /// Record the step's end and count it done.
+    pub fn end_step(&self, step: StepId, report: &ExitReport) {
+        if let Some(recorder) = &self.recorder {
+            let _ = recorder.record(AuditEvent::StepEnd {
+                step: StepNo(step.0),
+                exit_status: report.status,
+                signal: report.signal,
+                timed_out: report.timed_out,
+                duration_ms: report.duration_ms,
+                reason: report.reason.clone(),
+            });
+        }
+        let mut counts = self.counts();
+        counts.running = counts.running.saturating_sub(1);
+        counts.last_activity = Instant::now();
+        drop(counts);
+        self.activity.notify_one();
+    }
+
+    pub(super) fn on_event(&self, event: StepEvent) {
+        let mut waiting = self.waiting();
+        match event {
+            StepEvent::Terminal { step, master } => waiting.terminal(step, master),
+            StepEvent::Exited { step, status } => waiting.ended(step, StepEnd::Exited(status)),
+            StepEvent::Failed { step, message } => waiting.ended(step, StepEnd::Failed(message)),
+        }
+    }
+}
