@@ -338,6 +338,23 @@ async fn exit_statuses_follow_airlock_run() {
     child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(stdout(&out), "HELLO\n");
+    // Ctrl-C (SIGINT) to `airlock session exec` reaches the step's command.
+    let child = Command::new(AIRLOCK)
+        .args(["session", "exec", &s.id, "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    eventually("the step runs", Duration::from_secs(10), || {
+        s.info().is_some_and(|i| i["running"] == 1)
+    });
+    // The client forwards signals once it has the step's answer.
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 2), "{}", show(&out));
 }
 
 #[tokio::test(flavor = "multi_thread")]
