@@ -346,8 +346,6 @@ async fn exit_statuses_follow_airlock_run() {
     eventually("the step runs", Duration::from_secs(10), || {
         s.info().is_some_and(|i| i["running"] == 1)
     });
-    // The client forwards signals once it has the step's answer.
-    std::thread::sleep(Duration::from_millis(200));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,

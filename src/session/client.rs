@@ -206,6 +206,9 @@ pub fn exec(args: ExecArgs) -> ExitCode {
 }
 
 async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    // From the start: a Ctrl-C must reach the step, never end the client
+    // before the step has heard of it.
+    let signals = Signals::install().context("installing signal handlers")?;
     let registry = Registry::open()?;
     let id = registry.resolve(&args.session).await?;
     let mut argv = Vec::with_capacity(args.command.len());
@@ -262,7 +265,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
     });
     tokio::spawn(pump_stdin(frames.clone()));
-    tokio::spawn(forward_signals(frames, tty.is_some()));
+    tokio::spawn(signals.forward(frames, tty.is_some()));
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     let ended = loop {
@@ -328,33 +331,44 @@ async fn pump_stdin(frames: mpsc::Sender<(FrameType, Vec<u8>)>) {
     let _ = frames.send((FrameType::StdinEof, Vec::new())).await;
 }
 
-/// Window size changes (with a terminal), and Ctrl-C or SIGTERM (without
-/// one: with a terminal, Ctrl-C is a keystroke for the command's pty).
-async fn forward_signals(frames: mpsc::Sender<(FrameType, Vec<u8>)>, tty: bool) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut winch), Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::window_change()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    loop {
-        let frame = tokio::select! {
-            _ = winch.recv() => {
-                if !tty {
-                    continue;
+/// Window size changes, Ctrl-C and SIGTERM, caught from the start.
+struct Signals {
+    winch: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            winch: signal(SignalKind::window_change())?,
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Forward them to the step: window sizes with a terminal; Ctrl-C and
+    /// SIGTERM without one (with a terminal, Ctrl-C is a keystroke for the
+    /// command's pty).
+    async fn forward(mut self, frames: mpsc::Sender<(FrameType, Vec<u8>)>, tty: bool) {
+        loop {
+            let frame = tokio::select! {
+                _ = self.winch.recv() => {
+                    if !tty {
+                        continue;
+                    }
+                    let size = crate::terminal::initial_size();
+                    let mut data = size.cols.to_be_bytes().to_vec();
+                    data.extend_from_slice(&size.rows.to_be_bytes());
+                    (FrameType::Resize, data)
                 }
-                let size = crate::terminal::initial_size();
-                let mut data = size.cols.to_be_bytes().to_vec();
-                data.extend_from_slice(&size.rows.to_be_bytes());
-                (FrameType::Resize, data)
+                _ = self.int.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGINT as u8]),
+                _ = self.term.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGTERM as u8]),
+            };
+            if frames.send(frame).await.is_err() {
+                return;
             }
-            _ = int.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGINT as u8]),
-            _ = term.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGTERM as u8]),
-        };
-        if frames.send(frame).await.is_err() {
-            return;
         }
     }
 }
