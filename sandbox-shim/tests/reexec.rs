@@ -253,26 +253,9 @@ fn unprivileged_user_gets_the_same_sandbox() {
     if helper_mode().is_some() {
         return;
     }
-    if !nix::unistd::geteuid().is_root() {
-        skip_or_fail("not root, cannot create a test user");
-        return;
-    }
-    if !userns_available() {
-        skip_or_fail("unprivileged user namespaces are disabled on this kernel");
-        return;
-    }
-    let Some((uid, gid)) = test_user() else {
-        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
+    let Some((uid, gid, ws)) = test_user_with_workspace() else {
         return;
     };
-    let ws = workspace();
-    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    nix::unistd::chown(
-        ws.path(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
     let exe = std::env::current_exe().unwrap();
     assert!(
         executable_by_others(&exe),
@@ -442,22 +425,9 @@ fn run_helper_as_test_user(helper_name: &str, tag: &str, what: &str) {
     if helper_mode().is_some() {
         return;
     }
-    if !nix::unistd::geteuid().is_root() || !userns_available() {
-        skip_or_fail("needs root (to create a test user) and user namespaces");
-        return;
-    }
-    let Some((uid, gid)) = test_user() else {
-        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
+    let Some((uid, gid, ws)) = test_user_with_workspace() else {
         return;
     };
-    let ws = workspace();
-    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    nix::unistd::chown(
-        ws.path(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
     let out = helper(helper_name, tag)
         .env("WS", ws.path())
         .env("HOME", ws.path())
@@ -471,4 +441,30 @@ fn run_helper_as_test_user(helper_name: &str, tag: &str, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The test user (created when missing) and a workspace it owns; None,
+/// after saying why (skip_or_fail), when this machine cannot have one.
+fn test_user_with_workspace() -> Option<(u32, u32, tempfile::TempDir)> {
+    if !nix::unistd::geteuid().is_root() {
+        skip_or_fail("not root, cannot create a test user");
+        return None;
+    }
+    if !userns_available() {
+        skip_or_fail("unprivileged user namespaces are disabled on this kernel");
+        return None;
+    }
+    let Some((uid, gid)) = test_user() else {
+        skip_or_fail(&format!("could not create user {TEST_USER} with useradd"));
+        return None;
+    };
+    let ws = workspace();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    nix::unistd::chown(
+        ws.path(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    Some((uid, gid, ws))
 }
