@@ -761,3 +761,63 @@ async fn a_session_that_is_still_starting_answers_at_once() {
     };
     eprintln!("refused while starting: {refusals:?}");
 }
+
+/// The control protocol as docs/sessions.md describes it, spoken by a client
+/// that is not airlock (python, as the SDK will): info, an exec with stdin,
+/// output frames and the exit frame, a bad request, and stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_control_protocol_works_as_documented() {
+    let env = Env::new().await;
+    let mut s = env.start(&[]);
+    let client = r#"
+import json, socket, struct, sys
+path = sys.argv[1]
+
+def ask(request):
+    c = socket.socket(socket.AF_UNIX); c.connect(path)
+    c.sendall((json.dumps(request) + "\n").encode())
+    return c, c.makefile("rb")
+
+c, f = ask({"op": "info"})
+info = json.loads(f.readline())
+print("info", info["ok"], info["session"]["state"])
+
+c, f = ask({"op": "exec", "argv": ["sh", "-c", "tr a-z A-Z; echo oops >&2; exit 7"],
+            "env": [["GREETING", "hi"]], "label": "raw"})
+first = json.loads(f.readline())
+print("step", first["ok"], first["step"])
+c.sendall(bytes([0x00]) + struct.pack(">I", 6) + b"hello\n")
+c.sendall(bytes([0x01]) + struct.pack(">I", 0))
+out = {0x11: b"", 0x12: b""}
+while True:
+    head = f.read(5)
+    kind, n = head[0], struct.unpack(">I", head[1:])[0]
+    data = f.read(n)
+    if kind in out:
+        out[kind] += data
+    elif kind == 0x13:
+        print("exit", json.loads(data)["exit_code"])
+        break
+    else:
+        print("unexpected", kind, data)
+        break
+print("stdout", out[0x11].decode().strip(), "stderr", out[0x12].decode().strip())
+
+c, f = ask({"op": "dance"})
+bad = json.loads(f.readline())
+print("bad", bad["ok"], "error" in bad)
+"#;
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let out = Command::new("python3")
+        .args(["-c", client, &sock])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "info True ready\nstep True 1\nexit 7\nstdout HELLO stderr oops\nbad False True\n",
+        "{}",
+        show(&out)
+    );
+    let out = s.stop();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+}
