@@ -108,7 +108,13 @@ impl Health {
     }
 }
 
-type Reply = mpsc::Sender<Result<(), String>>;
+/// The writer's answer to a sync or finish.
+type Reply = mpsc::Sender<Result<(), AuditError>>;
+
+/// A group commit that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write audit events: {0}")]
+struct WriteError(#[source] rusqlite::Error);
 
 enum Msg {
     Event(Row),
@@ -318,7 +324,7 @@ impl SessionRecorder {
         }
         match wait.recv() {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(AuditError::WriterFailed(reason)),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(self.inner.health.error()),
         }
     }
@@ -342,7 +348,7 @@ impl SessionRecorder {
         };
         let result = match (sent, wait.recv()) {
             (true, Ok(Ok(()))) => Ok(()),
-            (true, Ok(Err(reason))) => Err(AuditError::WriterFailed(reason)),
+            (true, Ok(Err(e))) => Err(e),
             _ => Err(self.inner.health.error()),
         };
         self.inner.join_writer();
@@ -405,7 +411,7 @@ impl Writer {
                     if self.last_seq > self.signed_seq
                         && let Err(e) = self.transaction(&[], None, true)
                     {
-                        self.health.fail(e);
+                        self.health.fail(e.to_string());
                         break;
                     }
                     continue;
@@ -413,7 +419,7 @@ impl Writer {
                 Err(RecvTimeoutError::Disconnected) => {
                     // Dropped without finish: sign what we have.
                     if let Err(e) = self.transaction(&[], None, true) {
-                        self.health.fail(e);
+                        self.health.fail(e.to_string());
                     }
                     return;
                 }
@@ -451,9 +457,10 @@ impl Writer {
                     let _ = r.send(Ok(()));
                 }),
                 Err(e) => {
-                    self.health.fail(e.clone());
+                    let reason = e.to_string();
+                    self.health.fail(reason.clone());
                     replies.into_iter().for_each(|r| {
-                        let _ = r.send(Err(e.clone()));
+                        let _ = r.send(Err(AuditError::WriterFailed(reason.clone())));
                     });
                     break;
                 }
@@ -465,10 +472,9 @@ impl Writer {
         // Failed: keep answering so callers waiting on sync/finish get an
         // error instead of hanging, until every handle is gone.
         while let Ok(msg) = rx.recv() {
-            let reason = self.health.reason();
             match msg {
                 Msg::Sync(r) | Msg::Finish { reply: r, .. } => {
-                    let _ = r.send(Err(reason));
+                    let _ = r.send(Err(self.health.error()));
                 }
                 Msg::Event(_) => {}
             }
@@ -482,10 +488,10 @@ impl Writer {
         rows: &[Row],
         finish: Option<&(i64, String)>,
         force_checkpoint: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         let durable = force_checkpoint || finish.is_some();
         self.transaction_inner(rows, finish, force_checkpoint, durable)
-            .map_err(|e| format!("cannot write audit events: {e}"))
+            .map_err(WriteError)
     }
 
     fn transaction_inner(

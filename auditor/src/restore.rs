@@ -150,27 +150,66 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
     (files, deleted)
 }
 
+/// Why a recorded path is not restored under the restore directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathError {
+    #[error("path contains '..'")]
+    ParentDir,
+    #[error("path has a prefix")]
+    Prefix,
+    #[error("path is empty or the root directory")]
+    Empty,
+}
+
 /// Maps an absolute sandbox path to a path relative to the restore
 /// directory, refusing anything that could escape it.
-pub fn relative_path(path: &str) -> Result<PathBuf, String> {
+pub fn relative_path(path: &str) -> Result<PathBuf, PathError> {
     let mut out = PathBuf::new();
     for c in Path::new(path).components() {
         match c {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(p) => out.push(p),
-            Component::ParentDir => return Err("path contains '..'".into()),
-            Component::Prefix(_) => return Err("path has a prefix".into()),
+            Component::ParentDir => return Err(PathError::ParentDir),
+            Component::Prefix(_) => return Err(PathError::Prefix),
         }
     }
     if out.as_os_str().is_empty() {
-        return Err("path is empty or the root directory".into());
+        return Err(PathError::Empty);
     }
     Ok(out)
 }
 
+/// Why one file could not be written under the restore directory.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("{} is a symlink", .0.display())]
+    Symlink(PathBuf),
+    #[error("{} exists and is not a directory", .0.display())]
+    NotDirectory(PathBuf),
+    #[error("cannot create {}: {source}", .path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot chmod {}: {source}", .path.display())]
+    Chmod {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Refuses to write through a symlink anywhere under `dir` (a pre-existing
 /// link could point outside it).
-fn create_parents(dir: &Path, rel: &Path) -> Result<(), String> {
+fn create_parents(dir: &Path, rel: &Path) -> Result<(), WriteError> {
     let mut cur = dir.to_path_buf();
     let parents: Vec<_> = rel
         .parent()
@@ -179,20 +218,23 @@ fn create_parents(dir: &Path, rel: &Path) -> Result<(), String> {
     for c in parents {
         cur.push(c);
         match fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!("{} is a symlink", cur.display()));
-            }
+            Ok(m) if m.file_type().is_symlink() => return Err(WriteError::Symlink(cur)),
             Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("{} exists and is not a directory", cur.display())),
-            Err(_) => {
-                fs::create_dir(&cur).map_err(|e| format!("cannot create {}: {e}", cur.display()))?
-            }
+            Ok(_) => return Err(WriteError::NotDirectory(cur)),
+            Err(_) => fs::create_dir(&cur).map_err(|source| WriteError::CreateDir {
+                path: cur.clone(),
+                source,
+            })?,
         }
     }
     Ok(())
 }
 
-fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), String> {
+fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), WriteError> {
+    let write = |source| WriteError::Write {
+        path: dest.to_path_buf(),
+        source,
+    };
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -202,13 +244,16 @@ fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), String>
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o644)
         .open(dest)
-        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
-    f.write_all(data)
-        .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+        .map_err(write)?;
+    f.write_all(data).map_err(write)?;
     if let Some(m) = mode {
         // Permission bits only: never recreate setuid/setgid/sticky bits.
-        fs::set_permissions(dest, fs::Permissions::from_mode(m & 0o777))
-            .map_err(|e| format!("cannot chmod {}: {e}", dest.display()))?;
+        fs::set_permissions(dest, fs::Permissions::from_mode(m & 0o777)).map_err(|source| {
+            WriteError::Chmod {
+                path: dest.to_path_buf(),
+                source,
+            }
+        })?;
     }
     Ok(())
 }
@@ -233,7 +278,7 @@ pub fn restore(
         let rel = match relative_path(&path) {
             Ok(r) => r,
             Err(why) => {
-                report.refused.push((path, why));
+                report.refused.push((path, why.to_string()));
                 continue;
             }
         };
@@ -265,7 +310,7 @@ pub fn restore(
             create_parents(dir, &rel).and_then(|()| write_file(&dir.join(&rel), &data, state.mode));
         match result {
             Ok(()) => report.restored.push((path, data.len() as u64)),
-            Err(why) => report.refused.push((path, why)),
+            Err(why) => report.refused.push((path, why.to_string())),
         }
     }
     Ok(report)

@@ -24,6 +24,55 @@ use crate::metered::{Meter, Metered};
 use crate::refusal::Refusal;
 use crate::replay::Replay;
 use crate::target::Target;
+use crate::upstream::ConnectError;
+
+/// Why a captured connection ended early (recorded as its close reason).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("{0}")]
+    Connect(#[source] ConnectError),
+    #[error("writing to upstream: {0}")]
+    WriteUpstream(#[source] std::io::Error),
+    #[error("{0}")]
+    Relay(#[source] std::io::Error),
+    #[error("passthrough rule, but the client did not start TLS")]
+    PassthroughNotTls,
+    #[error("bad ClientHello: {0}")]
+    BadClientHello(&'static str),
+    #[error("connection closed during the ClientHello")]
+    ClosedDuringClientHello,
+    #[error("connection closed before a request")]
+    ClosedBeforeRequest,
+    #[error("{0}")]
+    Certificate(#[source] crate::ca::CaError),
+    #[error("TLS handshake timed out")]
+    HandshakeTimedOut,
+    #[error("TLS handshake with client failed: {0}")]
+    Handshake(#[source] std::io::Error),
+    #[error("refused")]
+    Refused,
+    #[error(
+        "not HTTP or TLS; to tunnel another protocol add a rule with host = \"{host}\", port = {port}, protocol = \"tcp\""
+    )]
+    NotHttpOrTls { host: Host, port: u16 },
+    #[error("{0}")]
+    Http(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("{0}")]
+    ReadClient(#[source] std::io::Error),
+    #[error("client sent nothing in time")]
+    ClientSilent,
+    #[error(transparent)]
+    Sni(#[from] SniError),
+}
+
+/// Why a ClientHello's SNI is refused.
+#[derive(Debug, thiserror::Error)]
+enum SniError {
+    #[error("no SNI; passthrough to {0} needs it")]
+    Missing(Host),
+    #[error("SNI {sni:?} does not match the connection's host {host} (domain fronting refused)")]
+    Mismatch { sni: String, host: Host },
+}
 
 /// Where a captured connection came from.
 #[derive(Debug, Clone)]
@@ -117,7 +166,7 @@ where
         bytes_up: up,
         bytes_down: down,
         duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        error: result.err(),
+        error: result.err().map(|e| e.to_string()),
     });
 }
 
@@ -127,37 +176,38 @@ async fn tunnel<S>(
     target: &Target,
     prefix: Vec<u8>,
     mut io: S,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut upstream = engine
         .upstream
         .connect_tcp(&target.host, target.port)
-        .await?;
+        .await
+        .map_err(ConnectionError::Connect)?;
     if !prefix.is_empty() {
         upstream
             .write_all(&prefix)
             .await
-            .map_err(|e| format!("writing to upstream: {e}"))?;
+            .map_err(ConnectionError::WriteUpstream)?;
     }
     tokio::io::copy_bidirectional(&mut io, &mut upstream)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(ConnectionError::Relay)
 }
 
 /// A TLS tunnel whose SNI must name the rule's host.
-async fn passthrough<S>(engine: &Engine, target: &Target, mut io: S) -> Result<(), String>
+async fn passthrough<S>(engine: &Engine, target: &Target, mut io: S) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (prefix, first) = read_first_bytes(&mut io).await?;
     let hello = match first {
         Peek::Hello(h) => h,
-        Peek::NotTls => return Err("passthrough rule, but the client did not start TLS".into()),
-        Peek::Invalid(why) => return Err(format!("bad ClientHello: {why}")),
-        Peek::NeedMore => return Err("connection closed during the ClientHello".into()),
+        Peek::NotTls => return Err(ConnectionError::PassthroughNotTls),
+        Peek::Invalid(why) => return Err(ConnectionError::BadClientHello(why)),
+        Peek::NeedMore => return Err(ConnectionError::ClosedDuringClientHello),
     };
     check_sni(hello.sni.as_deref(), target, true)?;
     tunnel(engine, target, prefix, io).await
@@ -170,7 +220,7 @@ async fn inspect<S>(
     target: &Target,
     refusal: Option<Refusal>,
     mut io: S,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -193,35 +243,39 @@ where
             } else {
                 engine
                     .tls_for_host(&target.host)
-                    .map_err(|e| e.to_string())?
+                    .map_err(ConnectionError::Certificate)?
             };
             let accept = TlsAcceptor::from(config).accept(Replay::new(prefix, io));
             let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept)
                 .await
-                .map_err(|_| "TLS handshake timed out".to_owned())?
-                .map_err(|e| format!("TLS handshake with client failed: {e}"))?;
+                .map_err(|_| ConnectionError::HandshakeTimedOut)?
+                .map_err(ConnectionError::Handshake)?;
             serve_http(engine, conn(Scheme::Https), tls).await
         }
         Peek::NotTls if looks_like_http(&prefix) => {
             serve_http(engine, conn(Scheme::Http), Replay::new(prefix, io)).await
         }
-        Peek::NotTls if refusal.is_some() => Err("refused".into()),
+        Peek::NotTls if refusal.is_some() => Err(ConnectionError::Refused),
         // With default allow/report the policy lets everything through, and
         // that includes protocols Airlock cannot read.
         Peek::NotTls if engine.rules.load().policy.default_action() != DefaultAction::Deny => {
             tunnel(&engine, target, prefix, io).await
         }
-        Peek::NotTls => Err(format!(
-            "not HTTP or TLS; to tunnel another protocol add a rule with host = \"{}\", port = {}, protocol = \"tcp\"",
-            target.host, target.port
-        )),
-        Peek::Invalid(why) => Err(format!("bad ClientHello: {why}")),
-        Peek::NeedMore => Err("connection closed before a request".into()),
+        Peek::NotTls => Err(ConnectionError::NotHttpOrTls {
+            host: target.host.clone(),
+            port: target.port,
+        }),
+        Peek::Invalid(why) => Err(ConnectionError::BadClientHello(why)),
+        Peek::NeedMore => Err(ConnectionError::ClosedBeforeRequest),
     }
 }
 
 /// Serve HTTP/1.1 and HTTP/2 on an accepted stream, with bounded heads and timeouts.
-async fn serve_http<S>(engine: Arc<Engine>, conn: Arc<ConnInfo>, io: S) -> Result<(), String>
+async fn serve_http<S>(
+    engine: Arc<Engine>,
+    conn: Arc<ConnInfo>,
+    io: S,
+) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -246,18 +300,23 @@ where
     builder
         .serve_connection_with_upgrades(TokioIo::new(io), service)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ConnectionError::Http)
 }
 
 /// Read until the first bytes say what the connection is (bounded in size and time).
-async fn read_first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Result<(Vec<u8>, Peek), String> {
+async fn read_first_bytes<S: AsyncRead + Unpin>(
+    io: &mut S,
+) -> Result<(Vec<u8>, Peek), ConnectionError> {
     let mut buf = Vec::with_capacity(2048);
     let read = async {
         loop {
             let mut chunk = [0u8; 4096];
-            let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            let n = io
+                .read(&mut chunk)
+                .await
+                .map_err(ConnectionError::ReadClient)?;
             if n == 0 {
-                return Ok::<Peek, String>(Peek::NeedMore);
+                return Ok::<Peek, ConnectionError>(Peek::NeedMore);
             }
             buf.extend_from_slice(&chunk[..n]);
             match peek(&buf) {
@@ -269,21 +328,21 @@ async fn read_first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Result<(Vec<u8>, 
     };
     let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, read)
         .await
-        .map_err(|_| "client sent nothing in time".to_owned())??;
+        .map_err(|_| ConnectionError::ClientSilent)??;
     Ok((buf, first))
 }
 
 /// SNI must name the connection's host; `required` for passthrough, where it is all we see.
-fn check_sni(sni: Option<&str>, target: &Target, required: bool) -> Result<(), String> {
+fn check_sni(sni: Option<&str>, target: &Target, required: bool) -> Result<(), SniError> {
     match sni {
-        None if required => Err(format!("no SNI; passthrough to {} needs it", target.host)),
+        None if required => Err(SniError::Missing(target.host.clone())),
         None => Ok(()),
         Some(name) => match Host::parse(name) {
             Ok(h) if h == target.host => Ok(()),
-            _ => Err(format!(
-                "SNI {name:?} does not match the connection's host {} (domain fronting refused)",
-                target.host
-            )),
+            _ => Err(SniError::Mismatch {
+                sni: name.to_owned(),
+                host: target.host.clone(),
+            }),
         },
     }
 }

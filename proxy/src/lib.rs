@@ -79,7 +79,7 @@ pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
 pub use credentials::{Credentials, Placeholder, ResolvedCredential, Secret};
 pub use events::{Event, EventSink, JsonLinesSink, MemorySink, NullSink, SinkError};
 pub use metrics::Metrics;
-pub use upstream::{PinnedHost, UpstreamSetupError};
+pub use upstream::{PinnedHost, PinnedHostError, UpstreamSetupError};
 pub use workers::default_count as default_worker_threads;
 
 use engine::{Engine, EngineParts};

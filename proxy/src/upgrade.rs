@@ -108,7 +108,35 @@ pub(crate) fn prepare_request(headers: &mut HeaderMap, protocol: UpgradeProtocol
     headers.remove(SEC_WEBSOCKET_EXTENSIONS);
 }
 
-/// Checks a response to a request that went upstream: Some(why) when the
+/// Why an upstream's `101 Switching Protocols` opens no tunnel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SwitchRefusal {
+    #[error(
+        "the upstream switched protocols (101) although the request did not ask to; no tunnel is opened"
+    )]
+    Unasked,
+    #[error(
+        "the upstream switched to {answered:?} although the request asked for {asked}; no tunnel is opened"
+    )]
+    OtherProtocol {
+        answered: String,
+        asked: UpgradeProtocol,
+    },
+    #[error(
+        "the upstream negotiated the WebSocket extension {0:?}, which Airlock did not offer (compressed messages cannot be scrubbed); no tunnel is opened"
+    )]
+    WebSocketExtension(String),
+    #[error(
+        "the request has no Sec-WebSocket-Key, so the upstream's switch cannot be checked; no tunnel is opened"
+    )]
+    NoWebSocketKey,
+    #[error(
+        "the upstream's Sec-WebSocket-Accept does not answer the request's key (RFC 6455 §4.2.2); no tunnel is opened"
+    )]
+    WrongWebSocketAccept,
+}
+
+/// Checks a response to a request that went upstream: Err(why) when the
 /// upstream switched protocols in a way that must not become a tunnel.
 /// `granted` is the protocol the request asked for and was granted (None:
 /// the request asked for no upgrade); `request` its headers as sent.
@@ -117,22 +145,19 @@ pub(crate) fn check_switch(
     response: &HeaderMap,
     granted: Option<UpgradeProtocol>,
     request: &HeaderMap,
-) -> Result<(), String> {
+) -> Result<(), SwitchRefusal> {
     if status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(());
     }
     let Some(protocol) = granted else {
-        return Err(
-            "the upstream switched protocols (101) although the request did not ask to; no tunnel is opened"
-                .to_owned(),
-        );
+        return Err(SwitchRefusal::Unasked);
     };
     let answered = list_elements(response, &header::UPGRADE);
     if !matches!(answered.as_slice(), [one] if one.eq_ignore_ascii_case(protocol.token())) {
-        return Err(format!(
-            "the upstream switched to {:?} although the request asked for {protocol}; no tunnel is opened",
-            answered.join(", ")
-        ));
+        return Err(SwitchRefusal::OtherProtocol {
+            answered: answered.join(", "),
+            asked: protocol,
+        });
     }
     match protocol {
         UpgradeProtocol::WebSocket => check_websocket_accept(response, request),
@@ -142,11 +167,10 @@ pub(crate) fn check_switch(
 /// RFC 6455 §4.1 (client steps 4–6): the server must prove it read the key,
 /// and may not switch on an extension the client did not offer (Airlock
 /// offered none).
-fn check_websocket_accept(response: &HeaderMap, request: &HeaderMap) -> Result<(), String> {
+fn check_websocket_accept(response: &HeaderMap, request: &HeaderMap) -> Result<(), SwitchRefusal> {
     if let Some(extensions) = response.get(SEC_WEBSOCKET_EXTENSIONS) {
-        return Err(format!(
-            "the upstream negotiated the WebSocket extension {:?}, which Airlock did not offer (compressed messages cannot be scrubbed); no tunnel is opened",
-            String::from_utf8_lossy(extensions.as_bytes())
+        return Err(SwitchRefusal::WebSocketExtension(
+            String::from_utf8_lossy(extensions.as_bytes()).into_owned(),
         ));
     }
     let expected = request
@@ -157,14 +181,8 @@ fn check_websocket_accept(response: &HeaderMap, request: &HeaderMap) -> Result<(
         .map(HeaderValue::as_bytes);
     match (expected, got) {
         (Some(expected), Some(got)) if expected.as_bytes() == got => Ok(()),
-        (None, _) => Err(
-            "the request has no Sec-WebSocket-Key, so the upstream's switch cannot be checked; no tunnel is opened"
-                .to_owned(),
-        ),
-        _ => Err(
-            "the upstream's Sec-WebSocket-Accept does not answer the request's key (RFC 6455 §4.2.2); no tunnel is opened"
-                .to_owned(),
-        ),
+        (None, _) => Err(SwitchRefusal::NoWebSocketKey),
+        _ => Err(SwitchRefusal::WrongWebSocketAccept),
     }
 }
 

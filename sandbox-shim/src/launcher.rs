@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 
 use crate::channel::request::{self, RequestError};
 use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
+use crate::error::ShimError;
 use crate::plan::{self, Plan};
 use crate::procfs;
 use crate::pty::WindowSize;
@@ -55,6 +56,17 @@ enum LauncherError {
         "the auditor could not trace the session (ptrace(2) was refused: inside a container, allow ptrace; or pass --no-audit to run without a record)"
     )]
     NotTraced,
+}
+
+/// What is wrong with a step request (the step fails with this text).
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    Step(#[from] crate::step::StepError),
+    #[error(transparent)]
+    Plan(#[from] ShimError),
 }
 
 /// One step's command, ready to exec: every conversion done before the fork.
@@ -260,7 +272,7 @@ impl Launcher<'_> {
         }
         let command = match self.prepare(step, memfd, stdio.is_some()) {
             Ok(command) => command,
-            Err(text) => return self.fail(step, text),
+            Err(e) => return self.fail(step, e.to_string()),
         };
         let (pipe_read, pipe_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
             Ok(pair) => pair,
@@ -300,21 +312,26 @@ impl Launcher<'_> {
         );
     }
 
-    /// Read and check the request; the text of what is wrong with it.
-    fn prepare(&self, step: StepId, memfd: OwnedFd, pipes: bool) -> Result<StepCommand, String> {
-        let request = request::from_memfd(memfd).map_err(|e| e.to_string())?;
+    /// Read and check the request; what is wrong with it.
+    fn prepare(
+        &self,
+        step: StepId,
+        memfd: OwnedFd,
+        pipes: bool,
+    ) -> Result<StepCommand, PrepareError> {
+        let request = request::from_memfd(memfd)?;
         if request.step != step {
-            let e = RequestError::StepMismatch {
+            return Err(RequestError::StepMismatch {
                 inside: request.step,
                 outside: step,
-            };
-            return Err(e.to_string());
+            }
+            .into());
         }
         if request.terminal.is_some() == pipes {
-            return Err(crate::step::StepError::StdioMismatch { step }.to_string());
+            return Err(crate::step::StepError::StdioMismatch { step }.into());
         }
-        let argv = plan::arguments(&request.argv).map_err(|e| e.to_string())?;
-        let (envp, search_path) = plan::environment(&request.env).map_err(|e| e.to_string())?;
+        let argv = plan::arguments(&request.argv)?;
+        let (envp, search_path) = plan::environment(&request.env)?;
         // Relative to the workspace; an absolute one replaces it.
         let cwd = match &request.cwd {
             Some(dir) => self.plan.workspace.join(dir),

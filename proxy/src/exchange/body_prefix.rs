@@ -4,17 +4,29 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+/// Why the body prefix could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PrefixError {
+    #[error("{0}")]
+    Body(#[source] hyper::Error),
+    #[error("timed out waiting for the body")]
+    TimedOut,
+}
+
 /// Read at most `limit` bytes of a body; `complete` is false when there was more.
-pub(super) async fn read_prefix(body: Incoming, limit: usize) -> Result<(Bytes, bool), String> {
+pub(super) async fn read_prefix(
+    body: Incoming,
+    limit: usize,
+) -> Result<(Bytes, bool), PrefixError> {
     let mut body = body;
     let mut buf = BytesMut::new();
     let read = async {
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
+            let frame = frame.map_err(PrefixError::Body)?;
             if let Ok(data) = frame.into_data() {
                 buf.extend_from_slice(&data);
                 if buf.len() > limit {
-                    return Ok::<bool, String>(false);
+                    return Ok::<bool, PrefixError>(false);
                 }
             }
         }
@@ -22,6 +34,6 @@ pub(super) async fn read_prefix(body: Incoming, limit: usize) -> Result<(Bytes, 
     };
     let complete = tokio::time::timeout(crate::engine::BODY_READ_TIMEOUT, read)
         .await
-        .map_err(|_| "timed out waiting for the body".to_owned())??;
+        .map_err(|_| PrefixError::TimedOut)??;
     Ok((buf.freeze(), complete))
 }

@@ -430,6 +430,7 @@ impl Exchange {
             sent.upgrade,
             &sent.upgrade_request,
         ) {
+            let why = why.to_string();
             let reply = bad_gateway(method, url, &why);
             // The refused head is recorded scrubbed, like any other.
             let (mut parts, _) = response.into_parts();

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
 pub use connect::{ConnectError, MarkedConnector};
-pub use resolve::{PinnedHost, ResolveError, UpstreamResolver};
+pub use resolve::{PinnedHost, PinnedHostError, ResolveError, UpstreamResolver};
 
 const POOL_IDLE: Duration = Duration::from_secs(60);
 /// HTTP/2 flow-control windows towards upstream servers.
@@ -108,15 +108,9 @@ impl Upstream {
     }
 
     /// Open a raw TCP connection to `host:port` (tunnels and passthrough).
-    pub async fn connect_tcp(&self, host: &Host, port: u16) -> Result<TcpStream, String> {
-        let ips = self
-            .resolver
-            .resolve(host)
-            .await
-            .map_err(|e| e.to_string())?;
-        connect::connect_any(&ips, port, self.mark, host.as_str())
-            .await
-            .map_err(|e| e.to_string())
+    pub async fn connect_tcp(&self, host: &Host, port: u16) -> Result<TcpStream, ConnectError> {
+        let ips = self.resolver.resolve(host).await?;
+        connect::connect_any(&ips, port, self.mark, host.as_str()).await
     }
 }
 

@@ -8,13 +8,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{AddrParseError, IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use airlock_policy::Host;
+use airlock_policy::{Host, HostError};
 use arc_swap::ArcSwap;
 use hickory_resolver::Resolver;
 use hickory_resolver::config::{ResolveHosts, ResolverConfig};
@@ -44,17 +44,44 @@ pub struct PinnedHost {
     pub ip: IpAddr,
 }
 
+/// Why a `--resolve` argument is not a [`PinnedHost`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PinnedHostError {
+    #[error("invalid --resolve {0:?}: expected HOST:IP, e.g. api.example.com:127.0.0.1")]
+    NoColon(String),
+    #[error(
+        "invalid --resolve {input:?}: expected HOST:IP, e.g. api.example.com:127.0.0.1: {source}"
+    )]
+    Host {
+        input: String,
+        #[source]
+        source: HostError,
+    },
+    #[error("invalid --resolve {input:?}: expected HOST:IP, e.g. api.example.com:127.0.0.1")]
+    Ip {
+        input: String,
+        #[source]
+        source: AddrParseError,
+    },
+}
+
 impl std::str::FromStr for PinnedHost {
-    type Err = String;
+    type Err = PinnedHostError;
     /// `HOST:IP`, where IP may be IPv6 in brackets (`h:[::1]`) or bare after the first colon.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let usage =
-            || format!("invalid --resolve {s:?}: expected HOST:IP, e.g. api.example.com:127.0.0.1");
-        let (host, ip) = s.split_once(':').ok_or_else(usage)?;
+    fn from_str(s: &str) -> Result<Self, PinnedHostError> {
+        let (host, ip) = s
+            .split_once(':')
+            .ok_or_else(|| PinnedHostError::NoColon(s.to_owned()))?;
         let ip = ip.trim_start_matches('[').trim_end_matches(']');
         Ok(PinnedHost {
-            host: Host::parse(host).map_err(|e| format!("{}: {e}", usage()))?,
-            ip: ip.parse().map_err(|_| usage())?,
+            host: Host::parse(host).map_err(|source| PinnedHostError::Host {
+                input: s.to_owned(),
+                source,
+            })?,
+            ip: ip.parse().map_err(|source| PinnedHostError::Ip {
+                input: s.to_owned(),
+                source,
+            })?,
         })
     }
 }
