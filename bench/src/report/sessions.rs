@@ -217,7 +217,7 @@ mod tests {
     fn sample(case: &str, contender: &str, run: u32, metrics: &[(&str, f64)]) -> RawSample {
         serde_json::from_value(serde_json::json!({
             "case": case, "contender": contender, "run": run,
-            "metrics": metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<serde_json::Map<_, _>>(),
+            "metrics": metrics.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>(),
         }))
         .unwrap()
     }
