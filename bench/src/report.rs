@@ -1,6 +1,6 @@
 // Why this file is long (~970 lines): most of it is the declarative table of
 // report columns (TABLES) and their Markdown rendering, one reading top to
-// bottom; the scrubber-cost section is already its own module.
+// bottom; the scrubber-cost and live-session sections are their own modules.
 //! Turns raw samples (one JSON line per case, contender and run) into the
 //! results Markdown and JSON: medians with min/max, ratios against "direct",
 //! and added latency.
@@ -19,6 +19,7 @@ use crate::machine::Machine;
 use crate::stats::Spread;
 
 mod scrubber_cost;
+mod sessions;
 
 pub(crate) const BASELINE: &str = "direct";
 
@@ -414,6 +415,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
             request_runs(&samples),
         );
         latest.push_str(&results_tables(&figures, &contenders, &samples));
+        latest.push_str(&sessions::section(&figures, &samples));
         latest.push_str(&comparisons(&figures));
         latest.push_str(&scrubber_cost::section(&figures));
         splice(target, &latest)?;
@@ -438,6 +440,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         "summary": summary,
         "derived": derived(&figures, &contenders),
         "credential": scrubber_cost::json(&figures),
+        "sessions": sessions::json(&figures),
         "commands": commands.lines().collect::<Vec<_>>(),
         "samples": samples,
     });
@@ -535,6 +538,7 @@ fn render_markdown(
          added = contender − baseline (medians).\n"
     );
     md.push_str(&results_tables(figures, contenders, samples));
+    md.push_str(&sessions::section(figures, samples));
     md.push_str(&comparisons(figures));
     md.push_str(&scrubber_cost::section(figures));
     md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
