@@ -256,7 +256,10 @@ fn assert_nothing_left(session: &Session, server: i32, init: i32) {
         || !alive(server) && !alive(init),
     );
     assert!(session.info().is_none(), "`ls` no longer lists it");
-    assert!(cgroups_of(server).is_empty(), "{:?}", cgroups_of(server));
+    // The supervisor removes the cgroups once init is gone.
+    eventually("the cgroups are removed", Duration::from_secs(10), || {
+        cgroups_of(server).is_empty()
+    });
     let sock = Path::new("/run/airlock").join(format!("{}.sock", session.id));
     assert!(!sock.exists(), "{} is removed", sock.display());
 }
@@ -372,7 +375,7 @@ async fn execs_run_concurrently() {
         .collect();
     for (i, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
-        assert_eq!(stdout(&out), format!("done{i}\n"));
+        assert_eq!(stdout(&out), format!("done{i}\n"), "{}", show(&out));
     }
     let took = started.elapsed();
     assert!(

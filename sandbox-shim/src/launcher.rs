@@ -390,7 +390,11 @@ impl Launcher<'_> {
             return;
         };
         if let Ok(signal) = Signal::try_from(signal) {
-            let _ = nix::sys::signal::killpg(pgid, signal);
+            // ESRCH: the command has not made its own group yet (it calls
+            // setsid(2) right after the fork); then it alone is the target.
+            if nix::sys::signal::killpg(pgid, signal) == Err(nix::errno::Errno::ESRCH) {
+                let _ = nix::sys::signal::kill(pgid, signal);
+            }
         }
     }
 }

@@ -236,9 +236,12 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
         tty,
     };
-    let mut stream = connect(&registry, &id).await?;
-    protocol::write_line(&mut stream, &Request::Exec(request)).await?;
-    let reply: Reply = protocol::read_line(&mut stream)
+    let stream = connect(&registry, &id).await?;
+    let (reader, mut writer) = stream.into_split();
+    // Buffered: the answer line and the frames after it.
+    let mut reader = tokio::io::BufReader::new(reader);
+    protocol::write_line(&mut writer, &Request::Exec(request)).await?;
+    let reply: Reply = protocol::read_line(&mut reader)
         .await?
         .with_context(|| format!("session {id} closed the connection without answering"))?;
     if !reply.ok {
@@ -252,7 +255,6 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         ),
         false => None,
     };
-    let (mut reader, mut writer) = stream.into_split();
     let (frames, mut frames_rx) = mpsc::channel::<(FrameType, Vec<u8>)>(16);
     tokio::spawn(async move {
         while let Some((kind, data)) = frames_rx.recv().await {

@@ -312,8 +312,11 @@ async fn accept(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-async fn handle(mut stream: UnixStream, shared: Arc<Shared>) {
-    let request: Request = match protocol::read_line(&mut stream).await {
+async fn handle(stream: UnixStream, shared: Arc<Shared>) {
+    let (reader, mut stream) = stream.into_split();
+    // Buffered: the request line and, for an exec, the frames after it.
+    let mut reader = tokio::io::BufReader::new(reader);
+    let request: Request = match protocol::read_line(&mut reader).await {
         Ok(Some(request)) => request,
         Ok(None) => return,
         Err(e) => {
@@ -350,7 +353,9 @@ async fn handle(mut stream: UnixStream, shared: Arc<Shared>) {
             };
             let _ = protocol::write_line(&mut stream, &reply).await;
         }
-        (Request::Exec(request), Some(live)) => steps::serve(live, stream, request).await,
+        (Request::Exec(request), Some(live)) => {
+            steps::serve(live, (reader, stream), request).await;
+        }
     }
 }
 

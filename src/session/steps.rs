@@ -15,7 +15,6 @@ use airlock_auditor::{AuditEvent, OutputStream, StepNo};
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{ExitKind, StepId, StepRequest, StepStdio};
 use anyhow::{Context, bail};
-use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -76,8 +75,12 @@ impl Waiting {
 }
 
 /// Serve one `exec` request on its connection, to the end.
-pub async fn serve(live: Arc<Live>, stream: UnixStream, request: ExecRequest) {
-    let (mut reader, mut writer) = stream.into_split();
+pub async fn serve(
+    live: Arc<Live>,
+    connection: (ConnReader, OwnedWriteHalf),
+    request: ExecRequest,
+) {
+    let (mut reader, mut writer) = connection;
     let started = match Started::begin(&live, &request).await {
         Ok(started) => started,
         Err(e) => {
@@ -95,6 +98,9 @@ pub async fn serve(live: Arc<Live>, stream: UnixStream, request: ExecRequest) {
     }
     started.relay(&live, &mut reader, writer, &request).await;
 }
+
+/// The client's side of the connection, buffered.
+pub type ConnReader = tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>;
 
 /// A step whose command was handed to the sandbox.
 struct Started {
@@ -181,7 +187,7 @@ impl Started {
     async fn relay(
         self,
         live: &Arc<Live>,
-        reader: &mut tokio::net::unix::OwnedReadHalf,
+        reader: &mut ConnReader,
         writer: OwnedWriteHalf,
         request: &ExecRequest,
     ) {
@@ -343,7 +349,7 @@ struct Input {
 impl Input {
     /// Until the client stops sending; true when it went away (hung up or
     /// broke the protocol), false when it merely has nothing more to say.
-    async fn run(mut self, reader: &mut tokio::net::unix::OwnedReadHalf) -> bool {
+    async fn run(mut self, reader: &mut ConnReader) -> bool {
         loop {
             let frame = match protocol::read_frame(reader).await {
                 Ok(Some(frame)) => frame,
@@ -455,7 +461,7 @@ fn spawn_pump(output: Output, kind: FrameType, pump: Pump) -> tokio::task::JoinH
                 _ = exited.changed(), if frames.is_some() => {
                     // Everything the command wrote before it ended is in the
                     // pipe now: hand it over, then stop talking to the client.
-                    while let Ok(Some(n)) = end.try_read(&mut buf) {
+                    while let Ok(Some(n)) = end.read_now(&mut buf) {
                         if n == 0 {
                             break;
                         }
