@@ -1,5 +1,7 @@
 //! The caller's side of `airlock session`: `start` (forks the server and
-//! waits for its id), `exec` (streams a step), `ls` and `stop`.
+//! waits for its id), `exec` (streams a step), `ls` and `stop`; and the
+//! parts other clients in this binary share (`airlock mcp`): a step read
+//! frame by frame ([`open_step`]), and [`stop_session`].
 
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::os::fd::AsFd;
@@ -8,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::io::AsyncReadExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
 use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
@@ -155,25 +158,30 @@ pub fn stop(args: &StopArgs) -> ExitCode {
         rt.block_on(async {
             let registry = Registry::open()?;
             let id = registry.resolve(&args.session).await?;
-            let exchange = async {
-                let mut stream = connect(&registry, &id).await?;
-                protocol::write_line(&mut stream, &Request::Stop).await?;
-                let reply: Option<Reply> = protocol::read_line(&mut stream).await?;
-                anyhow::Ok(reply)
-            };
-            let reply = tokio::time::timeout(STOP_TIMEOUT, exchange)
-                .await
-                .with_context(|| format!("session {id} did not stop within {STOP_TIMEOUT:?}"))??;
-            match reply {
-                Some(Reply { ok: true, .. }) => Ok(()),
-                Some(Reply { error, .. }) => bail!(error.unwrap_or_default()),
-                None => bail!("session {id} closed the connection before confirming the stop"),
-            }
+            stop_session(&registry, &id).await
         })
     });
     match stopped {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => failed(&e),
+    }
+}
+
+/// Ask session `id` to stop; returns once its record is closed.
+pub async fn stop_session(registry: &Registry, id: &str) -> anyhow::Result<()> {
+    let exchange = async {
+        let mut stream = connect(registry, id).await?;
+        protocol::write_line(&mut stream, &Request::Stop).await?;
+        let reply: Option<Reply> = protocol::read_line(&mut stream).await?;
+        anyhow::Ok(reply)
+    };
+    let reply = tokio::time::timeout(STOP_TIMEOUT, exchange)
+        .await
+        .with_context(|| format!("session {id} did not stop within {STOP_TIMEOUT:?}"))??;
+    match reply {
+        Some(Reply { ok: true, .. }) => Ok(()),
+        Some(Reply { error, .. }) => bail!(error.unwrap_or_default()),
+        None => bail!("session {id} closed the connection before confirming the stop"),
     }
 }
 
@@ -236,17 +244,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
         tty,
     };
-    let stream = connect(&registry, &id).await?;
-    let (reader, mut writer) = stream.into_split();
-    // Buffered: the answer line and the frames after it.
-    let mut reader = tokio::io::BufReader::new(reader);
-    protocol::write_line(&mut writer, &Request::Exec(request)).await?;
-    let reply: Reply = protocol::read_line(&mut reader)
-        .await?
-        .with_context(|| format!("session {id} closed the connection without answering"))?;
-    if !reply.ok {
-        bail!(reply.error.unwrap_or_default());
-    }
+    let (mut step, mut writer) = open_step(&registry, &id, request).await?;
     let stdin = std::io::stdin();
     let raw = match tty.is_some() && stdin.is_terminal() {
         true => Some(
@@ -271,29 +269,15 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     let ended = loop {
-        match protocol::read_frame(&mut reader).await {
-            Ok(Some((FrameType::Stdout, data))) => {
+        match step.next().await {
+            Ok(StepOutput::Stdout(data)) => {
                 let _ = out.write_all(&data).and_then(|()| out.flush());
             }
-            Ok(Some((FrameType::Stderr, data))) => {
+            Ok(StepOutput::Stderr(data)) => {
                 let _ = err.write_all(&data);
             }
-            Ok(Some((FrameType::Exit, data))) => {
-                break Ok(serde_json::from_slice::<ExitReport>(&data)?);
-            }
-            Ok(Some((FrameType::Error, data))) => {
-                let text = serde_json::from_slice::<serde_json::Value>(&data)
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                break Err(anyhow::anyhow!(text));
-            }
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => {
-                break Err(anyhow::anyhow!(
-                    "session {id} ended the connection before the command finished: see `airlock session ls`"
-                ));
-            }
+            Ok(StepOutput::Exited(report)) => break Ok(report),
+            Err(e) => break Err(e),
         }
     };
     drop(raw);
@@ -310,6 +294,76 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(report.exit_code).unwrap_or(EXIT_RUN_FAILED),
     ))
+}
+
+/// A step running in a session, read from the client's side: what it
+/// writes, then how it ended. Its stdin, signals and window size go to the
+/// writer that [`open_step`] returns with it, which must stay open until
+/// the step ends: the session takes a client that hangs up for one that
+/// went away, and kills the step.
+pub struct StepStream {
+    id: String,
+    /// Buffered: the answer line and the frames after it.
+    reader: tokio::io::BufReader<OwnedReadHalf>,
+}
+
+/// What a running step says next.
+pub enum StepOutput {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// The last word: nothing follows.
+    Exited(ExitReport),
+}
+
+/// Start a step in session `id`.
+pub async fn open_step(
+    registry: &Registry,
+    id: &str,
+    request: ExecRequest,
+) -> anyhow::Result<(StepStream, OwnedWriteHalf)> {
+    let stream = connect(registry, id).await?;
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = tokio::io::BufReader::new(reader);
+    protocol::write_line(&mut writer, &Request::Exec(request)).await?;
+    let reply: Reply = protocol::read_line(&mut reader)
+        .await?
+        .with_context(|| format!("session {id} closed the connection without answering"))?;
+    if !reply.ok {
+        bail!(reply.error.unwrap_or_default());
+    }
+    let step = StepStream {
+        id: id.to_owned(),
+        reader,
+    };
+    Ok((step, writer))
+}
+
+impl StepStream {
+    /// The step's next output, or its end. An error when airlock failed the
+    /// step (the reason) or the session went away.
+    pub async fn next(&mut self) -> anyhow::Result<StepOutput> {
+        loop {
+            match protocol::read_frame(&mut self.reader).await {
+                Ok(Some((FrameType::Stdout, data))) => return Ok(StepOutput::Stdout(data)),
+                Ok(Some((FrameType::Stderr, data))) => return Ok(StepOutput::Stderr(data)),
+                Ok(Some((FrameType::Exit, data))) => {
+                    return Ok(StepOutput::Exited(serde_json::from_slice(&data)?));
+                }
+                Ok(Some((FrameType::Error, data))) => {
+                    let text = serde_json::from_slice::<serde_json::Value>(&data)
+                        .ok()
+                        .and_then(|v| v["error"].as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    bail!(text);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => bail!(
+                    "session {} ended the connection before the command finished: see `airlock session ls`",
+                    self.id
+                ),
+            }
+        }
+    }
 }
 
 /// Copy airlock's stdin to the step, then say it ended.
