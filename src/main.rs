@@ -9,6 +9,7 @@ mod certs;
 mod cli;
 mod commands;
 mod launch;
+mod mcp;
 mod notices;
 mod observe;
 mod paths;
@@ -62,6 +63,8 @@ enum Command {
     /// Live sessions: one sandbox kept across many commands (start, exec, ls, stop).
     #[command(subcommand)]
     Session(commands::session::SessionCommand),
+    /// Serve the Model Context Protocol on stdio: tools for a model that run in one live session per connection.
+    Mcp(commands::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,7 +75,7 @@ fn main() -> ExitCode {
             let _ = e.print();
             let run = std::env::args_os()
                 .nth(1)
-                .is_some_and(|a| a == "run" || a == "session");
+                .is_some_and(|a| a == "run" || a == "session" || a == "mcp");
             return ExitCode::from(if run { EXIT_RUN_FAILED } else { EXIT_USAGE });
         }
     };
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Audit(args) => commands::audit::run(args),
         Command::Session(cmd) => commands::session::run(cmd),
+        Command::Mcp(args) => commands::mcp::run(args),
     };
     match result {
         Ok(code) => code,

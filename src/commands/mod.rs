@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod ca;
+pub mod mcp;
 pub mod policy;
 pub mod proxy;
 pub mod run;

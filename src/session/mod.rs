@@ -13,7 +13,7 @@
 pub mod client;
 mod io;
 mod live;
-mod protocol;
-mod registry;
+pub mod protocol;
+pub mod registry;
 pub mod server;
 mod steps;

@@ -1,0 +1,274 @@
+//! The tools `airlock mcp` offers a model: their arguments (whose JSON
+//! Schemas and descriptions the model reads), and what each one answers.
+//! Every tool runs as a step of the connection's live session, labelled
+//! with the tool's name, so the record shows which call did what.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::paths::WorkspacePath;
+use super::session::{Ran, Session, Step};
+
+/// The tools, each a step in `session`.
+#[derive(Clone)]
+pub struct Tools {
+    session: Arc<Session>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    /// A shell command line, run with `sh -c` (pipes, redirections, `&&` and `cd` work). Give this or `argv`, not both.
+    #[serde(default)]
+    command: Option<String>,
+    /// A program and its arguments, run as given, without a shell. Give this or `command`, not both.
+    #[serde(default)]
+    argv: Option<Vec<String>>,
+    /// Kill the command, and everything it started, after this many seconds. Default: no limit.
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Node,
+    Bash,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCode {
+    /// The interpreter: python (python3), node or bash.
+    language: Language,
+    /// The program's source, run as a script fed on standard input.
+    code: String,
+    /// Kill the program, and everything it started, after this many seconds. Default: no limit.
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFile {
+    /// The file's path relative to the workspace, e.g. `src/main.py` (no absolute paths, no `..` out of it).
+    path: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFile {
+    /// The file's path relative to the workspace, e.g. `src/main.py` (no absolute paths, no `..` out of it).
+    path: String,
+    /// The whole new content of the file (text).
+    content: String,
+}
+
+#[tool_router]
+impl Tools {
+    pub fn new(session: Arc<Session>) -> Tools {
+        Tools { session }
+    }
+
+    #[tool(
+        description = "Run a command in the sandbox, in the workspace directory. Give `command` for a shell line (run with `sh -c`) or `argv` for a program and its arguments, and optionally a `timeout` in seconds. Returns the exit code, stdout and stderr (each cut to 64 KiB, keeping the beginning and the end), and any network access the policy refused, with the rule that would allow it. A non-zero exit code is a result, not an error."
+    )]
+    async fn run_command(&self, Parameters(args): Parameters<RunCommand>) -> CallToolResult {
+        let argv = match (args.command, args.argv) {
+            (Some(command), None) if !command.trim().is_empty() => {
+                vec!["sh".into(), "-c".into(), command]
+            }
+            (None, Some(argv)) if !argv.is_empty() => argv,
+            (Some(_), Some(_)) => return failed("give `command` or `argv`, not both"),
+            _ => {
+                return failed(
+                    "give the command to run: `command` (a shell line) or `argv` (a program and its arguments)",
+                );
+            }
+        };
+        let timeout = match parse_timeout(args.timeout) {
+            Ok(timeout) => timeout,
+            Err(e) => return failed(e),
+        };
+        let step = Step {
+            argv,
+            stdin: Vec::new(),
+            timeout,
+            label: "mcp:run_command",
+        };
+        match self.session.run(step).await {
+            Ok(ran) => ran_result(&ran, timeout),
+            Err(e) => could_not_run(&e),
+        }
+    }
+
+    #[tool(
+        description = "Run a program from its source code in the sandbox, in the workspace directory: `language` is python (python3), node or bash, and `code` is fed to the interpreter on standard input. Optionally a `timeout` in seconds. Returns the exit code, stdout and stderr (each cut to 64 KiB, keeping the beginning and the end), and any network access the policy refused, with the rule that would allow it."
+    )]
+    async fn run_code(&self, Parameters(args): Parameters<RunCode>) -> CallToolResult {
+        let interpreter = match args.language {
+            Language::Python => ["python3", "-"],
+            Language::Node => ["node", "-"],
+            Language::Bash => ["bash", "-s"],
+        };
+        let timeout = match parse_timeout(args.timeout) {
+            Ok(timeout) => timeout,
+            Err(e) => return failed(e),
+        };
+        let step = Step {
+            argv: interpreter.map(str::to_owned).to_vec(),
+            stdin: args.code.into_bytes(),
+            timeout,
+            label: "mcp:run_code",
+        };
+        match self.session.run(step).await {
+            Ok(ran) => ran_result(&ran, timeout),
+            Err(e) => could_not_run(&e),
+        }
+    }
+
+    #[tool(
+        description = "Read a text file of the workspace, as the sandboxed programs see it. `path` is relative to the workspace. Returns the file's content (cut to 64 KiB, keeping the beginning and the end).",
+        annotations(read_only_hint = true)
+    )]
+    async fn read_file(&self, Parameters(args): Parameters<ReadFile>) -> CallToolResult {
+        let path = match WorkspacePath::parse(&args.path) {
+            Ok(path) => path,
+            Err(e) => return failed(e),
+        };
+        let step = Step {
+            argv: vec!["cat".into(), "--".into(), path.as_str().into()],
+            stdin: Vec::new(),
+            timeout: Some(FILE_TIMEOUT),
+            label: "mcp:read_file",
+        };
+        match self.session.run(step).await {
+            Ok(ran) if ran.report.exit_code == 0 => {
+                CallToolResult::success(vec![ContentBlock::text(ran.stdout.text())])
+            }
+            Ok(ran) => failed(format!("could not read {path}: {}", said(&ran))),
+            Err(e) => could_not_run(&e),
+        }
+    }
+
+    #[tool(
+        description = "Create or replace a file of the workspace with `content`, creating missing parent directories. `path` is relative to the workspace. Written inside the sandbox, as a sandboxed program would write it."
+    )]
+    async fn write_file(&self, Parameters(args): Parameters<WriteFile>) -> CallToolResult {
+        let path = match WorkspacePath::parse(&args.path) {
+            Ok(path) => path,
+            Err(e) => return failed(e),
+        };
+        let bytes = args.content.len();
+        let step = Step {
+            argv: [
+                "sh",
+                "-c",
+                r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#,
+                "sh",
+                path.as_str(),
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            stdin: args.content.into_bytes(),
+            timeout: Some(FILE_TIMEOUT),
+            label: "mcp:write_file",
+        };
+        match self.session.run(step).await {
+            Ok(ran) if ran.report.exit_code == 0 => {
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "wrote {bytes} bytes to {path}"
+                ))])
+            }
+            Ok(ran) => failed(format!("could not write {path}: {}", said(&ran))),
+            Err(e) => could_not_run(&e),
+        }
+    }
+}
+
+// What the model is told about the server as a whole.
+#[tool_handler(
+    instructions = "Tools to run commands and code in a sandbox: a Linux machine kept for this whole conversation, whose working directory is the user's workspace. Files, installed packages and background processes persist between calls. Network access is limited by the user's policy: what it does not allow is refused (HTTP 403, or a refused connection), and each result lists the refusals with the rule that would allow them; only the user can change the policy. Everything done here is recorded."
+)]
+impl ServerHandler for Tools {}
+
+/// Bound on a file step: `cat` of a workspace file ends at once, unless
+/// the sandboxed program made the path a FIFO nobody writes to.
+const FILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A tool error, with the reason.
+fn failed(reason: impl ToString) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(reason.to_string())])
+}
+
+fn could_not_run(e: &anyhow::Error) -> CallToolResult {
+    failed(format!("airlock could not run it: {}", crate::one_line(e)))
+}
+
+/// `timeout` in seconds: positive and finite.
+fn parse_timeout(seconds: Option<f64>) -> Result<Option<Duration>, String> {
+    seconds
+        .map(|s| {
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| format!("timeout must be a positive number of seconds, not {s}"))
+        })
+        .transpose()
+}
+
+/// Why a file step failed: its stderr, else its status.
+fn said(ran: &Ran) -> String {
+    let stderr = ran.stderr.text();
+    match stderr.trim() {
+        "" => describe_end(ran, None),
+        text => text.to_owned(),
+    }
+}
+
+/// How the command ended, in words.
+fn describe_end(ran: &Ran, timeout: Option<Duration>) -> String {
+    let report = &ran.report;
+    let mut text = match (report.timed_out, report.signal) {
+        (true, _) => format!(
+            "timed out after {}: killed with everything it started (exit code {}); the session lives on",
+            humantime::format_duration(timeout.unwrap_or_default()),
+            report.exit_code
+        ),
+        (false, Some(signal)) => {
+            format!("killed by signal {signal} (exit code {})", report.exit_code)
+        }
+        (false, None) => format!("exit code {}", report.exit_code),
+    };
+    if let Some(reason) = &report.reason {
+        text.push_str(&format!(" ({reason})"));
+    }
+    text
+}
+
+/// A command's result: how it ended, its output, and what was refused.
+fn ran_result(ran: &Ran, timeout: Option<Duration>) -> CallToolResult {
+    let mut text = describe_end(ran, timeout);
+    for (name, stream) in [("stdout", &ran.stdout), ("stderr", &ran.stderr)] {
+        match stream.total() {
+            0 => text.push_str(&format!("\n{name}: (empty)")),
+            _ => text.push_str(&format!("\n--- {name} ---\n{}", stream.text())),
+        }
+    }
+    let structured = serde_json::json!({
+        "exit_code": ran.report.exit_code,
+        "timed_out": ran.report.timed_out,
+        "stdout": ran.stdout.text(),
+        "stderr": ran.stderr.text(),
+    });
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
