@@ -212,7 +212,7 @@ impl Readings {
                 Ok(Readings {
                     declared: Source::FormBody,
                     json: None,
-                    body_pairs: form::parse_strict(text).map_err(unparseable)?,
+                    body_pairs: form::parse_strict(text).map_err(|e| unparseable(e.to_string()))?,
                     query,
                 })
             }
