@@ -867,7 +867,10 @@ async fn refusals_reach_the_step_that_made_them() {
         show(&out)
     );
     assert!(!err.contains("s3cr3t"), "{}", show(&out));
-    let clean = s.exec(&[], &["curl", "-sS", "-o", "/dev/null", &format!("{base}/echo/x")]);
+    let clean = s.exec(
+        &[],
+        &["curl", "-sS", "-o", "/dev/null", &format!("{base}/echo/x")],
+    );
     assert_eq!(clean.status.code(), Some(0), "{}", show(&clean));
     assert!(
         !String::from_utf8_lossy(&clean.stderr).contains("refused"),

@@ -14,8 +14,8 @@ use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, socko
 
 use crate::observation::ExecSeq;
 use crate::observer::{Published, SharedState};
-use crate::step::StepId;
 use crate::procfs;
+use crate::step::StepId;
 use crate::sys;
 
 /// Most processes we look at per lookup (bounds the cost on fork-heavy sandboxes).

@@ -10,9 +10,7 @@ use anyhow::{Context, bail};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use super::protocol::{
-    self, Denial, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize,
-};
+use super::protocol::{self, Denial, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
 use super::registry::Registry;
 use crate::EXIT_RUN_FAILED;
 use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
@@ -330,7 +328,10 @@ fn refusal_notice(denial: &Denial) -> String {
         n => format!(" ({n} times)"),
     };
     let advice = match &denial.rule {
-        Some(rule) => format!("; to allow it, add: {}", text(&rule.trim_end().replace('\n', " "))),
+        Some(rule) => format!(
+            "; to allow it, add: {}",
+            text(&rule.trim_end().replace('\n', " "))
+        ),
         None => String::new(),
     };
     format!(

@@ -89,7 +89,10 @@ impl DenialLog {
         let attributor = self.attributor.as_ref()?;
         attributor
             .step_for_peer(client, udp)
-            .or_else(|| udp.then(|| attributor.step_for_peer(client, false)).flatten())
+            .or_else(|| {
+                udp.then(|| attributor.step_for_peer(client, false))
+                    .flatten()
+            })
             .map(|s| s.0)
     }
 

@@ -43,12 +43,10 @@ impl Procs {
 
     fn publish(&self, tgid: Pid) {
         if let Ok(mut s) = self.shared.lock() {
-            let published = self.procs.get(&tgid).and_then(|p| {
-                p.exec.map(|exec| Published {
-                    exec,
-                    step: p.step,
-                })
-            });
+            let published = self
+                .procs
+                .get(&tgid)
+                .and_then(|p| p.exec.map(|exec| Published { exec, step: p.step }));
             match published {
                 Some(published) => s.procs.insert(tgid, published),
                 None => s.procs.remove(&tgid),
