@@ -5,10 +5,12 @@
 //! client goes away or airlock is told to end.
 //!
 //! - `session`: the live session behind the connection: started, stepped, stopped;
-//! - `tools`: the tools, their schemas, and their answers;
+//! - `tools`: the tools and their arguments' schemas;
+//! - `answer`: what the tools answer, for a model and for programs;
 //! - `paths`: workspace-relative paths from the model, checked;
 //! - `output`: a step's output, bounded for a model.
 
+mod answer;
 mod output;
 mod paths;
 mod session;

@@ -13,7 +13,9 @@ use tokio::net::unix::OwnedWriteHalf;
 
 use super::output::{Bounded, LIMIT};
 use crate::session::client::{self, StepOutput};
-use crate::session::protocol::{self, ExecRequest, ExitReport, FrameType, MAX_FRAME};
+use crate::session::protocol::{
+    self, Denial, ExecRequest, ExitReport, FrameType, MAX_FRAME, Request,
+};
 use crate::session::registry::Registry;
 
 /// A live session, addressed by its id.
@@ -130,6 +132,18 @@ impl Session {
             stdout,
             stderr,
         })
+    }
+
+    /// Every refusal of the session so far, and how many more were not kept.
+    pub async fn denials(&self) -> anyhow::Result<(Vec<Denial>, u64)> {
+        let reply = self.registry.ask(&self.id, &Request::Denials).await?;
+        if !reply.ok {
+            bail!(reply.error.unwrap_or_default());
+        }
+        Ok((
+            reply.denials.unwrap_or_default(),
+            reply.dropped.unwrap_or(0),
+        ))
     }
 
     /// Stop the session; returns once its record is closed.

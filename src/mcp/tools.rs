@@ -12,8 +12,9 @@ use rmcp::{ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::answer;
 use super::paths::WorkspacePath;
-use super::session::{Ran, Session, Step};
+use super::session::{Session, Step};
 
 /// The tools, each a step in `session`.
 #[derive(Clone)]
@@ -86,16 +87,16 @@ impl Tools {
                 vec!["sh".into(), "-c".into(), command]
             }
             (None, Some(argv)) if !argv.is_empty() => argv,
-            (Some(_), Some(_)) => return failed("give `command` or `argv`, not both"),
+            (Some(_), Some(_)) => return answer::failed("give `command` or `argv`, not both"),
             _ => {
-                return failed(
+                return answer::failed(
                     "give the command to run: `command` (a shell line) or `argv` (a program and its arguments)",
                 );
             }
         };
         let timeout = match parse_timeout(args.timeout) {
             Ok(timeout) => timeout,
-            Err(e) => return failed(e),
+            Err(e) => return answer::failed(e),
         };
         let step = Step {
             argv,
@@ -104,8 +105,8 @@ impl Tools {
             label: "mcp:run_command",
         };
         match self.session.run(step).await {
-            Ok(ran) => ran_result(&ran, timeout),
-            Err(e) => could_not_run(&e),
+            Ok(ran) => answer::ran(&ran, timeout),
+            Err(e) => answer::could_not_run(&e),
         }
     }
 
@@ -120,7 +121,7 @@ impl Tools {
         };
         let timeout = match parse_timeout(args.timeout) {
             Ok(timeout) => timeout,
-            Err(e) => return failed(e),
+            Err(e) => return answer::failed(e),
         };
         let step = Step {
             argv: interpreter.map(str::to_owned).to_vec(),
@@ -129,8 +130,8 @@ impl Tools {
             label: "mcp:run_code",
         };
         match self.session.run(step).await {
-            Ok(ran) => ran_result(&ran, timeout),
-            Err(e) => could_not_run(&e),
+            Ok(ran) => answer::ran(&ran, timeout),
+            Err(e) => answer::could_not_run(&e),
         }
     }
 
@@ -141,7 +142,7 @@ impl Tools {
     async fn read_file(&self, Parameters(args): Parameters<ReadFile>) -> CallToolResult {
         let path = match WorkspacePath::parse(&args.path) {
             Ok(path) => path,
-            Err(e) => return failed(e),
+            Err(e) => return answer::failed(e),
         };
         let step = Step {
             argv: vec!["cat".into(), "--".into(), path.as_str().into()],
@@ -153,8 +154,11 @@ impl Tools {
             Ok(ran) if ran.report.exit_code == 0 => {
                 CallToolResult::success(vec![ContentBlock::text(ran.stdout.text())])
             }
-            Ok(ran) => failed(format!("could not read {path}: {}", said(&ran))),
-            Err(e) => could_not_run(&e),
+            Ok(ran) => answer::failed(format!(
+                "could not read {path}: {}",
+                answer::file_failure(&ran)
+            )),
+            Err(e) => answer::could_not_run(&e),
         }
     }
 
@@ -164,7 +168,7 @@ impl Tools {
     async fn write_file(&self, Parameters(args): Parameters<WriteFile>) -> CallToolResult {
         let path = match WorkspacePath::parse(&args.path) {
             Ok(path) => path,
-            Err(e) => return failed(e),
+            Err(e) => return answer::failed(e),
         };
         let bytes = args.content.len();
         let step = Step {
@@ -187,8 +191,25 @@ impl Tools {
                     "wrote {bytes} bytes to {path}"
                 ))])
             }
-            Ok(ran) => failed(format!("could not write {path}: {}", said(&ran))),
-            Err(e) => could_not_run(&e),
+            Ok(ran) => answer::failed(format!(
+                "could not write {path}: {}",
+                answer::file_failure(&ran)
+            )),
+            Err(e) => answer::could_not_run(&e),
+        }
+    }
+
+    #[tool(
+        description = "List every network access the policy refused in this session so far (requests, DNS names, connections), each with why and, where one would help, the rule to add to the policy to allow it. Only the user can change the policy: show them the rule if the access is needed.",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_denials(&self) -> CallToolResult {
+        match self.session.denials().await {
+            Ok((denials, dropped)) => answer::denials(&denials, dropped),
+            Err(e) => answer::failed(format!(
+                "airlock could not ask the session: {}",
+                crate::one_line(&e)
+            )),
         }
     }
 }
@@ -203,15 +224,6 @@ impl ServerHandler for Tools {}
 /// the sandboxed program made the path a FIFO nobody writes to.
 const FILE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A tool error, with the reason.
-fn failed(reason: impl ToString) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(reason.to_string())])
-}
-
-fn could_not_run(e: &anyhow::Error) -> CallToolResult {
-    failed(format!("airlock could not run it: {}", crate::one_line(e)))
-}
-
 /// `timeout` in seconds: positive and finite.
 fn parse_timeout(seconds: Option<f64>) -> Result<Option<Duration>, String> {
     seconds
@@ -222,53 +234,4 @@ fn parse_timeout(seconds: Option<f64>) -> Result<Option<Duration>, String> {
                 .ok_or_else(|| format!("timeout must be a positive number of seconds, not {s}"))
         })
         .transpose()
-}
-
-/// Why a file step failed: its stderr, else its status.
-fn said(ran: &Ran) -> String {
-    let stderr = ran.stderr.text();
-    match stderr.trim() {
-        "" => describe_end(ran, None),
-        text => text.to_owned(),
-    }
-}
-
-/// How the command ended, in words.
-fn describe_end(ran: &Ran, timeout: Option<Duration>) -> String {
-    let report = &ran.report;
-    let mut text = match (report.timed_out, report.signal) {
-        (true, _) => format!(
-            "timed out after {}: killed with everything it started (exit code {}); the session lives on",
-            humantime::format_duration(timeout.unwrap_or_default()),
-            report.exit_code
-        ),
-        (false, Some(signal)) => {
-            format!("killed by signal {signal} (exit code {})", report.exit_code)
-        }
-        (false, None) => format!("exit code {}", report.exit_code),
-    };
-    if let Some(reason) = &report.reason {
-        text.push_str(&format!(" ({reason})"));
-    }
-    text
-}
-
-/// A command's result: how it ended, its output, and what was refused.
-fn ran_result(ran: &Ran, timeout: Option<Duration>) -> CallToolResult {
-    let mut text = describe_end(ran, timeout);
-    for (name, stream) in [("stdout", &ran.stdout), ("stderr", &ran.stderr)] {
-        match stream.total() {
-            0 => text.push_str(&format!("\n{name}: (empty)")),
-            _ => text.push_str(&format!("\n--- {name} ---\n{}", stream.text())),
-        }
-    }
-    let structured = serde_json::json!({
-        "exit_code": ran.report.exit_code,
-        "timed_out": ran.report.timed_out,
-        "stdout": ran.stdout.text(),
-        "stderr": ran.stderr.text(),
-    });
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(structured);
-    result
 }
