@@ -240,8 +240,10 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
             let _ = waiter.send(());
         }
     }
-    // Give the stop answers a moment to leave.
-    control_rt.block_on(tokio::time::sleep(Duration::from_millis(20)));
+    // Give the stop answers a moment to leave. The timer is made inside
+    // the runtime: made outside, it panics (no reactor), and the panic
+    // could end the process before the answers left.
+    control_rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
     finished?;
     Ok(match stop {
         Some(Stop::AuditFailed) => ExitCode::from(crate::EXIT_RUN_FAILED),
