@@ -8,13 +8,15 @@
 //! - `tools`: the tools and their arguments' schemas;
 //! - `answer`: what the tools answer, for a model and for programs;
 //! - `paths`: workspace-relative paths from the model, checked;
-//! - `output`: a step's output, bounded for a model.
+//! - `output`: a step's output, bounded for a model;
+//! - `transport`: stdio, the end of stdin told at once.
 
 mod answer;
 mod output;
 mod paths;
 mod session;
 mod tools;
+mod transport;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -55,9 +57,10 @@ pub fn serve(options: &[OsString]) -> anyhow::Result<ExitCode> {
 /// Until the client goes away (end of stdin: the transport closed) or we
 /// are told to end.
 async fn serve_connection(session: Arc<Session>, mut told_to_end: ToldToEnd) -> anyhow::Result<()> {
+    let (stdio, mut stdin_ended) = transport::stdio();
     let served = async {
         let service = Tools::new(session)
-            .serve(rmcp::transport::stdio())
+            .serve(stdio)
             .await
             .context("greeting the MCP client")?;
         service.waiting().await.context("serving the MCP client")?;
@@ -65,6 +68,9 @@ async fn serve_connection(session: Arc<Session>, mut told_to_end: ToldToEnd) -> 
     };
     tokio::select! {
         served = served => served,
+        // Only the end itself: the sender is also dropped with the
+        // transport when rmcp ends, and then `served` says how.
+        Ok(()) = &mut stdin_ended => Ok(()),
         () = told_to_end.recv() => Ok(()),
     }
 }

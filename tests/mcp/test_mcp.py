@@ -321,12 +321,16 @@ def test_malformed_calls_are_tool_errors_and_the_server_still_answers(env):
     assert not still.is_error and still.structured_content["stdout"] == "still here\n", text(still)
 
 
-def test_the_session_ends_when_the_client_goes_away(env):
+def test_the_session_ends_when_the_client_goes_away_even_with_a_step_running(env):
     async def scenario(client):
         result = await client.call_tool("run_command", {"command": "echo up"})
         assert result.structured_content["stdout"] == "up\n"
         mine = [s for s in sessions() if s["policy"] == str(env.dir / "policy.toml")]
         assert len(mine) == 1, mine
+        # Still running when the client leaves.
+        running = asyncio.create_task(client.call_tool("run_command", {"command": "sleep 60"}))
+        await asyncio.sleep(0.5)
+        running.add_done_callback(lambda task: task.cancelled() or task.exception())
         return mine[0]
 
     session = run(env, scenario)
