@@ -2,8 +2,6 @@
 //! refused it, as text for the model and as structured content for
 //! programs; and tool errors, which carry the reason.
 
-use std::time::Duration;
-
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::session::Ran;
@@ -19,8 +17,8 @@ pub fn could_not_run(e: &anyhow::Error) -> CallToolResult {
 }
 
 /// A command's result: how it ended, its output, and what was refused.
-pub fn ran(ran: &Ran, timeout: Option<Duration>) -> CallToolResult {
-    let mut text = ending(ran, timeout);
+pub fn ran(ran: &Ran) -> CallToolResult {
+    let mut text = ending(ran);
     for (name, stream) in [("stdout", &ran.stdout), ("stderr", &ran.stderr)] {
         match stream.total() {
             0 => text.push_str(&format!("\n{name}: (empty)")),
@@ -46,7 +44,7 @@ pub fn ran(ran: &Ran, timeout: Option<Duration>) -> CallToolResult {
 /// Why a file step failed: its stderr, else how it ended.
 pub fn file_failure(ran: &Ran) -> String {
     match ran.stderr.text().trim() {
-        "" => ending(ran, None),
+        "" => ending(ran),
         said => said.to_owned(),
     }
 }
@@ -70,12 +68,12 @@ pub fn denials(denials: &[Denial], dropped: u64) -> CallToolResult {
 }
 
 /// How the command ended, in words.
-fn ending(ran: &Ran, timeout: Option<Duration>) -> String {
+fn ending(ran: &Ran) -> String {
     let report = &ran.report;
     let mut text = match (report.timed_out, report.signal) {
         (true, _) => format!(
             "timed out after {}: killed with everything it started (exit code {}); the session lives on",
-            humantime::format_duration(timeout.unwrap_or_default()),
+            humantime::format_duration(ran.timeout.unwrap_or_default()),
             report.exit_code
         ),
         (false, Some(signal)) => {

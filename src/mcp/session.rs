@@ -44,6 +44,8 @@ pub struct Step {
 /// How a step went, its output bounded for a model.
 pub struct Ran {
     pub report: ExitReport,
+    /// The step's, for telling after how long it timed out.
+    pub timeout: Option<Duration>,
     pub stdout: Bounded,
     pub stderr: Bounded,
 }
@@ -54,6 +56,7 @@ impl Session {
     /// this process stays a client. What it says on stderr (notices, or why
     /// it could not start) goes to ours.
     pub fn start(options: &[OsString]) -> anyhow::Result<Start> {
+        let registry = Registry::open()?;
         let exe = std::env::current_exe().context("finding airlock's own executable")?;
         let out = std::process::Command::new(exe)
             .args(["session", "start"])
@@ -81,10 +84,7 @@ impl Session {
         if id.len() != 16 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             bail!("`airlock session start` printed {id:?}, not a session id");
         }
-        Ok(Start::Live(Session {
-            registry: Registry::open()?,
-            id,
-        }))
+        Ok(Start::Live(Session { registry, id }))
     }
 
     pub fn id(&self) -> &str {
@@ -129,6 +129,7 @@ impl Session {
         };
         Ok(Ran {
             report,
+            timeout: step.timeout,
             stdout,
             stderr,
         })

@@ -22,9 +22,9 @@ pub struct Tools {
     session: Arc<Session>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunCommand {
+struct RunCommand {
     /// A shell command line, run with `sh -c` (pipes, redirections, `&&` and `cd` work). Give this or `argv`, not both.
     #[serde(default)]
     command: Option<String>,
@@ -36,17 +36,17 @@ pub struct RunCommand {
     timeout: Option<f64>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Language {
+enum Language {
     Python,
     Node,
     Bash,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunCode {
+struct RunCode {
     /// The interpreter: python (python3), node or bash.
     language: Language,
     /// The program's source, run as a script fed on standard input.
@@ -56,16 +56,16 @@ pub struct RunCode {
     timeout: Option<f64>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReadFile {
+struct ReadFile {
     /// The file's path relative to the workspace, e.g. `src/main.py` (no absolute paths, no `..` out of it).
     path: String,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WriteFile {
+struct WriteFile {
     /// The file's path relative to the workspace, e.g. `src/main.py` (no absolute paths, no `..` out of it).
     path: String,
     /// The whole new content of the file (text).
@@ -98,16 +98,13 @@ impl Tools {
             Ok(timeout) => timeout,
             Err(e) => return answer::failed(e),
         };
-        let step = Step {
+        self.command(Step {
             argv,
             stdin: Vec::new(),
             timeout,
             label: "mcp:run_command",
-        };
-        match self.session.run(step).await {
-            Ok(ran) => answer::ran(&ran, timeout),
-            Err(e) => answer::could_not_run(&e),
-        }
+        })
+        .await
     }
 
     #[tool(
@@ -123,16 +120,13 @@ impl Tools {
             Ok(timeout) => timeout,
             Err(e) => return answer::failed(e),
         };
-        let step = Step {
+        self.command(Step {
             argv: interpreter.map(str::to_owned).to_vec(),
             stdin: args.code.into_bytes(),
             timeout,
             label: "mcp:run_code",
-        };
-        match self.session.run(step).await {
-            Ok(ran) => answer::ran(&ran, timeout),
-            Err(e) => answer::could_not_run(&e),
-        }
+        })
+        .await
     }
 
     #[tool(
@@ -210,6 +204,16 @@ impl Tools {
                 "airlock could not ask the session: {}",
                 crate::one_line(&e)
             )),
+        }
+    }
+}
+
+impl Tools {
+    /// A command's step, run and answered.
+    async fn command(&self, step: Step) -> CallToolResult {
+        match self.session.run(step).await {
+            Ok(ran) => answer::ran(&ran),
+            Err(e) => answer::could_not_run(&e),
         }
     }
 }
