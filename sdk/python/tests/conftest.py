@@ -115,7 +115,8 @@ def options(tmp_path: Path, upstream: Upstream, airlock_bin: str) -> Dict[str, A
 def listed_sessions(airlock_bin: str) -> List[Dict[str, Any]]:
     """``airlock session ls --json``."""
     out = subprocess.run([airlock_bin, "session", "ls", "--json"], check=True, capture_output=True)
-    return json.loads(out.stdout)
+    sessions: List[Dict[str, Any]] = json.loads(out.stdout)
+    return sessions
 
 
 def alive(pid: int) -> bool:

@@ -40,10 +40,7 @@ def parse_reply(line: bytes, refused: Type[AirlockError] = AirlockError) -> Dict
     says ``{"ok": false}``. An empty line means the session hung up."""
     if not line:
         raise SessionGoneError("the session closed the connection without answering")
-    try:
-        reply = json.loads(line)
-    except ValueError as e:
-        raise AirlockError(f"the session sent a malformed answer: {line[:200]!r}") from e
+    reply = _json_object(line)
     if not reply.get("ok"):
         raise refused(str(reply.get("error") or "the session refused without a reason"))
     return reply
@@ -94,10 +91,10 @@ class StepCollector:
             self._keep(kind, payload)
             return False
         if kind == EXIT:
-            self.result = self._finish(_json(payload))
+            self.result = self._finish(_json_object(payload))
             return True
         if kind == ERROR:
-            raise StepError(str(_json(payload).get("error") or "airlock failed the step"))
+            raise StepError(str(_json_object(payload).get("error") or "airlock failed the step"))
         raise AirlockError(f"the session sent an unknown frame type {kind:#04x}")
 
     def _keep(self, kind: int, payload: bytes) -> None:
@@ -125,11 +122,11 @@ class StepCollector:
         )
 
 
-def _json(payload: bytes) -> Dict[str, Any]:
+def _json_object(data: bytes) -> Dict[str, Any]:
     try:
-        value = json.loads(payload)
-    except ValueError as e:
-        raise AirlockError(f"the session sent a malformed frame: {payload[:200]!r}") from e
+        value = json.loads(data)
+    except ValueError:
+        value = None
     if not isinstance(value, dict):
-        raise AirlockError(f"the session sent a malformed frame: {payload[:200]!r}")
+        raise AirlockError(f"the session sent a malformed message: {data[:200]!r}")
     return value
