@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from conftest import Upstream, alive, eventually, listed_sessions
 
 import airlock
 from airlock._cli import socket_path
-from conftest import Upstream, alive, eventually, listed_sessions
 
 
 def test_two_steps_run_concurrently(options: Dict[str, Any]) -> None:
@@ -59,7 +59,10 @@ def test_cancelling_a_call_kills_its_step(options: Dict[str, Any]) -> None:
             step.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await step
-            check = 'for i in $(seq 100); do kill -0 $(cat /tmp/pid) 2>/dev/null || { echo gone; exit; }; sleep 0.05; done'
+            check = (
+                "for i in $(seq 100); do "
+                "kill -0 $(cat /tmp/pid) 2>/dev/null || { echo gone; exit; }; sleep 0.05; done"
+            )
             assert (await sb.run(["sh", "-c", check])).stdout == "gone\n"
 
     asyncio.run(main())
@@ -76,7 +79,7 @@ def test_an_exception_in_the_block_still_stops_the_session(options: Dict[str, An
 
     with pytest.raises(RuntimeError, match="agent crashed"):
         asyncio.run(main())
-    assert not Path(socket_path(seen['id'])).exists()
+    assert not Path(socket_path(seen["id"])).exists()
     assert seen["id"] not in [s["id"] for s in listed_sessions(airlock_bin)]
     eventually("the session's server ends", lambda: not alive(seen["server"]))
 

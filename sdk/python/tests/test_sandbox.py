@@ -3,15 +3,16 @@ state, timeouts, teardown and errors."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from conftest import Upstream, alive, eventually, listed_sessions
 
 import airlock
 from airlock._cli import socket_path
-from conftest import Upstream, alive, eventually, listed_sessions
 
 
 def test_an_allowed_request_gets_its_answer(options: Dict[str, Any], upstream: Upstream) -> None:
@@ -22,7 +23,9 @@ def test_an_allowed_request_gets_its_answer(options: Dict[str, Any], upstream: U
         assert not r.timed_out and r.duration > 0
 
 
-def test_a_refused_request_is_reported_with_the_rule_to_add(options: Dict[str, Any], upstream: Upstream) -> None:
+def test_a_refused_request_is_reported_with_the_rule_to_add(
+    options: Dict[str, Any], upstream: Upstream
+) -> None:
     with airlock.Sandbox(**options) as sb:
         r = sb.run(["curl", "-sS", "-w", "\n%{http_code}", f"{upstream.base}/admin/keys"])
         assert r.stdout.endswith("\n403"), r
@@ -53,15 +56,19 @@ def test_run_code_runs_python_node_and_bash(options: Dict[str, Any]) -> None:
 def test_run_takes_stdin_env_cwd_and_reports_failure(options: Dict[str, Any]) -> None:
     with airlock.Sandbox(**options) as sb:
         sb.run(["mkdir", "sub"])
-        r = sb.run(["sh", "-c", 'echo "$GREETING"; pwd; tr a-z A-Z; echo oops >&2; exit 3'],
-                   stdin="shout\n", env={"GREETING": "hi"}, cwd="sub")
+        r = sb.run(
+            ["sh", "-c", 'echo "$GREETING"; pwd; tr a-z A-Z; echo oops >&2; exit 3'],
+            stdin="shout\n",
+            env={"GREETING": "hi"},
+            cwd="sub",
+        )
         assert r.exit_code == 3
         assert r.stdout == f"hi\n{os.path.realpath(options['workspace'])}/sub\nSHOUT\n"
         assert r.stderr == "oops\n"
         # stdin larger than one frame arrives whole.
         big = os.urandom(3 << 20)
         r = sb.run(["sha256sum"], stdin=big)
-        import hashlib
+
         assert r.stdout.split()[0] == hashlib.sha256(big).hexdigest()
 
 
@@ -93,7 +100,9 @@ def test_files_are_written_and_read_through_the_sandbox(options: Dict[str, Any])
                 sb.write_file(outside, b"x")
 
 
-def test_a_symlink_planted_in_the_workspace_does_not_reach_the_host(options: Dict[str, Any], tmp_path: Path) -> None:
+def test_a_symlink_planted_in_the_workspace_does_not_reach_the_host(
+    options: Dict[str, Any], tmp_path: Path
+) -> None:
     secrets = tmp_path / "host-secrets"
     secrets.mkdir()
     secret = secrets / "token"
@@ -117,10 +126,16 @@ def test_state_is_kept_across_calls(options: Dict[str, Any]) -> None:
     with airlock.Sandbox(**options) as sb:
         sb.run(["sh", "-c", "echo kept > /tmp/state"])
         assert sb.run(["cat", "/tmp/state"]).stdout == "kept\n"
-        r = sb.run(["sh", "-c",
-                    "python3 -m http.server 18080 --bind 127.0.0.1 >/tmp/server.log 2>&1 & "
-                    "for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.05; done; "
-                    "echo started"])
+        r = sb.run(
+            [
+                "sh",
+                "-c",
+                "python3 -m http.server 18080 --bind 127.0.0.1 >/tmp/server.log 2>&1 & "
+                "for i in $(seq 100); do "
+                "curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.05; done; "
+                "echo started",
+            ]
+        )
         assert r.stdout == "started\n", r
         r = sb.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:18080/"])
         assert r.stdout == "200", r

@@ -9,7 +9,7 @@ protocol (docs/sessions.md); the sandboxing is airlock's.
 
 from .aio import AsyncSandbox
 from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionStartError, StepError
-from .result import Denial, RunResult
+from .result import Denial, RunResult, SessionDenials
 from .sandbox import Sandbox
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "OutputLimitError",
     "RunResult",
     "Sandbox",
+    "SessionDenials",
     "SessionGoneError",
     "SessionStartError",
     "StepError",

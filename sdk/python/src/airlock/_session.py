@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _cli, _steps
 from .errors import AirlockError
-from .result import Denial, RunResult, denials_from_json
+from .result import RunResult, SessionDenials, denials_from_json
 
 DEFAULT_MAX_OUTPUT = 1 << 20
 """Bytes kept per stream (stdout, stderr) of a step by default."""
@@ -85,9 +85,6 @@ def check_file_step(what: str, path: str, result: RunResult) -> None:
         raise AirlockError(f"{what}({path!r}) failed: {reason}")
 
 
-def session_info(reply: Mapping[str, Any]) -> Dict[str, Any]:
-    return dict(reply.get("session") or {})
-
-
-def session_denials(reply: Mapping[str, Any]) -> List[Denial]:
-    return denials_from_json(reply.get("denials"))
+def session_denials(reply: Mapping[str, Any]) -> SessionDenials:
+    """The answer to a ``denials`` request."""
+    return SessionDenials(denials_from_json(reply.get("denials")), int(reply.get("dropped") or 0))

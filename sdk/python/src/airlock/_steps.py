@@ -92,7 +92,8 @@ def timeout_ms(value: Timeout) -> int:
             parts = _DURATION_PART.findall(text)
             if not parts or "".join(n + u for n, u in parts) != text:
                 raise AirlockError(
-                    f"invalid timeout {value!r}: use seconds (1.5) or a number with a unit (500ms, 30s, 2m, 1h30m)"
+                    f"invalid timeout {value!r}: use seconds (1.5) "
+                    "or a number with a unit (500ms, 30s, 2m, 1h30m)"
                 ) from None
             ms = sum(float(n) * _UNIT_MS[u] for n, u in parts)
     else:

@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
 
 from . import _protocol, _steps
 from ._session import (
@@ -19,9 +19,10 @@ from ._session import (
     SessionBase,
     as_bytes,
     check_file_step,
+    session_denials,
 )
 from .errors import OutputLimitError, SessionGoneError, StepError
-from .result import Denial, RunResult, denials_from_json
+from .result import RunResult, SessionDenials
 
 # Answer lines (a session's denials, say) may be longer than asyncio's
 # default 64 KiB line limit.
@@ -114,7 +115,9 @@ class AsyncSandbox(SessionBase):
         result = await self._step(request, as_bytes(data), DEFAULT_MAX_OUTPUT)
         check_file_step("write_file", path, result)
 
-    async def read_file(self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file") -> bytes:
+    async def read_file(
+        self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file"
+    ) -> bytes:
         """Read a workspace file through the sandbox; see :meth:`airlock.Sandbox.read_file`."""
         request = self._file_request(_steps.read_file_command(path), label)
         try:
@@ -124,9 +127,9 @@ class AsyncSandbox(SessionBase):
         check_file_step("read_file", path, result)
         return result.stdout_bytes
 
-    async def denials(self) -> List[Denial]:
+    async def denials(self) -> SessionDenials:
         """Everything the policy refused in this session so far."""
-        return denials_from_json((await self._ask_at(self._socket_path(), {"op": "denials"})).get("denials"))
+        return session_denials(await self._ask_at(self._socket_path(), {"op": "denials"}))
 
     async def info(self) -> Dict[str, Any]:
         """The session's state: the fields of ``airlock session ls --json``."""

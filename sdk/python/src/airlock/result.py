@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional
 
 
 @dataclass(frozen=True)
 class Denial:
     """One request, connection or name lookup the policy refused.
 
-    ``rule`` is the TOML rule that would allow it (to show the user or to
-    add to the policy); it is ``None`` when an explicit deny rule decided.
+    ``rule`` is the TOML to add to the policy to allow it (to show the
+    user); it is ``None`` when adding a rule would not help (a ``[[deny]]``
+    rule matched, a body failed its constraints) or depends on the protocol
+    (a connection: ``reason`` says what). ``host`` is ``host:port`` for a
+    connection.
     """
 
     kind: str
@@ -19,12 +22,14 @@ class Denial:
     host: str
     reason: str
     decided_by: str
-    """The rule or policy that refused it."""
+    """The rule that refused it, or ``POLICY (default: deny)``."""
     method: Optional[str] = None
     url: Optional[str] = None
     rule: Optional[str] = None
     step: Optional[int] = None
     """The step it is attributed to, when known."""
+    count: int = 1
+    """How many times the same thing was refused in that step."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Denial":
@@ -39,12 +44,22 @@ class Denial:
             url=data.get("url"),
             rule=data.get("rule"),
             step=data.get("step"),
+            count=int(data.get("count") or 1),
         )
 
 
 def denials_from_json(items: Any) -> List[Denial]:
     """The protocol's ``denials`` array (absent → none)."""
     return [Denial.from_json(item) for item in items or []]
+
+
+class SessionDenials(List[Denial]):
+    """Every refusal of a session so far. The session keeps a bounded number
+    of distinct ones; ``dropped`` counts those past it, not listed."""
+
+    def __init__(self, denials: Iterable[Denial] = (), dropped: int = 0) -> None:
+        super().__init__(denials)
+        self.dropped = dropped
 
 
 @dataclass(frozen=True)

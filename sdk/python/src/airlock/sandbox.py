@@ -8,7 +8,7 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type
+from typing import Any, Dict, Mapping, Optional, Sequence, Type
 
 from . import _protocol, _steps
 from ._session import (
@@ -19,9 +19,10 @@ from ._session import (
     SessionBase,
     as_bytes,
     check_file_step,
+    session_denials,
 )
 from .errors import OutputLimitError, SessionGoneError, StepError
-from .result import Denial, RunResult, denials_from_json
+from .result import RunResult, SessionDenials
 
 
 class Sandbox(SessionBase):
@@ -130,7 +131,9 @@ class Sandbox(SessionBase):
         request = self._file_request(_steps.write_file_command(path), label)
         check_file_step("write_file", path, self._step(request, as_bytes(data), DEFAULT_MAX_OUTPUT))
 
-    def read_file(self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file") -> bytes:
+    def read_file(
+        self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file"
+    ) -> bytes:
         """The content of ``path`` (relative to the workspace), read by the
         sandbox with its own view of the filesystem (a symlink pointing out
         of it reaches only what the sandbox may see). Over ``max_size``
@@ -143,9 +146,9 @@ class Sandbox(SessionBase):
         check_file_step("read_file", path, result)
         return result.stdout_bytes
 
-    def denials(self) -> List[Denial]:
+    def denials(self) -> SessionDenials:
         """Everything the policy refused in this session so far."""
-        return denials_from_json(self._ask_at(self._socket_path(), {"op": "denials"}).get("denials"))
+        return session_denials(self._ask_at(self._socket_path(), {"op": "denials"}))
 
     def info(self) -> Dict[str, Any]:
         """The session's state: the fields of ``airlock session ls --json``."""
@@ -156,7 +159,9 @@ class Sandbox(SessionBase):
             conn.sendall(_protocol.request_line(request))
             return _protocol.parse_reply(conn.makefile("rb").readline())
 
-    def _step(self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False) -> RunResult:
+    def _step(
+        self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
+    ) -> RunResult:
         with _connect(self._socket_path(), self.session_id) as conn:
             conn.sendall(_protocol.request_line(request))
             reader = conn.makefile("rb")
