@@ -68,8 +68,10 @@ def test_run_takes_stdin_env_cwd_and_reports_failure(options: Dict[str, Any]) ->
         # stdin larger than one frame arrives whole.
         big = os.urandom(3 << 20)
         r = sb.run(["sha256sum"], stdin=big)
-
         assert r.stdout.split()[0] == hashlib.sha256(big).hexdigest()
+        # What airlock refuses to run is an error, with the session's reason.
+        with pytest.raises(airlock.StepError, match="invalid --env"):
+            sb.run(["true"], env={"A=B": "1"})
 
 
 def test_output_is_capped_and_flagged(options: Dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ Data = Union[bytes, bytearray, memoryview, str]
 
 
 class SessionBase:
+    """The session a sandbox holds; see :class:`~airlock.Sandbox`."""
+
     def __init__(self, airlock_bin: Optional[str], options: Mapping[str, Any]) -> None:
         self._binary = _cli.find_binary(airlock_bin)
         self._options = dict(options)

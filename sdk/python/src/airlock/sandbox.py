@@ -37,7 +37,8 @@ class Sandbox(SessionBase):
     else ``airlock`` on PATH).
 
     Use it as a context manager: the session starts on entry and is stopped
-    on exit, an exception included.
+    on exit, an exception included. Each call is its own control
+    connection, so threads may share one sandbox and run steps at once.
     """
 
     def __init__(self, *, airlock_bin: Optional[str] = None, **options: Any) -> None:
@@ -99,8 +100,10 @@ class Sandbox(SessionBase):
         124; the session lives on). Each of stdout and stderr is kept up to
         ``max_output`` bytes.
 
-        A non-zero exit is a result, not an error; :class:`StepError` means
-        airlock could not run or finish the step.
+        A non-zero exit is a result, not an error (125 with airlock's reason
+        on stderr when it could not start the command, e.g. a missing
+        ``cwd``); :class:`StepError` means the session refused the step or
+        failed it while it ran.
         """
         request = self._run_request(argv, env, cwd, label, timeout)
         return self._step(request, None if stdin is None else as_bytes(stdin), max_output)
