@@ -824,3 +824,100 @@ print("bad", bad["ok"], "error" in bad)
     let out = s.stop();
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
 }
+
+/// A step's caller learns what the policy refused that step and the rule
+/// to add, without reading the record: in `session exec`'s stderr, in the
+/// exit frame's `denials`, and from the `denials` request. A refusal made by
+/// one step is never reported as another's, and a refused URL's query (what
+/// a hostile program may have tried to send) stays out of the report.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_reach_the_step_that_made_them() {
+    let env = Env::new().await;
+    let mut s = env.start(&[]);
+    let base = env.base();
+    let out = s.exec(
+        &["--label", "refused"],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "curl -sS -o /dev/null {base}/echo/ok; curl -sS -o /dev/null '{base}/admin?token=s3cr3t'; \
+                 curl -sS -o /dev/null '{base}/admin?token=again'; curl -sS https://evil.test/ || true"
+            ),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains(&format!(
+            "airlock: refused GET {base}/admin (2 times): no rule allows this path for this host and method"
+        )),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        err.contains(r#"to allow it, add: [[allow]] host = "api.test""#)
+            && err.contains(r#"paths = ["/admin"]"#),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        err.contains(r#"airlock: refused evil.test"#)
+            && err.contains(r#"to allow it, add: [[allow]] host = "evil.test""#),
+        "{}",
+        show(&out)
+    );
+    assert!(!err.contains("s3cr3t"), "{}", show(&out));
+    let clean = s.exec(&[], &["curl", "-sS", "-o", "/dev/null", &format!("{base}/echo/x")]);
+    assert_eq!(clean.status.code(), Some(0), "{}", show(&clean));
+    assert!(
+        !String::from_utf8_lossy(&clean.stderr).contains("refused"),
+        "another step's refusals are not this one's: {}",
+        show(&clean)
+    );
+
+    let client = r#"
+import json, socket, struct, sys
+path, url = sys.argv[1], sys.argv[2]
+
+def ask(request):
+    c = socket.socket(socket.AF_UNIX); c.connect(path)
+    c.sendall((json.dumps(request) + "\n").encode())
+    return c, c.makefile("rb")
+
+c, f = ask({"op": "exec", "argv": ["curl", "-sS", "-o", "/dev/null", "-X", "DELETE", url]})
+step = json.loads(f.readline())["step"]
+c.sendall(bytes([0x01]) + struct.pack(">I", 0))
+while True:
+    head = f.read(5)
+    kind, n = head[0], struct.unpack(">I", head[1:])[0]
+    data = f.read(n)
+    if kind == 0x13:
+        report = json.loads(data)
+        break
+(d,) = report["denials"]
+print(d["kind"], d["method"], d["url"] == url, d["step"] == step, d["count"])
+print(d["rule"].splitlines())
+c, f = ask({"op": "denials"})
+every = json.loads(f.readline())
+print(every["ok"], every["dropped"], sorted((x["kind"], x["step"]) for x in every["denials"]),
+      sorted(x["count"] for x in every["denials"] if x["kind"] == "request"))
+"#;
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let url = format!("{base}/echo/gone");
+    let out = Command::new("python3")
+        .args(["-c", client, &sock, &url])
+        .output()
+        .unwrap();
+    let port = env.upstream.port();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "request DELETE True True 1\n\
+             ['[[allow]]', 'host = \"api.test\"', 'ports = [{port}]', 'methods = [\"DELETE\"]', 'paths = [\"/echo/gone\"]']\n\
+             True 0 [('dns', 1), ('request', 1), ('request', 3)] [1, 2]\n"
+        ),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(s.stop().status.code(), Some(0));
+}

@@ -212,7 +212,7 @@ impl Readings {
                 Ok(Readings {
                     declared: Source::FormBody,
                     json: None,
-                    body_pairs: form::parse_strict(text).map_err(unparseable)?,
+                    body_pairs: form::parse_strict(text).map_err(|e| unparseable(e.to_string()))?,
                     query,
                 })
             }
@@ -282,7 +282,9 @@ impl FieldConstraint {
         if let [only] = occurrences.as_slice()
             && only.source == readings.declared
         {
-            return self.apply(&only.value).map_err(violation);
+            return self
+                .apply(&only.value)
+                .map_err(|failure| violation(failure.to_string()));
         }
         for occurrence in &occurrences {
             if let Err(detail) = self.apply(&occurrence.value) {
@@ -296,7 +298,7 @@ impl FieldConstraint {
         Ok(())
     }
 
-    fn apply(&self, value: &FieldValue<'_>) -> Result<(), String> {
+    fn apply(&self, value: &FieldValue<'_>) -> Result<(), CheckFailure> {
         self.checks.iter().try_for_each(|check| check.apply(value))
     }
 
@@ -307,7 +309,7 @@ impl FieldConstraint {
         &self,
         all: &[Occurrence<'_>],
         failing: &Occurrence<'_>,
-        detail: &str,
+        detail: &CheckFailure,
     ) -> String {
         const LISTED: usize = 4;
         let mut listed: Vec<String> = all
@@ -366,6 +368,17 @@ enum BodyFormat {
     Form,
 }
 
+/// A declared body format the constraints cannot be checked against.
+#[derive(Debug, thiserror::Error)]
+enum UncheckableType {
+    #[error("charset {0:?} is not UTF-8")]
+    Charset(String),
+    #[error("the Content-Type names a charset twice")]
+    TwoCharsets,
+    #[error("Content-Type {0:?} is neither JSON nor application/x-www-form-urlencoded")]
+    Media(String),
+}
+
 impl BodyFormat {
     /// The format every `Content-Type` header declares. None, an unknown
     /// type or a charset other than UTF-8 cannot be checked; two headers,
@@ -377,7 +390,9 @@ impl BodyFormat {
                 "no Content-Type; send application/json or application/x-www-form-urlencoded"
                     .to_owned(),
             )),
-            [one] if !one.contains(',') => BodyFormat::from_content_type(one).map_err(unparseable),
+            [one] if !one.contains(',') => {
+                BodyFormat::from_content_type(one).map_err(|e| unparseable(e.to_string()))
+            }
             several => Err(ambiguous(format!(
                 "{} Content-Type values ({}); servers disagree on which one counts: send exactly one",
                 several.iter().map(|v| v.split(',').count()).sum::<usize>(),
@@ -390,7 +405,7 @@ impl BodyFormat {
         }
     }
 
-    fn from_content_type(content_type: &str) -> Result<BodyFormat, String> {
+    fn from_content_type(content_type: &str) -> Result<BodyFormat, UncheckableType> {
         let mut parts = content_type.split(';');
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
         let mut charsets = 0;
@@ -400,12 +415,12 @@ impl BodyFormat {
                 charsets += 1;
                 let charset = value.trim().trim_matches('"').to_ascii_lowercase();
                 if charset != "utf-8" && charset != "utf8" && charset != "us-ascii" {
-                    return Err(format!("charset {charset:?} is not UTF-8"));
+                    return Err(UncheckableType::Charset(charset));
                 }
             }
         }
         if charsets > 1 {
-            return Err("the Content-Type names a charset twice".to_owned());
+            return Err(UncheckableType::TwoCharsets);
         }
         if media == "application/json"
             || (media.starts_with("application/") && media.ends_with("+json"))
@@ -414,9 +429,7 @@ impl BodyFormat {
         } else if media == "application/x-www-form-urlencoded" {
             Ok(BodyFormat::Form)
         } else {
-            Err(format!(
-                "Content-Type {media:?} is neither JSON nor application/x-www-form-urlencoded"
-            ))
+            Err(UncheckableType::Media(media))
         }
     }
 }
@@ -489,40 +502,64 @@ impl FieldValue<'_> {
     }
 }
 
+/// Why a value fails one check: the detail of a
+/// [`DenyReason::BodyConstraint`], after the field's name.
+#[derive(Debug, thiserror::Error)]
+enum CheckFailure {
+    #[error("= {0} is not a number")]
+    NotANumber(String),
+    #[error("= {shown} exceeds max {limit}")]
+    AboveMax { shown: String, limit: String },
+    #[error("= {shown} is below min {limit}")]
+    BelowMin { shown: String, limit: String },
+    #[error("has a non-numeric limit")]
+    NonNumericLimit,
+    #[error("= {shown} is not one of [{}]", .options.join(", "))]
+    NotOneOf { shown: String, options: Vec<String> },
+    #[error("= {shown} does not equal {expected}")]
+    NotEqual { shown: String, expected: String },
+    #[error("is longer than {0} characters")]
+    TooLong(u64),
+    #[error("= {0} is not a string")]
+    NotAString(String),
+}
+
 impl Check {
-    fn apply(&self, value: &FieldValue<'_>) -> Result<(), String> {
+    fn apply(&self, value: &FieldValue<'_>) -> Result<(), CheckFailure> {
         let shown = quote(value);
         match self {
             Check::Max(Literal::Num(max, text)) | Check::Min(Literal::Num(max, text)) => {
                 let Some(number) = value.as_number() else {
-                    return Err(format!("= {shown} is not a number"));
+                    return Err(CheckFailure::NotANumber(shown));
                 };
+                let limit = text.clone();
                 match self {
-                    Check::Max(_) if number > *max => Err(format!("= {shown} exceeds max {text}")),
-                    Check::Min(_) if number < *max => Err(format!("= {shown} is below min {text}")),
+                    Check::Max(_) if number > *max => Err(CheckFailure::AboveMax { shown, limit }),
+                    Check::Min(_) if number < *max => Err(CheckFailure::BelowMin { shown, limit }),
                     _ => Ok(()),
                 }
             }
-            Check::Max(_) | Check::Min(_) => Err("has a non-numeric limit".to_owned()),
+            Check::Max(_) | Check::Min(_) => Err(CheckFailure::NonNumericLimit),
             Check::OneOf(options) => {
                 if options.iter().any(|o| value.equals(o)) {
                     Ok(())
                 } else {
-                    let list: Vec<String> = options.iter().map(ToString::to_string).collect();
-                    Err(format!("= {shown} is not one of [{}]", list.join(", ")))
+                    let options = options.iter().map(ToString::to_string).collect();
+                    Err(CheckFailure::NotOneOf { shown, options })
                 }
             }
             Check::Equals(expected) => {
                 if value.equals(expected) {
                     Ok(())
                 } else {
-                    Err(format!("= {shown} does not equal {expected}"))
+                    let expected = expected.to_string();
+                    Err(CheckFailure::NotEqual { shown, expected })
                 }
             }
             Check::MaxLength(max) => match value.as_str() {
                 Some(s) if s.chars().count() as u64 <= *max => Ok(()),
-                Some(_) => Err(format!("is longer than {max} characters")),
-                None => Err(format!("= {shown} is not a string")),
+                Some(_) => Err(CheckFailure::TooLong(*max)),
+                None => Err(CheckFailure::NotAString(shown)),
             },
         }
     }

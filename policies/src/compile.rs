@@ -439,8 +439,8 @@ fn credential(
             format!("{header:?} is not a valid header name; write it like \"Authorization\""),
         ));
     }
-    let value =
-        SecretTemplate::parse(raw.value.get_ref()).map_err(|e| map.error(raw.value.span(), e))?;
+    let value = SecretTemplate::parse(raw.value.get_ref())
+        .map_err(|e| map.error(raw.value.span(), e.to_string()))?;
     let bad_literal = value.parts.iter().any(
         |p| matches!(p, TemplatePart::Literal(s) if s.chars().any(|c| c.is_control() && c != '\t')),
     );

@@ -41,38 +41,54 @@ pub enum TemplatePart {
     File(String),
 }
 
+/// Why a header value's `${...}` references were refused; Display names the
+/// fix and is shown to the policy's author.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// More reference kinds may come; a new refusal must not break callers.
+#[non_exhaustive]
+pub enum SecretTemplateError {
+    #[error("unterminated \"${{\"; references look like ${{env:NAME}} or ${{file:/path}}")]
+    Unterminated,
+    #[error(
+        "invalid environment variable name {name:?} in ${{env:..}}; use letters, digits and '_'"
+    )]
+    InvalidEnvName { name: String },
+    #[error("${{file:{path}}} needs an absolute path, like ${{file:/run/secrets/token}}")]
+    RelativeFile { path: String },
+    #[error("unknown reference ${{{reference}}}; use ${{env:NAME}} or ${{file:/path}}")]
+    UnknownReference { reference: String },
+}
+
 impl SecretTemplate {
     /// Parses "Bearer ${env:TOKEN}". `$` not followed by `{` is literal.
-    pub fn parse(text: &str) -> Result<SecretTemplate, String> {
+    pub fn parse(text: &str) -> Result<SecretTemplate, SecretTemplateError> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
         while let Some(start) = rest.find("${") {
             literal.push_str(&rest[..start]);
             let after = &rest[start + 2..];
-            let end = after.find('}').ok_or_else(|| {
-                "unterminated \"${\"; references look like ${env:NAME} or ${file:/path}".to_owned()
-            })?;
+            let end = after.find('}').ok_or(SecretTemplateError::Unterminated)?;
             let reference = &after[..end];
             let part = match reference.split_once(':') {
                 Some(("env", name)) if valid_env_name(name) => TemplatePart::Env(name.to_owned()),
                 Some(("env", name)) => {
-                    return Err(format!(
-                        "invalid environment variable name {name:?} in ${{env:..}}; use letters, digits and '_'"
-                    ));
+                    return Err(SecretTemplateError::InvalidEnvName {
+                        name: name.to_owned(),
+                    });
                 }
                 Some(("file", path)) if path.starts_with('/') => {
                     TemplatePart::File(path.to_owned())
                 }
                 Some(("file", path)) => {
-                    return Err(format!(
-                        "${{file:{path}}} needs an absolute path, like ${{file:/run/secrets/token}}"
-                    ));
+                    return Err(SecretTemplateError::RelativeFile {
+                        path: path.to_owned(),
+                    });
                 }
                 _ => {
-                    return Err(format!(
-                        "unknown reference ${{{reference}}}; use ${{env:NAME}} or ${{file:/path}}"
-                    ));
+                    return Err(SecretTemplateError::UnknownReference {
+                        reference: reference.to_owned(),
+                    });
                 }
             };
             if !literal.is_empty() {

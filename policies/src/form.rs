@@ -10,6 +10,19 @@
 
 use std::convert::Infallible;
 
+/// Why a form body was refused by [`parse_strict`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FormError {
+    #[error("raw ';' in a form body is a separator to some servers")]
+    RawSemicolon,
+    #[error("duplicate form key {key:?}")]
+    DuplicateKey { key: String },
+    #[error("invalid percent-encoding in form body")]
+    InvalidPercentEncoding,
+    #[error("form field is not UTF-8 after decoding")]
+    NotUtf8,
+}
+
 /// One decoded `key=value` pair, in the order sent.
 pub(crate) type Pair = (String, String);
 
@@ -17,11 +30,11 @@ pub(crate) type Pair = (String, String);
 /// after decoding, a raw `;` (a pair separator to Python before 3.9.2 and
 /// Go before 1.17) and a key repeated byte for byte (servers keep the first,
 /// the last, or all) are refused with the reason; `a[]` may repeat.
-pub(crate) fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
+pub(crate) fn parse_strict(text: &str) -> Result<Vec<Pair>, FormError> {
     let mut pairs: Vec<Pair> = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
         if pair.contains(';') {
-            return Err("raw ';' in a form body is a separator to some servers".to_owned());
+            return Err(FormError::RawSemicolon);
         }
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let key = decode_strict(key)?;
@@ -29,7 +42,7 @@ pub(crate) fn parse_strict(text: &str) -> Result<Vec<Pair>, String> {
         // `a[]` is the list spelling of PHP, Rails and qs: repeating it
         // appends, it does not overwrite (each value is still checked).
         if !key.ends_with("[]") && pairs.iter().any(|(k, _)| *k == key) {
-            return Err(format!("duplicate form key {key:?}"));
+            return Err(FormError::DuplicateKey { key });
         }
         pairs.push((key, value));
     }
@@ -49,11 +62,9 @@ pub(crate) fn parse_lenient(text: &str) -> Vec<Pair> {
         .collect()
 }
 
-fn decode_strict(text: &str) -> Result<String, String> {
-    let bytes = decode(text, || {
-        Err("invalid percent-encoding in form body".to_owned())
-    })?;
-    String::from_utf8(bytes).map_err(|_| "form field is not UTF-8 after decoding".to_owned())
+fn decode_strict(text: &str) -> Result<String, FormError> {
+    let bytes = decode(text, || Err(FormError::InvalidPercentEncoding))?;
+    String::from_utf8(bytes).map_err(|_| FormError::NotUtf8)
 }
 
 fn decode_lenient(text: &str) -> String {

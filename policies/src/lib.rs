@@ -54,7 +54,7 @@ mod upgrade;
 #[cfg(test)]
 mod tests;
 
-pub use credential::{Credential, SecretTemplate, TemplatePart};
+pub use credential::{Credential, SecretTemplate, SecretTemplateError, TemplatePart};
 pub use decision::{
     Allowance, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
     RequestInfo, Scheme,

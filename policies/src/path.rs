@@ -48,7 +48,7 @@ pub(crate) fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPat
             "the path starts with '//', which URL parsers read as '//host/path'".to_owned(),
         ));
     }
-    let exact = normalize_pattern_text(path).map_err(AmbiguousPath)?;
+    let exact = normalize_pattern_text(path).map_err(|e| AmbiguousPath(e.to_string()))?;
     if exact
         .split('/')
         .any(|segment| String::from_utf8(percent_decode(segment)).is_err())
@@ -75,11 +75,40 @@ pub(crate) fn normalize(path_and_query: &str) -> Result<NormalPath, AmbiguousPat
     })
 }
 
+/// Why [`normalize_pattern_text`] refused a path; Display is the problem
+/// alone, which callers wrap ("ambiguous request path: ...", "invalid path
+/// pattern: ...").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PathError {
+    #[error("path {path:?} does not start with '/'")]
+    NotAbsolute { path: String },
+    #[error("invalid percent-encoding at byte {at}")]
+    InvalidPercentEncoding { at: usize },
+    #[error(
+        "encoded {:?} (%{byte:02X}) is read as a separator by some servers",
+        char::from(*.byte)
+    )]
+    EncodedSeparator { byte: u8 },
+    #[error("encoded control character %{byte:02X}")]
+    EncodedControl { byte: u8 },
+    #[error("double percent-encoding (%25XX) is decoded twice by some servers")]
+    DoubleEncoding,
+    #[error("backslash is read as '/' by some servers")]
+    Backslash,
+    #[error("control character 0x{byte:02X}")]
+    ControlCharacter { byte: u8 },
+    #[error("'#' is not allowed in a request path")]
+    Fragment,
+    #[error("dot segment {segment:?}; servers resolve it differently")]
+    DotSegment { segment: String },
+}
+
 /// The shared normalisation for request paths and rule path patterns.
-/// Returns the problem as a message on refusal.
-pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, String> {
+pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, PathError> {
     if !path.starts_with('/') {
-        return Err(format!("path {path:?} does not start with '/'"));
+        return Err(PathError::NotAbsolute {
+            path: path.to_owned(),
+        });
     }
     let mut decoded = String::with_capacity(path.len());
     let bytes = path.as_bytes();
@@ -89,22 +118,16 @@ pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, String> {
         match b {
             b'%' => {
                 let byte = hex_pair(bytes.get(i + 1..i + 3))
-                    .ok_or_else(|| format!("invalid percent-encoding at byte {i}"))?;
+                    .ok_or(PathError::InvalidPercentEncoding { at: i })?;
                 match byte {
                     b'/' | b'\\' => {
-                        return Err(format!(
-                            "encoded {:?} (%{byte:02X}) is read as a separator by some servers",
-                            byte as char
-                        ));
+                        return Err(PathError::EncodedSeparator { byte });
                     }
                     0x00..=0x1f | 0x7f => {
-                        return Err(format!("encoded control character %{byte:02X}"));
+                        return Err(PathError::EncodedControl { byte });
                     }
                     b'%' if hex_pair(bytes.get(i + 3..i + 5)).is_some() => {
-                        return Err(
-                            "double percent-encoding (%25XX) is decoded twice by some servers"
-                                .to_owned(),
-                        );
+                        return Err(PathError::DoubleEncoding);
                     }
                     _ if is_unreserved(byte) => decoded.push(byte as char),
                     _ => decoded.push_str(&format!("%{byte:02X}")),
@@ -112,11 +135,11 @@ pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, String> {
                 i += 3;
                 continue;
             }
-            b'\\' => return Err("backslash is read as '/' by some servers".to_owned()),
+            b'\\' => return Err(PathError::Backslash),
             0x00..=0x1f | 0x7f => {
-                return Err(format!("control character 0x{b:02X}"));
+                return Err(PathError::ControlCharacter { byte: b });
             }
-            b'#' => return Err("'#' is not allowed in a request path".to_owned()),
+            b'#' => return Err(PathError::Fragment),
             0x80..=0xff => {
                 // Raw non-ASCII (a rule written as "/café", or a client that
                 // sends UTF-8 unencoded) is percent-encoded byte by byte, so
@@ -139,9 +162,9 @@ pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, String> {
         }
         let without_params = segment.split(';').next().unwrap_or(segment);
         if matches!(without_params, "." | "..") {
-            return Err(format!(
-                "dot segment {segment:?}; servers resolve it differently"
-            ));
+            return Err(PathError::DotSegment {
+                segment: (*segment).to_owned(),
+            });
         }
         out.push('/');
         out.push_str(segment);

@@ -240,6 +240,11 @@ pub enum Event {
         credentials: Vec<String>,
         /// The status Airlock answered with itself (refusals); None when forwarded.
         refused_status: Option<u16>,
+        /// For a refusal that a new rule would lift: that rule, as the 403
+        /// shows it (TOML). None when forwarded, or when adding a rule would
+        /// not help (a `[[deny]]` rule matched, a body constraint failed).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule_to_add: Option<String>,
     },
     Response {
         ts: TimestampUs,

@@ -358,6 +358,7 @@ mod tests {
             reason: None,
             credentials: Vec::new(),
             refused_status: None,
+            rule_to_add: None,
         }
     }
 

@@ -66,6 +66,30 @@ impl Refusal {
         }
     }
 
+    /// The rule that would let this through, when adding one would: not
+    /// when a `[[deny]]` rule matched, a body failed its constraints, the
+    /// body or path was ambiguous, or airlock itself refused it.
+    pub(crate) fn rule_to_add<'s>(&self, suggestion: Option<&'s str>) -> Option<&'s str> {
+        match self {
+            Refusal::Policy(Denial {
+                reason: DenyReason::DeniedByRule,
+                rule: Some(rule),
+            }) if rule.kind == RuleKind::Deny => None,
+            Refusal::Policy(Denial {
+                reason:
+                    DenyReason::BodyConstraint { .. }
+                    | DenyReason::BodyMissing
+                    | DenyReason::BodyTooLarge
+                    | DenyReason::BodyUnparseable { .. }
+                    | DenyReason::AmbiguousBody { .. }
+                    | DenyReason::AmbiguousPath { .. },
+                ..
+            }) => None,
+            Refusal::Policy(_) => suggestion,
+            _ => None,
+        }
+    }
+
     /// What a user would change to get this through.
     fn advice(&self, policy: &Policy, suggestion: Option<&str>) -> String {
         let policy_name = policy.source_name();
@@ -103,7 +127,7 @@ impl Refusal {
             }) => "Servers may read this path differently from the policy, so it is refused.\n\
                    Send the path in its plain form (no dot segments, encoded slashes or backslashes)."
                 .into(),
-            Refusal::Policy(_) => match (suggestion, builtin) {
+            Refusal::Policy(_) => match (self.rule_to_add(suggestion), builtin) {
                 (Some(rule), false) => {
                     format!("To allow it, add this rule to {policy_name}:\n\n{rule}")
                 }

@@ -13,7 +13,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
 use crate::observation::ExecSeq;
-use crate::observer::SharedState;
+use crate::observer::{Published, SharedState};
+use crate::step::StepId;
 use crate::procfs;
 use crate::sys;
 
@@ -107,6 +108,16 @@ impl Attributor {
     /// sees as the connection's peer, or a DNS query's source). None when the
     /// socket is already closed or belongs to no observed exec.
     pub fn exec_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<ExecSeq> {
+        self.published_for_peer(peer, udp).map(|p| p.exec)
+    }
+
+    /// The live-session step whose process owns the sandbox socket at
+    /// `peer`. None outside a step, or when the socket is already closed.
+    pub fn step_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<StepId> {
+        self.published_for_peer(peer, udp).and_then(|p| p.step)
+    }
+
+    fn published_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<Published> {
         let local = canonical(peer);
         let mut queue = procfs::children(self.init);
         let mut seen = 0;
@@ -116,21 +127,21 @@ impl Attributor {
                 return None;
             }
             if holds_socket(pid, local, udp) {
-                return self.exec_of(pid);
+                return self.published_of(pid);
             }
             queue.extend(procfs::children(pid));
         }
         None
     }
 
-    /// The current exec of `pid`, or of its nearest observed ancestor.
-    fn exec_of(&self, mut pid: Pid) -> Option<ExecSeq> {
+    /// What is known of `pid`, or of its nearest observed ancestor.
+    fn published_of(&self, mut pid: Pid) -> Option<Published> {
         for _ in 0..64 {
             if pid.as_raw() <= 1 || pid == self.init {
                 return None;
             }
-            if let Some(e) = self.shared.lock().ok()?.procs.get(&pid) {
-                return Some(*e);
+            if let Some(p) = self.shared.lock().ok()?.procs.get(&pid) {
+                return Some(*p);
             }
             pid = procfs::status(pid)?.ppid;
         }

@@ -32,11 +32,22 @@ pub(crate) struct Spawned {
 }
 
 impl Spawned {
+    /// Which exec (and live-session step) owns a sandbox socket; None
+    /// without an observer (`--no-audit`).
+    pub(crate) fn attributor(&self) -> Option<airlock_shim::Attributor> {
+        self.sandbox.attributor()
+    }
+
+    pub(crate) fn policy(&self) -> &airlock_policy::Policy {
+        &self.proxy.policy
+    }
+
     /// Steps 4 and 8 (proxy, terminal): the proxy serves the sandbox's
     /// sockets from the host's namespace, decisions go to the record (each
     /// connection attributed to the exec that made it) and to the caller as
-    /// notices; the pty relay starts before the command is released.
-    pub(crate) fn wire(self) -> anyhow::Result<Wired> {
+    /// notices, and to `listener` when given (a live session's refusals);
+    /// the pty relay starts before the command is released.
+    pub(crate) fn wire(self, listener: Option<Arc<dyn EventSink>>) -> anyhow::Result<Wired> {
         let Spawned {
             env,
             proxy: plan,
@@ -50,12 +61,16 @@ impl Spawned {
             Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
         });
         let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&plan.policy));
-        let events: Arc<dyn EventSink> = match &recorder {
-            Some(r) => Arc::new(Tee(vec![
-                AuditSink::attributed(r.clone(), attribute),
-                notices,
-            ])),
-            None => notices,
+        let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+        if let Some(r) = &recorder {
+            // First: a failing record refuses the traffic (fail closed).
+            sinks.push(AuditSink::attributed(r.clone(), attribute));
+        }
+        sinks.push(notices);
+        sinks.extend(listener);
+        let events: Arc<dyn EventSink> = match sinks.len() {
+            1 => sinks.remove(0),
+            _ => Arc::new(Tee(sinks)),
         };
         let credentials = plan.credentials.clone();
         let proxy = plan.into_proxy(events)?;

@@ -10,7 +10,9 @@ use anyhow::{Context, bail};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
+use super::protocol::{
+    self, Denial, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize,
+};
 use super::registry::Registry;
 use crate::EXIT_RUN_FAILED;
 use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
@@ -298,6 +300,9 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
     drop(raw);
     let report = ended?;
+    for denial in &report.denials {
+        crate::terminal::eprint_line(&refusal_notice(denial));
+    }
     if let Some(reason) = &report.reason {
         eprintln!("{reason}");
     }
@@ -310,6 +315,29 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(report.exit_code).unwrap_or(EXIT_RUN_FAILED),
     ))
+}
+
+/// One line on what the step was refused and how to allow it, as `airlock
+/// run` prints them live. Names and URLs are the sandboxed program's text.
+fn refusal_notice(denial: &Denial) -> String {
+    use airlock_auditor::escape::text;
+    let what = match (&denial.method, &denial.url) {
+        (Some(method), Some(url)) => format!("{} {}", text(method), text(url)),
+        _ => text(&denial.host).into_owned(),
+    };
+    let times = match denial.count {
+        1 => String::new(),
+        n => format!(" ({n} times)"),
+    };
+    let advice = match &denial.rule {
+        Some(rule) => format!("; to allow it, add: {}", text(&rule.trim_end().replace('\n', " "))),
+        None => String::new(),
+    };
+    format!(
+        "airlock: refused {what}{times}: {} (decided by {}){advice}",
+        text(&denial.reason),
+        text(&denial.decided_by)
+    )
 }
 
 /// Copy airlock's stdin to the step, then say it ended.

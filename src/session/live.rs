@@ -1,21 +1,23 @@
 //! A session that takes steps: what every step handler shares (the shim's
-//! step control, the record, the session's environment) and the counts
-//! `ls` and the idle timeout read.
+//! step control, the record, the session's environment, its refusals), the
+//! counts `ls` and the idle timeout read, and where the sandbox's word on
+//! each running step is delivered.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use airlock_auditor::{AuditEvent, SessionRecorder, StepNo};
 use airlock_proxy::ResolvedCredential;
-use airlock_shim::{StepControl, StepEvent, StepId};
+use airlock_shim::{ExitKind, StepControl, StepEvent, StepId};
 use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
 
+use super::denials::DenialLog;
 use super::protocol::{ExecRequest, ExitReport};
-use super::steps::{StepEnd, Waiting};
 
 /// A session that takes steps.
 pub struct Live {
@@ -28,6 +30,8 @@ pub struct Live {
     pub(super) counts: Mutex<Counts>,
     pub(super) stopping: AtomicBool,
     pub(super) activity: Notify,
+    /// What the policy refused, for each step's report and `denials`.
+    pub denials: Arc<DenialLog>,
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
@@ -53,6 +57,7 @@ impl Live {
         env: Vec<(OsString, OsString)>,
         credentials: Vec<ResolvedCredential>,
         init: i32,
+        denials: Arc<DenialLog>,
     ) -> Live {
         Live {
             control,
@@ -69,6 +74,7 @@ impl Live {
             }),
             stopping: AtomicBool::new(false),
             activity: Notify::new(),
+            denials,
         }
     }
 
@@ -167,6 +173,54 @@ impl Live {
             StepEvent::Terminal { step, master } => waiting.terminal(step, master),
             StepEvent::Exited { step, status } => waiting.ended(step, StepEnd::Exited(status)),
             StepEvent::Failed { step, message } => waiting.ended(step, StepEnd::Failed(message)),
+        }
+    }
+}
+
+/// How a step's command ended, as the session learns it.
+#[derive(Debug)]
+pub enum StepEnd {
+    Exited(ExitKind),
+    /// It could not be started; the text says why.
+    Failed(String),
+    /// The session ended first (stopped, timed out, or its store failed).
+    SessionEnded(String),
+}
+
+/// Where the sandbox's word on a running step goes.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    terminal: HashMap<StepId, oneshot::Sender<OwnedFd>>,
+    end: HashMap<StepId, oneshot::Sender<StepEnd>>,
+}
+
+impl Waiting {
+    pub fn insert_end(&mut self, step: StepId, tx: oneshot::Sender<StepEnd>) {
+        self.end.insert(step, tx);
+    }
+
+    pub fn insert_terminal(&mut self, step: StepId, tx: oneshot::Sender<OwnedFd>) {
+        self.terminal.insert(step, tx);
+    }
+
+    pub fn terminal(&mut self, step: StepId, master: OwnedFd) {
+        if let Some(tx) = self.terminal.remove(&step) {
+            let _ = tx.send(master);
+        }
+    }
+
+    pub fn ended(&mut self, step: StepId, end: StepEnd) {
+        self.terminal.remove(&step);
+        if let Some(tx) = self.end.remove(&step) {
+            let _ = tx.send(end);
+        }
+    }
+
+    /// The session is over: every step still waiting hears why.
+    pub fn session_ended(&mut self, why: &str) {
+        self.terminal.clear();
+        for (_, tx) in self.end.drain() {
+            let _ = tx.send(StepEnd::SessionEnded(why.to_owned()));
         }
     }
 }

@@ -7,10 +7,12 @@
 //! - `server`: the detached process that keeps one session (`start` forks it);
 //! - `live`: what every step of a live session shares;
 //! - `steps`: one step inside a live session, from request to exit report;
+//! - `denials`: what the policy refused, attributed to steps, for their callers;
 //! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
 //! - `io`: non-blocking pipe and pty ends on the runtime.
 
 pub mod client;
+mod denials;
 mod io;
 mod live;
 mod protocol;

@@ -22,6 +22,8 @@ pub enum Request {
     Exec(ExecRequest),
     Info,
     Stop,
+    /// Every refusal so far in the session.
+    Denials,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,6 +90,12 @@ pub struct Reply {
     pub step: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionInfo>,
+    /// The answer to `denials`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Vec<Denial>>,
+    /// With `denials`: refusals past the number kept, counted only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<u64>,
 }
 
 impl Reply {
@@ -97,6 +105,8 @@ impl Reply {
             error: None,
             step: None,
             session: None,
+            denials: None,
+            dropped: None,
         }
     }
 
@@ -125,6 +135,44 @@ pub struct ExitReport {
     /// Why airlock ended it, when it did (e.g. the session stopped).
     #[serde(default)]
     pub reason: Option<String>,
+    /// What the policy refused this step's processes while it ran.
+    #[serde(default)]
+    pub denials: Vec<Denial>,
+}
+
+/// One refusal, as a step's caller learns of it: what was refused, why,
+/// and the rule that would allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    pub kind: DenialKind,
+    /// For a request.
+    pub method: Option<String>,
+    /// For a request: its URL without the query.
+    pub url: Option<String>,
+    /// The host (a request's or a name's), or `host:port` for a connection.
+    pub host: String,
+    pub reason: String,
+    /// The rule that decided, or "POLICY (default: deny)".
+    pub decided_by: String,
+    /// The TOML to add to the policy to allow it; None when a rule would
+    /// not help (a `[[deny]]` rule matched, a body constraint failed) or
+    /// depends on the protocol (a connection: the reason says what).
+    pub rule: Option<String>,
+    /// The step whose process it came from, when known.
+    pub step: Option<u64>,
+    /// How many times the same thing was refused (in the same step).
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenialKind {
+    /// An HTTP request.
+    Request,
+    /// A DNS name that may not resolve.
+    Dns,
+    /// A connection refused before any request (a port or protocol no rule allows).
+    Connection,
 }
 
 /// Frame types. Client to server: 0x00..0x0f; server to client: 0x10..

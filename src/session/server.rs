@@ -16,6 +16,7 @@ use anyhow::Context;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::denials::DenialLog;
 use super::live::Live;
 use super::protocol::{self, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
@@ -140,7 +141,9 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     }
 
     let plan = Plan::new(&args.sandbox, Purpose::Session)?;
-    let wired = plan.spawn()?.wire()?;
+    let spawned = plan.spawn()?;
+    let denials = DenialLog::new(spawned.policy().source_name(), spawned.attributor());
+    let wired = spawned.wire(Some(denials.clone()))?;
     let Wired {
         mut sandbox,
         recorder,
@@ -159,6 +162,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         env,
         credentials,
         sandbox.pid(),
+        denials,
     ));
     let (ended_tx, ended_rx) = oneshot::channel::<Result<Outcome, airlock_shim::ShimError>>();
     let events = live.clone();
@@ -350,6 +354,15 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>) {
                     ..Reply::ok()
                 },
                 Err(_) => Reply::error("the session ended before it could confirm the stop"),
+            };
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
+        (Request::Denials, Some(live)) => {
+            let all = live.denials.all();
+            let reply = Reply {
+                denials: Some(all.denials),
+                dropped: Some(all.dropped),
+                ..Reply::ok()
             };
             let _ = protocol::write_line(&mut stream, &reply).await;
         }

@@ -4,7 +4,6 @@
 //! the background keeps its output pipes, which are read (and recorded)
 //! until it ends, so that it never blocks or dies of SIGPIPE.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -19,60 +18,12 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::io::{Reader, Writer};
-use super::live::{Live, NewStep};
+use super::live::{Live, NewStep, StepEnd};
 use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
 const EXIT_TIMED_OUT: i32 = 124;
-
-/// How a step's command ended, as the session learns it.
-#[derive(Debug)]
-pub enum StepEnd {
-    Exited(ExitKind),
-    /// It could not be started; the text says why.
-    Failed(String),
-    /// The session ended first (stopped, timed out, or its store failed).
-    SessionEnded(String),
-}
-
-/// Where the sandbox's word on a running step goes.
-#[derive(Debug, Default)]
-pub struct Waiting {
-    terminal: HashMap<StepId, oneshot::Sender<OwnedFd>>,
-    end: HashMap<StepId, oneshot::Sender<StepEnd>>,
-}
-
-impl Waiting {
-    pub fn insert_end(&mut self, step: StepId, tx: oneshot::Sender<StepEnd>) {
-        self.end.insert(step, tx);
-    }
-
-    pub fn insert_terminal(&mut self, step: StepId, tx: oneshot::Sender<OwnedFd>) {
-        self.terminal.insert(step, tx);
-    }
-
-    pub fn terminal(&mut self, step: StepId, master: OwnedFd) {
-        if let Some(tx) = self.terminal.remove(&step) {
-            let _ = tx.send(master);
-        }
-    }
-
-    pub fn ended(&mut self, step: StepId, end: StepEnd) {
-        self.terminal.remove(&step);
-        if let Some(tx) = self.end.remove(&step) {
-            let _ = tx.send(end);
-        }
-    }
-
-    /// The session is over: every step still waiting hears why.
-    pub fn session_ended(&mut self, why: &str) {
-        self.terminal.clear();
-        for (_, tx) in self.end.drain() {
-            let _ = tx.send(StepEnd::SessionEnded(why.to_owned()));
-        }
-    }
-}
 
 /// Serve one `exec` request on its connection, to the end.
 pub async fn serve(
@@ -127,19 +78,8 @@ impl Started {
             cols: t.cols.max(1),
             rows: t.rows.max(1),
         });
-        let NewStep {
-            step,
-            end,
-            terminal: master_rx,
-        } = live.begin_step(request, terminal.is_some())?;
-        let shim_request = StepRequest {
-            step,
-            argv: request.argv.iter().map(OsString::from).collect(),
-            env,
-            cwd,
-            terminal,
-        };
-        let begun = Instant::now();
+        // Everything that can fail on this side fails before the step is
+        // counted and recorded.
         let (stdio, stdin, outputs) = match terminal {
             Some(_) => (StepStdio::Terminal, None, Vec::new()),
             None => {
@@ -156,21 +96,35 @@ impl Started {
                 )
             }
         };
+        let NewStep {
+            step,
+            end,
+            terminal: master_rx,
+        } = live.begin_step(request, terminal.is_some())?;
+        let shim_request = StepRequest {
+            step,
+            argv: request.argv.iter().map(OsString::from).collect(),
+            env,
+            cwd,
+            terminal,
+        };
+        let begun = Instant::now();
         if let Err(e) = live.control.exec(&shim_request, stdio) {
             live.waiting().ended(step, StepEnd::Failed(e.to_string()));
             live.end_step(step, &failed_report(begun, &e.to_string()));
             bail!("starting the command in the session: {e}");
         }
         let terminal = match master_rx {
-            Some(rx) => {
-                let master = tokio::select! {
-                    master = rx => master.ok(),
-                    // An end without a terminal (it could not be made).
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(20)) => None,
-                };
-                let master = master.context("the sandbox did not hand over the step's terminal")?;
-                Some(Arc::new(Terminal::new(master)?))
-            }
+            Some(rx) => match terminal_of(rx).await {
+                Ok(terminal) => Some(terminal),
+                Err(e) => {
+                    // The step may be running: end it, and count it ended.
+                    let _ = live.control.kill(step);
+                    live.waiting().ended(step, StepEnd::Failed(e.to_string()));
+                    live.end_step(step, &failed_report(begun, &e.to_string()));
+                    return Err(e);
+                }
+            },
             None => None,
         };
         Ok(Started {
@@ -264,13 +218,14 @@ impl Started {
         for pump in drained {
             let _ = pump.await;
         }
-        let report = match outcome {
+        let mut report = match outcome {
             Ok(StepEnd::Exited(status)) => exit_report(begun, status, timed_out, reason),
             Ok(StepEnd::Failed(why)) => failed_report(begun, &why),
             // The command did not end its own way: airlock ended it.
             Ok(StepEnd::SessionEnded(why)) => failed_report(begun, &why),
             Err(_) => failed_report(begun, "the session lost track of the step"),
         };
+        report.denials = live.denials.of_step(step, begun);
         live.end_step(step, &report);
         let frame = match report.exit_code {
             125 if report.status.is_none() && report.signal.is_none() => (
@@ -307,6 +262,7 @@ fn exit_report(
         timed_out,
         duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
         reason,
+        denials: Vec::new(),
     }
 }
 
@@ -318,7 +274,19 @@ fn failed_report(begun: Instant, why: &str) -> ExitReport {
         timed_out: false,
         duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
         reason: Some(why.to_owned()),
+        denials: Vec::new(),
     }
+}
+
+/// The step's pty master, as the sandbox hands it over.
+async fn terminal_of(rx: oneshot::Receiver<OwnedFd>) -> anyhow::Result<Arc<Terminal>> {
+    let master = tokio::select! {
+        master = rx => master.ok(),
+        // The sandbox could not make one (the step then fails on its own).
+        _ = tokio::time::sleep(std::time::Duration::from_secs(20)) => None,
+    };
+    let master = master.context("the sandbox did not hand over the step's terminal")?;
+    Ok(Arc::new(Terminal::new(master)?))
 }
 
 fn pipe() -> anyhow::Result<(OwnedFd, OwnedFd)> {

@@ -94,6 +94,9 @@ impl Exchange {
             reason: Some(refusal.reason()),
             credentials: Vec::new(),
             refused_status: Some(refusal.status().as_u16()),
+            rule_to_add: refusal
+                .rule_to_add(suggestion)
+                .map(|rule| self.rules.credentials.redact(rule)),
         });
         tracing::info!(client = %self.conn.client, front = ?self.conn.front, method, url, reason = %refusal.reason(), "denied");
         refusal

@@ -335,6 +335,7 @@ impl Exchange {
             reason: allowed.report_reason,
             credentials: injected.names.clone(),
             refused_status: None,
+            rule_to_add: None,
         };
         if let Err(e) = self.engine.record(request_event).await {
             let refusal = Refusal::AuditUnavailable(e.to_string());

@@ -35,6 +35,7 @@ use std::time::SystemTime;
 
 use crate::channel;
 use crate::observation::{ExecSeq, FileChange, Observation, is_secret_name};
+use crate::step::StepId;
 use crate::sys;
 use files::{FileRecord, Files};
 use procs::Procs;
@@ -44,7 +45,15 @@ use trace::Stop;
 /// State shared with [`crate::Attributor`]: host pid -> current exec.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    pub procs: HashMap<Pid, ExecSeq>,
+    pub procs: HashMap<Pid, Published>,
+}
+
+/// What the attributor may know of a process: its current exec, and the
+/// session step it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Published {
+    pub exec: ExecSeq,
+    pub step: Option<StepId>,
 }
 
 pub(crate) type SharedState = Arc<Mutex<Shared>>;

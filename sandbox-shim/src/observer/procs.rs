@@ -5,7 +5,7 @@
 use nix::unistd::Pid;
 use std::collections::HashMap;
 
-use super::SharedState;
+use super::{Published, SharedState};
 use crate::observation::ExecSeq;
 use crate::procfs;
 use crate::step::{self, StepId};
@@ -43,8 +43,14 @@ impl Procs {
 
     fn publish(&self, tgid: Pid) {
         if let Ok(mut s) = self.shared.lock() {
-            match self.procs.get(&tgid).and_then(|p| p.exec) {
-                Some(exec) => s.procs.insert(tgid, exec),
+            let published = self.procs.get(&tgid).and_then(|p| {
+                p.exec.map(|exec| Published {
+                    exec,
+                    step: p.step,
+                })
+            });
+            match published {
+                Some(published) => s.procs.insert(tgid, published),
                 None => s.procs.remove(&tgid),
             };
         }

@@ -1,0 +1,272 @@
+//! What the policy refused in a live session, kept so that whoever drives a
+//! step (the CLI, the SDK, the MCP server, an agent) learns what it was
+//! missing and the rule that would allow it, without reading the record.
+//!
+//! Each refusal is attributed to the step whose process owned the socket,
+//! looked up only when something is refused, so that allowed traffic pays
+//! nothing. Identical refusals in one step are counted, not repeated, and
+//! the number kept is bounded: a program that asks for endless distinct
+//! names cannot grow the server without limit.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use airlock_proxy::events::{ConnId, Event, EventSink, SinkError, Verdict};
+use airlock_shim::{Attributor, StepId};
+
+use super::protocol::{Denial, DenialKind};
+
+/// Distinct refusals kept per session; later ones are counted as dropped.
+const MAX_KEPT: usize = 1000;
+
+/// The session's refusals, fed by the proxy's events.
+pub struct DenialLog {
+    /// "POLICY (default: deny)", for refusals no rule decided.
+    default_decider: String,
+    attributor: Option<Attributor>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The sandbox-side address of each open connection: a refused request
+    /// names only its connection.
+    clients: HashMap<ConnId, SocketAddr>,
+    kept: Vec<Kept>,
+    dropped: u64,
+}
+
+struct Kept {
+    denial: Denial,
+    at: Instant,
+}
+
+/// Every refusal kept so far, and how many more were not kept.
+#[derive(Debug)]
+pub struct Refusals {
+    pub denials: Vec<Denial>,
+    pub dropped: u64,
+}
+
+impl DenialLog {
+    pub fn new(policy_name: &str, attributor: Option<Attributor>) -> Arc<DenialLog> {
+        Arc::new(DenialLog {
+            default_decider: format!("{policy_name} (default: deny)"),
+            attributor,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The refusals of `step`: those attributed to it, and those attributed
+    /// to no step that happened while it ran (from `since`, its start).
+    pub fn of_step(&self, step: StepId, since: Instant) -> Vec<Denial> {
+        self.state()
+            .kept
+            .iter()
+            .filter(|k| match k.denial.step {
+                Some(s) => s == step.0,
+                None => k.at >= since,
+            })
+            .map(|k| k.denial.clone())
+            .collect()
+    }
+
+    pub fn all(&self) -> Refusals {
+        let state = self.state();
+        Refusals {
+            denials: state.kept.iter().map(|k| k.denial.clone()).collect(),
+            dropped: state.dropped,
+        }
+    }
+
+    fn step_of(&self, client: SocketAddr, udp: bool) -> Option<u64> {
+        let attributor = self.attributor.as_ref()?;
+        attributor
+            .step_for_peer(client, udp)
+            .or_else(|| udp.then(|| attributor.step_for_peer(client, false)).flatten())
+            .map(|s| s.0)
+    }
+
+    fn keep(&self, denial: Denial) {
+        let mut state = self.state();
+        let same = state.kept.iter().position(|k| {
+            let d = &k.denial;
+            (d.step, d.kind, &d.method, &d.url, &d.host)
+                == (
+                    denial.step,
+                    denial.kind,
+                    &denial.method,
+                    &denial.url,
+                    &denial.host,
+                )
+        });
+        match same {
+            Some(i) => {
+                let kept = &mut state.kept[i];
+                kept.denial.count += 1;
+                kept.at = Instant::now();
+            }
+            None if state.kept.len() >= MAX_KEPT => state.dropped += 1,
+            None => state.kept.push(Kept {
+                denial,
+                at: Instant::now(),
+            }),
+        }
+    }
+}
+
+impl EventSink for DenialLog {
+    fn emit(&self, event: Event) -> Result<(), SinkError> {
+        match event {
+            Event::Connection {
+                conn,
+                client,
+                target,
+                verdict,
+                rule,
+                reason,
+                ..
+            } => {
+                if self.attributor.is_some() {
+                    // Looked up only if something on it is refused.
+                    self.state().clients.insert(conn, client);
+                }
+                if verdict == Verdict::Deny {
+                    self.keep(Denial {
+                        kind: DenialKind::Connection,
+                        method: None,
+                        url: None,
+                        host: target,
+                        reason: reason.unwrap_or_else(|| "denied".into()),
+                        decided_by: rule.unwrap_or_else(|| self.default_decider.clone()),
+                        // What a connection needs depends on its protocol;
+                        // the reason says it (e.g. a `protocol = "tcp"` rule).
+                        rule: None,
+                        step: self.step_of(client, false),
+                        count: 1,
+                    });
+                }
+            }
+            Event::ConnectionClosed { conn, .. } => {
+                self.state().clients.remove(&conn);
+            }
+            Event::Request {
+                conn,
+                method,
+                url,
+                verdict: Verdict::Deny,
+                rule,
+                reason,
+                rule_to_add,
+                ..
+            } => {
+                let client = self.state().clients.get(&conn).copied();
+                self.keep(Denial {
+                    kind: DenialKind::Request,
+                    host: host_of_url(&url).to_owned(),
+                    method: Some(method),
+                    // The query may carry what a refused request tried to
+                    // send; the record has it, the caller needs only where.
+                    url: Some(url.split('?').next().unwrap_or(&url).to_owned()),
+                    reason: reason.unwrap_or_else(|| "denied".into()),
+                    decided_by: rule.unwrap_or_else(|| self.default_decider.clone()),
+                    rule: rule_to_add,
+                    step: client.and_then(|c| self.step_of(c, false)),
+                    count: 1,
+                });
+            }
+            Event::Dns {
+                client,
+                name,
+                verdict: Verdict::Deny,
+                reason,
+                ..
+            } => self.keep(Denial {
+                kind: DenialKind::Dns,
+                method: None,
+                url: None,
+                rule: Some(allow_host_rule(&name)),
+                reason: reason.unwrap_or_else(|| "no rule allows this name".into()),
+                decided_by: self.default_decider.clone(),
+                step: self.step_of(client, true),
+                host: name,
+                count: 1,
+            }),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `https://host:port/path` -> `host`.
+fn host_of_url(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    }
+}
+
+/// The rule that lets a name resolve (and its HTTPS/HTTP traffic through).
+/// The name is the sandbox's own text: quoted as a TOML basic string, whose
+/// escapes JSON's are a subset of.
+fn allow_host_rule(name: &str) -> String {
+    let quoted = serde_json::to_string(name.trim_end_matches('.')).unwrap_or_default();
+    format!("[[allow]]\nhost = {quoted}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_come_out_of_urls() {
+        assert_eq!(host_of_url("https://api.test:8443/x?y"), "api.test");
+        assert_eq!(host_of_url("http://example.com"), "example.com");
+        assert_eq!(host_of_url("https://[::1]:443/"), "::1");
+    }
+
+    #[test]
+    fn a_hostile_name_cannot_break_out_of_the_suggested_rule() {
+        let rule = allow_host_rule("evil\"\n[[allow]]\nhost = \"*");
+        let parsed: toml::Value = toml::from_str(&rule).unwrap();
+        let rules = parsed["allow"].as_array().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0]["host"].as_str(),
+            Some("evil\"\n[[allow]]\nhost = \"*")
+        );
+    }
+
+    #[test]
+    fn identical_refusals_are_counted_and_the_kept_list_is_bounded() {
+        let log = DenialLog::new("p.toml", None);
+        let dns = |name: String| Event::Dns {
+            ts: airlock_proxy::events::TimestampUs(0),
+            client: "10.0.0.2:5353".parse().unwrap(),
+            name,
+            qtype: "A".into(),
+            verdict: Verdict::Deny,
+            answers: Vec::new(),
+            reason: None,
+        };
+        log.emit(dns("a.test".into())).unwrap();
+        log.emit(dns("a.test".into())).unwrap();
+        let all = log.all();
+        assert_eq!(all.denials.len(), 1);
+        assert_eq!(all.denials[0].count, 2);
+        for i in 0..MAX_KEPT + 5 {
+            log.emit(dns(format!("n{i}.test"))).unwrap();
+        }
+        let all = log.all();
+        assert_eq!(all.denials.len(), MAX_KEPT);
+        assert_eq!(all.dropped, 6);
+    }
+}
