@@ -22,7 +22,7 @@ class Denial:
     host: str
     reason: str
     decided_by: str
-    """The rule that refused it, or ``POLICY (default: deny)``."""
+    """The rule that refused it, or ``<policy file> (default: deny)``."""
     method: Optional[str] = None
     url: Optional[str] = None
     rule: Optional[str] = None
