@@ -842,7 +842,8 @@ async fn refusals_reach_the_step_that_made_them() {
             "-c",
             &format!(
                 "curl -sS -o /dev/null {base}/echo/ok; curl -sS -o /dev/null '{base}/admin?token=s3cr3t'; \
-                 curl -sS -o /dev/null '{base}/admin?token=again'; curl -sS https://evil.test/ || true"
+                 curl -sS -o /dev/null '{base}/admin?token=again'; curl -sS -o /dev/null https://evil.test/; \
+                 python3 -c 'import socket; socket.getaddrinfo(\"data.exfil.test\", 80)'"
             ),
         ],
     );
@@ -861,8 +862,18 @@ async fn refusals_reach_the_step_that_made_them() {
         show(&out)
     );
     assert!(
-        err.contains(r#"airlock: refused evil.test"#)
-            && err.contains(r#"to allow it, add: [[allow]] host = "evil.test""#),
+        err.contains(r#"airlock: refused GET https://evil.test/: no rule allows this host"#)
+            && err.contains(r#"to allow it, add: [[allow]] host = "evil.test" methods = ["GET"]"#),
+        "{}",
+        show(&out)
+    );
+    // A refused name still resolves (to the proxy), so what connects to it
+    // is refused with an explanation; reported once, as that request. A
+    // name that nothing connected to is reported as a name.
+    assert!(!err.contains("refused evil.test"), "{}", show(&out));
+    assert!(
+        err.contains(r#"airlock: refused data.exfil.test"#)
+            && err.contains(r#"to allow it, add: [[allow]] host = "data.exfil.test""#),
         "{}",
         show(&out)
     );
@@ -917,7 +928,7 @@ print(every["ok"], every["dropped"], sorted((x["kind"], x["step"]) for x in ever
         format!(
             "request DELETE True True 1\n\
              ['[[allow]]', 'host = \"api.test\"', 'ports = [{port}]', 'methods = [\"DELETE\"]', 'paths = [\"/echo/gone\"]']\n\
-             True 0 [('dns', 1), ('request', 1), ('request', 3)] [1, 2]\n"
+             True 0 [('dns', 1), ('request', 1), ('request', 1), ('request', 3)] [1, 1, 2]\n"
         ),
         "{}",
         show(&out)

@@ -12,6 +12,7 @@ use airlock_auditor::SessionRecorder;
 use airlock_proxy::{EventSink, Proxy, ResolvedCredential};
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{NetworkHandles, Sandbox};
+use anyhow::Context;
 
 use super::plan::ProxyPlan;
 use crate::EXIT_RUN_FAILED;
@@ -83,7 +84,13 @@ impl Spawned {
         {
             let _guard = runtime.enter();
             serve_network(&runtime, &proxy, network)?;
+            // Installed now, not when the task first runs: a SIGTERM that
+            // arrives once the command is released must find airlock's
+            // handler, never the default action that would leave the
+            // record unfinished.
+            let signals = StopSignals::install().context("installing signal handlers")?;
             runtime.spawn(watch(
+                signals,
                 proxy.clone(),
                 recorder.clone(),
                 sandbox.pid(),
@@ -153,19 +160,17 @@ pub(crate) enum Stop {
 /// Ctrl-C reaches the command directly (same process group); airlock only
 /// steps in at the second one, so it can still flush the record.
 async fn watch(
+    signals: StopSignals,
     proxy: Proxy,
     recorder: Option<SessionRecorder>,
     init_pid: i32,
     stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
 ) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
+    let StopSignals {
+        mut term,
+        mut hup,
+        mut int,
+    } = signals;
     let mut interrupts = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let reason = loop {
@@ -194,6 +199,25 @@ async fn watch(
         nix::unistd::Pid::from_raw(init_pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+/// The signals that stop a sandbox from outside.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Needs the runtime entered.
+    fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
 }
 
 impl Stop {

@@ -18,6 +18,17 @@ use airlock_shim::{Attributor, StepId};
 
 use super::protocol::{Denial, DenialKind};
 
+impl DenialKind {
+    /// Of the refusals one attempt can cause, which says the most.
+    fn specificity(self) -> u8 {
+        match self {
+            DenialKind::Dns => 0,
+            DenialKind::Connection => 1,
+            DenialKind::Request => 2,
+        }
+    }
+}
+
 /// Distinct refusals kept per session; later ones are counted as dropped.
 const MAX_KEPT: usize = 1000;
 
@@ -66,21 +77,24 @@ impl DenialLog {
     /// The refusals of `step`: those attributed to it, and those attributed
     /// to no step that happened while it ran (from `since`, its start).
     pub fn of_step(&self, step: StepId, since: Instant) -> Vec<Denial> {
-        self.state()
+        let state = self.state();
+        let of_step: Vec<&Denial> = state
             .kept
             .iter()
             .filter(|k| match k.denial.step {
                 Some(s) => s == step.0,
                 None => k.at >= since,
             })
-            .map(|k| k.denial.clone())
-            .collect()
+            .map(|k| &k.denial)
+            .collect();
+        most_specific(&of_step)
     }
 
     pub fn all(&self) -> Refusals {
         let state = self.state();
+        let all: Vec<&Denial> = state.kept.iter().map(|k| &k.denial).collect();
         Refusals {
-            denials: state.kept.iter().map(|k| k.denial.clone()).collect(),
+            denials: most_specific(&all),
             dropped: state.dropped,
         }
     }
@@ -205,6 +219,29 @@ impl EventSink for DenialLog {
         }
         Ok(())
     }
+}
+
+/// One refusal is often seen three times: a refused name still resolves
+/// (to an address of the proxy's), and a refused connection is still read,
+/// so that what speaks HTTP or TLS gets a 403 that explains itself. The
+/// caller is told once, by the most specific: a name whose connection was
+/// refused in the same step is reported as that connection, a connection
+/// whose requests were refused as those requests. A name that nothing
+/// connected to (a lookup alone, a name carrying data out), or a connection
+/// that never spoke HTTP, is reported as itself.
+fn most_specific(denials: &[&Denial]) -> Vec<Denial> {
+    let explained = |coarse: &Denial| {
+        denials.iter().any(|d| {
+            d.kind.specificity() > coarse.kind.specificity()
+                && d.step == coarse.step
+                && host_of_url(&d.host).eq_ignore_ascii_case(host_of_url(&coarse.host))
+        })
+    };
+    denials
+        .iter()
+        .filter(|d| !explained(d))
+        .map(|d| (*d).clone())
+        .collect()
 }
 
 /// `https://host:port/path` -> `host`.

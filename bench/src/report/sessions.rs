@@ -6,12 +6,26 @@
 //! The target (issue 14): a step costs at most a third of `airlock run`'s
 //! start-up. Each session row is compared with the `airlock run` row that
 //! audits the same way (audited with audited, `--no-audit` with `--no-audit`).
+//! The same step made through the Python SDK and through `airlock mcp`
+//! (issue 15) is put next to the CLI's.
 
 use std::fmt::Write as _;
 
 use super::{Figures, RawSample, cell, escape, fmt, note_of};
 
 const EXEC: &str = "session-exec";
+/// A step made by a client other than the CLI (bench/session_clients.py).
+const CALL: &str = "session-call";
+/// The CLI's audited step, which the clients' rows are compared with.
+const CLI: &str = "airlock-session";
+/// (client contender, what it is)
+const CALL_ROWS: [(&str, &str); 2] = [
+    ("airlock-sdk", "Python SDK: `sb.run([\"/bin/true\"])`"),
+    (
+        "airlock-mcp",
+        "MCP: `run_command` through the official client, stdio",
+    ),
+];
 const MEMORY: &str = "session-memory";
 const STARTUP: &str = "startup";
 const BWRAP: &str = "bwrap";
@@ -64,6 +78,7 @@ pub(super) fn section(figures: &Figures, samples: &[RawSample]) -> String {
     }
     let mut md = String::from("### Live sessions\n\n");
     md.push_str(&exec_table(figures, samples));
+    md.push_str(&clients_table(figures, samples));
     md.push_str(&memory_table(figures, samples));
     md
 }
@@ -113,6 +128,43 @@ fn exec_table(figures: &Figures, samples: &[RawSample]) -> String {
             cell(run),
             ratio(run.map(|r| r.median)),
             ratio(bwrap),
+        );
+    }
+    md.push('\n');
+    md
+}
+
+fn clients_table(figures: &Figures, samples: &[RawSample]) -> String {
+    if !has_case(samples, CALL) {
+        return String::new();
+    }
+    let cli = figures.get(EXEC, CLI, "wall_ms");
+    let mut md = String::from(
+        "The same step as agent frameworks make it, each in its own audited session: \
+         one call's wall time, from the caller's side, next to `airlock session exec` \
+         (a process started per step).\n\n\
+         | client | ms | `airlock session exec` ms | / `session exec` | difference ms |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
+    for (who, what) in CALL_ROWS {
+        let Some(v) = figures.get(CALL, who, "wall_ms") else {
+            if let Some(note) = note_of(samples, CALL, who) {
+                let _ = writeln!(md, "| {what} | n/a: {} | | | |", escape(note));
+            }
+            continue;
+        };
+        let (ratio, difference) = match cli.filter(|c| c.median > 0.0) {
+            Some(c) => (
+                format!("{:.2}", v.median / c.median),
+                format!("{:+.1}", v.median - c.median),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let _ = writeln!(
+            md,
+            "| {what} (`{who}`) | {} | {} | {ratio} | {difference} |",
+            cell(Some(v)),
+            cell(cli),
         );
     }
     md.push('\n');
@@ -206,7 +258,21 @@ pub(super) fn json(figures: &Figures) -> serde_json::Value {
             memory.insert(who.into(), metrics.into());
         }
     }
-    serde_json::json!({ "exec": exec, "memory": memory })
+    let mut calls = serde_json::Map::new();
+    let cli = figures.median(EXEC, CLI, "wall_ms");
+    for (who, _) in CALL_ROWS {
+        let Some(v) = figures.median(CALL, who, "wall_ms") else {
+            continue;
+        };
+        let mut c = serde_json::Map::new();
+        c.insert("median_ms".into(), v.into());
+        if let Some(cli) = cli.filter(|c| *c > 0.0) {
+            c.insert("session_exec_ms".into(), cli.into());
+            c.insert("ratio_to_session_exec".into(), (v / cli).into());
+        }
+        calls.insert(who.into(), c.into());
+    }
+    serde_json::json!({ "exec": exec, "calls": calls, "memory": memory })
 }
 
 #[cfg(test)]
@@ -246,6 +312,29 @@ mod tests {
         assert_eq!(
             json["exec"]["airlock-session-no-audit"]["target_met"],
             false
+        );
+    }
+
+    #[test]
+    fn sdk_and_mcp_calls_are_compared_with_session_exec() {
+        let samples = vec![
+            sample(EXEC, CLI, 1, &[("wall_ms", 5.0)]),
+            sample(CALL, "airlock-sdk", 1, &[("wall_ms", 3.0)]),
+            sample(CALL, "airlock-mcp", 1, &[("wall_ms", 6.5)]),
+        ];
+        let figures = Figures::of(&samples);
+        let md = section(&figures, &samples);
+        assert!(
+            md.contains("(`airlock-sdk`) | 3.0 | 5.0 | 0.60 | -2.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("(`airlock-mcp`) | 6.5 | 5.0 | 1.30 | +1.5 |"),
+            "{md}"
+        );
+        assert_eq!(
+            json(&figures)["calls"]["airlock-mcp"]["ratio_to_session_exec"],
+            1.3
         );
     }
 

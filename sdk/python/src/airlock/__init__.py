@@ -1,0 +1,26 @@
+"""Airlock's Python SDK: run AI-agent code in a live Airlock session — a
+sandbox whose only network way out is a policy-enforcing proxy, recorded in
+a signed audit log. It drives the ``airlock`` binary and its session control
+protocol (docs/sessions.md); the sandboxing is airlock's.
+
+    with airlock.Sandbox(policy="policy.toml", workspace=".") as sb:
+        result = sb.run(["python3", "-c", "print(1 + 1)"])
+"""
+
+from .aio import AsyncSandbox
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionStartError, StepError
+from .result import Denial, RunResult, SessionDenials
+from .sandbox import Sandbox
+
+__all__ = [
+    "AirlockError",
+    "AsyncSandbox",
+    "Denial",
+    "OutputLimitError",
+    "RunResult",
+    "Sandbox",
+    "SessionDenials",
+    "SessionGoneError",
+    "SessionStartError",
+    "StepError",
+]

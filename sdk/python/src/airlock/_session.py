@@ -1,0 +1,92 @@
+"""What :class:`~airlock.Sandbox` and :class:`~airlock.AsyncSandbox` share:
+their options, the session they hold, and turning calls into requests and
+results into answers. Moving the bytes is theirs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import _cli, _steps
+from .errors import AirlockError
+from .result import RunResult, SessionDenials, denials_from_json
+
+DEFAULT_MAX_OUTPUT = 1 << 20
+"""Bytes kept per stream (stdout, stderr) of a step by default."""
+DEFAULT_MAX_FILE = 64 << 20
+"""Largest file ``read_file`` returns by default."""
+STOP_SETTLE_SECONDS = 5.0
+"""How long ``stop`` waits for the server to remove its socket once the
+session confirmed the stop (the server's last act)."""
+
+Data = Union[bytes, bytearray, memoryview, str]
+
+
+class SessionBase:
+    """The session a sandbox holds; see :class:`~airlock.Sandbox`."""
+
+    def __init__(self, airlock_bin: Optional[str], options: Mapping[str, Any]) -> None:
+        self._binary = _cli.find_binary(airlock_bin)
+        self._options = dict(options)
+        # The sandbox mounts the workspace at its host path, so this is also
+        # its path inside: relative `cwd`s are resolved against it.
+        self._workspace = os.path.realpath(os.fspath(self._options.get("workspace") or "."))
+        self._session_id: Optional[str] = None
+        self._stopped = False
+
+    @property
+    def session_id(self) -> str:
+        """The live session's id (16 hex digits), as ``airlock session`` takes it."""
+        if self._session_id is None:
+            raise AirlockError("the sandbox is not started: use it in a `with` block, or call start()")
+        return self._session_id
+
+    @property
+    def workspace(self) -> str:
+        """The workspace's absolute path (the same inside the sandbox)."""
+        return self._workspace
+
+    def _start_argv(self) -> List[str]:
+        if self._session_id is not None:
+            raise AirlockError(f"the sandbox already holds session {self._session_id}")
+        return _cli.start_argv(self._binary, self._options)
+
+    def _started(self, returncode: int, stdout: bytes, stderr: bytes) -> None:
+        self._session_id = _cli.session_id_from_start(returncode, stdout, stderr)
+
+    def _socket_path(self) -> str:
+        if self._stopped:
+            raise AirlockError(f"session {self.session_id} was stopped")
+        return _cli.socket_path(self.session_id)
+
+    def _run_request(
+        self,
+        argv: Sequence[str],
+        env: Optional[Mapping[str, str]],
+        cwd: Optional[str],
+        label: Optional[str],
+        timeout: Optional[_steps.Timeout],
+    ) -> Dict[str, Any]:
+        return _steps.exec_request(
+            argv, workspace=self._workspace, env=env, cwd=cwd, label=label, timeout=timeout
+        )
+
+    def _file_request(self, argv: List[str], label: str) -> Dict[str, Any]:
+        return _steps.exec_request(argv, workspace=self._workspace, label=label)
+
+
+def as_bytes(data: Data) -> bytes:
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+def check_file_step(what: str, path: str, result: RunResult) -> None:
+    """A file step's command failing is the call failing, with its reason."""
+    if result.exit_code != 0:
+        said = result.stderr.strip().splitlines()
+        reason = said[-1] if said else f"exit status {result.exit_code}"
+        raise AirlockError(f"{what}({path!r}) failed: {reason}")
+
+
+def session_denials(reply: Mapping[str, Any]) -> SessionDenials:
+    """The answer to a ``denials`` request."""
+    return SessionDenials(denials_from_json(reply.get("denials")), int(reply.get("dropped") or 0))

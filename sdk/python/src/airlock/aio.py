@@ -1,0 +1,206 @@
+"""The asyncio sandbox: the same session as :class:`~airlock.Sandbox`, with
+every call a coroutine. Each step is its own control connection, so steps
+run concurrently (``asyncio.gather``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from types import TracebackType
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
+
+from . import _protocol, _steps
+from ._session import (
+    DEFAULT_MAX_FILE,
+    DEFAULT_MAX_OUTPUT,
+    STOP_SETTLE_SECONDS,
+    Data,
+    SessionBase,
+    as_bytes,
+    check_file_step,
+    session_denials,
+)
+from .errors import OutputLimitError, SessionGoneError, StepError
+from .result import RunResult, SessionDenials
+
+# Answer lines (a session's denials, say) may be longer than asyncio's
+# default 64 KiB line limit.
+_LINE_LIMIT = 16 << 20
+
+
+class AsyncSandbox(SessionBase):
+    """A live Airlock session for asyncio code; see :class:`~airlock.Sandbox`
+    for the options. Use it as ``async with AsyncSandbox(...) as sb:``.
+
+    Cancelling a call hangs up its control connection, which kills the
+    step and everything it started.
+    """
+
+    def __init__(self, *, airlock_bin: Optional[str] = None, **options: Any) -> None:
+        super().__init__(airlock_bin, options)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> "AsyncSandbox":
+        """Bring the session up (``airlock session start``)."""
+        process = await asyncio.create_subprocess_exec(
+            *self._start_argv(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await process.communicate()
+        assert process.returncode is not None
+        self._started(process.returncode, stdout, stderr)
+        return self
+
+    async def stop(self) -> None:
+        """End every process in the sandbox and close its record. A session
+        already gone is left as it is."""
+        if self._session_id is None or self._stopped:
+            return
+        path = self._socket_path()
+        self._stopped = True
+        try:
+            await self._ask_at(path, {"op": "stop"})
+        except SessionGoneError:
+            return
+        deadline = time.monotonic() + STOP_SETTLE_SECONDS
+        while os.path.exists(path) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> RunResult:
+        """Run one step; see :meth:`airlock.Sandbox.run`."""
+        request = self._run_request(argv, env, cwd, label, timeout)
+        return await self._step(request, None if stdin is None else as_bytes(stdin), max_output)
+
+    async def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> RunResult:
+        """Run a program in ``language``; see :meth:`airlock.Sandbox.run_code`."""
+        request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
+        return await self._step(request, code.encode(), max_output)
+
+    async def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
+        """Write a workspace file through the sandbox; see :meth:`airlock.Sandbox.write_file`."""
+        request = self._file_request(_steps.write_file_command(path), label)
+        result = await self._step(request, as_bytes(data), DEFAULT_MAX_OUTPUT)
+        check_file_step("write_file", path, result)
+
+    async def read_file(
+        self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file"
+    ) -> bytes:
+        """Read a workspace file through the sandbox; see :meth:`airlock.Sandbox.read_file`."""
+        request = self._file_request(_steps.read_file_command(path), label)
+        try:
+            result = await self._step(request, None, max_size, strict=True)
+        except OutputLimitError:
+            raise OutputLimitError(f"read_file({path!r}): larger than max_size ({max_size} bytes)") from None
+        check_file_step("read_file", path, result)
+        return result.stdout_bytes
+
+    async def denials(self) -> SessionDenials:
+        """Everything the policy refused in this session so far."""
+        return session_denials(await self._ask_at(self._socket_path(), {"op": "denials"}))
+
+    async def info(self) -> Dict[str, Any]:
+        """The session's state: the fields of ``airlock session ls --json``."""
+        return dict((await self._ask_at(self._socket_path(), {"op": "info"})).get("session") or {})
+
+    async def _ask_at(self, path: str, request: Dict[str, Any]) -> Dict[str, Any]:
+        reader, writer = await _connect(path, self.session_id)
+        try:
+            writer.write(_protocol.request_line(request))
+            await writer.drain()
+            return _protocol.parse_reply(await reader.readline())
+        finally:
+            await _close(writer)
+
+    async def _step(
+        self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
+    ) -> RunResult:
+        reader, writer = await _connect(self._socket_path(), self.session_id)
+        feeder: Optional["asyncio.Task[None]"] = None
+        try:
+            writer.write(_protocol.request_line(request))
+            await writer.drain()
+            reply = _protocol.parse_reply(await reader.readline(), StepError)
+            collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
+            # Stdin is written by its own task so that a command busy writing
+            # output before it reads its input cannot deadlock us.
+            feeder = asyncio.ensure_future(_feed_stdin(writer, stdin))
+            while True:
+                kind, length = _protocol.parse_header(await _read(reader, _protocol.HEADER_SIZE))
+                payload = await _read(reader, length)
+                if len(payload) < length:
+                    raise SessionGoneError("the session closed the connection before the step ended")
+                if collector.feed(kind, payload):
+                    break
+        finally:
+            if feeder is not None:
+                feeder.cancel()
+            # Leaving early (an error, a cancellation) hangs up, which ends the step.
+            await _close(writer)
+        assert collector.result is not None
+        return collector.result
+
+
+async def _connect(path: str, session_id: str) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    try:
+        return await asyncio.open_unix_connection(path, limit=_LINE_LIMIT)
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        raise SessionGoneError(f"session {session_id} is no longer running ({path}: {e.strerror})") from None
+
+
+async def _read(reader: asyncio.StreamReader, n: int) -> bytes:
+    """``n`` bytes, or fewer if the session hung up (the caller says so)."""
+    try:
+        return await reader.readexactly(n)
+    except asyncio.IncompleteReadError as e:
+        return e.partial
+
+
+async def _feed_stdin(writer: asyncio.StreamWriter, data: Optional[bytes]) -> None:
+    try:
+        for chunk in _protocol.stdin_frames(data):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError:
+        # The step ended before taking all its input.
+        pass
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass

@@ -1,0 +1,221 @@
+"""The blocking sandbox: one live session, driven over its control socket."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from types import TracebackType
+from typing import Any, Dict, Mapping, Optional, Sequence, Type
+
+from . import _protocol, _steps
+from ._session import (
+    DEFAULT_MAX_FILE,
+    DEFAULT_MAX_OUTPUT,
+    STOP_SETTLE_SECONDS,
+    Data,
+    SessionBase,
+    as_bytes,
+    check_file_step,
+    session_denials,
+)
+from .errors import OutputLimitError, SessionGoneError, StepError
+from .result import RunResult, SessionDenials
+
+
+class Sandbox(SessionBase):
+    """A live Airlock session: one sandbox kept across many steps.
+
+    Every keyword argument is an ``airlock session start`` option, dashes
+    written as underscores: ``Sandbox(policy="policy.toml", workspace=".",
+    memory="512M", upstream_ca=["ca.pem"], resolve=["host:127.0.0.1"])``.
+    ``True`` is a bare flag and a list repeats the option; the CLI checks
+    them (an unknown or bad one raises :class:`SessionStartError` with its
+    reason). ``airlock_bin`` picks the binary (default ``$AIRLOCK_BIN``,
+    else ``airlock`` on PATH).
+
+    Use it as a context manager: the session starts on entry and is stopped
+    on exit, an exception included. Each call is its own control
+    connection, so threads may share one sandbox and run steps at once.
+    """
+
+    def __init__(self, *, airlock_bin: Optional[str] = None, **options: Any) -> None:
+        super().__init__(airlock_bin, options)
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.stop()
+
+    def start(self) -> "Sandbox":
+        """Bring the session up (``airlock session start``); returns once it
+        takes steps."""
+        done = subprocess.run(self._start_argv(), stdin=subprocess.DEVNULL, capture_output=True)
+        self._started(done.returncode, done.stdout, done.stderr)
+        return self
+
+    def stop(self) -> None:
+        """End every process in the sandbox and close its record. A session
+        already gone (stopped, timed out, killed) is left as it is."""
+        if self._session_id is None or self._stopped:
+            return
+        path = self._socket_path()
+        self._stopped = True
+        try:
+            self._ask_at(path, {"op": "stop"})
+        except SessionGoneError:
+            return
+        deadline = time.monotonic() + STOP_SETTLE_SECONDS
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> RunResult:
+        """Run one step and wait for it to end.
+
+        ``argv`` is the command and its arguments (no shell: use
+        ``["sh", "-c", script]`` for one). ``stdin`` is fed to it (else it
+        reads EOF); ``env`` is set on top of the session's environment;
+        ``cwd`` is relative to the workspace (or absolute inside the
+        sandbox; default: the workspace); ``label`` is recorded with the
+        step (an agent's tool-call id); ``timeout`` (seconds, or ``"30s"``)
+        kills the command and everything it started (``timed_out``, exit
+        124; the session lives on). Each of stdout and stderr is kept up to
+        ``max_output`` bytes.
+
+        A non-zero exit is a result, not an error (125 with airlock's reason
+        on stderr when it could not start the command, e.g. a missing
+        ``cwd``); :class:`StepError` means the session refused the step or
+        failed it while it ran.
+        """
+        request = self._run_request(argv, env, cwd, label, timeout)
+        return self._step(request, None if stdin is None else as_bytes(stdin), max_output)
+
+    def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> RunResult:
+        """Run a program in ``language`` (``"python"``, ``"node"`` or
+        ``"bash"``). The program is given to the interpreter on stdin, so it
+        cannot read stdin itself; write input to a file first if it must.
+        The other arguments are :meth:`run`'s."""
+        request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
+        return self._step(request, code.encode(), max_output)
+
+    def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
+        """Write ``data`` to ``path`` (relative to the workspace), making its
+        directories. The sandbox writes it, with its own view of the
+        filesystem, so a symlink planted in the workspace cannot redirect
+        the write to the host."""
+        request = self._file_request(_steps.write_file_command(path), label)
+        check_file_step("write_file", path, self._step(request, as_bytes(data), DEFAULT_MAX_OUTPUT))
+
+    def read_file(
+        self, path: str, *, max_size: int = DEFAULT_MAX_FILE, label: str = "sdk:read_file"
+    ) -> bytes:
+        """The content of ``path`` (relative to the workspace), read by the
+        sandbox with its own view of the filesystem (a symlink pointing out
+        of it reaches only what the sandbox may see). Over ``max_size``
+        bytes raises :class:`OutputLimitError`."""
+        request = self._file_request(_steps.read_file_command(path), label)
+        try:
+            result = self._step(request, None, max_size, strict=True)
+        except OutputLimitError:
+            raise OutputLimitError(f"read_file({path!r}): larger than max_size ({max_size} bytes)") from None
+        check_file_step("read_file", path, result)
+        return result.stdout_bytes
+
+    def denials(self) -> SessionDenials:
+        """Everything the policy refused in this session so far."""
+        return session_denials(self._ask_at(self._socket_path(), {"op": "denials"}))
+
+    def info(self) -> Dict[str, Any]:
+        """The session's state: the fields of ``airlock session ls --json``."""
+        return dict(self._ask_at(self._socket_path(), {"op": "info"}).get("session") or {})
+
+    def _ask_at(self, path: str, request: Dict[str, Any]) -> Dict[str, Any]:
+        with _connect(path, self.session_id) as conn:
+            conn.sendall(_protocol.request_line(request))
+            return _protocol.parse_reply(conn.makefile("rb").readline())
+
+    def _step(
+        self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
+    ) -> RunResult:
+        with _connect(self._socket_path(), self.session_id) as conn:
+            conn.sendall(_protocol.request_line(request))
+            reader = conn.makefile("rb")
+            reply = _protocol.parse_reply(reader.readline(), StepError)
+            collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
+            # Stdin is written by its own thread so that a command busy
+            # writing output before it reads its input cannot deadlock us.
+            feeder = threading.Thread(target=_feed_stdin, args=(conn, stdin), daemon=True)
+            feeder.start()
+            try:
+                while True:
+                    kind, length = _protocol.parse_header(reader.read(_protocol.HEADER_SIZE))
+                    payload = reader.read(length)
+                    if len(payload) < length:
+                        raise SessionGoneError("the session closed the connection before the step ended")
+                    if collector.feed(kind, payload):
+                        break
+            finally:
+                # Unblocks the feeder if the command stopped reading; leaving
+                # early (an error) hangs up, which ends the step.
+                _hang_up(conn)
+                feeder.join()
+        assert collector.result is not None
+        return collector.result
+
+
+def _connect(path: str, session_id: str) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        conn.close()
+        raise SessionGoneError(f"session {session_id} is no longer running ({path}: {e.strerror})") from None
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
+def _feed_stdin(conn: socket.socket, data: Optional[bytes]) -> None:
+    try:
+        for chunk in _protocol.stdin_frames(data):
+            conn.sendall(chunk)
+    except OSError:
+        # The step ended (or we hung up) before taking all its input.
+        pass
+
+
+def _hang_up(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        # The session hung up first.
+        pass

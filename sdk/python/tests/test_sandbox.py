@@ -1,0 +1,188 @@
+"""``airlock.Sandbox`` against the real binary: policy, output, files,
+state, timeouts, teardown and errors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+from conftest import Upstream, alive, eventually, listed_sessions
+
+import airlock
+from airlock._cli import socket_path
+
+
+def test_an_allowed_request_gets_its_answer(options: Dict[str, Any], upstream: Upstream) -> None:
+    with airlock.Sandbox(**options) as sb:
+        r = sb.run(["curl", "-sS", f"{upstream.base}/allowed/data"], label="call_1")
+        assert (r.exit_code, r.stdout, r.stderr) == (0, "hello from /allowed/data", "")
+        assert r.denials == []
+        assert not r.timed_out and r.duration > 0
+
+
+def test_a_refused_request_is_reported_with_the_rule_to_add(
+    options: Dict[str, Any], upstream: Upstream
+) -> None:
+    with airlock.Sandbox(**options) as sb:
+        r = sb.run(["curl", "-sS", "-w", "\n%{http_code}", f"{upstream.base}/admin/keys"])
+        assert r.stdout.endswith("\n403"), r
+        assert "/admin/keys" not in upstream.paths, "the refused request never left"
+        [denial] = r.denials
+        assert denial.kind == "request"
+        assert denial.method == "GET"
+        assert denial.host == "api.test"
+        assert denial.url is not None and denial.url.endswith("/admin/keys")
+        assert denial.reason and denial.decided_by
+        assert denial.rule is not None and "[[allow]]" in denial.rule and "api.test" in denial.rule
+        assert denial.step == r.step
+        # A later allowed step has none of its own; the session keeps them all.
+        assert sb.run(["curl", "-sS", f"{upstream.base}/allowed"]).denials == []
+        everything = sb.denials()
+        assert (everything, everything.dropped) == ([denial], 0)
+
+
+def test_run_code_runs_python_node_and_bash(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(**options) as sb:
+        assert sb.run_code("print(1 + 1)").stdout == "2\n"
+        assert sb.run_code("console.log([1, 2].map(x => x * 3).join(','))", language="node").stdout == "3,6\n"
+        r = sb.run_code("x=4\necho $((x * x))\nexit 5\n", language="bash")
+        assert (r.exit_code, r.stdout) == (5, "16\n")
+        with pytest.raises(airlock.AirlockError, match="unknown language"):
+            sb.run_code("1", language="cobol")
+
+
+def test_run_takes_stdin_env_cwd_and_reports_failure(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(**options) as sb:
+        sb.run(["mkdir", "sub"])
+        r = sb.run(
+            ["sh", "-c", 'echo "$GREETING"; pwd; tr a-z A-Z; echo oops >&2; exit 3'],
+            stdin="shout\n",
+            env={"GREETING": "hi"},
+            cwd="sub",
+        )
+        assert r.exit_code == 3
+        assert r.stdout == f"hi\n{os.path.realpath(options['workspace'])}/sub\nSHOUT\n"
+        assert r.stderr == "oops\n"
+        # stdin larger than one frame arrives whole.
+        big = os.urandom(3 << 20)
+        r = sb.run(["sha256sum"], stdin=big)
+        assert r.stdout.split()[0] == hashlib.sha256(big).hexdigest()
+        # What airlock refuses to run is an error, with the session's reason.
+        with pytest.raises(airlock.StepError, match="invalid --env"):
+            sb.run(["true"], env={"A=B": "1"})
+
+
+def test_output_is_capped_and_flagged(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(**options) as sb:
+        r = sb.run(["sh", "-c", "head -c 5000 /dev/zero; head -c 10 /dev/zero >&2"], max_output=1000)
+        assert r.exit_code == 0
+        assert (len(r.stdout_bytes), r.stdout_truncated) == (1000, True)
+        assert (len(r.stderr_bytes), r.stderr_truncated) == (10, False)
+
+
+def test_files_are_written_and_read_through_the_sandbox(options: Dict[str, Any]) -> None:
+    data = bytes(range(256)) * 5000
+    with airlock.Sandbox(**options) as sb:
+        sb.write_file("sub/dir/data.bin", data)
+        assert sb.read_file("sub/dir/data.bin") == data
+        assert sb.run(["wc", "-c", "sub/dir/data.bin"]).stdout.split()[0] == str(len(data))
+        sb.write_file("notes.txt", "text too\n")
+        assert sb.read_file("./notes.txt") == b"text too\n"
+        assert (Path(options["workspace"]) / "notes.txt").read_text() == "text too\n"
+        with pytest.raises(airlock.AirlockError, match="missing.txt"):
+            sb.read_file("missing.txt")
+        with pytest.raises(airlock.OutputLimitError):
+            sb.read_file("sub/dir/data.bin", max_size=1000)
+        for outside in ["/etc/passwd", "../x", "sub/../../x", ""]:
+            with pytest.raises(airlock.AirlockError):
+                sb.read_file(outside)
+            with pytest.raises(airlock.AirlockError):
+                sb.write_file(outside, b"x")
+
+
+def test_a_symlink_planted_in_the_workspace_does_not_reach_the_host(
+    options: Dict[str, Any], tmp_path: Path
+) -> None:
+    secrets = tmp_path / "host-secrets"
+    secrets.mkdir()
+    secret = secrets / "token"
+    secret.write_text("host secret\n")
+    # What a hostile program in the sandbox could leave behind: workspace
+    # files that point at a host file outside the sandbox's view.
+    workspace = Path(options["workspace"])
+    (workspace / "out.txt").symlink_to(secret)
+    (workspace / "in.txt").symlink_to(secret)
+    with airlock.Sandbox(hide=[secrets], **options) as sb:
+        with pytest.raises(airlock.AirlockError, match="out.txt"):
+            sb.read_file("out.txt")
+        try:
+            sb.write_file("in.txt", b"overwritten\n")
+        except airlock.AirlockError:
+            pass  # refused is as good as written elsewhere
+    assert secret.read_text() == "host secret\n"
+
+
+def test_state_is_kept_across_calls(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(**options) as sb:
+        sb.run(["sh", "-c", "echo kept > /tmp/state"])
+        assert sb.run(["cat", "/tmp/state"]).stdout == "kept\n"
+        r = sb.run(
+            [
+                "sh",
+                "-c",
+                "python3 -m http.server 18080 --bind 127.0.0.1 >/tmp/server.log 2>&1 & "
+                "for i in $(seq 100); do "
+                "curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.05; done; "
+                "echo started",
+            ]
+        )
+        assert r.stdout == "started\n", r
+        r = sb.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:18080/"])
+        assert r.stdout == "200", r
+        info = sb.info()
+        assert info["id"] == sb.session_id and info["commands"] == 4
+
+
+def test_a_step_timeout_kills_it_and_the_session_lives_on(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(**options) as sb:
+        r = sb.run(["sh", "-c", "sleep 300 & echo $! > /tmp/bg; sleep 300"], timeout="1s")
+        assert (r.timed_out, r.exit_code) == (True, 124)
+        assert 1 <= r.duration < 10
+        r = sb.run(["sh", "-c", "kill -0 $(cat /tmp/bg) 2>/dev/null && echo alive || echo gone"], timeout=10)
+        assert (r.timed_out, r.stdout) == (False, "gone\n")
+
+
+def test_an_exception_in_the_block_still_stops_the_session(options: Dict[str, Any], airlock_bin: str) -> None:
+    with pytest.raises(RuntimeError, match="agent crashed"):
+        with airlock.Sandbox(**options) as sb:
+            sb.run(["sh", "-c", "sleep 1000 &"])
+            session_id = sb.session_id
+            server = sb.info()["pids"]["server"]
+            socket = Path(socket_path(session_id))
+            assert socket.exists()
+            raise RuntimeError("agent crashed")
+    assert not socket.exists()
+    assert session_id not in [s["id"] for s in listed_sessions(airlock_bin)]
+    eventually("the session's server ends", lambda: not alive(server))
+    with pytest.raises(airlock.AirlockError, match="stopped"):
+        sb.run(["true"])
+
+
+def test_a_session_that_ended_by_itself_is_gone(options: Dict[str, Any]) -> None:
+    with airlock.Sandbox(timeout="2s", **options) as sb:
+        eventually("the session's lifetime ends", lambda: not Path(socket_path(sb.session_id)).exists())
+        with pytest.raises(airlock.SessionGoneError, match="no longer running"):
+            sb.run(["true"])
+
+
+def test_a_bad_option_is_refused_with_the_cli_reason(options: Dict[str, Any]) -> None:
+    with pytest.raises(airlock.SessionStartError) as refused:
+        airlock.Sandbox(memory="lots", **options).start()
+    assert "lots" in refused.value.reason and "\n" not in refused.value.reason
+    with pytest.raises(airlock.SessionStartError, match="--no-such-option"):
+        airlock.Sandbox(no_such_option=True, **options).start()
+    with pytest.raises(airlock.SessionStartError, match="not found"):
+        airlock.Sandbox(**{**options, "airlock_bin": "/nonexistent/airlock"})
