@@ -85,7 +85,7 @@ async def bench_mcp_async(args: argparse.Namespace) -> List[float]:
                 began = time.perf_counter()
                 result = await session.call_tool("run_command", {"argv": ["/bin/true"]})
                 ms = (time.perf_counter() - began) * 1e3
-                if result.isError:
+                if result.is_error:
                     raise SystemExit(f"run_command failed: {result.content}")
                 if i >= args.warmup:
                     times.append(ms)
