@@ -44,3 +44,9 @@ pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};
 pub use spec::{CA_BUNDLE_PATH, DNS_ADDR, Limits, SandboxSpec, TRANSPARENT_ADDR, UserSpec};
 pub use step::{StepControl, StepError, StepEvent, StepId, StepRequest, StepStdio};
+
+/// A descriptor that becomes readable when `pid` exits (pidfd_open(2)): a
+/// process watched without the pid-reuse race of polling its number.
+pub fn pidfd_open(pid: nix::unistd::Pid) -> std::io::Result<std::os::fd::OwnedFd> {
+    sys::pidfd_open(pid)
+}

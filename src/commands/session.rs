@@ -38,6 +38,17 @@ pub struct StartArgs {
     /// 0 = never [default: 30m].
     #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
     pub idle_timeout: Option<IdleTimeout>,
+    /// Stop the session when this process ends: `airlock mcp` passes its
+    /// own, so that a session never outlives the connection it serves.
+    #[arg(long, value_name = "PID", value_parser = parse_pid, hide = true)]
+    pub stop_with_pid: Option<nix::unistd::Pid>,
+}
+
+fn parse_pid(s: &str) -> Result<nix::unistd::Pid, String> {
+    match s.parse::<i32>() {
+        Ok(pid) if pid > 0 => Ok(nix::unistd::Pid::from_raw(pid)),
+        _ => Err(format!("{s:?} is not a process id")),
+    }
 }
 
 impl StartArgs {

@@ -61,6 +61,10 @@ impl Session {
         let out = std::process::Command::new(exe)
             .args(["session", "start"])
             .args(options)
+            // Should this process die without stopping it (SIGKILL), the
+            // session stops by itself.
+            .arg("--stop-with-pid")
+            .arg(std::process::id().to_string())
             // Never the MCP client's messages.
             .stdin(Stdio::null())
             // Out of our process group, which is what a client signals to

@@ -5,6 +5,7 @@
 //! idle too long, its `--timeout` passes, its audit store fails, or it is
 //! killed; the sandbox never outlives it.
 
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -99,10 +100,23 @@ enum Ending {
     /// The sandbox ended by itself (its `--timeout`, a signal to airlock, a
     /// failed audit store, its init killed).
     SandboxEnded,
+    /// The process given with `--stop-with-pid` ended.
+    OwnerEnded(nix::unistd::Pid),
 }
 
 fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     let registry = Registry::open()?;
+    // Opened before anything else: the owner waits for `start` to print the
+    // id, so it is alive now, and from now on its number cannot be reused
+    // under us.
+    let owner = args
+        .stop_with_pid
+        .map(|pid| {
+            airlock_shim::pidfd_open(pid)
+                .map(|fd| (pid, fd))
+                .with_context(|| format!("watching process {pid} (--stop-with-pid)"))
+        })
+        .transpose()?;
     let control_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("airlock-control")
@@ -191,6 +205,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
             }
             () = idle_for(&live, idle) => Ending::Idle(idle.unwrap_or_default()),
             _ = &mut ended_rx => Ending::SandboxEnded,
+            pid = owner_ended(owner) => Ending::OwnerEnded(pid),
         }
     });
     live.stopping.store(true, Ordering::SeqCst);
@@ -213,6 +228,9 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
             humantime::format_duration(*d)
         ),
         (Ending::SandboxEnded, None) => "the session's sandbox ended (its --timeout)".to_owned(),
+        (Ending::OwnerEnded(pid), None) => {
+            format!("stopped: process {pid}, which it was started for, ended")
+        }
     };
     live.waiting().session_ended(&format!(
         "session {id} ended while the command ran: {}",
@@ -289,6 +307,33 @@ async fn idle_for(live: &Live, idle: Option<Duration>) {
             () = live.activity.notified() => {}
         }
     }
+}
+
+/// Resolves with the owner's pid when it ends (never without one): its
+/// pidfd turns readable then (pidfd_open(2)). Waited for by poll(2) on a
+/// thread of its own, which the process's end takes with it.
+async fn owner_ended(owner: Option<(nix::unistd::Pid, std::os::fd::OwnedFd)>) -> nix::unistd::Pid {
+    let Some((pid, fd)) = owner else {
+        return std::future::pending().await;
+    };
+    let (ended_tx, ended) = oneshot::channel();
+    let watcher = std::thread::Builder::new()
+        .name("airlock-owner".into())
+        .spawn(move || {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            while let Err(nix::errno::Errno::EINTR) = poll(&mut fds, PollTimeout::NONE) {}
+            let _ = ended_tx.send(());
+        });
+    match watcher {
+        // A dropped sender (the thread failed) counts as the end too.
+        Ok(_) => {
+            let _ = ended.await;
+        }
+        // Cannot watch it: stop rather than outlive it unnoticed.
+        Err(e) => eprintln!("airlock: watching process {pid}: {e}; stopping the session"),
+    }
+    pid
 }
 
 /// Wait (briefly) for every step to have sent its report.

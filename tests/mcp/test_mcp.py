@@ -156,6 +156,15 @@ def text(result) -> str:
     return "\n".join(c.text for c in result.content if c.type == "text")
 
 
+def alive(pid: int) -> bool:
+    """Running, not a zombie (reaping a detached server is PID 1's job)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(") ", 1)[1].split()[0] != "Z"
+
+
 def sessions() -> list[dict]:
     out = subprocess.run(
         [airlock_bin(), "session", "ls", "--json"], capture_output=True, text=True, check=True
@@ -382,6 +391,36 @@ def test_sigterm_stops_the_session(env):
         proc.terminate()
         proc.wait(timeout=20)
         assert all(s["id"] != mine[0]["id"] for s in sessions()), "stopped on SIGTERM"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+
+
+def test_a_killed_server_takes_its_session_with_it(env):
+    """SIGKILL cannot be caught, so `airlock mcp` cannot stop its session
+    itself: the session watches the process it was started for."""
+    proc = subprocess.Popen(
+        [airlock_bin(), *env.args()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        mine = []
+        while not mine and time.monotonic() < deadline:
+            mine = [s for s in sessions() if s["policy"] == str(env.dir / "policy.toml")]
+            time.sleep(0.1)
+        assert len(mine) == 1, "the session is up"
+        server = mine[0]["pids"]["server"]
+        proc.kill()
+        proc.wait(timeout=20)
+        deadline = time.monotonic() + 20
+        while any(s["id"] == mine[0]["id"] for s in sessions()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(s["id"] != mine[0]["id"] for s in sessions()), "stopped when airlock mcp died"
+        while alive(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(server), "its server is gone"
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
