@@ -376,7 +376,10 @@ def test_a_session_that_cannot_start_fails_with_the_clis_one_line(env):
     assert "no-such-policy.toml" in lines[0]
 
 
-def test_sigterm_stops_the_session(env):
+@contextlib.contextmanager
+def server_without_client(env: Env):
+    """`airlock mcp` with no client talking to it yet, and its session's
+    `ls --json` entry once the session is up."""
     proc = subprocess.Popen(
         [airlock_bin(), *env.args()],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -388,40 +391,35 @@ def test_sigterm_stops_the_session(env):
             mine = [s for s in sessions() if s["policy"] == str(env.dir / "policy.toml")]
             time.sleep(0.1)
         assert len(mine) == 1, "the session is up"
-        proc.terminate()
-        proc.wait(timeout=20)
-        assert all(s["id"] != mine[0]["id"] for s in sessions()), "stopped on SIGTERM"
+        yield proc, mine[0]
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait()
+
+
+def listed(session: dict) -> bool:
+    return any(s["id"] == session["id"] for s in sessions())
+
+
+def test_sigterm_stops_the_session(env):
+    with server_without_client(env) as (proc, session):
+        proc.terminate()
+        proc.wait(timeout=20)
+        assert not listed(session), "stopped on SIGTERM"
 
 
 def test_a_killed_server_takes_its_session_with_it(env):
     """SIGKILL cannot be caught, so `airlock mcp` cannot stop its session
     itself: the session watches the process it was started for."""
-    proc = subprocess.Popen(
-        [airlock_bin(), *env.args()],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        mine = []
-        while not mine and time.monotonic() < deadline:
-            mine = [s for s in sessions() if s["policy"] == str(env.dir / "policy.toml")]
-            time.sleep(0.1)
-        assert len(mine) == 1, "the session is up"
-        server = mine[0]["pids"]["server"]
+    with server_without_client(env) as (proc, session):
         proc.kill()
         proc.wait(timeout=20)
         deadline = time.monotonic() + 20
-        while any(s["id"] == mine[0]["id"] for s in sessions()) and time.monotonic() < deadline:
+        while listed(session) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert all(s["id"] != mine[0]["id"] for s in sessions()), "stopped when airlock mcp died"
+        assert not listed(session), "stopped when airlock mcp died"
+        server = session["pids"]["server"]
         while alive(server) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not alive(server), "its server is gone"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        proc.wait()

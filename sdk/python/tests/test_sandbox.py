@@ -4,7 +4,11 @@ state, timeouts, teardown and errors."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -169,6 +173,33 @@ def test_an_exception_in_the_block_still_stops_the_session(options: Dict[str, An
     eventually("the session's server ends", lambda: not alive(server))
     with pytest.raises(airlock.AirlockError, match="stopped"):
         sb.run(["true"])
+
+
+def test_a_program_killed_in_the_block_takes_its_session_with_it(
+    options: Dict[str, Any], airlock_bin: str, tmp_path: Path
+) -> None:
+    """SIGKILL leaves no `with` block to stop the session: the session
+    watches the process that started it."""
+    started = tmp_path / "started.json"
+    program = (
+        "import json, os, signal, sys, airlock\n"
+        "options = json.loads(sys.argv[1])\n"
+        "with airlock.Sandbox(**options) as sb:\n"
+        "    sb.run(['sh', '-c', 'sleep 1000 &'])\n"
+        "    info = {'id': sb.session_id, 'server': sb.info()['pids']['server']}\n"
+        "    open(sys.argv[2], 'w').write(json.dumps(info))\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", program, json.dumps(options, default=str), str(started)], timeout=60
+    )
+    assert child.returncode == -signal.SIGKILL
+    info = json.loads(started.read_text())
+    eventually(
+        "the session stops",
+        lambda: info["id"] not in [s["id"] for s in listed_sessions(airlock_bin)],
+    )
+    eventually("the session's server ends", lambda: not alive(info["server"]))
 
 
 def test_a_session_that_ended_by_itself_is_gone(options: Dict[str, Any]) -> None:

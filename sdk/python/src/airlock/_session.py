@@ -49,7 +49,11 @@ class SessionBase:
     def _start_argv(self) -> List[str]:
         if self._session_id is not None:
             raise AirlockError(f"the sandbox already holds session {self._session_id}")
-        return _cli.start_argv(self._binary, self._options)
+        argv = _cli.start_argv(self._binary, self._options)
+        # The session stops with this process should it die without leaving
+        # the `with` block (SIGKILL, os._exit): no sandbox is left running
+        # for a program that is gone.
+        return argv + ["--stop-with-pid", str(os.getpid())]
 
     def _started(self, returncode: int, stdout: bytes, stderr: bytes) -> None:
         self._session_id = _cli.session_id_from_start(returncode, stdout, stderr)
