@@ -46,6 +46,20 @@ pub fn default_audit_key() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join(AUDIT_KEY))
 }
 
+/// Where this user's sessions live, without making it: every sandbox
+/// hides it (`launch`), whether or not a session ever ran.
+pub fn session_dir_location() -> PathBuf {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        PathBuf::from("/run/airlock")
+    } else {
+        match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+            Some(runtime) if runtime.is_absolute() => runtime.join("airlock"),
+            _ => PathBuf::from(format!("/tmp/airlock-{uid}")),
+        }
+    }
+}
+
 /// Where live sessions keep their control sockets: `/run/airlock` for root,
 /// else `$XDG_RUNTIME_DIR/airlock` (when absolute), else
 /// `/tmp/airlock-<uid>`. Created with mode 0700 and checked to be owned by
@@ -54,14 +68,7 @@ pub fn default_audit_key() -> anyhow::Result<PathBuf> {
 pub fn session_dir() -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let uid = nix::unistd::geteuid();
-    let dir = if uid.is_root() {
-        PathBuf::from("/run/airlock")
-    } else {
-        match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-            Some(runtime) if runtime.is_absolute() => runtime.join("airlock"),
-            _ => PathBuf::from(format!("/tmp/airlock-{uid}")),
-        }
-    };
+    let dir = session_dir_location();
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)

@@ -587,8 +587,10 @@ async fn an_ordinary_user_keeps_sessions_too() {
     );
     let env = Env::new().await;
     // What the user needs, world-readable; the binary copied out of the
-    // shared target directory.
-    let dir = tempfile::tempdir().unwrap();
+    // shared target directory. Not under /tmp or /run, which every sandbox
+    // replaces with its own: the runtime directory in it must be hidden by
+    // airlock itself, as one anywhere else ($XDG_RUNTIME_DIR) must be.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     chmod(dir.path(), 0o777);
     let airlock_bin = dir.path().join("airlock");
     std::fs::copy(AIRLOCK, &airlock_bin).unwrap();
@@ -639,6 +641,7 @@ async fn an_ordinary_user_keeps_sessions_too() {
             &p("audit/audit.key"),
             "--name",
             "mine",
+            "--allow-unix-sockets",
         ],
     );
     assert_eq!(start.status.code(), Some(0), "{}", show(&start));
@@ -658,6 +661,19 @@ async fn an_ordinary_user_keeps_sessions_too() {
         "cat /tmp/f; curl -sS -o /dev/null -w '%{{http_code}}\\n' {base}/echo/u; curl -sS -o /dev/null -w '%{{http_code}}\\n' {base}/admin"
     ));
     assert_eq!(stdout(&out), "kept\n200\n403\n", "{}", show(&out));
+    // The session directory is out of the sandbox's sight, its own socket
+    // out of reach (it may make AF_UNIX sockets here).
+    let sessions = runtime.join("airlock");
+    let out = exec(&format!("ls -a {} 2>&1", sessions.display()));
+    assert!(!stdout(&out).contains(&id), "{}", show(&out));
+    let probe = connect_probe(&sessions.join(format!("{id}.sock")).to_string_lossy());
+    let out = airlock_as(
+        TEST_USER,
+        &runtime,
+        &airlock_bin,
+        &["session", "exec", "mine", "--", "python3", "-c", &probe],
+    );
+    assert!(stdout(&out).starts_with("refused"), "{}", show(&out));
     // Another user cannot get in: not through airlock, not to the socket.
     let out = airlock_as(
         "nobody",
@@ -934,4 +950,71 @@ print(every["ok"], every["dropped"], sorted((x["kind"], x["step"]) for x in ever
         show(&out)
     );
     assert_eq!(s.stop().status.code(), Some(0));
+}
+
+/// A step ends when its command does, even with a background process that
+/// writes without pause on the same output: what the command wrote is
+/// delivered, the rest only recorded (a hostile or merely chatty program
+/// must not hold the caller, the timeout or the idle timer forever).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chatty_background_process_does_not_hold_the_step() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let mut child = Command::new(AIRLOCK)
+        .args([
+            "session",
+            "exec",
+            &s.id,
+            "--",
+            "sh",
+            "-c",
+            "yes & yes & yes & echo started",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read what it sends while waiting, so the pipe never fills.
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut head = vec![0u8; 64];
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match std::io::Read::read(&mut out, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if total < head.len() {
+                        let k = n.min(head.len() - total);
+                        head[total..total + k].copy_from_slice(&buf[..k]);
+                    }
+                    total += n;
+                }
+            }
+        }
+        (head, total)
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the step never ended");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (head, total) = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let head = String::from_utf8_lossy(&head);
+    assert!(
+        head.contains("started") || head.starts_with("y\n"),
+        "{head}"
+    );
+    assert!(total <= 4 << 20, "bounded: {total} bytes");
+    // The session still answers, and the next step is not held either.
+    let out = s.exec(&[], &["echo", "next"]);
+    assert_eq!(stdout(&out), "next\n", "{}", show(&out));
 }

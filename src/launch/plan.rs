@@ -321,6 +321,15 @@ fn hidden_paths(
     )?;
     let mut hide = args.hide.clone();
     hide.extend(args.ca_dir.iter().cloned());
+    // No sandbox sees a control socket, wherever the runtime directory is:
+    // one under /run or /tmp is out of sight already (their own tmpfs), one
+    // elsewhere ($XDG_RUNTIME_DIR anywhere) would not be.
+    // Made if missing, so that a session started later is hidden too.
+    let sessions =
+        crate::paths::session_dir().unwrap_or_else(|_| crate::paths::session_dir_location());
+    if !workspace.starts_with(&sessions) {
+        hide.push(sessions);
+    }
     if let Some(AuditPaths { db, key }) = audit {
         hide.extend(
             [db.clone(), key.clone()]

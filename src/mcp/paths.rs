@@ -53,8 +53,20 @@ impl WorkspacePath {
         Ok(WorkspacePath(parts.join("/")))
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+    /// As a command's argument: `./` first, so that a name such as `-`
+    /// is a file to `cat` and never its stdin or an option.
+    pub fn argument(&self) -> String {
+        format!("./{}", self.0)
+    }
+
+    /// The directory it is in, as a command's argument (`.` at the top):
+    /// given to `mkdir -p` as is, not worked out by a shell's `dirname`,
+    /// which drops a trailing newline of a name.
+    pub fn parent_argument(&self) -> String {
+        match self.0.rsplit_once('/') {
+            Some((parent, _)) => format!("./{parent}"),
+            None => ".".to_owned(),
+        }
     }
 }
 
@@ -78,8 +90,20 @@ mod tests {
             ("-rf", "-rf"),
             ("with space/x", "with space/x"),
         ] {
-            assert_eq!(WorkspacePath::parse(given).unwrap().as_str(), expected);
+            assert_eq!(WorkspacePath::parse(given).unwrap().to_string(), expected);
         }
+    }
+
+    #[test]
+    fn arguments_are_never_options_or_stdin() {
+        let dash = WorkspacePath::parse("-").unwrap();
+        assert_eq!(
+            (dash.argument(), dash.parent_argument()),
+            ("./-".into(), ".".into())
+        );
+        let nested = WorkspacePath::parse("a\n/b").unwrap();
+        assert_eq!(nested.argument(), "./a\n/b");
+        assert_eq!(nested.parent_argument(), "./a\n");
     }
 
     #[test]

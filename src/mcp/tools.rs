@@ -139,7 +139,7 @@ impl Tools {
             Err(e) => return answer::failed(e),
         };
         let step = Step {
-            argv: vec!["cat".into(), "--".into(), path.as_str().into()],
+            argv: vec!["cat".into(), "--".into(), path.argument()],
             stdin: Vec::new(),
             timeout: Some(FILE_TIMEOUT),
             label: "mcp:read_file",
@@ -166,15 +166,14 @@ impl Tools {
         };
         let bytes = args.content.len();
         let step = Step {
-            argv: [
-                "sh",
-                "-c",
-                r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#,
-                "sh",
-                path.as_str(),
-            ]
-            .map(str::to_owned)
-            .to_vec(),
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                r#"mkdir -p -- "$2" && cat > "$1""#.into(),
+                "sh".into(),
+                path.argument(),
+                path.parent_argument(),
+            ],
             stdin: args.content.into_bytes(),
             timeout: Some(FILE_TIMEOUT),
             label: "mcp:write_file",

@@ -2,9 +2,13 @@
 //! step (the CLI, the SDK, the MCP server, an agent) learns what it was
 //! missing and the rule that would allow it, without reading the record.
 //!
-//! Each refusal is attributed to the step whose process owned the socket,
-//! looked up only when something is refused, so that allowed traffic pays
-//! nothing. Identical refusals in one step are counted, not repeated, and
+//! Each refusal is attributed to the step whose process owned the socket.
+//! The proxy hands its events over once it has answered (proxy/src/outlet.rs),
+//! when a refused client may already be gone: a connection is therefore
+//! attributed when it is accepted, while its client waits for it (one look
+//! through the sandbox's sockets per connection, as the record's own
+//! attribution does); a name, when its query is decided. Identical refusals
+//! in one step are counted, not repeated, and
 //! the number kept is bounded: a program that asks for endless distinct
 //! names cannot grow the server without limit.
 
@@ -29,8 +33,16 @@ impl DenialKind {
     }
 }
 
-/// Distinct refusals kept per session; later ones are counted as dropped.
+/// Distinct refusals kept per session: past it the oldest go (counted as
+/// dropped), so that one step's flood never hides a later step's refusals.
 const MAX_KEPT: usize = 1000;
+/// Refusals in one step's report (the `denials` request has them all):
+/// with the field bounds below, a report stays far under a frame's 1 MiB.
+const MAX_PER_STEP: usize = 100;
+/// Longest URL or host kept (a request line may be tens of KiB), and the
+/// longest suggested rule (past it there is none: a cut rule is no rule).
+const MAX_FIELD: usize = 1024;
+const MAX_RULE: usize = 2048;
 
 /// The session's refusals, fed by the proxy's events.
 pub struct DenialLog {
@@ -42,9 +54,9 @@ pub struct DenialLog {
 
 #[derive(Default)]
 struct State {
-    /// The sandbox-side address of each open connection: a refused request
-    /// names only its connection.
-    clients: HashMap<ConnId, SocketAddr>,
+    /// The step each open connection came from: a refused request names
+    /// only its connection.
+    connections: HashMap<ConnId, Option<u64>>,
     kept: Vec<Kept>,
     dropped: u64,
 }
@@ -87,7 +99,9 @@ impl DenialLog {
             })
             .map(|k| &k.denial)
             .collect();
-        most_specific(&of_step)
+        let mut reported = most_specific(&of_step);
+        reported.truncate(MAX_PER_STEP);
+        reported
     }
 
     pub fn all(&self) -> Refusals {
@@ -110,7 +124,10 @@ impl DenialLog {
             .map(|s| s.0)
     }
 
-    fn keep(&self, denial: Denial) {
+    fn keep(&self, mut denial: Denial) {
+        denial.host = bounded(denial.host);
+        denial.url = denial.url.map(bounded);
+        denial.rule = denial.rule.filter(|rule| rule.len() <= MAX_RULE);
         let mut state = self.state();
         let same = state.kept.iter().position(|k| {
             let d = &k.denial;
@@ -129,11 +146,16 @@ impl DenialLog {
                 kept.denial.count += 1;
                 kept.at = Instant::now();
             }
-            None if state.kept.len() >= MAX_KEPT => state.dropped += 1,
-            None => state.kept.push(Kept {
-                denial,
-                at: Instant::now(),
-            }),
+            None => {
+                if state.kept.len() >= MAX_KEPT {
+                    state.kept.remove(0);
+                    state.dropped += 1;
+                }
+                state.kept.push(Kept {
+                    denial,
+                    at: Instant::now(),
+                });
+            }
         }
     }
 }
@@ -150,10 +172,8 @@ impl EventSink for DenialLog {
                 reason,
                 ..
             } => {
-                if self.attributor.is_some() {
-                    // Looked up only if something on it is refused.
-                    self.state().clients.insert(conn, client);
-                }
+                let step = self.step_of(client, false);
+                self.state().connections.insert(conn, step);
                 if verdict == Verdict::Deny {
                     self.keep(Denial {
                         kind: DenialKind::Connection,
@@ -165,13 +185,13 @@ impl EventSink for DenialLog {
                         // What a connection needs depends on its protocol;
                         // the reason says it (e.g. a `protocol = "tcp"` rule).
                         rule: None,
-                        step: self.step_of(client, false),
+                        step,
                         count: 1,
                     });
                 }
             }
             Event::ConnectionClosed { conn, .. } => {
-                self.state().clients.remove(&conn);
+                self.state().connections.remove(&conn);
             }
             Event::Request {
                 conn,
@@ -183,7 +203,7 @@ impl EventSink for DenialLog {
                 rule_to_add,
                 ..
             } => {
-                let client = self.state().clients.get(&conn).copied();
+                let step = self.state().connections.get(&conn).copied().flatten();
                 self.keep(Denial {
                     kind: DenialKind::Request,
                     host: host_of_url(&url).to_owned(),
@@ -194,7 +214,7 @@ impl EventSink for DenialLog {
                     reason: reason.unwrap_or_else(|| "denied".into()),
                     decided_by: rule.unwrap_or_else(|| self.default_decider.clone()),
                     rule: rule_to_add,
-                    step: client.and_then(|c| self.step_of(c, false)),
+                    step,
                     count: 1,
                 });
             }
@@ -242,6 +262,19 @@ fn most_specific(denials: &[&Denial]) -> Vec<Denial> {
         .filter(|d| !explained(d))
         .map(|d| (*d).clone())
         .collect()
+}
+
+/// At most [`MAX_FIELD`] bytes, cut on a character boundary and marked.
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_FIELD {
+        let mut end = MAX_FIELD;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// `https://host:port/path` -> `host`.
@@ -307,6 +340,15 @@ mod tests {
         }
         let all = log.all();
         assert_eq!(all.denials.len(), MAX_KEPT);
-        assert_eq!(all.dropped, 6);
+        assert_eq!(all.dropped, 6, "the oldest went");
+        assert_eq!(
+            all.denials[MAX_KEPT - 1].host,
+            format!("n{}.test", MAX_KEPT + 4)
+        );
+        let long = format!("{}.test", "é".repeat(MAX_FIELD));
+        log.emit(dns(long)).unwrap();
+        let kept = log.all().denials.pop().unwrap();
+        assert!(kept.host.len() <= MAX_FIELD + '…'.len_utf8() && kept.host.ends_with('…'));
+        assert!(kept.rule.is_none_or(|r| r.len() <= MAX_RULE));
     }
 }

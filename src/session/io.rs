@@ -33,6 +33,17 @@ impl Reader {
         }
     }
 
+    /// The most a writer can have left in it: a pipe's capacity
+    /// (F_GETPIPE_SZ, fcntl(2)); a pty master has none to ask, and gets the
+    /// most an unprivileged process can give a pipe (1 MiB, pipe(7)).
+    pub fn capacity(&self) -> usize {
+        use nix::fcntl::{FcntlArg, fcntl};
+        fcntl(&self.0, FcntlArg::F_GETPIPE_SZ)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(1 << 20)
+    }
+
     /// What is in the pipe right now, asking the kernel itself: `Ok(None)`
     /// when nothing is. Not tokio's try_read, which answers from readiness it
     /// has cached and can say "nothing" while the kernel holds bytes that

@@ -49,7 +49,7 @@ struct Shared {
     started: SystemTime,
     policy: String,
     live: Mutex<Option<Arc<Live>>>,
-    stops: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    stops: mpsc::UnboundedSender<StopWaiter>,
 }
 
 impl Shared {
@@ -93,9 +93,12 @@ impl Shared {
     }
 }
 
+/// Who asked for a stop, told whether the record closed (or why not).
+type StopWaiter = oneshot::Sender<Result<(), String>>;
+
 /// Why the session ends.
 enum Ending {
-    Stopped(Vec<oneshot::Sender<()>>),
+    Stopped(Vec<StopWaiter>),
     Idle(Duration),
     /// The sandbox ended by itself (its `--timeout`, a signal to airlock, a
     /// failed audit store, its init killed).
@@ -254,8 +257,12 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         None => Ok(()),
     };
     if let Ending::Stopped(waiters) = ending {
+        let told = finished
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| crate::one_line(e));
         for waiter in waiters {
-            let _ = waiter.send(());
+            let _ = waiter.send(told.clone());
         }
     }
     // Give the stop answers a moment to leave. The timer is made inside
@@ -396,10 +403,13 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>) {
             let (tx, rx) = oneshot::channel();
             let _ = shared.stops.send(tx);
             let reply = match rx.await {
-                Ok(()) => Reply {
+                Ok(Ok(())) => Reply {
                     session: Some(shared.info()),
                     ..Reply::ok()
                 },
+                Ok(Err(why)) => Reply::error(format!(
+                    "the session stopped, but its record could not be closed: {why}"
+                )),
                 Err(_) => Reply::error("the session ended before it could confirm the stop"),
             };
             let _ = protocol::write_line(&mut stream, &reply).await;

@@ -24,6 +24,8 @@ use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
 const EXIT_TIMED_OUT: i32 = 124;
+/// Output recorded per stream from what a step left running, once it ended.
+const BACKGROUND_OUTPUT_RECORDED: usize = 8 << 20;
 
 /// Serve one `exec` request on its connection, to the end.
 pub async fn serve(
@@ -420,19 +422,43 @@ fn spawn_pump(output: Output, kind: FrameType, pump: Pump) -> tokio::task::JoinH
         let mut drained_tx = Some(drained_tx);
         let mut buf = vec![0u8; 16 * 1024];
         let end = output.end();
+        // Bytes recorded since the step ended, from what it left running.
+        let mut after_end = 0usize;
         loop {
             tokio::select! {
                 read = end.read(&mut buf) => match read {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => emit(&live, step, stream, kind, frames.as_ref(), &buf[..n]).await,
+                    Ok(n) if frames.is_some() => {
+                        emit(&live, step, stream, kind, frames.as_ref(), &buf[..n]).await;
+                    }
+                    Ok(n) => {
+                        // Still read, so the writer never blocks or dies of
+                        // SIGPIPE; recorded up to a bound, then said so once.
+                        if after_end < BACKGROUND_OUTPUT_RECORDED {
+                            emit(&live, step, stream, kind, None, &buf[..n]).await;
+                            after_end += n;
+                            if after_end >= BACKGROUND_OUTPUT_RECORDED {
+                                note_output_cut(&live, step, stream);
+                            }
+                        }
+                    }
                 },
                 _ = exited.changed(), if frames.is_some() => {
                     // Everything the command wrote before it ended is in the
-                    // pipe now: hand it over, then stop talking to the client.
-                    while let Ok(Some(n)) = end.read_now(&mut buf) {
+                    // pipe now: hand it over, then stop talking to the
+                    // client. No more than the pipe can hold: a background
+                    // process that keeps writing must not keep the step
+                    // from ending (its output is still recorded below).
+                    let mut left = end.capacity();
+                    while left > 0 {
+                        let chunk = buf.len().min(left);
+                        let Ok(Some(n)) = end.read_now(&mut buf[..chunk]) else {
+                            break;
+                        };
                         if n == 0 {
                             break;
                         }
+                        left -= n;
                         emit(&live, step, stream, kind, frames.as_ref(), &buf[..n]).await;
                     }
                     frames = None;
@@ -463,10 +489,31 @@ async fn emit(
         let _ = frames.send((kind, data.to_vec())).await;
     }
     if let Some(recorder) = &live.recorder {
-        let _ = recorder.record(AuditEvent::Output {
-            stream,
-            data: data.to_vec(),
-            step: Some(StepNo(step.0)),
+        // record() waits when the store's queue is full: never with the
+        // runtime's worker, which serves every other step and request.
+        tokio::task::block_in_place(|| {
+            let _ = recorder.record(AuditEvent::Output {
+                stream,
+                data: data.to_vec(),
+                step: Some(StepNo(step.0)),
+            });
+        });
+    }
+}
+
+/// Said once in the record when a step's background output stops being kept.
+fn note_output_cut(live: &Live, step: StepId, stream: OutputStream) {
+    if let Some(recorder) = &live.recorder {
+        let stream = match stream {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        };
+        let _ = recorder.record(AuditEvent::Note {
+            text: format!(
+                "step {}: what it left running wrote more than {} MiB to {stream} after the step ended; the rest is not recorded",
+                step.0,
+                BACKGROUND_OUTPUT_RECORDED >> 20
+            ),
         });
     }
 }

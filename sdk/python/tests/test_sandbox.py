@@ -96,6 +96,12 @@ def test_files_are_written_and_read_through_the_sandbox(options: Dict[str, Any])
         sb.write_file("notes.txt", "text too\n")
         assert sb.read_file("./notes.txt") == b"text too\n"
         assert (Path(options["workspace"]) / "notes.txt").read_text() == "text too\n"
+        # Names a command would misread: `-` (stdin to cat), a leading dash,
+        # a directory whose name ends in a newline (dropped by `dirname`).
+        for name in ["-", "-n", "nl\n/inner.txt"]:
+            sb.write_file(name, name.encode())
+            assert sb.read_file(name) == name.encode(), name
+        assert (Path(options["workspace"]) / "nl\n" / "inner.txt").exists()
         with pytest.raises(airlock.AirlockError, match="missing.txt"):
             sb.read_file("missing.txt")
         with pytest.raises(airlock.OutputLimitError):

@@ -19,9 +19,10 @@ CODE_COMMANDS: Dict[str, List[str]] = {
     "bash": ["bash", "-s"],
 }
 
-# `$1` is the workspace-relative path: its directories are made, then stdin
-# is written to it, all by the sandbox's own view of the filesystem.
-_WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+# `$1` is the file, `$2` its directory (worked out here: a shell's
+# `dirname` would drop a trailing newline of a name); the directory is
+# made, then stdin is written to the file, all in the sandbox's own view.
+_WRITE_SCRIPT = 'mkdir -p -- "$2" && cat > "$1"'
 
 
 def exec_request(
@@ -58,11 +59,14 @@ def code_command(language: str) -> List[str]:
 
 
 def write_file_command(path: str) -> List[str]:
-    return ["sh", "-c", _WRITE_SCRIPT, "sh", workspace_path(path)]
+    inside = workspace_path(path)
+    parent = posixpath.dirname(inside)
+    return ["sh", "-c", _WRITE_SCRIPT, "sh", "./" + inside, "./" + parent if parent else "."]
 
 
 def read_file_command(path: str) -> List[str]:
-    return ["cat", "--", workspace_path(path)]
+    # `./` first: a file named `-` is a file to cat, not its stdin.
+    return ["cat", "--", "./" + workspace_path(path)]
 
 
 def workspace_path(path: str) -> str:
