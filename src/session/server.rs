@@ -257,10 +257,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         None => Ok(()),
     };
     if let Ending::Stopped(waiters) = ending {
-        let told = finished
-            .as_ref()
-            .map(|_| ())
-            .map_err(|e| crate::one_line(e));
+        let told = finished.as_ref().map(|_| ()).map_err(crate::one_line);
         for waiter in waiters {
             let _ = waiter.send(told.clone());
         }
