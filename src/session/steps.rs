@@ -331,9 +331,10 @@ impl Input {
                         Some(terminal) => Some(&terminal.input),
                         None => self.stdin.as_ref(),
                     };
-                    if let Some(target) = target {
-                        // The command may have closed its stdin: that is its business.
-                        let _ = target.write_all(&data).await;
+                    if let Some(target) = target
+                        && feed(target, &data, reader).await == Fed::ClientGone
+                    {
+                        return true;
                     }
                 }
                 (FrameType::StdinEof, _) => match &self.terminal {
@@ -357,6 +358,44 @@ impl Input {
                 _ => return true,
             }
         }
+    }
+}
+
+/// How feeding the command's input went.
+#[derive(Debug, PartialEq, Eq)]
+enum Fed {
+    /// Written, or refused by a command that closed its input (its business).
+    Done,
+    ClientGone,
+}
+
+/// Write to the command's input while watching the connection: no frame is
+/// read while a write waits for a command that does not read, so a client
+/// that hung up (or was cancelled) would go unnoticed, its step running on.
+async fn feed(target: &Writer, data: &[u8], reader: &ConnReader) -> Fed {
+    let write = target.write_all(data);
+    tokio::pin!(write);
+    loop {
+        tokio::select! {
+            _ = &mut write => return Fed::Done,
+            gone = hung_up(reader) => if gone {
+                return Fed::ClientGone;
+            },
+        }
+    }
+}
+
+/// True once the client has closed its end of the connection (unix(7):
+/// the peer's close is seen as read-hangup); false, after a pause, when it
+/// merely has more frames waiting, which must wait for the write.
+async fn hung_up(reader: &ConnReader) -> bool {
+    match reader.get_ref().ready(tokio::io::Interest::READABLE).await {
+        Ok(ready) if ready.is_read_closed() => true,
+        Ok(_) => {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            false
+        }
+        Err(_) => true,
     }
 }
 

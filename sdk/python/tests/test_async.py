@@ -68,6 +68,30 @@ def test_cancelling_a_call_kills_its_step(options: Dict[str, Any]) -> None:
     asyncio.run(main())
 
 
+def test_cancelling_a_call_kills_its_step_even_while_its_input_waits(options: Dict[str, Any]) -> None:
+    """The command never reads its stdin, so feeding it blocks: the session
+    must still notice the client went away."""
+
+    async def main() -> None:
+        async with airlock.AsyncSandbox(**options) as sb:
+            script = "echo $$ > /tmp/pid; exec sleep 300"
+            step = asyncio.ensure_future(sb.run(["sh", "-c", script], stdin=b"x" * (4 << 20)))
+            for _ in range(200):
+                if (await sb.run(["test", "-s", "/tmp/pid"])).exit_code == 0:
+                    break
+                await asyncio.sleep(0.05)
+            step.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await step
+            check = (
+                "for i in $(seq 100); do "
+                "kill -0 $(cat /tmp/pid) 2>/dev/null || { echo gone; exit; }; sleep 0.05; done"
+            )
+            assert (await sb.run(["sh", "-c", check])).stdout == "gone\n"
+
+    asyncio.run(main())
+
+
 def test_an_exception_in_the_block_still_stops_the_session(options: Dict[str, Any], airlock_bin: str) -> None:
     seen: Dict[str, Any] = {}
 

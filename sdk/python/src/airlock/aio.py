@@ -149,6 +149,7 @@ class AsyncSandbox(SessionBase):
     ) -> RunResult:
         reader, writer = await _connect(self._socket_path(), self.session_id)
         feeder: Optional["asyncio.Task[None]"] = None
+        ended = False
         try:
             writer.write(_protocol.request_line(request))
             await writer.drain()
@@ -164,10 +165,16 @@ class AsyncSandbox(SessionBase):
                     raise SessionGoneError("the session closed the connection before the step ended")
                 if collector.feed(kind, payload):
                     break
+            ended = True
         finally:
             if feeder is not None:
                 feeder.cancel()
-            # Leaving early (an error, a cancellation) hangs up, which ends the step.
+            if not ended:
+                # Leaving early (an error, a cancellation) hangs up, which
+                # ends the step: at once, not once the stdin still queued
+                # here has been sent (close() would wait for that, and a
+                # command that does not read would never let it go).
+                writer.transport.abort()
             await _close(writer)
         assert collector.result is not None
         return collector.result
