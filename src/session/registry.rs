@@ -131,8 +131,15 @@ impl Registry {
             .collect()
     }
 
+    /// Whether `id` may still be serving: only a socket that refuses or is
+    /// missing means gone. One that is slow to answer (a busy or still
+    /// starting session) is alive: its name must not be taken from it.
     async fn alive(&self, id: &str) -> bool {
-        !id.is_empty() && self.info(id).await.is_ok()
+        !id.is_empty()
+            && match self.info(id).await {
+                Ok(_) => true,
+                Err(e) => !gone(&e),
+            }
     }
 
     /// Ask one session about itself. A socket nobody serves (its process
@@ -141,12 +148,7 @@ impl Registry {
         let reply = match self.ask(id, &Request::Info).await {
             Ok(reply) => reply,
             Err(e) => {
-                if e.downcast_ref::<std::io::Error>().is_some_and(|e| {
-                    matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-                    )
-                }) {
+                if gone(&e) {
                     self.forget(id);
                 }
                 return Err(e);
@@ -237,6 +239,16 @@ fn validate_name(name: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A socket nobody serves: refused (its process was killed) or not there.
+fn gone(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+        )
+    })
 }
 
 #[cfg(test)]

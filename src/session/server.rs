@@ -126,15 +126,17 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the control runtime")?;
-    if let Some(name) = &args.name {
-        control_rt.block_on(registry.claim_name(name, id))?;
-    }
     let cleanup = Cleanup {
         registry: registry.clone(),
         id: id.to_owned(),
         name: args.name.clone(),
     };
+    // Bound before the name is claimed: whoever finds the name finds a
+    // socket behind it, never a gap in which the name looks abandoned.
     let listener = registry.bind(id)?;
+    if let Some(name) = &args.name {
+        control_rt.block_on(registry.claim_name(name, id))?;
+    }
     let policy = args
         .sandbox
         .policy
