@@ -7,10 +7,11 @@
 //! when a refused client may already be gone: a connection is therefore
 //! attributed when it is accepted, while its client waits for it (one look
 //! through the sandbox's sockets per connection, as the record's own
-//! attribution does); a name, when its query is decided. Identical refusals
-//! in one step are counted, not repeated, and
-//! the number kept is bounded: a program that asks for endless distinct
-//! names cannot grow the server without limit.
+//! attribution does); a name as soon as its query is heard of, which may be
+//! too late (then it counts for the steps that ran at the time). Identical
+//! refusals in one step are counted, not repeated, and what is kept is
+//! bounded: a program that asks for endless distinct names, or long ones,
+//! cannot grow the server without limit.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
