@@ -252,7 +252,13 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
         Ok(Some(Message::Go)) => {}
         _ => sys::exit_now(125),
     }
-    let cmd_pid = match sys::fork() {
+    // The command's signals are held until it has its own dispositions
+    // (see fork_signals_held); the launcher keeps init's.
+    let forked = match plan.session {
+        true => sys::fork(),
+        false => sys::fork_signals_held(),
+    };
+    let cmd_pid = match forked {
         Ok(Forked::Child) if plan.session => crate::launcher::run(plan, chan, observe),
         Ok(Forked::Child) => {
             let launch = crate::command::Launch::of_plan(plan, observe, terminal.as_ref());

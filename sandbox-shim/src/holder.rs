@@ -101,7 +101,7 @@ pub(crate) fn run(
         to.fail(format!("make the holder of {step} a subreaper: {e}"));
     }
     let slave = command.terminal.map(|size| to.open_terminal(size));
-    let pid = match sys::fork() {
+    let pid = match sys::fork_signals_held() {
         Ok(Forked::Child) => {
             if let Some(fds) = &stdio
                 && crate::sandbox::install_stdio(fds).is_err()

@@ -30,6 +30,29 @@ pub(crate) fn fork() -> io::Result<Forked> {
     }
 }
 
+/// fork(2) for a command: every signal is blocked across the fork and stays
+/// blocked in the child until it calls [`reset_signals`]. Until then the child
+/// has its parent's dispositions, and a signal it is sent (a forwarded Ctrl-C)
+/// would be discarded if they say ignore; blocked, it stays pending instead
+/// and is delivered by the default action once unblocked (signal(7): a
+/// blocked signal is never ignored at generation). The parent's mask is
+/// restored.
+pub(crate) fn fork_signals_held() -> io::Result<Forked> {
+    use nix::sys::signal::{SigSet, SigmaskHow, sigprocmask};
+    let mut before = SigSet::empty();
+    sigprocmask(
+        SigmaskHow::SIG_BLOCK,
+        Some(&SigSet::all()),
+        Some(&mut before),
+    )?;
+    let forked = fork();
+    if !matches!(forked, Ok(Forked::Child)) {
+        // EINVAL is its only error (sigprocmask(2)), impossible with SIG_SETMASK.
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+    }
+    forked
+}
+
 /// _exit(2): leave without running atexit handlers or flushing stdio buffers
 /// that were inherited from the parent (they belong to the parent).
 pub(crate) fn exit_now(code: i32) -> ! {

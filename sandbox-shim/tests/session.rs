@@ -302,6 +302,24 @@ fn a_signal_reaches_the_steps_process_group() {
     live.end().unwrap();
 }
 
+/// Ctrl-C pressed as a step starts: the signal may reach the command between
+/// its fork and its exec, while it still has the shim's dispositions. It
+/// must not be lost there (an ignored signal is discarded, signal(7)).
+#[test]
+fn a_signal_sent_as_the_step_starts_is_not_lost() {
+    let mut live = start();
+    for step in 1..=40 {
+        let _output = live.exec(request(step, &["sleep", "1000"]));
+        live.control.signal(StepId(step), libc::SIGINT).unwrap();
+        assert_eq!(
+            live.exit_of(step),
+            ExitKind::Signaled(libc::SIGINT),
+            "step {step}"
+        );
+    }
+    live.end().unwrap();
+}
+
 #[test]
 fn a_step_number_still_in_use_is_refused_with_a_reason() {
     let mut live = start();
