@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod approvals;
 mod audit;
 mod audit_sink;
 mod certs;
@@ -65,6 +66,12 @@ enum Command {
     Session(commands::session::SessionCommand),
     /// Serve the Model Context Protocol on stdio: tools for a model that run in one live session per connection.
     Mcp(commands::mcp::McpArgs),
+    /// List the requests [[ask]] rules hold for a person's decision, in every running session.
+    Approvals(commands::approvals::ListArgs),
+    /// Approve a held request: once, or for the rest of its session.
+    Approve(commands::approvals::ApproveArgs),
+    /// Deny a held request; the client gets a 403 with your note.
+    Deny(commands::approvals::DenyArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +96,9 @@ fn main() -> ExitCode {
         Command::Audit(args) => commands::audit::run(args),
         Command::Session(cmd) => commands::session::run(cmd),
         Command::Mcp(args) => commands::mcp::run(args),
+        Command::Approvals(args) => commands::approvals::list(args),
+        Command::Approve(args) => commands::approvals::approve(args),
+        Command::Deny(args) => commands::approvals::deny(args),
     };
     match result {
         Ok(code) => code,

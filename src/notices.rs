@@ -3,12 +3,17 @@
 //! clients only print "403 Forbidden", and a program that is not HTTP only
 //! sees its connection closed.
 //!
+//! A request an `[[ask]]` rule holds gets a line too, saying how to decide
+//! it: the prompt is never on the terminal itself, whose input belongs to
+//! the sandboxed program (docs/approvals.md, "Interactive").
+//!
 //! The names and URLs in these lines are the sandboxed program's own, so
 //! they go through `escape::text` like every other record shown to a person:
 //! this is the caller's live terminal.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use airlock_auditor::escape;
 use airlock_policy::Policy;
@@ -22,6 +27,8 @@ pub struct DenialNotices {
     /// Where a rule would go: "to FILE", or "with --policy FILE" when no file was given.
     add_to: String,
     seen: Mutex<HashSet<String>>,
+    /// Held requests announced so far (bounded like the refusals).
+    held: AtomicUsize,
 }
 
 impl DenialNotices {
@@ -35,6 +42,7 @@ impl DenialNotices {
             policy_name: policy.source_name().to_owned(),
             add_to,
             seen: Mutex::new(HashSet::new()),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -93,6 +101,30 @@ impl EventSink for DenialNotices {
                         escape::text(rule.as_deref().unwrap_or(&self.policy_name))
                     )
                 })
+            }
+            Event::ApprovalRequested {
+                approval,
+                method,
+                url,
+                rule,
+                reason,
+                timeout_ms,
+                ..
+            } => {
+                let n = self.held.fetch_add(1, Ordering::Relaxed);
+                if n < MAX_NOTICES {
+                    let reason = match reason {
+                        Some(reason) => format!(": {}", escape::text(reason)),
+                        None => String::new(),
+                    };
+                    crate::terminal::eprint_line(&format!(
+                        "airlock: holding {} {} for a person's approval (rule {}{reason}); decide with `airlock approve {approval}` or `airlock deny {approval}` within {}",
+                        escape::text(method),
+                        escape::text(url.split('?').next().unwrap_or(url)),
+                        escape::text(rule),
+                        humantime::format_duration(std::time::Duration::from_secs(timeout_ms / 1000)),
+                    ));
+                }
             }
             _ => {}
         }

@@ -1,10 +1,12 @@
-//! Resolving credential values from the environment and files.
+//! Resolving credential values from the environment and files, and the
+//! approval tokens of `--approval-token-file`.
 //!
 //! This is the only place secrets are read. They go to the proxy and nowhere
 //! else: never into the sandbox's environment (it gets placeholders), never
 //! into logs or records.
 
 use airlock_policy::{Credential, TemplatePart};
+use airlock_proxy::approvals::api::ApprovalTokens;
 use airlock_proxy::credentials::{Placeholder, ResolvedCredential, Secret};
 use anyhow::{Context, bail};
 use http::HeaderName;
@@ -18,6 +20,22 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// and more confusingly.
 pub fn resolve_all(credentials: &[Credential]) -> anyhow::Result<Vec<ResolvedCredential>> {
     credentials.iter().map(resolve).collect()
+}
+
+/// The bearer tokens of `--approval-token-file`: one `NAME:TOKEN` per line.
+/// Its tokens let their holders decide on held requests, so the file must
+/// be private to its owner.
+pub fn approval_tokens(path: &std::path::Path) -> anyhow::Result<ApprovalTokens> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("--approval-token-file {shown}: cannot read it"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        bail!("--approval-token-file {shown}: others can read it; run `chmod 600 {shown}`");
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--approval-token-file {shown}: cannot read it"))?;
+    ApprovalTokens::parse(&text).with_context(|| format!("--approval-token-file {shown}"))
 }
 
 fn resolve(cred: &Credential) -> anyhow::Result<ResolvedCredential> {

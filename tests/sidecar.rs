@@ -1115,3 +1115,230 @@ async fn admin_listens_where_it_is_told() {
         .await;
     assert_eq!(out.status, 0, "{out:?}");
 }
+
+/// `POLICY`, and POST /echo/pay/** held for a person.
+const POLICY_WITH_ASK: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo", "/echo/**"]
+
+[[ask]]
+host = "api.test"
+port = 443
+methods = ["POST"]
+paths = ["/echo/pay/**"]
+reason = "payments need a person"
+timeout = "60s"
+"#;
+
+/// The approvals API on the sidecar's admin endpoint, called from inside
+/// the pod as root with `token`: (status, JSON answer).
+async fn approvals_api(
+    pod: &Pod,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let auth = format!("Authorization: Bearer {token}");
+    let url = format!("http://{ADMIN}{path}");
+    let mut argv = vec![
+        "curl",
+        "-s",
+        "--max-time",
+        "5",
+        "-X",
+        method,
+        "-H",
+        &auth,
+        "-w",
+        "\n%{http_code}",
+    ];
+    if let Some(body) = body {
+        argv.extend([
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            body,
+        ]);
+    }
+    argv.push(&url);
+    let out = pod.exec(&[], &argv, &[]).await;
+    let (answer, code) = out.stdout.rsplit_once('\n').unwrap_or(("", &out.stdout));
+    let json = serde_json::from_str(answer).unwrap_or(serde_json::Value::Null);
+    (code.trim().parse().unwrap_or(0), json)
+}
+
+/// The app (uid 65534) holds a POST, then, once the test hands it the
+/// approval's id, tries to decide it itself through the admin endpoint it
+/// shares with the sidecar, and to read the token file; prints what each
+/// try got (a JSON line), then the held request's status and body.
+const SELF_APPROVING_APP: &str = r#"
+import json, os, sys, threading, time, urllib.request, urllib.error
+talk, tokens, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+held = {}
+def send():
+    req = urllib.request.Request("https://api.test/echo/pay/" + marker, data=b'{"amount": 3}',
+                                 method="POST", headers={"content-type": "application/json"})
+    try:
+        r = urllib.request.urlopen(req, timeout=60)
+        held["got"] = [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        held["got"] = [e.code, e.read().decode()]
+thread = threading.Thread(target=send)
+thread.start()
+while not os.path.exists(talk + "/id"):
+    time.sleep(0.05)
+approval = open(talk + "/id").read().strip()
+def admin(method, path, token=None, body=None):
+    req = urllib.request.Request("http://127.0.0.1:15021" + path, data=body, method=method)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        return urllib.request.urlopen(req, timeout=5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception as e:
+        return repr(e)
+decision = json.dumps({"decision": "approve", "scope": "session"}).encode()
+tries = {
+    "list": admin("GET", "/v1/approvals"),
+    "approve": admin("POST", "/v1/approvals/" + approval, body=decision),
+    "guessed": admin("POST", "/v1/approvals/" + approval, "guessed-guessed-guessed", decision),
+}
+try:
+    open(tokens).read()
+    tries["tokens"] = "read"
+except OSError as e:
+    tries["tokens"] = e.errno
+print(json.dumps(tries), flush=True)
+open(talk + "/tried", "w").close()
+thread.join()
+print(json.dumps(held["got"]))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_tokens_let_a_person_decide_and_the_app_cannot() {
+    use std::os::unix::fs::PermissionsExt;
+    let pod = Pod::new("ask");
+    pod.write_policy(POLICY_WITH_ASK);
+    // The token file: mode 0600, in a directory only root may enter.
+    let secret = pod.dir.path().join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tokens = secret.join("approval-tokens");
+    let marker = format!("sidecar-ask-{}", std::process::id());
+    let token = format!("tok-{marker}-0123456789");
+    std::fs::write(&tokens, format!("ops-bot:{token}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Where the app and the test leave word for each other.
+    let talk = pod.dir.path().join("talk");
+    std::fs::create_dir(&talk).unwrap();
+    std::fs::set_permissions(&talk, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let mut sidecar = pod
+        .sidecar(&pki, &["--approval-token-file", tokens.to_str().unwrap()])
+        .ready()
+        .await;
+
+    let ca = pod.ca_pem();
+    let argv = [
+        "/usr/bin/python3",
+        "-c",
+        SELF_APPROVING_APP,
+        talk.to_str().unwrap(),
+        tokens.to_str().unwrap(),
+        &marker,
+    ];
+    let env = [("SSL_CERT_FILE", ca.to_str().unwrap())];
+    let app = pod.app(&argv, &env);
+    let person = async {
+        // Found, and decided, through the admin endpoint with the token alone.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let id = loop {
+            let (code, list) = approvals_api(&pod, "GET", "/v1/approvals", &token, None).await;
+            assert_eq!(code, 200, "{list}\n{}", sidecar.log());
+            let mine = list["pending"].as_array().and_then(|p| {
+                p.iter()
+                    .find(|v| v["url"].as_str().is_some_and(|u| u.contains(&marker)))
+                    .map(|v| v["id"].as_str().unwrap().to_owned())
+            });
+            if let Some(id) = mine {
+                break id;
+            }
+            assert!(Instant::now() < deadline, "held: {list}\n{}", sidecar.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(upstream.hits(), 0, "held, not forwarded");
+        std::fs::write(talk.join("id"), &id).unwrap();
+        let tried = talk.join("tried");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !tried.exists() {
+            assert!(Instant::now() < deadline, "the app tried to decide");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let one = format!("/v1/approvals/{id}");
+        let (code, still) = approvals_api(&pod, "GET", &one, &token, None).await;
+        assert_eq!(code, 200, "{still}");
+        assert_eq!(still["pending"]["id"], id.as_str(), "still held: {still}");
+        let decision = r#"{"decision": "approve", "note": "checked by ops"}"#;
+        let (code, decided) = approvals_api(&pod, "POST", &one, &token, Some(decision)).await;
+        assert_eq!(code, 200, "{decided}");
+        assert_eq!(decided["decided"]["by"], "token ops-bot", "{decided}");
+        id
+    };
+    let (out, id) = tokio::join!(app, person);
+    let mut lines = out.stdout.lines();
+    let tries: serde_json::Value = serde_json::from_str(lines.next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the app's tries ({e}): {out:?}\n{}", sidecar.log()));
+    assert_eq!(
+        tries,
+        serde_json::json!({"list": 401, "approve": 401, "guessed": 401, "tokens": 13}),
+        "{out:?}"
+    );
+    let held: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+    assert_eq!(held[0], 200, "the approved request completes: {out:?}");
+    assert!(held[1].as_str().unwrap().contains(&marker), "{out:?}");
+    assert_eq!(upstream.hits(), 1);
+
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap();
+    let timeline = pod.audit(&["timeline", session]);
+    assert!(
+        timeline.contains(&format!(
+            "approval {id} approved once by token ops-bot after"
+        )),
+        "{timeline}"
+    );
+    assert!(timeline.contains("\"checked by ops\""), "{timeline}");
+    let jsonl = pod.dir.path().join("ask.jsonl");
+    pod.audit(&[
+        "export",
+        session,
+        "--format",
+        "jsonl",
+        "--out",
+        jsonl.to_str().unwrap(),
+    ]);
+    let decided: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "approval_decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{decided:#?}");
+    assert_eq!(decided[0]["by"], "token ops-bot", "{decided:#?}");
+    assert_eq!(decided[0]["outcome"], "approved", "{decided:#?}");
+    pod.audit(&[
+        "verify",
+        session,
+        "--audit-key",
+        pod.dir.path().join("audit/audit.key").to_str().unwrap(),
+    ]);
+    assert!(!sidecar.log().contains(&token), "the token is never logged");
+}

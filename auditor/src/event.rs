@@ -1,4 +1,4 @@
-// Why this file is long (~650 lines): it is the record's data model, mostly
+// Why this file is long (~700 lines): it is the record's data model, mostly
 // type definitions with their serde attributes (the stored format); one file
 // so the whole event model can be read and reviewed at once.
 //! What gets recorded: the event model, session metadata and read-back rows.
@@ -15,10 +15,10 @@ use crate::{ExecId, Seq, SessionId, StepNo};
 ///
 /// Serialized with an internal `kind` tag whose values are exactly
 /// `exec | exit | file | dns | tcp | http | output | note | resize |
-/// step_start | step_end` (see [`EventKind`]). Callers must pass
-/// already-redacted values (e.g. `"[secret:GITHUB_TOKEN]"`); the recorder's
-/// [`crate::Redactor`] scrubs registered secrets again as a second line of
-/// defence.
+/// step_start | step_end | approval_requested | approval_decided` (see
+/// [`EventKind`]). Callers must pass already-redacted values (e.g.
+/// `"[secret:GITHUB_TOKEN]"`); the recorder's [`crate::Redactor`] scrubs
+/// registered secrets again as a second line of defence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AuditEvent {
@@ -194,6 +194,66 @@ pub enum AuditEvent {
     /// The command's terminal got a new window size (the caller resized
     /// theirs), for asciicast export.
     Resize { cols: u16, rows: u16 },
+    /// A request an `[[ask]]` rule held for a person's decision. Recorded
+    /// before anyone is asked, so no one can be asked off the record.
+    #[serde(rename = "approval_requested")]
+    ApprovalRequested {
+        /// The approval's id (what `airlock approve ID` takes), e.g. "k3v9q2xa".
+        approval: String,
+        /// Filled by the binary's attribution, as for `Http`.
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        /// The exchange of the held request: links this record to the
+        /// `Http` records of the same exchange (see `Http::exchange`).
+        #[serde(default)]
+        exchange: Option<u64>,
+        method: String,
+        /// Secrets already redacted by the producer.
+        url: String,
+        #[serde(default)]
+        request_headers: Vec<(String, String)>,
+        body_bytes: u64,
+        /// SHA-256 (hex) of the exact body held: what the person was shown
+        /// is what is forwarded if they approve.
+        body_sha256: String,
+        /// The `[[ask]]` rule, e.g. "policy.toml:12".
+        rule: String,
+        /// The rule's reason text, shown to the approver.
+        #[serde(default)]
+        reason: Option<String>,
+        timeout_ms: u64,
+        /// Who may decide; empty means the session's owner.
+        #[serde(default)]
+        approvers: Vec<String>,
+    },
+    /// The end of a held request's wait: a person's decision, or none in time.
+    #[serde(rename = "approval_decided")]
+    ApprovalDecided {
+        approval: String,
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        #[serde(default)]
+        exchange: Option<u64>,
+        /// "approved", "denied", "expired" (nobody decided within the
+        /// timeout) or "abandoned" (the client went away or the session
+        /// ended first).
+        outcome: String,
+        /// "once" or "session" when approved.
+        #[serde(default)]
+        scope: Option<String>,
+        /// Who decided, e.g. "alice (uid 1000)" or "token ci-bot"; `None`
+        /// when expired or abandoned.
+        #[serde(default)]
+        by: Option<String>,
+        #[serde(default)]
+        note: Option<String>,
+        waited_ms: u64,
+        /// Repeated from the request, so the decision names the exact body
+        /// it let through even when read alone.
+        body_sha256: String,
+        method: String,
+        url: String,
+    },
     /// A live session (`airlock session exec`) began a step: one command
     /// run in the session's sandbox, with the caller's label (an agent's
     /// tool-call id or turn number; untrusted text, like everything the
@@ -291,6 +351,8 @@ impl AuditEvent {
             AuditEvent::Resize { .. } => EventKind::Resize,
             AuditEvent::StepStart { .. } => EventKind::StepStart,
             AuditEvent::StepEnd { .. } => EventKind::StepEnd,
+            AuditEvent::ApprovalRequested { .. } => EventKind::ApprovalRequested,
+            AuditEvent::ApprovalDecided { .. } => EventKind::ApprovalDecided,
         }
     }
 
@@ -300,7 +362,9 @@ impl AuditEvent {
             AuditEvent::File { exec_id, .. }
             | AuditEvent::Dns { exec_id, .. }
             | AuditEvent::Tcp { exec_id, .. }
-            | AuditEvent::Http { exec_id, .. } => exec_id.as_ref(),
+            | AuditEvent::Http { exec_id, .. }
+            | AuditEvent::ApprovalRequested { exec_id, .. }
+            | AuditEvent::ApprovalDecided { exec_id, .. } => exec_id.as_ref(),
             AuditEvent::Output { .. }
             | AuditEvent::Note { .. }
             | AuditEvent::Resize { .. }
@@ -320,6 +384,8 @@ impl AuditEvent {
             | AuditEvent::Dns { .. }
             | AuditEvent::Tcp { .. }
             | AuditEvent::Http { .. }
+            | AuditEvent::ApprovalRequested { .. }
+            | AuditEvent::ApprovalDecided { .. }
             | AuditEvent::Note { .. }
             | AuditEvent::Resize { .. } => None,
         }
@@ -434,10 +500,12 @@ pub enum EventKind {
     Resize,
     StepStart,
     StepEnd,
+    ApprovalRequested,
+    ApprovalDecided,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::File,
@@ -449,6 +517,8 @@ impl EventKind {
         EventKind::Resize,
         EventKind::StepStart,
         EventKind::StepEnd,
+        EventKind::ApprovalRequested,
+        EventKind::ApprovalDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -464,6 +534,8 @@ impl EventKind {
             EventKind::Resize => "resize",
             EventKind::StepStart => "step_start",
             EventKind::StepEnd => "step_end",
+            EventKind::ApprovalRequested => "approval_requested",
+            EventKind::ApprovalDecided => "approval_decided",
         }
     }
 

@@ -12,6 +12,7 @@ use crate::export::jsonl;
 use crate::humanize;
 use crate::{AuditEvent, EventKind, ExecId, Seq, SessionMode, SessionSummary, StoredEvent};
 
+mod approvals;
 pub mod steps;
 
 /// Depth of each event in the exec tree: an exec sits one level below its
@@ -258,6 +259,8 @@ pub fn describe(event: &AuditEvent) -> String {
         AuditEvent::StepEnd { step, .. } => {
             format!("step  {step} end: {}", steps::outcome(event))
         }
+        AuditEvent::ApprovalRequested { .. } => format!("ask   {}", approvals::requested(event)),
+        AuditEvent::ApprovalDecided { .. } => format!("ask   {}", approvals::decided(event)),
     }
 }
 

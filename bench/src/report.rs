@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::Machine;
 use crate::stats::Spread;
 
-mod scrubber_cost;
+mod rule_variants;
 mod sessions;
 
 pub(crate) const BASELINE: &str = "direct";
@@ -417,7 +417,11 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         latest.push_str(&results_tables(&figures, &contenders, &samples));
         latest.push_str(&sessions::section(&figures, &samples));
         latest.push_str(&comparisons(&figures));
-        latest.push_str(&scrubber_cost::section(&figures));
+        latest.push_str(&rule_variants::section(
+            &figures,
+            &rule_variants::CREDENTIAL,
+        ));
+        latest.push_str(&rule_variants::section(&figures, &rule_variants::ASK));
         splice(target, &latest)?;
     }
 
@@ -439,7 +443,8 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         "contenders": contenders,
         "summary": summary,
         "derived": derived(&figures, &contenders),
-        "credential": scrubber_cost::json(&figures),
+        "credential": rule_variants::json(&figures, &rule_variants::CREDENTIAL),
+        "ask": rule_variants::json(&figures, &rule_variants::ASK),
         "sessions": sessions::json(&figures),
         "commands": commands.lines().collect::<Vec<_>>(),
         "samples": samples,
@@ -540,7 +545,8 @@ fn render_markdown(
     md.push_str(&results_tables(figures, contenders, samples));
     md.push_str(&sessions::section(figures, samples));
     md.push_str(&comparisons(figures));
-    md.push_str(&scrubber_cost::section(figures));
+    md.push_str(&rule_variants::section(figures, &rule_variants::CREDENTIAL));
+    md.push_str(&rule_variants::section(figures, &rule_variants::ASK));
     md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
     for (k, v) in machine.rows() {
         let _ = writeln!(md, "| {k} | {} |", escape(&v));

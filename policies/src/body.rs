@@ -145,6 +145,26 @@ impl BodyConstraints {
         query: Option<&str>,
         body: Option<&BodyInput<'_>>,
     ) -> Result<(), DenyReason> {
+        self.check_for(Purpose::Allow, query, body)
+    }
+
+    /// Whether an `[[ask]]` rule with these constraints holds the request.
+    /// Fails closed: only a clean violation, where every reading of the
+    /// request is outside the constraints, lets the request go by. A body
+    /// that is missing, too large, unparseable or ambiguous is held.
+    pub(crate) fn holds_for_ask(&self, query: Option<&str>, body: Option<&BodyInput<'_>>) -> bool {
+        !matches!(
+            self.check_for(Purpose::Ask, query, body),
+            Err(DenyReason::BodyConstraint { .. })
+        )
+    }
+
+    fn check_for(
+        &self,
+        purpose: Purpose,
+        query: Option<&str>,
+        body: Option<&BodyInput<'_>>,
+    ) -> Result<(), DenyReason> {
         let Some(body) = body else {
             return Err(DenyReason::BodyMissing);
         };
@@ -159,10 +179,17 @@ impl BodyConstraints {
             .map_err(|_| unparseable("the body is not valid UTF-8".to_owned()))?;
         let readings = Readings::read(format, text, query)?;
         for field in &self.fields {
-            field.check(&readings)?;
+            field.check(&readings, purpose)?;
         }
         Ok(())
     }
+}
+
+/// What a check is for: whether an allow rule allows, or an ask rule holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Allow,
+    Ask,
 }
 
 fn unparseable(detail: String) -> DenyReason {
@@ -266,7 +293,7 @@ struct Occurrence<'a> {
 }
 
 impl FieldConstraint {
-    fn check(&self, readings: &Readings) -> Result<(), DenyReason> {
+    fn check(&self, readings: &Readings, purpose: Purpose) -> Result<(), DenyReason> {
         let occurrences = readings.occurrences(&FieldPath::new(&self.name));
         let violation = |detail: String| DenyReason::BodyConstraint {
             field: self.name.clone(),
@@ -277,6 +304,16 @@ impl FieldConstraint {
             .filter(|o| o.source == readings.declared)
             .count();
         if in_body == 0 && !self.optional {
+            // Missing from the body is a clean violation only if no server
+            // finds the field anywhere: a server that merges the query (or
+            // reads a JSON body as a form) would act on the value found
+            // there, which an ask rule must see before letting it go by.
+            if purpose == Purpose::Ask && !occurrences.is_empty() {
+                return Err(ambiguous(format!(
+                    "body field `{}` is not in the body but appears in {}, which servers that merge parameters read: send it in the body",
+                    self.name, occurrences[0].source
+                )));
+            }
             return Err(violation("is missing".to_owned()));
         }
         if let [only] = occurrences.as_slice()

@@ -2,24 +2,32 @@
 //! anything that could not be enforced as written.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use toml::Spanned;
 
 use crate::body::BodyConstraints;
 use crate::credential::{Credential, SecretTemplate, TemplatePart, is_token};
 use crate::decision::DefaultAction;
+use crate::duration::{DurationError, duration_text, parse_duration};
 use crate::error::{PolicyError, SourceMap};
 use crate::glob::PathGlob;
 use crate::host::HostPattern;
 use crate::path::{loosen_pattern, normalize_pattern_text};
-use crate::raw::{Protocol, RawAllow, RawCredential, RawDeny, RawPolicy, TlsMode};
-use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
+use crate::raw::{Protocol, RawAllow, RawAsk, RawBody, RawCredential, RawDeny, RawPolicy, TlsMode};
+use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleRef, Transport};
 use crate::upgrade::{UpgradeProtocol, UpgradeToken};
 
 /// Ports an HTTP allow rule covers when it names none.
 pub(crate) const DEFAULT_HTTP_PORTS: [u16; 2] = [80, 443];
 /// Ports a passthrough rule covers when it names none: TLS only.
 pub(crate) const DEFAULT_PASSTHROUGH_PORTS: [u16; 1] = [443];
+/// How long an ask rule holds a request when it names no `timeout`.
+pub(crate) const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Shorter than this, nobody could read the request before it is denied.
+pub(crate) const MIN_ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// A held request keeps its client connection open, so waits are bounded.
+pub(crate) const MAX_ASK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The validated content of a policy file.
 #[derive(Debug)]
@@ -28,6 +36,7 @@ pub(crate) struct Compiled {
     pub default_span: Option<Range<usize>>,
     pub allow: Vec<AllowRule>,
     pub deny: Vec<DenyRule>,
+    pub ask: Vec<AskRule>,
     pub credentials: Vec<Credential>,
     pub credential_spans: Vec<Range<usize>>,
 }
@@ -56,6 +65,12 @@ pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, Polic
         .enumerate()
         .map(|(index, rule)| deny_rule(map, index, rule))
         .collect::<Result<Vec<_>, _>>()?;
+    let ask = raw
+        .ask
+        .iter()
+        .enumerate()
+        .map(|(index, rule)| ask_rule(map, index, rule))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut credentials: Vec<Credential> = Vec::new();
     for raw_credential in &raw.credential {
         let credential = credential(map, raw_credential)?;
@@ -78,6 +93,7 @@ pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, Polic
         default_span: raw.default.as_ref().map(Spanned::span),
         allow,
         deny,
+        ask,
         credentials,
         credential_spans: raw.credential.iter().map(Spanned::span).collect(),
     })
@@ -142,22 +158,12 @@ fn allow_rule(
     let methods = methods(map, &raw.methods)?;
     let paths = paths(map, &raw.paths)?;
     let upgrade = upgrades(map, &raw.upgrade)?;
-    let body = match &raw.body {
-        Some(body) => Some(
-            BodyConstraints::compile(body.get_ref())
-                .map_err(|(span, message)| map.error(span, message))?,
-        ),
-        None => None,
-    };
+    let body = body(map, &raw.body)?;
     let max_requests = raw.max_requests.as_ref().map(|m| *m.get_ref());
     let mut canonical = format!(
         "{}|{ports:?}|{methods:?}|{}|{transport:?}|{max_requests:?}|{}",
         joined(&hosts),
-        paths.as_ref().map_or("*".to_owned(), |p| p
-            .iter()
-            .map(PathGlob::as_str)
-            .collect::<Vec<_>>()
-            .join(",")),
+        joined_paths(paths.iter().flatten()),
         body.as_ref()
             .map_or(String::new(), BodyConstraints::canonical),
     );
@@ -230,23 +236,11 @@ fn deny_rule(
     let hosts = host_patterns(map, &table, "[[deny]]", &raw.host, &raw.hosts)?;
     let ports = ports(map, &raw.port, &raw.ports)?;
     let methods = methods(map, &raw.methods)?;
-    let paths = paths(map, &raw.paths)?.map(|globs| {
-        globs
-            .into_iter()
-            .map(|g| {
-                let loose = PathGlob::new(&loosen_pattern(g.as_str()));
-                (g, loose)
-            })
-            .collect::<Vec<_>>()
-    });
+    let paths = paths(map, &raw.paths)?.map(with_loose_forms);
     let canonical = format!(
         "{}|{ports:?}|{methods:?}|{}",
         joined(&hosts),
-        paths.as_ref().map_or("*".to_owned(), |p| p
-            .iter()
-            .map(|(g, _)| g.as_str())
-            .collect::<Vec<_>>()
-            .join(",")),
+        joined_paths(paths.iter().flatten().map(|(g, _)| g)),
     );
     Ok(DenyRule {
         rule_ref: RuleRef::new(
@@ -262,6 +256,182 @@ fn deny_rule(
         paths,
         description: raw.description.clone(),
     })
+}
+
+fn ask_rule(
+    map: &SourceMap,
+    index: usize,
+    spanned: &Spanned<RawAsk>,
+) -> Result<AskRule, PolicyError> {
+    let raw = spanned.get_ref();
+    let table = spanned.span();
+    let hosts = host_patterns(map, &table, "[[ask]]", &raw.host, &raw.hosts)?;
+    let ports = ports(map, &raw.port, &raw.ports)?.unwrap_or_else(|| DEFAULT_HTTP_PORTS.to_vec());
+    let methods = methods(map, &raw.methods)?;
+    let paths = paths(map, &raw.paths)?.map(with_loose_forms);
+    let body = body(map, &raw.body)?;
+    let reason = reason(map, raw.reason.as_ref())?;
+    let timeout = match &raw.timeout {
+        Some(timeout) => ask_timeout(map, timeout)?,
+        None => DEFAULT_ASK_TIMEOUT,
+    };
+    let approvers = approvers(map, raw.approvers.as_ref())?;
+    let mut canonical = format!(
+        "{}|{ports:?}|{methods:?}|{}|{}",
+        joined(&hosts),
+        joined_paths(paths.iter().flatten().map(|(g, _)| g)),
+        body.as_ref()
+            .map_or(String::new(), BodyConstraints::canonical),
+    );
+    if !approvers.is_empty() {
+        let mut names: Vec<&str> = approvers.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        canonical.push_str(&format!("|approvers={names:?}"));
+    }
+    Ok(AskRule {
+        rule_ref: RuleRef::new(
+            RuleKind::Ask,
+            index,
+            map.line(table.start),
+            map.name().clone(),
+            &canonical,
+        ),
+        span: table,
+        hosts,
+        ports,
+        methods,
+        paths,
+        body,
+        reason,
+        timeout,
+        approvers,
+        description: raw.description.clone(),
+    })
+}
+
+/// `reason = "..."`: shown to the approver, so it must say something.
+fn reason(
+    map: &SourceMap,
+    reason: Option<&Spanned<String>>,
+) -> Result<Option<String>, PolicyError> {
+    let Some(reason) = reason else {
+        return Ok(None);
+    };
+    if reason.get_ref().trim().is_empty() {
+        return Err(map.error(
+            reason.span(),
+            "`reason` is empty; say why a person must approve these requests, or remove it",
+        ));
+    }
+    Ok(Some(reason.get_ref().clone()))
+}
+
+/// `timeout = "2m"`: a duration text within the bounds a held request may wait.
+fn ask_timeout(map: &SourceMap, timeout: &Spanned<toml::Value>) -> Result<Duration, PolicyError> {
+    let error = |message: String| map.error(timeout.span(), message);
+    let bounds = format!(
+        "from {:?} to {:?}",
+        duration_text(MIN_ASK_TIMEOUT),
+        duration_text(MAX_ASK_TIMEOUT)
+    );
+    let text = match timeout.get_ref() {
+        toml::Value::String(text) => text,
+        toml::Value::Integer(n) => {
+            return Err(error(format!(
+                "`timeout = {n}` has no unit; write it as a string with one, like \"{n}s\" or \"{n}m\""
+            )));
+        }
+        other => {
+            return Err(error(format!(
+                "`timeout` must be a string like \"30s\", \"2m\" or \"1h\", not {}",
+                other.type_str()
+            )));
+        }
+    };
+    let out_of_range = || format!("timeout {text:?} is out of range; a request can wait {bounds}");
+    match parse_duration(text) {
+        Ok(duration) if (MIN_ASK_TIMEOUT..=MAX_ASK_TIMEOUT).contains(&duration) => Ok(duration),
+        Ok(_) | Err(DurationError::Overflow) => Err(error(out_of_range())),
+        Err(DurationError::Malformed) => Err(error(format!(
+            "invalid timeout {text:?}: write a whole number and a unit (s, m or h), like \"30s\", \"2m\", \"1h\" or \"1m30s\", {bounds}"
+        ))),
+    }
+}
+
+/// `approvers = [...]`: names as the approval service knows them. An
+/// empty list would read as "nobody", which is not what omitting it means.
+fn approvers(
+    map: &SourceMap,
+    approvers: Option<&Spanned<Vec<Spanned<String>>>>,
+) -> Result<Vec<String>, PolicyError> {
+    let Some(list) = approvers else {
+        return Ok(Vec::new());
+    };
+    if list.get_ref().is_empty() {
+        return Err(map.error(
+            list.span(),
+            "`approvers` is empty; list who may decide, like [\"alice\"], or remove it to let the session's owner decide",
+        ));
+    }
+    list.get_ref()
+        .iter()
+        .map(|name| approver(map, name))
+        .collect()
+}
+
+/// One approver name, exactly as the approval service will compare it:
+/// stray spaces or control characters would make it match nobody.
+fn approver(map: &SourceMap, name: &Spanned<String>) -> Result<String, PolicyError> {
+    let text = name.get_ref();
+    let clean = text.trim().replace(char::is_control, "");
+    if clean.is_empty() {
+        return Err(map.error(
+            name.span(),
+            "approver name is empty; write a user or token name, like \"alice\"",
+        ));
+    }
+    if clean != *text {
+        return Err(map.error(
+            name.span(),
+            format!(
+                "approver name {text:?} has spaces around it or control characters; write it as {clean:?}"
+            ),
+        ));
+    }
+    Ok(clean)
+}
+
+/// `body = {...}` of an allow or ask rule.
+fn body(map: &SourceMap, body: &RawBody) -> Result<Option<BodyConstraints>, PolicyError> {
+    body.as_ref()
+        .map(|body| {
+            BodyConstraints::compile(body.get_ref())
+                .map_err(|(span, message)| map.error(span, message))
+        })
+        .transpose()
+}
+
+/// Each glob with the form deny and ask rules also match: lower-cased,
+/// fully decoded, without `;params` (section 6 of docs/policy.md).
+fn with_loose_forms(globs: Vec<PathGlob>) -> Vec<(PathGlob, PathGlob)> {
+    globs
+        .into_iter()
+        .map(|g| {
+            let loose = PathGlob::new(&loosen_pattern(g.as_str()));
+            (g, loose)
+        })
+        .collect()
+}
+
+/// "*" when a rule names no paths, for rule keys.
+fn joined_paths<'a>(globs: impl Iterator<Item = &'a PathGlob>) -> String {
+    let globs: Vec<&str> = globs.map(PathGlob::as_str).collect();
+    if globs.is_empty() {
+        "*".to_owned()
+    } else {
+        globs.join(",")
+    }
 }
 
 fn joined(hosts: &[HostPattern]) -> String {

@@ -1,5 +1,7 @@
 //! What the proxy asks and what the policy answers.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -70,12 +72,33 @@ pub enum ConnectionDecision {
 pub enum Decision {
     Allow(Allowance),
     Deny(Denial),
+    /// An `[[ask]]` rule matched: hold the request until a person decides.
+    Ask(Ask),
 }
 
 impl Decision {
     /// Whether the request may proceed.
     pub fn is_allowed(&self) -> bool {
         matches!(self, Decision::Allow(_))
+    }
+}
+
+/// The `[[ask]]` rule that holds a request, and what its approver needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub rule: RuleRef,
+    /// The rule's `reason`, shown to the approver.
+    pub reason: Option<String>,
+    /// How long to wait for a decision; none in time is a denial.
+    pub timeout: Duration,
+    /// Who may decide (user or token names); empty = the session's owner.
+    pub approvers: Vec<String>,
+}
+
+impl Ask {
+    /// The timeout as a policy file writes it: "2m", "1m30s", "1h".
+    pub fn timeout_text(&self) -> String {
+        crate::duration::duration_text(self.timeout)
     }
 }
 
@@ -139,6 +162,10 @@ pub enum DenyReason {
     /// `Content-Type` headers disagree with each other or with the body.
     #[error("ambiguous request: {detail}")]
     AmbiguousBody { detail: String },
+    /// Report mode's account of an `[[ask]]` match (deny and allow mode
+    /// hold the request instead).
+    #[error("an [[ask]] rule holds this request for a person's approval")]
+    NeedsApproval,
     #[error("no rule grants an upgrade to {protocol} for this request")]
     UpgradeNotGranted { protocol: UpgradeProtocol },
 }

@@ -137,7 +137,8 @@ impl SourceMap {
 
     /// A body constraint that is not a table (the error points at the
     /// value). Names the field, and if it is really a rule key written
-    /// after `[allow.body]`, says that TOML put it in the body table.
+    /// after `[allow.body]` or `[ask.body]`, says that TOML put it in the
+    /// body table.
     fn explain_constraint_type(&self, message: &str, offset: usize) -> Option<String> {
         let found = message
             .strip_prefix("invalid type: ")?
@@ -149,12 +150,18 @@ impl SourceMap {
             found
         };
         let key = self.key_before(offset);
+        let table = self.enclosing_table(offset);
+        let rule_keys: &[&str] = match table.as_str() {
+            "in [allow.body]" => &ALLOW_KEYS,
+            "in [ask.body]" => &ASK_KEYS,
+            _ => &[],
+        };
         if let Some(key) = &key
-            && RULE_KEYS.contains(&key.as_str())
-            && self.enclosing_table(offset) == "in [allow.body]"
+            && rule_keys.contains(&key.as_str())
         {
+            let body = table.trim_start_matches("in ");
             return Some(format!(
-                "`{key}` is written after [allow.body], so it belongs to the body table (keys after [allow.body] are body fields); move rule keys like `{key}` above [allow.body]"
+                "`{key}` is written after {body}, so it belongs to the body table (keys after {body} are body fields); move rule keys like `{key}` above {body}"
             ));
         }
         let field = key.map_or_else(String::new, |key| format!(" for `{key}`"));
@@ -207,7 +214,7 @@ impl SourceMap {
 
 /// The keys of an `[[allow]]` rule, for spotting one misplaced into its
 /// `[allow.body]` table.
-const RULE_KEYS: [&str; 11] = [
+const ALLOW_KEYS: [&str; 11] = [
     "host",
     "hosts",
     "port",
@@ -221,6 +228,22 @@ const RULE_KEYS: [&str; 11] = [
     "description",
 ];
 
+/// The keys of an `[[ask]]` rule, for spotting one misplaced into its
+/// `[ask.body]` table.
+const ASK_KEYS: [&str; 11] = [
+    "host",
+    "hosts",
+    "port",
+    "ports",
+    "methods",
+    "paths",
+    "body",
+    "reason",
+    "timeout",
+    "approvers",
+    "description",
+];
+
 /// Replaces serde's internal type names with what the user should write.
 fn friendly_types(message: &str) -> String {
     let mut out = message
@@ -230,9 +253,10 @@ fn friendly_types(message: &str) -> String {
         )
         .replace("struct RawAllow", "an [[allow]] table")
         .replace("struct RawDeny", "a [[deny]] table")
+        .replace("struct RawAsk", "an [[ask]] table")
         .replace("struct RawCredential", "a [[credential]] table");
     if out.starts_with("invalid type: map, expected a sequence") {
-        out.push_str("; rules are lists of tables: write [[allow]], [[deny]], [[credential]] with double brackets");
+        out.push_str("; rules are lists of tables: write [[allow]], [[deny]], [[ask]], [[credential]] with double brackets");
     } else if out.ends_with("expected a sequence") {
         out.push_str(", i.e. a list like [\"GET\"] or [443]");
     }

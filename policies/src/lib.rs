@@ -8,22 +8,38 @@
 //! 2. A matching `[[deny]]` rule denies. Deny rules also match the path
 //!    fully decoded, lower-cased and without `;params`, each also without
 //!    a trailing `/`, and methods case-insensitively.
-//! 3. The first HTTP `[[allow]]` rule (file order) matching host, port,
-//!    method and path whose body constraints pass allows. If rules matched
-//!    but all failed their body constraints, the first failure denies.
-//! 4. Otherwise the default applies: `deny` denies with the most specific
+//! 3. Otherwise the first `[[ask]]` rule (file order) that holds the
+//!    request gives `Decision::Ask`: the proxy holds it until a person
+//!    decides. Ask rules match host, port, method and path as broadly as
+//!    deny rules do, and fail closed on the body: only a clean constraint
+//!    violation (`BodyConstraint`) means "not held"; a missing, too large,
+//!    unparseable or ambiguous body is held.
+//! 4. Otherwise the first HTTP `[[allow]]` rule (file order) matching host,
+//!    port, method and path whose body constraints pass allows. If rules
+//!    matched but all failed their body constraints, the first failure
+//!    denies.
+//! 5. Otherwise the default applies: `deny` denies with the most specific
 //!    reason; `allow` allows with no rule.
 //!
-//! A request asking to upgrade (`Policy::evaluate_upgrade`) is decided the
-//! same way, except that step 3 only tries rules whose `upgrade` list names
-//! the protocol, and a request other rules would allow is denied
-//! (`UpgradeNotGranted`) in `allow` mode too.
+//! Steps 2 and 3 apply with `default = "allow"` too.
 //!
-//! `default = "report"` never blocks anything except ambiguous paths:
-//! whatever deny mode would have denied (including deny rules and failed
-//! body constraints) is allowed with `would_deny` set; DNS and connections
-//! are never refused. That is the policy's view: the proxy still refuses
-//! non-public upstream addresses and domain fronting in every mode.
+//! A request asking to upgrade (`Policy::evaluate_upgrade`) is decided the
+//! same way, except that an ask rule that holds it refuses it
+//! (`UpgradeNotGranted`, naming the ask rule: nobody can approve what a
+//! switched connection carries), step 4 only tries rules whose `upgrade`
+//! list names the protocol, and a request other rules would allow is
+//! denied (`UpgradeNotGranted`) in `allow` mode too.
+//!
+//! `default = "report"` never blocks or holds anything except ambiguous
+//! paths: whatever deny mode would have denied (including deny rules and
+//! failed body constraints) or held (`NeedsApproval`, naming the ask rule)
+//! is allowed with `would_deny` set; DNS and connections are never refused.
+//! That is the policy's view: the proxy still refuses non-public upstream
+//! addresses and domain fronting in every mode.
+//!
+//! Connections (`Policy::connection`) to a host and port an ask rule
+//! matches are always inspected, even where a tcp or passthrough rule
+//! would tunnel them: an ask rule can only hold requests the proxy sees.
 
 #![forbid(unsafe_code)]
 // Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
@@ -38,6 +54,7 @@ mod compile;
 mod credential;
 mod decimal;
 mod decision;
+mod duration;
 mod error;
 mod form;
 mod glob;
@@ -56,7 +73,7 @@ mod tests;
 
 pub use credential::{Credential, SecretTemplate, SecretTemplateError, TemplatePart};
 pub use decision::{
-    Allowance, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
+    Allowance, Ask, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
     RequestInfo, Scheme,
 };
 pub use error::{Lint, PolicyError};

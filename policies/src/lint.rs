@@ -6,14 +6,15 @@ use crate::decision::DefaultAction;
 use crate::error::{Lint, SourceMap};
 use crate::glob::PathGlob;
 use crate::host::HostPattern;
-use crate::rule::{AllowRule, DenyRule, Transport};
+use crate::rule::{AllowRule, AskRule, DenyRule, Transport};
 
 /// Methods that normally carry no request body (RFC 9110 §9.3).
 const BODILESS_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
 
 pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
     let mut lints = Vec::new();
-    if policy.default == DefaultAction::Allow && policy.deny.is_empty() {
+    // Ask rules restrict too (they hold requests), so they silence this one.
+    if policy.default == DefaultAction::Allow && policy.deny.is_empty() && policy.ask.is_empty() {
         let span = policy.default_span.clone().unwrap_or(0..0);
         lints.push(map.lint(
             span,
@@ -49,20 +50,19 @@ pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
                 "`upgrade` on a rule that does not allow GET: a WebSocket handshake is a GET request (RFC 6455 §4.1), so the upgrade is never granted; add \"GET\" to `methods`",
             ));
         }
-        if rule.body.is_some() {
-            let bodiless = match &rule.methods {
-                None => true,
-                Some(methods) => methods
-                    .iter()
-                    .any(|m| BODILESS_METHODS.contains(&m.as_str())),
-            };
-            if bodiless {
-                lints.push(map.lint(
-                    rule.span.clone(),
-                    "`body` constraints on a rule that allows methods without a body (or any method): such requests are denied as BodyMissing; set `methods`, e.g. [\"POST\"]",
-                ));
-            }
+        if rule.body.is_some() && takes_bodiless(rule.methods.as_deref()) {
+            lints.push(map.lint(
+                rule.span.clone(),
+                "`body` constraints on a rule that allows methods without a body (or any method): such requests are denied as BodyMissing; set `methods`, e.g. [\"POST\"]",
+            ));
         }
+    }
+    for (index, rule) in policy.ask.iter().enumerate() {
+        lints.extend(
+            ask_lints(policy, &policy.ask[..index], rule)
+                .into_iter()
+                .map(|message| map.lint(rule.span.clone(), message)),
+        );
     }
     for (credential, span) in policy.credentials.iter().zip(&policy.credential_spans) {
         if credential.value.reference_count() == 0 {
@@ -79,9 +79,14 @@ pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
                 .hosts
                 .iter()
                 .filter(|h| {
+                    // A request an ask rule holds is forwarded once approved,
+                    // with the credential.
                     !policy.allow.iter().any(|r| {
                         r.transport == Transport::Http && r.hosts.iter().any(|a| a.overlaps(h))
-                    })
+                    }) && !policy
+                        .ask
+                        .iter()
+                        .any(|r| r.hosts.iter().any(|a| a.overlaps(h)))
                 })
                 .collect();
             if !unused.is_empty() {
@@ -98,6 +103,95 @@ pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
         }
     }
     lints
+}
+
+/// Warnings about one ask rule; `earlier` are the ask rules before it.
+fn ask_lints(policy: &Compiled, earlier: &[AskRule], rule: &AskRule) -> Vec<String> {
+    let mut out = Vec::new();
+    let reach = Reach::of_ask(rule);
+    if let Some(deny) = policy
+        .deny
+        .iter()
+        .find(|d| Reach::of_deny(d).covers(&reach))
+    {
+        out.push(format!(
+            "this ask rule can never match: the deny rule at line {} refuses every request it covers (deny rules come first); narrow or remove one of them",
+            deny.rule_ref.line
+        ));
+    } else if let Some(first) = earlier
+        .iter()
+        .find(|e| e.body.is_none() && Reach::of_ask(e).covers(&reach))
+    {
+        out.push(format!(
+            "this ask rule can never match: the ask rule at line {} already holds every request it does (the first matching ask rule decides); merge the two or remove this one",
+            first.rule_ref.line
+        ));
+    }
+    if let Some(message) = inspected_instead(&policy.allow, rule) {
+        out.push(message);
+    }
+    if let Some(name) = repeated(&rule.approvers) {
+        out.push(format!(
+            "`approvers` lists {name:?} more than once; list each name once"
+        ));
+    }
+    if rule.body.is_some() && takes_bodiless(rule.methods.as_deref()) {
+        out.push("`body` constraints on an ask rule that matches methods without a body (or any method): such requests are always held, since a missing body cannot be judged; set `methods`, e.g. [\"POST\"]".to_owned());
+    }
+    out
+}
+
+/// A tcp or passthrough rule sharing a host and port with an ask rule: the
+/// proxy inspects those connections so that the ask rule can hold their
+/// requests, so the tunnel never happens (fail closed).
+fn inspected_instead(rules: &[AllowRule], ask: &AskRule) -> Option<String> {
+    [(Transport::Tcp, "tcp"), (Transport::Passthrough, "passthrough")]
+        .into_iter()
+        .find_map(|(transport, kind)| {
+            rules.iter().filter(|t| t.transport == transport).find_map(|tunnel| {
+                let port = ask.ports.iter().find(|p| tunnel.ports.contains(p))?;
+                let host = shared_host(&ask.hosts, &tunnel.hosts)?;
+                Some(format!(
+                    "the {kind} rule at line {} would tunnel {host}:{port}, but this ask rule must see requests there, so those connections are inspected and never tunnelled; narrow the hosts or ports of one of the two rules",
+                    tunnel.rule_ref.line,
+                ))
+            })
+        })
+}
+
+/// Name the narrower of two overlapping patterns, if any overlap: that is
+/// where both rules apply.
+fn shared_host<'a>(mine: &'a [HostPattern], theirs: &'a [HostPattern]) -> Option<&'a HostPattern> {
+    mine.iter().find_map(|m| {
+        theirs.iter().find_map(|t| {
+            if t.covers(m) {
+                Some(m)
+            } else if m.overlaps(t) {
+                Some(t)
+            } else {
+                None
+            }
+        })
+    })
+}
+
+/// The first name written twice.
+fn repeated(names: &[String]) -> Option<&str> {
+    names
+        .iter()
+        .enumerate()
+        .find(|(i, name)| names[..*i].contains(name))
+        .map(|(_, name)| name.as_str())
+}
+
+/// Whether a rule's `methods` (None = any) include one that normally has
+/// no body.
+fn takes_bodiless(methods: Option<&[String]>) -> bool {
+    methods.is_none_or(|methods| {
+        methods
+            .iter()
+            .any(|m| BODILESS_METHODS.contains(&m.as_str()))
+    })
 }
 
 /// An HTTP rule's request-level conditions on a host and port that a tcp
@@ -126,19 +220,8 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
         .find_map(|(transport, kind)| {
             rules.iter().filter(|t| t.transport == transport).find_map(|tunnel| {
                 let port = rule.ports.iter().find(|p| tunnel.ports.contains(p))?;
-                // Name the narrower of the two overlapping patterns: that
-                // is the part of this rule that really is tunnelled.
-                let host = rule.hosts.iter().find_map(|mine| {
-                    tunnel.hosts.iter().find_map(|theirs| {
-                        if theirs.covers(mine) {
-                            Some(mine)
-                        } else if mine.overlaps(theirs) {
-                            Some(theirs)
-                        } else {
-                            None
-                        }
-                    })
-                })?;
+                // The part of this rule that really is tunnelled.
+                let host = shared_host(&rule.hosts, &tunnel.hosts)?;
                 let verb = if fields.len() == 1
                     && matches!(fields[0], "body" | "max_requests" | "upgrade")
                 {
@@ -155,17 +238,11 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
         })
 }
 
-/// A host-wide deny covering every host and port of the allow rule.
+/// A host-wide deny covering every host and port of the allow rule. (A
+/// deny with methods or paths cannot reach into tcp or passthrough rules,
+/// and the message speaks of hosts and ports.)
 fn blocks(deny: &DenyRule, rule: &AllowRule) -> bool {
-    deny.is_host_wide()
-        && rule
-            .hosts
-            .iter()
-            .all(|h| deny.hosts.iter().any(|d| d.covers(h)))
-        && deny
-            .ports
-            .as_ref()
-            .is_none_or(|ports| rule.ports.iter().all(|p| ports.contains(p)))
+    deny.is_host_wide() && Reach::of_deny(deny).covers(&Reach::of_allow(rule))
 }
 
 /// An earlier rule without quota or body constraints that matches every
@@ -177,21 +254,79 @@ fn shadows(earlier: &AllowRule, later: &AllowRule) -> bool {
         && earlier.body.is_none()
         && earlier.max_requests.is_none()
         && earlier.transport == later.transport
-        && later
+        && Reach::of_allow(earlier).covers(&Reach::of_allow(later))
+}
+
+/// The request conditions of a rule of any kind, to compare two rules.
+/// Methods are upper-cased in every kind; paths are compared by their
+/// exact globs (a deny or ask rule's loose form follows from its exact one).
+struct Reach<'a> {
+    hosts: &'a [HostPattern],
+    /// None = every port.
+    ports: Option<&'a [u16]>,
+    /// None = any method.
+    methods: Option<&'a [String]>,
+    /// None = any path.
+    paths: Option<Vec<&'a PathGlob>>,
+}
+
+impl<'a> Reach<'a> {
+    fn of_allow(rule: &'a AllowRule) -> Reach<'a> {
+        Reach {
+            hosts: &rule.hosts,
+            ports: Some(&rule.ports),
+            methods: rule.methods.as_deref(),
+            paths: rule.paths.as_ref().map(|p| p.iter().collect()),
+        }
+    }
+
+    fn of_deny(rule: &'a DenyRule) -> Reach<'a> {
+        Reach {
+            hosts: &rule.hosts,
+            ports: rule.ports.as_deref(),
+            methods: rule.methods.as_deref(),
+            paths: rule
+                .paths
+                .as_ref()
+                .map(|p| p.iter().map(|(g, _)| g).collect()),
+        }
+    }
+
+    fn of_ask(rule: &'a AskRule) -> Reach<'a> {
+        Reach {
+            hosts: &rule.hosts,
+            ports: Some(&rule.ports),
+            methods: rule.methods.as_deref(),
+            paths: rule
+                .paths
+                .as_ref()
+                .map(|p| p.iter().map(|(g, _)| g).collect()),
+        }
+    }
+
+    /// Whether every request `other` matches is matched by `self` too
+    /// (conservatively: unsure means no).
+    fn covers(&self, other: &Reach<'_>) -> bool {
+        other
             .hosts
             .iter()
-            .all(|h| earlier.hosts.iter().any(|e| e.covers(h)))
-        && later.ports.iter().all(|p| earlier.ports.contains(p))
-        && match (&earlier.methods, &later.methods) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(e), Some(l)) => l.iter().all(|m| e.contains(m)),
-        }
-        && match (&earlier.paths, &later.paths) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(e), Some(l)) => l.iter().all(|p| e.iter().any(|g| glob_covers(g, p))),
-        }
+            .all(|h| self.hosts.iter().any(|s| s.covers(h)))
+            && match (self.ports, other.ports) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(s), Some(o)) => o.iter().all(|p| s.contains(p)),
+            }
+            && match (self.methods, other.methods) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(s), Some(o)) => o.iter().all(|m| s.contains(m)),
+            }
+            && match (&self.paths, &other.paths) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(s), Some(o)) => o.iter().all(|p| s.iter().any(|g| glob_covers(g, p))),
+            }
+    }
 }
 
 fn glob_covers(earlier: &PathGlob, later: &PathGlob) -> bool {

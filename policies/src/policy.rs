@@ -10,10 +10,10 @@ use crate::decision::{
     RequestInfo,
 };
 use crate::error::{Lint, PolicyError, SourceMap};
-use crate::host::Host;
+use crate::host::{Host, HostPattern};
 use crate::path::{AmbiguousPath, NormalPath, normalize};
 use crate::raw::RawPolicy;
-use crate::rule::{AllowRule, DenyRule, RuleKind, RuleRef, Transport};
+use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleRef, Transport};
 use crate::upgrade::UpgradeProtocol;
 
 /// The source name of [`Policy::deny_all`].
@@ -39,6 +39,7 @@ impl std::fmt::Debug for Policy {
             .field("default", &self.default_action())
             .field("allow_rules", &self.0.compiled.allow.len())
             .field("deny_rules", &self.0.compiled.deny.len())
+            .field("ask_rules", &self.0.compiled.ask.len())
             .finish()
     }
 }
@@ -46,6 +47,8 @@ impl std::fmt::Debug for Policy {
 /// What deny mode would decide, before the default action is applied.
 enum Verdict<'a> {
     Allowed(&'a AllowRule),
+    /// An ask rule holds it for a person: enforced in allow mode too.
+    Held(&'a AskRule),
     /// A deny rule or a failed body constraint: enforced in allow mode too.
     DeniedByRules(Denial),
     /// No rule allows it: only enforced in deny mode.
@@ -78,6 +81,7 @@ impl Policy {
                 default_span: None,
                 allow: Vec::new(),
                 deny: Vec::new(),
+                ask: Vec::new(),
                 credentials: Vec::new(),
                 credential_spans: Vec::new(),
             },
@@ -120,6 +124,16 @@ impl Policy {
         &self.0.compiled.deny
     }
 
+    fn ask_rules(&self) -> &[AskRule] {
+        &self.0.compiled.ask
+    }
+
+    /// Whether any request could be held for a person's approval, so the
+    /// caller knows to set up a way to ask one.
+    pub fn has_ask_rules(&self) -> bool {
+        !self.ask_rules().is_empty()
+    }
+
     /// May the sandbox resolve this name? Report mode never blocks.
     pub fn resolvable(&self, name: &Host) -> bool {
         let default = self.default_action();
@@ -132,7 +146,9 @@ impl Policy {
         if denied {
             return false;
         }
-        default == DefaultAction::Allow || self.allow_rules().iter().any(|r| r.matches_host(name))
+        default == DefaultAction::Allow
+            || self.allow_rules().iter().any(|r| r.matches_host(name))
+            || self.ask_rules().iter().any(|r| r.matches_host(name))
     }
 
     /// Connection-level decision for a new TCP connection to host:port.
@@ -148,6 +164,16 @@ impl Policy {
                 rule: Some(deny.rule_ref.clone()),
                 reason: DenyReason::DeniedByRule,
             });
+        }
+        // An ask rule can only hold requests the proxy sees: a tcp or
+        // passthrough tunnel would carry them past the approval, so
+        // inspection wins over both (fail closed), in every mode.
+        if self
+            .ask_rules()
+            .iter()
+            .any(|r| r.matches_host_port(host, port))
+        {
+            return ConnectionDecision::Inspect;
         }
         let on_port = |transport: Transport| {
             self.allow_rules().iter().find(|r| {
@@ -218,14 +244,33 @@ impl Policy {
         })
     }
 
-    /// Some(limit) if the first rule that could allow this request
-    /// constrains the body, so the proxy must buffer up to `limit` bytes.
+    /// The first ask rule that holds this request, body included.
+    fn matching_ask<'a>(
+        &'a self,
+        req: &RequestInfo<'_>,
+        path: &NormalPath,
+        body: Option<&BodyInput<'_>>,
+    ) -> Option<&'a AskRule> {
+        let query = query_of(req);
+        self.ask_rules()
+            .iter()
+            .find(|r| r.matches_head(req, path) && r.holds_body(query, body))
+    }
+
+    /// Some(limit) if the proxy must buffer up to `limit` body bytes before
+    /// asking [`Policy::evaluate`]: when an ask rule matches everything but
+    /// the body (what a person approves is the whole request, and its body
+    /// may decide whether the rule holds it), or when the first rule that
+    /// could allow the request constrains the body.
     pub fn needs_body(&self, req: &RequestInfo<'_>) -> Option<usize> {
         let path = normalize(req.path_and_query).ok()?;
         if self.default_action() != DefaultAction::Report
             && self.matching_deny(req, &path).is_some()
         {
             return None;
+        }
+        if self.ask_rules().iter().any(|r| r.matches_head(req, &path)) {
+            return Some(MAX_BODY_BYTES);
         }
         let candidates = self.candidates(req, &path);
         let first = candidates.first()?;
@@ -276,6 +321,18 @@ impl Policy {
                 would_deny: None,
                 upgrade,
             }),
+            // Report mode holds nothing; it records whose approval deny
+            // mode would have waited for, as it records deny rules.
+            (DefaultAction::Report, Verdict::Held(rule)) => Decision::Allow(Allowance {
+                rule: None,
+                max_requests: None,
+                would_deny: Some(Denial {
+                    rule: Some(rule.rule_ref.clone()),
+                    reason: DenyReason::NeedsApproval,
+                }),
+                upgrade,
+            }),
+            (_, Verdict::Held(rule)) => Decision::Ask(rule.ask()),
             (
                 DefaultAction::Report,
                 Verdict::DeniedByRules(denial) | Verdict::NotAllowed(denial),
@@ -310,6 +367,17 @@ impl Policy {
                 reason: DenyReason::DeniedByRule,
             });
         }
+        if let Some(ask) = self.matching_ask(req, path, body) {
+            return match upgrade {
+                // A person approves one request they can read; after a
+                // switch the connection carries what nobody approved.
+                Some(protocol) => Verdict::DeniedByRules(Denial {
+                    rule: Some(ask.rule_ref.clone()),
+                    reason: DenyReason::UpgradeNotGranted { protocol },
+                }),
+                None => Verdict::Held(ask),
+            };
+        }
         let mut candidates = self.candidates(req, path);
         if let Some(protocol) = upgrade {
             let without = candidates.first().map(|r| r.rule_ref.clone());
@@ -340,8 +408,7 @@ impl Policy {
             let Some(constraints) = &rule.body else {
                 return Verdict::Allowed(rule);
             };
-            let query = req.path_and_query.split_once('?').map(|(_, query)| query);
-            match constraints.check(query, body) {
+            match constraints.check(query_of(req), body) {
                 Ok(()) => return Verdict::Allowed(rule),
                 Err(reason) => {
                     first_failure.get_or_insert(Denial {
@@ -398,17 +465,22 @@ impl Policy {
                 let r = self.deny_rules().get(rule.index)?;
                 (&r.rule_ref, r.description.as_deref())
             }
+            RuleKind::Ask => {
+                let r = self.ask_rules().get(rule.index)?;
+                (&r.rule_ref, r.description.as_deref())
+            }
         };
         // Only answer for a reference into this very policy.
         if own == rule { description } else { None }
     }
 
     /// May the proxy connect to this non-public address? Only when an
-    /// allow rule names the IP literal or a CIDR containing it.
+    /// allow or ask rule names the IP literal or a CIDR containing it (an
+    /// approved request must be able to go where its rule says).
     pub fn allows_private_address(&self, ip: IpAddr) -> bool {
-        self.allow_rules()
-            .iter()
-            .any(|r| r.hosts.iter().any(|p| p.names_ip(ip)))
+        let named = |hosts: &[HostPattern]| hosts.iter().any(|p| p.names_ip(ip));
+        self.allow_rules().iter().any(|r| named(&r.hosts))
+            || self.ask_rules().iter().any(|r| named(&r.hosts))
     }
 
     /// The TOML a user would add to allow this request.
@@ -428,6 +500,12 @@ impl Policy {
         strip_null_defaults(&mut value);
         serde_json::to_string_pretty(&value).unwrap_or_else(|_| "{}".to_owned())
     }
+}
+
+/// The query string of a request target, after `?`: servers that merge
+/// query and body parameters read body fields there too.
+fn query_of<'a>(req: &RequestInfo<'a>) -> Option<&'a str> {
+    req.path_and_query.split_once('?').map(|(_, query)| query)
 }
 
 /// TOML has no null: optional keys are simply absent, so `"default": null`

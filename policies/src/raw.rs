@@ -28,10 +28,15 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     #[schemars(with = "Vec<RawAllow>")]
     pub allow: Vec<Spanned<RawAllow>>,
-    /// Deny rules; they override allow rules.
+    /// Deny rules; they override ask and allow rules.
     #[serde(default)]
     #[schemars(with = "Vec<RawDeny>")]
     pub deny: Vec<Spanned<RawDeny>>,
+    /// Ask rules: requests they match wait for a person's approval. They
+    /// override allow rules; deny rules override them.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawAsk>")]
+    pub ask: Vec<Spanned<RawAsk>>,
     /// Credentials the proxy injects so secrets never enter the sandbox.
     #[serde(default)]
     #[schemars(with = "Vec<RawCredential>")]
@@ -93,7 +98,7 @@ pub(crate) struct RawAllow {
     /// Constraints on JSON or form fields of the request body; dotted names address nested fields.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawConstraint>")]
-    pub body: Option<Spanned<BTreeMap<String, Spanned<TableOnly<RawConstraint>>>>>,
+    pub body: RawBody,
     /// "http" (default) or "tcp".
     #[serde(default)]
     #[schemars(with = "Protocol")]
@@ -157,6 +162,66 @@ pub(crate) struct RawDeny {
     #[serde(default)]
     pub description: Option<String>,
 }
+
+/// One `[[ask]]` rule: an HTTP request it matches is held until a person
+/// approves or denies it (or its timeout passes, which denies it).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAsk {
+    /// Host pattern, as in allow rules.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub host: Option<Spanned<String>>,
+    /// Several host patterns (instead of `host`).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// One port (instead of `ports`).
+    #[serde(default)]
+    #[schemars(with = "u16")]
+    pub port: Option<Spanned<u16>>,
+    /// Ports; default [80, 443].
+    #[serde(default)]
+    #[schemars(with = "Vec<u16>")]
+    pub ports: Option<Spanned<Vec<Spanned<u16>>>>,
+    /// HTTP methods; omitted = any method.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub methods: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Path globs (`*` one segment, `**` any depth, `?` one char); omitted = any path.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub paths: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Constraints on JSON or form fields of the request body, as in allow
+    /// rules: the rule holds only requests whose body passes them. A body
+    /// that is missing, too large, unparseable or ambiguous is held too.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawConstraint>")]
+    pub body: RawBody,
+    /// Why a person must approve; shown to the approver.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub reason: Option<Spanned<String>>,
+    /// How long a request waits for a decision before it is denied: a whole
+    /// number and a unit, "30s", "2m", "1h" or "1m30s"; from "1s" to "24h".
+    /// Default "2m".
+    #[serde(default)]
+    #[schemars(
+        with = "String",
+        regex(pattern = r"^([0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$")
+    )]
+    pub timeout: Option<Spanned<toml::Value>>,
+    /// Who may approve or deny (user or token names); omitted = the session's owner.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub approvers: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Free text for humans.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// The `body` table of an allow or ask rule, as written.
+pub(crate) type RawBody = Option<Spanned<BTreeMap<String, Spanned<TableOnly<RawConstraint>>>>>;
 
 /// A struct that may only be written as a TOML table. serde's derived
 /// struct visitor also accepts a sequence, filling fields by position, so

@@ -7,8 +7,11 @@
 //!   the app until then);
 //! - `GET /metrics`: Prometheus text exposition, see [`crate::metrics`].
 //!
-//! Read-only on purpose: it may listen on the pod's address for the kubelet,
-//! so nothing here changes what the proxy allows.
+//! Read-only, with one exception that must be switched on: with
+//! `--approval-token-file`, `/v1/approvals` serves the approvals API
+//! (`approvals::api`) to bearers of those tokens. The listener may be on the
+//! pod's address, which the app shares, so without a token nothing here
+//! changes what the proxy allows; and the app cannot read the token file.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use tokio::net::TcpListener;
 
 use crate::Proxy;
 use crate::accept::accept_loop;
+use crate::approvals::api::{self, ApprovalTokens};
 
 /// How long an admin client may take to send its request head.
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,6 +40,8 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub struct AdminState {
     proxy: Proxy,
     ready: AtomicBool,
+    /// Set with `--approval-token-file`: the approvals API, for these tokens.
+    approval_tokens: Option<ApprovalTokens>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -49,9 +55,15 @@ impl std::fmt::Debug for AdminState {
 impl AdminState {
     /// Starts not ready; call [`AdminState::set_ready`] once everything serves.
     pub fn new(proxy: Proxy) -> Arc<Self> {
+        Self::with_approvals(proxy, None)
+    }
+
+    /// As [`AdminState::new`], serving the approvals API to `tokens`' bearers.
+    pub fn with_approvals(proxy: Proxy, tokens: Option<ApprovalTokens>) -> Arc<Self> {
         Arc::new(Self {
             proxy,
             ready: AtomicBool::new(false),
+            approval_tokens: tokens,
         })
     }
 
@@ -76,7 +88,13 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) -> std::io::Re
         async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&state, &req)) }
+                async move {
+                    let response = match api::is_api_path(req.uri().path()) {
+                        true => approvals(&state, req).await,
+                        false => route(&state, &req),
+                    };
+                    Ok::<_, Infallible>(response)
+                }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -86,6 +104,18 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) -> std::io::Re
         }
     })
     .await
+}
+
+/// The approvals API, to bearers of a token only.
+async fn approvals(state: &AdminState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some(tokens) = &state.approval_tokens else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "approvals are served here only with --approval-token-file\n",
+        );
+    };
+    let decider = tokens.authenticate(req.headers().get(header::AUTHORIZATION));
+    api::route(&state.proxy.approvals(), decider, req).await
 }
 
 fn route(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -11,6 +11,7 @@ use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::approvals::Approvals;
 use crate::ca::CertificateAuthority;
 use crate::events::{ConnId, Event, EventSink, FrontDoor, IdGenerator, SinkError};
 use crate::metrics::Metrics;
@@ -70,6 +71,8 @@ pub(crate) struct Engine {
     pub metrics: Arc<Metrics>,
     /// The threads accepted connections are served on.
     pub workers: Arc<Workers>,
+    /// Requests `[[ask]]` rules hold for a person's decision.
+    pub approvals: Arc<Approvals>,
 }
 
 /// What [`Engine::new`] is built from; the rest of the engine's state
@@ -84,6 +87,7 @@ pub(crate) struct EngineParts {
     /// Make each decision durable before forwarding (`--audit-sync`).
     pub audit_sync: bool,
     pub workers: Arc<Workers>,
+    pub approvals: Arc<Approvals>,
 }
 
 impl Engine {
@@ -96,6 +100,7 @@ impl Engine {
             capture_cap,
             audit_sync,
             workers,
+            approvals,
         } = parts;
         let tls_by_sni = Arc::new(server_config(Arc::new(MintBySni(ca.clone()))));
         Self {
@@ -111,6 +116,7 @@ impl Engine {
             tls_by_sni,
             metrics: Arc::default(),
             workers,
+            approvals,
         }
     }
 

@@ -292,6 +292,43 @@ pub enum Event {
         /// "the client stopped speaking WebSocket: unmasked frame (RFC 6455 §5.1)".
         error: Option<String>,
     },
+    /// An `[[ask]]` rule held a request for a person's decision. Recorded
+    /// before anyone is asked (and fails closed like a request's record).
+    #[serde(rename = "approval_requested")]
+    ApprovalRequested {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        approval: String,
+        method: String,
+        url: String,
+        headers: Vec<(String, String)>,
+        body_bytes: u64,
+        body_sha256: String,
+        rule: String,
+        reason: Option<String>,
+        timeout_ms: u64,
+        approvers: Vec<String>,
+    },
+    /// The end of a held request's wait.
+    #[serde(rename = "approval_decided")]
+    ApprovalDecided {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        approval: String,
+        /// "approved", "denied", "expired" or "abandoned".
+        outcome: String,
+        /// "once" or "session" when approved.
+        scope: Option<String>,
+        /// Who decided; None when nobody did.
+        by: Option<String>,
+        note: Option<String>,
+        waited_ms: u64,
+        body_sha256: String,
+        method: String,
+        url: String,
+    },
 }
 
 /// Why a sink refused an event. The proxy fails closed on it: the request that

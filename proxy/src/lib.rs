@@ -41,6 +41,7 @@ macro_rules! fuzzing_pub_mod {
 
 mod accept;
 pub mod admin;
+pub mod approvals;
 mod body;
 pub mod ca;
 // `pub` items for the fuzz targets, re-exported only with `fuzzing` (below).
@@ -76,6 +77,7 @@ use arc_swap::ArcSwap;
 use rustls::pki_types::CertificateDer;
 use tokio::net::{TcpListener, UdpSocket};
 
+pub use approvals::{Approvals, ApprovalsConfig};
 pub use ca::{CaError, CertificateAuthority};
 #[cfg(feature = "fuzzing")]
 pub use client_hello::{ClientHello, Peek, peek as peek_client_hello};
@@ -112,6 +114,8 @@ pub struct ProxyConfig {
     pub socket_mark: Option<u32>,
     /// Threads that serve connections (see `workers`); at least one.
     pub worker_threads: usize,
+    /// Who decides on held requests, the cap, the webhook.
+    pub approvals: ApprovalsConfig,
 }
 
 impl ProxyConfig {
@@ -130,6 +134,7 @@ impl ProxyConfig {
             audit_sync: false,
             socket_mark: None,
             worker_threads: workers::default_count(),
+            approvals: ApprovalsConfig::default(),
         }
     }
 }
@@ -196,6 +201,7 @@ impl Proxy {
                 capture_cap: config.capture_cap,
                 audit_sync: config.audit_sync,
                 workers: Arc::new(workers),
+                approvals: Approvals::new(config.approvals),
             })),
         })
     }
@@ -247,6 +253,11 @@ impl Proxy {
 
     pub fn ca(&self) -> &CertificateAuthority {
         &self.engine.ca
+    }
+
+    /// The requests waiting for a person's decision, and the decisions.
+    pub fn approvals(&self) -> Arc<Approvals> {
+        self.engine.approvals.clone()
     }
 
     /// The counters `/metrics` serves.

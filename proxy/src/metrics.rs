@@ -40,7 +40,19 @@ pub struct Metrics {
     audit_unhealthy: AtomicU64,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
+    approvals: ApprovalCounts,
 }
+
+/// Held requests, by how their wait ended.
+#[derive(Debug, Default)]
+struct ApprovalCounts {
+    requested: AtomicU64,
+    /// Indexed as [`APPROVAL_OUTCOMES`].
+    ended: [AtomicU64; 4],
+}
+
+/// The `outcome` label values of `airlock_approvals_total`.
+const APPROVAL_OUTCOMES: [&str; 4] = ["approved", "denied", "expired", "abandoned"];
 
 /// Requests by host label, then by decision (indexed as [`DECISIONS`]).
 /// Keyed by host alone so that counting a known host looks it up by `&str`
@@ -145,6 +157,14 @@ impl Metrics {
             }
             Event::Request { url, verdict, .. } => self.count_request(*verdict, host_of(url)),
             Event::Response { total_us, .. } => self.latency.observe(*total_us),
+            Event::ApprovalRequested { .. } => {
+                self.approvals.requested.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::ApprovalDecided { outcome, .. } => {
+                if let Some(at) = APPROVAL_OUTCOMES.iter().position(|o| o == outcome) {
+                    self.approvals.ended[at].fetch_add(1, Ordering::Relaxed);
+                }
+            }
             Event::WebSocketMessage { .. } | Event::WebSocketEnd { .. } => {}
         }
     }
@@ -260,7 +280,34 @@ impl Metrics {
             "Policy reloads rejected (the previous policy stayed in force).",
             load(&self.reload_failures),
         );
+        self.render_approvals(&mut out);
         out
+    }
+
+    fn render_approvals(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let ended: u64 = self.approvals.ended.iter().map(load).sum();
+        gauge(
+            out,
+            "airlock_approvals_pending",
+            "Requests an [[ask]] rule holds for a person's decision now.",
+            load(&self.approvals.requested)
+                .saturating_sub(ended)
+                .to_string(),
+        );
+        header(
+            out,
+            "airlock_approvals_total",
+            "counter",
+            "Held requests whose wait ended, by outcome.",
+        );
+        for (outcome, n) in APPROVAL_OUTCOMES.iter().zip(&self.approvals.ended) {
+            let _ = writeln!(
+                out,
+                "airlock_approvals_total{{outcome=\"{outcome}\"}} {}",
+                load(n)
+            );
+        }
     }
 
     fn render_requests(&self, out: &mut String) {

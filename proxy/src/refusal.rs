@@ -5,6 +5,8 @@
 //! policy change that would allow it. `X-Airlock-Decision: deny` marks it for
 //! programs.
 
+use std::time::Duration;
+
 use airlock_policy::{Denial, DenyReason, Policy, RuleKind, RuleRef};
 use http::{HeaderValue, Response, StatusCode};
 
@@ -29,6 +31,26 @@ pub(crate) enum Refusal {
     BadRequest(String),
     /// An upgrade no rule can grant (h2c, a protocol Airlock cannot inspect).
     Upgrade(UpgradeRefusal),
+    /// An `[[ask]]` rule held it and it was not approved.
+    NotApproved { rule: RuleRef, why: NotApproved },
+}
+
+/// Why a request an `[[ask]]` rule held did not go out.
+#[derive(Debug, Clone)]
+pub(crate) enum NotApproved {
+    Denied {
+        id: String,
+        by: String,
+        note: Option<String>,
+    },
+    Expired {
+        id: String,
+        after: Duration,
+    },
+    /// The session's cap on waiting requests was reached.
+    Full(String),
+    /// Too large to hold whole, and only a whole request can be approved.
+    BodyTooLarge,
 }
 
 impl Refusal {
@@ -55,13 +77,28 @@ impl Refusal {
             Refusal::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
             Refusal::BadRequest(why) => why.clone(),
             Refusal::Upgrade(why) => why.to_string(),
+            Refusal::NotApproved { why, .. } => match why {
+                NotApproved::Denied { id, by, note } => match note {
+                    Some(note) => format!("{by} denied it (approval {id}): {note}"),
+                    None => format!("{by} denied it (approval {id})"),
+                },
+                NotApproved::Expired { id, after } => format!(
+                    "nobody approved it within {}s (approval {id})",
+                    after.as_secs()
+                ),
+                NotApproved::Full(why) => why.clone(),
+                NotApproved::BodyTooLarge => format!(
+                    "the body is over {} KiB, too large to hold for approval",
+                    airlock_policy::MAX_BODY_BYTES / 1024
+                ),
+            },
         }
     }
 
     pub(crate) fn rule(&self) -> Option<&RuleRef> {
         match self {
             Refusal::Policy(d) => d.rule.as_ref(),
-            Refusal::Quota { rule, .. } => Some(rule),
+            Refusal::Quota { rule, .. } | Refusal::NotApproved { rule, .. } => Some(rule),
             _ => None,
         }
     }
@@ -156,6 +193,20 @@ impl Refusal {
             }
             Refusal::BadRequest(_) => "Fix the request and try again.".into(),
             Refusal::Upgrade(why) => why.advice(),
+            Refusal::NotApproved { rule, why } => match why {
+                NotApproved::Denied { .. } => format!(
+                    "The [[ask]] rule at {rule} held it for a person, who said no.\n\
+                     Do not retry it as it is: ask them, or change what you send."
+                ),
+                NotApproved::Expired { .. } => format!(
+                    "The [[ask]] rule at {rule} held it for a person, and nobody decided in time.\n\
+                     Ask an approver to watch `airlock approvals`, or raise the rule's `timeout`."
+                ),
+                NotApproved::Full(_) => "Decide the waiting requests (`airlock approvals`), then retry.".into(),
+                NotApproved::BodyTooLarge => format!(
+                    "The [[ask]] rule at {rule} holds requests for a person; send a smaller body."
+                ),
+            },
         }
     }
 

@@ -117,7 +117,28 @@ impl Attributor {
         self.published_for_peer(peer, udp).and_then(|p| p.step)
     }
 
+    /// The command line of the process that owns the sandbox socket at
+    /// `peer` (the kernel's copy, /proc/PID/cmdline, see proc_pid_cmdline(5)),
+    /// for a person asked to approve what it sent. None when the socket is
+    /// already closed.
+    pub fn command_of_peer(&self, peer: SocketAddr, udp: bool) -> Option<Vec<String>> {
+        let pid = self.owner_of_peer(peer, udp)?;
+        let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        Some(
+            bytes
+                .split(|b| *b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect(),
+        )
+    }
+
     fn published_for_peer(&self, peer: SocketAddr, udp: bool) -> Option<Published> {
+        self.published_of(self.owner_of_peer(peer, udp)?)
+    }
+
+    /// The sandbox process holding the socket at `peer`.
+    fn owner_of_peer(&self, peer: SocketAddr, udp: bool) -> Option<Pid> {
         let local = canonical(peer);
         let mut queue = procfs::children(self.init);
         let mut seen = 0;
@@ -127,7 +148,7 @@ impl Attributor {
                 return None;
             }
             if holds_socket(pid, local, udp) {
-                return self.published_of(pid);
+                return Some(pid);
             }
             queue.extend(procfs::children(pid));
         }

@@ -52,7 +52,7 @@ enum AuditCommand {
         session: String,
         #[command(flatten)]
         db: DbArg,
-        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note,resize,step_start,step_end.
+        /// Only these kinds (comma-separated): exec,exit,file,dns,tcp,http,output,note,resize,step_start,step_end,approval_requested,approval_decided.
         #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
         kind: Vec<EventKind>,
         /// Print JSON instead of text.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_policy::{BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
+use airlock_policy::{Ask, BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
 use anyhow::{Context, bail};
 
 use crate::policy_file;
@@ -12,12 +12,12 @@ use crate::policy_file;
 pub enum PolicyCommand {
     /// Parse and lint a policy: errors name line, column and fix; warnings flag rules that never match.
     Check { file: PathBuf },
-    /// Show the decision for one request and the rule (file:line) that made it. Exit 0 allow, 1 deny.
+    /// Show the decision for one request and the rule (file:line) that made it. Exit 0 allow, 1 deny, 3 ask (held for a person's approval; reason, timeout and approvers follow).
     Test {
         file: PathBuf,
         method: String,
         url: String,
-        /// A file with the request body (for [allow.body] constraints).
+        /// A file with the request body (for [allow.body] and [ask.body] constraints).
         #[arg(long)]
         body: Option<PathBuf>,
         /// The body's content type.
@@ -121,7 +121,8 @@ fn test(
                 |r| r.to_string(),
             );
             match a.would_deny {
-                Some(d) => println!("allow (report mode; deny would say: {}) by {by}", d.reason),
+                // The denial names the rule deny mode would have applied.
+                Some(d) => println!("allow (report mode; deny would say: {d}) by {by}"),
                 None => println!("allow by {by}"),
             }
             if let Some(max) = a.max_requests {
@@ -137,5 +138,21 @@ fn test(
             println!("deny: {} (decided by {by})", d.reason);
             Ok(ExitCode::from(1))
         }
+        Decision::Ask(ask) => {
+            print_ask(&ask);
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// "ask by FILE:LINE", then what the approver would be shown, one line each.
+fn print_ask(ask: &Ask) {
+    println!("ask by {}", ask.rule);
+    println!("reason: {}", ask.reason.as_deref().unwrap_or("(none)"));
+    println!("timeout: {}", ask.timeout_text());
+    if ask.approvers.is_empty() {
+        println!("approvers: the session's owner");
+    } else {
+        println!("approvers: {}", ask.approvers.join(", "));
     }
 }

@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use airlock_proxy::{CertificateAuthority, EventSink, Proxy, ProxyConfig};
+use airlock_proxy::admin::{self, AdminState};
+use airlock_proxy::{ApprovalsConfig, CertificateAuthority, EventSink, Proxy, ProxyConfig};
 use anyhow::Context;
 
 use airlock_auditor::{SessionEnd, SessionMode};
 
+use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions};
@@ -46,6 +48,14 @@ pub struct ProxyArgs {
     events: String,
     #[command(flatten)]
     audit: AuditOptions,
+    #[command(flatten)]
+    approvals: ApprovalOptions,
+    /// Serve /healthz, /readyz, /metrics here (and the approvals API, with --approval-token-file).
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
+    /// Serve the approvals API on the admin listener to bearers of these tokens (NAME:TOKEN per line, mode 0600).
+    #[arg(long, value_name = "FILE", requires = "admin_listen")]
+    approval_token_file: Option<PathBuf>,
 }
 
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
@@ -62,6 +72,10 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
     let ca = Arc::new(ca);
     let upstream_roots = args.upstream.roots()?;
+    let approval_tokens = match &args.approval_token_file {
+        Some(path) => Some(secrets::approval_tokens(path)?),
+        None => None,
+    };
     let json_events = open_events(&args.events)?;
     let recorder = match &args.audit.audit_db {
         Some(db) => Some(crate::audit::begin(
@@ -83,7 +97,15 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     config.upstream_roots = upstream_roots;
     config.audit_sync = args.audit.audit_sync;
     config.worker_threads = worker_threads;
+    config.approvals = ApprovalsConfig {
+        session: recorder.as_ref().map_or_else(
+            || format!("proxy-{}", std::process::id()),
+            |r| r.session_id().to_string(),
+        ),
+        ..args.approvals.config(&config.upstream_roots)?
+    };
     let proxy = Proxy::new(config)?;
+    let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = tokio::task::JoinSet::new();
     let explicit = bind_tcp(args.listen, "--listen").await?;
@@ -95,6 +117,16 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     let p = proxy.clone();
     servers.spawn(async move { p.serve_explicit(explicit).await });
+    if let Some(addr) = args.admin_listen {
+        let listener = bind_tcp(addr, "--admin-listen").await?;
+        eprintln!(
+            "airlock: admin endpoint on http://{}",
+            listener.local_addr()?
+        );
+        let state = AdminState::with_approvals(proxy.clone(), approval_tokens);
+        state.set_ready(true);
+        servers.spawn(admin::serve(listener, state));
+    }
     if let Some(addr) = args.transparent_listen {
         let listener = bind_tcp(addr, "--transparent-listen").await?;
         eprintln!(

@@ -20,10 +20,14 @@ use std::time::{Duration, Instant};
 
 use airlock_auditor::{SessionEnd, SessionMode, SessionRecorder};
 use airlock_proxy::admin::{self, AdminState};
-use airlock_proxy::{CertificateAuthority, EventSink, Proxy, ProxyConfig, ResolvedCredential};
+use airlock_proxy::approvals::api::ApprovalTokens;
+use airlock_proxy::{
+    ApprovalsConfig, CertificateAuthority, EventSink, Proxy, ProxyConfig, ResolvedCredential,
+};
 use anyhow::{Context, bail};
 use tokio::task::JoinSet;
 
+use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
@@ -74,6 +78,11 @@ pub struct SidecarArgs {
     events: Option<String>,
     #[command(flatten)]
     audit: AuditOptions,
+    #[command(flatten)]
+    approvals: ApprovalOptions,
+    /// Serve the approvals API on --admin to bearers of these tokens (NAME:TOKEN per line, mode 0600; the app shares the admin address but cannot read this file).
+    #[arg(long, value_name = "FILE")]
+    approval_token_file: Option<PathBuf>,
     /// The nft program.
     #[arg(long, value_name = "PATH", default_value = "nft")]
     nft: PathBuf,
@@ -115,6 +124,8 @@ struct Prepared {
     audit_db: PathBuf,
     audit_key: PathBuf,
     worker_threads: usize,
+    approvals: ApprovalsConfig,
+    approval_tokens: Option<ApprovalTokens>,
 }
 
 pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
@@ -193,6 +204,11 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
     let upstream_roots = args.upstream.roots()?;
     let audit_db = args.audit.db()?;
     let audit_key = args.audit.key()?;
+    let approvals = args.approvals.config(&upstream_roots)?;
+    let approval_tokens = match &args.approval_token_file {
+        Some(path) => Some(secrets::approval_tokens(path)?),
+        None => None,
+    };
     Ok(Prepared {
         policy_path: policy_path.clone(),
         policy,
@@ -202,6 +218,8 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
         audit_db,
         audit_key,
         worker_threads,
+        approvals,
+        approval_tokens,
     })
 }
 
@@ -221,6 +239,8 @@ async fn serve(
         audit_db,
         audit_key,
         worker_threads,
+        approvals,
+        approval_tokens,
     } = prepared;
     announce_placeholders(&credentials);
     let limits = serde_json::json!({
@@ -244,10 +264,15 @@ async fn serve(
     config.audit_sync = args.audit.audit_sync;
     config.socket_mark = Some(rules.mark);
     config.worker_threads = worker_threads;
+    config.approvals = ApprovalsConfig {
+        session: recorder.session_id().to_string(),
+        ..approvals
+    };
     let proxy = Proxy::new(config)?;
+    let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = JoinSet::new();
-    let admin_state = AdminState::new(proxy.clone());
+    let admin_state = AdminState::with_approvals(proxy.clone(), approval_tokens);
     let admin_listener = bind_tcp(args.admin, "--admin").await?;
     servers.spawn(admin::serve(admin_listener, admin_state.clone()));
     if let Some(delay) = args.start_delay {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use airlock_shim::UserSpec;
 
+use crate::approvals::ApprovalOptions;
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 
 /// Everything that shapes a sandbox and its proxy: shared by `airlock run`
@@ -57,6 +58,8 @@ pub struct SandboxArgs {
     pub user: Option<UserSpec>,
     #[command(flatten)]
     pub upstream: UpstreamOptions,
+    #[command(flatten)]
+    pub approvals: ApprovalOptions,
     /// Use this persistent CA instead of a fresh one for the session.
     #[arg(long, value_name = "DIR")]
     pub ca_dir: Option<PathBuf>,

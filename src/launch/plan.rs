@@ -9,8 +9,10 @@ use std::thread::JoinHandle;
 
 use airlock_auditor::{SessionInfo, SessionMode, SessionRecorder};
 use airlock_policy::Policy;
+use airlock_proxy::approvals::FindSender;
 use airlock_proxy::{
-    CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig, ResolvedCredential,
+    ApprovalsConfig, CertificateAuthority, EventSink, PinnedHost, Proxy, ProxyConfig,
+    ResolvedCredential,
 };
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{CA_BUNDLE_PATH, Limits, ObserveSpec, Sandbox, SandboxSpec};
@@ -73,11 +75,24 @@ pub(crate) struct ProxyPlan {
     upstream_roots: Vec<CertificateDer<'static>>,
     audit_sync: bool,
     worker_threads: usize,
+    approvals: ApprovalsConfig,
 }
 
 impl ProxyPlan {
-    pub(crate) fn into_proxy(self, events: Arc<dyn EventSink>) -> anyhow::Result<Proxy> {
+    /// The proxy; `session` names it to approvers, and `find_sender`
+    /// tells them which command sent a held request.
+    pub(crate) fn into_proxy(
+        self,
+        events: Arc<dyn EventSink>,
+        session: String,
+        find_sender: Option<FindSender>,
+    ) -> anyhow::Result<Proxy> {
         let mut config = ProxyConfig::new(self.policy, Arc::new(self.ca), events);
+        config.approvals = ApprovalsConfig {
+            session,
+            find_sender,
+            ..self.approvals
+        };
         config.credentials = self.credentials;
         config.pins = self.pins;
         config.upstream_roots = self.upstream_roots;
@@ -164,6 +179,7 @@ impl Plan {
             false => output_pipes(pty_size.is_some(), audit.is_some())?,
         };
         let upstream_roots = args.upstream.roots()?;
+        let approvals = args.approvals.config(&upstream_roots)?;
         let proxy = ProxyPlan {
             policy,
             credentials,
@@ -172,6 +188,7 @@ impl Plan {
             upstream_roots,
             audit_sync: args.audit.audit_sync,
             worker_threads,
+            approvals,
         };
         Ok(Plan {
             proxy,

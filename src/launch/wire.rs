@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use airlock_auditor::SessionRecorder;
+use airlock_proxy::approvals::{FindSender, Sender};
 use airlock_proxy::{EventSink, Proxy, ResolvedCredential};
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{NetworkHandles, Sandbox};
@@ -16,6 +17,7 @@ use anyhow::Context;
 
 use super::plan::ProxyPlan;
 use crate::EXIT_RUN_FAILED;
+use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::notices::DenialNotices;
 use crate::observe;
@@ -47,8 +49,14 @@ impl Spawned {
     /// sockets from the host's namespace, decisions go to the record (each
     /// connection attributed to the exec that made it) and to the caller as
     /// notices, and to `listener` when given (a live session's refusals);
-    /// the pty relay starts before the command is released.
-    pub(crate) fn wire(self, listener: Option<Arc<dyn EventSink>>) -> anyhow::Result<Wired> {
+    /// the pty relay starts before the command is released. Held requests
+    /// are decided on an approvals socket; `session` names them to
+    /// approvers (default: the audit session's id).
+    pub(crate) fn wire(
+        self,
+        listener: Option<Arc<dyn EventSink>>,
+        session: Option<String>,
+    ) -> anyhow::Result<Wired> {
         let Spawned {
             env,
             proxy: plan,
@@ -74,16 +82,21 @@ impl Spawned {
             _ => Arc::new(Tee(sinks)),
         };
         let credentials = plan.credentials.clone();
-        let proxy = plan.into_proxy(events)?;
+        let session = session
+            .or_else(|| recorder.as_ref().map(|r| r.session_id().to_string()))
+            .unwrap_or_else(|| format!("unrecorded-{}", std::process::id()));
+        let proxy = plan.into_proxy(events, session, sandbox.attributor().map(sender_finder))?;
         let pty = match (sandbox.take_terminal(), pty_size) {
             (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
             _ => None,
         };
         let runtime = crate::serve::runtime("airlock-proxy")?;
         let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
+        let approval_socket;
         {
             let _guard = runtime.enter();
             serve_network(&runtime, &proxy, network)?;
+            approval_socket = ApprovalSocket::serve(proxy.approvals())?;
             // Installed now, not when the task first runs: a SIGTERM that
             // arrives once the command is released must find airlock's
             // handler, never the default action that would leave the
@@ -110,8 +123,23 @@ impl Spawned {
             stopped_for,
             env,
             credentials,
+            approval_socket,
         })
     }
+}
+
+/// Which command sent a held request, for its approver: the process that
+/// owns the connection's sandbox-side socket.
+fn sender_finder(attributor: airlock_shim::Attributor) -> FindSender {
+    Arc::new(move |peer| {
+        Some(Sender {
+            command: attributor.command_of_peer(peer, false)?,
+            exec: attributor
+                .exec_for_peer(peer, false)
+                .map(|exec| observe::exec_id(exec).to_string()),
+            step: attributor.step_for_peer(peer, false).map(|step| step.0),
+        })
+    })
 }
 
 /// The proxy's front doors on the sandbox's sockets (transparent TCP and DNS).
@@ -147,6 +175,8 @@ pub(crate) struct Wired {
     /// secrets must never join it (a session's steps add variables).
     pub env: Vec<(OsString, OsString)>,
     pub credentials: Vec<ResolvedCredential>,
+    /// Where approvers decide on held requests; removed when dropped.
+    pub approval_socket: ApprovalSocket,
 }
 
 /// Why airlock stopped the sandbox itself.

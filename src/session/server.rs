@@ -162,7 +162,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(&args.sandbox, Purpose::Session)?;
     let spawned = plan.spawn()?;
     let denials = DenialLog::new(spawned.policy().source_name(), spawned.attributor());
-    let wired = spawned.wire(Some(denials.clone()))?;
+    let wired = spawned.wire(Some(denials.clone()), Some(id.to_owned()))?;
     let Wired {
         mut sandbox,
         recorder,
@@ -173,6 +173,8 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         stopped_for,
         env,
         credentials,
+        // Served until the session ends.
+        approval_socket: _approval_socket,
     } = wired;
     let control = sandbox.start_session()?;
     let live = Arc::new(Live::new(

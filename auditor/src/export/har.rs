@@ -1,8 +1,10 @@
 //! HAR 1.2 (http://www.softwareishard.com/blog/har-12-spec/) of the session's
 //! HTTP exchanges, for browser dev tools and HAR viewers. Airlock specifics
-//! (decision, rule, seq) go in underscore-prefixed custom fields, which the
-//! spec reserves for exactly that.
+//! (decision, rule, seq, a held request's approval) go in
+//! underscore-prefixed custom fields, which the spec reserves for exactly
+//! that.
 
+use std::collections::HashSet;
 use std::io::Write;
 
 use serde_json::{Value, json};
@@ -10,6 +12,8 @@ use serde_json::{Value, json};
 use crate::codec::b64_encode;
 use crate::humanize;
 use crate::{AuditError, AuditEvent, SessionSummary, StoredEvent};
+
+mod approvals;
 
 fn headers(list: &[(String, String)]) -> Value {
     Value::Array(
@@ -237,12 +241,50 @@ fn websocket_messages(ws: &crate::WebSocketRecord) -> Value {
         .collect()
 }
 
-/// The HAR document for a session's HTTP events.
+/// The HAR document for a session's HTTP events. An exchange an `[[ask]]`
+/// rule held carries its approval in `_approval` (`{id, outcome, scope,
+/// by, note, waited_ms, body_sha256, rule, reason}`); a held request with
+/// no HTTP record (the session ended while it waited, or the client went
+/// away first) gets an entry of its own where its first approval record
+/// is, so no request a person was asked about is missing.
 pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
-    let entries: Vec<Value> = crate::collapse_exchanges(events)
+    let events = crate::collapse_exchanges(events);
+    let approvals = approvals::Approvals::collect(&events);
+    let with_http: HashSet<u64> = events
         .iter()
-        .filter_map(entry)
+        .filter_map(|ev| match &ev.event {
+            AuditEvent::Http {
+                exchange: Some(x), ..
+            } => Some(*x),
+            _ => None,
+        })
         .collect();
+    let mut entries = Vec::new();
+    for ev in &events {
+        match &ev.event {
+            AuditEvent::Http { exchange, .. } => {
+                let Some(mut e) = entry(ev) else { continue };
+                if let (Some(a), Some(obj)) = (
+                    exchange.and_then(|x| approvals.for_exchange(x)),
+                    e.as_object_mut(),
+                ) {
+                    obj.insert("_approval".into(), a.to_value());
+                }
+                entries.push(e);
+            }
+            AuditEvent::ApprovalRequested { .. } | AuditEvent::ApprovalDecided { .. } => {
+                let Some(a) = approvals.of(ev) else { continue };
+                let recorded = a.exchange().is_some_and(|x| with_http.contains(&x));
+                if !recorded
+                    && a.first_seq() == Some(ev.seq)
+                    && let Some(e) = a.entry()
+                {
+                    entries.push(e);
+                }
+            }
+            _ => {}
+        }
+    }
     json!({
         "log": {
             "version": "1.2",

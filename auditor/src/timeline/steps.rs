@@ -3,10 +3,10 @@
 //!
 //! An exec's step is the one it names (the observer knows which step's
 //! exec tree a process is in), or else its parent exec's; every other
-//! event of an exec (exit, file, dns, tcp, http) is its exec's; output and
-//! the step records name their step. A process a step left in the
-//! background stays in that step's tree, so its later events are grouped
-//! under that step even when they happen during another one.
+//! event of an exec (exit, file, dns, tcp, http, approvals) is its exec's;
+//! output and the step records name their step. A process a step left in
+//! the background stays in that step's tree, so its later events are
+//! grouped under that step even when they happen during another one.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -165,3 +165,45 @@ fn step_records_from_the_caller_are_escaped() {
         "{line}"
     );
 }
+
+#[test]
+fn approval_records_are_escaped() {
+    // The method and URL are the sandbox's; the note and the decider's name
+    // whoever answered; the rest the policy's. All are escaped.
+    let requested = AuditEvent::ApprovalRequested {
+        approval: s(),
+        exec_id: None,
+        exchange: None,
+        method: s(),
+        url: s(),
+        request_headers: vec![(s(), s())],
+        body_bytes: 0,
+        body_sha256: s(),
+        rule: s(),
+        reason: Some(s()),
+        timeout_ms: u64::MAX,
+        approvers: vec![s()],
+    };
+    let line = describe(&requested);
+    assert_clean(&line);
+    // Id, method, URL, rule, reason and approvers (headers and the body's
+    // hash are not shown).
+    assert_eq!(line.matches(SHOWN).count(), 6, "{line}");
+    let decided = AuditEvent::ApprovalDecided {
+        approval: s(),
+        exec_id: None,
+        exchange: None,
+        outcome: s(),
+        scope: Some(s()),
+        by: Some(s()),
+        note: Some(s()),
+        waited_ms: u64::MAX,
+        body_sha256: s(),
+        method: s(),
+        url: s(),
+    };
+    let line = describe(&decided);
+    assert_clean(&line);
+    // Id, outcome, scope, decider and note.
+    assert_eq!(line.matches(SHOWN).count(), 5, "{line}");
+}

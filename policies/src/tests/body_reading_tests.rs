@@ -44,7 +44,7 @@ fn ambiguity(d: &Decision) -> String {
             DenyReason::AmbiguousBody { detail } => detail.clone(),
             other => panic!("expected an ambiguity, got {other:?}"),
         },
-        Decision::Allow(_) => panic!("expected an ambiguity, got {d:?}"),
+        Decision::Allow(_) | Decision::Ask(_) => panic!("expected an ambiguity, got {d:?}"),
     }
 }
 

@@ -18,7 +18,7 @@ currency = { one_of = ["usd", "eur"] }
 fn reason(d: &Decision) -> Option<&DenyReason> {
     match d {
         Decision::Deny(denial) => Some(&denial.reason),
-        Decision::Allow(_) => None,
+        Decision::Allow(_) | Decision::Ask(_) => None,
     }
 }
 

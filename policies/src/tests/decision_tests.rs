@@ -35,7 +35,7 @@ host = "evil.pypi.org"
 fn reason(d: &Decision) -> Option<DenyReason> {
     match d {
         Decision::Deny(denial) => Some(denial.reason.clone()),
-        Decision::Allow(_) => None,
+        Decision::Allow(_) | Decision::Ask(_) => None,
     }
 }
 

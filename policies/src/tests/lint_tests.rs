@@ -74,3 +74,87 @@ fn credentials_default_allow_and_body_lints() {
     // Credential for a subdomain pattern allowed by a wildcard rule is used.
     assert!(lints("version = 1\n[[allow]]\nhost = \"*.a.com\"\n[[credential]]\nname = \"n\"\nhosts = [\"x.a.com\"]\nheader = \"X\"\nvalue = \"${env:X}\"\n").is_empty());
 }
+
+#[test]
+fn an_ask_rule_a_deny_rule_always_overrides_is_flagged() {
+    let l = lints(
+        "version = 1\n[[ask]]\nhost = \"x.a.com\"\nmethods = [\"post\"]\npaths = [\"/pay\"]\n[[deny]]\nhost = \"*.a.com\"\nmethods = [\"POST\", \"PUT\"]\n",
+    );
+    assert_eq!(
+        l,
+        vec![
+            "policy.toml:2:1: warning: this ask rule can never match: the deny rule at line 6 refuses every request it covers (deny rules come first); narrow or remove one of them"
+        ]
+    );
+    // A deny rule covering only part of it leaves the rest to ask about.
+    assert!(lints("version = 1\n[[ask]]\nhost = \"a.com\"\n[[deny]]\nhost = \"a.com\"\npaths = [\"/admin\"]\n").is_empty());
+    assert!(
+        lints("version = 1\n[[ask]]\nhost = \"a.com\"\n[[deny]]\nhost = \"a.com\"\nport = 80\n")
+            .is_empty()
+    );
+}
+
+#[test]
+fn an_ask_rule_an_earlier_one_always_holds_first_is_flagged() {
+    let l = lints(
+        "version = 1\n[[ask]]\nhost = \"a.com\"\n[[ask]]\nhost = \"a.com\"\nmethods = [\"POST\"]\nreason = \"never shown\"\n",
+    );
+    assert_eq!(
+        l,
+        vec![
+            "policy.toml:4:1: warning: this ask rule can never match: the ask rule at line 2 already holds every request it does (the first matching ask rule decides); merge the two or remove this one"
+        ]
+    );
+    // Body constraints on the earlier rule let requests through to the later one.
+    assert!(lints("version = 1\n[[ask]]\nhost = \"a.com\"\nmethods = [\"POST\"]\n[ask.body]\nx = { max = 1 }\n[[ask]]\nhost = \"a.com\"\nmethods = [\"POST\"]\n").is_empty());
+}
+
+#[test]
+fn an_ask_rule_on_a_tunnelled_host_and_port_says_the_tunnel_is_gone() {
+    let l = lints(
+        "version = 1\n[[allow]]\nhost = \"*.vendor.example\"\ntls = \"passthrough\"\n[[ask]]\nhost = \"upload.vendor.example\"\nmethods = [\"POST\"]\n",
+    );
+    assert_eq!(
+        l,
+        vec![
+            "policy.toml:5:1: warning: the passthrough rule at line 2 would tunnel upload.vendor.example:443, but this ask rule must see requests there, so those connections are inspected and never tunnelled; narrow the hosts or ports of one of the two rules"
+        ]
+    );
+    let l = lints(
+        "version = 1\n[[allow]]\nhost = \"git.example\"\nport = 22\nprotocol = \"tcp\"\n[[ask]]\nhost = \"*\"\nport = 22\n",
+    );
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert!(
+        l[0].contains("the tcp rule at line 2 would tunnel git.example:22"),
+        "{l:?}"
+    );
+    // Different ports: the tunnel stands.
+    assert!(lints("version = 1\n[[allow]]\nhost = \"git.example\"\nport = 22\nprotocol = \"tcp\"\n[[ask]]\nhost = \"git.example\"\n").is_empty());
+}
+
+#[test]
+fn ask_rule_approvers_named_twice_and_bodies_on_bodiless_methods_are_flagged() {
+    let l = lints(
+        "version = 1\n[[ask]]\nhost = \"a.com\"\napprovers = [\"alice\", \"bob\", \"alice\"]\n",
+    );
+    assert_eq!(
+        l,
+        vec![
+            "policy.toml:2:1: warning: `approvers` lists \"alice\" more than once; list each name once"
+        ]
+    );
+    let l = lints("version = 1\n[[ask]]\nhost = \"a.com\"\n[ask.body]\nx = { max = 1 }\n");
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert!(
+        l[0].contains("`body` constraints on an ask rule that matches methods without a body (or any method): such requests are always held"),
+        "{l:?}"
+    );
+}
+
+#[test]
+fn ask_rules_count_as_restrictions_and_as_users_of_credentials() {
+    // default = "allow" with an ask rule holds something: no warning.
+    assert!(lints("version = 1\ndefault = \"allow\"\n[[ask]]\nhost = \"a.com\"\n").is_empty());
+    // A credential for a host only an ask rule covers is injected once approved.
+    assert!(lints("version = 1\n[[ask]]\nhost = \"a.com\"\n[[credential]]\nname = \"n\"\nhosts = [\"a.com\"]\nheader = \"X\"\nvalue = \"${env:X}\"\n").is_empty());
+}

@@ -1,5 +1,6 @@
 //! Unit tests, one module per concern. Helpers shared by all of them.
 
+mod ask_tests;
 mod body_reading_tests;
 mod body_tests;
 mod credential_tests;

@@ -14,6 +14,7 @@ fn reason(d: &Decision) -> Option<DenyReason> {
     match d {
         Decision::Deny(denial) => Some(denial.reason.clone()),
         Decision::Allow(a) => a.would_deny.as_ref().map(|d| d.reason.clone()),
+        Decision::Ask(_) => None,
     }
 }
 

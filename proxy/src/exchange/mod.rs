@@ -9,6 +9,7 @@
 //! - `codings`: the responses the scrubber cannot read;
 //! - `context`: the request's context value, which refuses and records.
 
+mod approval;
 mod body_prefix;
 mod codings;
 mod context;
@@ -21,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use airlock_policy::{
-    BodyInput, Decision, DefaultAction, Policy, RequestInfo, Scheme, UpgradeProtocol,
+    Allowance, BodyInput, Decision, DefaultAction, Denial, DenyReason, Policy, RequestInfo, Scheme,
+    UpgradeProtocol,
 };
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -187,10 +189,27 @@ impl Exchange {
             },
         };
         let prefix = prefix.as_ref().map(|(bytes, complete)| (bytes, *complete));
-        let decision = self.evaluate(head, &info, prefix, asked_upgrade);
-        let allowed = self
+        let (decision, approved) = match self.evaluate(head, &info, prefix, asked_upgrade) {
+            // Held until a person decides; approved, it goes on as if an
+            // allow rule (the ask rule) had matched.
+            Decision::Ask(ask) => {
+                let approved = self.await_approval(head, destination, &ask, prefix).await?;
+                let allowance = Allowance {
+                    rule: Some(ask.rule),
+                    max_requests: None,
+                    would_deny: None,
+                    upgrade: None,
+                };
+                (Decision::Allow(allowance), Some(approved))
+            }
+            decision => (decision, None),
+        };
+        let mut allowed = self
             .allowed(head, destination, decision, asked_upgrade)
             .await?;
+        if approved.is_some() {
+            allowed.report_reason = approved;
+        }
         Ok((allowed, body))
     }
 
@@ -242,6 +261,14 @@ impl Exchange {
                 return Err(self.refuse(head, url, Some(&suggestion), Refusal::Policy(denial)));
             }
             Decision::Allow(allowance) => allowance,
+            // Resolved by `decide` before it gets here; never forwarded unasked.
+            Decision::Ask(ask) => {
+                let denial = Denial {
+                    rule: Some(ask.rule),
+                    reason: DenyReason::NeedsApproval,
+                };
+                return Err(self.refuse(head, url, None, Refusal::Policy(denial)));
+            }
         };
         let mut verdict = if allowance.would_deny.is_some() {
             Verdict::Report

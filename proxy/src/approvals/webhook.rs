@@ -1,0 +1,198 @@
+//! `--approval-webhook URL`: each held request is POSTed as JSON to a
+//! receiver of the user's (a chat bot, an internal tool), which decides
+//! through the HTTP API or tells a person to.
+//!
+//! Never in the request's way: announcements go through a bounded queue to
+//! one sender task, and a full queue drops the announcement (logged); the
+//! request still waits and can be decided from the CLI. Each announcement
+//! is tried a bounded number of times.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Uri, header};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::PendingView;
+
+/// Announcements waiting to be sent; past this, new ones are dropped.
+const QUEUE: usize = 256;
+/// Tries per announcement, and the pause before each retry (doubling).
+const ATTEMPTS: u32 = 4;
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// How long one try may take, connection included.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Why the webhook cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error(
+        "--approval-webhook {0:?} is not an http:// or https:// URL; give the receiver's full URL, e.g. https://bot.example/airlock"
+    )]
+    BadUrl(String),
+    #[error("--approval-webhook: a trusted certificate was rejected: {0}")]
+    BadRoot(String),
+}
+
+/// The announcer; cheap to clone.
+#[derive(Clone)]
+pub struct Webhook {
+    url: Arc<str>,
+    queue: mpsc::Sender<Bytes>,
+    /// The sender task's parts until the first announcement starts it (on
+    /// the proxy's runtime, which may not exist yet when this is made).
+    sender: Arc<Mutex<Option<Sender>>>,
+}
+
+struct Sender {
+    client: HttpsClient,
+    url: Uri,
+    announcements: mpsc::Receiver<Bytes>,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook").field("url", &self.url).finish()
+    }
+}
+
+/// What the receiver gets: the request, and how to decide it.
+#[derive(Serialize)]
+struct Announcement<'a> {
+    kind: &'static str,
+    approval: &'a PendingView,
+    decide: Decide,
+}
+
+#[derive(Serialize)]
+struct Decide {
+    /// The HTTP API's path for the decision (POST), on the admin listener
+    /// or the session's approvals socket.
+    api: String,
+    approve: String,
+    deny: String,
+}
+
+impl Webhook {
+    /// The announcer for `url`; `roots` are trusted besides the webpki
+    /// roots, as for upstreams.
+    pub fn new(url: &str, roots: &[CertificateDer<'static>]) -> Result<Self, WebhookError> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| WebhookError::BadUrl(url.to_owned()))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(WebhookError::BadUrl(url.to_owned()));
+        }
+        let client = client(roots)?;
+        let (queue, announcements) = mpsc::channel(QUEUE);
+        let sender = Sender {
+            client,
+            url: uri,
+            announcements,
+        };
+        Ok(Self {
+            url: url.into(),
+            queue,
+            sender: Arc::new(Mutex::new(Some(sender))),
+        })
+    }
+
+    /// Queue the announcement of a held request; never waits. Called on
+    /// the proxy's runtime.
+    pub(super) fn announce(&self, view: &PendingView) {
+        let idle = self.sender.lock().ok().and_then(|mut s| s.take());
+        if let Some(sender) = idle {
+            tokio::spawn(send_all(sender));
+        }
+        let id = view.id.as_str();
+        let announcement = Announcement {
+            kind: "approval_requested",
+            approval: view,
+            decide: Decide {
+                api: format!("/v1/approvals/{id}"),
+                approve: format!("airlock approve {id}"),
+                deny: format!("airlock deny {id}"),
+            },
+        };
+        let Ok(body) = serde_json::to_vec(&announcement) else {
+            return;
+        };
+        if self.queue.try_send(Bytes::from(body)).is_err() {
+            tracing::warn!(url = %self.url, approval = id, "approval webhook queue full; not announced (decide with `airlock approvals`)");
+        }
+    }
+}
+
+fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpsClient, WebhookError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for root in extra_roots {
+        roots
+            .add(root.clone())
+            .map_err(|e| WebhookError::BadRoot(e.to_string()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| WebhookError::BadRoot(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .build(https))
+}
+
+/// One at a time, in order, each with bounded retries.
+async fn send_all(sender: Sender) {
+    let Sender {
+        client,
+        url,
+        mut announcements,
+    } = sender;
+    while let Some(body) = announcements.recv().await {
+        let mut pause = FIRST_RETRY;
+        for attempt in 1..=ATTEMPTS {
+            match send(&client, &url, body.clone()).await {
+                Ok(()) => break,
+                Err(why) if attempt == ATTEMPTS => {
+                    tracing::warn!(%url, attempts = ATTEMPTS, "approval webhook failed; giving up on this announcement: {why}");
+                }
+                Err(why) => {
+                    tracing::info!(%url, attempt, "approval webhook failed, retrying: {why}");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+    }
+}
+
+async fn send(client: &HttpsClient, url: &Uri, body: Bytes) -> Result<(), String> {
+    let request = Request::post(url.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::USER_AGENT, "airlock-approvals")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let response = tokio::time::timeout(ATTEMPT_TIMEOUT, client.request(request))
+        .await
+        .map_err(|_| format!("no answer within {}s", ATTEMPT_TIMEOUT.as_secs()))?
+        .map_err(|e| e.to_string())?;
+    match response.status() {
+        status if status.is_success() => Ok(()),
+        status => Err(format!("the receiver answered {status}")),
+    }
+}

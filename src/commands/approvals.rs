@@ -1,0 +1,234 @@
+//! `airlock approvals`, `airlock approve ID` and `airlock deny ID`: a
+//! person's side of `[[ask]]` rules, from any terminal of the session's
+//! owner, against every running `run`, `session`, `proxy` and `sidecar`.
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use airlock_auditor::escape;
+use serde_json::{Value, json};
+
+use crate::approvals::client;
+
+/// How often `--watch` looks for new requests.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+/// How much of a body the listing shows (the API and `--json` carry 4 KiB).
+const PREVIEW_CHARS: usize = 160;
+
+#[derive(clap::Args)]
+pub struct ListArgs {
+    /// Only this session's requests (its id, a prefix of it, or its name).
+    #[arg(long, value_name = "SESSION")]
+    session: Option<String>,
+    /// One JSON object per request (with --watch, one line each as they come).
+    #[arg(long)]
+    json: bool,
+    /// Keep watching, and show each new request as it is held (Ctrl-C ends).
+    #[arg(long)]
+    watch: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ScopeArg {
+    /// This request only.
+    Once,
+    /// Also later requests the same rule matches with the same method, host, port and path.
+    Session,
+}
+
+#[derive(clap::Args)]
+pub struct ApproveArgs {
+    /// The request's id, as `airlock approvals` shows it.
+    id: String,
+    /// How far the approval reaches.
+    #[arg(long, value_enum, default_value = "once")]
+    scope: ScopeArg,
+    /// A note for the record.
+    #[arg(long, value_name = "TEXT")]
+    note: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct DenyArgs {
+    /// The request's id, as `airlock approvals` shows it.
+    id: String,
+    /// Why; the client's 403 shows it, and the record keeps it.
+    #[arg(long, value_name = "TEXT")]
+    note: Option<String>,
+}
+
+pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let mut shown = HashSet::new();
+        loop {
+            let pending = pending_of(args.session.as_deref()).await?;
+            let new: Vec<&Value> = pending
+                .iter()
+                .filter(|p| shown.insert(p["id"].as_str().unwrap_or_default().to_owned()))
+                .collect();
+            match (args.json, args.watch) {
+                (true, false) => println!("{}", serde_json::to_string_pretty(&pending)?),
+                (true, true) => new.iter().for_each(|p| println!("{p}")),
+                (false, _) => new.iter().for_each(|p| print!("{}", describe(p))),
+            }
+            if !args.watch {
+                if pending.is_empty() && !args.json {
+                    eprintln!("airlock: no request is waiting for approval");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            tokio::time::sleep(WATCH_EVERY).await;
+        }
+    })
+}
+
+pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    let scope = match args.scope {
+        ScopeArg::Once => "once",
+        ScopeArg::Session => "session",
+    };
+    let decision = json!({ "decision": "approve", "scope": scope, "note": args.note });
+    decide(&args.id, &decision)
+}
+
+pub fn deny(args: DenyArgs) -> anyhow::Result<ExitCode> {
+    let decision = json!({ "decision": "deny", "note": args.note });
+    decide(&args.id, &decision)
+}
+
+fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
+    match runtime()?.block_on(client::decide(id, decision)) {
+        Ok(decided) => {
+            let outcome = decided["outcome"].as_str().unwrap_or("decided");
+            let scope = match decided["scope"].as_str() {
+                Some(scope) => format!(" {scope}"),
+                None => String::new(),
+            };
+            println!(
+                "{outcome}{scope}: {} {} (approval {id}, by {})",
+                escape::text(decided["method"].as_str().unwrap_or_default()),
+                escape::text(decided["url"].as_str().unwrap_or_default()),
+                decided["by"].as_str().unwrap_or("you"),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("airlock: {}", crate::one_line(&e));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// Every pending request, oldest first, of the sessions `session` picks.
+async fn pending_of(session: Option<&str>) -> anyhow::Result<Vec<Value>> {
+    // A live session's name is resolved to its id, which is what its
+    // approvals socket answers with; anything else (a `run`'s or a proxy's
+    // record id, or a prefix of one) is matched as given.
+    let resolved = match session {
+        Some(given) => Some(
+            crate::session::registry::Registry::open()?
+                .resolve(given)
+                .await
+                .unwrap_or_else(|_| given.to_owned()),
+        ),
+        None => None,
+    };
+    let session = resolved.as_deref();
+    let mut pending: Vec<Value> = client::list()
+        .await?
+        .into_iter()
+        .filter(|l| session.is_none_or(|s| l.session == s || l.session.starts_with(s)))
+        .flat_map(|l| l.pending)
+        .collect();
+    pending.sort_by_key(|p| p["requested_at_us"].as_u64().unwrap_or_default());
+    Ok(pending)
+}
+
+/// A few lines a person reads before deciding. Everything the sandbox
+/// chose (method, URL, headers, body) is escaped: this is a live terminal.
+fn describe(p: &Value) -> String {
+    let text = |key: &str| escape::text(p[key].as_str().unwrap_or_default()).into_owned();
+    let id = text("id");
+    let now = micros_now();
+    let waited = now.saturating_sub(p["requested_at_us"].as_u64().unwrap_or(now));
+    let left = p["expires_at_us"]
+        .as_u64()
+        .unwrap_or(now)
+        .saturating_sub(now);
+    let reason = match p["reason"].as_str() {
+        Some(reason) => format!(": {}", escape::text(reason)),
+        None => String::new(),
+    };
+    let approvers = match p["approvers"].as_array() {
+        Some(names) if !names.is_empty() => names
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|n| escape::text(n).into_owned())
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "the session's owner".to_owned(),
+    };
+    let preview: String = p["body_preview"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .take(PREVIEW_CHARS)
+        .collect();
+    let cut = if p["body_bytes"].as_u64().unwrap_or(0) as usize > preview.len() {
+        " …"
+    } else {
+        ""
+    };
+    let sender = &p["sender"];
+    let sent_by = match sender["command"].as_array() {
+        Some(argv) => {
+            let argv: Vec<String> = argv
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|a| escape::text(a).into_owned())
+                .collect();
+            let mut place = Vec::new();
+            if let Some(exec) = sender["exec"].as_str() {
+                place.push(format!("exec {}", escape::text(exec)));
+            }
+            if let Some(step) = sender["step"].as_u64() {
+                place.push(format!("step {step}"));
+            }
+            match place.is_empty() {
+                true => argv.join(" "),
+                false => format!("{} ({})", argv.join(" "), place.join(", ")),
+            }
+        }
+        None => format!("{} (command unknown)", text("client")),
+    };
+    format!(
+        "{id}  {} {}\n  session {}, sent by {sent_by}\n  rule {}{reason}\n  waiting {}, denied in {} unless decided; approvers: {approvers}\n  body {} bytes, sha256 {}: {}{cut}\n  decide: airlock approve {id} [--scope session] | airlock deny {id} [--note TEXT]\n\n",
+        text("method"),
+        text("url"),
+        text("session"),
+        text("rule"),
+        human(waited),
+        human(left),
+        p["body_bytes"].as_u64().unwrap_or(0),
+        text("body_sha256"),
+        escape::text(&preview),
+    )
+}
+
+fn human(micros: u64) -> String {
+    humantime::format_duration(Duration::from_secs(micros / 1_000_000)).to_string()
+}
+
+fn micros_now() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
