@@ -167,10 +167,13 @@ impl AskRule {
         self.matches_host(host) && self.ports.contains(&port)
     }
 
-    /// Host, port, method and path: everything but the body.
+    /// Host, port, method and path: everything but the body. Cheapest
+    /// first: every request of the session is checked against every ask
+    /// rule, and most fail on the port or the method.
     pub(crate) fn matches_head(&self, req: &RequestInfo<'_>, path: &NormalPath) -> bool {
-        self.matches_host_port(req.host, req.port)
+        self.ports.contains(&req.port)
             && method_listed_any_case(self.methods.as_deref(), req.method)
+            && self.matches_host(req.host)
             && path_listed_loosely(self.paths.as_deref(), path)
     }
 
