@@ -261,6 +261,15 @@ struct Record {
 }
 
 impl Record {
+    fn assert_timeline_has(&self, text: impl AsRef<str>) {
+        let text = text.as_ref();
+        assert!(
+            self.timeline.contains(text),
+            "{text:?} in {}",
+            self.timeline
+        );
+    }
+
     /// The events of `kind` for approval `id`.
     fn approval_events(&self, kind: &str, id: &str) -> Vec<&Value> {
         self.events
@@ -831,25 +840,9 @@ async fn an_approved_request_goes_out_once_a_person_approves_it() {
         "{}",
         record.brief()
     );
-    assert!(
-        record
-            .timeline
-            .contains(&format!("approval {id} requested: POST {url}")),
-        "{}",
-        record.timeline
-    );
-    assert!(
-        record
-            .timeline
-            .contains(&format!("approval {id} approved once by {ROOT} after")),
-        "{}",
-        record.timeline
-    );
-    assert!(
-        record.timeline.contains("\"invoice 7 checked\""),
-        "{}",
-        record.timeline
-    );
+    record.assert_timeline_has(format!("approval {id} requested: POST {url}"));
+    record.assert_timeline_has(format!("approval {id} approved once by {ROOT} after"));
+    record.assert_timeline_has("\"invoice 7 checked\"");
     env.assert_verifies(&record);
 }
 
@@ -924,13 +917,7 @@ async fn approved_for_the_session_the_same_request_passes_and_another_path_still
         "{}",
         record.brief()
     );
-    assert!(
-        record
-            .timeline
-            .contains(&format!("approval {id} approved for the session by {ROOT}")),
-        "{}",
-        record.timeline
-    );
+    record.assert_timeline_has(format!("approval {id} approved for the session by {ROOT}"));
     env.assert_verifies(&record);
 }
 
@@ -991,18 +978,8 @@ print(r.text)
         "{}",
         record.brief()
     );
-    assert!(
-        record
-            .timeline
-            .contains(&format!("approval {id} denied by {ROOT} after")),
-        "{}",
-        record.timeline
-    );
-    assert!(
-        record.timeline.contains(&format!("\"{note}\"")),
-        "{}",
-        record.timeline
-    );
+    record.assert_timeline_has(format!("approval {id} denied by {ROOT} after"));
+    record.assert_timeline_has(format!("\"{note}\""));
     env.assert_verifies(&record);
 }
 
@@ -1044,18 +1021,8 @@ async fn a_request_nobody_decides_is_refused_when_its_time_runs_out() {
     assert_eq!(decided["outcome"], "expired", "{decided}");
     assert!(decided["by"].is_null(), "{decided}");
     assert!(decided["waited_ms"].as_u64().unwrap() >= 2000, "{decided}");
-    assert!(
-        record
-            .timeline
-            .contains(&format!("approval {id} expired after")),
-        "{}",
-        record.timeline
-    );
-    assert!(
-        record.timeline.contains("nobody decided"),
-        "{}",
-        record.timeline
-    );
+    record.assert_timeline_has(format!("approval {id} expired after"));
+    record.assert_timeline_has("nobody decided");
     env.assert_verifies(&record);
 }
 
@@ -1470,13 +1437,7 @@ async fn a_client_that_hangs_up_withdraws_its_request() {
     let record = env.record();
     let decided = record.approval("approval_decided", &id);
     assert_eq!(decided["outcome"], "abandoned", "{decided}");
-    assert!(
-        record
-            .timeline
-            .contains("the client went away or the session ended first"),
-        "{}",
-        record.timeline
-    );
+    record.assert_timeline_has("the client went away or the session ended first");
     env.assert_verifies(&record);
 }
 

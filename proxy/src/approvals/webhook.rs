@@ -133,19 +133,7 @@ impl Webhook {
 }
 
 fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpsClient, WebhookError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for root in extra_roots {
-        roots
-            .add(root.clone())
-            .map_err(|e| WebhookError::BadRoot(e.to_string()))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| WebhookError::BadRoot(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::upstream::verified_tls(extra_roots).map_err(WebhookError::BadRoot)?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

@@ -68,19 +68,7 @@ impl Upstream {
         mark: Option<u32>,
         pools: usize,
     ) -> Result<Self, UpstreamSetupError> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for root in extra_roots {
-            roots
-                .add(root.clone())
-                .map_err(|e| UpstreamSetupError::BadRoot(e.to_string()))?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| UpstreamSetupError::BadRoot(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = verified_tls(extra_roots).map_err(UpstreamSetupError::BadRoot)?;
         let connector = MarkedConnector {
             resolver: resolver.clone(),
             mark,
@@ -112,6 +100,25 @@ impl Upstream {
         let ips = self.resolver.resolve(host).await?;
         connect::connect_any(&ips, port, self.mark, host.as_str()).await
     }
+}
+
+/// The TLS every client of the proxy's own uses (upstreams, the approval
+/// webhook): verified against the webpki roots plus `extra_roots`
+/// (`--upstream-ca`), never "accept anything". Err: why a root was refused.
+pub(crate) fn verified_tls(
+    extra_roots: &[CertificateDer<'static>],
+) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for root in extra_roots {
+        roots.add(root.clone()).map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 fn build_client(http: MarkedConnector, tls: rustls::ClientConfig, h2: bool) -> HttpClient {
