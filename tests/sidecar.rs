@@ -1342,3 +1342,73 @@ async fn approval_tokens_let_a_person_decide_and_the_app_cannot() {
     ]);
     assert!(!sidecar.log().contains(&token), "the token is never logged");
 }
+
+/// `--approval-webhook` from inside the pod: the sidecar's announcement
+/// carries its socket mark, so its own capture rules let it out to the
+/// receiver (unmarked, it would be redirected to the sidecar's proxy and
+/// refused). The person then decides with `airlock approve` on the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_webhook_reaches_a_receiver_outside_the_pod() {
+    use tokio::io::AsyncReadExt;
+    let pod = Pod::new("hook");
+    pod.write_policy(POLICY_WITH_ASK);
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    let receiver = pod.listen_outside(&format!("{NET_IP}:8099"));
+    let hook = format!("http://{NET_IP}:8099/airlock");
+    let sidecar = pod
+        .sidecar(&pki, &["--approval-webhook", &hook])
+        .ready()
+        .await;
+    let marker = format!("sidecar-hook-{}", std::process::id());
+    let url = format!("https://api.test/echo/pay/{marker}");
+    let ca = pod.ca_pem();
+    let argv = ["curl", "-s", "-X", "POST", "-d", "{}", &url];
+    let env = [("CURL_CA_BUNDLE", ca.to_str().unwrap())];
+    let app = pod.app(&argv, &env);
+    let person = async {
+        let accepted = tokio::time::timeout(Duration::from_secs(30), receiver.accept()).await;
+        let (mut stream, _) = accepted
+            .unwrap_or_else(|_| panic!("no announcement reached the receiver\n{}", sidecar.log()))
+            .unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 8192];
+        // One small POST: read until its JSON body has ended.
+        while !request.ends_with(b"}") {
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+                .await
+                .expect("the announcement arrives whole")
+                .unwrap();
+            assert!(n > 0, "the announcement was cut short");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+            .await;
+        let text = String::from_utf8_lossy(&request).into_owned();
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let announced: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(announced["kind"], "approval_requested", "{announced}");
+        assert!(
+            announced["approval"]["url"]
+                .as_str()
+                .unwrap()
+                .contains(&marker),
+            "{announced}"
+        );
+        assert_eq!(upstream.hits(), 0, "held, not forwarded");
+        let id = announced["approval"]["id"].as_str().unwrap().to_owned();
+        let approved = Command::new(AIRLOCK)
+            .args(["approve", &id])
+            .output()
+            .unwrap();
+        assert!(approved.status.success(), "{approved:?}");
+    };
+    let (out, ()) = tokio::join!(app, person);
+    assert!(
+        out.stdout.contains(&marker),
+        "the approved request completes: {out:?}"
+    );
+    assert_eq!(upstream.hits(), 1);
+}

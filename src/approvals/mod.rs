@@ -26,10 +26,15 @@ pub struct ApprovalOptions {
 
 impl ApprovalOptions {
     /// The proxy's approvals settings (the session's label is set once it
-    /// is known). `roots`: `--upstream-ca`, trusted for the webhook too.
-    pub fn config(&self, roots: &[CertificateDer<'static>]) -> anyhow::Result<ApprovalsConfig> {
+    /// is known). `roots`: `--upstream-ca`, trusted for the webhook too;
+    /// `mark`: the sidecar's socket mark, for the webhook's connections.
+    pub fn config(
+        &self,
+        roots: &[CertificateDer<'static>],
+        mark: Option<u32>,
+    ) -> anyhow::Result<ApprovalsConfig> {
         let webhook = match &self.approval_webhook {
-            Some(url) => Some(Webhook::new(url, roots)?),
+            Some(url) => Some(Webhook::new(url, roots, mark)?),
             None => None,
         };
         Ok(ApprovalsConfig {

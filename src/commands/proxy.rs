@@ -102,7 +102,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             || format!("proxy-{}", std::process::id()),
             |r| r.session_id().to_string(),
         ),
-        ..args.approvals.config(&config.upstream_roots)?
+        ..args.approvals.config(&config.upstream_roots, None)?
     };
     let proxy = Proxy::new(config)?;
     let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;

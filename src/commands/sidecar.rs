@@ -204,7 +204,8 @@ fn prepare(args: &SidecarArgs) -> anyhow::Result<Prepared> {
     let upstream_roots = args.upstream.roots()?;
     let audit_db = args.audit.db()?;
     let audit_key = args.audit.key()?;
-    let approvals = args.approvals.config(&upstream_roots)?;
+    let mark = args.socket_mark.unwrap_or(DEFAULT_MARK);
+    let approvals = args.approvals.config(&upstream_roots, Some(mark))?;
     let approval_tokens = match &args.approval_token_file {
         Some(path) => Some(secrets::approval_tokens(path)?),
         None => None,

@@ -179,7 +179,7 @@ impl Plan {
             false => output_pipes(pty_size.is_some(), audit.is_some())?,
         };
         let upstream_roots = args.upstream.roots()?;
-        let approvals = args.approvals.config(&upstream_roots)?;
+        let approvals = args.approvals.config(&upstream_roots, None)?;
         let proxy = ProxyPlan {
             policy,
             credentials,

@@ -7,20 +7,28 @@
 //! request still waits and can be decided from the CLI. Each announcement
 //! is tried a bounded number of times.
 
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hickory_resolver::Resolver;
 use http::{Request, Uri, header};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::PendingView;
+use crate::body::BoxError;
+use crate::upstream::connect::connect_any;
+use crate::upstream::marked_runtime::MarkedRuntime;
 
 /// Announcements waiting to be sent; past this, new ones are dropped.
 const QUEUE: usize = 256;
@@ -30,7 +38,7 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long one try may take, connection included.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpsClient = Client<hyper_rustls::HttpsConnector<WebhookConnector>, Full<Bytes>>;
 
 /// Why the webhook cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -84,15 +92,21 @@ struct Decide {
 
 impl Webhook {
     /// The announcer for `url`; `roots` are trusted besides the webpki
-    /// roots, as for upstreams.
-    pub fn new(url: &str, roots: &[CertificateDer<'static>]) -> Result<Self, WebhookError> {
+    /// roots, as for upstreams. `mark`: the sidecar's `SO_MARK`, without
+    /// which the sidecar's own capture rules would take the announcement
+    /// back to its proxy.
+    pub fn new(
+        url: &str,
+        roots: &[CertificateDer<'static>],
+        mark: Option<u32>,
+    ) -> Result<Self, WebhookError> {
         let uri: Uri = url
             .parse()
             .map_err(|_| WebhookError::BadUrl(url.to_owned()))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(WebhookError::BadUrl(url.to_owned()));
         }
-        let client = client(roots)?;
+        let client = client(roots, mark)?;
         let (queue, announcements) = mpsc::channel(QUEUE);
         let sender = Sender {
             client,
@@ -132,16 +146,68 @@ impl Webhook {
     }
 }
 
-fn client(extra_roots: &[CertificateDer<'static>]) -> Result<HttpsClient, WebhookError> {
+fn client(
+    extra_roots: &[CertificateDer<'static>],
+    mark: Option<u32>,
+) -> Result<HttpsClient, WebhookError> {
     let tls = crate::upstream::verified_tls(extra_roots).map_err(WebhookError::BadRoot)?;
+    let tcp = WebhookConnector {
+        resolver: Arc::new(crate::upstream::resolve::system_resolver(mark)),
+        mark,
+    };
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(tcp);
     Ok(Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .build(https))
+}
+
+/// The receiver's address from the system's resolver, connected with the
+/// mark. Unlike upstreams, a private address is fine: the receiver is the
+/// operator's own choice, not the sandbox's.
+#[derive(Clone)]
+struct WebhookConnector {
+    resolver: Arc<Resolver<MarkedRuntime>>,
+    mark: Option<u32>,
+}
+
+impl tower_service::Service<Uri> for WebhookConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+                .ok_or("the webhook URL has no host")?
+                .to_owned();
+            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                Some("http") => 80,
+                _ => 443,
+            });
+            let ips: Vec<IpAddr> = match host.parse::<IpAddr>() {
+                Ok(ip) => vec![ip],
+                Err(_) => this
+                    .resolver
+                    .lookup_ip(host.as_str())
+                    .await?
+                    .iter()
+                    .collect(),
+            };
+            let stream = connect_any(&ips, port, this.mark, &host).await?;
+            Ok(TokioIo::new(stream))
+        })
+    }
 }
 
 /// One at a time, in order, each with bounded retries.

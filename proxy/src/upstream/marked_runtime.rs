@@ -18,7 +18,7 @@ use super::connect::CONNECT_TIMEOUT;
 
 /// [`TokioRuntimeProvider`] whose sockets carry `mark` (when set).
 #[derive(Clone, Default)]
-pub(super) struct MarkedRuntime {
+pub(crate) struct MarkedRuntime {
     inner: TokioRuntimeProvider,
     mark: Option<u32>,
 }

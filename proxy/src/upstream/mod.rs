@@ -3,7 +3,7 @@
 
 pub mod address;
 pub mod connect;
-mod marked_runtime;
+pub(crate) mod marked_runtime;
 pub mod resolve;
 
 use std::sync::Arc;

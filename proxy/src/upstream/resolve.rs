@@ -161,7 +161,8 @@ impl UpstreamResolver {
     }
 }
 
-fn system_resolver(mark: Option<u32>) -> Resolver<MarkedRuntime> {
+/// The system's resolver (hosts file first), its sockets carrying `mark`.
+pub(crate) fn system_resolver(mark: Option<u32>) -> Resolver<MarkedRuntime> {
     let builder = Resolver::builder(MarkedRuntime::new(mark)).unwrap_or_else(|_| {
         // No usable /etc/resolv.conf: the hosts file and pins still work.
         Resolver::builder_with_config(ResolverConfig::default(), MarkedRuntime::new(mark))
