@@ -74,6 +74,9 @@ pub enum AuditError {
         source: std::io::Error,
     },
 
+    #[error(transparent)]
+    Query(#[from] crate::search::QueryError),
+
     #[error("random number generator failed: {0}; the kernel's getrandom(2) must be available")]
     Random(String),
 }

@@ -30,6 +30,13 @@ pub fn rfc3339(ts_us: i64) -> String {
         .unwrap_or_else(|_| ts_us.to_string())
 }
 
+/// An RFC 3339 time ("2026-11-22T00:39:26Z", any offset) as µs since the
+/// epoch; `None` when the text is not one.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(text.trim(), &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1000).ok()
+}
+
 /// "2026-11-22 00:39:26" (UTC), for tables.
 pub fn short_time(ts_us: i64) -> String {
     let d = datetime(ts_us);
@@ -94,5 +101,14 @@ mod tests {
         assert_eq!(rfc3339(1_500_000), "1970-01-01T00:00:01.5Z");
         assert_eq!(relative(123_456), "+0.123s");
         assert_eq!(duration(65_000_000), "1m05s");
+    }
+
+    #[test]
+    fn rfc3339_times_read_back_in_any_offset() {
+        let ts = 1_795_581_474_574_756;
+        assert_eq!(parse_rfc3339(&rfc3339(ts)), Some(ts));
+        assert_eq!(parse_rfc3339("1970-01-01T01:00:01+01:00"), Some(1_000_000));
+        assert_eq!(parse_rfc3339("2h"), None);
+        assert_eq!(parse_rfc3339("1970-01-01 00:00:01"), None);
     }
 }

@@ -11,7 +11,7 @@
 //! Writing goes through [`SessionRecorder`] (a cheap, cloneable handle feeding
 //! one writer thread that group-commits in WAL mode). Reading goes through
 //! [`AuditStore`] plus the renderers in [`timeline`], [`export`] and
-//! [`restore`].
+//! [`restore`]; [`AuditStore::search`] looks events up across sessions.
 #![forbid(unsafe_code)]
 // Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
 #![warn(missing_debug_implementations)]
@@ -32,6 +32,7 @@ mod recorder;
 mod redact;
 pub mod restore;
 mod schema;
+pub mod search;
 mod store;
 pub mod timeline;
 mod verify;
@@ -46,6 +47,7 @@ pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
+pub use search::{SearchHit, SearchQuery, SearchResults};
 pub use store::AuditStore;
 pub use verify::{KeyTrust, VerifyOutcome, VerifyReport};
 

@@ -17,6 +17,7 @@ use ed25519_dalek::{Signer, SigningKey};
 use rusqlite::{Connection, params};
 
 use crate::chain::{self, Hash};
+use crate::search::terms::{self, Terms};
 use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
 
 /// Sign a checkpoint after this many events...
@@ -133,6 +134,8 @@ struct Row {
     exec_id: Option<String>,
     payload: String,
     content: Option<(String, Vec<u8>)>,
+    /// What search looks this event up by (see `crate::search`).
+    terms: Vec<Terms>,
 }
 
 pub(crate) struct WriterSetup {
@@ -228,6 +231,7 @@ impl SessionRecorder {
             serde_json::to_string(&value)?
         };
         let kind = event.kind().as_str();
+        let terms = terms::of(&event, redactor);
         let exec_id = event.exec_id().map(|id| {
             let mut s = id.0.clone();
             redactor.scrub_string(&mut s);
@@ -249,6 +253,7 @@ impl SessionRecorder {
             exec_id,
             payload,
             content,
+            terms,
         };
         let sent = match tx.try_send(Msg::Event(row)) {
             Ok(()) => Ok(()),
@@ -517,6 +522,11 @@ impl Writer {
             let mut content = tx.prepare_cached(
                 "INSERT OR IGNORE INTO contents (sha256, size, data) VALUES (?1, ?2, ?3)",
             )?;
+            let mut index = tx.prepare_cached(
+                "INSERT INTO event_terms
+                 (sid, seq, ts_us, kind, host, method, verdict, url, path, command)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
             for row in rows {
                 prev = chain::link(
                     &prev,
@@ -538,6 +548,20 @@ impl Writer {
                     row.payload,
                     &prev[..],
                 ])?;
+                for t in &row.terms {
+                    index.execute(params![
+                        self.sid,
+                        row.seq as i64,
+                        row.ts_us,
+                        row.kind,
+                        t.host,
+                        t.method,
+                        t.verdict,
+                        t.url,
+                        t.path,
+                        t.command,
+                    ])?;
+                }
                 last_seq = row.seq;
             }
         }

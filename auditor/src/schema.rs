@@ -9,7 +9,7 @@ use crate::AuditError;
 
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
-const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -53,6 +53,33 @@ CREATE TABLE IF NOT EXISTS contents (
     sha256 TEXT PRIMARY KEY,
     size   INTEGER NOT NULL,
     data   BLOB NOT NULL
+);
+-- What `airlock audit search` looks events up by: one row per searchable
+-- value of an event (a rename has two paths, so two rows), written in the
+-- same transaction as the event. Outside the hash chain: it is derived from
+-- the payload, and search reads the matching events back from `events`.
+-- host holds the name's labels reversed (api.example.com is stored as
+-- com.example.api) so that *.example.com is a range on the index.
+CREATE TABLE IF NOT EXISTS event_terms (
+    sid     INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    ts_us   INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    host    TEXT,
+    method  TEXT,
+    verdict TEXT,
+    url     TEXT,
+    path    TEXT,
+    command TEXT
+);
+CREATE INDEX IF NOT EXISTS event_terms_by_host ON event_terms (host) WHERE host IS NOT NULL;
+CREATE INDEX IF NOT EXISTS event_terms_by_path ON event_terms (path) WHERE path IS NOT NULL;
+CREATE INDEX IF NOT EXISTS event_terms_by_verdict ON event_terms (verdict, ts_us) WHERE verdict IS NOT NULL;
+CREATE INDEX IF NOT EXISTS event_terms_by_session ON event_terms (sid, seq);
+-- Sessions whose events all have their terms: those begun by a recorder
+-- that writes them. Search scans the others (recorded by older versions).
+CREATE TABLE IF NOT EXISTS search_indexed (
+    sid INTEGER PRIMARY KEY
 );
 ";
 

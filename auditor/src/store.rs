@@ -11,8 +11,9 @@ use crate::keys::{KeyFingerprint, SigningKeySource, TrustAnchor, obtain_signing_
 use crate::recorder::{WriterSetup, now_us};
 use crate::verify::{VerifyReport, verify_session};
 use crate::{
-    AuditError, AuditEvent, EventKind, ExecId, Redactor, Seq, SessionEnd, SessionId, SessionInfo,
-    SessionMode, SessionRecorder, SessionSummary, StoredEvent, chain, schema,
+    AuditError, AuditEvent, EventKind, ExecId, Redactor, SearchQuery, SearchResults, Seq,
+    SessionEnd, SessionId, SessionInfo, SessionMode, SessionRecorder, SessionSummary, StoredEvent,
+    chain, schema, search,
 };
 
 /// One SQLite audit database. Sessions recorded from it share its
@@ -113,7 +114,15 @@ impl AuditStore {
                 ],
             )
             .map_err(AuditError::db("creating the session record"))?;
-            conn.last_insert_rowid()
+            let sid = conn.last_insert_rowid();
+            // This recorder writes every event's search terms, so search
+            // may look this session up rather than scan it.
+            conn.execute(
+                "INSERT OR IGNORE INTO search_indexed (sid) VALUES (?1)",
+                [sid],
+            )
+            .map_err(AuditError::db("creating the session record"))?;
+            sid
         };
         let genesis = chain::genesis(id.as_str(), public.as_bytes(), started_us, &info_json);
         let conn = schema::open_rw(&self.path)?;
@@ -289,6 +298,17 @@ impl AuditStore {
             });
         }
         Ok(out)
+    }
+
+    /// Events of every session (or of `query.session`) matching `query`,
+    /// oldest first; see [`crate::search`]. Never writes to the database.
+    pub fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError> {
+        query.check()?;
+        let sid = match &query.session {
+            Some(text) => Some(self.sid(&self.resolve_session(text)?)?),
+            None => None,
+        };
+        search::run(&self.conn(), query, sid)
     }
 
     /// A stored file content blob by the SHA-256 of its stored bytes.

@@ -353,6 +353,40 @@ const TABLES: &[Table] = &[
             Some(Target::AtLeast(100_000.0)),
         )],
     },
+    Table {
+        case: "search",
+        title: "Search across sessions by host and by file path (auditor/examples/search_bench.rs; full runs: 1,000 sessions, 1,000,000 events)",
+        baseline: BASELINE,
+        columns: &[
+            col(
+                "host_ms",
+                "by host, median ms",
+                "ms",
+                Kind::Plain,
+                Some(Target::Below(100.0)),
+            ),
+            col(
+                "file_ms",
+                "by file, median ms",
+                "ms",
+                Kind::Plain,
+                Some(Target::Below(100.0)),
+            ),
+        ],
+    },
+    Table {
+        case: "policy-replay",
+        title: "`airlock policy replay` of one recorded session (auditor/examples/replay_corpus.rs; contender = requests replayed)",
+        baseline: BASELINE,
+        columns: &[col(
+            "wall_ms",
+            "wall ms",
+            "ms",
+            Kind::Latency,
+            // Issue 18: 100,000 recorded requests in under 2 s.
+            Some(Target::Below(2000.0)),
+        )],
+    },
 ];
 
 /// The sidecar runs in its own network namespace: compare it with the same veth path.

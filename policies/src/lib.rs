@@ -50,6 +50,7 @@
 
 mod binding;
 mod body;
+mod cases;
 mod compile;
 mod credential;
 mod decimal;
@@ -71,6 +72,7 @@ mod upgrade;
 #[cfg(test)]
 mod tests;
 
+pub use cases::{Case, Expect, parse_cases};
 pub use credential::{Credential, SecretTemplate, SecretTemplateError, TemplatePart};
 pub use decision::{
     Allowance, Ask, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,

@@ -9,11 +9,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
-    AuditStore, EventKind, SessionId, TrustAnchor, VerifyReport, escape, humanize, restore,
-    timeline,
+    AuditError, AuditStore, EventKind, SearchQuery, SessionId, TrustAnchor, VerifyReport, escape,
+    humanize, restore, timeline,
 };
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
@@ -81,6 +82,10 @@ enum AuditCommand {
         #[arg(long, value_name = "DIR")]
         restore: Option<PathBuf>,
     },
+    /// Find events across every session: which sessions talked to a host,
+    /// wrote a file or ran a command. Exit 0 when something matched, 1 when
+    /// nothing did.
+    Search(SearchArgs),
     /// Check that sessions were not altered: exit 0 only when intact.
     Verify {
         /// Session id or unique prefix.
@@ -99,6 +104,51 @@ enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `airlock audit search`: every filter given must match.
+#[derive(Debug, Args)]
+struct SearchArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// A host (case-insensitive), or *.DOMAIN for every name under DOMAIN:
+    /// DNS queries, connections, HTTP requests and approvals.
+    #[arg(long, value_name = "H")]
+    host: Option<String>,
+    /// Text an HTTP request's URL contains.
+    #[arg(long, value_name = "TEXT")]
+    url: Option<String>,
+    /// An HTTP method, e.g. POST.
+    #[arg(long, value_name = "M")]
+    method: Option<String>,
+    /// How a request, connection or DNS query was decided.
+    #[arg(long, value_enum)]
+    verdict: Option<Verdict>,
+    /// A file path inside the sandbox, or DIR/ for every file under DIR.
+    #[arg(long, value_name = "PATH")]
+    file: Option<String>,
+    /// Text an executed command line (or the program's path) contains.
+    #[arg(long, value_name = "TEXT")]
+    command: Option<String>,
+    /// Only events this recent (e.g. 2h, 30m), or since an RFC 3339 time.
+    #[arg(long, value_name = "DURATION")]
+    since: Option<String>,
+    /// Only events up to this RFC 3339 time (e.g. 2026-11-25T18:00:00Z), or this long ago.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// Only this session (id or unique prefix).
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// One JSON object per line: session, seq, ts, exec_id, kind, event.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Verdict {
+    Allow,
+    Deny,
+    Report,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -203,7 +253,115 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
             audit_key,
             json,
         } => verify(&db, session.as_deref(), all, audit_key, json),
+        AuditCommand::Search(args) => search(args),
     }
+}
+
+/// A point in time given as an RFC 3339 time or as a duration back from now.
+fn parse_time(flag: &str, text: &str) -> Result<i64, String> {
+    if let Some(ts) = humanize::parse_rfc3339(text) {
+        return Ok(ts);
+    }
+    match crate::cli::parse_duration(text) {
+        Ok(d) => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let back = now.saturating_sub(d);
+            Ok(i64::try_from(back.as_micros()).unwrap_or(i64::MAX))
+        }
+        Err(_) => Err(format!(
+            "invalid {flag} {text:?}: give a duration back from now (2h, 30m, 1d) or an RFC 3339 time (2026-11-25T18:00:00Z)"
+        )),
+    }
+}
+
+fn search(args: SearchArgs) -> Result<ExitCode> {
+    let since_us = match args.since.as_deref().map(|t| parse_time("--since", t)) {
+        Some(Err(e)) => return Ok(usage(e)),
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
+    let until_us = match args.until.as_deref().map(|t| parse_time("--until", t)) {
+        Some(Err(e)) => return Ok(usage(e)),
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
+    let query = SearchQuery {
+        host: args.host,
+        url: args.url,
+        method: args.method,
+        verdict: args.verdict.map(|v| match v {
+            Verdict::Allow => "allow".to_owned(),
+            Verdict::Deny => "deny".to_owned(),
+            Verdict::Report => "report".to_owned(),
+        }),
+        file: args.file,
+        command: args.command,
+        since_us,
+        until_us,
+        session: args.session,
+    };
+    if let Err(e) = query.check() {
+        return Ok(usage(e));
+    }
+    let store = match open(&args.db) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(e)),
+    };
+    let results = match store.search(&query) {
+        Ok(r) => r,
+        Err(
+            e @ (AuditError::UnknownSession(_)
+            | AuditError::AmbiguousSession { .. }
+            | AuditError::BadSessionId(_)
+            | AuditError::Query(_)),
+        ) => return Ok(usage(e)),
+        Err(e) => return Err(e.into()),
+    };
+    // On stderr, so that --json output stays one object per line.
+    if results.scanned_sessions > 0 {
+        eprintln!(
+            "note: {} session(s) recorded before the search index existed were scanned rather than looked up",
+            results.scanned_sessions
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    for hit in &results.hits {
+        let ev = &hit.event;
+        if args.json {
+            serde_json::to_writer(
+                &mut out,
+                &serde_json::json!({
+                    "session": hit.session,
+                    "seq": ev.seq,
+                    "ts": humanize::rfc3339(ev.ts_us),
+                    "exec_id": ev.exec_id,
+                    "kind": ev.kind.as_str(),
+                    "event": ev.event,
+                }),
+            )?;
+            writeln!(out)?;
+        } else {
+            let exec = ev
+                .exec_id
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |e| escape::text(e.as_str()).into_owned());
+            writeln!(
+                out,
+                "{}  {}  exec {:<12}  {}",
+                hit.session.as_str().chars().take(14).collect::<String>(),
+                humanize::short_time(ev.ts_us),
+                exec,
+                timeline::describe(&ev.event)
+            )?;
+        }
+    }
+    Ok(if results.hits.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {

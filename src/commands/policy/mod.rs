@@ -1,9 +1,14 @@
-//! `airlock policy`: check, test and describe policy files.
+//! `airlock policy`: check, test and describe policy files, and replay
+//! recorded sessions under one.
+
+mod cases;
+mod replay;
+mod request;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_policy::{Ask, BodyInput, Decision, Host, Policy, RequestInfo, Scheme};
+use airlock_policy::{Ask, BodyInput, Decision, Policy};
 use anyhow::{Context, bail};
 
 use crate::policy_file;
@@ -13,17 +18,25 @@ pub enum PolicyCommand {
     /// Parse and lint a policy: errors name line, column and fix; warnings flag rules that never match.
     Check { file: PathBuf },
     /// Show the decision for one request and the rule (file:line) that made it. Exit 0 allow, 1 deny, 3 ask (held for a person's approval; reason, timeout and approvers follow).
+    /// With --cases, run a table of requests and expected decisions instead: exit 0 all passed, 1 any failed.
     Test {
         file: PathBuf,
-        method: String,
-        url: String,
+        #[arg(required_unless_present = "cases")]
+        method: Option<String>,
+        #[arg(required_unless_present = "cases")]
+        url: Option<String>,
         /// A file with the request body (for [allow.body] and [ask.body] constraints).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cases")]
         body: Option<PathBuf>,
+        /// A TOML file of [[case]] tables (method, url, expect, optional body, content_type, rule, name).
+        #[arg(long, value_name = "CASES.toml", conflicts_with_all = ["method", "url"])]
+        cases: Option<PathBuf>,
         /// The body's content type.
-        #[arg(long, default_value = "application/json")]
+        #[arg(long, default_value = "application/json", conflicts_with = "cases")]
         content_type: String,
     },
+    /// Re-decide recorded sessions' DNS queries, connections and requests under FILE and print what would change. Exit 0 when nothing that went through would be denied or held, 1 when something would.
+    Replay(replay::ReplayArgs),
     /// Print the JSON Schema of the policy format.
     Schema,
 }
@@ -37,7 +50,15 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             url,
             body,
             content_type,
-        } => test(&file, &method, &url, body.as_deref(), &content_type),
+            cases,
+        } => match (cases, method, url) {
+            (Some(cases), _, _) => cases::run(&file, &cases),
+            (None, Some(method), Some(url)) => {
+                test(&file, &method, &url, body.as_deref(), &content_type)
+            }
+            _ => bail!("give METHOD and URL, or --cases FILE"),
+        },
+        PolicyCommand::Replay(args) => replay::run(args),
         PolicyCommand::Schema => {
             println!("{}", Policy::json_schema());
             Ok(ExitCode::SUCCESS)
@@ -68,31 +89,9 @@ fn test(
     content_type: &str,
 ) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(file)?;
-    let uri: http::Uri = url.parse().with_context(|| {
-        format!("invalid URL {url:?}; expected e.g. https://api.example.com/path")
-    })?;
-    let scheme = match uri.scheme_str() {
-        Some("https") => Scheme::Https,
-        Some("http") => Scheme::Http,
-        _ => bail!("URL {url:?} needs an http:// or https:// scheme"),
-    };
-    let Some(host) = uri.host() else {
-        bail!("URL {url:?} has no host")
-    };
-    let host = Host::parse(host.trim_start_matches('[').trim_end_matches(']'))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let port = uri.port_u16().unwrap_or(match scheme {
-        Scheme::Https => 443,
-        Scheme::Http => 80,
-    });
-    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
-    let info = RequestInfo {
-        scheme,
-        host: &host,
-        port,
-        method,
-        path_and_query,
-    };
+    let target = request::Target::parse(url)?;
+    let info = target.info(method);
+    let (host, port) = (&target.host, target.port);
     let bytes = match body {
         Some(path) => {
             Some(std::fs::read(path).with_context(|| format!("reading body {}", path.display()))?)
@@ -104,7 +103,7 @@ fn test(
         bytes: b,
         complete: true,
     });
-    if let Some(summary) = policy.connection_summary(&host, port) {
+    if let Some(summary) = policy.connection_summary(host, port) {
         // Nothing inside such a connection is seen, so no request-level rule applies.
         println!("allow: {summary}; requests inside it are not inspected");
         return Ok(ExitCode::SUCCESS);

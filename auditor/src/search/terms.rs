@@ -1,0 +1,170 @@
+//! What an event can be searched by: the values `airlock audit search`
+//! matches (`event_terms` rows), taken from the event as it is stored.
+
+use crate::{AuditEvent, FileOp, Redactor};
+
+/// One `event_terms` row's searchable values. An event with several values
+/// of one kind (a rename's two paths) has one row per value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Terms {
+    /// Lower-case, labels reversed: see [`host_key`].
+    pub(crate) host: Option<String>,
+    /// Upper-case.
+    pub(crate) method: Option<String>,
+    /// Lower-case: "allow", "deny", "report".
+    pub(crate) verdict: Option<String>,
+    pub(crate) url: Option<String>,
+    pub(crate) path: Option<String>,
+    /// The exec's path and its argv joined by spaces, on two lines, or a
+    /// live session step's command.
+    pub(crate) command: Option<String>,
+}
+
+impl Terms {
+    /// Scrubs registered secrets, as the recorder scrubs the payload: the
+    /// index must never hold what the record does not.
+    fn scrubbed(mut self, redactor: &Redactor) -> Terms {
+        if redactor.is_empty() {
+            return self;
+        }
+        for field in [
+            &mut self.host,
+            &mut self.method,
+            &mut self.verdict,
+            &mut self.url,
+            &mut self.path,
+            &mut self.command,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            redactor.scrub_string(field);
+        }
+        self
+    }
+}
+
+/// The rows an event gets, scrubbed with `redactor` (empty for events
+/// nothing searches by, such as terminal output).
+pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
+    let rows = match event {
+        AuditEvent::Exec { path, argv, .. } => vec![Terms {
+            command: Some(format!("{path}\n{}", argv.join(" "))),
+            ..Terms::default()
+        }],
+        AuditEvent::StepStart { command, .. } => vec![Terms {
+            command: Some(command.join(" ")),
+            ..Terms::default()
+        }],
+        AuditEvent::File {
+            path,
+            op,
+            rename_to,
+            ..
+        } => {
+            let mut rows = vec![Terms {
+                path: Some(path.clone()),
+                ..Terms::default()
+            }];
+            if let (FileOp::Rename, Some(to)) = (op, rename_to) {
+                rows.push(Terms {
+                    path: Some(to.clone()),
+                    ..Terms::default()
+                });
+            }
+            rows
+        }
+        AuditEvent::Dns { name, decision, .. } => vec![Terms {
+            host: Some(host_key(name)),
+            verdict: Some(decision.to_ascii_lowercase()),
+            ..Terms::default()
+        }],
+        AuditEvent::Tcp {
+            host,
+            dst,
+            decision,
+            ..
+        } => vec![Terms {
+            host: Some(host_key(host.as_deref().unwrap_or_else(|| dst_ip(dst)))),
+            verdict: Some(decision.to_ascii_lowercase()),
+            ..Terms::default()
+        }],
+        AuditEvent::Http {
+            method,
+            url,
+            decision,
+            ..
+        } => vec![Terms {
+            host: url_host(url).map(host_key),
+            method: Some(method.to_ascii_uppercase()),
+            verdict: Some(decision.to_ascii_lowercase()),
+            url: Some(url.clone()),
+            ..Terms::default()
+        }],
+        AuditEvent::ApprovalRequested { method, url, .. }
+        | AuditEvent::ApprovalDecided { method, url, .. } => vec![Terms {
+            host: url_host(url).map(host_key),
+            method: Some(method.to_ascii_uppercase()),
+            url: Some(url.clone()),
+            ..Terms::default()
+        }],
+        AuditEvent::Exit { .. }
+        | AuditEvent::Output { .. }
+        | AuditEvent::Note { .. }
+        | AuditEvent::Resize { .. }
+        | AuditEvent::StepEnd { .. } => Vec::new(),
+    };
+    rows.into_iter().map(|t| t.scrubbed(redactor)).collect()
+}
+
+/// A host name as the index keys it: lower-case, without a trailing dot,
+/// labels reversed ("API.example.com." becomes "com.example.api"), so that
+/// every name under a domain sorts together.
+pub(crate) fn host_key(host: &str) -> String {
+    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    // An IPv6 address has no labels to reverse.
+    if host.contains(':') {
+        return host;
+    }
+    host.rsplit('.').collect::<Vec<_>>().join(".")
+}
+
+/// The host of an absolute URL ("https://user@Host:443/x" gives "Host").
+pub(crate) fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or(v6)
+    } else {
+        host_port.split(':').next().unwrap_or(host_port)
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// The address of "ip:port" or "[v6]:port".
+fn dst_ip(dst: &str) -> &str {
+    match dst.rsplit_once(':') {
+        Some((ip, _)) => ip.trim_start_matches('[').trim_end_matches(']'),
+        None => dst,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_keys_reverse_labels_so_a_domain_is_a_prefix() {
+        assert_eq!(host_key("API.Example.com."), "com.example.api");
+        assert_eq!(host_key("127.0.0.1"), "1.0.0.127");
+        assert_eq!(host_key("::1"), "::1");
+    }
+
+    #[test]
+    fn url_hosts_leave_out_user_port_and_path() {
+        assert_eq!(url_host("https://u:p@Api.test:8443/x?y"), Some("Api.test"));
+        assert_eq!(url_host("http://[::1]:80/"), Some("::1"));
+        assert_eq!(url_host("https:///nohost"), None);
+    }
+}

@@ -1,0 +1,510 @@
+//! Policy as code: sessions recorded for real (`airlock run` + curl against
+//! a local TLS upstream, in report mode) replayed under edited policies
+//! with `airlock policy replay`, and tables of cases run with
+//! `airlock policy test --cases`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use airlock_test_support::audit_cli::first_session_id;
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::upstream::Upstream;
+use serde_json::Value;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
+
+/// A session recorded under a report-mode policy: GET /a/1 and GET /b
+/// (allowed), GET /c (reported: no rule), and a 100 kB JSON POST to
+/// /upload (allowed; the record keeps only its first 64 KiB).
+struct Recorded {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+    id: String,
+    port: u16,
+}
+
+const REPORT_POLICY: &str = r#"version = 1
+default = "report"
+
+[[allow]]
+host = "api.test"
+port = PORT
+methods = ["GET"]
+paths = ["/a/**", "/b"]
+
+[[allow]]
+host = "api.test"
+port = PORT
+methods = ["POST"]
+paths = ["/upload"]
+"#;
+
+impl Recorded {
+    async fn new() -> Recorded {
+        Recorded::under(REPORT_POLICY).await
+    }
+
+    /// The same requests recorded under `policy` (PORT replaced).
+    async fn under(policy_text: &str) -> Recorded {
+        let pki = TestPki::new();
+        let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+        let port = upstream.port();
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let db = dir.path().join("audit/audit.db");
+        let key = dir.path().join("audit/audit.key");
+        let policy = dir.path().join("recorded.toml");
+        std::fs::write(&policy, with_port(policy_text, port)).unwrap();
+        let base = format!("https://api.test:{port}");
+        let script = format!(
+            "curl -sS -o /dev/null {base}/a/1 && curl -sS -o /dev/null {base}/b && \
+             curl -sS -o /dev/null {base}/c && \
+             {{ printf '{{\"name\":\"x\",\"pad\":\"'; head -c 100000 /dev/zero | tr '\\0' a; printf '\"}}'; }} > /tmp/body.json && \
+             curl -sS -o /dev/null -H 'content-type: application/json' --data-binary @/tmp/body.json {base}/upload"
+        );
+        let args: Vec<String> = [
+            "run",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--audit-db",
+            db.to_str().unwrap(),
+            "--audit-key",
+            key.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "--upstream-ca",
+            pki.ca_pem.to_str().unwrap(),
+            "--resolve",
+            "api.test:127.0.0.1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(AIRLOCK).args(&args).output().unwrap()
+        })
+        .await
+        .unwrap();
+        // The last request (the upload) is allowed in every policy used here.
+        assert!(out.status.success(), "airlock run: {out:?}");
+        let id = first_session_id(AIRLOCK, &db, &out);
+        drop(upstream);
+        Recorded { dir, db, id, port }
+    }
+
+    /// `airlock policy replay` of this session under `policy` (PORT replaced).
+    fn replay(&self, policy: &str, json: bool) -> Output {
+        let file = self.dir.path().join("policy.toml");
+        std::fs::write(&file, with_port(policy, self.port)).unwrap();
+        self.replay_file(&file, &self.id, json)
+    }
+
+    fn replay_file(&self, file: &Path, session: &str, json: bool) -> Output {
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.args(["policy", "replay"])
+            .arg(file)
+            .arg(session)
+            .arg("--audit-db")
+            .arg(&self.db);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    }
+
+    fn replay_json(&self, policy: &str) -> (i32, Value) {
+        let out = self.replay(policy, true);
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("replay --json: {e}: {out:?}"));
+        (out.status.code().unwrap_or(-1), report)
+    }
+}
+
+fn with_port(policy: &str, port: u16) -> String {
+    policy.replace("PORT", &port.to_string())
+}
+
+/// The changes of a `--json` report as "change kind what → decision".
+fn changes(report: &Value) -> Vec<String> {
+    report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let what = c["what"].as_str().unwrap();
+            // The URL's path is what the tests care about.
+            let path = what.rsplit_once(['/']).map_or(what, |(_, p)| p);
+            format!(
+                "{} {} {} /{path} → {}",
+                c["change"].as_str().unwrap(),
+                c["kind"].as_str().unwrap(),
+                what.split(' ').next().unwrap(),
+                c["would_be"]["decision"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn replaying_a_session_under_the_policy_that_recorded_it_changes_nothing() {
+    let s = Recorded::new().await;
+    let out = s.replay(REPORT_POLICY, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout.contains("0 newly blocked, 0 undecidable, 0 other changes,"),
+        "{stdout}"
+    );
+    let (code, report) = s.replay_json(REPORT_POLICY);
+    assert_eq!(code, 0);
+    assert_eq!(changes(&report), Vec::<String>::new(), "{report:#}");
+    assert_eq!(report["replayed"]["http"], 4, "{report:#}");
+    assert!(
+        report["replayed"]["dns"].as_u64().unwrap() >= 1,
+        "{report:#}"
+    );
+    assert!(
+        report["replayed"]["tcp"].as_u64().unwrap() >= 1,
+        "{report:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_stricter_policy_shows_exactly_the_newly_denied_requests_and_exits_1() {
+    let s = Recorded::new().await;
+    // Enforced, and /b no longer allowed: /b (was allowed) and /c (was
+    // only reported) would now be refused; nothing else changes.
+    let stricter = REPORT_POLICY
+        .replace("default = \"report\"", "default = \"deny\"")
+        .replace("[\"/a/**\", \"/b\"]", "[\"/a/**\"]");
+    let (code, report) = s.replay_json(&stricter);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        changes(&report),
+        ["blocked http GET /b → deny", "blocked http GET /c → deny"],
+        "{report:#}"
+    );
+    let b = &report["changes"][0];
+    assert_eq!(b["was"]["decision"], "allow");
+    assert!(
+        b["was"]["rule"]
+            .as_str()
+            .unwrap()
+            .ends_with("recorded.toml:4")
+    );
+    assert_eq!(report["hosts"][0]["host"], "api.test");
+    assert_eq!(report["hosts"][0]["blocked"], 2);
+    assert_eq!(report["blocked"], 2);
+
+    let text = s.replay(&stricter, false);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(text.status.code(), Some(1));
+    assert!(stdout.contains("allow by "), "{stdout}");
+    assert!(stdout.contains("→ deny"), "{stdout}");
+    assert!(
+        stdout.contains("api.test: 2 changes, 2 newly blocked"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_an_ask_rule_would_hold_shows_as_ask_and_exits_1() {
+    let s = Recorded::new().await;
+    let policy = format!(
+        "{REPORT_POLICY}\n[[ask]]\nhost = \"api.test\"\nport = PORT\nmethods = [\"GET\"]\npaths = [\"/b\"]\n"
+    )
+    .replace("default = \"report\"", "default = \"allow\"");
+    let (code, report) = s.replay_json(&policy);
+    assert_eq!(code, 1, "{report:#}");
+    let changed = changes(&report);
+    assert!(
+        changed.contains(&"blocked http GET /b → ask".to_owned()),
+        "{changed:?}"
+    );
+    // /c was reported and is now allowed by the default: a change, not a block.
+    assert!(
+        changed.contains(&"other http GET /c → allow".to_owned()),
+        "{changed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_constraint_on_a_truncated_recorded_body_is_undecidable() {
+    let s = Recorded::new().await;
+    let policy = format!("{REPORT_POLICY}\n[allow.body]\nname = {{ max_length = 5 }}\n");
+    let (code, report) = s.replay_json(&policy);
+    assert_eq!(
+        changes(&report),
+        ["undecidable http POST /upload → undecidable"],
+        "{report:#}"
+    );
+    assert_eq!(report["undecidable"], 1);
+    // Undecidable is reported, not counted as newly blocked.
+    assert_eq!(code, 0, "{report:#}");
+}
+
+#[tokio::test]
+async fn a_bad_session_id_or_a_bad_policy_is_exit_2_with_one_line() {
+    let s = Recorded::new().await;
+    let good = s.dir.path().join("good.toml");
+    std::fs::write(&good, with_port(REPORT_POLICY, s.port)).unwrap();
+    for session in ["ffffffffffff", "not-hex"] {
+        let out = s.replay_file(&good, session, false);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    // A unique prefix is accepted, as by `airlock audit timeline`.
+    let out = s.replay_file(&good, &s.id[..8], false);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let bad = s.dir.path().join("bad.toml");
+    std::fs::write(&bad, "version = 1\n[[allow]]\nhots = \"api.test\"\n").unwrap();
+    let out = s.replay_file(&bad, &s.id, false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad.toml:3:1"), "{stderr}");
+}
+
+const CASES_POLICY: &str = r#"version = 1
+
+[[allow]]
+host = "api.example.com"
+methods = ["GET"]
+paths = ["/repos/**"]
+description = "read repositories"
+
+[[ask]]
+host = "api.example.com"
+methods = ["POST"]
+paths = ["/deploy"]
+
+[[deny]]
+host = "api.example.com"
+paths = ["/admin/**"]
+"#;
+
+/// `airlock policy test policy.toml --cases cases.toml` in a fresh directory.
+fn run_cases(cases: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.toml"), CASES_POLICY).unwrap();
+    std::fs::write(dir.path().join("cases.toml"), cases).unwrap();
+    let out = Command::new(AIRLOCK)
+        .current_dir(dir.path())
+        .args(["policy", "test", "policy.toml", "--cases", "cases.toml"])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_cases_file_the_policy_satisfies_passes_with_exit_0() {
+    let (code, stdout, stderr) = run_cases(
+        r#"
+[[case]]
+name = "read a repo"
+method = "GET"
+url = "https://api.example.com/repos/a/b"
+expect = "allow"
+rule = "read repositories"
+
+[[case]]
+name = "deploy needs a person"
+method = "POST"
+url = "https://api.example.com/deploy"
+expect = "ask"
+rule = "policy.toml:9"
+
+[[case]]
+name = "admin is off limits"
+method = "GET"
+url = "https://api.example.com/admin/users"
+expect = "deny"
+rule = "policy.toml:14"
+
+[[case]]
+method = "GET"
+url = "https://elsewhere.example.org/"
+expect = "deny"
+rule = "default"
+"#,
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "ok   read a repo: GET https://api.example.com/repos/a/b → allow by policy.toml:3"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok   case 4: "), "{stdout}");
+    assert!(stdout.ends_with("4 passed, 0 failed\n"), "{stdout}");
+}
+
+#[test]
+fn a_failing_case_names_the_rule_that_decided_and_exits_1() {
+    let (code, stdout, stderr) = run_cases(
+        r#"
+[[case]]
+name = "repos are readable"
+method = "GET"
+url = "https://api.example.com/repos/a/b"
+expect = "allow"
+
+[[case]]
+name = "admin is readable"
+method = "GET"
+url = "https://api.example.com/admin/users"
+expect = "allow"
+
+[[case]]
+name = "right decision, wrong rule"
+method = "GET"
+url = "https://api.example.com/repos/x"
+expect = "allow"
+rule = "policy.toml:14"
+"#,
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("FAIL admin is readable: expected allow, got deny by policy.toml:14"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "FAIL right decision, wrong rule: expected allow by policy.toml:14, got allow by policy.toml:3"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("1 passed, 2 failed\n"), "{stdout}");
+}
+
+#[test]
+fn a_bad_cases_file_is_exit_2_naming_file_and_line() {
+    for (cases, at) in [
+        (
+            "[[case]]\nmethod = \"GET\"\nurl = \"https://a.test/\"\nexpect = \"alow\"\n",
+            "cases.toml:4:",
+        ),
+        (
+            "[[case]]\nmethod = \"GET\"\nurl = \"https://a.test/\"\nexpect = \"allow\"\n\n[[case]]\nmethod = \"GET\"\nurl = \"a.test/x\"\nexpect = \"deny\"\n",
+            "cases.toml:6:",
+        ),
+    ] {
+        let (code, stdout, stderr) = run_cases(cases);
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(at), "{stderr}");
+    }
+}
+
+#[test]
+fn report_mode_cases_are_judged_by_what_enforcing_the_policy_would_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = CASES_POLICY.replace("version = 1\n", "version = 1\ndefault = \"report\"\n");
+    std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
+    std::fs::write(
+        dir.path().join("cases.toml"),
+        r#"
+[[case]]
+name = "admin"
+method = "GET"
+url = "https://api.example.com/admin/users"
+expect = "deny"
+rule = "policy.toml:15"
+
+[[case]]
+name = "deploy"
+method = "POST"
+url = "https://api.example.com/deploy"
+expect = "ask"
+
+[[case]]
+name = "elsewhere"
+method = "GET"
+url = "https://elsewhere.example.org/"
+expect = "allow"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(AIRLOCK)
+        .current_dir(dir.path())
+        .args(["policy", "test", "policy.toml", "--cases", "cases.toml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("ok   admin: GET https://api.example.com/admin/users → deny by policy.toml:15 (report mode: allowed until enforced)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok   deploy: "), "{stdout}");
+    assert!(
+        stdout.contains("FAIL elsewhere: expected allow, got deny by policy.toml (default)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn quotas_are_replayed_in_order_per_session() {
+    let s = Recorded::new().await;
+    // Two GETs under /a/** and /b: a quota of one lets the first through
+    // and stops the second, in record order.
+    let policy = REPORT_POLICY
+        .replace("default = \"report\"", "default = \"deny\"")
+        .replace(
+            "paths = [\"/a/**\", \"/b\"]",
+            "paths = [\"/a/**\", \"/b\"]\nmax_requests = 1",
+        );
+    let (code, report) = s.replay_json(&policy);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        changes(&report),
+        ["blocked http GET /b → deny", "blocked http GET /c → deny"],
+        "{report:#}"
+    );
+    let reason = report["changes"][0]["would_be"]["reason"].as_str().unwrap();
+    assert!(reason.contains("quota of 1"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_request_that_was_held_for_approval_replays_as_ask() {
+    // Enforced, with GET /b held for a person nobody is: it expires (403).
+    let asking = format!(
+        "{REPORT_POLICY}\n[[ask]]\nhost = \"api.test\"\nport = PORT\nmethods = [\"GET\"]\npaths = [\"/b\"]\ntimeout = \"1s\"\n"
+    )
+    .replace("default = \"report\"", "default = \"deny\"");
+    let s = Recorded::under(&asking).await;
+    // Held then and held now: no change.
+    let (code, report) = s.replay_json(&asking);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(changes(&report), Vec::<String>::new(), "{report:#}");
+    // Without the ask rule /b is allowed outright: a change, but nothing
+    // that went through is stopped.
+    let plain = REPORT_POLICY.replace("default = \"report\"", "default = \"deny\"");
+    let (code, report) = s.replay_json(&plain);
+    assert_eq!(code, 0, "{report:#}");
+    let changed = changes(&report);
+    assert!(
+        changed.contains(&"other http GET /b → allow".to_owned()),
+        "{changed:?}"
+    );
+    let b = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["what"].as_str().unwrap().ends_with("/b"))
+        .unwrap();
+    assert_eq!(b["was"]["decision"], "ask", "{b}");
+}
