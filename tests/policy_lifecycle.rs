@@ -1,15 +1,20 @@
 //! Policy as code: sessions recorded for real (`airlock run` + curl against
 //! a local TLS upstream, in report mode) replayed under edited policies
 //! with `airlock policy replay`, and tables of cases run with
-//! `airlock policy test --cases`.
+//! `airlock policy test --cases`, and policies suggested from sessions
+//! and events files with `airlock policy suggest`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use airlock_test_support::audit_cli::first_session_id;
+use airlock_test_support::client::curl;
 use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::server::TestServer;
 use airlock_test_support::upstream::Upstream;
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
@@ -507,4 +512,385 @@ async fn a_request_that_was_held_for_approval_replays_as_ask() {
         .find(|c| c["what"].as_str().unwrap().ends_with("/b"))
         .unwrap();
     assert_eq!(b["was"]["decision"], "ask", "{b}");
+}
+
+/// A local TLS upstream for `api.test` that stays up across several
+/// `airlock run`s, so a session can be recorded and then repeated under
+/// the policy suggested from it.
+struct Lab {
+    pki: TestPki,
+    upstream: Upstream,
+    dir: tempfile::TempDir,
+}
+
+/// What the suggest tests' sessions do: identifiers in paths (numbers, a
+/// UUID, a version string) under one host, two methods.
+const SUGGEST_SCRIPT: &str = "b=https://api.test:PORT && \
+    curl -sS -o /dev/null $b/users/42/keys && curl -sS -o /dev/null $b/users/7/keys && \
+    curl -sS -o /dev/null $b/items/3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b && \
+    curl -sS -o /dev/null $b/packages/requests-2.31.0.tar.gz && \
+    curl -sS -o /dev/null $b/packages/requests-2.32.3.tar.gz && \
+    curl -sS -o /dev/null -H 'content-type: application/json' --data-binary '{\"n\":1}' $b/upload";
+
+/// Refused in every mode, report mode included: an ambiguous path.
+const REFUSED_SCRIPT: &str =
+    "curl -sS -o /dev/null --path-as-is https://api.test:PORT/users/../admin";
+
+impl Lab {
+    async fn new() -> Lab {
+        let pki = TestPki::new();
+        let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+        Lab {
+            pki,
+            upstream,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn port_in(&self, text: &str) -> String {
+        with_port(text, self.upstream.port())
+    }
+
+    /// `airlock run` of `script` under `policy` (PORT replaced in both),
+    /// recorded into `db`, with `env` set for airlock itself.
+    async fn run(&self, policy: &str, script: &str, db: &str, env: &[(&str, &str)]) -> Output {
+        let ws = self.path("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let policy_file = self.path(&format!("{db}.toml"));
+        std::fs::write(&policy_file, self.port_in(policy)).unwrap();
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.arg("run")
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--audit-db")
+            .arg(self.path(&format!("audit/{db}.db")))
+            .arg("--audit-key")
+            .arg(self.path("audit/audit.key"))
+            .arg("--policy")
+            .arg(&policy_file)
+            .arg("--upstream-ca")
+            .arg(&self.pki.ca_pem)
+            .args(["--resolve", "api.test:127.0.0.1", "--", "sh", "-c"])
+            .arg(self.port_in(script))
+            .envs(env.iter().copied());
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// `airlock policy suggest` of the first session in `db`, written to `out`.
+    fn suggest(&self, db: &str, out: &str) -> (Output, String) {
+        let db = self.path(&format!("audit/{db}.db"));
+        let id = first_session_id(AIRLOCK, &db, &"suggest");
+        let out_file = self.path(out);
+        let run = Command::new(AIRLOCK)
+            .args(["policy", "suggest", &id, "--audit-db"])
+            .arg(&db)
+            .arg("--out")
+            .arg(&out_file)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(&out_file).unwrap_or_default();
+        (run, text)
+    }
+
+    fn check(&self, file: &str) -> Output {
+        Command::new(AIRLOCK)
+            .args(["policy", "check"])
+            .arg(self.path(file))
+            .output()
+            .unwrap()
+    }
+}
+
+/// The policy without its header comment (which names where it came from).
+fn rules_of(text: &str) -> &str {
+    text.split_once("version = 1\n")
+        .map_or(text, |(_, rules)| rules)
+}
+
+#[tokio::test]
+async fn a_suggested_policy_lints_clean_replays_clean_and_repeats_the_session_unrefused() {
+    let lab = Lab::new().await;
+    let script = format!("{SUGGEST_SCRIPT} && {REFUSED_SCRIPT}");
+    let out = lab
+        .run(
+            "version = 1\ndefault = \"report\"\n",
+            &script,
+            "recorded",
+            &[],
+        )
+        .await;
+    assert!(out.status.success(), "{out:?}");
+
+    let (run, text) = lab.suggest("recorded", "suggested.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let port = lab.upstream.port();
+    // Shaped as a person writes it: one rule per method group, identifiers
+    // collapsed into globs, a comment with the count and an example.
+    assert!(
+        text.contains(&format!(
+            "# 5 requests, e.g. https://api.test:{port}/items/3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "[[allow]]\nhost = \"api.test\"\nports = [{port}]\nmethods = [\"GET\"]\npaths = [\"/items/*\", \"/packages/requests-*.tar.gz\", \"/users/*/keys\"]\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("methods = [\"POST\"]\npaths = [\"/upload\"]\n"),
+        "{text}"
+    );
+    assert!(text.contains("default = \"deny\"\n"), "{text}");
+    // The refused request stays refused, listed for a person to decide.
+    let (_, refused) = text
+        .split_once("# Refused when recorded")
+        .unwrap_or_else(|| panic!("no refused block: {text}"));
+    assert!(refused.contains("/admin"), "{text}");
+    assert!(
+        refused.lines().skip(1).all(|l| l.starts_with('#')),
+        "{text}"
+    );
+
+    let check = lab.check("suggested.toml");
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{check:?}");
+    assert!(stdout.ends_with("ok (0 warnings)\n"), "{stdout}");
+
+    let db = lab.path("audit/recorded.db");
+    let id = first_session_id(AIRLOCK, &db, &"replay");
+    let replay = Command::new(AIRLOCK)
+        .args(["policy", "replay"])
+        .arg(lab.path("suggested.toml"))
+        .arg(&id)
+        .arg("--audit-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{stdout}{replay:?}");
+    assert!(stdout.contains(": 0 newly blocked,"), "{stdout}");
+
+    // Enforced, the same commands go through with no refusal.
+    let hits = lab.upstream.hits();
+    let again = lab.run(&text, SUGGEST_SCRIPT, "enforced", &[]).await;
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{again:?}");
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert_eq!(lab.upstream.hits() - hits, 6, "{again:?}");
+    // And what it did not do stays refused.
+    let refused = lab
+        .run(&text, REFUSED_SCRIPT, "enforced-refused", &[])
+        .await;
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("refused"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_credential_used_in_a_session_is_referenced_by_its_source_never_its_secret() {
+    let lab = Lab::new().await;
+    let secret = "s3cret-suggest-7f1d2c";
+    let policy = "version = 1\ndefault = \"report\"\n\n[[credential]]\nname = \"api\"\nhost = \"api.test\"\nheader = \"Authorization\"\nvalue = \"Bearer ${env:SUGGEST_TOKEN}\"\n";
+    let out = lab
+        .run(policy, SUGGEST_SCRIPT, "cred", &[("SUGGEST_TOKEN", secret)])
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        lab.upstream.last_header("authorization").as_deref(),
+        Some(format!("Bearer {secret}").as_str()),
+        "the credential was not injected"
+    );
+    let (run, text) = lab.suggest("cred", "suggested.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    assert!(
+        text.contains("[[credential]]\nname = \"api\"\nhosts = [\"api.test\"]\nheader = \"Authorization\"\nvalue = \"Bearer ${env:SUGGEST_TOKEN}\"\n"),
+        "{text}"
+    );
+    assert!(!text.contains(secret), "{text}");
+    assert!(!String::from_utf8_lossy(&run.stdout).contains(secret));
+    let check = lab.check("suggested.toml");
+    assert!(
+        String::from_utf8_lossy(&check.stdout).ends_with("ok (0 warnings)\n"),
+        "{check:?}"
+    );
+    // Enforced, the credential is injected as before.
+    let again = lab
+        .run(
+            &text,
+            SUGGEST_SCRIPT,
+            "cred-enforced",
+            &[("SUGGEST_TOKEN", secret)],
+        )
+        .await;
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(
+        lab.upstream.last_header("authorization").as_deref(),
+        Some(format!("Bearer {secret}").as_str())
+    );
+}
+
+#[tokio::test]
+async fn suggest_from_an_events_file_gives_the_policy_the_record_gives() {
+    let lab = Lab::new().await;
+    let db = lab.path("audit/proxy.db");
+    std::fs::create_dir_all(lab.path("audit")).unwrap();
+    let mut opts = ProxyOptions::new("version = 1\ndefault = \"report\"\n");
+    opts.upstream_ca = Some(&lab.pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".to_owned()];
+    opts.extra = vec![
+        "--audit-db".to_owned(),
+        db.to_str().unwrap().to_owned(),
+        "--audit-key".to_owned(),
+        lab.path("audit/audit.key").to_str().unwrap().to_owned(),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let base = format!("https://api.test:{}", lab.upstream.port());
+    for path in [
+        "/users/42/keys",
+        "/users/7/keys",
+        "/packages/requests-2.31.0.tar.gz",
+    ] {
+        let (code, _, out) = curl(&proxy, &[&format!("{base}{path}")]).await;
+        assert_eq!(code, 200, "{out:?}");
+    }
+    let (code, _, out) = curl(
+        &proxy,
+        &["-X", "POST", "-d", "x=1", &format!("{base}/upload")],
+    )
+    .await;
+    assert_eq!(code, 200, "{out:?}");
+    proxy
+        .events_when(|e| e.iter().filter(|e| e["kind"] == "response").count() >= 4)
+        .await;
+    assert_eq!(proxy.stop(), Some(0));
+
+    let from_events = Command::new(AIRLOCK)
+        .args(["policy", "suggest", "--from-events"])
+        .arg(&proxy.events)
+        .output()
+        .unwrap();
+    assert_eq!(from_events.status.code(), Some(0), "{from_events:?}");
+    let events_text = String::from_utf8(from_events.stdout).unwrap();
+    let (run, record_text) = lab.suggest("proxy", "from-record.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    assert_eq!(rules_of(&events_text), rules_of(&record_text));
+    assert!(
+        events_text.contains("paths = [\"/packages/requests-*.tar.gz\", \"/users/*/keys\"]"),
+        "{events_text}"
+    );
+    std::fs::write(lab.path("from-events.toml"), &events_text).unwrap();
+    let check = lab.check("from-events.toml");
+    assert!(
+        String::from_utf8_lossy(&check.stdout).ends_with("ok (0 warnings)\n"),
+        "{check:?}"
+    );
+
+    // Bad input is exit 2 with one line.
+    std::fs::write(lab.path("bad.jsonl"), "{\"kind\":\"dns\"}\nnot json\n").unwrap();
+    let bad = Command::new(AIRLOCK)
+        .args(["policy", "suggest", "--from-events"])
+        .arg(lab.path("bad.jsonl"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+    let unknown = Command::new(AIRLOCK)
+        .args(["policy", "suggest", "ffffffffffff", "--audit-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(unknown.stdout.is_empty(), "{unknown:?}");
+}
+
+#[tokio::test]
+async fn a_connection_that_carried_no_http_becomes_a_tcp_rule_for_its_port() {
+    // A line protocol where the client speaks first: report mode tunnels it.
+    let server = TestServer::tcp(|stream| async move {
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if write
+                .write_all(format!("echo {line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    let lab = Lab::new().await;
+    let script = format!(
+        "python3 -c 'import socket\ns = socket.create_connection((\"git.test\", {port}), timeout=10)\ns.sendall(b\"HELLO\\n\")\nprint(s.makefile().readline().strip())'",
+        port = server.port()
+    );
+    let resolve = ["--resolve", "git.test:127.0.0.1"];
+    let record = |policy: &str, db: &str| {
+        let policy_file = lab.path(&format!("{db}.toml"));
+        std::fs::write(&policy_file, policy).unwrap();
+        std::fs::create_dir_all(lab.path("ws")).unwrap();
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.arg("run")
+            .arg("--workspace")
+            .arg(lab.path("ws"))
+            .arg("--audit-db")
+            .arg(lab.path(&format!("audit/{db}.db")))
+            .arg("--audit-key")
+            .arg(lab.path("audit/audit.key"))
+            .arg("--policy")
+            .arg(&policy_file)
+            .args(resolve)
+            .args(["--", "sh", "-c", &script]);
+        cmd
+    };
+    let mut cmd = record("version = 1\ndefault = \"report\"\n", "tcp");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "echo HELLO\n",
+        "{out:?}"
+    );
+
+    let (run, text) = lab.suggest("tcp", "suggested.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    assert!(
+        text.contains(&format!(
+            "[[allow]]\nhost = \"git.test\"\nport = {}\nprotocol = \"tcp\"\n",
+            server.port()
+        )),
+        "{text}"
+    );
+    let check = lab.check("suggested.toml");
+    assert!(
+        String::from_utf8_lossy(&check.stdout).ends_with("ok (0 warnings)\n"),
+        "{check:?}"
+    );
+    // Enforced, the connection is tunnelled by that rule.
+    let mut cmd = record(&text, "tcp-enforced");
+    let again = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "echo HELLO\n",
+        "{again:?}"
+    );
 }

@@ -82,4 +82,5 @@ pub use error::{Lint, PolicyError};
 pub use host::{Host, HostError, HostPattern};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
+pub use suggest::{Draft, Tunnel, collapse_path};
 pub use upgrade::{UpgradeProtocol, UpgradeToken};

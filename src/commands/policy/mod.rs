@@ -1,9 +1,10 @@
-//! `airlock policy`: check, test and describe policy files, and replay
-//! recorded sessions under one.
+//! `airlock policy`: check, test and describe policy files, replay
+//! recorded sessions under one, and suggest one from them.
 
 mod cases;
 mod replay;
 mod request;
+mod suggest;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ pub enum PolicyCommand {
     },
     /// Re-decide recorded sessions' DNS queries, connections and requests under FILE and print what would change. Exit 0 when nothing that went through would be denied or held, 1 when something would.
     Replay(replay::ReplayArgs),
+    /// Write a policy that allows what recorded sessions (or an events file) did and denies the rest; it passes `check` with no warnings. Refused requests are listed in comments at the end.
+    Suggest(suggest::SuggestArgs),
     /// Print the JSON Schema of the policy format.
     Schema,
 }
@@ -59,6 +62,7 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             _ => bail!("give METHOD and URL, or --cases FILE"),
         },
         PolicyCommand::Replay(args) => replay::run(args),
+        PolicyCommand::Suggest(args) => suggest::run(args),
         PolicyCommand::Schema => {
             println!("{}", Policy::json_schema());
             Ok(ExitCode::SUCCESS)

@@ -403,7 +403,7 @@ struct RecordedBody<'a> {
 /// Whether the recorded headers ask for a WebSocket upgrade (HTTP/1.1,
 /// `Upgrade: websocket`), so the replay asks the policy as the proxy did:
 /// only rules whose `upgrade` list names it may allow it.
-fn asks_websocket(http_version: &str, headers: &[(String, String)]) -> bool {
+pub(super) fn asks_websocket(http_version: &str, headers: &[(String, String)]) -> bool {
     http_version.eq_ignore_ascii_case("HTTP/1.1")
         && headers.iter().any(|(name, value)| {
             name.eq_ignore_ascii_case("upgrade")
@@ -425,7 +425,7 @@ impl RecordedBody<'_> {
 }
 
 /// "10.0.0.1" of "10.0.0.1:443", "::1" of "[::1]:443".
-fn address_of(dst: &str) -> &str {
+pub(super) fn address_of(dst: &str) -> &str {
     dst.rsplit_once(':')
         .map_or(dst, |(addr, _)| addr)
         .trim_start_matches('[')

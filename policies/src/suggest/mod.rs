@@ -1,4 +1,11 @@
-//! The `[[allow]]` snippet a 403 suggests for a denied request.
+//! Suggesting policy: the `[[allow]]` snippet a 403 suggests for a denied
+//! request, and (`draft`) a whole policy written from what sessions did.
+
+mod collapse;
+mod draft;
+
+pub use collapse::collapse_path;
+pub use draft::{Draft, Tunnel};
 
 use crate::credential::is_token;
 use crate::decision::RequestInfo;
@@ -41,6 +48,6 @@ pub(crate) fn suggest_upgrade_rule(req: &RequestInfo<'_>, protocol: UpgradeProto
     out
 }
 
-fn toml_string(s: &str) -> String {
+pub(crate) fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
