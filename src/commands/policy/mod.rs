@@ -2,6 +2,7 @@
 //! recorded sessions under one, and suggest one from them.
 
 mod cases;
+mod recorded;
 mod replay;
 mod request;
 mod suggest;

@@ -10,13 +10,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_auditor::{
-    AuditEvent, AuditStore, EventKind, SessionId, StoredEvent, collapse_exchanges, escape,
-};
+use airlock_auditor::{AuditEvent, EventKind, SessionId, StoredEvent, collapse_exchanges, escape};
 use airlock_policy::{BodyInput, DefaultAction, Host, Policy, UpgradeProtocol, UpgradeToken};
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use serde::Serialize;
 
+use super::recorded::open_sessions;
 use super::request::{Decided, Outcome, Target, decide};
 use crate::policy_file;
 
@@ -132,22 +131,7 @@ impl Report {
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(&args.file)?;
-    let db = match &args.audit_db {
-        Some(p) => p.clone(),
-        None => crate::paths::default_audit_db().map_err(|_| {
-            anyhow!("cannot locate the audit database: HOME is not set; pass --audit-db FILE")
-        })?,
-    };
-    let store = AuditStore::open_readonly(&db)?;
-    // Every id is resolved before anything is replayed: a typo is exit 2.
-    let mut ids: Vec<SessionId> = Vec::new();
-    for text in &args.sessions {
-        let id = store.resolve_session(text)?;
-        // A session named twice (say, by prefix and in full) is replayed once.
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
+    let (store, ids) = open_sessions(args.audit_db.as_deref(), &args.sessions)?;
     let mut report = Report {
         policy: args.file.display().to_string(),
         sessions: ids.iter().map(ToString::to_string).collect(),

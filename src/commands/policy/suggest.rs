@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use airlock_auditor::{AuditEvent, AuditStore, EventKind, SessionId, collapse_exchanges};
+use airlock_auditor::{AuditEvent, EventKind, collapse_exchanges};
 use airlock_policy::{ConnectionDecision, DefaultAction, Draft, Host, Policy, Tunnel};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use serde_json::Value;
 
+use super::recorded::open_sessions;
 use super::replay::{address_of, asks_websocket};
 use super::request::Target;
 
@@ -48,21 +49,7 @@ pub fn run(args: SuggestArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
-    let db = match &args.audit_db {
-        Some(p) => p.clone(),
-        None => crate::paths::default_audit_db().map_err(|_| {
-            anyhow!("cannot locate the audit database: HOME is not set; pass --audit-db FILE")
-        })?,
-    };
-    let store = AuditStore::open_readonly(&db)?;
-    // Every id is resolved before anything is read: a typo is exit 2.
-    let mut ids: Vec<SessionId> = Vec::new();
-    for text in &args.sessions {
-        let id = store.resolve_session(text)?;
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
+    let (store, ids) = open_sessions(args.audit_db.as_deref(), &args.sessions)?;
     let names: Vec<String> = ids.iter().map(ToString::to_string).collect();
     draft.note(&format!(
         "From session{} {}.",
