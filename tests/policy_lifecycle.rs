@@ -12,7 +12,7 @@ use airlock_test_support::client::curl;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
 use airlock_test_support::server::TestServer;
-use airlock_test_support::upstream::Upstream;
+use airlock_test_support::upstream::{Extra, Upstream};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -514,9 +514,9 @@ async fn a_request_that_was_held_for_approval_replays_as_ask() {
     assert_eq!(b["was"]["decision"], "ask", "{b}");
 }
 
-/// A local TLS upstream for `api.test` that stays up across several
-/// `airlock run`s, so a session can be recorded and then repeated under
-/// the policy suggested from it.
+/// A local TLS upstream for `api.test` (also `pypi.test` and `git.test`)
+/// that stays up across several `airlock run`s, so a session can be
+/// recorded and then repeated under the policy suggested from it.
 struct Lab {
     pki: TestPki,
     upstream: Upstream,
@@ -538,8 +538,17 @@ const REFUSED_SCRIPT: &str =
 
 impl Lab {
     async fn new() -> Lab {
+        Lab::with(Extra::default()).await
+    }
+
+    /// The upstream also serving `extra` (an index's files, a git root).
+    async fn with(extra: Extra) -> Lab {
         let pki = TestPki::new();
-        let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+        let upstream = Upstream::start_with(
+            Some(pki.server_config(&["api.test", "pypi.test", "git.test"])),
+            extra,
+        )
+        .await;
         Lab {
             pki,
             upstream,
@@ -574,7 +583,10 @@ impl Lab {
             .arg(&policy_file)
             .arg("--upstream-ca")
             .arg(&self.pki.ca_pem)
-            .args(["--resolve", "api.test:127.0.0.1", "--", "sh", "-c"])
+            .args(["--resolve", "api.test:127.0.0.1"])
+            .args(["--resolve", "pypi.test:127.0.0.1"])
+            .args(["--resolve", "git.test:127.0.0.1"])
+            .args(["--timeout", "60s", "--", "sh", "-c"])
             .arg(self.port_in(script))
             .envs(env.iter().copied());
         tokio::task::spawn_blocking(move || cmd.output().unwrap())
@@ -893,4 +905,289 @@ async fn a_connection_that_carried_no_http_becomes_a_tcp_rule_for_its_port() {
         "echo HELLO\n",
         "{again:?}"
     );
+}
+
+/// A local package index (`/simple/airlock-demo/` linking a wheel under
+/// `/files/`) and a bare git repository served over smart HTTP under
+/// `/git/repo.git`, both from one upstream; `root` holds the repository.
+fn index_and_repo(root: &Path) -> Extra {
+    let build = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import zipfile, sys, hashlib, base64
+name = "airlock_demo-0.1-py3-none-any.whl"
+files = {
+    "airlock_demo/__init__.py": b"HELLO = 'installed through the airlock'\n",
+    "airlock_demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: airlock-demo\nVersion: 0.1\n",
+    "airlock_demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for path, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record += f"{path},sha256={digest},{len(data)}\n"
+record += "airlock_demo-0.1.dist-info/RECORD,,\n"
+with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
+    for path, data in files.items():
+        z.writestr(path, data)
+    z.writestr("airlock_demo-0.1.dist-info/RECORD", record)
+"#,
+        )
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{build:?}");
+    let wheel = std::fs::read(root.join("airlock_demo-0.1-py3-none-any.whl")).unwrap();
+
+    let git = |args: &[&str], dir: &Path| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let work = root.join("work");
+    std::fs::create_dir(&work).unwrap();
+    git(&["init", "-q", "-b", "main"], &work);
+    std::fs::write(work.join("README"), "hello from git\n").unwrap();
+    git(&["add", "README"], &work);
+    git(&["commit", "-q", "-m", "first"], &work);
+    git(&["clone", "-q", "--bare", "work", "repo.git"], root);
+
+    let mut extra = Extra {
+        git_root: Some(root.to_owned()),
+        ..Extra::default()
+    };
+    extra.files.insert(
+        "/simple/airlock-demo/".into(),
+        (
+            "text/html".into(),
+            b"<html><body><a href=\"/files/airlock_demo-0.1-py3-none-any.whl\">airlock_demo-0.1-py3-none-any.whl</a></body></html>".to_vec(),
+        ),
+    );
+    extra.files.insert(
+        "/files/airlock_demo-0.1-py3-none-any.whl".into(),
+        ("application/octet-stream".into(), wheel),
+    );
+    extra
+}
+
+/// What a developer's setup does: install a package from the index, clone
+/// a repository, fetch one more thing with curl. Prints the installed
+/// package's greeting and the clone's README.
+const TOOLS_SCRIPT: &str = "cd /tmp && rm -rf t c && \
+    /usr/bin/python3 -m pip install -q --no-cache-dir --disable-pip-version-check --target /tmp/t \
+      --index-url https://pypi.test:PORT/simple/ airlock-demo && \
+    PYTHONPATH=/tmp/t /usr/bin/python3 -c 'import airlock_demo; print(airlock_demo.HELLO)' && \
+    git -c user.name=dev -c user.email=dev@example.test clone -q https://git.test:PORT/git/repo.git c && \
+    cat c/README && \
+    curl -sS -o /dev/null https://api.test:PORT/users/42/keys";
+
+#[tokio::test]
+async fn a_policy_suggested_from_pip_and_git_lets_them_run_again_enforced() {
+    let root = tempfile::tempdir().unwrap();
+    let lab = Lab::with(index_and_repo(root.path())).await;
+    let out = lab
+        .run(
+            "version = 1\ndefault = \"report\"\n",
+            TOOLS_SCRIPT,
+            "tools",
+            &[],
+        )
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout, "installed through the airlock\nhello from git\n",
+        "{out:?}"
+    );
+
+    let (run, text) = lab.suggest("tools", "suggested.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let port = lab.upstream.port();
+    // One rule per host and method: pip's project page and the wheel (its
+    // version a glob), git's ref advertisement (the `?service=` query is
+    // not part of the path) and its upload-pack POSTs, curl's one GET.
+    for rule in [
+        format!(
+            "# 2 requests, e.g. https://pypi.test:{port}/files/airlock_demo-0.1-py3-none-any.whl\n[[allow]]\nhost = \"pypi.test\"\nports = [{port}]\nmethods = [\"GET\"]\npaths = [\"/files/airlock_demo-*-py3-none-any.whl\", \"/simple/airlock-demo/\"]\n"
+        ),
+        format!(
+            "[[allow]]\nhost = \"git.test\"\nports = [{port}]\nmethods = [\"GET\"]\npaths = [\"/git/repo.git/info/refs\"]\n"
+        ),
+        format!(
+            "[[allow]]\nhost = \"git.test\"\nports = [{port}]\nmethods = [\"POST\"]\npaths = [\"/git/repo.git/git-upload-pack\"]\n"
+        ),
+        format!(
+            "[[allow]]\nhost = \"api.test\"\nports = [{port}]\nmethods = [\"GET\"]\npaths = [\"/users/*/keys\"]\n"
+        ),
+    ] {
+        assert!(text.contains(&rule), "no {rule:?} in:\n{text}");
+    }
+    assert!(text.contains("default = \"deny\"\n"), "{text}");
+    // Nothing broader: no host or path wildcard beyond those above.
+    assert_eq!(text.matches("[[allow]]").count(), 4, "{text}");
+    assert!(!text.contains("/**"), "{text}");
+
+    let check = lab.check("suggested.toml");
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{check:?}\n{text}");
+    assert!(stdout.ends_with("ok (0 warnings)\n"), "{stdout}\n{text}");
+
+    // Replayed under the suggested policy, nothing is newly denied.
+    let db = lab.path("audit/tools.db");
+    let id = first_session_id(AIRLOCK, &db, &"replay");
+    let replay = |file: &str| {
+        let out = Command::new(AIRLOCK)
+            .args(["policy", "replay"])
+            .arg(lab.path(file))
+            .arg(&id)
+            .arg("--audit-db")
+            .arg(&db)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("replay --json: {e}: {out:?}"));
+        (out.status.code().unwrap_or(-1), report)
+    };
+    let (code, report) = replay("suggested.toml");
+    assert_eq!(code, 0, "{report:#}\n{text}");
+    assert_eq!(report["blocked"], 0, "{report:#}");
+    // Every request was only reported when recorded (no rules); each is
+    // now allowed by a suggested rule: changes, none of them a block.
+    let all = changes(&report);
+    assert_eq!(all.len(), 6, "{report:#}");
+    assert!(
+        all.iter()
+            .all(|c| c.starts_with("other http ") && c.ends_with(" → allow")),
+        "{report:#}"
+    );
+    assert!(
+        report["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["was"]["decision"] == "report"),
+        "{report:#}"
+    );
+    // pip's page and wheel, git's refs and two upload-packs, curl's GET.
+    assert_eq!(report["replayed"]["http"], 6, "{report:#}");
+
+    // Stricter: no git. Exactly git's three requests would be refused.
+    let no_git: Vec<&str> = text
+        .split("\n\n")
+        .filter(|block| !block.contains("host = \"git.test\""))
+        .collect();
+    std::fs::write(lab.path("no-git.toml"), no_git.join("\n\n")).unwrap();
+    let check = lab.check("no-git.toml");
+    assert_eq!(check.status.code(), Some(0), "{check:?}");
+    let (code, report) = replay("no-git.toml");
+    assert_eq!(code, 1, "{report:#}");
+    // Its name, its connection and each of its requests; nothing of pip's
+    // or curl's.
+    let blocked: Vec<String> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["change"] == "blocked")
+        .map(|c| {
+            format!(
+                "{} {} → {}",
+                c["kind"].as_str().unwrap(),
+                c["what"].as_str().unwrap(),
+                c["would_be"]["decision"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let git = format!("https://git.test:{port}/git/repo.git");
+    assert_eq!(
+        blocked,
+        [
+            "dns A git.test → deny".to_owned(),
+            "dns AAAA git.test → deny".to_owned(),
+            format!("http GET {git}/info/refs?service=git-upload-pack → deny"),
+            format!("http POST {git}/git-upload-pack → deny"),
+            format!("http POST {git}/git-upload-pack → deny"),
+            format!("tcp git.test:{port} → deny"),
+        ],
+        "{report:#}"
+    );
+    assert_eq!(report["blocked"], 6, "{report:#}");
+    let hosts = report["hosts"].as_array().unwrap();
+    let blocked_hosts: Vec<&Value> = hosts.iter().filter(|h| h["blocked"] != 0).collect();
+    assert_eq!(blocked_hosts.len(), 1, "{report:#}");
+    assert_eq!(blocked_hosts[0]["host"], "git.test", "{report:#}");
+    assert_eq!(blocked_hosts[0]["blocked"], 6, "{report:#}");
+
+    // Enforced, pip installs and git clones again with no refusal.
+    let hits = lab.upstream.hits();
+    let again = lab.run(&text, TOOLS_SCRIPT, "tools-enforced", &[]).await;
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{again:?}\n{text}");
+    assert!(!stderr.contains("airlock: refused"), "{stderr}");
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "installed through the airlock\nhello from git\n",
+        "{again:?}"
+    );
+    assert_eq!(lab.upstream.hits() - hits, 6, "{again:?}");
+    // And no broader: pushing (git-receive-pack) was never done, so it is
+    // refused before it reaches the server.
+    let hits = lab.upstream.hits();
+    let push = lab
+        .run(
+            &text,
+            "curl -sS -o /dev/null -w '%{http_code}' -X POST \
+             https://git.test:PORT/git/repo.git/git-receive-pack",
+            "tools-push",
+            &[],
+        )
+        .await;
+    assert_eq!(String::from_utf8_lossy(&push.stdout), "403", "{push:?}");
+    assert_eq!(lab.upstream.hits(), hits, "{push:?}");
+}
+
+/// The same session with git's identity left unset, as on a fresh
+/// machine: git then looks up the sandbox's own host name (`airlock`) to
+/// make up a committer address. The sandbox's hosts file names it, so the
+/// lookup never reaches the airlock's DNS: nothing about it in the
+/// suggestion, nothing newly blocked on replay, no refusal notice.
+#[tokio::test]
+async fn git_without_an_identity_does_not_leave_the_sandbox_host_name_to_the_policy() {
+    let root = tempfile::tempdir().unwrap();
+    let lab = Lab::with(index_and_repo(root.path())).await;
+    let script = TOOLS_SCRIPT.replace(
+        "git -c user.name=dev -c user.email=dev@example.test clone",
+        "git clone",
+    );
+    let out = lab
+        .run("version = 1\ndefault = \"report\"\n", &script, "bare", &[])
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    let (run, text) = lab.suggest("bare", "suggested.toml");
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    assert!(!text.contains("airlock\n"), "{text}");
+
+    let db = lab.path("audit/bare.db");
+    let replay = Command::new(AIRLOCK)
+        .args(["policy", "replay"])
+        .arg(lab.path("suggested.toml"))
+        .arg(first_session_id(AIRLOCK, &db, &"replay"))
+        .arg("--audit-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(0), "{replay:?}");
+
+    let again = lab.run(&text, &script, "bare-enforced", &[]).await;
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{again:?}");
+    assert!(!stderr.contains("no rule allows airlock"), "{stderr}");
 }

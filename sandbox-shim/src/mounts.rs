@@ -418,6 +418,22 @@ pub(crate) fn setup(plan: &Plan) -> Result<()> {
             remount(target, true)?;
         }
     }
+    if let Some(host_entries) = &plan.hosts {
+        // The sandbox's hostname resolves locally, as on any machine
+        // (git, sudo and Python's getfqdn look it up): otherwise the lookup
+        // goes to the proxy's resolver, the record shows a refused name,
+        // and the refusal notice advises allowing the sandbox's own name.
+        let hosts = airlock_run.join("hosts");
+        let mut text = host_entries.clone();
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+        text.extend_from_slice(format!("127.0.1.1\t{}\n", plan.hostname).as_bytes());
+        write_file(&hosts, &text)?;
+        let target = Path::new(crate::plan::HOSTS_FILE);
+        bind(&hosts, target, false)?;
+        remount(target, true)?;
+    }
     if let Some(pem) = &plan.ca_bundle {
         let ca = Path::new(CA_BUNDLE_PATH);
         write_file(ca, pem)?;

@@ -9,6 +9,9 @@ use crate::error::ShimError;
 use crate::observation::ObserveSpec;
 use crate::spec::{Limits, SandboxSpec, UserSpec};
 
+/// The system's hosts file (hosts(5)).
+pub(crate) const HOSTS_FILE: &str = "/etc/hosts";
+
 /// A path made visible inside the sandbox at the same place.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
@@ -44,6 +47,9 @@ pub(crate) struct Plan {
     pub grants: Vec<Grant>,
     pub hides: Vec<Hide>,
     pub resolv_target: Option<PathBuf>,
+    /// The host's /etc/hosts, read before the sandbox exists: the sandbox's
+    /// own hosts file is this plus its hostname (see `mounts`).
+    pub hosts: Option<Vec<u8>>,
     pub ca_targets: Vec<PathBuf>,
     pub ca_bundle: Option<Vec<u8>>,
     pub hostname: String,
@@ -276,6 +282,7 @@ impl Plan {
                     .ok()
                     .map(|t| Path::new("/etc").join(t))
             }),
+            hosts: std::fs::read(HOSTS_FILE).ok(),
             ca_targets: CA_BUNDLE_LOCATIONS
                 .iter()
                 .filter_map(|p| existing(Path::new(p)))
