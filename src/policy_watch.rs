@@ -1,4 +1,4 @@
-//! Noticing that the policy file changed, by polling its metadata once a
+//! Noticing that the policy file (or a base file it `extends`) changed, by polling its metadata once a
 //! second: no inotify dependency, and it works for Kubernetes ConfigMap
 //! volumes, whose updates swap a symlink (an inotify watch on the old file
 //! would miss them; `metadata` follows the link). See inotify(7) on why
@@ -57,9 +57,72 @@ impl FileWatch {
     }
 }
 
+/// Watches every file of a layered policy: the top file and each base it
+/// extends. The set follows the policy in force (`follow`), so a base added
+/// to `extends` is watched once the reload that added it succeeded.
+pub struct ChainWatch {
+    files: Vec<FileWatch>,
+}
+
+impl ChainWatch {
+    pub fn new(paths: &[PathBuf]) -> Self {
+        Self {
+            files: paths.iter().map(|p| FileWatch::new(p)).collect(),
+        }
+    }
+
+    /// True when any file changed (see [`FileWatch::changed`]). Polls every
+    /// file, so that each one's stamps stay current.
+    pub fn changed(&mut self) -> bool {
+        self.files
+            .iter_mut()
+            .fold(false, |any, file| file.changed() | any)
+    }
+
+    /// Watch exactly `paths` from now on, keeping what is known about files
+    /// already watched (a new file is taken as in force as it is now).
+    pub fn follow(&mut self, paths: &[PathBuf]) {
+        let mut old = std::mem::take(&mut self.files);
+        self.files = paths
+            .iter()
+            .map(|path| match old.iter().position(|f| &f.path == path) {
+                Some(i) => old.swap_remove(i),
+                None => FileWatch::new(path),
+            })
+            .collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_to_any_file_of_the_chain_is_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("policy.toml");
+        let base = dir.path().join("base.toml");
+        std::fs::write(&top, "a").unwrap();
+        std::fs::write(&base, "b").unwrap();
+        let mut watch = ChainWatch::new(&[base.clone(), top.clone()]);
+        assert!(!watch.changed());
+        std::fs::write(&base, "bb").unwrap();
+        assert!(!watch.changed(), "reloaded before the file settled");
+        assert!(watch.changed());
+        assert!(!watch.changed());
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "o").unwrap();
+        watch.follow(&[other.clone(), top.clone()]);
+        std::fs::write(&base, "bbb").unwrap();
+        assert!(!watch.changed());
+        assert!(
+            !watch.changed(),
+            "a file no longer in the chain is not watched"
+        );
+        std::fs::write(&other, "oo").unwrap();
+        assert!(!watch.changed());
+        assert!(watch.changed());
+    }
 
     #[test]
     fn a_settled_rewrite_is_a_change_and_a_missing_file_is_not() {

@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 
-use crate::policy_watch::FileWatch;
+use crate::policy_watch::ChainWatch;
 use crate::{one_line, policy_file, secrets};
 
 /// The runtime for everything but the connections themselves: accepting,
@@ -207,15 +207,18 @@ async fn wait_for_stop(
     } = signals;
     let mut audit_check = tokio::time::interval(AUDIT_CHECK_EVERY);
     let mut watch_tick = tokio::time::interval(WATCH_EVERY);
-    let mut watch = FileWatch::new(policy);
+    // Every file of the chain: a change to a base file reloads too.
+    let mut watch = ChainWatch::new(&policy_file::files(&proxy.policy()));
     loop {
         tokio::select! {
             _ = hangup.recv() => {
-                reload(proxy, policy);
+                if reload(proxy, policy) {
+                    watch.follow(&policy_file::files(&proxy.policy()));
+                }
             }
             _ = watch_tick.tick() => {
-                if watch.changed() {
-                    reload(proxy, policy);
+                if watch.changed() && reload(proxy, policy) {
+                    watch.follow(&policy_file::files(&proxy.policy()));
                 }
             }
             _ = terminate.recv() => return Stop::Signal("stopped by SIGTERM".into()),

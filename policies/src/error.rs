@@ -21,20 +21,43 @@ impl PolicyError {
     }
 }
 
-/// A warning about a usable policy. Display: "file:line:col: warning: message".
+/// How serious a [`Lint`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// The policy probably does not mean what its author thinks.
+    Warning,
+    /// The policy is enforceable, but says something it cannot do (a
+    /// project allow rule that a base deny overrides): `policy check` fails.
+    Error,
+}
+
+/// A finding about a usable policy. Display:
+/// "file:line:col: warning: message" (or "error:").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lint {
     pub line: u32,
     pub column: u32,
     pub message: String,
+    pub severity: Severity,
     source_name: Arc<str>,
+}
+
+impl Lint {
+    /// The file the finding is about.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
 }
 
 impl fmt::Display for Lint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.severity {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        };
         write!(
             f,
-            "{}:{}:{}: warning: {}",
+            "{}:{}:{}: {level}: {}",
             self.source_name, self.line, self.column, self.message
         )
     }
@@ -92,7 +115,15 @@ impl SourceMap {
             line,
             column,
             message: message.into(),
+            severity: Severity::Warning,
             source_name: self.name.clone(),
+        }
+    }
+
+    pub(crate) fn lint_error(&self, span: Range<usize>, message: impl Into<String>) -> Lint {
+        Lint {
+            severity: Severity::Error,
+            ..self.lint(span, message)
         }
     }
 

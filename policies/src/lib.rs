@@ -61,6 +61,7 @@ mod form;
 mod glob;
 mod host;
 mod json;
+mod layers;
 mod lint;
 mod path;
 mod policy;
@@ -78,8 +79,9 @@ pub use decision::{
     Allowance, Ask, BodyInput, ConnectionDecision, Decision, DefaultAction, Denial, DenyReason,
     RequestInfo, Scheme,
 };
-pub use error::{Lint, PolicyError};
+pub use error::{Lint, PolicyError, Severity};
 pub use host::{Host, HostError, HostPattern};
+pub use layers::{LoadError, Loaded};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
 pub use suggest::{Draft, Tunnel, collapse_path};

@@ -12,9 +12,16 @@ use crate::rule::{AllowRule, AskRule, DenyRule, Transport};
 const BODILESS_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
 
 pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
+    lint_layer(map, policy, policy)
+}
+
+/// The lints of one file of a layered policy, `whole` being all layers
+/// merged: whether anything is blocked and whether a credential is ever
+/// used depend on every file, not just the one that says it.
+pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -> Vec<Lint> {
     let mut lints = Vec::new();
     // Ask rules restrict too (they hold requests), so they silence this one.
-    if policy.default == DefaultAction::Allow && policy.deny.is_empty() && policy.ask.is_empty() {
+    if policy.default == DefaultAction::Allow && whole.deny.is_empty() && whole.ask.is_empty() {
         let span = policy.default_span.clone().unwrap_or(0..0);
         lints.push(map.lint(
             span,
@@ -74,16 +81,16 @@ pub(crate) fn lint(map: &SourceMap, policy: &Compiled) -> Vec<Lint> {
                 ),
             ));
         }
-        if policy.default == DefaultAction::Deny {
+        if whole.default == DefaultAction::Deny {
             let unused: Vec<&HostPattern> = credential
                 .hosts
                 .iter()
                 .filter(|h| {
                     // A request an ask rule holds is forwarded once approved,
                     // with the credential.
-                    !policy.allow.iter().any(|r| {
+                    !whole.allow.iter().any(|r| {
                         r.transport == Transport::Http && r.hosts.iter().any(|a| a.overlaps(h))
-                    }) && !policy
+                    }) && !whole
                         .ask
                         .iter()
                         .any(|r| r.hosts.iter().any(|a| a.overlaps(h)))
@@ -238,6 +245,42 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
         })
 }
 
+/// Allow and ask rules of a file that a base's deny rule overrides, in
+/// whole or in part: the deny wins in every layer, so the rule cannot do
+/// (all of) what it says. Spans are the overridden rule's table.
+pub(crate) fn overridden(
+    base_denies: &[DenyRule],
+    policy: &Compiled,
+) -> Vec<(std::ops::Range<usize>, String)> {
+    let mut out = Vec::new();
+    let mut check = |kind: &str, span: &std::ops::Range<usize>, reach: Reach<'_>| {
+        for deny in base_denies {
+            let deny_reach = Reach::of_deny(deny);
+            let extent = if deny_reach.covers(&reach) {
+                "every request"
+            } else if deny_reach.overlaps(&reach) {
+                "some requests"
+            } else {
+                continue;
+            };
+            out.push((
+                span.clone(),
+                format!(
+                    "this {kind} rule cannot override the base policy's deny rule at {}, which denies {extent} it matches; a project can only add rules a base does not deny: narrow this rule or remove it",
+                    deny.rule_ref
+                ),
+            ));
+        }
+    };
+    for rule in &policy.allow {
+        check("allow", &rule.span, Reach::of_allow(rule));
+    }
+    for rule in &policy.ask {
+        check("ask", &rule.span, Reach::of_ask(rule));
+    }
+    out
+}
+
 /// A host-wide deny covering every host and port of the allow rule. (A
 /// deny with methods or paths cannot reach into tcp or passthrough rules,
 /// and the message speaks of hosts and ports.)
@@ -329,6 +372,35 @@ impl<'a> Reach<'a> {
     }
 }
 
+impl Reach<'_> {
+    /// Whether some request could match both (conservatively: unsure
+    /// means no, since this feeds an error).
+    fn overlaps(&self, other: &Reach<'_>) -> bool {
+        shared_host(self.hosts, other.hosts).is_some()
+            && match (self.ports, other.ports) {
+                (None, _) | (_, None) => true,
+                (Some(s), Some(o)) => o.iter().any(|p| s.contains(p)),
+            }
+            && match (self.methods, other.methods) {
+                (None, _) | (_, None) => true,
+                (Some(s), Some(o)) => o.iter().any(|m| s.contains(m)),
+            }
+            && match (&self.paths, &other.paths) {
+                (None, _) | (_, None) => true,
+                (Some(s), Some(o)) => s.iter().any(|a| o.iter().any(|b| glob_overlaps(a, b))),
+            }
+    }
+}
+
+/// Whether two path globs share a path: one covers the other, or one
+/// matches the other's text read as a path (`/api/*` and `/api/keys`).
+fn glob_overlaps(a: &PathGlob, b: &PathGlob) -> bool {
+    glob_covers(a, b) || glob_covers(b, a) || a.matches(b.as_str()) || b.matches(a.as_str())
+}
+
 fn glob_covers(earlier: &PathGlob, later: &PathGlob) -> bool {
-    earlier == later || earlier.as_str() == "/**"
+    earlier == later
+        || earlier.as_str() == "/**"
+        // A literal path is covered by any glob that matches it.
+        || (!later.as_str().contains(['*', '?']) && earlier.matches(later.as_str()))
 }

@@ -11,6 +11,7 @@ use crate::decision::{
 };
 use crate::error::{Lint, PolicyError, SourceMap};
 use crate::host::{Host, HostPattern};
+use crate::layers::{Layer, LoadError, Loaded, merge, read_layers};
 use crate::path::{AmbiguousPath, NormalPath, normalize};
 use crate::raw::RawPolicy;
 use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleRef, Transport};
@@ -30,6 +31,9 @@ pub(crate) struct Inner {
     pub map: SourceMap,
     pub text: Arc<str>,
     pub compiled: Compiled,
+    /// Every file of a layered policy, bases first, the top file last;
+    /// empty for a single file.
+    pub layers: Vec<Layer>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -62,12 +66,52 @@ impl Policy {
         let text: Arc<str> = text.into();
         let map = SourceMap::new(source_name.into(), text.clone());
         let raw: RawPolicy = toml::from_str(&text).map_err(|e| map.toml_error(&e))?;
+        if let Some(extends) = &raw.extends {
+            return Err(map.error(
+                extends.span(),
+                "`extends` names other files, which this caller cannot read; load the policy with `Policy::parse_layered`",
+            ));
+        }
         let compiled = compile(&map, raw)?;
         Ok(Policy(Arc::new(Inner {
             map,
             text,
             compiled,
+            layers: Vec::new(),
         })))
+    }
+
+    /// Parses a policy that may `extend` base files (see `layers.rs` for
+    /// how layers combine). `load(from, entry)` reads the `extends` entry
+    /// `entry` written in the file named `from` (a path relative to that
+    /// file, for the binary) and returns its name and text; the same file
+    /// must always get the same name. Errors name the file and line of the
+    /// offending `extends` entry, rule or credential.
+    pub fn parse_layered(
+        source_name: &str,
+        text: &str,
+        mut load: impl FnMut(&str, &str) -> Result<Loaded, LoadError>,
+    ) -> Result<Policy, PolicyError> {
+        let layers = read_layers(source_name, text, &mut load)?;
+        let compiled = merge(&layers)?;
+        let top = layers.last().map(|l| l.map.clone());
+        let map = top.unwrap_or_else(|| SourceMap::new(source_name.into(), text.into()));
+        Ok(Policy(Arc::new(Inner {
+            map,
+            text: text.into(),
+            compiled,
+            layers,
+        })))
+    }
+
+    /// The names of the files this policy was read from: the top file and
+    /// every base it extends, directly or not (bases first). A single-file
+    /// policy has just its own name.
+    pub fn files(&self) -> Vec<&str> {
+        if self.0.layers.is_empty() {
+            return vec![self.source_name()];
+        }
+        self.0.layers.iter().map(|l| &**l.map.name()).collect()
     }
 
     /// Version 1, default deny, no rules.
@@ -85,6 +129,7 @@ impl Policy {
                 credentials: Vec::new(),
                 credential_spans: Vec::new(),
             },
+            layers: Vec::new(),
         }))
     }
 
@@ -107,9 +152,14 @@ impl Policy {
         self.0.compiled.default
     }
 
-    /// Warnings about rules that can never match, unused credentials, etc.
+    /// Warnings about rules that can never match, unused credentials, etc.;
+    /// for a layered policy, each file's own and errors for project rules
+    /// that a base deny overrides.
     pub fn lint(&self) -> Vec<Lint> {
-        crate::lint::lint(&self.0.map, &self.0.compiled)
+        if self.0.layers.is_empty() {
+            return crate::lint::lint(&self.0.map, &self.0.compiled);
+        }
+        crate::layers::lint(&self.0.layers, &self.0.compiled)
     }
 
     pub fn credentials(&self) -> &[Credential] {

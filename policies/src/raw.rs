@@ -15,6 +15,12 @@ use crate::decision::DefaultAction;
 #[serde(deny_unknown_fields)]
 #[schemars(title = "Airlock policy")]
 pub(crate) struct RawPolicy {
+    /// Base policies this file builds on, paths relative to this file. Their
+    /// deny rules and credentials apply here too; this file can add allow
+    /// and ask rules but never override a base deny.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub extends: Option<Spanned<Vec<Spanned<String>>>>,
     /// Format version; must be 1. Omitted = 1.
     #[serde(default)]
     #[schemars(with = "u32")]

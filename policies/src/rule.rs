@@ -59,6 +59,13 @@ impl RuleRef {
         }
     }
 
+    /// The same reference at another position among rules of its kind:
+    /// layering merges several files' rules into one list.
+    pub(crate) fn reindexed(mut self, index: usize) -> RuleRef {
+        self.index = index;
+        self
+    }
+
     /// Stable across reloads while the rule's matching content (hosts,
     /// ports, methods, paths, transport, quota, body constraints) is
     /// unchanged; position, description and file name do not affect it.

@@ -135,6 +135,13 @@ impl Refusal {
             Refusal::Policy(Denial {
                 reason: DenyReason::DeniedByRule,
                 rule: Some(rule),
+            }) if rule.kind == RuleKind::Deny && *rule.source != *policy_name => format!(
+                "It matches the [[deny]] rule at {rule}, and deny rules override allow rules.\n\
+                 That rule is in a base policy {policy_name} extends: only that file can narrow it."
+            ),
+            Refusal::Policy(Denial {
+                reason: DenyReason::DeniedByRule,
+                rule: Some(rule),
             }) if rule.kind == RuleKind::Deny => format!(
                 "It matches the [[deny]] rule at {rule}, and deny rules override allow rules.\n\
                  To allow it, narrow or remove that rule."

@@ -7,6 +7,7 @@ mod credential_tests;
 mod decision_tests;
 mod example_tests;
 mod host_tests;
+mod layer_tests;
 mod lint_tests;
 mod parse_tests;
 mod path_tests;

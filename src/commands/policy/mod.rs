@@ -10,7 +10,7 @@ mod suggest;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_policy::{Ask, BodyInput, Decision, Policy};
+use airlock_policy::{Ask, BodyInput, Decision, Policy, Severity};
 use anyhow::{Context, bail};
 
 use crate::policy_file;
@@ -77,11 +77,25 @@ fn check(file: &std::path::Path) -> anyhow::Result<ExitCode> {
     for lint in &lints {
         println!("{lint}");
     }
+    let errors = lints
+        .iter()
+        .filter(|l| l.severity == Severity::Error)
+        .count();
+    let warnings = lints.len() - errors;
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    if errors > 0 {
+        println!(
+            "{}: {errors} error{} ({warnings} warning{})",
+            file.display(),
+            plural(errors),
+            plural(warnings)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     println!(
-        "{}: ok ({} warning{})",
+        "{}: ok ({warnings} warning{})",
         file.display(),
-        lints.len(),
-        if lints.len() == 1 { "" } else { "s" }
+        plural(warnings)
     );
     Ok(ExitCode::SUCCESS)
 }
