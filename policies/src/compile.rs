@@ -41,6 +41,21 @@ pub(crate) struct Compiled {
     pub credential_spans: Vec<Range<usize>>,
 }
 
+impl Compiled {
+    /// No rules and no credentials, with `default` (written nowhere).
+    pub(crate) fn empty(default: DefaultAction) -> Self {
+        Self {
+            default,
+            default_span: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            ask: Vec::new(),
+            credentials: Vec::new(),
+            credential_spans: Vec::new(),
+        }
+    }
+}
+
 pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, PolicyError> {
     if let Some(version) = &raw.version
         && *version.get_ref() != 1

@@ -127,15 +127,7 @@ impl Reader<'_> {
 
 /// One policy's rules from all layers (see the module docs for the order).
 pub(crate) fn merge(layers: &[Layer]) -> Result<Compiled, PolicyError> {
-    let mut merged = Compiled {
-        default: default_of(layers),
-        default_span: None,
-        allow: Vec::new(),
-        deny: Vec::new(),
-        ask: Vec::new(),
-        credentials: Vec::new(),
-        credential_spans: Vec::new(),
-    };
+    let mut merged = Compiled::empty(default_of(layers));
     // Where each merged credential was written, to name the first of two.
     let mut origins: Vec<(&SourceMap, usize)> = Vec::new();
     for layer in layers {

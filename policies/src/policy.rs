@@ -120,15 +120,7 @@ impl Policy {
         Policy(Arc::new(Inner {
             map: SourceMap::new(DENY_ALL_NAME.into(), text.clone()),
             text,
-            compiled: Compiled {
-                default: DefaultAction::Deny,
-                default_span: None,
-                allow: Vec::new(),
-                deny: Vec::new(),
-                ask: Vec::new(),
-                credentials: Vec::new(),
-                credential_spans: Vec::new(),
-            },
+            compiled: Compiled::empty(DefaultAction::Deny),
             layers: Vec::new(),
         }))
     }
