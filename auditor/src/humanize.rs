@@ -37,6 +37,25 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1000).ok()
 }
 
+/// A bound of a time range as a person gives it: an RFC 3339 time, or a
+/// duration back from `now_us` ("2h", "30m", "1d", or bare seconds "90").
+/// `None` when the text is neither.
+pub fn time_bound(text: &str, now_us: i64) -> Option<i64> {
+    if let Some(ts) = parse_rfc3339(text) {
+        return Some(ts);
+    }
+    let t = text.trim();
+    let back = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => {
+            std::time::Duration::try_from_secs_f64(secs).ok()?
+        }
+        Ok(_) => return None,
+        Err(_) => humantime::parse_duration(t).ok()?,
+    };
+    let back = i64::try_from(back.as_micros()).unwrap_or(i64::MAX);
+    Some(now_us.saturating_sub(back))
+}
+
 /// "2026-11-22 00:39:26" (UTC), for tables.
 pub fn short_time(ts_us: i64) -> String {
     let d = datetime(ts_us);

@@ -139,16 +139,21 @@ impl AuditStore {
 
     /// All sessions, oldest first.
     pub fn sessions(&self) -> Result<Vec<SessionSummary>, AuditError> {
+        self.summaries(None)
+    }
+
+    /// Summaries of every session, or of the one whose row is `only`.
+    fn summaries(&self, only: Option<i64>) -> Result<Vec<SessionSummary>, AuditError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
+            .prepare_cached(
                 "SELECT s.sid, s.id, s.started_us, s.ended_us, s.end_json, s.info_json, s.key_fingerprint,
                         (SELECT COUNT(*) FROM events e WHERE e.sid = s.sid)
-                 FROM sessions s ORDER BY s.started_us, s.sid",
+                 FROM sessions s WHERE ?1 IS NULL OR s.sid = ?1 ORDER BY s.started_us, s.sid",
             )
             .map_err(AuditError::db("listing sessions"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map([only], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
@@ -195,9 +200,10 @@ impl AuditStore {
 
     /// One session's summary.
     pub fn session(&self, id: &SessionId) -> Result<SessionSummary, AuditError> {
-        self.sessions()?
+        let sid = self.sid(id)?;
+        self.summaries(Some(sid))?
             .into_iter()
-            .find(|s| &s.id == id)
+            .next()
             .ok_or_else(|| AuditError::UnknownSession(id.to_string()))
     }
 
@@ -251,16 +257,44 @@ impl AuditStore {
         session: &SessionId,
         kinds: Option<&[EventKind]>,
     ) -> Result<Vec<StoredEvent>, AuditError> {
+        self.read_events(session, -1, kinds)
+    }
+
+    /// A session's events after `after`, in seq order: what a reader
+    /// following a running session has not seen yet.
+    pub fn events_after(
+        &self,
+        session: &SessionId,
+        after: Seq,
+    ) -> Result<Vec<StoredEvent>, AuditError> {
+        self.read_events(session, i64::try_from(after.0).unwrap_or(i64::MAX), None)
+    }
+
+    /// Changes whenever another connection commits to the database
+    /// (`PRAGMA data_version`, sqlite.org/pragma.html#pragma_data_version):
+    /// what a reader caching results checks before trusting them.
+    pub fn data_version(&self) -> Result<i64, AuditError> {
+        self.conn()
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(AuditError::db("reading the database's version"))
+    }
+
+    fn read_events(
+        &self,
+        session: &SessionId,
+        after: i64,
+        kinds: Option<&[EventKind]>,
+    ) -> Result<Vec<StoredEvent>, AuditError> {
         let sid = self.sid(session)?;
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
+            .prepare_cached(
                 "SELECT seq, ts_us, kind, exec_id, payload FROM events
-                 WHERE sid = ?1 ORDER BY seq, rowid",
+                 WHERE sid = ?1 AND seq > ?2 ORDER BY seq, rowid",
             )
             .map_err(AuditError::db("reading events"))?;
         let rows = stmt
-            .query_map([sid], |r| {
+            .query_map([sid, after], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,

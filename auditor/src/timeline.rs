@@ -18,10 +18,21 @@ pub mod steps;
 /// Depth of each event in the exec tree: an exec sits one level below its
 /// parent exec, and other events one level below the exec that caused them.
 pub fn depths(events: &[StoredEvent]) -> Vec<usize> {
-    let mut exec_depth: HashMap<&ExecId, usize> = HashMap::new();
-    let mut out = Vec::with_capacity(events.len());
-    for ev in events {
-        let d = match &ev.event {
+    let mut depths = Depths::default();
+    events.iter().map(|ev| depths.next(&ev.event)).collect()
+}
+
+/// [`depths`] one event at a time, for a reader that receives a running
+/// session's events as they are recorded.
+#[derive(Debug, Default, Clone)]
+pub struct Depths {
+    exec_depth: HashMap<ExecId, usize>,
+}
+
+impl Depths {
+    /// The depth of `event`, which follows every event given before.
+    pub fn next(&mut self, event: &AuditEvent) -> usize {
+        match event {
             AuditEvent::Exec {
                 exec_id,
                 parent_exec_id,
@@ -29,19 +40,17 @@ pub fn depths(events: &[StoredEvent]) -> Vec<usize> {
             } => {
                 let d = parent_exec_id
                     .as_ref()
-                    .and_then(|p| exec_depth.get(p))
+                    .and_then(|p| self.exec_depth.get(p))
                     .map_or(0, |d| d + 1);
-                exec_depth.insert(exec_id, d);
+                self.exec_depth.insert(exec_id.clone(), d);
                 d
             }
             other => other
                 .exec_id()
-                .and_then(|id| exec_depth.get(id))
+                .and_then(|id| self.exec_depth.get(id))
                 .map_or(0, |d| d + 1),
-        };
-        out.push(d);
+        }
     }
-    out
 }
 
 /// One argument as a shell would need it, after escaping (so a quote that

@@ -30,7 +30,7 @@ pub struct AuditArgs {
 }
 
 #[derive(Debug, Args)]
-struct DbArg {
+pub(super) struct DbArg {
     /// Audit database [default: $XDG_DATA_HOME/airlock/audit.db or
     /// ~/.local/share/airlock/audit.db]
     #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB", global = true)]
@@ -86,6 +86,9 @@ enum AuditCommand {
     /// wrote a file or ran a command. Exit 0 when something matched, 1 when
     /// nothing did.
     Search(SearchArgs),
+    /// Open the forensic console: a read-only web UI on loopback, at a URL
+    /// with a random access token (docs/console.md).
+    Serve(super::console::ServeArgs),
     /// Check that sessions were not altered: exit 0 only when intact.
     Verify {
         /// Session id or unique prefix.
@@ -168,7 +171,7 @@ fn parse_kind(text: &str) -> Result<EventKind, String> {
     })
 }
 
-fn db_path(db: &DbArg) -> Result<PathBuf> {
+pub(super) fn db_path(db: &DbArg) -> Result<PathBuf> {
     match &db.audit_db {
         Some(p) => Ok(p.clone()),
         None => crate::paths::default_audit_db().map_err(|_| {
@@ -254,26 +257,21 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
             json,
         } => verify(&db, session.as_deref(), all, audit_key, json),
         AuditCommand::Search(args) => search(args),
+        AuditCommand::Serve(args) => super::console::serve(args),
     }
 }
 
 /// A point in time given as an RFC 3339 time or as a duration back from now.
 fn parse_time(flag: &str, text: &str) -> Result<i64, String> {
-    if let Some(ts) = humanize::parse_rfc3339(text) {
-        return Ok(ts);
-    }
-    match crate::cli::parse_duration(text) {
-        Ok(d) => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
-            let back = now.saturating_sub(d);
-            Ok(i64::try_from(back.as_micros()).unwrap_or(i64::MAX))
-        }
-        Err(_) => Err(format!(
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let now = i64::try_from(now.as_micros()).unwrap_or(i64::MAX);
+    humanize::time_bound(text, now).ok_or_else(|| {
+        format!(
             "invalid {flag} {text:?}: give a duration back from now (2h, 30m, 1d) or an RFC 3339 time (2026-11-25T18:00:00Z)"
-        )),
-    }
+        )
+    })
 }
 
 fn search(args: SearchArgs) -> Result<ExitCode> {
@@ -503,7 +501,7 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
 }
 
 /// The explicit key, else the local audit key if there is one.
-fn default_trust(explicit: Option<PathBuf>) -> Result<TrustAnchor> {
+pub(super) fn default_trust(explicit: Option<PathBuf>) -> Result<TrustAnchor> {
     if let Some(p) = explicit {
         // Fail early with a clear message rather than per session.
         airlock_auditor::load_public_key(&p)?;

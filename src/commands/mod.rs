@@ -3,6 +3,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod ca;
+pub mod console;
 pub mod mcp;
 pub mod policy;
 pub mod proxy;

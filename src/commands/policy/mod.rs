@@ -4,7 +4,7 @@
 mod cases;
 mod recorded;
 mod replay;
-mod request;
+pub(crate) mod request;
 mod suggest;
 
 use std::path::PathBuf;

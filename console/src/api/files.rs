@@ -1,0 +1,153 @@
+//! Files written: every version, its content, and diffs between versions.
+
+use std::collections::HashMap;
+
+use airlock_auditor::{AuditEvent, EventKind, SessionId};
+use http::Response;
+use serde::Serialize;
+use serde_json::json;
+use similar::{ChangeTag, TextDiff};
+
+use super::{Params, resolve};
+use crate::ConsoleError;
+use crate::render;
+use crate::respond::{self, Body};
+use crate::server::State;
+
+#[derive(Debug, Serialize)]
+struct Version {
+    seq: u64,
+    ts_us: i64,
+    op: &'static str,
+    size: Option<u64>,
+    sha256: Option<String>,
+    /// The stored blob's SHA-256: what `content/…` serves. `None` when the
+    /// record kept only the hash (over the cap) or nothing at all.
+    content: Option<String>,
+    over_cap: bool,
+    exec_id: Option<String>,
+    rename_to: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct File {
+    path: String,
+    versions: Vec<Version>,
+}
+
+pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleError> {
+    let id = resolve(state, id)?;
+    let mut files: Vec<File> = Vec::new();
+    let mut by_path: HashMap<String, usize> = HashMap::new();
+    for ev in state.store.events(&id, Some(&[EventKind::File]))? {
+        let AuditEvent::File {
+            exec_id,
+            path,
+            op,
+            size,
+            sha256,
+            rename_to,
+            stored_content,
+            content_over_cap,
+            ..
+        } = ev.event
+        else {
+            continue;
+        };
+        let i = *by_path.entry(path.clone()).or_insert_with(|| {
+            files.push(File {
+                path,
+                versions: Vec::new(),
+            });
+            files.len() - 1
+        });
+        files[i].versions.push(Version {
+            seq: ev.seq.get(),
+            ts_us: ev.ts_us,
+            op: op.as_str(),
+            size,
+            sha256,
+            content: stored_content,
+            over_cap: content_over_cap,
+            exec_id: exec_id.map(|e| e.as_str().to_owned()),
+            rename_to,
+        });
+    }
+    Ok(respond::json(&json!({ "files": files })))
+}
+
+/// A content blob the session recorded (only that session's: the URL
+/// names both, and a blob of another session is not found here).
+fn blob(state: &State, id: &SessionId, sha: &str) -> Result<Vec<u8>, ConsoleError> {
+    let recorded_here = state
+        .store
+        .events(id, Some(&[EventKind::File]))?
+        .iter()
+        .any(
+            |ev| matches!(&ev.event, AuditEvent::File { stored_content: Some(s), .. } if s == sha),
+        );
+    let missing = || ConsoleError::NotFound(format!("session {id} recorded no content {sha}"));
+    if !recorded_here {
+        return Err(missing());
+    }
+    state.store.content(sha)?.ok_or_else(missing)
+}
+
+pub(super) fn content(
+    state: &State,
+    id: &str,
+    sha: &str,
+    params: &Params,
+) -> Result<Response<Body>, ConsoleError> {
+    let id = resolve(state, id)?;
+    let data = blob(state, &id, sha)?;
+    if params.get("view").is_some() {
+        return Ok(respond::json(&render::bytes(Some(&data), false)));
+    }
+    let short: String = sha.chars().take(16).collect();
+    Ok(respond::download(
+        data,
+        &format!("airlock-{id}-{short}.bin"),
+    ))
+}
+
+#[derive(Debug, Serialize)]
+struct Line {
+    op: &'static str,
+    text: String,
+}
+
+/// `from` is a blob or `empty` (a file the session created).
+pub(super) fn diff(
+    state: &State,
+    id: &str,
+    params: &Params,
+) -> Result<Response<Body>, ConsoleError> {
+    let id = resolve(state, id)?;
+    let (Some(from), Some(to)) = (params.get("from"), params.get("to")) else {
+        return Err(ConsoleError::BadRequest(
+            "diff needs from=SHA (or from=empty) and to=SHA".into(),
+        ));
+    };
+    let old = if from == "empty" {
+        Vec::new()
+    } else {
+        blob(state, &id, from)?
+    };
+    let new = blob(state, &id, to)?;
+    let (Ok(old), Ok(new)) = (std::str::from_utf8(&old), std::str::from_utf8(&new)) else {
+        return Ok(respond::json(&json!({ "lines": [], "binary": true })));
+    };
+    let lines: Vec<Line> = TextDiff::from_lines(old, new)
+        .iter_all_changes()
+        .map(|change| Line {
+            op: match change.tag() {
+                ChangeTag::Equal => " ",
+                ChangeTag::Insert => "+",
+                ChangeTag::Delete => "-",
+            },
+            text: change.value().trim_end_matches('\n').to_owned(),
+        })
+        .collect();
+    Ok(respond::json(&json!({ "lines": lines, "binary": false })))
+}

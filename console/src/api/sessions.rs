@@ -1,0 +1,191 @@
+//! The sessions list and its filters.
+
+use std::collections::{HashMap, HashSet};
+
+use airlock_auditor::{SearchQuery, SessionId, SessionSummary, VerifyOutcome, timeline};
+use http::Response;
+use serde::Serialize;
+
+use super::Params;
+use crate::ConsoleError;
+use crate::respond::{self, Body};
+use crate::server::State;
+use crate::verification::Badge;
+
+/// One row of the list.
+#[derive(Debug, Serialize)]
+struct Row {
+    id: SessionId,
+    started_us: i64,
+    ended_us: Option<i64>,
+    duration_ms: Option<f64>,
+    mode: airlock_auditor::SessionMode,
+    command: Vec<String>,
+    command_line: String,
+    policy_name: String,
+    end: Option<String>,
+    exit_status: Option<i32>,
+    events: u64,
+    denials: u64,
+    verification: Badge,
+}
+
+pub(super) fn list(state: &State, params: &Params) -> Result<Response<Body>, ConsoleError> {
+    let filter = Filter::from_params(state, params)?;
+    let denials = denials_by_session(state)?;
+    let mut rows = Vec::new();
+    for summary in state.store.sessions()?.into_iter().rev() {
+        if !filter.keeps(&summary) {
+            continue;
+        }
+        let report = state.verification.report(state, &summary.id)?;
+        let badge = Badge::of(&report);
+        if filter
+            .verification
+            .is_some_and(|want| want != report.outcome)
+        {
+            continue;
+        }
+        let denied = denials.get(&summary.id).copied().unwrap_or(0);
+        if filter.denied && denied == 0 {
+            continue;
+        }
+        rows.push(row(summary, denied, badge));
+    }
+    Ok(respond::json(&serde_json::json!({ "sessions": rows })))
+}
+
+fn row(s: SessionSummary, denials: u64, verification: Badge) -> Row {
+    let end = s.end.as_ref();
+    Row {
+        duration_ms: duration_ms(s.started_us, s.ended_us),
+        command_line: timeline::command_line(&s.info.command),
+        id: s.id,
+        started_us: s.started_us,
+        ended_us: s.ended_us,
+        mode: s.info.mode,
+        command: s.info.command,
+        policy_name: s.info.policy_name,
+        end: end.map(airlock_auditor::SessionEnd::describe),
+        exit_status: end.and_then(|e| e.exit_status),
+        events: s.events,
+        denials,
+        verification,
+    }
+}
+
+pub(super) fn duration_ms(started_us: i64, ended_us: Option<i64>) -> Option<f64> {
+    ended_us.map(|end| (end - started_us) as f64 / 1000.0)
+}
+
+/// Refused requests, connections and lookups per session, from the search
+/// index (one lookup, not a scan of every session).
+fn denials_by_session(state: &State) -> Result<HashMap<SessionId, u64>, ConsoleError> {
+    let query = SearchQuery {
+        verdict: Some("deny".into()),
+        ..SearchQuery::default()
+    };
+    let mut counts = HashMap::new();
+    for hit in state.store.search(&query)?.hits {
+        *counts.entry(hit.session).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+/// The list's filters, as the page sends them.
+struct Filter {
+    since_us: Option<i64>,
+    until_us: Option<i64>,
+    mode: Option<String>,
+    /// Text of the session's command line; sessions where some exec's
+    /// command line holds it are in `command_sessions`.
+    command: Option<String>,
+    command_sessions: HashSet<SessionId>,
+    /// Sessions that contacted the host, when one was given.
+    host_sessions: Option<HashSet<SessionId>>,
+    denied: bool,
+    verification: Option<VerifyOutcome>,
+}
+
+impl Filter {
+    fn from_params(state: &State, params: &Params) -> Result<Filter, ConsoleError> {
+        let sessions_matching = |query: SearchQuery| -> Result<HashSet<SessionId>, ConsoleError> {
+            Ok(state
+                .store
+                .search(&query)?
+                .hits
+                .into_iter()
+                .map(|h| h.session)
+                .collect())
+        };
+        let command = params.get("command").map(str::to_owned);
+        let command_sessions = match &command {
+            Some(text) => sessions_matching(SearchQuery {
+                command: Some(text.clone()),
+                ..SearchQuery::default()
+            })?,
+            None => HashSet::new(),
+        };
+        let host_sessions = match params.get("host") {
+            Some(host) => Some(sessions_matching(SearchQuery {
+                host: Some(host.to_owned()),
+                ..SearchQuery::default()
+            })?),
+            None => None,
+        };
+        let verification = match params.get("verification") {
+            None => None,
+            Some("intact") => Some(VerifyOutcome::Intact),
+            Some("incomplete") => Some(VerifyOutcome::Incomplete),
+            Some("tampered") => Some(VerifyOutcome::Tampered),
+            Some(other) => {
+                return Err(ConsoleError::BadRequest(format!(
+                    "unknown verification state {other:?}; use intact, incomplete or tampered"
+                )));
+            }
+        };
+        let mode = params.get("mode").map(str::to_owned);
+        if let Some(m) = &mode
+            && !["run", "session", "proxy", "sidecar"].contains(&m.as_str())
+        {
+            return Err(ConsoleError::BadRequest(format!(
+                "unknown mode {m:?}; use run, session, proxy or sidecar"
+            )));
+        }
+        Ok(Filter {
+            since_us: params.time("since")?,
+            until_us: params.time("until")?,
+            mode,
+            command,
+            command_sessions,
+            host_sessions,
+            denied: matches!(params.get("denied"), Some("1" | "true" | "on")),
+            verification,
+        })
+    }
+
+    /// Everything but the verification state and denials, which cost more.
+    fn keeps(&self, s: &SessionSummary) -> bool {
+        // A session overlaps [since, until] when it ended after `since`
+        // (or is still running) and started before `until`.
+        let overlaps = self
+            .since_us
+            .is_none_or(|since| s.ended_us.is_none_or(|end| end >= since))
+            && self.until_us.is_none_or(|until| s.started_us <= until);
+        let mode = self.mode.as_deref().is_none_or(|m| {
+            serde_json::to_value(s.info.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(|v| v == m))
+                == Some(true)
+        });
+        let command = self.command.as_deref().is_none_or(|text| {
+            timeline::command_line(&s.info.command).contains(text)
+                || self.command_sessions.contains(&s.id)
+        });
+        let host = self
+            .host_sessions
+            .as_ref()
+            .is_none_or(|set| set.contains(&s.id));
+        overlaps && mode && command && host
+    }
+}
