@@ -18,10 +18,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use airlock_test_support::audit_cli::{first_session_id, sessions};
+use airlock_test_support::console::Console;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::Upstream;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
@@ -165,53 +165,6 @@ impl Setup {
     }
 }
 
-/// `airlock audit serve` on the database, and the URL it printed.
-async fn serve(setup: &Setup) -> (Child, String) {
-    let mut console = Command::new(AIRLOCK)
-        .args(["audit", "serve", "--listen", "127.0.0.1:0"])
-        .arg("--audit-db")
-        .arg(setup.db())
-        .arg("--audit-key")
-        .arg(setup.key())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(console.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
-    let line = match first {
-        Ok(Ok(Some(line))) => line,
-        other => {
-            let _ = console.start_kill();
-            let mut err = String::new();
-            if let Some(mut stderr) = console.stderr.take() {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut err))
-                        .await;
-            }
-            panic!("`airlock audit serve` printed no URL line ({other:?}); stderr: {err}");
-        }
-    };
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://127.0.0.1:") && w.contains("?token="))
-        .unwrap_or_else(|| panic!("no http://127.0.0.1:PORT/?token= URL in {line:?}"))
-        .to_owned();
-    // Keep the pipes drained, so the console never blocks on a full one.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    if let Some(stderr) = console.stderr.take() {
-        let mut errs = BufReader::new(stderr).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = errs.next_line().await {
-                eprintln!("airlock audit serve: {line}");
-            }
-        });
-    }
-    (console, url)
-}
-
 /// Records `sh -c 'echo tamper-me > t.txt'`, then rewrites its exec event
 /// in the database as an attacker with write access could: the session's
 /// id and the seq of the edited event.
@@ -298,7 +251,8 @@ printf '\033[32mdone\033[0m\n'
     // be red and name the first bad event.
     let (tampered, tampered_seq) = record_and_tamper(&setup).await;
 
-    let (mut console, url) = serve(&setup).await;
+    let console = Console::start(AIRLOCK, &setup.db(), &setup.key()).await;
+    let url = console.url.clone();
 
     // The live session, started once the console is up: it waits on a FIFO
     // the browser test writes to once it watches the session's page, then
@@ -374,7 +328,5 @@ printf '\033[32mdone\033[0m\n'
         String::from_utf8_lossy(&live.stdout).contains("live: 403"),
         "{live:?}"
     );
-
-    console.start_kill().unwrap();
-    let _ = console.wait().await;
+    drop(console);
 }

@@ -11,6 +11,7 @@
 //! - [`client`]: real clients (curl, python3, node) and what they printed;
 //!   raw CONNECT tunnels through the proxy.
 //! - [`audit_cli`]: `airlock audit` as a responder runs it.
+//! - [`console`]: `airlock audit serve`, its URL and its live stream.
 //! - [`disk`]: a directory's files and their sha256.
 //! - [`record`]: `airlock run` with an audit database, its record read back
 //!   and checked against the disk.
@@ -31,6 +32,7 @@ pub mod audit_cli;
 pub mod audit_store;
 pub mod chain;
 pub mod client;
+pub mod console;
 pub mod disk;
 pub mod pki;
 pub mod proxy;

@@ -1,0 +1,149 @@
+//! `airlock audit serve` on a database, as a responder starts it: the URL
+//! it printed, and its live stream read as a browser's EventSource would.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// A running console; killed when dropped.
+#[derive(Debug)]
+pub struct Console {
+    child: Child,
+    /// What it printed: `http://127.0.0.1:PORT/?token=TOKEN`.
+    pub url: String,
+}
+
+impl Console {
+    /// Starts `airlock audit serve` on `db`, with `key` as the trust anchor.
+    pub async fn start(airlock: &str, db: &Path, key: &Path) -> Console {
+        let mut child = Command::new(airlock)
+            .args(["audit", "serve", "--listen", "127.0.0.1:0"])
+            .arg("--audit-db")
+            .arg(db)
+            .arg("--audit-key")
+            .arg(key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn airlock audit serve");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+        let line = match first {
+            Ok(Ok(Some(line))) => line,
+            other => {
+                let _ = child.start_kill();
+                let mut err = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let read = stderr.read_to_string(&mut err);
+                    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+                }
+                panic!("`airlock audit serve` printed no URL line ({other:?}); stderr: {err}");
+            }
+        };
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://127.0.0.1:") && w.contains("?token="))
+            .unwrap_or_else(|| panic!("no http://127.0.0.1:PORT/?token= URL in {line:?}"))
+            .to_owned();
+        // Keep the pipes drained, so the console never blocks on a full one.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        if let Some(stderr) = child.stderr.take() {
+            let mut errs = BufReader::new(stderr).lines();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = errs.next_line().await {
+                    eprintln!("airlock audit serve: {line}");
+                }
+            });
+        }
+        Console { child, url }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn authority(&self) -> &str {
+        let rest = self.url.trim_start_matches("http://");
+        rest.split('/').next().unwrap_or(rest)
+    }
+
+    pub fn token(&self) -> &str {
+        self.url.split("token=").nth(1).unwrap_or_default()
+    }
+
+    /// Follows `session` from after event `after` (`/api/sessions/ID/live`).
+    pub async fn live(&self, session: &str, after: u64) -> LiveStream {
+        let mut stream = TcpStream::connect(self.authority())
+            .await
+            .expect("connect to the console");
+        let request = format!(
+            "GET /api/sessions/{session}/live?after={after} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            self.authority(),
+            self.token()
+        );
+        stream.write_all(request.as_bytes()).await.expect("send");
+        let mut reader = BufReader::new(stream);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            let n = reader.read_line(&mut line).await.expect("read the head");
+            assert!(n > 0, "the console closed the stream: {head}");
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        assert!(
+            head.starts_with("HTTP/1.1 200") && head.contains("text/event-stream"),
+            "{head}"
+        );
+        LiveStream { reader }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A live stream's events, as `(event, data)`.
+#[derive(Debug)]
+pub struct LiveStream {
+    reader: BufReader<TcpStream>,
+}
+
+impl LiveStream {
+    /// The next event whose data satisfies `wanted`, and how long it took
+    /// to arrive; panics after `within`.
+    pub async fn until(
+        &mut self,
+        within: Duration,
+        wanted: impl Fn(&str, &serde_json::Value) -> bool,
+    ) -> (serde_json::Value, Duration) {
+        let start = Instant::now();
+        let mut event = String::new();
+        loop {
+            let mut line = String::new();
+            let left = within.saturating_sub(start.elapsed());
+            let read = tokio::time::timeout(left, self.reader.read_line(&mut line)).await;
+            let Ok(read) = read else {
+                panic!("no wanted event within {within:?}");
+            };
+            assert!(read.expect("read the stream") > 0, "the stream ended");
+            // Chunked transfer coding: size lines and blank lines between.
+            let line = line.trim_end();
+            if let Some(name) = line.strip_prefix("event: ") {
+                event = name.to_owned();
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                let value: serde_json::Value = serde_json::from_str(data).expect("JSON data");
+                if wanted(&event, &value) {
+                    return (value, start.elapsed());
+                }
+            }
+        }
+    }
+}
