@@ -15,6 +15,7 @@
 //! proportional to those sessions' events, and the results say how many
 //! sessions were scanned.
 
+pub(crate) mod consistency;
 pub(crate) mod terms;
 
 use rusqlite::types::Value;
@@ -254,7 +255,7 @@ pub(crate) fn run(
     })
 }
 
-fn has_table(conn: &Connection, name: &str) -> Result<bool, AuditError> {
+pub(crate) fn has_table(conn: &Connection, name: &str) -> Result<bool, AuditError> {
     conn.query_row(
         "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?1",
         [name],

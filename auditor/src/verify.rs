@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::chain::{self, Hash};
 use crate::keys::{KeyFingerprint, TrustAnchor, resolve_anchor};
+use crate::search::consistency::{self, IndexCursor};
 use crate::{AuditError, Seq, SessionId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -269,6 +270,7 @@ pub(crate) fn verify_session(
         &mut verified_through,
         &mut last_good_cp,
     );
+    let indexed = consistency::is_indexed(conn, sid)?;
     {
         let mut stmt = conn
             .prepare(
@@ -278,6 +280,19 @@ pub(crate) fn verify_session(
         let mut rows = stmt
             .query(params![sid])
             .map_err(AuditError::db("verifying the session"))?;
+        let mut index_stmt = conn
+            .prepare(consistency::ROWS_SQL)
+            .map_err(AuditError::db("verifying the search index"))?;
+        // Stepped only after the events' statement, so it sees every row
+        // the events it is compared with were committed with.
+        let mut index = if indexed {
+            let rows = index_stmt.query([sid]);
+            Some(IndexCursor::new(
+                rows.map_err(AuditError::db("verifying the search index"))?,
+            ))
+        } else {
+            None
+        };
         while let Some(r) = rows
             .next()
             .map_err(AuditError::db("verifying the session"))?
@@ -340,6 +355,13 @@ pub(crate) fn verify_session(
             }
             if let Some(p) = check_content(conn, seq, &payload)? {
                 problems.add(Some(seq), p);
+            }
+            if let Some(cursor) = index.as_mut()
+                && let Some(p) = cursor.check_event(seq, ts_us, &kind, &payload)?
+            {
+                problems.add(Some(seq), p);
+                // One problem says it; the rest of the index is suspect too.
+                index = None;
             }
             prev = h;
             expected += 1;

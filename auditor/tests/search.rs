@@ -625,3 +625,92 @@ fn a_database_without_the_index_tables_is_searched_by_scanning_every_session() {
     assert_eq!(found.scanned_sessions, 2);
     assert_eq!(found.hits.len(), 4);
 }
+
+/// The index is outside the chain, so `verify` compares it with the events:
+/// rows deleted (to hide an event from search), changed (to misplace it) or
+/// added (to point a search at the wrong event) make the session tampered,
+/// at the seq of the event whose rows no longer match.
+#[test]
+fn verify_catches_an_index_edited_to_hide_or_misplace_an_event() {
+    let edits = [
+        (
+            "deleted",
+            "DELETE FROM event_terms WHERE host = 'com.pastebin'",
+        ),
+        (
+            "changed",
+            "UPDATE event_terms SET host = 'com.example.innocent' WHERE host = 'com.pastebin'",
+        ),
+        (
+            "added",
+            "INSERT INTO event_terms (sid, seq, ts_us, kind, host)
+             SELECT sid, seq, ts_us, kind, 'com.example.decoy' FROM event_terms
+             WHERE host = 'com.pastebin'",
+        ),
+    ];
+    for (what, sql) in edits {
+        let w = world();
+        let pastebin = SearchQuery {
+            host: Some("pastebin.com".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            hits(&w.store, pastebin.clone()),
+            [(w.proxy.clone(), EventKind::Http)]
+        );
+        let changed = w._env.raw().execute(sql, []).unwrap();
+        assert_eq!(changed, 1, "{what}");
+        let trust = TrustAnchor::KeyFile(w._env.key.clone());
+        let report = w.store.verify(&w.proxy, &trust).unwrap();
+        assert_eq!(
+            report.outcome,
+            airlock_auditor::VerifyOutcome::Tampered,
+            "{what}: {report:#?}"
+        );
+        assert_eq!(
+            report.first_bad_seq,
+            Some(airlock_auditor::Seq(2)),
+            "{what}: {report:#?}"
+        );
+        assert!(
+            report.problems[0].contains("search index"),
+            "{what}: {report:#?}"
+        );
+        for id in [&w.run, &w.live] {
+            assert!(w.store.verify(id, &trust).unwrap().is_intact(), "{what}");
+        }
+    }
+}
+
+/// A session being recorded grows its index with its events: verifying it
+/// meanwhile says "incomplete", never "tampered".
+#[test]
+fn a_session_verified_while_it_records_is_incomplete_not_tampered() {
+    let env = env();
+    let store = env.store();
+    let rec = store.begin_session(info(&["agent"])).unwrap();
+    let reader = AuditStore::open_readonly(&env.db).unwrap();
+    let trust = TrustAnchor::KeyFile(env.key.clone());
+    for i in 0..20 {
+        rec.record(dns(&format!("host{i}.example.com"))).unwrap();
+        rec.record(http(
+            i,
+            "GET",
+            &format!("https://api{i}.example.com/x"),
+            "allow",
+        ))
+        .unwrap();
+        if i % 5 == 0 {
+            rec.sync().unwrap();
+        }
+        let report = reader.verify(rec.session_id(), &trust).unwrap();
+        assert_eq!(
+            report.outcome,
+            airlock_auditor::VerifyOutcome::Incomplete,
+            "{report:#?}"
+        );
+    }
+    let id = rec.session_id().clone();
+    rec.finish(SessionEnd::default()).unwrap();
+    assert!(reader.verify(&id, &trust).unwrap().is_intact());
+}

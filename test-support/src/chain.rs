@@ -71,7 +71,10 @@ pub fn checkpoint_message(id: &str, seq: u64, hash: &[u8], end: Option<&str>) ->
 
 /// What an attacker with write access to the DB (but not the key) can do:
 /// rewrite rows, recompute the whole chain, re-sign every checkpoint with a
-/// key of their own and swap the session's public key.
+/// key of their own and swap the session's public key. The session's
+/// search index, which `verify` compares with the events, is dropped too,
+/// as by a version that recorded none (search then scans the rewritten
+/// events): only the trust anchor tells this forgery apart.
 pub fn forge_resign(db: &Path, id: &SessionId, rewrite: impl Fn(u64, &str) -> String) {
     let conn = rusqlite::Connection::open(db).expect("open");
     let key = SigningKey::from_bytes(&[7u8; 32]);
@@ -93,6 +96,10 @@ pub fn forge_resign(db: &Path, id: &SessionId, rewrite: impl Fn(u64, &str) -> St
         rusqlite::params![&pk[..], fp, sid],
     )
     .expect("rekey");
+    for table in ["search_indexed", "event_terms"] {
+        // Absent from databases made before search: nothing to drop.
+        let _ = conn.execute(&format!("DELETE FROM {table} WHERE sid = ?1"), [sid]);
+    }
     let rows: Vec<(i64, i64, i64, String, Option<String>, String)> = {
         let mut st = conn
             .prepare("SELECT rowid, seq, ts_us, kind, exec_id, payload FROM events WHERE sid = ?1 ORDER BY seq")

@@ -1,7 +1,7 @@
 //! What an event can be searched by: the values `airlock audit search`
 //! matches (`event_terms` rows), taken from the event as it is stored.
 
-use crate::{AuditEvent, FileOp, Redactor};
+use crate::{AuditEvent, EventKind, FileOp, Redactor};
 
 /// One `event_terms` row's searchable values. An event with several values
 /// of one kind (a rename's two paths) has one row per value.
@@ -22,7 +22,9 @@ pub(crate) struct Terms {
 
 impl Terms {
     /// Scrubs registered secrets, as the recorder scrubs the payload: the
-    /// index must never hold what the record does not.
+    /// index must never hold what the record does not. Done on the values
+    /// as recorded, before [`Self::normalized`]: a secret lower-cased or
+    /// with its labels reversed would no longer be found by the redactor.
     fn scrubbed(mut self, redactor: &Redactor) -> Terms {
         if redactor.is_empty() {
             return self;
@@ -42,6 +44,28 @@ impl Terms {
         }
         self
     }
+
+    /// The forms search compares: the host keyed (see [`host_key`]), the
+    /// method upper-case, the verdict lower-case.
+    fn normalized(mut self) -> Terms {
+        self.host = self.host.map(|h| host_key(&h));
+        self.method = self.method.map(|m| m.to_ascii_uppercase());
+        self.verdict = self.verdict.map(|v| v.to_ascii_lowercase());
+        self
+    }
+}
+
+/// Whether events of `kind` can have rows (the others never do, so a
+/// reader checking the index need not parse them).
+pub(crate) fn is_indexed_kind(kind: EventKind) -> bool {
+    !matches!(
+        kind,
+        EventKind::Exit
+            | EventKind::Output
+            | EventKind::Note
+            | EventKind::Resize
+            | EventKind::StepEnd
+    )
 }
 
 /// The rows an event gets, scrubbed with `redactor` (empty for events
@@ -75,8 +99,8 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             rows
         }
         AuditEvent::Dns { name, decision, .. } => vec![Terms {
-            host: Some(host_key(name)),
-            verdict: Some(decision.to_ascii_lowercase()),
+            host: Some(name.clone()),
+            verdict: Some(decision.clone()),
             ..Terms::default()
         }],
         AuditEvent::Tcp {
@@ -85,8 +109,8 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             decision,
             ..
         } => vec![Terms {
-            host: Some(host_key(host.as_deref().unwrap_or_else(|| dst_ip(dst)))),
-            verdict: Some(decision.to_ascii_lowercase()),
+            host: Some(host.as_deref().unwrap_or_else(|| dst_ip(dst)).to_owned()),
+            verdict: Some(decision.clone()),
             ..Terms::default()
         }],
         AuditEvent::Http {
@@ -95,16 +119,16 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             decision,
             ..
         } => vec![Terms {
-            host: url_host(url).map(host_key),
-            method: Some(method.to_ascii_uppercase()),
-            verdict: Some(decision.to_ascii_lowercase()),
+            host: url_host(url).map(str::to_owned),
+            method: Some(method.clone()),
+            verdict: Some(decision.clone()),
             url: Some(url.clone()),
             ..Terms::default()
         }],
         AuditEvent::ApprovalRequested { method, url, .. }
         | AuditEvent::ApprovalDecided { method, url, .. } => vec![Terms {
-            host: url_host(url).map(host_key),
-            method: Some(method.to_ascii_uppercase()),
+            host: url_host(url).map(str::to_owned),
+            method: Some(method.clone()),
             url: Some(url.clone()),
             ..Terms::default()
         }],
@@ -114,7 +138,9 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         | AuditEvent::Resize { .. }
         | AuditEvent::StepEnd { .. } => Vec::new(),
     };
-    rows.into_iter().map(|t| t.scrubbed(redactor)).collect()
+    rows.into_iter()
+        .map(|t| t.scrubbed(redactor).normalized())
+        .collect()
 }
 
 /// A host name as the index keys it: lower-case, without a trailing dot,
