@@ -26,16 +26,20 @@ use crate::ConsoleError;
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
-pub(crate) const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 const DOWNLOAD_CSP: &str = "default-src 'none'; sandbox";
 
 fn base(status: StatusCode, content_type: &str) -> http::response::Builder {
+    with_csp(status, content_type, PAGE_CSP)
+}
+
+fn with_csp(status: StatusCode, content_type: &str, csp: &'static str) -> http::response::Builder {
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
-        .header(CONTENT_SECURITY_POLICY, PAGE_CSP)
+        .header(CONTENT_SECURITY_POLICY, csp)
         .header(X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header(X_FRAME_OPTIONS, "DENY")
         // The first URL carries the token: never send it on as a Referer.

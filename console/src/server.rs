@@ -53,6 +53,7 @@ pub(crate) struct State {
 #[derive(Debug)]
 pub struct Console {
     listener: TcpListener,
+    addr: SocketAddr,
     state: Arc<State>,
 }
 
@@ -91,34 +92,31 @@ impl Console {
         };
         Ok(Console {
             listener,
+            addr,
             state: Arc::new(state),
         })
     }
 
     /// The address it listens on.
-    pub fn local_addr(&self) -> Result<SocketAddr, ConsoleError> {
-        let listen = self.listener.local_addr();
-        listen.map_err(|source| ConsoleError::Listen {
-            addr: SocketAddr::from(([127, 0, 0, 1], self.state.port)),
-            source,
-        })
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// The URL to open: the address plus the access token.
-    pub fn url(&self) -> Result<String, ConsoleError> {
-        let addr = self.local_addr()?;
-        let host = if addr.ip().is_unspecified() {
+    pub fn url(&self) -> String {
+        let ip = self.addr.ip();
+        let host = if ip.is_unspecified() {
             "127.0.0.1".to_owned()
-        } else if addr.is_ipv6() {
-            format!("[{}]", addr.ip())
+        } else if ip.is_ipv6() {
+            format!("[{ip}]")
         } else {
-            addr.ip().to_string()
+            ip.to_string()
         };
-        Ok(format!(
+        format!(
             "http://{host}:{}/?token={}",
-            addr.port(),
+            self.addr.port(),
             self.state.token.as_str()
-        ))
+        )
     }
 
     /// Serves until `shutdown` completes. Open connections (a live view's

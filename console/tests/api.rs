@@ -35,8 +35,8 @@ fn serve(env: &Env) -> Served {
             rule_to_add: Box::new(|method, url| Some(format!("# allow {method} {url}"))),
         }))
         .unwrap();
-    let addr = console.local_addr().unwrap();
-    let url = console.url().unwrap();
+    let addr = console.local_addr();
+    let url = console.url();
     let token = url.split("token=").nth(1).unwrap().to_owned();
     runtime.spawn(console.serve(std::future::pending()));
     Served {

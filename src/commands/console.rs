@@ -54,7 +54,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         })
         .await?;
         // stdout carries only the URL, so a script can read it.
-        println!("Airlock console: {}  (Ctrl-C to stop)", console.url()?);
+        println!("Airlock console: {}  (Ctrl-C to stop)", console.url());
         console.serve(shutdown()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
