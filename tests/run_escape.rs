@@ -698,16 +698,53 @@ fn processes_with(needle: &str) -> Vec<(i32, String)> {
     found
 }
 
+/// The host's nftables rules, without counters (`nft -s`: they change as
+/// other traffic flows) and without the tables podman's netavark manages
+/// (iptables-nft's `ip nat`/`ip filter` with NETAVARK chains): the container
+/// tests, which nextest runs in parallel with this one, add and remove
+/// per-container chains there. Airlock never touches those tables.
 fn nft_ruleset() -> String {
     let out = std::process::Command::new("nft")
-        .args(["list", "ruleset"])
+        .args(["-s", "list", "ruleset"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    without_netavark_tables(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// The host's interfaces (names and state, not counters) and routes.
+/// `nft list ruleset` output less every top-level `table ... { ... }` block
+/// that mentions NETAVARK.
+fn without_netavark_tables(ruleset: &str) -> String {
+    let mut kept = String::new();
+    let mut table = String::new();
+    for line in ruleset.lines() {
+        if line.starts_with("table ") || !table.is_empty() {
+            table.push_str(line);
+            table.push('\n');
+            if line == "}" {
+                if !table.contains("NETAVARK") {
+                    kept.push_str(&table);
+                }
+                table.clear();
+            }
+        } else {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept.push_str(&table);
+    kept
+}
+
+/// Whether a line of `ip link`/`ip route` output is podman's: its bridge
+/// (`podman0`, created with the first container and removed with the last)
+/// and the host end of each container's veth pair.
+fn is_podmans(line: &str) -> bool {
+    line.contains("podman") || line.trim_start().starts_with("veth") || line.contains("dev veth")
+}
+
+/// The host's interfaces (names and state, not counters) and routes, less
+/// podman's (see [`is_podmans`]).
 fn host_links_and_routes() -> String {
     let out = std::process::Command::new("sh")
         .args([
@@ -717,18 +754,26 @@ fn host_links_and_routes() -> String {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !is_podmans(l))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The host's mounts, less those other tests running in parallel make and
-/// remove (tmpfs under their temp dirs, `ip netns` bind mounts).
+/// remove (tmpfs under their temp dirs, `ip netns` bind mounts, and the
+/// root filesystems and /dev/shm of the container tests' podman containers).
 fn host_mounts() -> String {
     std::fs::read_to_string("/proc/mounts")
         .unwrap()
         .lines()
         .filter(|l| {
             let mount_point = l.split(' ').nth(1).unwrap_or("");
-            !mount_point.starts_with("/tmp/.tmp") && !mount_point.starts_with("/run/netns")
+            !mount_point.starts_with("/tmp/.tmp")
+                && !mount_point.starts_with("/run/netns")
+                && !mount_point.starts_with("/var/lib/containers/")
+                && !mount_point.starts_with("/run/containers/")
         })
         .map(|l| format!("{l}\n"))
         .collect()
