@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_test_support::client::ClientOutput;
+use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
@@ -1411,4 +1412,42 @@ async fn the_webhook_reaches_a_receiver_outside_the_pod() {
         "the approved request completes: {out:?}"
     );
     assert_eq!(upstream.hits(), 1);
+}
+
+/// The forensic console follows a sidecar as it records (docs/console.md):
+/// the app's refused request is on the live stream within a second, and the
+/// stream ends when the sidecar stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_refusal_in_the_pod_as_it_happens() {
+    let (pod, _pki, _upstream, mut sidecar) = pod_with_sidecar("console", &[]).await;
+    let (code, _, out) = pod.curl("https://api.test/echo", &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    let key = pod.dir.path().join("audit/audit.key");
+    let console = Console::start(AIRLOCK, &pod.db(), &key).await;
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    assert_eq!(sessions[0]["mode"], "sidecar", "{sessions:#}");
+    let mut live = console.live(sessions[0]["id"].as_str().unwrap(), 0).await;
+    live.until(Duration::from_secs(5), |e, d| {
+        e == "ev" && d["kind"] == "http" && d["verdict"] == "allow"
+    })
+    .await;
+
+    let (code, _, out) = pod.curl("https://api.test/admin", &[]).await;
+    assert_eq!(code, 403, "{out:?}");
+    let (ev, _) = live
+        .until(Duration::from_secs(5), |e, d| {
+            e == "ev"
+                && d["verdict"] == "deny"
+                && d["summary"].as_str().is_some_and(|s| s.contains("/admin"))
+        })
+        .await;
+    let lag = since_recorded(&ev);
+    assert!(
+        lag < Duration::from_secs(1),
+        "shown {lag:?} after it was recorded: {ev}"
+    );
+
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    live.until(Duration::from_secs(10), |e, _| e == "end").await;
 }

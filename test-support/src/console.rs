@@ -147,3 +147,15 @@ impl LiveStream {
         }
     }
 }
+
+/// How long after the recorder stamped `ev` (an `Ev` from the live stream)
+/// it is now: what a person watching waited to see it.
+pub fn since_recorded(ev: &serde_json::Value) -> Duration {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_micros();
+    let recorded_us = ev["ts_us"].as_i64().expect("an event with ts_us");
+    let lag_us = i128::try_from(now_us).unwrap_or(i128::MAX) - i128::from(recorded_us);
+    Duration::from_micros(u64::try_from(lag_us).unwrap_or(0))
+}
