@@ -19,6 +19,7 @@
 //! - [`chain`]: an independent implementation of the audit chain's format,
 //!   to forge what an attacker with write access to the database could.
 //! - [`shim`]: sandboxes run through the shim's library API.
+//! - [`podman`]: real podman containers, networks and test images.
 //!
 //! The `airlock` binary's path is known only to the root package's
 //! integration tests, at compile time: they name it with [`airlock_bin!`]
@@ -35,6 +36,7 @@ pub mod client;
 pub mod console;
 pub mod disk;
 pub mod pki;
+pub mod podman;
 pub mod proxy;
 pub mod record;
 pub mod server;

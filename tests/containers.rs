@@ -1,0 +1,1226 @@
+//! `airlock sidecar` against real containers: podman (Debian's 4.3, with
+//! runc and the cgroupfs cgroup manager) runs them on its real bridge
+//! network, from images built here without a registry
+//! (scripts/build-test-images). Covers the three ways docs/sidecar.md
+//! deploys the sidecar: attached from the host to a running container
+//! (`--pid`), the Airlock image with an app in its network namespace (the
+//! compose pattern), and the Kubernetes pod manifest (`podman kube play`).
+//!
+//! The upstream (`api.test`) and bait listeners live on the host, bound to
+//! the bridge's gateway address, so they are reachable from the containers
+//! and from nowhere else. Every container, pod and volume has a name unique
+//! to this process and test, and is removed on drop, even on failure.
+//! Podman missing is a failure, not a skip: scripts/setup installs it.
+//! The podman plumbing is `airlock_test_support::podman`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use airlock_test_support::pki::TestPki;
+use airlock_test_support::podman::{
+    self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
+    remove_on_drop, ulimits, unique,
+};
+use airlock_test_support::upstream::Upstream;
+use tokio::io::AsyncWriteExt;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const TABLE: &str = "airlock_sidecar_15001";
+
+fn images() -> &'static Images {
+    podman::images(REPO, AIRLOCK)
+}
+
+/// The TLS upstream `api.test`, reachable at the gateway: bytes relayed to
+/// a test upstream on the host's loopback, which counts the requests.
+async fn upstream_at(gw: &str, pki: &TestPki) -> (Upstream, u16) {
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test", "evil.test"]))).await;
+    let listener = listen_at(gw);
+    let port = listener.local_addr().unwrap().port();
+    let to = upstream.addr;
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    });
+    (upstream, port)
+}
+
+/// A TCP listener that counts connections and answers, so a connection
+/// that got through would succeed.
+fn tcp_bait(listener: tokio::net::TcpListener) -> (u16, Arc<AtomicUsize>) {
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let _ = s
+                .write_all(b"HTTP/1.0 200 OK\r\n\r\nbypassed the sidecar\n")
+                .await;
+        }
+    });
+    (port, count)
+}
+
+/// A UDP socket at `ip`:`port` (0: any) that counts datagrams and answers them.
+fn udp_bait(ip: &str, port: u16) -> (u16, Arc<AtomicUsize>) {
+    let std = std::net::UdpSocket::bind((ip, port)).unwrap();
+    std.set_nonblocking(true).unwrap();
+    let port = std.local_addr().unwrap().port();
+    let socket = tokio::net::UdpSocket::from_std(std).unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = socket.recv_from(&mut buf).await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let _ = socket.send_to(b"bypassed", from).await;
+        }
+    });
+    (port, count)
+}
+
+/// The host end of podman's bridge: its IPv6 link-local address, for an
+/// IPv6 bait the container can reach without the sidecar.
+fn bridge_link_local(bridge: &str) -> Option<(String, u32)> {
+    // The kernel adds it a moment after the first container brings the
+    // bridge up, and it is usable once duplicate address detection is done.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("ip")
+            .args(["-6", "-o", "addr", "show", "dev", bridge, "scope", "link"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let addr = text
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next());
+        if let Some(addr) = addr.filter(|_| !text.contains("tentative")) {
+            let index = nix::net::if_::if_nametoindex(bridge).ok()?;
+            return Some((addr.to_owned(), index));
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn policy(port: u16) -> String {
+    format!(
+        r#"version = 1
+[[allow]]
+host = "api.test"
+port = {port}
+methods = ["GET"]
+paths = ["/echo", "/echo/**"]
+"#
+    )
+}
+
+/// What a guarded-container test shares: a CA directory for the sidecar,
+/// the bundle the app trusts, the policy, the audit database.
+struct Host {
+    dir: tempfile::TempDir,
+    pki: TestPki,
+}
+
+impl Host {
+    fn new() -> Host {
+        use std::os::unix::fs::PermissionsExt;
+        let host = Host {
+            dir: tempfile::tempdir().unwrap(),
+            pki: TestPki::new(),
+        };
+        std::fs::set_permissions(host.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(host.dir.path().join("ca"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ca init: {out:?}");
+        // The app trusts the sidecar's CA and, for the unguarded control
+        // requests, the upstream's own.
+        let public = host.public_ca_dir();
+        std::fs::create_dir(&public).unwrap();
+        let bundle = [
+            std::fs::read_to_string(host.dir.path().join("ca/ca.pem")).unwrap(),
+            std::fs::read_to_string(&host.pki.ca_pem).unwrap(),
+        ]
+        .concat();
+        std::fs::write(public.join("ca.pem"), bundle).unwrap();
+        std::fs::set_permissions(
+            public.join("ca.pem"),
+            std::fs::Permissions::from_mode(0o444),
+        )
+        .unwrap();
+        host
+    }
+
+    fn public_ca_dir(&self) -> PathBuf {
+        self.dir.path().join("ca-public")
+    }
+
+    fn policy_file(&self) -> PathBuf {
+        self.dir.path().join("policy.toml")
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.db")
+    }
+
+    /// The app container: an ordinary uid, no capabilities, read-only root,
+    /// no-new-privileges, the CA through a read-only volume.
+    fn app(&self, tag: &str, net: &Net, extra: &[&str], argv: &[&str]) -> Container {
+        let ca = format!("{}:/etc/airlock/ca:ro", self.public_ca_dir().display());
+        let mut args = vec![
+            "--network",
+            &net.name,
+            "--user",
+            "10001:10001",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            "-v",
+            &ca,
+            "-e",
+            "SSL_CERT_FILE=/etc/airlock/ca/ca.pem",
+            "-e",
+            "CURL_CA_BUNDLE=/etc/airlock/ca/ca.pem",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&images().app);
+        args.extend_from_slice(argv);
+        Container::run(tag, &args)
+    }
+
+    /// `airlock sidecar --pid PID` from the host.
+    fn sidecar(&self, pid: &str, gw: &str, extra: &[&str]) -> Sidecar {
+        let mut cmd = Command::new(AIRLOCK);
+        cmd.args(["sidecar", "--pid", pid, "--policy"])
+            .arg(self.policy_file())
+            .arg("--ca-dir")
+            .arg(self.dir.path().join("ca"))
+            .arg("--upstream-ca")
+            .arg(&self.pki.ca_pem)
+            .args(["--resolve", &format!("api.test:{gw}")])
+            .arg("--audit-db")
+            .arg(self.db())
+            .arg("--audit-key")
+            .arg(self.dir.path().join("audit/audit.key"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Sidecar::spawn(cmd)
+    }
+
+    fn audit(&self, args: &[&str]) -> String {
+        let out = Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(self.db())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// A sidecar process on the host, its stderr collected; killed on drop.
+struct Sidecar {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sidecar {
+    fn spawn(mut cmd: Command) -> Sidecar {
+        let mut child = cmd.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        // Events on stdout are not read here; drain them so the pipe never fills.
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                std::io::copy(&mut BufReader::new(out), &mut std::io::sink())
+            });
+        }
+        Sidecar { child, stderr }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    async fn ready(self) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.log().contains("airlock: sidecar ready") {
+            assert!(
+                Instant::now() < deadline,
+                "sidecar never ready: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    fn stop(&mut self) -> Option<i32> {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+/// The probes of everything that must not leave a guarded container:
+/// non-DNS UDP, ICMP (a ping socket, which root without capabilities may
+/// open), IPv6, and DNS to the container's own resolver and to another
+/// one (with `dns`). Prints one line per probe. 192.0.2.53 (TEST-NET-1,
+/// RFC 5737) answers nowhere: the probes never need the internet.
+fn leak_probe(gw: &str, udp_port: u16, v6: Option<(&str, u32, u16)>, dns: bool) -> String {
+    let dns = if dns { "True" } else { "False" };
+    let v6 = match v6 {
+        Some((addr, scope, port)) => format!("({addr:?}, {port}, 0, {scope})"),
+        None => "None".into(),
+    };
+    format!(
+        r#"
+import socket, struct
+def query(name):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    for part in name.split("."):
+        q += bytes([len(part)]) + part.encode()
+    return q + b"\0" + struct.pack(">HH", 1, 1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(2)
+try:
+    u.sendto(b"hello", ("{gw}", {udp_port}))
+    print("udp got", u.recv(100))
+except OSError as e:
+    print("udp refused", e)
+try:
+    p = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    p.settimeout(2)
+    p.sendto(b"\x08\x00\x00\x00\x00\x01\x00\x01ping", ("{gw}", 0))
+    print("icmp got", p.recv(100)[:1])
+except OSError as e:
+    print("icmp refused", e)
+nameserver = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+for server in (nameserver, "192.0.2.53") if {dns} else ():
+    d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    d.settimeout(3)
+    try:
+        d.sendto(query("api.test"), (server, 53))
+        a = d.recv(512)
+        print("dns", server == nameserver and "own" or server, "rcode", a[3] & 15, "answer", ".".join(str(b) for b in a[-4:]))
+    except OSError as e:
+        print("dns", server == nameserver and "own" or server, "failed", e)
+v6 = {v6}
+if v6:
+    s6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s6.settimeout(3)
+    try:
+        s6.connect(v6)
+        print("ipv6 got", s6.recv(100))
+    except OSError as e:
+        print("ipv6 refused", e)
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_podman_container_is_guarded_from_the_host() {
+    let host = Host::new();
+    let net = Net::new("guard");
+    // Its own resolver: a bait on the bridge, which must never hear a query.
+    let app = host.app(
+        "guard",
+        &net,
+        &["--dns", &net.gateway],
+        &["sleep", "infinity"],
+    );
+    let gw = net.gateway.clone();
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    std::fs::write(host.policy_file(), policy(port)).unwrap();
+    let (bait_port, tcp) = tcp_bait(listen_at(&gw));
+    let (udp_port, udp) = udp_bait(&gw, 0);
+    let (_, dns) = udp_bait(&gw, 53);
+    let v6 = bridge_link_local(&net.bridge).map(|(addr, scope)| {
+        let std = std::net::TcpListener::bind(SocketAddr::V6(std::net::SocketAddrV6::new(
+            addr.parse().unwrap(),
+            0,
+            0,
+            scope,
+        )))
+        .unwrap();
+        std.set_nonblocking(true).unwrap();
+        let (port, count) = tcp_bait(tokio::net::TcpListener::from_std(std).unwrap());
+        // The container's end of the link: `%eth0` scope.
+        (addr, port, count)
+    });
+    assert!(
+        v6.is_some(),
+        "{}: no IPv6 link-local address, so the IPv6 check cannot run",
+        net.bridge
+    );
+    let direct = format!("api.test:{port}:{gw}");
+    let url = format!("https://api.test:{port}/echo");
+    let eth0 = 2; // the container's eth0 (lo is 1)
+    let v6_target = v6.as_ref().map(|(a, p, _)| (a.as_str(), eth0, *p));
+
+    // Unguarded, every path is open: the controls that make the checks
+    // below mean something.
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_eq!(code, 200, "unguarded: {out:?}");
+    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
+    assert!(code == 200 && body.contains("bypassed"), "{out:?}");
+    let out = app
+        .python(
+            &["--user", "0"],
+            &leak_probe(&gw, udp_port, v6_target, false),
+        )
+        .await;
+    assert!(out.stdout.contains("udp got"), "{out:?}");
+    assert!(out.stdout.contains("icmp got"), "{out:?}");
+    if v6.is_some() {
+        assert!(out.stdout.contains("ipv6 got"), "{out:?}");
+    }
+    let unguarded_hits = upstream.hits();
+    let (tcp0, udp0) = (tcp.load(Ordering::SeqCst), udp.load(Ordering::SeqCst));
+    let v6_0 = v6.as_ref().map_or(0, |v| v.2.load(Ordering::SeqCst));
+    // Someone else's table in the container's namespace, which a clean stop must keep.
+    nsenter_ok(&app.pid(), &["nft", "add", "table", "inet", "foreign_test"]);
+    let rules_before = app.ruleset();
+
+    let pid = app.pid();
+    let mut sidecar = host.sidecar(&pid, &gw, &[]).ready().await;
+    assert!(app.ruleset().contains(TABLE));
+
+    // Allowed, by name, through the sidecar's DNS and CA: curl and python.
+    let (code, body, out) = app.curl(&url, &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert!(body.contains("/echo"), "{body}");
+    let out = app
+        .python(
+            &[],
+            &format!(
+                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
+            ),
+        )
+        .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?}\n{}", sidecar.log());
+    // Denied by policy: refused by the sidecar, never forwarded.
+    let (code, body, out) = app
+        .curl(&format!("https://api.test:{port}/admin"), &[])
+        .await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(body.contains("Airlock refused this request."), "{body}");
+    // By literal IP: captured (the policy names hosts, so the bare address is refused).
+    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
+    assert!(code != 200 && !body.contains("bypassed"), "{out:?}");
+    let (code, _, out) = app
+        .curl(&format!("https://{gw}:{port}/echo"), &["-k"])
+        .await;
+    assert_ne!(code, 200, "{out:?}");
+    // The name pinned to the upstream's real address (/etc/hosts, a cached
+    // lookup): captured, and the address stands for itself, so refused.
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_ne!(code, 200, "{out:?}");
+    let out = app
+        .python(
+            &["--user", "0"],
+            &leak_probe(&gw, udp_port, v6_target, true),
+        )
+        .await;
+    assert!(out.stdout.contains("udp refused"), "{out:?}");
+    assert!(out.stdout.contains("icmp refused"), "{out:?}");
+    // Whatever resolver is asked, the sidecar answers (198.18.0.0/15: its synthetic addresses).
+    for server in ["own", "192.0.2.53"] {
+        assert!(
+            out.stdout
+                .contains(&format!("dns {server} rcode 0 answer 198.1")),
+            "{server}: {out:?}"
+        );
+    }
+    if v6.is_some() {
+        assert!(out.stdout.contains("ipv6 refused"), "{out:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tcp.load(Ordering::SeqCst), tcp0, "TCP bypassed the sidecar");
+    assert_eq!(udp.load(Ordering::SeqCst), udp0, "UDP bypassed the sidecar");
+    assert_eq!(dns.load(Ordering::SeqCst), 0, "DNS bypassed the sidecar");
+    if let Some((_, _, count)) = &v6 {
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            v6_0,
+            "IPv6 bypassed the sidecar"
+        );
+    }
+    // curl and python: two allowed requests, nothing else.
+    assert_eq!(upstream.hits(), unguarded_hits + 2, "{}", sidecar.log());
+
+    // A clean stop removes Airlock's table and nothing else.
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    assert_eq!(app.ruleset(), rules_before);
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_eq!(code, 200, "unguarded again: {out:?}");
+
+    // Audited: one sidecar session with the allowed and refused requests.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&host.audit(&["sessions", "--json"])).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap();
+    let timeline = host.audit(&["timeline", session]);
+    assert!(timeline.contains("sidecar mode"), "{timeline}");
+    assert!(timeline.contains("/admin"), "{timeline}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_container_fails_closed_and_a_restart_gives_its_network_back() {
+    let host = Host::new();
+    let net = Net::new("kill");
+    let app = host.app("kill", &net, &[], &["sleep", "infinity"]);
+    let gw = net.gateway.clone();
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    std::fs::write(host.policy_file(), policy(port)).unwrap();
+    let url = format!("https://api.test:{port}/echo");
+    let direct = format!("api.test:{port}:{gw}");
+
+    let mut sidecar = host.sidecar(&app.pid(), &gw, &[]).ready().await;
+    assert_eq!(app.curl(&url, &[]).await.0, 200, "{}", sidecar.log());
+    sidecar.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = sidecar.child.wait();
+    assert!(app.ruleset().contains(TABLE), "kill -9 leaves the rules");
+    for extra in [&[][..], &["--resolve", &direct][..]] {
+        let (_, _, out) = app.curl(&url, extra).await;
+        assert_ne!(out.status, 0, "{out:?}");
+    }
+    assert_eq!(upstream.hits(), 1, "traffic bypassed a dead sidecar");
+
+    // A restart makes a new network namespace, without the rules.
+    pod_ok(&["restart", "-t", "0", &app.name]);
+    assert!(!app.ruleset().contains(TABLE));
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_eq!(code, 200, "after a restart: {out:?}");
+    assert_eq!(upstream.hits(), 2);
+}
+
+/// A DNS server at `gw`:53 that answers every A query with `gw`: the
+/// "cluster DNS" a busy app resolves `api.test` with before a sidecar
+/// exists. Port 53 on the bridge's address: only this test binds it.
+fn dns_at(gw: &str) {
+    let std = std::net::UdpSocket::bind((gw, 53)).unwrap();
+    std.set_nonblocking(true).unwrap();
+    let socket = tokio::net::UdpSocket::from_std(std).unwrap();
+    let ip: std::net::Ipv4Addr = gw.parse().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            if n < 12 {
+                continue;
+            }
+            // The question ends after its name's terminating zero + type + class.
+            let Some(end) = buf[12..n].iter().position(|b| *b == 0).map(|z| 12 + z + 5) else {
+                continue;
+            };
+            let qtype = u16::from_be_bytes([buf[end - 4], buf[end - 3]]);
+            let mut answer = buf[..end.min(n)].to_vec();
+            answer[2] = 0x81; // a response, recursion desired
+            answer[3] = 0x80; // recursion available, no error
+            let count: u8 = u8::from(qtype == 1);
+            answer[6..12].copy_from_slice(&[0, count, 0, 0, 0, 0]);
+            if count == 1 {
+                answer.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4]);
+                answer.extend_from_slice(&ip.octets());
+            }
+            let _ = socket.send_to(&answer, from).await;
+        }
+    });
+}
+
+/// The order people deploy in: the app is already busy when the sidecar
+/// attaches. It resolves `api.test` by DNS for every request, as a client
+/// of a cluster's DNS does. Every request after the sidecar's rules is
+/// either refused (before it is ready) or goes through it and is audited;
+/// none reaches the upstream unaudited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_attached_to_a_busy_app_captures_every_request_after_its_rules() {
+    let host = Host::new();
+    let net = Net::new("busy");
+    let gw = net.gateway.clone();
+    // The port is known once the upstream listens on the bridge, which
+    // exists once the app runs: the app waits for the test to write it.
+    let script = r#"
+import os, sys, time, urllib.request
+while not os.path.exists("/etc/airlock/ca/port"):
+    time.sleep(0.05)
+port = open("/etc/airlock/ca/port").read()
+for n in range(2000):
+    try:
+        s = urllib.request.urlopen("https://api.test:%s/echo/n%d" % (port, n), timeout=5).status
+    except Exception as e:
+        s = type(e).__name__ + ":" + str(e).replace(" ", "_")
+    print(n, s, flush=True)
+    time.sleep(0.05)
+"#;
+    let busy = host.app("busy", &net, &["--dns", &gw], &["python3", "-c", script]);
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    dns_at(&gw);
+    std::fs::write(host.policy_file(), policy(port)).unwrap();
+    std::fs::write(host.public_ca_dir().join("port"), port.to_string()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while upstream.hits() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the app never got going: {}",
+            busy.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut sidecar = host.sidecar(&busy.pid(), &gw, &[]).ready().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The app stops before the sidecar does: after a clean stop its
+    // requests would go direct again, rightly.
+    pod_ok(&["stop", "-t", "0", &busy.name]);
+    let logs = busy.logs();
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+
+    // Which requests did the sidecar see? Its audit names their paths.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&host.audit(&["sessions", "--json"])).unwrap();
+    let timeline = host.audit(&["timeline", sessions[0]["id"].as_str().unwrap()]);
+    let audited = |n: &str| timeline.contains(&format!("/echo/n{n} "));
+    let mut first_audited = None;
+    for line in logs.lines() {
+        let Some((n, status)) = line.split_once(' ') else {
+            continue;
+        };
+        if audited(n) {
+            first_audited.get_or_insert(n.parse::<u32>().unwrap());
+            assert_eq!(status, "200", "{line}");
+        } else if let Some(first) = first_audited {
+            // After the first captured request, an unaudited one must have failed.
+            assert!(
+                status != "200" || n.parse::<u32>().unwrap() < first,
+                "request {n} bypassed the sidecar: {logs}\n{timeline}"
+            );
+        }
+    }
+    let first = first_audited.unwrap_or_else(|| panic!("nothing captured: {logs}\n{timeline}"));
+    assert!(first > 3, "the app was busy before the sidecar: {logs}");
+    let ok = logs.lines().filter(|l| l.ends_with(" 200")).count();
+    // At most one more: a request in flight when the app was stopped.
+    let hits = upstream.hits();
+    assert!(
+        hits == ok || hits == ok + 1,
+        "{hits} hits, {ok} seen: {logs}"
+    );
+    eprintln!(
+        "busy app: {} requests, first captured n{first}, {} failed around the switch",
+        logs.lines().count(),
+        logs.lines().filter(|l| !l.ends_with(" 200")).count()
+    );
+}
+
+/// A YAML file of deploy/ as JSON (python3's yaml: PyYAML, python3-yaml in
+/// scripts/setup), so the tests run what the file says, not a copy of it.
+fn yaml(path: &str) -> serde_json::Value {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+            &format!("{REPO}/{path}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "reading {path} (needs python3-yaml): {out:?}"
+    );
+    let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    docs[0].clone()
+}
+
+/// Writes `value` as YAML (podman's reader; JSON would do for YAML, but
+/// podman 4.3 reads it no better).
+fn write_yaml(path: &std::path::Path, value: &serde_json::Value) {
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; yaml.safe_dump(json.load(sys.stdin), open(sys.argv[1], 'w'))",
+        ])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.to_string().as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "writing {}",
+        path.display()
+    );
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A named volume, removed on drop.
+fn volume(tag: &str) -> (String, Removed) {
+    let name = unique(tag);
+    pod_ok(&["volume", "create", &name]);
+    let rm = remove_on_drop(&["volume", "rm", "-f", &name]);
+    (name, rm)
+}
+
+/// deploy/docker-compose.yml, run service by service with podman as
+/// compose would: `airlock-ca` (twice: a second `up` finds its volumes
+/// full), `airlock` with the capabilities, read-only root,
+/// no-new-privileges, tmpfs and healthcheck the file declares, and `app` in
+/// its network namespace (`network_mode: service:airlock` is
+/// `--network container:airlock`), with the CA through the public volume.
+/// The file's own commands, capabilities and options are read from it; the
+/// test only points the policy at its upstream and adds `--upstream-ca`,
+/// `--resolve` and an approval token file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_runs_the_compose_pattern_and_enforces_and_audits_the_app() {
+    let compose = yaml("deploy/docker-compose.yml");
+    let services = &compose["services"];
+    let images = images();
+    let size = pod_ok(&["image", "inspect", "-f", "{{.Size}}", &images.airlock]);
+    eprintln!("airlock image {}: {size} bytes", images.airlock);
+
+    let host = Host::new();
+    let net = Net::new("compose");
+    let gw = net.gateway.clone();
+    let (ca, _ca_rm) = volume("ca");
+    let (public, _public_rm) = volume("ca-public");
+    let (audit, _audit_rm) = volume("audit");
+
+    // airlock-ca, as the file says, twice.
+    let ca_service = &services["airlock-ca"];
+    let entrypoint = strings(&ca_service["entrypoint"]);
+    let command = strings(&ca_service["command"]);
+    assert_eq!(entrypoint, ["/bin/sh", "-c"]);
+    for _ in 0..2 {
+        let mut args = vec!["run".to_owned(), "--rm".into()];
+        args.extend(ulimits());
+        for cap in strings(&ca_service["cap_drop"]) {
+            args.extend(["--cap-drop".into(), cap]);
+        }
+        args.extend([
+            "-v".into(),
+            format!("{ca}:/var/lib/airlock/ca"),
+            "-v".into(),
+            format!("{public}:/etc/airlock/ca-public"),
+            "--entrypoint".into(),
+            "/bin/sh".into(),
+            images.airlock.clone(),
+            "-c".into(),
+            command[0].clone(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        pod_ok(&args);
+    }
+
+    // The sidecar.
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    std::fs::write(host.policy_file(), policy(port)).unwrap();
+    let secret = tempfile::tempdir().unwrap();
+    let token = format!("tok-{}-0123456789abcdef", std::process::id());
+    std::fs::write(secret.path().join("tokens"), format!("ops:{token}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(secret.path().join("tokens"), mode).unwrap();
+    }
+    let side = &services["airlock"];
+    let mut args: Vec<String> = vec!["--network".into(), net.name.clone()];
+    for cap in strings(&side["cap_drop"]) {
+        args.extend(["--cap-drop".into(), cap]);
+    }
+    for cap in strings(&side["cap_add"]) {
+        args.extend(["--cap-add".into(), cap]);
+    }
+    for opt in strings(&side["security_opt"]) {
+        args.extend(["--security-opt".into(), opt.replace(":true", "")]);
+    }
+    assert_eq!(side["read_only"], true);
+    // Docker and Kubernetes mount nothing writable on a read-only root;
+    // podman would add tmpfs on /run and /tmp unless told not to.
+    args.extend(["--read-only".into(), "--read-only-tmpfs=false".into()]);
+    for tmpfs in strings(&side["tmpfs"]) {
+        args.extend(["--tmpfs".into(), tmpfs]);
+    }
+    let health = strings(&side["healthcheck"]["test"]);
+    assert_eq!(health[0], "CMD");
+    args.extend([
+        "--health-cmd".into(),
+        serde_json::to_string(&health[1..]).unwrap(),
+    ]);
+    for v in strings(&side["volumes"]) {
+        let (from, rest) = v.split_once(':').unwrap();
+        let from = match from {
+            "./policy.toml" => host.policy_file().display().to_string(),
+            "airlock-ca" => ca.clone(),
+            "airlock-audit" => audit.clone(),
+            other => panic!("a volume this test does not know: {other}"),
+        };
+        args.extend(["-v".into(), format!("{from}:{rest}")]);
+    }
+    args.extend([
+        "-v".into(),
+        format!(
+            "{}:/etc/airlock/upstream-ca.pem:ro",
+            host.pki.ca_pem.display()
+        ),
+        "-v".into(),
+        format!("{}:/run/secrets:ro", secret.path().display()),
+        images.airlock.clone(),
+    ]);
+    args.extend(strings(&side["command"]));
+    args.extend([
+        "--upstream-ca=/etc/airlock/upstream-ca.pem".into(),
+        format!("--resolve=api.test:{gw}"),
+        "--approval-token-file=/run/secrets/tokens".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let airlock = Container::run("airlock", &args);
+    // depends_on: service_healthy — what compose waits for.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !podman()
+        .args(["healthcheck", "run", &airlock.name])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let running = pod_ok(&["inspect", "-f", "{{.State.Running}}", &airlock.name]);
+        assert!(
+            Instant::now() < deadline && running == "true",
+            "airlock never healthy: {}",
+            airlock.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The app, in airlock's network namespace.
+    let app_service = &services["app"];
+    assert_eq!(app_service["network_mode"], "service:airlock");
+    let mut args: Vec<String> = vec![
+        "--network".into(),
+        format!("container:{}", airlock.name),
+        "--user".into(),
+        app_service["user"].as_str().unwrap().into(),
+        "--read-only".into(),
+        "--read-only-tmpfs=false".into(),
+    ];
+    for cap in strings(&app_service["cap_drop"]) {
+        args.extend(["--cap-drop".into(), cap]);
+    }
+    for opt in strings(&app_service["security_opt"]) {
+        args.extend(["--security-opt".into(), opt.replace(":true", "")]);
+    }
+    for (k, v) in app_service["environment"].as_object().unwrap() {
+        args.extend(["-e".into(), format!("{k}={}", v.as_str().unwrap())]);
+    }
+    for v in strings(&app_service["volumes"]) {
+        let (from, rest) = v.split_once(':').unwrap();
+        assert_eq!(
+            from, "airlock-ca-public",
+            "the app mounts only the public CA"
+        );
+        args.extend(["-v".into(), format!("{public}:{rest}")]);
+    }
+    args.extend([images.app.clone(), "sleep".into(), "infinity".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let app = Container::run("app", &args);
+    // What the file declares is what runs.
+    assert_eq!(
+        confinement(&airlock.name),
+        "[CAP_NET_ADMIN] ro=true user= nnp=1"
+    );
+    assert_eq!(confinement(&app.name), "[] ro=true user=10001:10001 nnp=1");
+
+    // Enforced: allowed, denied, and the CA key out of reach.
+    let url = format!("https://api.test:{port}/echo");
+    let (code, _, out) = app.curl(&url, &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", airlock.logs());
+    let out = app
+        .python(
+            &[],
+            &format!(
+                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
+            ),
+        )
+        .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?}");
+    let (code, _, out) = app
+        .curl(&format!("https://api.test:{port}/admin"), &[])
+        .await;
+    assert_eq!(code, 403, "{out:?}");
+    let out = app.exec(&[], &["ls", "/var/lib/airlock/ca"]).await;
+    assert_ne!(out.status, 0, "the app sees no CA key: {out:?}");
+    // The admin endpoint: readable, but its approvals API wants the token.
+    let admin = "http://127.0.0.1:15021";
+    let (code, _, out) = app.curl(&format!("{admin}/readyz"), &[]).await;
+    assert_eq!(code, 200, "{out:?}");
+    for (method, path) in [("GET", "/v1/approvals"), ("POST", "/v1/approvals/x")] {
+        let (code, _, out) = app
+            .curl(&format!("{admin}{path}"), &["-X", method, "-d", "{}"])
+            .await;
+        assert_eq!(code, 401, "{method} {path}: {out:?}");
+    }
+    let auth = format!("Authorization: Bearer {token}");
+    let list = nsenter_ok(
+        &airlock.pid(),
+        &["curl", "-s", "-H", &auth, &format!("{admin}/v1/approvals")],
+    );
+    assert!(list.contains("\"pending\""), "{list}");
+    assert_eq!(upstream.hits(), 2);
+
+    // Audited: stop airlock as compose does (SIGTERM), read its volume.
+    pod_ok(&["stop", "-t", "10", &airlock.name]);
+    let logs = airlock.logs();
+    assert!(logs.contains("removed nft table inet"), "{logs}");
+    let dir = PathBuf::from(pod_ok(&[
+        "volume",
+        "inspect",
+        "-f",
+        "{{.Mountpoint}}",
+        &audit,
+    ]));
+    let audit_cli = |args: &[&str]| {
+        let out = Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(dir.join("audit.db"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let sessions: serde_json::Value =
+        serde_json::from_str(&audit_cli(&["sessions", "--json"])).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap().to_owned();
+    let timeline = audit_cli(&["timeline", &session]);
+    assert!(timeline.contains("/echo/py"), "{timeline}");
+    assert!(timeline.contains("/admin"), "{timeline}");
+    let key = dir.join("audit.key");
+    audit_cli(&["verify", &session, "--audit-key", key.to_str().unwrap()]);
+    // --events=-: the same events on the container's stdout, as JSON lines.
+    assert!(
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test"),
+        "{logs}"
+    );
+
+    // Once airlock's container stopped, the app's namespace lost its
+    // interface: no network at all. `restart: unless-stopped` brings airlock
+    // back in a new namespace, and the app stays in the old one, still
+    // without a network (fail closed) until it is recreated too.
+    pod_ok(&["start", &airlock.name]);
+    let (code, _, out) = app.curl(&url, &[]).await;
+    assert!(code != 200 && out.status != 0, "{out:?}");
+    let out = app.exec(&[], &["ip", "-o", "addr"]).await;
+    assert!(!out.stdout.contains("eth0"), "{out:?}");
+    assert_eq!(upstream.hits(), 2);
+}
+
+/// The app the pod test runs instead of the manifest's (which fetches from
+/// pypi.org): first waits for the sidecar's /readyz in the pod's shared
+/// network namespace (podman has no startupProbe gating, see below), then
+/// makes requests. Prints `ready after N` and one line per request.
+const GATED_APP: &str = r#"
+import sys, time, urllib.request
+port, polls = sys.argv[1], 0
+while True:
+    polls += 1
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:15021/readyz", timeout=1).status == 200:
+            break
+    except Exception:
+        pass
+    time.sleep(0.1)
+print("ready after", polls, flush=True)
+for n in range(5):
+    try:
+        s = urllib.request.urlopen("https://api.test:%s/echo/k%d" % (port, n), timeout=5).status
+    except Exception as e:
+        s = type(e).__name__
+    print(n, s, flush=True)
+for path in ("/admin",):
+    try:
+        s = urllib.request.urlopen("https://api.test:%s%s" % (port, path), timeout=5).status
+    except urllib.error.HTTPError as e:
+        s = e.code
+    print(path, s, flush=True)
+time.sleep(3600)
+"#;
+
+/// deploy/kubernetes/pod.yaml under `podman kube play`, changed only where
+/// podman 4.3 (Debian 12) cannot follow it or the test must point it at
+/// its own upstream:
+/// - podman has no native sidecars: it refuses probes on init containers
+///   ("cannot create an init container that has either of lifecycle,
+///   livenessProbe, readinessProbe, or startupProbe set") and runs init
+///   containers to completion. So `airlock` becomes the first ordinary
+///   container, without probes; and since podman starts all ordinary
+///   containers at once (no startupProbe gating), the app itself waits
+///   for /readyz (`GATED_APP`): the readiness ordering the manifest gets
+///   from the kubelet, done by the app;
+/// - `restartPolicy: Never`: under the default `Always`, podman 4.3
+///   restarts the init container after it succeeds, then fails to remove
+///   it (and a sidecar that cannot start would restart for ever here);
+/// - no `ports`: podman publishes a containerPort on the host's 0.0.0.0;
+/// - emptyDir and configMap volumes become host-wide named volumes in
+///   podman, so they get names unique to the test; the audit volume is a
+///   hostPath the test reads;
+/// - images, the policy ConfigMap, `--upstream-ca` and `--resolve`: local.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
+    let images = images();
+    let host = Host::new();
+    let net = Net::new("kube");
+    let gw = net.gateway.clone();
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    let name = unique("pod");
+    // Dropped in order: the pod first, then the volumes it used.
+    let mut cleanup = vec![remove_on_drop(&["pod", "rm", "-f", "-t", "0", &name])];
+    let suffix = name.trim_start_matches("al-pod-").to_owned();
+    let mut pod = yaml("deploy/kubernetes/pod.yaml");
+    let mut configmap = yaml("deploy/kubernetes/policy-configmap.yaml");
+    // podman makes a volume of the ConfigMap, named after it.
+    let configmap_name = format!("al-policy-{suffix}");
+    cleanup.push(remove_on_drop(&["volume", "rm", "-f", &configmap_name]));
+    configmap["metadata"]["name"] = configmap_name.clone().into();
+    configmap["data"]["policy.toml"] = policy(port).into();
+
+    pod["metadata"]["name"] = name.clone().into();
+    let spec = &mut pod["spec"];
+    spec["restartPolicy"] = "Never".into();
+    let inits = spec["initContainers"].as_array_mut().unwrap();
+    let at = inits.iter().position(|c| c["name"] == "airlock").unwrap();
+    let mut airlock = inits.remove(at);
+    assert_eq!(airlock["restartPolicy"], "Always", "a native sidecar");
+    assert_eq!(airlock["startupProbe"]["httpGet"]["path"], "/readyz");
+    let obj = airlock.as_object_mut().unwrap();
+    for key in [
+        "restartPolicy",
+        "startupProbe",
+        "readinessProbe",
+        "livenessProbe",
+        "ports",
+    ] {
+        obj.remove(key);
+    }
+    let args = airlock["args"].as_array_mut().unwrap();
+    args.push("--upstream-ca=/etc/airlock/upstream/ca.pem".into());
+    args.push(format!("--resolve=api.test:{gw}").into());
+    airlock["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "upstream-ca", "mountPath": "/etc/airlock/upstream", "readOnly": true}));
+    spec["containers"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, airlock);
+    let spec = spec.as_object_mut().unwrap();
+    let mut containers: Vec<&mut serde_json::Value> = Vec::new();
+    for (key, list) in spec.iter_mut() {
+        if key == "initContainers" || key == "containers" {
+            containers.extend(list.as_array_mut().unwrap().iter_mut());
+        }
+    }
+    for c in containers {
+        let image = match c["image"].as_str().unwrap() {
+            "airlock:latest" => images.airlock.clone(),
+            _ => images.app.clone(),
+        };
+        c["image"] = image.into();
+        if c["name"] == "app" {
+            // Base64: podman 4.3's YAML reader fails on a string with
+            // escaped newlines ("did not find expected '-' indicator").
+            use base64::Engine;
+            let script = base64::engine::general_purpose::STANDARD.encode(GATED_APP);
+            let exec = format!("import base64; exec(base64.b64decode('{script}'))");
+            c["command"] = serde_json::json!(["python3", "-c", exec, port.to_string()]);
+            c.as_object_mut().unwrap().remove("args");
+        }
+        for m in c["volumeMounts"].as_array_mut().unwrap() {
+            let v = m["name"].as_str().unwrap().to_owned();
+            if v != "upstream-ca" {
+                m["name"] = format!("al-{v}-{suffix}").into();
+            }
+        }
+    }
+    let audit_dir = host.dir.path().join("pod-audit");
+    std::fs::create_dir(&audit_dir).unwrap();
+    let mut volume_names = Vec::new();
+    for v in spec["volumes"].as_array_mut().unwrap() {
+        let n = format!("al-{}-{suffix}", v["name"].as_str().unwrap());
+        v["name"] = n.clone().into();
+        if n.starts_with("al-airlock-audit") {
+            v.as_object_mut().unwrap().remove("emptyDir");
+            v["hostPath"] = serde_json::json!({"path": audit_dir, "type": "Directory"});
+        } else if n.starts_with("al-airlock-policy") {
+            v["configMap"]["name"] = configmap["metadata"]["name"].clone();
+        }
+        volume_names.push(n);
+    }
+    let ca_dir = host.dir.path().join("upstream-ca");
+    std::fs::create_dir(&ca_dir).unwrap();
+    std::fs::copy(&host.pki.ca_pem, ca_dir.join("ca.pem")).unwrap();
+    spec["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!(
+            {"name": "upstream-ca", "hostPath": {"path": ca_dir, "type": "Directory"}}
+        ));
+    cleanup.extend(
+        volume_names
+            .iter()
+            .map(|v| remove_on_drop(&["volume", "rm", "-f", v])),
+    );
+    let pod_file = host.dir.path().join("pod.yaml");
+    let cm_file = host.dir.path().join("configmap.yaml");
+    write_yaml(&pod_file, &pod);
+    write_yaml(&cm_file, &configmap);
+    // kube play has no --ulimit: the same limits, from a containers.conf
+    // for this command only.
+    let limits = ulimits();
+    let conf = host.dir.path().join("containers.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[containers]\ndefault_ulimits = [\"{}\", \"{}\"]\n",
+            limits[1], limits[3]
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = podman()
+        .env("CONTAINERS_CONF", &conf)
+        .args(["kube", "play", "--network", &net.name, "--configmap"])
+        .arg(&cm_file)
+        .arg(&pod_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kube play: {out:?}\n{}",
+        std::fs::read_to_string(&pod_file).unwrap()
+    );
+    eprintln!("kube play took {:?}", started.elapsed());
+
+    let app = format!("{name}-app");
+    let sidecar = format!("{name}-airlock");
+    let logs = |c: &str| {
+        let out = podman().args(["logs", c]).output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !logs(&app).contains("/admin ") {
+        assert!(
+            Instant::now() < deadline,
+            "app: {}\nairlock: {}",
+            logs(&app),
+            logs(&sidecar)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let app_log = logs(&app);
+    eprintln!("the app: {}", app_log.lines().next().unwrap_or(""));
+    for n in 0..5 {
+        assert!(app_log.contains(&format!("\n{n} 200\n")), "{app_log}");
+    }
+    assert!(app_log.contains("/admin 403"), "{app_log}");
+    assert_eq!(upstream.hits(), 5, "{app_log}");
+    let sidecar_log = logs(&sidecar);
+    assert!(
+        sidecar_log.contains("airlock: sidecar ready"),
+        "{sidecar_log}"
+    );
+    // The securityContexts, as podman applied them.
+    assert_eq!(
+        confinement(&sidecar),
+        "[CAP_NET_ADMIN] ro=true user=0 nnp=1"
+    );
+    assert_eq!(confinement(&app), "[] ro=true user=10001:10001 nnp=1");
+    // The CA key stayed with airlock: the app mounts only the public copy.
+    let out = podman()
+        .args(["exec", &app, "ls", "/var/lib/airlock/ca"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+
+    // Audited, in the pod's audit volume: every request the upstream saw.
+    // The app first, at once (python as pid 1 ignores SIGTERM), then the
+    // pod: airlock gets SIGTERM and closes its session.
+    pod_ok(&["stop", "-t", "0", &app]);
+    pod_ok(&["pod", "stop", "-t", "10", &name]);
+    let out = Command::new(AIRLOCK)
+        .args(["audit", "sessions", "--json", "--audit-db"])
+        .arg(audit_dir.join("audit.db"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let sessions: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap();
+    let out = Command::new(AIRLOCK)
+        .args(["audit", "timeline", session, "--audit-db"])
+        .arg(audit_dir.join("audit.db"))
+        .output()
+        .unwrap();
+    let timeline = String::from_utf8_lossy(&out.stdout);
+    for n in 0..5 {
+        assert!(timeline.contains(&format!("/echo/k{n}")), "{timeline}");
+    }
+}
