@@ -13,12 +13,11 @@
 //! Podman missing is a failure, not a skip: scripts/setup installs it.
 //! The podman plumbing is `airlock_test_support::podman`.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_test_support::pki::TestPki;
@@ -26,6 +25,7 @@ use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
     remove_on_drop, ulimits, unique,
 };
+use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
 
@@ -223,10 +223,7 @@ impl Host {
             .arg(self.db())
             .arg("--audit-key")
             .arg(self.dir.path().join("audit/audit.key"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .args(extra);
         Sidecar::spawn(cmd)
     }
 
@@ -243,64 +240,27 @@ impl Host {
     }
 }
 
-/// A sidecar process on the host, its stderr collected; killed on drop.
-struct Sidecar {
-    child: Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Sidecar {
-    fn spawn(mut cmd: Command) -> Sidecar {
-        let mut child = cmd.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let lines = stderr.clone();
-        let pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
-        });
-        // Events on stdout are not read here; drain them so the pipe never fills.
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                std::io::copy(&mut BufReader::new(out), &mut std::io::sink())
-            });
+/// Waits until the container's eth0 has a usable IPv6 link-local address:
+/// a new address stays "tentative" while the kernel checks that it is
+/// unique (duplicate address detection, RFC 4862 §5.4), and until then a
+/// socket cannot send from it (EADDRNOTAVAIL).
+fn wait_for_ipv6_link_local(pid: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let addrs = nsenter_ok(
+            pid,
+            &[
+                "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link",
+            ],
+        );
+        if addrs.contains("inet6") && !addrs.contains("tentative") {
+            return;
         }
-        Sidecar { child, stderr }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    async fn ready(self) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.log().contains("airlock: sidecar ready") {
-            assert!(
-                Instant::now() < deadline,
-                "sidecar never ready: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self
-    }
-
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
-
-    fn stop(&mut self) -> Option<i32> {
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        self.child.wait().ok().and_then(|s| s.code())
+        assert!(
+            Instant::now() < deadline,
+            "eth0 has no usable IPv6 link-local address: {addrs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -397,6 +357,7 @@ async fn a_running_podman_container_is_guarded_from_the_host() {
     );
     let direct = format!("api.test:{port}:{gw}");
     let url = format!("https://api.test:{port}/echo");
+    wait_for_ipv6_link_local(&app.pid());
     let eth0 = 2; // the container's eth0 (lo is 1)
     let v6_target = v6.as_ref().map(|(a, p, _)| (a.as_str(), eth0, *p));
 
@@ -520,7 +481,7 @@ async fn after_kill_9_the_container_fails_closed_and_a_restart_gives_its_network
     let mut sidecar = host.sidecar(&app.pid(), &gw, &[]).ready().await;
     assert_eq!(app.curl(&url, &[]).await.0, 200, "{}", sidecar.log());
     sidecar.signal(nix::sys::signal::Signal::SIGKILL);
-    let _ = sidecar.child.wait();
+    sidecar.wait();
     assert!(app.ruleset().contains(TABLE), "kill -9 leaves the rules");
     for extra in [&[][..], &["--resolve", &direct][..]] {
         let (_, _, out) = app.curl(&url, extra).await;

@@ -6,10 +6,9 @@
 //! service-mesh sidecar. Every test has its own namespaces (removed on drop,
 //! even on failure) and runs as root, like the rest of the suite.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 use airlock_test_support::client::ClientOutput;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
+use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
 
@@ -264,36 +264,13 @@ impl Pod {
             .arg(self.db())
             .arg("--audit-key")
             .arg(self.dir.path().join("audit/audit.key"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .args(extra);
         if !extra.contains(&"--pid") {
             cmd.arg("--netns").arg(self.netns_path());
         }
-        let mut child = cmd.spawn().unwrap();
-        self.pids.lock().unwrap().push(child.id());
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        for (pipe, lines) in [
-            (
-                Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
-                stderr.clone(),
-            ),
-            (Box::new(child.stdout.take().unwrap()), stdout.clone()),
-        ] {
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    lines.lock().unwrap().push(line);
-                }
-            });
-        }
-        Sidecar {
-            child,
-            stderr,
-            stdout,
-        }
+        let sidecar = Sidecar::spawn(cmd);
+        self.pids.lock().unwrap().push(sidecar.id());
+        sidecar
     }
 
     /// Run a command inside the pod as uid/gid 65534, without capabilities.
@@ -410,72 +387,6 @@ except urllib.error.HTTPError as e:
             .unwrap();
         assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-struct Sidecar {
-    child: Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-    stdout: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Sidecar {
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    /// Wait for a stderr line containing `needle`, `count` times in all.
-    async fn wait_for(&self, needle: &str, count: usize) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let seen = self
-                .stderr
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains(needle))
-                .count();
-            if seen >= count {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sidecar never said {needle:?}: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn ready(self) -> Self {
-        self.wait_for("airlock: sidecar ready", 1).await;
-        self
-    }
-
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
-
-    /// SIGTERM and wait for the exit code.
-    fn stop(&mut self) -> Option<i32> {
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        self.child.wait().ok().and_then(|s| s.code())
-    }
-
-    fn stdout_events(&self) -> Vec<serde_json::Value> {
-        self.stdout
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
-            .collect()
     }
 }
 
@@ -972,7 +883,7 @@ async fn after_kill_9_the_rules_stay_and_traffic_fails() {
     let (pod, _pki, upstream, mut sidecar) = pod_with_sidecar("kill", &[]).await;
     assert_eq!(pod.curl("https://api.test/echo", &[]).await.0, 200);
     sidecar.signal(nix::sys::signal::Signal::SIGKILL);
-    let _ = sidecar.child.wait();
+    sidecar.wait();
     assert!(pod.nft_tables().contains(TABLE));
     let (_, _, out) = pod.curl("https://api.test/echo", &[]).await;
     assert_ne!(out.status, 0, "{out:?}");

@@ -20,6 +20,7 @@
 //!   to forge what an attacker with write access to the database could.
 //! - [`shim`]: sandboxes run through the shim's library API.
 //! - [`podman`]: real podman containers, networks and test images.
+//! - [`sidecar`]: an `airlock sidecar` process, its log and events.
 //!
 //! The `airlock` binary's path is known only to the root package's
 //! integration tests, at compile time: they name it with [`airlock_bin!`]
@@ -41,6 +42,7 @@ pub mod proxy;
 pub mod record;
 pub mod server;
 pub mod shim;
+pub mod sidecar;
 pub mod skip;
 pub mod upstream;
 
