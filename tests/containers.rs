@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
@@ -228,15 +229,7 @@ impl Host {
     }
 
     fn audit(&self, args: &[&str]) -> String {
-        let out = Command::new(AIRLOCK)
-            .arg("audit")
-            .args(args)
-            .arg("--audit-db")
-            .arg(self.db())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        audit_ok(AIRLOCK, &self.db(), args)
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::client::ClientOutput;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
@@ -378,15 +379,7 @@ except urllib.error.HTTPError as e:
     }
 
     fn audit(&self, args: &[&str]) -> String {
-        let out = Command::new(AIRLOCK)
-            .arg("audit")
-            .args(args)
-            .arg("--audit-db")
-            .arg(self.db())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        audit_ok(AIRLOCK, &self.db(), args)
     }
 }
 

@@ -15,6 +15,14 @@ pub fn audit_cli(airlock: &str, db: &Path, args: &[&str]) -> std::process::Outpu
         .unwrap()
 }
 
+/// What `airlock audit ARGS --audit-db DB` printed; panics unless it
+/// succeeded.
+pub fn audit_ok(airlock: &str, db: &Path, args: &[&str]) -> String {
+    let out = audit_cli(airlock, db, args);
+    assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Every session in `db`, as `audit sessions --json` lists them.
 pub fn sessions(airlock: &str, db: &Path) -> serde_json::Value {
     let out = audit_cli(airlock, db, &["sessions", "--json"]);
