@@ -26,9 +26,9 @@ use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
     remove_on_drop, ulimits, unique,
 };
+use airlock_test_support::server::bait;
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
-use tokio::io::AsyncWriteExt;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -57,21 +57,10 @@ async fn upstream_at(gw: &str, pki: &TestPki) -> (Upstream, u16) {
     (upstream, port)
 }
 
-/// A TCP listener that counts connections and answers, so a connection
-/// that got through would succeed.
+/// A bait on `listener` (see [`bait`]) and its port.
 fn tcp_bait(listener: tokio::net::TcpListener) -> (u16, Arc<AtomicUsize>) {
     let port = listener.local_addr().unwrap().port();
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            let _ = s
-                .write_all(b"HTTP/1.0 200 OK\r\n\r\nbypassed the sidecar\n")
-                .await;
-        }
-    });
-    (port, count)
+    (port, bait(listener))
 }
 
 /// A UDP socket at `ip`:`port` (0: any) that counts datagrams and answers them.

@@ -17,6 +17,7 @@ use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::client::ClientOutput;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
+use airlock_test_support::server::bait;
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
@@ -215,21 +216,9 @@ impl Pod {
         upstream
     }
 
-    /// A TCP listener outside that counts connections (and answers, so a
-    /// connection that got through would succeed).
+    /// A bait outside (see [`bait`]).
     fn tcp_bait(&self, addr: &str) -> Arc<AtomicUsize> {
-        let listener = self.listen_outside(addr);
-        let count = Arc::new(AtomicUsize::new(0));
-        let c = count.clone();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                c.fetch_add(1, Ordering::SeqCst);
-                let _ = s
-                    .write_all(b"HTTP/1.0 200 OK\r\n\r\nbypassed the sidecar\n")
-                    .await;
-            }
-        });
-        count
+        bait(self.listen_outside(addr))
     }
 
     /// A UDP socket outside that counts datagrams.

@@ -113,3 +113,22 @@ pub async fn read_body(body: Incoming) -> Bytes {
         .map(|b| b.to_bytes())
         .unwrap_or_default()
 }
+
+/// A bait on `listener`: it counts the connections that reach it and
+/// answers each with a 200 saying "bypassed the sidecar", so a connection
+/// that got past a guard would succeed, and show it.
+pub fn bait(listener: TcpListener) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let _ = tokio::io::AsyncWriteExt::write_all(
+                &mut s,
+                b"HTTP/1.0 200 OK\r\n\r\nbypassed the sidecar\n",
+            )
+            .await;
+        }
+    });
+    count
+}
