@@ -26,7 +26,7 @@ use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
     remove_on_drop, ulimits, unique,
 };
-use airlock_test_support::server::bait;
+use airlock_test_support::server::{self, bait};
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
 
@@ -63,22 +63,11 @@ fn tcp_bait(listener: tokio::net::TcpListener) -> (u16, Arc<AtomicUsize>) {
     (port, bait(listener))
 }
 
-/// A UDP socket at `ip`:`port` (0: any) that counts datagrams and answers them.
+/// A UDP bait (see [`server::udp_bait`]) at `ip`:`port` (0: any), and its port.
 fn udp_bait(ip: &str, port: u16) -> (u16, Arc<AtomicUsize>) {
-    let std = std::net::UdpSocket::bind((ip, port)).unwrap();
-    std.set_nonblocking(true).unwrap();
-    let port = std.local_addr().unwrap().port();
-    let socket = tokio::net::UdpSocket::from_std(std).unwrap();
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    tokio::spawn(async move {
-        let mut buf = [0u8; 2048];
-        while let Ok((_, from)) = socket.recv_from(&mut buf).await {
-            c.fetch_add(1, Ordering::SeqCst);
-            let _ = socket.send_to(b"bypassed", from).await;
-        }
-    });
-    (port, count)
+    let socket = std::net::UdpSocket::bind((ip, port)).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (port, server::udp_bait(socket))
 }
 
 /// The host end of podman's bridge: its IPv6 link-local address, for an

@@ -17,7 +17,7 @@ use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::client::ClientOutput;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
-use airlock_test_support::server::bait;
+use airlock_test_support::server::{self, bait};
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::AsyncWriteExt;
@@ -224,19 +224,8 @@ impl Pod {
     /// A UDP socket outside that counts datagrams.
     fn udp_bait(&self, addr: &str) -> Arc<AtomicUsize> {
         let addr: SocketAddr = addr.parse().unwrap();
-        let std = Self::inside(&self.net, || std::net::UdpSocket::bind(addr).unwrap());
-        std.set_nonblocking(true).unwrap();
-        let socket = tokio::net::UdpSocket::from_std(std).unwrap();
-        let count = Arc::new(AtomicUsize::new(0));
-        let c = count.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            while let Ok((_, from)) = socket.recv_from(&mut buf).await {
-                c.fetch_add(1, Ordering::SeqCst);
-                let _ = socket.send_to(b"bypassed", from).await;
-            }
-        });
-        count
+        let socket = Self::inside(&self.net, || std::net::UdpSocket::bind(addr).unwrap());
+        server::udp_bait(socket)
     }
 
     /// `airlock sidecar --netns` (or other `target` flags) for this pod.

@@ -114,6 +114,24 @@ pub async fn read_body(body: Incoming) -> Bytes {
         .unwrap_or_default()
 }
 
+/// A UDP bait on `socket`: it counts the datagrams that reach it and
+/// answers each with "bypassed", so a datagram that got past a guard is
+/// seen by both ends.
+pub fn udp_bait(socket: std::net::UdpSocket) -> Arc<AtomicUsize> {
+    socket.set_nonblocking(true).expect("a non-blocking socket");
+    let socket = tokio::net::UdpSocket::from_std(socket).expect("a tokio socket");
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = socket.recv_from(&mut buf).await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let _ = socket.send_to(b"bypassed", from).await;
+        }
+    });
+    count
+}
+
 /// A bait on `listener`: it counts the connections that reach it and
 /// answers each with a 200 saying "bypassed the sidecar", so a connection
 /// that got past a guard would succeed, and show it.
