@@ -26,6 +26,7 @@ use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
     remove_on_drop, ulimits, unique,
 };
+use airlock_test_support::proxy::init_ca;
 use airlock_test_support::server::{self, bait};
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
@@ -125,12 +126,7 @@ impl Host {
             pki: TestPki::new(),
         };
         std::fs::set_permissions(host.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let out = Command::new(AIRLOCK)
-            .args(["ca", "init", "--dir"])
-            .arg(host.dir.path().join("ca"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ca init: {out:?}");
+        init_ca(AIRLOCK, &host.dir.path().join("ca"));
         // The app trusts the sidecar's CA and, for the unguarded control
         // requests, the upstream's own.
         let public = host.public_ca_dir();

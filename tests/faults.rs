@@ -12,7 +12,7 @@ use airlock_test_support::audit_cli::audit_cli;
 use airlock_test_support::client::{ClientOutput, curl};
 use airlock_test_support::disk::Tmpfs;
 use airlock_test_support::pki::TestPki;
-use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+use airlock_test_support::proxy::{AirlockProxy, ProxyOptions, init_ca};
 use airlock_test_support::server::TestServer;
 use airlock_test_support::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -312,14 +312,7 @@ async fn read_only_audit_store_refuses_to_start() {
     let ca = work.path().join("ca");
     let policy = work.path().join("policy.toml");
     std::fs::write(&policy, "version = 1\n").unwrap();
-    assert!(
-        Command::new(AIRLOCK)
-            .args(["ca", "init", "--dir"])
-            .arg(&ca)
-            .status()
-            .unwrap()
-            .success()
-    );
+    init_ca(AIRLOCK, &ca);
     let mut child = Command::new(AIRLOCK)
         .args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
         .arg(&policy)

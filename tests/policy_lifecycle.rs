@@ -911,34 +911,6 @@ async fn a_connection_that_carried_no_http_becomes_a_tcp_rule_for_its_port() {
 /// `/files/`) and a bare git repository served over smart HTTP under
 /// `/git/repo.git`, both from one upstream; `root` holds the repository.
 fn index_and_repo(root: &Path) -> Extra {
-    let build = Command::new("python3")
-        .arg("-c")
-        .arg(
-            r#"
-import zipfile, sys, hashlib, base64
-name = "airlock_demo-0.1-py3-none-any.whl"
-files = {
-    "airlock_demo/__init__.py": b"HELLO = 'installed through the airlock'\n",
-    "airlock_demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: airlock-demo\nVersion: 0.1\n",
-    "airlock_demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = ""
-for path, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record += f"{path},sha256={digest},{len(data)}\n"
-record += "airlock_demo-0.1.dist-info/RECORD,,\n"
-with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
-    for path, data in files.items():
-        z.writestr(path, data)
-    z.writestr("airlock_demo-0.1.dist-info/RECORD", record)
-"#,
-        )
-        .arg(root)
-        .output()
-        .unwrap();
-    assert!(build.status.success(), "{build:?}");
-    let wheel = std::fs::read(root.join("airlock_demo-0.1-py3-none-any.whl")).unwrap();
-
     let git = |args: &[&str], dir: &Path| {
         let out = Command::new("git")
             .args(args)
@@ -959,22 +931,11 @@ with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
     git(&["commit", "-q", "-m", "first"], &work);
     git(&["clone", "-q", "--bare", "work", "repo.git"], root);
 
-    let mut extra = Extra {
+    Extra {
         git_root: Some(root.to_owned()),
         ..Extra::default()
-    };
-    extra.files.insert(
-        "/simple/airlock-demo/".into(),
-        (
-            "text/html".into(),
-            b"<html><body><a href=\"/files/airlock_demo-0.1-py3-none-any.whl\">airlock_demo-0.1-py3-none-any.whl</a></body></html>".to_vec(),
-        ),
-    );
-    extra.files.insert(
-        "/files/airlock_demo-0.1-py3-none-any.whl".into(),
-        ("application/octet-stream".into(), wheel),
-    );
-    extra
+    }
+    .with_demo_package(root)
 }
 
 /// What a developer's setup does: install a package from the index, clone

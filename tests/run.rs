@@ -209,45 +209,7 @@ async fn git_ls_remote_over_smart_http() {
 #[tokio::test]
 async fn pip_install_from_an_https_index() {
     let wheel_dir = tempfile::tempdir().unwrap();
-    let build = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(
-            r#"
-import zipfile, sys, hashlib, base64
-name = "airlock_demo-0.1-py3-none-any.whl"
-files = {
-    "airlock_demo/__init__.py": b"HELLO = 'installed through the airlock'\n",
-    "airlock_demo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: airlock-demo\nVersion: 0.1\n",
-    "airlock_demo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = ""
-for path, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record += f"{path},sha256={digest},{len(data)}\n"
-record += "airlock_demo-0.1.dist-info/RECORD,,\n"
-with zipfile.ZipFile(sys.argv[1] + "/" + name, "w") as z:
-    for path, data in files.items():
-        z.writestr(path, data)
-    z.writestr("airlock_demo-0.1.dist-info/RECORD", record)
-"#,
-        )
-        .arg(wheel_dir.path())
-        .output()
-        .unwrap();
-    assert!(build.status.success(), "{build:?}");
-    let wheel = std::fs::read(wheel_dir.path().join("airlock_demo-0.1-py3-none-any.whl")).unwrap();
-    let mut extra = Extra::default();
-    extra.files.insert(
-        "/simple/airlock-demo/".into(),
-        (
-            "text/html".into(),
-            b"<html><body><a href=\"/files/airlock_demo-0.1-py3-none-any.whl\">airlock_demo-0.1-py3-none-any.whl</a></body></html>".to_vec(),
-        ),
-    );
-    extra.files.insert(
-        "/files/airlock_demo-0.1-py3-none-any.whl".into(),
-        ("application/octet-stream".into(), wheel),
-    );
+    let extra = Extra::default().with_demo_package(wheel_dir.path());
     let f = Fixture::new(extra).await;
     let port = f.port();
     let policy = f.write_policy(&format!(

@@ -17,6 +17,7 @@ use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::client::ClientOutput;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
+use airlock_test_support::proxy::init_ca;
 use airlock_test_support::server::{self, bait};
 use airlock_test_support::sidecar::Sidecar;
 use airlock_test_support::upstream::Upstream;
@@ -144,12 +145,7 @@ impl Pod {
         // The CA: the key stays in the 0700 ca/ directory; the app gets a copy of ca.pem.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(pod.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let out = Command::new(AIRLOCK)
-            .args(["ca", "init", "--dir"])
-            .arg(pod.dir.path().join("ca"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ca init: {out:?}");
+        init_ca(AIRLOCK, &pod.dir.path().join("ca"));
         std::fs::copy(pod.dir.path().join("ca/ca.pem"), pod.ca_pem()).unwrap();
         std::fs::set_permissions(pod.ca_pem(), std::fs::Permissions::from_mode(0o644)).unwrap();
         pod.write_policy(POLICY);

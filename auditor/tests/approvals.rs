@@ -59,29 +59,7 @@ fn decided(
 /// The proxy's record of exchange `exchange`: forwarded (200) or refused
 /// after the wait (403, decision deny).
 fn http(exchange: u64, url: &str, status: u16, decision: &str) -> AuditEvent {
-    AuditEvent::Http {
-        exec_id: Some(ExecId::new("e2")),
-        exchange: Some(exchange),
-        method: "POST".into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: vec![],
-        request_body: None,
-        request_body_truncated: false,
-        status: Some(status),
-        response_headers: vec![],
-        response_body: None,
-        response_body_truncated: false,
-        bytes_up: 42,
-        bytes_down: 0,
-        started_us: None,
-        ms_to_headers: None,
-        ms_total: Some(5.0),
-        decision: decision.into(),
-        rule: Some("policy.toml:12".into()),
-        reason: None,
-        websocket: None,
-    }
+    http_exchange(exchange, "POST", url, Some(status), decision)
 }
 
 const CHARGES: &str = "https://api.stripe.com/v1/charges";

@@ -13,29 +13,13 @@ use airlock_auditor::{
 use airlock_test_support::audit_store::*;
 
 fn http(exchange: u64, method: &str, url: &str, decision: &str) -> AuditEvent {
-    AuditEvent::Http {
-        exec_id: Some(ExecId::new("e2")),
-        exchange: Some(exchange),
-        method: method.into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: vec![],
-        request_body: None,
-        request_body_truncated: false,
-        status: (decision != "deny").then_some(200),
-        response_headers: vec![],
-        response_body: None,
-        response_body_truncated: false,
-        bytes_up: 42,
-        bytes_down: 0,
-        started_us: None,
-        ms_to_headers: None,
-        ms_total: Some(5.0),
-        decision: decision.into(),
-        rule: Some("policy.toml:12".into()),
-        reason: None,
-        websocket: None,
-    }
+    http_exchange(
+        exchange,
+        method,
+        url,
+        (decision != "deny").then_some(200),
+        decision,
+    )
 }
 
 fn tcp(host: Option<&str>, dst: &str, decision: &str) -> AuditEvent {

@@ -97,6 +97,41 @@ pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
     }
 }
 
+/// What the proxy records of exchange `exchange` of exec `e2`: `method url`,
+/// answered `status` (none for a refusal it answered itself), decided
+/// `decision` by rule `policy.toml:12`.
+pub fn http_exchange(
+    exchange: u64,
+    method: &str,
+    url: &str,
+    status: Option<u16>,
+    decision: &str,
+) -> AuditEvent {
+    AuditEvent::Http {
+        exec_id: Some(ExecId::new("e2")),
+        exchange: Some(exchange),
+        method: method.into(),
+        url: url.into(),
+        http_version: "HTTP/1.1".into(),
+        request_headers: vec![],
+        request_body: None,
+        request_body_truncated: false,
+        status,
+        response_headers: vec![],
+        response_body: None,
+        response_body_truncated: false,
+        bytes_up: 42,
+        bytes_down: 0,
+        started_us: None,
+        ms_to_headers: None,
+        ms_total: Some(5.0),
+        decision: decision.into(),
+        rule: Some("policy.toml:12".into()),
+        reason: None,
+        websocket: None,
+    }
+}
+
 /// Terminal output on `stream`.
 pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
     AuditEvent::Output {

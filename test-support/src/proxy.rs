@@ -59,6 +59,16 @@ impl<'a> ProxyOptions<'a> {
     }
 }
 
+/// `airlock ca init --dir DIR` with the binary at `airlock`, which must succeed.
+pub fn init_ca(airlock: &str, dir: &Path) {
+    let out = Command::new(airlock)
+        .args(["ca", "init", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ca init: {out:?}");
+}
+
 impl AirlockProxy {
     /// Runs `airlock ca init` and `airlock proxy` (the binary at `airlock`,
     /// see [`airlock_bin!`](crate::airlock_bin)), and waits until the proxy
@@ -66,12 +76,7 @@ impl AirlockProxy {
     pub fn start(airlock: &str, opts: ProxyOptions<'_>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ca_dir = dir.path().join("ca");
-        let out = Command::new(airlock)
-            .args(["ca", "init", "--dir"])
-            .arg(&ca_dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ca init: {out:?}");
+        init_ca(airlock, &ca_dir);
         let policy = dir.path().join("policy.toml");
         std::fs::write(&policy, opts.policy).unwrap();
         let events = dir.path().join("events.jsonl");

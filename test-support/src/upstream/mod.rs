@@ -2,6 +2,7 @@
 //! endpoints the tests need, which remembers every request that reached it.
 
 mod git;
+mod package_index;
 mod routes;
 mod websocket;
 
