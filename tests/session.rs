@@ -88,8 +88,13 @@ impl Env {
     }
 
     /// `airlock session start` with these extra options; the live session.
+    /// With `--no-audit`, the record's options are left out.
     fn start(&self, extra: &[&str]) -> Session {
         let mut args = self.start_args();
+        if extra.contains(&"--no-audit") {
+            let at = args.iter().position(|a| a == "--audit-db").unwrap();
+            args.truncate(at);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let out = airlock(&args);
         assert_eq!(out.status.code(), Some(0), "start: {}", show(&out));
@@ -1017,4 +1022,276 @@ async fn a_chatty_background_process_does_not_hold_the_step() {
     // The session still answers, and the next step is not held either.
     let out = s.exec(&[], &["echo", "next"]);
     assert_eq!(stdout(&out), "next\n", "{}", show(&out));
+}
+
+/// The shell line with which a step sends `signal` to every helper airlock
+/// runs in its sandbox (init, and each step's holder), found by their names
+/// as a hostile step would find them.
+fn signal_helpers(signal: &str) -> String {
+    format!(
+        "for p in $(grep -l '^airlock:' /proc/[0-9]*/comm | cut -d/ -f3); do kill -{signal} $p 2>/dev/null; done; echo sent"
+    )
+}
+
+/// After an attack: a step with `--timeout 3s` that would run 10 s gives
+/// 124 within 4 s.
+fn assert_timeout_holds(s: &Session, after: &str) {
+    let started = Instant::now();
+    let out = s.exec(&["--timeout", "3s"], &["sleep", "10"]);
+    let took = started.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "after {after}: {}",
+        show(&out)
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "after {after}: took {took:?}"
+    );
+}
+
+/// After a one-off attack: the timeout holds, and the session takes the
+/// next step as before.
+fn assert_steps_are_not_held(s: &Session, after: &str) {
+    assert_timeout_holds(s, after);
+    let out = s.exec(&["--timeout", "3s"], &["echo", "alive"]);
+    assert_eq!(stdout(&out), "alive\n", "after {after}: {}", show(&out));
+}
+
+/// A step runs with the uid of airlock's helpers in its sandbox, so kill(2)
+/// reaches them. Init serves the steps as PID 1 of the sandbox, which no
+/// signal sent from inside reaches (pid_namespaces(7)); the observer drops
+/// what a step sends a holder; a step that kills its own holder is answered,
+/// not held. With and without the record (unobserved, init's watch lets a
+/// stopped holder go on).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_step_can_stop_or_kill_the_helpers_that_serve_its_session() {
+    let env = Env::new().await;
+    for extra in [&[][..], &["--no-audit"][..]] {
+        let s = env.start(extra);
+        let out = s.sh("cat /proc/1/comm; grep -l '^airlock:s' /proc/[0-9]*/comm | wc -l");
+        assert_eq!(
+            stdout(&out),
+            "airlock:init\n1\n",
+            "{extra:?}: {}",
+            show(&out)
+        );
+        for signal in [
+            "STOP", "TSTP", "TTIN", "TTOU", "TERM", "INT", "HUP", "QUIT", "KILL",
+        ] {
+            let what = format!("SIG{signal} to every helper {extra:?}");
+            let out = s.sh(&signal_helpers(signal));
+            match signal {
+                // The step's own holder is among them: SIGKILL cannot be
+                // dropped, and the step is answered, its command's group
+                // killed, rather than held.
+                "KILL" => {
+                    let stderr = refused(&out);
+                    assert!(stderr.contains("the holder of step"), "{what}: {stderr}");
+                }
+                // Unobserved, a stopped holder is let go on by init's watch.
+                _ => assert_eq!(stdout(&out), "sent\n", "{what}: {}", show(&out)),
+            }
+            let state = s.sh("cut -d' ' -f3 /proc/1/stat");
+            assert_eq!(
+                stdout(&state),
+                "S\n",
+                "{what}: init runs on: {}",
+                show(&state)
+            );
+            assert_steps_are_not_held(&s, &what);
+        }
+    }
+}
+
+/// What one step leaves running attacks the helpers during the next steps:
+/// stopping every helper it sees, over and over, flooding its output, or
+/// filling the process limit. Each later step is still answered on time,
+/// and the session still stops. (A step's own processes are in reach of
+/// what another step left, by design: docs/sessions.md.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_left_by_one_step_cannot_hold_the_next() {
+    let env = Env::new().await;
+    let stop_loop = |signal: &str| {
+        format!(
+            "(while :; do {} >/dev/null; sleep 0.01; done) >/dev/null 2>&1 &",
+            signal_helpers(signal)
+        )
+    };
+    let attacks = [
+        ("a SIGSTOP loop", stop_loop("STOP")),
+        ("a SIGTSTP loop", stop_loop("TSTP")),
+        ("an output flood", "yes &".to_owned()),
+    ];
+    for (what, attack) in &attacks {
+        let mut s = env.start(&[]);
+        let out = s.sh(attack);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", show(&out));
+        assert_timeout_holds(&s, what);
+        assert_timeout_holds(&s, what);
+        let out = s.stop();
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", show(&out));
+    }
+    // Killing every holder as it appears: each step is answered at once
+    // (125, naming its holder) instead of being held, on time or not.
+    let s = env.start(&[]);
+    let out = s.sh(&stop_loop("KILL"));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    for _ in 0..3 {
+        let started = Instant::now();
+        let out = s.exec(&["--timeout", "3s"], &["sleep", "10"]);
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "answered on time: {}",
+            show(&out)
+        );
+        match out.status.code() {
+            Some(124) => {}
+            _ => assert!(
+                refused(&out).contains("the holder of step"),
+                "{}",
+                show(&out)
+            ),
+        }
+    }
+    // The process limit filled just before the next step.
+    let s = env.start(&["--pids", "48"]);
+    let out = s.sh("(while :; do sleep 60 & done) >/dev/null 2>&1 & sleep 1; echo filled");
+    assert_eq!(stdout(&out), "filled\n", "{}", show(&out));
+    let started = Instant::now();
+    let out = s.exec(&["--timeout", "3s"], &["sleep", "10"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered on time: {}",
+        show(&out)
+    );
+    match out.status.code() {
+        Some(124) => {}
+        _ => assert!(
+            refused(&out).contains("process limit is reached"),
+            "{}",
+            show(&out)
+        ),
+    }
+}
+
+/// Neither ptrace(2), /proc/PID/mem, renice nor SCHED_IDLE reaches a helper
+/// from a step: the helpers hold capabilities the step has not, which the
+/// kernel's capability checks require of whoever traces, reads or reschedules
+/// them (and observed, they are traced already).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_step_can_trace_or_write_into_a_helper() {
+    let env = Env::new().await;
+    for extra in [&[][..], &["--no-audit"][..]] {
+        let s = env.start(extra);
+        let probe = r#"
+import ctypes, glob, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+helpers = [int(p.split('/')[2]) for p in glob.glob('/proc/[0-9]*/comm') if open(p).read().startswith('airlock:')]
+assert 1 in helpers and len(helpers) >= 2, helpers
+for pid in helpers:
+    for name, req in (('attach', 16), ('seize', 0x4206)):
+        r = libc.ptrace(req, pid, None, None)
+        print(pid, name, 'refused' if r == -1 else 'ALLOWED')
+    for mode in ('rb', 'r+b'):
+        try:
+            with open(f'/proc/{pid}/mem', mode) as m:
+                m.seek(0x400000); m.read(1) if mode == 'rb' else m.write(b'\0')
+            print(pid, 'mem', mode, 'ALLOWED')
+        except OSError:
+            print(pid, 'mem', mode, 'refused')
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+        print(pid, 'renice', 'ALLOWED')
+    except OSError:
+        print(pid, 'renice', 'refused')
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        print(pid, 'sched_idle', 'ALLOWED')
+    except OSError:
+        print(pid, 'sched_idle', 'refused')
+"#;
+        let out = s.exec(&[], &["python3", "-c", probe]);
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", show(&out));
+        let text = stdout(&out);
+        assert!(text.lines().count() >= 12, "{extra:?}: {text}");
+        assert!(!text.contains("ALLOWED"), "{extra:?}: {text}");
+        assert_steps_are_not_held(&s, "ptrace and /proc/PID/mem");
+    }
+}
+
+/// `airlock session exec` leaves within a second of SIGTERM or SIGINT,
+/// even when the step ignores the signal it passes on; the step is then
+/// killed, its caller gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_leaves_within_a_second_of_sigterm_or_sigint() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let mut child = Command::new(AIRLOCK)
+            .args(["session", "exec", &s.id, "--", "sh", "-c"])
+            .arg("trap '' TERM INT; echo ready; sleep 30")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "ready\n");
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let sent = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                sent.elapsed() < Duration::from_secs(1),
+                "still waiting after {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(128 + signal as i32));
+        eventually("the step is killed", Duration::from_secs(5), || {
+            s.info().is_some_and(|i| i["running"] == 0)
+        });
+    }
+}
+
+/// A session whose server stops answering (here: stopped on the host)
+/// holds no client: `exec` gives up after the step's timeout and a grace
+/// with one line naming the session and `airlock session stop`, and `ls`
+/// lists it as not answering instead of hanging or hiding it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_that_stops_answering_holds_no_client() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let (server, _) = s.pids();
+    use nix::sys::signal::{Signal, kill};
+    let server_pid = nix::unistd::Pid::from_raw(server);
+    kill(server_pid, Signal::SIGSTOP).unwrap();
+    let started = Instant::now();
+    let out = s.exec(&["--timeout", "1s"], &["true"]);
+    let took = started.elapsed();
+    let line = refused(&out);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(line.contains("is not answering"), "{line}");
+    assert!(
+        line.contains(&format!("airlock session stop {}", s.id)),
+        "{line}"
+    );
+    let info = s.info().expect("still listed");
+    assert_eq!(info["state"], "not answering", "{info}");
+    assert_eq!(info["pids"]["server"], server, "{info}");
+    kill(server_pid, Signal::SIGCONT).unwrap();
+    let out = s.exec(&[], &["echo", "back"]);
+    assert_eq!(stdout(&out), "back\n", "{}", show(&out));
 }

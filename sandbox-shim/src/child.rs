@@ -2,8 +2,9 @@
 //! - supervisor: in the host PID namespace; joins the cgroup, creates the
 //!   namespaces, forks init, and kills it when airlock dies (EOF on the channel);
 //! - init: PID 1 of the new PID namespace; sets up network and mounts, hands the
-//!   sockets over, waits for the go, forks the command (in session mode the
-//!   launcher, `launcher.rs`, whose end ends the sandbox) and reaps orphans;
+//!   sockets over, waits for the go, forks the command and reaps orphans (in
+//!   session mode it serves the steps itself, `launcher.rs`, and its end
+//!   ends the sandbox);
 //! - command: drops identity/capabilities, installs seccomp and execs
 //!   (in `command.rs`).
 //!   When init exits the kernel kills everything left in the namespace
@@ -252,22 +253,27 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
         Ok(Some(Message::Go)) => {}
         _ => sys::exit_now(125),
     }
+    if plan.session {
+        // Init serves the steps itself: as PID 1 it is out of their reach
+        // (see launcher.rs).
+        crate::launcher::run(plan, chan, observe);
+    }
     // The command's signals are held until it has its own dispositions
-    // (see fork_signals_held); the launcher keeps init's.
-    let forked = match plan.session {
-        true => sys::fork(),
-        false => sys::fork_signals_held(),
-    };
-    let cmd_pid = match forked {
-        Ok(Forked::Child) if plan.session => crate::launcher::run(plan, chan, observe),
+    // (see fork_signals_held).
+    let cmd_pid = match sys::fork_signals_held() {
         Ok(Forked::Child) => {
             let launch = crate::command::Launch::of_plan(plan, observe, terminal.as_ref());
             crate::command::run(plan, &launch)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(source) => {
-            let what = if plan.session { "launcher" } else { "command" };
-            report(chan, &SetupError::Fork { what, source });
+            report(
+                chan,
+                &SetupError::Fork {
+                    what: "command",
+                    source,
+                },
+            );
             sys::exit_now(125);
         }
     };

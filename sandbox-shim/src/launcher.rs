@@ -1,13 +1,25 @@
-//! Session mode, inside the sandbox: init forks the launcher instead of a
-//! command, and from then on the launcher alone reads the control channel.
-//! For each [`Message::Exec`] it forks a holder (`holder.rs`) that runs the
-//! step's command; it kills or signals a step on request, and reaps holders
-//! as they end. When it ends, init reports it and the sandbox is over.
+//! Session mode, inside the sandbox: init itself is the launcher, and from
+//! the go on it alone reads the control channel. For each [`Message::Exec`]
+//! it forks a holder (`holder.rs`) that runs the step's command; it kills or
+//! signals a step on request, and reaps holders and orphans as they end.
+//! When it ends, the sandbox is over.
 //!
-//! When observed, the launcher is traced before any step exists: every step
-//! process descends from it, so the observer's PTRACE_O_TRACEFORK follows
-//! them all without a second attach. It installs no seccomp filter (it is
-//! airlock's code and runs no step's); each command installs its own.
+//! Why init: the session's control path must be out of the steps' reach,
+//! and a step runs with the same uid as airlock's helpers, so kill(2) would
+//! let it stop or kill any of them. PID 1 of a namespace is the one process
+//! that signals from inside cannot touch, SIGKILL and SIGSTOP included
+//! (pid_namespaces(7)); ptrace(2) and /proc/1/mem need capabilities the
+//! steps do not have. When observed, the observer also drops every signal a
+//! step sends to init or a holder (`observer/procs.rs`), since a traced
+//! init would otherwise be stopped by SIGSTOP. A holder (the one per-step
+//! helper that stays in a step's reach, unobserved) that a step stops or
+//! kills holds nothing: a step's kill ends the holder with its processes,
+//! and the step is reported as killed (`kill_step`).
+//!
+//! When observed, init asks to be traced before any step exists: every
+//! step process descends from it, so the observer's PTRACE_O_TRACEFORK
+//! follows them all without a second attach. It installs no seccomp filter
+//! (it is airlock's code and runs no step's); each command installs its own.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -30,13 +42,17 @@ use crate::pty::WindowSize;
 use crate::step::StepId;
 use crate::sys::{self, Forked};
 
-/// The launcher's process name (prctl(2) PR_SET_NAME; 15 bytes at most).
-const NAME: &std::ffi::CStr = c"airlock:launch";
+/// Init's process name in session mode (prctl(2) PR_SET_NAME; 15 bytes at
+/// most).
+const NAME: &std::ffi::CStr = c"airlock:init";
 
 /// How often a holder that has ended but is not yet reapable is retried: a
 /// traced child is reported to its tracer (the observer) first, and to us
 /// only once the tracer has seen it go (ptrace(2), "Death under ptrace").
 const REAP_RETRY: Duration = Duration::from_millis(5);
+
+/// How often the holders are checked for a stop while steps run.
+const WATCH_HOLDERS: Duration = Duration::from_millis(200);
 
 /// Rounds of "find every live descendant, SIGKILL it" before giving up on
 /// a step that keeps forking (each round catches the children made before
@@ -93,15 +109,23 @@ struct Holder {
     command: Option<Pid>,
     /// The holder has sent the step's last event (its exit, or why it failed).
     reported: bool,
+    /// Airlock asked for the step to be killed: the holder was killed too,
+    /// and its end is the step's (by SIGKILL).
+    killed: bool,
+    /// Reaped, with its wait status (None: it vanished, ECHILD).
+    reaped: Option<Option<i32>>,
 }
 
 struct Launcher<'a> {
     plan: &'a Plan,
     chan: &'a OwnedFd,
     steps: HashMap<StepId, Holder>,
+    /// Readable when a child ended: a holder, or an orphan whose holder
+    /// went first (as PID 1, every orphan of the sandbox is ours to reap).
+    children: sys::ChildSignals,
 }
 
-/// The launcher process; never returns.
+/// Init's life in session mode, from the go; never returns.
 pub(crate) fn run(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     let _ = nix::sys::prctl::set_name(NAME);
     if plan.observe.is_some()
@@ -111,12 +135,24 @@ pub(crate) fn run(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
         let _ = channel::send(chan, &Message::Failed(failure));
         sys::exit_now(125);
     }
+    let children = match sys::ChildSignals::open() {
+        Ok(children) => children,
+        Err(e) => {
+            let failure = Failure::Setup(format!("signalfd for SIGCHLD: {e}")).fitted();
+            let _ = channel::send(chan, &Message::Failed(failure));
+            sys::exit_now(125);
+        }
+    };
     let mut launcher = Launcher {
         plan,
         chan,
         steps: HashMap::new(),
+        children,
     };
-    sys::exit_now(launcher.serve())
+    let code = launcher.serve();
+    // What airlock hears of the end of the sandbox (as of a command's).
+    let _ = channel::send(chan, &Message::Exit(code << 8));
+    sys::exit_now(code)
 }
 
 /// Ask the observer to trace us, as `airlock run`'s command does, and wait
@@ -136,6 +172,7 @@ enum Ready {
     Channel,
     Ended(StepId),
     Report(StepId),
+    Children,
 }
 
 impl Launcher<'_> {
@@ -166,16 +203,22 @@ impl Launcher<'_> {
                         }
                     }
                     Ready::Report(step) => self.read_report(step),
+                    Ready::Children => self.children.drain(),
                 }
             }
             self.reap_ended();
+            self.reap_orphans();
+            self.continue_stopped_holders();
         }
     }
 
     /// Wait for the channel, a holder's end or a command pid.
     fn poll(&self) -> Result<Vec<Ready>, Errno> {
-        let mut fds = vec![PollFd::new(self.chan.as_fd(), PollFlags::POLLIN)];
-        let mut what = vec![Ready::Channel];
+        let mut fds = vec![
+            PollFd::new(self.chan.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.children.as_fd(), PollFlags::POLLIN),
+        ];
+        let mut what = vec![Ready::Channel, Ready::Children];
         for (step, h) in &self.steps {
             if !h.ended {
                 fds.push(PollFd::new(h.pidfd.as_fd(), PollFlags::POLLIN));
@@ -186,11 +229,14 @@ impl Launcher<'_> {
                 what.push(Ready::Report(*step));
             }
         }
-        let timeout = match self.steps.values().any(|h| h.ended) {
-            true => {
-                PollTimeout::try_from(REAP_RETRY.as_millis() as i32).unwrap_or(PollTimeout::MAX)
-            }
-            false => PollTimeout::NONE,
+        let every =
+            |d: Duration| PollTimeout::try_from(d.as_millis() as i32).unwrap_or(PollTimeout::MAX);
+        let timeout = if self.steps.values().any(|h| h.ended && h.reaped.is_none()) {
+            every(REAP_RETRY)
+        } else if self.steps.is_empty() {
+            PollTimeout::NONE
+        } else {
+            every(WATCH_HOLDERS)
         };
         match poll(&mut fds, timeout) {
             Ok(_) => {}
@@ -207,36 +253,61 @@ impl Launcher<'_> {
 
     /// Reap the holders that have ended (once their tracer let go of them).
     /// A holder that went without sending its step's last event (a step can
-    /// kill its own holder) gets one sent for it: no caller waits in vain.
+    /// kill its own holder) gets one sent for it, and its command's process
+    /// group goes with it: no caller waits in vain, and no step runs on
+    /// after it was reported ended.
     fn reap_ended(&mut self) {
-        let gone: Vec<(StepId, Option<i32>)> = self
+        for h in self
+            .steps
+            .values_mut()
+            .filter(|h| h.ended && h.reaped.is_none())
+        {
+            match sys::wait_any(Some(h.pid), true) {
+                Ok(Some((_, status))) => h.reaped = Some(Some(status)),
+                Ok(None) => {}
+                Err(_) => h.reaped = Some(None),
+            }
+        }
+        let gone: Vec<StepId> = self
             .steps
             .iter()
-            .filter(|(_, h)| h.ended)
-            .filter_map(|(step, h)| match sys::wait_any(Some(h.pid), true) {
-                Ok(Some((_, status))) => Some((*step, Some(status))),
-                Ok(None) => None,
-                Err(_) => Some((*step, None)),
-            })
+            .filter(|(_, h)| h.reaped.is_some())
+            .map(|(step, _)| *step)
             .collect();
-        for (step, status) in gone {
+        for step in gone {
             // The holder is gone: what it wrote can be read without waiting.
             while self.steps.get(&step).is_some_and(|h| h.reports.is_some()) {
                 self.read_report(step);
             }
-            if self.steps.remove(&step).is_some_and(|h| !h.reported) {
-                let how = match status.map(crate::outcome::ExitKind::from_raw) {
-                    Some(crate::outcome::ExitKind::Signaled(sig)) => {
-                        format!("was killed by signal {sig}")
-                    }
-                    Some(crate::outcome::ExitKind::Exited(code)) => format!("exited with {code}"),
-                    None => "vanished".to_string(),
-                };
-                let text = format!(
-                    "the holder of {step} {how} before its command's end was reported (a step's processes can signal their own holder)"
-                );
-                self.fail(step, text);
+            let Some(holder) = self.steps.remove(&step) else {
+                continue;
+            };
+            if holder.reported {
+                continue;
             }
+            if let Some(pgid) = holder.command {
+                sys::kill_group(pgid, libc::SIGKILL);
+            }
+            if holder.killed {
+                // Its end is the step's: killed on airlock's word.
+                let _ = channel::send(self.chan, &Message::StepExit(step, libc::SIGKILL));
+                continue;
+            }
+            let how = match holder
+                .reaped
+                .flatten()
+                .map(crate::outcome::ExitKind::from_raw)
+            {
+                Some(crate::outcome::ExitKind::Signaled(sig)) => {
+                    format!("was killed by signal {sig}")
+                }
+                Some(crate::outcome::ExitKind::Exited(code)) => format!("exited with {code}"),
+                None => "vanished".to_string(),
+            };
+            let text = format!(
+                "the holder of {step} {how} before its command's end was reported (a step's processes can signal their own holder); its command's process group was killed"
+            );
+            self.fail(step, text);
         }
     }
 
@@ -247,17 +318,50 @@ impl Launcher<'_> {
                 request,
                 stdio,
             } => self.exec(step, request, stdio),
-            Message::KillStep(step) => {
-                // A kill right after the exec: wait until the holder has
-                // forked the command, so that the command is among those killed.
-                self.await_command(step);
-                if let Some(h) = self.steps.get(&step) {
-                    kill_descendants(h.pid);
-                }
-            }
+            Message::KillStep(step) => self.kill_step(step),
             Message::SignalStep(step, signal) => self.signal(step, signal),
             // Nothing else is meant for the launcher.
             _ => {}
+        }
+    }
+
+    /// Kill the step: everything its holder started, then the holder, which
+    /// may have been stopped by the step's own processes and would then
+    /// never report. The step's end is reported when the holder is reaped.
+    fn kill_step(&mut self, step: StepId) {
+        // A kill right after the exec: wait until the holder has forked the
+        // command, so that the command is among those killed.
+        self.await_command(step);
+        let Some(h) = self.steps.get_mut(&step) else {
+            return;
+        };
+        kill_descendants(h.pid);
+        h.killed = true;
+        sys::kill(h.pid, libc::SIGKILL);
+    }
+
+    /// A holder that a step stopped (SIGSTOP cannot be ignored, and
+    /// unobserved nobody drops it) is let go on: its step's end must still
+    /// be reported.
+    fn continue_stopped_holders(&self) {
+        for h in self.steps.values().filter(|h| !h.ended) {
+            if procfs::stat(h.pid).is_some_and(|st| st.state == 'T') {
+                sys::kill(h.pid, libc::SIGCONT);
+            }
+        }
+    }
+
+    /// Reap whatever else ended: orphans of steps whose holder went first.
+    /// Holders are left to [`Launcher::reap_ended`], which knows their step.
+    fn reap_orphans(&mut self) {
+        loop {
+            let Ok(Some((pid, status))) = sys::wait_any(None, true) else {
+                return;
+            };
+            if let Some(h) = self.steps.values_mut().find(|h| h.pid == pid) {
+                h.ended = true;
+                h.reaped = Some(Some(status));
+            }
         }
     }
 
@@ -283,6 +387,12 @@ impl Launcher<'_> {
                 crate::holder::run(self.plan, self.chan, &command, stdio, pipe_write)
             }
             Ok(Forked::Parent(pid)) => pid,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                let text = format!(
+                    "{step} could not start: the sandbox's process limit is reached (--pids); end what runs in the background, or start the session with a higher --pids"
+                );
+                return self.fail(step, text);
+            }
             Err(e) => return self.fail(step, format!("fork the holder of {step}: {e}")),
         };
         // The holder and its command hold the only copies now.
@@ -308,6 +418,8 @@ impl Launcher<'_> {
                 reports: Some(pipe_read),
                 command: None,
                 reported: false,
+                killed: false,
+                reaped: None,
             },
         );
     }

@@ -237,6 +237,45 @@ pub(crate) fn kill(pid: Pid, sig: i32) {
     unsafe { libc::kill(pid.as_raw(), sig) };
 }
 
+/// killpg(2): `pgid`'s whole process group (a positive id only).
+pub(crate) fn kill_group(pgid: Pid, sig: i32) {
+    if pgid.as_raw() <= 1 {
+        return;
+    }
+    // SAFETY: kill has no memory-safety preconditions; a negative pid names
+    // the group (kill(2)).
+    unsafe { libc::kill(-pgid.as_raw(), sig) };
+}
+
+/// SIGCHLD as a descriptor to poll (signalfd(2)): blocked for the process,
+/// so it is never delivered as a signal (nor, when traced, reported to the
+/// tracer). Children inherit the blocked mask; a command unblocks it in
+/// [`reset_signals`].
+pub(crate) struct ChildSignals(nix::sys::signalfd::SignalFd);
+
+impl ChildSignals {
+    pub(crate) fn open() -> io::Result<ChildSignals> {
+        use nix::sys::signal::{SigSet, Signal};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGCHLD);
+        set.thread_block()?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        Ok(ChildSignals(fd))
+    }
+
+    /// Read every pending SIGCHLD (what ended is found by waitpid(2)).
+    pub(crate) fn drain(&mut self) {
+        while let Ok(Some(_)) = self.0.read_signal() {}
+    }
+}
+
+impl std::os::fd::AsFd for ChildSignals {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// Take ownership of a descriptor the kernel just installed for us via
 /// SCM_RIGHTS (see unix(7)); nothing else refers to it.
 pub(crate) fn own_received_fd(raw: RawFd) -> std::os::fd::OwnedFd {
@@ -301,6 +340,13 @@ fn trace_options() -> nix::sys::ptrace::Options {
         | Options::PTRACE_O_TRACESECCOMP
         | Options::PTRACE_O_TRACESYSGOOD
         | Options::PTRACE_O_EXITKILL
+}
+
+/// At a signal-delivery stop of `tid`: whether a process sent the signal
+/// (kill(2), tgkill(2), sigqueue(3): si_code SI_USER or below, see
+/// sigaction(2)) rather than the kernel (a fault, SIGCHLD, SIGPIPE).
+pub(crate) fn trace_signal_sent_by_process(tid: Pid) -> bool {
+    nix::sys::ptrace::getsiginfo(tid).is_ok_and(|info| info.si_code <= 0)
 }
 
 /// PTRACE_SEIZE `pid` with [`trace_options`]; its children are traced too.

@@ -105,7 +105,26 @@ impl Session {
             timeout_ms: step.timeout.map(|t| t.as_millis() as u64),
             tty: None,
         };
-        let (mut stream, mut writer) = client::open_step(&self.registry, &self.id, request).await?;
+        // Never held by a session that stopped answering: past the step's
+        // timeout and the grace, the agent gets its answer.
+        let until = tokio::time::Instant::now()
+            + step
+                .timeout
+                .map_or(Duration::from_secs(100 * 365 * 86_400), |t| {
+                    t + client::ANSWER_GRACE
+                });
+        let not_answering = || {
+            anyhow::anyhow!(
+                "session {} is not answering: the step did not end within its timeout of {} and {}s more; stop the session with `airlock session stop {}`",
+                self.id,
+                humantime::format_duration(step.timeout.unwrap_or_default()),
+                client::ANSWER_GRACE.as_secs(),
+                self.id
+            )
+        };
+        let opened =
+            tokio::time::timeout_at(until, client::open_step(&self.registry, &self.id, request));
+        let (mut stream, mut writer) = opened.await.map_err(|_| not_answering())??;
         let mut stdout = Bounded::new(LIMIT);
         let mut stderr = Bounded::new(LIMIT);
         let collect = async {
@@ -127,10 +146,15 @@ impl Session {
         };
         // `writer` lives until the end: the session takes a closed
         // connection for a client gone away and kills the step.
-        let report = tokio::select! {
-            report = collect => report?,
-            never = feed => match never {},
+        let step_ends = async {
+            tokio::select! {
+                report = collect => report,
+                never = feed => match never {},
+            }
         };
+        let report = tokio::time::timeout_at(until, step_ends)
+            .await
+            .map_err(|_| not_answering())??;
         Ok(Ran {
             report,
             timeout: step.timeout,

@@ -23,6 +23,17 @@ use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `stop` waits for the record to be closed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(150);
+/// How long past a step's `--timeout` `exec` waits for its end: the session
+/// kills a step on its timeout and answers within a second even when the
+/// sandbox does not confirm it (`steps::KILL_CONFIRMED_WITHIN`), so only a
+/// session that is not answering at all runs this out.
+pub const ANSWER_GRACE: Duration = Duration::from_secs(3);
+/// How long `exec` waits for a session's first answer when the step has no
+/// timeout of its own.
+const FIRST_ANSWER_WITHIN: Duration = Duration::from_secs(10);
+/// How long `exec` waits for the step's end once it has passed on a SIGINT
+/// or SIGTERM, before it leaves anyway (its leaving kills the step).
+const SIGNAL_GRACE: Duration = Duration::from_millis(500);
 
 /// Say why airlock failed, on one line, and exit 125.
 fn failed(e: &anyhow::Error) -> ExitCode {
@@ -127,7 +138,7 @@ pub fn ls(args: &LsArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:<16}  {:<16}  {:<20}  {:>8}  {:<9}  {:<14}  POLICY",
+        "{:<16}  {:<16}  {:<20}  {:>8}  {:<13}  {:<14}  POLICY",
         "ID", "NAME", "STARTED", "COMMANDS", "STATE", "PIDS"
     );
     for s in sessions {
@@ -139,7 +150,7 @@ pub fn ls(args: &LsArgs) -> ExitCode {
             None => s.pids.server.to_string(),
         };
         println!(
-            "{:<16}  {:<16}  {:<20}  {:>8}  {:<9}  {:<14}  {}",
+            "{:<16}  {:<16}  {:<20}  {:>8}  {:<13}  {:<14}  {}",
             s.id,
             s.name.as_deref().unwrap_or("-"),
             started.to_string(),
@@ -244,7 +255,17 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
         tty,
     };
-    let (mut step, mut writer) = open_step(&registry, &id, request).await?;
+    // The caller's bound on the wait: the step's timeout and a grace (the
+    // first answer alone comes at once from a session that answers at all).
+    let until = tokio::time::Instant::now()
+        + args
+            .timeout
+            .map_or(FIRST_ANSWER_WITHIN, |t| t + ANSWER_GRACE);
+    let (mut step, mut writer) =
+        match tokio::time::timeout_at(until, open_step(&registry, &id, request)).await {
+            Ok(opened) => opened?,
+            Err(_) => return gave_up(Gone::NotAnswering.into(), &id, args.timeout),
+        };
     let stdin = std::io::stdin();
     let raw = match tty.is_some() && stdin.is_terminal() {
         true => Some(
@@ -265,23 +286,44 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
     });
     tokio::spawn(pump_stdin(frames.clone()));
-    tokio::spawn(signals.forward(frames, tty.is_some()));
+    let (quit, mut quit_rx) = mpsc::channel(1);
+    tokio::spawn(signals.forward(frames, tty.is_some(), quit));
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
+    // Then a signal's grace once one came.
+    let give_up = tokio::time::sleep_until(match args.timeout {
+        Some(_) => until,
+        None => tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400),
+    });
+    tokio::pin!(give_up);
+    let mut signalled = None;
     let ended = loop {
-        match step.next().await {
-            Ok(StepOutput::Stdout(data)) => {
-                let _ = out.write_all(&data).and_then(|()| out.flush());
+        tokio::select! {
+            next = step.next() => match next {
+                Ok(StepOutput::Stdout(data)) => {
+                    let _ = out.write_all(&data).and_then(|()| out.flush());
+                }
+                Ok(StepOutput::Stderr(data)) => {
+                    let _ = err.write_all(&data);
+                }
+                Ok(StepOutput::Exited(report)) => break Ok(report),
+                Err(e) => break Err(e),
+            },
+            Some(signal) = quit_rx.recv(), if signalled.is_none() => {
+                signalled = Some(signal);
+                give_up.as_mut().reset(tokio::time::Instant::now() + SIGNAL_GRACE);
             }
-            Ok(StepOutput::Stderr(data)) => {
-                let _ = err.write_all(&data);
-            }
-            Ok(StepOutput::Exited(report)) => break Ok(report),
-            Err(e) => break Err(e),
+            () = &mut give_up => break Err(match signalled {
+                Some(signal) => Gone::Signalled(signal),
+                None => Gone::NotAnswering,
+            }.into()),
         }
     };
     drop(raw);
-    let report = ended?;
+    let report = match ended {
+        Ok(report) => report,
+        Err(e) => return gave_up(e, &id, args.timeout),
+    };
     for denial in &report.denials {
         crate::terminal::eprint_line(&refusal_notice(denial));
     }
@@ -297,6 +339,46 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(report.exit_code).unwrap_or(EXIT_RUN_FAILED),
     ))
+}
+
+/// Why `exec` stopped waiting for a step's end.
+#[derive(Debug, thiserror::Error)]
+enum Gone {
+    #[error("a signal ({0}) came and the step did not end within its grace")]
+    Signalled(i32),
+    #[error("the session did not answer within the step's timeout and grace")]
+    NotAnswering,
+}
+
+/// What `exec` says and exits with when it stopped waiting (its leaving
+/// kills the step, when the session still hears it), or the error itself.
+fn gave_up(e: anyhow::Error, id: &str, timeout: Option<Duration>) -> anyhow::Result<ExitCode> {
+    match e.downcast_ref::<Gone>() {
+        Some(Gone::Signalled(signal)) => {
+            eprintln!(
+                "airlock: left on signal {signal}; the step is killed as the session sees its caller go (if it is not answering: airlock session stop {id})"
+            );
+            Ok(ExitCode::from(128 + (*signal as u8)))
+        }
+        Some(Gone::NotAnswering) => {
+            let waited = match timeout {
+                Some(t) => format!(
+                    "the step did not end within its --timeout of {} and {}s more",
+                    humantime::format_duration(t),
+                    ANSWER_GRACE.as_secs()
+                ),
+                None => format!(
+                    "it did not take the step within {}s",
+                    FIRST_ANSWER_WITHIN.as_secs()
+                ),
+            };
+            eprintln!(
+                "airlock: session {id} is not answering: {waited}; stop the session with `airlock session stop {id}`"
+            );
+            Ok(ExitCode::from(EXIT_RUN_FAILED))
+        }
+        None => Err(e),
+    }
 }
 
 /// A step running in a session, read from the client's side: what it
@@ -436,7 +518,14 @@ impl Signals {
     /// Forward them to the step: window sizes with a terminal; Ctrl-C and
     /// SIGTERM without one (with a terminal, Ctrl-C is a keystroke for the
     /// command's pty).
-    async fn forward(mut self, frames: mpsc::Sender<(FrameType, Vec<u8>)>, tty: bool) {
+    /// SIGINT and SIGTERM are also said on `quit`: the caller waits only
+    /// a short grace for the step's end after them.
+    async fn forward(
+        mut self,
+        frames: mpsc::Sender<(FrameType, Vec<u8>)>,
+        tty: bool,
+        quit: mpsc::Sender<i32>,
+    ) {
         loop {
             let frame = tokio::select! {
                 _ = self.winch.recv() => {
@@ -451,9 +540,12 @@ impl Signals {
                 _ = self.int.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGINT as u8]),
                 _ = self.term.recv() => (FrameType::Signal, vec![nix::sys::signal::Signal::SIGTERM as u8]),
             };
-            if frames.send(frame).await.is_err() {
-                return;
+            if let (FrameType::Signal, [signal]) = (frame.0, frame.1.as_slice()) {
+                let _ = quit.try_send(i32::from(*signal));
             }
+            // The step's end may be unread while the writer waits: never
+            // hold the signal on it.
+            let _ = frames.try_send(frame);
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct Live {
     waiting: Mutex<Waiting>,
     pub(super) counts: Mutex<Counts>,
     pub(super) stopping: AtomicBool,
+    /// The sandbox failed to confirm a step's end once (see
+    /// `steps::KILL_CONFIRMED_WITHIN`): `ls` says so.
+    pub(super) not_answering: AtomicBool,
     pub(super) activity: Notify,
     /// What the policy refused, for each step's report and `denials`.
     pub denials: Arc<DenialLog>,
@@ -73,8 +76,23 @@ impl Live {
                 last_activity: Instant::now(),
             }),
             stopping: AtomicBool::new(false),
+            not_answering: AtomicBool::new(false),
             activity: Notify::new(),
             denials,
+        }
+    }
+
+    /// The sandbox did not confirm `step`'s end after its kill: say so in
+    /// `ls`, and in the record.
+    pub fn not_answering(&self, step: StepId) {
+        self.not_answering.store(true, Ordering::SeqCst);
+        if let Some(recorder) = &self.recorder {
+            let _ = recorder.record(AuditEvent::Note {
+                text: format!(
+                    "the session is not answering: the sandbox did not confirm the end of step {} after it was killed",
+                    step.0
+                ),
+            });
         }
     }
 

@@ -55,12 +55,16 @@ pub struct TtySize {
     pub rows: u16,
 }
 
+/// A session's state when it took a step's kill without confirming the
+/// step's end, or did not answer `ls` at all.
+pub const NOT_ANSWERING: &str = "not answering";
+
 /// The answer to `info`, and one row of `airlock session ls`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionInfo {
     pub id: String,
     pub name: Option<String>,
-    /// "starting", "ready" or "stopping".
+    /// "starting", "ready", "stopping" or [`NOT_ANSWERING`].
     pub state: String,
     /// Seconds since the epoch.
     pub started: f64,

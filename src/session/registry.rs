@@ -187,15 +187,49 @@ impl Registry {
         Ok(UnixStream::connect(self.socket(id)).await?)
     }
 
-    /// Every live session, in id order (dead ones are cleaned away).
+    /// Every live session, in id order (dead ones are cleaned away). One
+    /// whose server takes the connection but does not answer is listed as
+    /// not answering, with what the socket tells of it.
     pub async fn list(&self) -> Vec<SessionInfo> {
         let mut out = Vec::new();
         for id in self.ids() {
-            if let Ok(info) = self.info(&id).await {
-                out.push(info);
+            match self.info(&id).await {
+                Ok(info) => out.push(info),
+                Err(e) if e.downcast_ref::<tokio::time::error::Elapsed>().is_some() => {
+                    out.push(self.unanswered(&id).await);
+                }
+                Err(_) => {}
             }
         }
         out
+    }
+
+    /// What is known of a session that does not answer: its name, when its
+    /// socket was made, and who serves it (SO_PEERCRED, unix(7)).
+    async fn unanswered(&self, id: &str) -> SessionInfo {
+        let started = std::fs::metadata(self.socket(id))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        let server = match self.connect(id).await {
+            Ok(stream) => stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0),
+            Err(_) => 0,
+        };
+        SessionInfo {
+            id: id.to_owned(),
+            name: self
+                .names()
+                .into_iter()
+                .find_map(|(name, owner)| (owner == id).then_some(name)),
+            state: protocol::NOT_ANSWERING.into(),
+            started,
+            commands: 0,
+            running: 0,
+            policy: String::new(),
+            pids: protocol::Pids { server, init: None },
+            audit_session: None,
+        }
     }
 
     /// SESSION as the user gave it: an id, a name, or a unique id prefix.

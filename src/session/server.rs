@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::denials::DenialLog;
 use super::live::Live;
-use super::protocol::{self, Pids, Reply, Request, SessionInfo};
+use super::protocol::{self, NOT_ANSWERING, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
 use super::steps;
 use crate::commands::session::StartArgs;
@@ -58,9 +58,12 @@ impl Shared {
         let (state, commands, running, init, audit_session) = match &live {
             Some(live) => {
                 let counts = live.counts();
-                let state = match live.stopping.load(Ordering::SeqCst) {
-                    true => "stopping",
-                    false => "ready",
+                let state = if live.stopping.load(Ordering::SeqCst) {
+                    "stopping"
+                } else if live.not_answering.load(Ordering::SeqCst) {
+                    NOT_ANSWERING
+                } else {
+                    "ready"
                 };
                 (
                     state,

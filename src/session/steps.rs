@@ -24,6 +24,11 @@ use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
 const EXIT_TIMED_OUT: i32 = 124;
+/// How long a killed step's end may take to be confirmed by the sandbox
+/// (init kills a step's processes in milliseconds) before airlock reports
+/// the step ended anyway and the session as not answering: the caller's
+/// timeout is kept by this clock, outside the sandbox.
+const KILL_CONFIRMED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Output recorded per stream from what a step left running, once it ended.
 const BACKGROUND_OUTPUT_RECORDED: usize = 8 << 20;
 
@@ -198,19 +203,37 @@ impl Started {
             let deadline = request.timeout();
             let sleep = tokio::time::sleep(deadline.unwrap_or_default());
             tokio::pin!(sleep);
+            // Armed when the step is killed: how long its end may take.
+            let unconfirmed = tokio::time::sleep(std::time::Duration::MAX);
+            tokio::pin!(unconfirmed);
+            let mut killed = false;
             let mut client_done = false;
             loop {
                 tokio::select! {
                     result = &mut end => break result,
                     () = &mut sleep, if deadline.is_some() && !timed_out => {
                         timed_out = true;
+                        killed = true;
                         let _ = live.control.kill(step);
+                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                    }
+                    () = &mut unconfirmed, if killed => {
+                        // Nothing inside may hold the caller: it has its answer.
+                        live.not_answering(step);
+                        reason = Some(format!(
+                            "the sandbox did not confirm the end of step {} within {}s of its kill: the session is not answering; stop it with `airlock session stop`",
+                            step.0,
+                            KILL_CONFIRMED_WITHIN.as_secs()
+                        ));
+                        break Ok(StepEnd::Exited(ExitKind::Signaled(nix::sys::signal::Signal::SIGKILL as i32)));
                     }
                     gone = &mut client, if !client_done => {
                         client_done = true;
                         if gone {
                             reason = Some("killed: the client disconnected".to_owned());
+                            killed = true;
                             let _ = live.control.kill(step);
+                            unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
                         }
                     }
                 }
@@ -222,6 +245,14 @@ impl Started {
         }
         let mut report = match outcome {
             Ok(StepEnd::Exited(status)) => exit_report(begun, status, timed_out, reason),
+            // Killed on its timeout, however the sandbox put its end: the
+            // caller asked for a bound, and it held.
+            Ok(StepEnd::Failed(why)) if timed_out => exit_report(
+                begun,
+                ExitKind::Signaled(nix::sys::signal::Signal::SIGKILL as i32),
+                true,
+                Some(why),
+            ),
             Ok(StepEnd::Failed(why)) => failed_report(begun, &why),
             // The command did not end its own way: airlock ended it.
             Ok(StepEnd::SessionEnded(why)) => failed_report(begun, &why),

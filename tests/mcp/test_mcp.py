@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
@@ -423,3 +424,60 @@ def test_a_killed_server_takes_its_session_with_it(env):
         while alive(server) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not alive(server), "its server is gone"
+
+
+# A step's line that stops or kills every helper airlock runs in the sandbox
+# (init and the holders), found by name as a hostile step would find them,
+# and a process left behind that keeps doing it.
+HELPERS = "$(grep -l '^airlock:' /proc/[0-9]*/comm | cut -d/ -f3)"
+
+
+def test_a_timeout_holds_after_every_attack_on_the_helpers(env):
+    """After a step stops, kills or keeps stopping airlock's helpers in the
+    sandbox, a `run_command` with a 3 s timeout is still a result (124) within
+    4 s, never an agent held by the code it sandboxes."""
+    attacks = [
+        f"for p in {HELPERS}; do kill -STOP $p; done",
+        f"for p in {HELPERS}; do kill -TSTP $p; done",
+        f"for p in {HELPERS}; do kill -KILL $p; done",
+        f"(while :; do for p in {HELPERS}; do kill -STOP $p; done; sleep 0.01; done) >/dev/null 2>&1 &",
+    ]
+
+    async def scenario(client):
+        outcomes = []
+        for attack in attacks:
+            await client.call_tool("run_command", {"command": attack})
+            began = time.monotonic()
+            held = await client.call_tool("run_command", {"command": "sleep 10", "timeout": 3})
+            outcomes.append((attack, held, time.monotonic() - began))
+        return outcomes
+
+    for attack, held, took in run(env, scenario):
+        assert took < 4, f"{attack}: took {took:.1f}s"
+        assert held.structured_content["exit_code"] == 124, f"{attack}: {text(held)}"
+        assert held.structured_content["timed_out"] is True, f"{attack}: {text(held)}"
+
+
+def test_a_session_that_stops_answering_is_a_result_not_a_hang(env):
+    """A session whose server stops answering (stopped on the host) costs a
+    `run_command` its timeout and a grace, then says so with the command that
+    stops it."""
+
+    async def scenario(client):
+        await client.call_tool("run_command", {"command": "true"})
+        session = max(sessions(), key=lambda s: s["started"])
+        server = session["pids"]["server"]
+        os.kill(server, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            result = await client.call_tool("run_command", {"command": "true", "timeout": 1})
+            took = time.monotonic() - began
+        finally:
+            os.kill(server, signal.SIGCONT)
+        return session, result, took
+
+    session, result, took = run(env, scenario)
+    assert took < 6, f"took {took:.1f}s"
+    assert result.is_error, text(result)
+    assert "is not answering" in text(result), text(result)
+    assert f"airlock session stop {session['id']}" in text(result), text(result)

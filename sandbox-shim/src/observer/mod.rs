@@ -94,9 +94,9 @@ pub(crate) fn spawn(
         .spawn(move || {
             let mut obs = Observer {
                 files: Files::new(mounts, cfg.max_file_bytes, tx.clone()),
+                procs: Procs::new(shared, cfg.init),
                 cfg,
                 tx,
-                procs: Procs::new(shared),
                 hashes: exec::Hashes::default(),
                 in_flight: HashMap::new(),
                 since: SystemTime::now(),
@@ -168,9 +168,26 @@ impl Observer {
                     self.procs.tgid_of(tid);
                     sys::trace_resume(tid, 0);
                 }
-                Stop::Signal { signal } => sys::trace_resume(tid, signal),
+                Stop::Signal { signal } => {
+                    let signal = match self.reaches(tid) {
+                        true => signal,
+                        false => 0,
+                    };
+                    sys::trace_resume(tid, signal);
+                }
             }
         }
+    }
+
+    /// Whether the signal `tid` is stopped for may be delivered. One that a
+    /// process sent to airlock's own helpers (init serving a session, the
+    /// holders) is dropped: a step shares their uid, so kill(2) lets it
+    /// signal them, and their stop or death would hold the session. This is
+    /// what the kernel does for an untraced init (pid_namespaces(7)), and
+    /// tracing takes away.
+    fn reaches(&mut self, tid: Pid) -> bool {
+        let tgid = self.procs.tgid_of(tid);
+        !(self.procs.is_helper(tgid) && sys::trace_signal_sent_by_process(tid))
     }
 
     fn thread_ended(&mut self, tid: Pid, status: Option<i32>, signal: Option<i32>) {

@@ -20,6 +20,9 @@ pub(super) struct Proc {
     pub chain: Vec<ExecSeq>,
     /// The session step it belongs to, inherited like `exec`.
     pub step: Option<StepId>,
+    /// One of airlock's own processes in the sandbox: init serving a
+    /// session's steps, or a holder it forked. Never inherited.
+    pub helper: bool,
 }
 
 #[derive(Debug)]
@@ -29,15 +32,18 @@ pub(super) struct Procs {
     threads: HashMap<Pid, Pid>,
     next_exec: u64,
     shared: SharedState,
+    /// Host pid of the sandbox's init.
+    init: Pid,
 }
 
 impl Procs {
-    pub(super) fn new(shared: SharedState) -> Procs {
+    pub(super) fn new(shared: SharedState, init: Pid) -> Procs {
         Procs {
             procs: HashMap::new(),
             threads: HashMap::new(),
             next_exec: 1,
             shared,
+            init,
         }
     }
 
@@ -79,6 +85,8 @@ impl Procs {
                 exec,
                 chain: Vec::new(),
                 step,
+                // Init asks to be traced itself when it serves a session.
+                helper: tgid == self.init,
             },
         );
         self.publish(tgid);
@@ -87,6 +95,11 @@ impl Procs {
 
     pub(super) fn exec_of(&self, tgid: Pid) -> Option<ExecSeq> {
         self.procs.get(&tgid).and_then(|p| p.exec)
+    }
+
+    /// Whether `tgid` is one of airlock's helpers (see [`Proc::helper`]).
+    pub(super) fn is_helper(&self, tgid: Pid) -> bool {
+        self.procs.get(&tgid).is_some_and(|p| p.helper)
     }
 
     pub(super) fn step_of(&self, tgid: Pid) -> Option<StepId> {
@@ -116,7 +129,12 @@ impl Procs {
         }
         let exec = self.exec_of(ptgid);
         let step = self.step_for_child_of(ptgid);
+        // Only what init itself forks is a helper (a holder): by the fork
+        // event, never by a parent pid, which an orphan's child made with
+        // CLONE_PARENT would share.
+        let helper = ptgid == self.init && self.is_helper(ptgid);
         let entry = self.procs.entry(child).or_default();
+        entry.helper = helper;
         if entry.chain.is_empty() {
             entry.exec = exec;
         }

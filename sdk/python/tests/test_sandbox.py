@@ -3,12 +3,14 @@ state, timeouts, teardown and errors."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -223,3 +225,62 @@ def test_a_bad_option_is_refused_with_the_cli_reason(options: Dict[str, Any]) ->
         airlock.Sandbox(no_such_option=True, **options).start()
     with pytest.raises(airlock.SessionStartError, match="not found"):
         airlock.Sandbox(**{**options, "airlock_bin": "/nonexistent/airlock"})
+
+
+HELPERS = "$(grep -l '^airlock:' /proc/[0-9]*/comm | cut -d/ -f3)"
+
+
+def test_a_timeout_holds_after_every_attack_on_the_helpers(options: Dict[str, Any]) -> None:
+    """A step that stops or kills airlock's helpers in the sandbox, or leaves
+    a process that keeps stopping them, cannot hold a later step: a 3 s
+    timeout is 124 within 4 s."""
+    attacks = [
+        f"for p in {HELPERS}; do kill -STOP $p; done",
+        f"for p in {HELPERS}; do kill -KILL $p; done",
+        f"(while :; do for p in {HELPERS}; do kill -STOP $p; done; sleep 0.01; done) >/dev/null 2>&1 &",
+    ]
+    with airlock.Sandbox(**options) as sb:
+        for attack in attacks:
+            try:
+                sb.run(["sh", "-c", attack], timeout=10)
+            except airlock.StepError:
+                pass  # it killed its own holder: answered, not held
+            began = time.monotonic()
+            r = sb.run(["sleep", "10"], timeout=3)
+            took = time.monotonic() - began
+            assert took < 4, f"{attack}: took {took:.1f}s"
+            assert r.exit_code == 124 and r.timed_out, f"{attack}: {r}"
+
+
+def test_a_session_that_stops_answering_raises_instead_of_hanging(options: Dict[str, Any]) -> None:
+    """A session whose server stops answering costs a step its timeout and a
+    grace, then raises SessionNotAnsweringError naming `airlock session stop`."""
+    with airlock.Sandbox(**options) as sb:
+        server = sb.info()["pids"]["server"]
+        os.kill(server, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            with pytest.raises(airlock.SessionNotAnsweringError) as raised:
+                sb.run(["true"], timeout=1)
+            took = time.monotonic() - began
+        finally:
+            os.kill(server, signal.SIGCONT)
+        assert took < 6, f"took {took:.1f}s"
+        assert f"airlock session stop {sb.session_id}" in raised.value.reason
+
+
+def test_the_async_sandbox_does_not_hang_on_a_session_that_stops_answering(options: Dict[str, Any]) -> None:
+    async def main() -> float:
+        async with airlock.AsyncSandbox(**options) as sb:
+            server = (await sb.info())["pids"]["server"]
+            os.kill(server, signal.SIGSTOP)
+            try:
+                began = time.monotonic()
+                with pytest.raises(airlock.SessionNotAnsweringError):
+                    await sb.run(["true"], timeout=1)
+                return time.monotonic() - began
+            finally:
+                os.kill(server, signal.SIGCONT)
+
+    took = asyncio.run(main())
+    assert took < 6, f"took {took:.1f}s"

@@ -8,7 +8,14 @@ protocol (docs/sessions.md); the sandboxing is airlock's.
 """
 
 from .aio import AsyncSandbox
-from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionStartError, StepError
+from .errors import (
+    AirlockError,
+    OutputLimitError,
+    SessionGoneError,
+    SessionNotAnsweringError,
+    SessionStartError,
+    StepError,
+)
 from .result import Denial, RunResult, SessionDenials
 from .sandbox import Sandbox
 
@@ -21,6 +28,7 @@ __all__ = [
     "Sandbox",
     "SessionDenials",
     "SessionGoneError",
+    "SessionNotAnsweringError",
     "SessionStartError",
     "StepError",
 ]

@@ -30,6 +30,40 @@ ERROR = 0x14
 _HEADER = struct.Struct(">BI")
 
 
+# Seconds past a step's timeout that a caller waits for its end, as
+# `airlock session exec` does: the session answers a killed step within a
+# second even when the sandbox does not confirm it, so only a session that
+# is not answering at all runs this out.
+ANSWER_GRACE = 3.0
+# Seconds to wait for a session's answer to a request without a timeout of
+# its own (info, denials, the first line of a step).
+ANSWER_TIMEOUT = 10.0
+
+
+def step_deadline(request: Dict[str, Any]) -> Optional[float]:
+    """How long (seconds) a caller waits for this step's end, or None."""
+    timeout_ms = request.get("timeout_ms")
+    if timeout_ms is None:
+        return None
+    return timeout_ms / 1000.0 + ANSWER_GRACE
+
+
+def first_answer_within(request: Dict[str, Any]) -> float:
+    """How long (seconds) a caller waits for the session's first answer to
+    a step: a session that answers at all answers at once."""
+    waits = step_deadline(request)
+    return ANSWER_TIMEOUT if waits is None else min(waits, ANSWER_TIMEOUT)
+
+
+def not_answering(session_id: str, request: Dict[str, Any]) -> str:
+    waited = step_deadline(request)
+    bound = f"within its timeout and {ANSWER_GRACE:g}s more" if waited is not None else f"within {ANSWER_TIMEOUT:g}s"
+    return (
+        f"session {session_id} is not answering: the step did not end {bound}; "
+        f"stop the session with `airlock session stop {session_id}`"
+    )
+
+
 def request_line(request: Dict[str, Any]) -> bytes:
     """One request: a JSON object on one line."""
     return json.dumps(request, separators=(",", ":")).encode() + b"\n"

@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Awaitable, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from . import _protocol, _steps
 from ._session import (
@@ -21,8 +21,10 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, StepError
+from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
+
+T = TypeVar("T")
 
 # Answer lines (a session's denials, say) may be longer than asyncio's
 # default 64 KiB line limit.
@@ -140,7 +142,8 @@ class AsyncSandbox(SessionBase):
         try:
             writer.write(_protocol.request_line(request))
             await writer.drain()
-            return _protocol.parse_reply(await reader.readline())
+            line = await _within(reader.readline(), _protocol.ANSWER_TIMEOUT, self.session_id, request)
+            return _protocol.parse_reply(line)
         finally:
             await _close(writer)
 
@@ -153,18 +156,24 @@ class AsyncSandbox(SessionBase):
         try:
             writer.write(_protocol.request_line(request))
             await writer.drain()
-            reply = _protocol.parse_reply(await reader.readline(), StepError)
+            line = await _within(reader.readline(), _protocol.first_answer_within(request), self.session_id, request)
+            reply = _protocol.parse_reply(line, StepError)
             collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
             # Stdin is written by its own task so that a command busy writing
             # output before it reads its input cannot deadlock us.
             feeder = asyncio.ensure_future(_feed_stdin(writer, stdin))
-            while True:
-                kind, length = _protocol.parse_header(await _read(reader, _protocol.HEADER_SIZE))
-                payload = await _read(reader, length)
-                if len(payload) < length:
-                    raise SessionGoneError("the session closed the connection before the step ended")
-                if collector.feed(kind, payload):
-                    break
+
+            async def frames() -> None:
+                while True:
+                    kind, length = _protocol.parse_header(await _read(reader, _protocol.HEADER_SIZE))
+                    payload = await _read(reader, length)
+                    if len(payload) < length:
+                        raise SessionGoneError("the session closed the connection before the step ended")
+                    if collector.feed(kind, payload):
+                        return
+
+            # Never held by a session that stopped answering.
+            await _within(frames(), _protocol.step_deadline(request), self.session_id, request)
             ended = True
         finally:
             if feeder is not None:
@@ -185,6 +194,16 @@ async def _connect(path: str, session_id: str) -> Tuple[asyncio.StreamReader, as
         return await asyncio.open_unix_connection(path, limit=_LINE_LIMIT)
     except (FileNotFoundError, ConnectionRefusedError) as e:
         raise SessionGoneError(f"session {session_id} is no longer running ({path}: {e.strerror})") from None
+
+
+async def _within(
+    work: "Awaitable[T]", seconds: Optional[float], session_id: str, request: Dict[str, Any]
+) -> "T":
+    """``work``'s result, or :class:`SessionNotAnsweringError` past ``seconds``."""
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except asyncio.TimeoutError:
+        raise SessionNotAnsweringError(_protocol.not_answering(session_id, request)) from None
 
 
 async def _read(reader: asyncio.StreamReader, n: int) -> bytes:

@@ -29,3 +29,9 @@ class StepError(AirlockError):
 class OutputLimitError(AirlockError):
     """Output went over a limit the caller asked to be strict about (e.g.
     ``read_file``'s ``max_size``); the step was ended."""
+
+
+class SessionNotAnsweringError(SessionGoneError):
+    """The session took a step but did not answer within the step's timeout
+    and a grace (``ANSWER_GRACE`` seconds): its server is stopped or stuck.
+    The step was hung up on; ``airlock session stop ID`` ends the session."""

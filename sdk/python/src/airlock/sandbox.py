@@ -21,7 +21,7 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, StepError
+from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
 
 
@@ -159,22 +159,33 @@ class Sandbox(SessionBase):
 
     def _ask_at(self, path: str, request: Dict[str, Any]) -> Dict[str, Any]:
         with _connect(path, self.session_id) as conn:
-            conn.sendall(_protocol.request_line(request))
-            return _protocol.parse_reply(conn.makefile("rb").readline())
+            conn.settimeout(_protocol.ANSWER_TIMEOUT)
+            try:
+                conn.sendall(_protocol.request_line(request))
+                return _protocol.parse_reply(conn.makefile("rb").readline())
+            except TimeoutError:
+                raise SessionNotAnsweringError(_protocol.not_answering(self.session_id, request)) from None
 
     def _step(
         self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
     ) -> RunResult:
+        # Never held by a session that stopped answering: a bound on its
+        # first answer, and on the step's end past its timeout.
+        waits = _protocol.step_deadline(request)
+        until = None if waits is None else time.monotonic() + waits
         with _connect(self._socket_path(), self.session_id) as conn:
-            conn.sendall(_protocol.request_line(request))
-            reader = conn.makefile("rb")
-            reply = _protocol.parse_reply(reader.readline(), StepError)
-            collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
-            # Stdin is written by its own thread so that a command busy
-            # writing output before it reads its input cannot deadlock us.
-            feeder = threading.Thread(target=_feed_stdin, args=(conn, stdin), daemon=True)
-            feeder.start()
+            conn.settimeout(_protocol.first_answer_within(request))
+            feeder = None
             try:
+                conn.sendall(_protocol.request_line(request))
+                reader = conn.makefile("rb")
+                reply = _protocol.parse_reply(reader.readline(), StepError)
+                collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
+                conn.settimeout(None if until is None else max(until - time.monotonic(), 0.001))
+                # Stdin is written by its own thread so that a command busy
+                # writing output before it reads its input cannot deadlock us.
+                feeder = threading.Thread(target=_feed_stdin, args=(conn, stdin), daemon=True)
+                feeder.start()
                 while True:
                     kind, length = _protocol.parse_header(reader.read(_protocol.HEADER_SIZE))
                     payload = reader.read(length)
@@ -182,11 +193,14 @@ class Sandbox(SessionBase):
                         raise SessionGoneError("the session closed the connection before the step ended")
                     if collector.feed(kind, payload):
                         break
+            except TimeoutError:
+                raise SessionNotAnsweringError(_protocol.not_answering(self.session_id, request)) from None
             finally:
                 # Unblocks the feeder if the command stopped reading; leaving
                 # early (an error) hangs up, which ends the step.
                 _hang_up(conn)
-                feeder.join()
+                if feeder is not None:
+                    feeder.join()
         assert collector.result is not None
         return collector.result
 
