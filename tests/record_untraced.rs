@@ -221,7 +221,12 @@ fn refused_and_never_run(user: &[&str]) {
     let prog = sb.gcc("untraceable", UNTRACEABLE_C, &[]);
     let script: String = REFUSED
         .iter()
-        .map(|(v, _)| format!("{} {v} untraced-ran-{v} || echo {v} failed $?\n", prog.display()))
+        .map(|(v, _)| {
+            format!(
+                "{} {v} untraced-ran-{v} || echo {v} failed $?\n",
+                prog.display()
+            )
+        })
         .collect();
     let r = sb.run(user, &script, Duration::from_secs(60));
     r.assert_ok();
@@ -229,27 +234,39 @@ fn refused_and_never_run(user: &[&str]) {
     for (variant, errno) in REFUSED {
         let line = format!("{variant} refused {errno}");
         f.check(r.stdout.lines().any(|l| l == line), || {
-            format!("[{variant}] the program should print {line:?}; it printed\n{}", r.stdout)
+            format!(
+                "[{variant}] the program should print {line:?}; it printed\n{}",
+                r.stdout
+            )
         });
         let mark = format!("untraced-ran-{variant}");
         f.check(!r.stdout.contains(&mark), || {
             format!("[{variant}] an untraced task ran echo: {}", r.stdout)
         });
         // Its only exec is the program itself; nothing ran for it.
-        f.check(r.exec_with_arg_except(&mark, prog.to_str()).is_none(), || {
-            format!("[{variant}] an exec of the untraced task is on record")
-        });
+        f.check(
+            r.exec_with_arg_except(&mark, prog.to_str()).is_none(),
+            || format!("[{variant}] an exec of the untraced task is on record"),
+        );
         let own = r.exec_with_arg(&mark);
-        f.check(own.is_some_and(|e| e["argv"][0] == prog.to_str().unwrap()), || {
-            format!("[{variant}] the program's own exec is not on record:\n    {}", r.all_execs())
-        });
+        f.check(
+            own.is_some_and(|e| e["argv"][0] == prog.to_str().unwrap()),
+            || {
+                format!(
+                    "[{variant}] the program's own exec is not on record:\n    {}",
+                    r.all_execs()
+                )
+            },
+        );
     }
     let untraced = untraced_events(&r);
     f.check(untraced.is_empty(), || {
         format!("nothing got past the filter, yet the backstop killed: {untraced:?}")
     });
     let verified = verify(&sb, &r);
-    f.check(verified.contains(": intact:"), || format!("audit verify: {verified}"));
+    f.check(verified.contains(": intact:"), || {
+        format!("audit verify: {verified}")
+    });
     f.finish(&format!("untraceable tasks are refused {user:?}"));
 }
 
@@ -276,23 +293,38 @@ fn every_other_task_is_on_record(user: &[&str]) {
         });
         // The program (or python) that made the task: the exec with the
         // mark whose argv[0] is not echo.
-        let maker = r
-            .execs()
-            .find(|e| e["argv"].as_array().is_some_and(|a| a.iter().any(|x| *x == *mark)) && e["argv"][0] != "echo");
+        let maker = r.execs().find(|e| {
+            e["argv"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| *x == *mark))
+                && e["argv"][0] != "echo"
+        });
         let echo = r
             .execs()
             .find(|e| e["argv"][0] == "echo" && e["argv"][1] == *mark);
         let (Some(maker), Some(echo)) = (maker, echo) else {
-            f.add(format!("[{v}] the maker's and echo's execs should both be on record:\n    {}", r.all_execs()));
+            f.add(format!(
+                "[{v}] the maker's and echo's execs should both be on record:\n    {}",
+                r.all_execs()
+            ));
             continue;
         };
-        f.check(echo["path"] == "/usr/bin/echo" && echo["uid"] == uid, || {
-            format!("[{v}] echo's exec should be /usr/bin/echo as uid {uid}: {}", brief(echo))
-        });
+        f.check(
+            echo["path"] == "/usr/bin/echo" && echo["uid"] == uid,
+            || {
+                format!(
+                    "[{v}] echo's exec should be /usr/bin/echo as uid {uid}: {}",
+                    brief(echo)
+                )
+            },
+        );
         // A thread that execs replaces its own process: the same pid, the
         // previous image as parent. Every other way is a child process.
         let (pid_ok, parent_ok) = if *v == "thread-exec" {
-            (echo["pid"] == maker["pid"], echo["parent_exec_id"] == maker["exec_id"])
+            (
+                echo["pid"] == maker["pid"],
+                echo["parent_exec_id"] == maker["exec_id"],
+            )
         } else {
             (
                 echo["ppid"] == maker["pid"] && echo["pid"] != maker["pid"],
@@ -306,7 +338,10 @@ fn every_other_task_is_on_record(user: &[&str]) {
                 brief(echo)
             )
         });
-        let exited = r.events.iter().any(|e| e["kind"] == "exit" && e["exec_id"] == echo["exec_id"]);
+        let exited = r
+            .events
+            .iter()
+            .any(|e| e["kind"] == "exit" && e["exec_id"] == echo["exec_id"]);
         f.check(exited, || format!("[{v}] echo's exit is not on record"));
     }
     let untraced = untraced_events(&r);
@@ -314,7 +349,9 @@ fn every_other_task_is_on_record(user: &[&str]) {
         format!("traced tasks were taken for untraced: {untraced:?}")
     });
     let verified = verify(&sb, &r);
-    f.check(verified.contains(": intact:"), || format!("audit verify: {verified}"));
+    f.check(verified.contains(": intact:"), || {
+        format!("audit verify: {verified}")
+    });
     f.finish(&format!("every task is on record {user:?}"));
 }
 
