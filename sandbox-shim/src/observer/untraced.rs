@@ -197,11 +197,9 @@ impl Sweep {
                     Some(st) if st.tracer == self.tracer.as_raw() => {
                         self.traced.insert(tid);
                     }
-                    Some(st) if !st.is_dead() => {
-                        if self.kill(pid, tid) {
-                            self.report(pid, tid, &st);
-                            killed += 1;
-                        }
+                    Some(st) if !st.is_dead() && self.kill(pid, tid) => {
+                        self.report(pid, tid, &st);
+                        killed += 1;
                     }
                     _ => {}
                 }
