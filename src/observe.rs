@@ -107,6 +107,20 @@ fn to_audit(observation: Observation) -> AuditEvent {
                 reconciled,
             },
         },
+        Observation::UntracedKilled {
+            pid,
+            ppid,
+            comm,
+            uid,
+            exec_id: id,
+            ..
+        } => AuditEvent::Untraced {
+            exec_id: id.map(exec_id),
+            pid,
+            ppid,
+            uid,
+            comm,
+        },
     }
 }
 

@@ -15,7 +15,8 @@ use crate::{ExecId, Seq, SessionId, StepNo};
 ///
 /// Serialized with an internal `kind` tag whose values are exactly
 /// `exec | exit | file | dns | tcp | http | output | note | resize |
-/// step_start | step_end | approval_requested | approval_decided` (see
+/// step_start | step_end | approval_requested | approval_decided |
+/// untraced` (see
 /// [`EventKind`]). Callers must pass already-redacted values (e.g.
 /// `"[secret:GITHUB_TOKEN]"`); the recorder's [`crate::Redactor`] scrubs
 /// registered secrets again as a second line of defence.
@@ -191,6 +192,21 @@ pub enum AuditEvent {
     },
     /// A session-level note from airlock itself (e.g. "policy reloaded").
     Note { text: String },
+    /// A task in the sandbox that the observer did not trace, so nothing it
+    /// ran is on record: airlock killed its process when it found it.
+    Untraced {
+        /// The exec responsible for it (its parent's; a thread's own
+        /// process's), when that one was traced.
+        #[serde(default)]
+        exec_id: Option<ExecId>,
+        /// Its pid (a thread's tid) inside the sandbox.
+        pid: i32,
+        /// Its parent's pid inside the sandbox; 0 for a parent outside it.
+        ppid: i32,
+        uid: u32,
+        /// Its name (/proc/PID/comm), as it set it.
+        comm: String,
+    },
     /// The command's terminal got a new window size (the caller resized
     /// theirs), for asciicast export.
     Resize { cols: u16, rows: u16 },
@@ -348,6 +364,7 @@ impl AuditEvent {
             AuditEvent::Http { .. } => EventKind::Http,
             AuditEvent::Output { .. } => EventKind::Output,
             AuditEvent::Note { .. } => EventKind::Note,
+            AuditEvent::Untraced { .. } => EventKind::Untraced,
             AuditEvent::Resize { .. } => EventKind::Resize,
             AuditEvent::StepStart { .. } => EventKind::StepStart,
             AuditEvent::StepEnd { .. } => EventKind::StepEnd,
@@ -364,7 +381,8 @@ impl AuditEvent {
             | AuditEvent::Tcp { exec_id, .. }
             | AuditEvent::Http { exec_id, .. }
             | AuditEvent::ApprovalRequested { exec_id, .. }
-            | AuditEvent::ApprovalDecided { exec_id, .. } => exec_id.as_ref(),
+            | AuditEvent::ApprovalDecided { exec_id, .. }
+            | AuditEvent::Untraced { exec_id, .. } => exec_id.as_ref(),
             AuditEvent::Output { .. }
             | AuditEvent::Note { .. }
             | AuditEvent::Resize { .. }
@@ -387,6 +405,7 @@ impl AuditEvent {
             | AuditEvent::ApprovalRequested { .. }
             | AuditEvent::ApprovalDecided { .. }
             | AuditEvent::Note { .. }
+            | AuditEvent::Untraced { .. }
             | AuditEvent::Resize { .. } => None,
         }
     }
@@ -502,10 +521,11 @@ pub enum EventKind {
     StepEnd,
     ApprovalRequested,
     ApprovalDecided,
+    Untraced,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::File,
@@ -519,6 +539,7 @@ impl EventKind {
         EventKind::StepEnd,
         EventKind::ApprovalRequested,
         EventKind::ApprovalDecided,
+        EventKind::Untraced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -536,6 +557,7 @@ impl EventKind {
             EventKind::StepEnd => "step_end",
             EventKind::ApprovalRequested => "approval_requested",
             EventKind::ApprovalDecided => "approval_decided",
+            EventKind::Untraced => "untraced",
         }
     }
 

@@ -261,6 +261,16 @@ pub fn describe(event: &AuditEvent) -> String {
             )
         }
         AuditEvent::Note { text } => format!("note  {}", escape::text(text)),
+        AuditEvent::Untraced {
+            pid,
+            ppid,
+            uid,
+            comm,
+            ..
+        } => format!(
+            "kill  untraced task pid {pid} ({}) uid {uid}, parent {ppid}: the observer did not trace it, so nothing it ran is on record",
+            escape::text(comm)
+        ),
         AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
         AuditEvent::StepStart { step, .. } => {
             format!("step  {step} start  {}", steps::start_text(event))

@@ -377,7 +377,7 @@ export async function renderSession(page, id, ctx) {
   }
 }
 
-const KIND_ORDER = ['exec', 'exit', 'http', 'tcp', 'dns', 'file', 'output', 'approval_requested', 'approval_decided', 'step_start', 'step_end', 'note', 'resize'];
+const KIND_ORDER = ['exec', 'exit', 'http', 'tcp', 'dns', 'file', 'output', 'approval_requested', 'approval_decided', 'step_start', 'step_end', 'note', 'untraced', 'resize'];
 function kindOrder(a, b) {
   const ia = KIND_ORDER.indexOf(a);
   const ib = KIND_ORDER.indexOf(b);

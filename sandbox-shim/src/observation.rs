@@ -168,6 +168,24 @@ pub enum Observation {
         mode: Option<u32>,
         ts: SystemTime,
     },
+    /// A task in the sandbox that the observer did not trace, found by the
+    /// backstop and killed (SIGKILL to its whole process): nothing it ran is
+    /// on record, so the record says that it existed.
+    UntracedKilled {
+        /// Its pid (a thread's tid) inside the sandbox.
+        pid: i32,
+        /// Its parent's pid inside the sandbox; 0 when the parent is
+        /// outside the sandbox's PID namespace.
+        ppid: i32,
+        /// Its name (/proc/PID/comm), as it set it.
+        comm: String,
+        /// Real uid as the host sees it.
+        uid: u32,
+        /// The exec responsible for it: its parent's (a thread: its own
+        /// process's), when that one is traced.
+        exec_id: Option<ExecSeq>,
+        ts: SystemTime,
+    },
 }
 
 /// Environment variable names whose values are never recorded (case-insensitive substrings).

@@ -45,6 +45,15 @@ const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWNET) as u32
     | 0x80;
 
+/// CLONE_UNTRACED: the tracer cannot force CLONE_PTRACE on the child
+/// (ptrace(2), PTRACE_O_TRACECLONE), so the observer would never see it or
+/// anything it runs. No ordinary program asks for it (it is meant for
+/// kernel threads); refusing it keeps every task of the sandbox traced.
+const CLONE_UNTRACED: u32 = libc::CLONE_UNTRACED as u32;
+
+/// clone(2) flags refused with EPERM.
+const CLONE_REFUSED_FLAGS: u32 = CLONE_NS_FLAGS | CLONE_UNTRACED;
+
 /// personality(2) values Docker allows.
 const ALLOWED_PERSONALITIES: [u32; 5] = [0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 
@@ -211,17 +220,20 @@ pub(crate) fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::
         prog.push(jump(BPF_JEQ_K, sys as u32, 0, 1));
         prog.push(stmt(BPF_RET_K, eperm));
     }
-    // clone3 passes flags in memory we cannot inspect: ENOSYS makes libc fall back to clone.
+    // clone3 passes flags in memory we cannot inspect (CLONE_UNTRACED among
+    // them): ENOSYS makes libc fall back to clone (glibc's __clone_internal
+    // does, for fork, pthread_create and posix_spawn alike).
     prog.push(jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
     prog.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
 
-    // clone(flags, ...): refuse namespace creation (arg 0 on x86_64 and aarch64).
+    // clone(flags, ...): flags are arg 0 on x86_64 and aarch64 (only the
+    // later arguments differ in order); the kernel reads their low 32 bits.
     guarded(
         &mut prog,
         libc::SYS_clone,
         vec![
             stmt(BPF_LD_W_ABS, off_arg(0)),
-            jump(BPF_JSET_K, CLONE_NS_FLAGS, 0, 1),
+            jump(BPF_JSET_K, CLONE_REFUSED_FLAGS, 0, 1),
             stmt(BPF_RET_K, eperm),
             stmt(BPF_RET_K, RET_ALLOW),
         ],
@@ -275,6 +287,77 @@ pub(crate) fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::
 
 #[cfg(test)]
 mod tests {
+    use super::eval::{Call, run};
+    use super::{RET_ALLOW, errno};
+
+    /// What glibc passes for fork(), a thread, posix_spawn and vfork.
+    const FORK: u64 =
+        (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+    const THREAD: u64 = (libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM
+        | libc::CLONE_SETTLS
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID) as u64;
+    const SPAWN: u64 = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
+
+    fn clone_verdict(observe: bool, flags: u64) -> u32 {
+        run(
+            &super::filter_with(observe, false),
+            &Call::new(libc::SYS_clone, &[flags, 0, 0, 0, 0]),
+        )
+    }
+
+    #[test]
+    fn clone_with_untraced_is_refused_however_it_is_combined() {
+        let untraced = libc::CLONE_UNTRACED as u64;
+        for observe in [false, true] {
+            for flags in [
+                untraced,
+                untraced | FORK,
+                untraced | THREAD,
+                untraced | SPAWN,
+                untraced | libc::CLONE_PTRACE as u64,
+                // The high word is ignored by the kernel, not by us.
+                untraced | (1 << 40),
+            ] {
+                assert_eq!(
+                    clone_verdict(observe, flags),
+                    errno(libc::EPERM),
+                    "clone({flags:#x})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ordinary_forks_threads_and_spawns_are_allowed() {
+        for flags in [FORK, THREAD, SPAWN, libc::SIGCHLD as u64] {
+            assert_eq!(clone_verdict(true, flags), RET_ALLOW, "clone({flags:#x})");
+        }
+    }
+
+    #[test]
+    fn clone3_and_ptrace_are_refused_so_no_task_escapes_the_tracer() {
+        let prog = super::filter_with(true, false);
+        let clone3 = Call::new(libc::SYS_clone3, &[0, 88]);
+        assert_eq!(run(&prog, &clone3), errno(libc::ENOSYS));
+        for request in [
+            libc::PTRACE_TRACEME,
+            libc::PTRACE_ATTACH,
+            libc::PTRACE_SEIZE,
+        ] {
+            let call = Call::new(libc::SYS_ptrace, &[request as u64, 1]);
+            assert_eq!(run(&prog, &call), errno(libc::EPERM));
+        }
+        for sys in [libc::SYS_io_uring_setup, libc::SYS_unshare, libc::SYS_setns] {
+            assert_eq!(run(&prog, &Call::new(sys, &[])), errno(libc::EPERM));
+        }
+    }
+
     #[test]
     fn filter_fits_in_a_bpf_program() {
         let prog = super::filter_with(false, false);

@@ -297,6 +297,25 @@ pub(crate) fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(rc as RawFd) })
 }
 
+/// pidfd_send_signal(2): signal the process behind `pidfd`, which cannot be
+/// another process that reused its pid.
+pub(crate) fn pidfd_kill(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    // SAFETY: plain syscall; a null siginfo means "as kill(2) would".
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// mount_setattr(2) with AT_RECURSIVE and MOUNT_ATTR_RDONLY: the mount at
 /// `path` and every mount below it become read-only, including mounts that
 /// another mount covers and no path reaches any more. Linux 5.12 and later;

@@ -63,6 +63,7 @@ pub(crate) fn is_indexed_kind(kind: EventKind) -> bool {
         EventKind::Exit
             | EventKind::Output
             | EventKind::Note
+            | EventKind::Untraced
             | EventKind::Resize
             | EventKind::StepEnd
     )
@@ -135,6 +136,7 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         AuditEvent::Exit { .. }
         | AuditEvent::Output { .. }
         | AuditEvent::Note { .. }
+        | AuditEvent::Untraced { .. }
         | AuditEvent::Resize { .. }
         | AuditEvent::StepEnd { .. } => Vec::new(),
     };

@@ -125,6 +125,14 @@ fn every_field_from_the_sandbox_is_escaped() {
             step: None,
         },
         AuditEvent::Note { text: s() },
+        // A task's name is whatever it set with prctl(PR_SET_NAME).
+        AuditEvent::Untraced {
+            exec_id: None,
+            pid: 5,
+            ppid: 0,
+            uid: 0,
+            comm: s(),
+        },
     ];
     for ev in &events {
         let line = describe(ev);

@@ -12,6 +12,9 @@
 //! - At the end, once every traced process is gone, what is still open is
 //!   captured and every writable mount is reconciled with the record
 //!   (`reconcile`), through descriptors held since the start (`writable`).
+//! - Tasks it does not trace: none should exist (the seccomp filter refuses
+//!   the ways to make one); a backstop thread kills any it finds in the
+//!   sandbox and records it (`untraced`).
 //!
 //! Modules: `trace` classifies wait statuses, `procs` keeps which exec
 //! each process runs, `resolve` resolves path arguments as the kernel would
@@ -24,6 +27,7 @@ mod reconcile;
 mod resolve;
 mod syscalls;
 mod trace;
+mod untraced;
 mod writable;
 
 use nix::unistd::Pid;
@@ -41,6 +45,7 @@ use files::{FileRecord, Files};
 use procs::Procs;
 use resolve::Viewer;
 use trace::Stop;
+use untraced::{Backstop, Sweep};
 
 /// State shared with [`crate::Attributor`]: host pid -> current exec.
 #[derive(Debug, Default)]
@@ -94,7 +99,7 @@ pub(crate) fn spawn(
         .spawn(move || {
             let mut obs = Observer {
                 files: Files::new(mounts, cfg.max_file_bytes, tx.clone()),
-                procs: Procs::new(shared, cfg.init),
+                procs: Procs::new(shared.clone(), cfg.init),
                 cfg,
                 tx,
                 hashes: exec::Hashes::default(),
@@ -103,8 +108,9 @@ pub(crate) fn spawn(
             };
             // Only this thread may use ptrace on the tracees (ptrace(2)):
             // it attaches, waits and resumes.
-            if obs.attach(&chan) {
+            if let Some(backstop) = obs.attach(&chan, shared) {
                 obs.trace();
+                backstop.finish();
             }
             obs.files.finish(obs.since);
         })
@@ -123,23 +129,35 @@ fn pid_of(pidfd: &OwnedFd) -> Option<Pid> {
 }
 
 impl Observer {
-    /// Wait for the command to ask to be traced, attach, and let it go on.
-    fn attach(&mut self, chan: &OwnedFd) -> bool {
+    /// Wait for the command to ask to be traced, attach, start the
+    /// backstop for untraced tasks, and let the command go on. Without the
+    /// backstop the command hears nothing back and fails closed.
+    fn attach(&mut self, chan: &OwnedFd, shared: SharedState) -> Option<Backstop> {
         let Ok(Some(channel::Message::TraceMe(pidfd))) = channel::recv(chan) else {
-            return false;
+            return None;
         };
-        let Some(pid) = pid_of(&pidfd) else {
-            return false;
-        };
-        if sys::trace_seize(pid).is_err() {
-            // The command then hears nothing back and fails closed.
-            return false;
-        }
+        let pid = pid_of(&pidfd)?;
+        // The command then hears nothing back and fails closed.
+        sys::trace_seize(pid).ok()?;
         self.procs.tgid_of(pid);
+        // The tracer of every tracee is this thread.
+        let sweep = Sweep::new(
+            self.cfg.init,
+            nix::unistd::gettid(),
+            shared,
+            self.tx.clone(),
+        )?;
+        let backstop = Backstop::start(sweep).ok()?;
         // The session's changes start now: setup is done and nothing of
         // the command has run (it waits for this answer).
         self.since = sys::coarse_now();
-        channel::send(chan, &channel::Message::Traced).is_ok()
+        match channel::send(chan, &channel::Message::Traced) {
+            Ok(()) => Some(backstop),
+            Err(_) => {
+                backstop.finish();
+                None
+            }
+        }
     }
 
     /// Handle every stop until no tracee is left.
