@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use airlock_auditor::{AuditEvent, EventKind, collapse_exchanges};
-use airlock_policy::{ConnectionDecision, DefaultAction, Draft, Host, Policy, Tunnel};
+use airlock_policy::{
+    ConnectionDecision, DefaultAction, Draft, Host, NotSuggested, Policy, Scheme, Tunnel,
+};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
@@ -77,7 +79,10 @@ fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
 }
 
 /// One session's records into the draft: requests first, so a connection
-/// is known to have carried HTTP before it is looked at.
+/// is known to have carried HTTP before it is looked at. Any request on a
+/// host and port, refused or not, suggested or not, rules out a tcp or
+/// passthrough rule there (the record does not link requests to their
+/// connection, so this is judged per host and port, which is stricter).
 fn read_session(
     draft: &mut Draft,
     events: &[airlock_auditor::StoredEvent],
@@ -169,19 +174,80 @@ struct Seen<'a> {
 
 impl Seen<'_> {
     /// Into the draft: allowed if it went through, listed if it was
-    /// refused. Its host and port when it went through.
+    /// refused or cannot be allowed narrowly. The host and port it was
+    /// sent to, whatever its verdict, when the URL names them.
     fn add_to(&self, draft: &mut Draft) -> Option<(String, u16)> {
         let what = format!("{} {}", self.method, self.url);
+        let endpoint = RecordedUrl::split(self.url);
+        if let Some(url) = &endpoint {
+            draft.carried_http(&url.host, url.port);
+        }
+        let endpoint_key = endpoint
+            .as_ref()
+            .map(|u| (u.host.as_str().to_owned(), u.port));
         if self.decision == "deny" {
             draft.refuse(refusal(&what, self.reason));
-            return None;
+            return endpoint_key;
         }
-        let Ok(target) = Target::parse(self.url) else {
+        let Some(url) = endpoint else {
             draft.refuse(refusal(&what, Some("the recorded URL cannot be parsed")));
             return None;
         };
-        draft.request(&target.info(self.method), self.url, self.upgrade);
-        Some((target.host.as_str().to_owned(), target.port))
+        if url.target == "*" {
+            draft.not_suggested(&what, &NotSuggested::AsteriskForm);
+            return endpoint_key;
+        }
+        if !url.target.starts_with('/') {
+            draft.not_suggested(&what, &NotSuggested::NotOriginForm);
+            return endpoint_key;
+        }
+        // The lenient URL parser must read the same host and port as the
+        // strict split, or the rule would name another endpoint.
+        match Target::parse(self.url) {
+            Ok(target) if target.host == url.host && target.port == url.port => {
+                draft.request(&target.info(self.method), self.url, self.upgrade);
+            }
+            _ => draft.refuse(refusal(&what, Some("the recorded URL cannot be parsed"))),
+        }
+        endpoint_key
+    }
+}
+
+/// A recorded URL split strictly: `scheme://authority` then the request
+/// target exactly as recorded (`/path?q`, or `*` for the asterisk form,
+/// which the proxy records as `https://host:port*`).
+struct RecordedUrl<'a> {
+    host: Host,
+    port: u16,
+    target: &'a str,
+}
+
+impl<'a> RecordedUrl<'a> {
+    fn split(url: &'a str) -> Option<RecordedUrl<'a>> {
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else {
+            (Scheme::Http, url.strip_prefix("http://")?)
+        };
+        let end = rest.find(['/', '?', '#', '*']).unwrap_or(rest.len());
+        let (authority, target) = rest.split_at(end);
+        let (host, port_text) = match authority.strip_prefix('[') {
+            Some(v6) => v6.split_once(']')?,
+            None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+        };
+        let port = match port_text.strip_prefix(':') {
+            Some(port) => port.parse::<u16>().ok().filter(|p| *p != 0)?,
+            None if port_text.is_empty() => match scheme {
+                Scheme::Https => 443,
+                Scheme::Http => 80,
+            },
+            None => return None,
+        };
+        Some(RecordedUrl {
+            host: Host::parse(host).ok()?,
+            port,
+            target,
+        })
     }
 }
 
