@@ -228,6 +228,7 @@ impl Draft {
             .http
             .keys()
             .chain(self.tunnels.keys())
+            .chain(&self.carried_http)
             .map(|(host, _)| host.as_str())
             .collect();
         let unconnected: Vec<&str> = self
