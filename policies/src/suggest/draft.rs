@@ -674,4 +674,24 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_recorded_host_is_never_a_wildcard_and_a_trailing_dot_names_the_same_host() {
+        for wild in ["*.api.test", "*", "a*.test", "api.*"] {
+            assert!(Host::parse(wild).is_err(), "{wild}");
+        }
+        let mut d = Draft::new();
+        seen(&mut d, &host("API.test."), 443, "GET", "/x");
+        let text = d.render();
+        assert!(text.contains("host = \"api.test\"\n"), "{text}");
+        let policy = Policy::parse("suggested.toml", &text).unwrap();
+        assert!(
+            allowed(&policy, &host("api.test"), 443, "GET", "/x"),
+            "{text}"
+        );
+        assert!(
+            !allowed(&policy, &host("x.api.test"), 443, "GET", "/x"),
+            "{text}"
+        );
+    }
 }

@@ -3,6 +3,8 @@
 
 mod collapse;
 mod draft;
+#[cfg(test)]
+mod property_tests;
 
 pub use collapse::{Piece, collapse_path, segment_pieces};
 pub use draft::{Draft, NotSuggested, Tunnel};
