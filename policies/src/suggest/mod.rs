@@ -5,9 +5,11 @@ mod collapse;
 mod draft;
 #[cfg(test)]
 mod property_tests;
+mod shown;
 
 pub use collapse::{Piece, collapse_path, segment_pieces};
 pub use draft::{Draft, NotSuggested, Tunnel};
+pub use shown::shown_by;
 
 use crate::decision::RequestInfo;
 use crate::upgrade::UpgradeProtocol;

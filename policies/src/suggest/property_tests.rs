@@ -6,12 +6,10 @@
 
 use proptest::prelude::*;
 
-use super::collapse::{Piece, segment_pieces};
-use super::{Draft, Tunnel};
+use super::{Draft, Tunnel, shown_by};
 use crate::Policy;
 use crate::decision::{ConnectionDecision, RequestInfo, Scheme};
 use crate::host::Host;
-use crate::path::normalize;
 
 /// One recorded request: host, port, method, request target.
 #[derive(Debug, Clone)]
@@ -125,30 +123,6 @@ fn info<'a>(host: &'a Host, port: u16, method: &'a str, target: &'a str) -> Requ
     }
 }
 
-/// Whether `probe` (a normalised path) is `recorded` (a normalised path)
-/// with identifier-like text replaced: literal pieces compared as text,
-/// never as globs.
-fn same_up_to_identifiers(probe: &str, recorded: &str) -> bool {
-    let (p, r): (Vec<&str>, Vec<&str>) =
-        (probe.split('/').collect(), recorded.split('/').collect());
-    p.len() == r.len()
-        && p.iter()
-            .zip(&r)
-            .all(|(p, r)| pieces_match(&segment_pieces(r), p))
-}
-
-fn pieces_match(pieces: &[Piece<'_>], text: &str) -> bool {
-    match pieces.split_first() {
-        None => text.is_empty(),
-        Some((Piece::Literal(l), rest)) => {
-            text.strip_prefix(l).is_some_and(|t| pieces_match(rest, t))
-        }
-        Some((Piece::Identifier(_), rest)) => (0..=text.len())
-            .filter(|i| text.is_char_boundary(*i))
-            .any(|i| pieces_match(rest, &text[i..])),
-    }
-}
-
 /// The probes asked of each suggested policy: each recorded request, and
 /// it with another method, port, host or path.
 fn probes(records: &[Recorded]) -> Vec<(&'static str, u16, String, String)> {
@@ -213,18 +187,16 @@ proptest! {
                 ConnectionDecision::Tunnel { .. } | ConnectionDecision::Passthrough { .. }
             );
             prop_assert!(!tunnelled, "{host}:{port} tunnelled\n{text}");
-            if !policy.evaluate(&info(&h, port, &method, &target), None).is_allowed() {
+            if !policy
+                .evaluate(&info(&h, port, &method, &target), None)
+                .is_allowed()
+            {
                 continue;
             }
-            let exact = normalize(&target).map(|p| p.exact);
-            let shown = exact.as_ref().is_ok_and(|exact| {
-                records.iter().any(|r| {
-                    r.host == host
-                        && r.port == port
-                        && r.method == method
-                        && super::draft::suggestable(&info(&h, r.port, &r.method, &r.target))
-                            .is_ok_and(|recorded| same_up_to_identifiers(exact, &recorded))
-                })
+            let probe = info(&h, port, &method, &target);
+            let shown = records.iter().any(|r| {
+                let host = Host::parse(r.host).unwrap();
+                shown_by(&info(&host, r.port, &r.method, &r.target), &probe)
             });
             prop_assert!(shown, "{method} https://{host}:{port}{target} is allowed but was not recorded\n{records:#?}\n{text}");
         }

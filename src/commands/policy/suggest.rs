@@ -452,6 +452,64 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_url_splits_strictly_into_host_port_and_target() {
+        let split = |url| RecordedUrl::split(url).map(|u| (u.host.to_string(), u.port, u.target));
+        assert_eq!(
+            split("https://api.test:8443/a?b"),
+            Some(("api.test".into(), 8443, "/a?b"))
+        );
+        assert_eq!(
+            split("https://api.test:8443*"),
+            Some(("api.test".into(), 8443, "*"))
+        );
+        assert_eq!(
+            split("http://api.test*"),
+            Some(("api.test".into(), 80, "*"))
+        );
+        assert_eq!(split("https://[::1]:22/x"), Some(("::1".into(), 22, "/x")));
+        assert_eq!(
+            split("https://API.test./x"),
+            Some(("api.test".into(), 443, "/x"))
+        );
+        for bad in [
+            "https://*.api.test/x",
+            "https://api.test:0/x",
+            "https://api.test:99999/x",
+            "https://api.test:44x/x",
+            "ftp://api.test/x",
+            "https://user@api.test/x",
+        ] {
+            assert!(split(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_asterisk_form_request_in_an_events_file_is_listed_and_its_connection_is_no_tunnel() {
+        let events = [
+            r#"{"kind":"connection","conn":1,"target":"api.test:8443","handling":"inspect","verdict":"allow","rule":null,"reason":null}"#,
+            r#"{"kind":"request","conn":1,"request":1,"method":"DELETE","url":"https://api.test:8443*","http_version":"HTTP/1.1","headers":[],"verdict":"report","rule":null,"reason":null,"credentials":[],"refused_status":null}"#,
+            r#"{"kind":"connection_closed","conn":1,"bytes_up":60,"bytes_down":20,"duration_us":5,"error":null}"#,
+            r#"{"kind":"connection","conn":2,"target":"api.test:8443","handling":"inspect","verdict":"allow","rule":null,"reason":null}"#,
+            r#"{"kind":"connection_closed","conn":2,"bytes_up":60,"bytes_down":20,"duration_us":5,"error":null}"#,
+        ]
+        .join("\n");
+        let mut draft = Draft::new();
+        read_events(&mut draft, "events.jsonl", &events).unwrap();
+        let text = draft.render();
+        assert!(!text.contains("[[allow]]"), "{text}");
+        assert!(
+            text.contains(
+                "#   DELETE https://api.test:8443* — the asterisk-form target `*` names no path"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   1 connection to api.test:8443 with no request a rule can allow — it carried HTTP"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_refusal_line_drops_the_query() {
         assert_eq!(
             refusal(
