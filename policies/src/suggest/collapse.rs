@@ -95,7 +95,10 @@ fn version_pieces(segment: &str) -> Vec<Piece<'_>> {
     let mut i = 0;
     let mut copied = 0;
     while i < b.len() {
-        let boundary = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+        // The two hex digits of a `%XX` escape are part of it, never the
+        // start of a version: "/%60.04" must not become the broken "/%*".
+        let in_escape = (i >= 1 && b[i - 1] == b'%') || (i >= 2 && b[i - 2] == b'%');
+        let boundary = !in_escape && (i == 0 || !b[i - 1].is_ascii_alphanumeric());
         let start_v = boundary
             && (b[i] == b'v' || b[i] == b'V')
             && b.get(i + 1).is_some_and(u8::is_ascii_digit);
@@ -213,6 +216,23 @@ mod tests {
             collapse_path("/[a]/{b,c}/\"x\"/%3F"),
             "/[a]/{b,c}/\"x\"/%3F"
         );
+    }
+
+    /// Found by the `suggest_draft` fuzz target: the hex digits of an
+    /// escape were read as a version, giving the unparseable glob "/%*".
+    #[test]
+    fn the_digits_of_a_percent_escape_are_never_part_of_a_version() {
+        for path in ["/%60.04", "/%601.2", "/a-%3B1.2", "/%C3%A91.2.3"] {
+            let glob = collapse_path(path);
+            let normal = crate::path::normalize_glob_text(&glob)
+                .unwrap_or_else(|e| panic!("{path} -> {glob}: {e}"));
+            assert!(
+                crate::glob::PathGlob::new(&normal).matches(path),
+                "{path} -> {glob}"
+            );
+        }
+        assert_eq!(collapse_path("/%60.04"), "/%60.04");
+        assert_eq!(collapse_path("/a-%3B-1.2"), "/a-%3B-*");
     }
 
     #[test]

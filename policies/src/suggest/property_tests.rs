@@ -69,6 +69,8 @@ fn segment() -> impl Strategy<Value = String> {
         Just("%2E"),
         Just("%"),
         Just("%2F"),
+        Just("%60"),
+        Just("%7B"),
         Just("é"),
         Just("42"),
         Just("7"),
