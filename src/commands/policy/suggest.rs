@@ -9,7 +9,8 @@ use std::process::ExitCode;
 
 use airlock_auditor::{AuditEvent, EventKind, collapse_exchanges};
 use airlock_policy::{
-    ConnectionDecision, DefaultAction, Draft, Host, NotSuggested, Policy, Scheme, Tunnel,
+    ConnectionDecision, DefaultAction, Draft, Host, NotSuggested, Policy, RequestInfo, Scheme,
+    Tunnel,
 };
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -201,14 +202,16 @@ impl Seen<'_> {
             draft.not_suggested(&what, &NotSuggested::NotOriginForm);
             return endpoint_key;
         }
-        // The lenient URL parser must read the same host and port as the
-        // strict split, or the rule would name another endpoint.
-        match Target::parse(self.url) {
-            Ok(target) if target.host == url.host && target.port == url.port => {
-                draft.request(&target.info(self.method), self.url, self.upgrade);
-            }
-            _ => draft.refuse(refusal(&what, Some("the recorded URL cannot be parsed"))),
-        }
+        // The request as recorded, not as a lenient URL parser reads it
+        // (`http::Uri` takes "https://h:8443*" for port 443, path "/").
+        let req = RequestInfo {
+            scheme: url.scheme,
+            host: &url.host,
+            port: url.port,
+            method: self.method,
+            path_and_query: url.target,
+        };
+        draft.request(&req, self.url, self.upgrade);
         endpoint_key
     }
 }
@@ -217,6 +220,7 @@ impl Seen<'_> {
 /// target exactly as recorded (`/path?q`, or `*` for the asterisk form,
 /// which the proxy records as `https://host:port*`).
 struct RecordedUrl<'a> {
+    scheme: Scheme,
     host: Host,
     port: u16,
     target: &'a str,
@@ -244,6 +248,7 @@ impl<'a> RecordedUrl<'a> {
             None => return None,
         };
         Some(RecordedUrl {
+            scheme,
             host: Host::parse(host).ok()?,
             port,
             target,
