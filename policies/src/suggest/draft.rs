@@ -591,6 +591,9 @@ mod tests {
             let mut d = Draft::new();
             seen(&mut d, &api, 443, "DELETE", path);
             let text = d.render();
+            if path == "/**" {
+                assert!(text.contains("paths = ['/\\*\\*']\n"), "{text}");
+            }
             let policy = Policy::parse("suggested.toml", &text).unwrap();
             assert_eq!(policy.lint(), Vec::new(), "{text}");
             assert!(allowed(&policy, &api, 443, "DELETE", path), "{text}");
