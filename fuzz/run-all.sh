@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")"
 SECONDS_PER_TARGET=${1:-180}
 shift 2>/dev/null || true
-TARGETS=${*:-"client_hello policy_parse dns_answer host_parse path_evaluate body_evaluate authority scrub_stream"}
+TARGETS=${*:-"client_hello policy_parse dns_answer host_parse path_evaluate body_evaluate authority scrub_stream suggest_draft"}
 mkdir -p logs corpus
 export RUSTC_BOOTSTRAP=1
 for t in $TARGETS; do

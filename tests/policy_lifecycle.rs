@@ -1152,3 +1152,138 @@ async fn git_without_an_identity_does_not_leave_the_sandbox_host_name_to_the_pol
     assert!(again.status.success(), "{again:?}");
     assert!(!stderr.contains("no rule allows airlock"), "{stderr}");
 }
+
+/// Report-mode sessions that try to poison `policy suggest` into a broad
+/// rule (issue 29, item 7), each with what the suggestion must list as not
+/// suggested (None: the request gets a rule that allows it literally).
+const POISON_SCRIPTS: &[(&str, &str, Option<&str>)] = &[
+    // Glob characters in the path, as sent and percent-encoded.
+    (
+        "literal-double-star",
+        "curl -sS -o /dev/null --path-as-is \"$b/**\"",
+        None,
+    ),
+    (
+        "literal-star",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/*\"",
+        None,
+    ),
+    (
+        "stars-under-admin",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/admin/*/*\"",
+        None,
+    ),
+    (
+        "deep-glob",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/admin/**/all\"",
+        None,
+    ),
+    (
+        "star-in-a-segment",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/admin/users/a*\"",
+        None,
+    ),
+    (
+        "encoded-stars",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/%2A%2A\"",
+        None,
+    ),
+    (
+        "encoded-question-mark",
+        "curl -sS -o /dev/null -X DELETE --path-as-is \"$b/admin/users/al%3F\"",
+        None,
+    ),
+    // The asterisk form over intercepted TLS, whatever the method.
+    (
+        "asterisk-delete",
+        "curl -sS -o /dev/null -X DELETE --request-target '*' \"$b\"",
+        Some("the asterisk-form target `*` names no path"),
+    ),
+    (
+        "asterisk-options",
+        "curl -sS -o /dev/null -X OPTIONS --request-target '*' \"$b\"",
+        Some("the asterisk-form target `*` names no path"),
+    ),
+    (
+        "asterisk-lower-case",
+        "curl -sS -o /dev/null -X delete --request-target '*' \"$b\"",
+        Some("delete https://api.test:"),
+    ),
+    // A lower-case method: no allow rule names it, and DELETE was not sent.
+    (
+        "lower-case-method",
+        "curl -sS -o /dev/null -X delete \"$b/admin/users/all\"",
+        Some("allow rules name methods in upper case"),
+    ),
+];
+
+#[tokio::test]
+async fn recorded_traffic_cannot_poison_a_suggestion_into_allowing_what_it_did_not_do() {
+    let lab = Lab::new().await;
+    let port = lab.upstream.port();
+    let base = format!("https://api.test:{port}");
+    let policy_test = |file: &str, method: &str, path: &str| {
+        Command::new(AIRLOCK)
+            .args(["policy", "test"])
+            .arg(lab.path(file))
+            .args([method, &format!("{base}{path}")])
+            .output()
+            .unwrap()
+    };
+    for (name, attack, unsuggested) in POISON_SCRIPTS {
+        let script = format!("b=https://api.test:PORT; {attack}");
+        let out = lab
+            .run("version = 1\ndefault = \"report\"\n", &script, name, &[])
+            .await;
+        assert!(out.status.success(), "{name}: {out:?}");
+        let file = format!("{name}.suggested.toml");
+        let (run, text) = lab.suggest(name, &file);
+        assert_eq!(run.status.code(), Some(0), "{name}: {run:?}");
+        assert!(!text.contains("protocol = \"tcp\""), "{name}: {text}");
+        assert!(!text.contains("tls = \"passthrough\""), "{name}: {text}");
+        let check = lab.check(&file);
+        assert!(
+            String::from_utf8_lossy(&check.stdout).ends_with("ok (0 warnings)\n"),
+            "{name}: {check:?}\n{text}"
+        );
+        for (method, path) in [
+            ("DELETE", "/admin/users/all"),
+            ("GET", "/admin/users/all"),
+            ("OPTIONS", "/admin/users/all"),
+            ("DELETE", "/"),
+            ("POST", "/x"),
+        ] {
+            let decided = policy_test(&file, method, path);
+            assert_eq!(
+                decided.status.code(),
+                Some(1),
+                "{name}: {method} {path} allowed: {decided:?}\n{text}"
+            );
+        }
+        match unsuggested {
+            Some(reason) => {
+                let (_, listed) = text
+                    .split_once("# Not suggested:")
+                    .unwrap_or_else(|| panic!("{name}: no not-suggested block: {text}"));
+                assert!(listed.contains(reason), "{name}: {text}");
+                assert!(!text.contains("[[allow]]"), "{name}: {text}");
+            }
+            None => {
+                // The request itself is allowed, as sent and only as sent.
+                let method = attack
+                    .split_once(" -X ")
+                    .map_or("GET", |(_, rest)| rest.split(' ').next().unwrap());
+                let path = attack
+                    .rsplit_once("$b")
+                    .map(|(_, rest)| rest.trim_end_matches('"'))
+                    .unwrap();
+                let decided = policy_test(&file, method, path);
+                assert_eq!(
+                    decided.status.code(),
+                    Some(0),
+                    "{name}: {decided:?}\n{text}"
+                );
+            }
+        }
+    }
+}

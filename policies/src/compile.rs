@@ -13,7 +13,7 @@ use crate::duration::{DurationError, duration_text, parse_duration};
 use crate::error::{PolicyError, SourceMap};
 use crate::glob::PathGlob;
 use crate::host::HostPattern;
-use crate::path::{loosen_pattern, normalize_pattern_text};
+use crate::path::{loosen_pattern, normalize_glob_text};
 use crate::raw::{Protocol, RawAllow, RawAsk, RawBody, RawCredential, RawDeny, RawPolicy, TlsMode};
 use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleRef, Transport};
 use crate::upgrade::{UpgradeProtocol, UpgradeToken};
@@ -570,7 +570,7 @@ fn paths(map: &SourceMap, paths: &Strings) -> Result<Option<Vec<PathGlob>>, Poli
         .iter()
         .map(|p| {
             let text = p.get_ref();
-            normalize_pattern_text(text)
+            normalize_glob_text(text)
                 .map(|normal| PathGlob::new(&normal))
                 .map_err(|problem| {
                     map.error(

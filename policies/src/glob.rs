@@ -1,5 +1,6 @@
 //! Segment-wise path globs: `*` within one segment, `**` any number of
-//! segments (including zero), `?` one character, everything else literal.
+//! segments (including zero), `?` one character, `\*` and `\?` the
+//! character itself, everything else literal.
 
 use crate::path::{NormalPath, strip_params};
 
@@ -16,8 +17,18 @@ pub(crate) struct PathGlob {
 enum Segment {
     /// `**`: zero or more whole segments.
     AnyDepth,
-    /// One segment, matched character-wise with `*` and `?`.
-    Chars(Vec<char>),
+    /// One segment, matched character by character.
+    Chars(Vec<Token>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    /// `*`: any run of characters within the segment.
+    Star,
+    /// `?`: any one character.
+    One,
+    /// A character matched as itself (`\*` and `\?` are these).
+    Literal(char),
 }
 
 impl PathGlob {
@@ -74,10 +85,28 @@ fn segments(pattern: &str) -> Vec<Segment> {
             if segment == "**" {
                 Segment::AnyDepth
             } else {
-                Segment::Chars(segment.chars().collect())
+                Segment::Chars(tokens(segment))
             }
         })
         .collect()
+}
+
+/// A segment's tokens: `\*` and `\?` are the characters themselves
+/// (request paths never hold a backslash, so it needs no escape of its own).
+fn tokens(segment: &str) -> Vec<Token> {
+    let mut out = Vec::with_capacity(segment.len());
+    let mut chars = segment.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(match c {
+            '\\' if matches!(chars.peek(), Some('*' | '?')) => {
+                Token::Literal(chars.next().unwrap_or(c))
+            }
+            '*' => Token::Star,
+            '?' => Token::One,
+            c => Token::Literal(c),
+        });
+    }
+    out
 }
 
 /// Dynamic programming over (pattern segment, path segment): O(P·N) even
@@ -103,20 +132,20 @@ fn match_segments(pattern: &[Segment], parts: &[&str]) -> bool {
 
 /// Classic wildcard matching with a single backtrack point; linear-ish and
 /// never recursive, so hostile paths cannot blow the stack.
-fn match_chars(pattern: &[char], text: &[char]) -> bool {
+fn match_chars(pattern: &[Token], text: &[char]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some('*') => {
+            Some(Token::Star) => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some('?') => {
+            Some(Token::One) => {
                 p += 1;
                 t += 1;
             }
-            Some(c) if *c == text[t] => {
+            Some(Token::Literal(c)) if *c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -130,5 +159,47 @@ fn match_chars(pattern: &[char], text: &[char]) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|c| *c == '*')
+    pattern[p..].iter().all(|c| *c == Token::Star)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathGlob;
+    use crate::path::normalize_glob_text;
+
+    fn glob(pattern: &str) -> PathGlob {
+        PathGlob::new(&normalize_glob_text(pattern).unwrap())
+    }
+
+    #[test]
+    fn an_escaped_star_or_question_mark_matches_only_itself() {
+        let g = glob(r"/\*\*");
+        assert!(g.matches("/**"));
+        for other in ["/", "/admin", "/admin/users/all", "/*", "/*x", "/%2A%2A"] {
+            assert!(!g.matches(other), "{other}");
+        }
+        let g = glob(r"/admin/\*/a\*");
+        assert!(g.matches("/admin/*/a*"));
+        assert!(!g.matches("/admin/users/all"));
+        assert!(!g.matches("/admin/*/all"));
+        let g = glob(r"/v\?");
+        assert!(g.matches("/v?"));
+        assert!(!g.matches("/v1"));
+    }
+
+    #[test]
+    fn escapes_mix_with_live_globs_in_one_segment() {
+        let g = glob(r"/files/\**.tar");
+        assert!(g.matches("/files/*x.tar"));
+        assert!(g.matches("/files/*.tar"));
+        assert!(!g.matches("/files/x.tar"));
+    }
+
+    #[test]
+    fn a_backslash_that_escapes_nothing_is_refused_in_a_pattern() {
+        for bad in [r"/a\b", r"/a\", r"/\\*", r"/a\/b"] {
+            let err = normalize_glob_text(bad).unwrap_err().to_string();
+            assert!(err.contains(r"write \* or \?"), "{bad}: {err}");
+        }
+    }
 }

@@ -84,5 +84,5 @@ pub use host::{Host, HostError, HostPattern};
 pub use layers::{LoadError, Loaded};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
-pub use suggest::{Draft, Tunnel, collapse_path};
+pub use suggest::{Draft, NotSuggested, Piece, Tunnel, collapse_path, segment_pieces, shown_by};
 pub use upgrade::{UpgradeProtocol, UpgradeToken};

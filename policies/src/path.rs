@@ -101,10 +101,25 @@ pub(crate) enum PathError {
     Fragment,
     #[error("dot segment {segment:?}; servers resolve it differently")]
     DotSegment { segment: String },
+    #[error(r"a backslash in a path pattern only escapes '*' or '?' (write \* or \? for the character itself)")]
+    BadEscape,
 }
 
-/// The shared normalisation for request paths and rule path patterns.
+/// Normalises a rule's path pattern like a request path, keeping the glob
+/// escapes `\*` and `\?` (a literal `*` or `?`). Request paths never
+/// contain a backslash (it is refused), so an escape cannot be confused
+/// with anything a request sends.
+pub(crate) fn normalize_glob_text(pattern: &str) -> Result<String, PathError> {
+    normalize_text(pattern, true)
+}
+
+/// The normalisation of request paths (rule patterns add escapes, see
+/// [`normalize_glob_text`]).
 pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, PathError> {
+    normalize_text(path, false)
+}
+
+fn normalize_text(path: &str, escapes: bool) -> Result<String, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute {
             path: path.to_owned(),
@@ -135,6 +150,15 @@ pub(crate) fn normalize_pattern_text(path: &str) -> Result<String, PathError> {
                 i += 3;
                 continue;
             }
+            b'\\' if escapes => match bytes.get(i + 1) {
+                Some(c @ (b'*' | b'?')) => {
+                    decoded.push('\\');
+                    decoded.push(char::from(*c));
+                    i += 2;
+                    continue;
+                }
+                _ => return Err(PathError::BadEscape),
+            },
             b'\\' => return Err(PathError::Backslash),
             0x00..=0x1f | 0x7f => {
                 return Err(PathError::ControlCharacter { byte: b });

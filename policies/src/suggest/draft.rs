@@ -30,8 +30,6 @@ struct Endpoint {
     upgrades: BTreeSet<String>,
     /// glob → (requests, smallest example URL).
     seen: BTreeMap<String, (u64, String)>,
-    /// Requests with the asterisk form (`OPTIONS *`): the rule needs no `paths`.
-    any_path: bool,
 }
 
 /// A policy being drafted from records.
@@ -41,6 +39,12 @@ pub struct Draft {
     tunnels: BTreeMap<(String, u16), (Tunnel, u64)>,
     /// One line each, with how many times it happened.
     refused: BTreeMap<String, u64>,
+    /// What went through but no rule is suggested for, one line each with
+    /// the reason, and how many times.
+    unsuggested: BTreeMap<String, u64>,
+    /// Every (host, port) that carried an HTTP request, suggested or not:
+    /// never a tcp or passthrough rule.
+    carried_http: BTreeSet<(String, u16)>,
     credentials: BTreeMap<String, Credential>,
     /// Names that were resolved (a rule for the host also lets deny mode resolve it).
     resolved: BTreeSet<String>,
@@ -55,19 +59,16 @@ impl Draft {
     }
 
     /// A request that went through (`upgrade`: it asked for a WebSocket).
-    /// `url` is only an example for the rule's comment.
+    /// `url` is only an example for the rule's comment. A request no rule
+    /// can allow without allowing more than it did is listed as not
+    /// suggested, with the reason.
     pub fn request(&mut self, req: &RequestInfo<'_>, url: &str, upgrade: bool) {
         let (host, port, method) = (req.host, req.port, req.method);
-        if !is_token(method) {
-            self.refuse(format!(
-                "{method} {url}: not an HTTP method a rule can name"
-            ));
-            return;
-        }
-        let path = match normalize(req.path_and_query) {
-            Ok(p) => p.exact,
-            Err(e) => {
-                self.refuse(format!("{method} {url}: ambiguous path ({})", e.0));
+        self.carried_http(host, port);
+        let path = match suggestable(req) {
+            Ok(path) => path,
+            Err(why) => {
+                self.not_suggested(&format!("{method} {url}"), &why);
                 return;
             }
         };
@@ -75,15 +76,12 @@ impl Draft {
             .http
             .entry((host.as_str().to_owned(), port))
             .or_default();
-        if path == "*" {
-            endpoint.any_path = true;
-        }
         let glob = collapse_path(&path);
         endpoint
             .paths
             .entry(glob.clone())
             .or_default()
-            .insert(method.to_ascii_uppercase());
+            .insert(method.to_owned());
         if upgrade {
             endpoint.upgrades.insert(glob.clone());
         }
@@ -109,6 +107,23 @@ impl Draft {
     /// Something that was refused, in one line ("GET https://... — reason").
     pub fn refuse(&mut self, what: String) {
         *self.refused.entry(what).or_insert(0) += 1;
+    }
+
+    /// Something that went through but gets no rule, and why.
+    pub fn not_suggested(&mut self, what: &str, why: &NotSuggested) {
+        // The query may carry tokens; the path is enough to decide.
+        let what = what.split_once('?').map_or(what, |(w, _)| w);
+        *self
+            .unsuggested
+            .entry(format!("{what} — {why}"))
+            .or_insert(0) += 1;
+    }
+
+    /// A (host, port) that carried an HTTP request, whatever became of it:
+    /// it never gets a tcp or passthrough rule, which would let every
+    /// method and path through uninspected.
+    pub fn carried_http(&mut self, host: &Host, port: u16) {
+        self.carried_http.insert((host.as_str().to_owned(), port));
     }
 
     /// A DNS name the sessions resolved.
@@ -160,9 +175,20 @@ impl Draft {
                 out.push_str(&rule.render(host, *port));
             }
         }
+        let mut tunnels_not_suggested = Vec::new();
         for ((host, port), (tunnel, count)) in &self.tunnels {
-            // A tcp or passthrough rule would take the port over from HTTP.
-            if self.http.contains_key(&(host.clone(), *port)) {
+            // A tcp or passthrough rule would take the port over from HTTP,
+            // and let every method and path through uninspected.
+            let key = (host.clone(), *port);
+            if self.http.contains_key(&key) {
+                continue;
+            }
+            if self.carried_http.contains(&key) {
+                tunnels_not_suggested.push(format!(
+                    "{count} connection{} to {host}:{port} with no request a rule can allow — {}",
+                    plural(*count),
+                    NotSuggested::CarriedHttp
+                ));
                 continue;
             }
             out.push_str(&format!(
@@ -202,6 +228,7 @@ impl Draft {
             .http
             .keys()
             .chain(self.tunnels.keys())
+            .chain(&self.carried_http)
             .map(|(host, _)| host.as_str())
             .collect();
         let unconnected: Vec<&str> = self
@@ -230,15 +257,84 @@ impl Draft {
                 out.push_str(&format!("#   {}{times}\n", comment(what)));
             }
         }
+        if !self.unsuggested.is_empty() || !tunnels_not_suggested.is_empty() {
+            out.push_str(
+                "\n# Not suggested: these went through when recorded, but any rule for them\n\
+                 # would allow more than they did, so this policy refuses them:\n",
+            );
+            for (what, count) in &self.unsuggested {
+                let times = if *count > 1 {
+                    format!(" ({count} times)")
+                } else {
+                    String::new()
+                };
+                out.push_str(&format!("#   {}{times}\n", comment(what)));
+            }
+            for what in &tunnels_not_suggested {
+                out.push_str(&format!("#   {}\n", comment(what)));
+            }
+        }
         out
     }
+
+    /// What went through but got no rule: one line each ("METHOD URL —
+    /// reason", without the query), with how many times.
+    pub fn unsuggested(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.unsuggested.iter().map(|(what, n)| (what.as_str(), *n))
+    }
+}
+
+/// Why a request that went through gets no rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotSuggested {
+    #[error("not an HTTP method a rule can name")]
+    NotAMethod,
+    #[error(
+        "allow rules name methods in upper case and compare them exactly, so no rule allows {method:?}; one for {upper:?} would allow a method the traffic did not use"
+    )]
+    NotUpperCase { method: String, upper: String },
+    #[error(
+        "the asterisk-form target `*` names no path; a rule for it would have to allow every path"
+    )]
+    AsteriskForm,
+    #[error("the request target is not a path (origin form), so no path rule matches it")]
+    NotOriginForm,
+    #[error("ambiguous path ({0})")]
+    AmbiguousPath(String),
+    #[error(
+        "it carried HTTP, and a tcp or passthrough rule would let every method and path through uninspected"
+    )]
+    CarriedHttp,
+}
+
+/// The normalised path a rule for this request names, or why no rule can
+/// allow it without allowing more.
+pub(super) fn suggestable(req: &RequestInfo<'_>) -> Result<String, NotSuggested> {
+    let method = req.method;
+    if !is_token(method) || method == "*" {
+        return Err(NotSuggested::NotAMethod);
+    }
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(NotSuggested::NotUpperCase {
+            method: method.to_owned(),
+            upper: method.to_ascii_uppercase(),
+        });
+    }
+    if req.path_and_query == "*" {
+        return Err(NotSuggested::AsteriskForm);
+    }
+    if !req.path_and_query.starts_with('/') {
+        return Err(NotSuggested::NotOriginForm);
+    }
+    normalize(req.path_and_query)
+        .map(|p| p.exact)
+        .map_err(|e| NotSuggested::AmbiguousPath(e.0))
 }
 
 /// One `[[allow]]` rule of an endpoint.
 struct Rule {
     methods: BTreeSet<String>,
     paths: Vec<String>,
-    any_path: bool,
     upgrade: bool,
     requests: u64,
     example: String,
@@ -252,16 +348,11 @@ impl Endpoint {
             let rule = groups.entry(methods).or_insert_with(|| Rule {
                 methods: methods.clone(),
                 paths: Vec::new(),
-                any_path: false,
                 upgrade: false,
                 requests: 0,
                 example: String::new(),
             });
-            if glob == "*" {
-                rule.any_path = self.any_path;
-            } else {
-                rule.paths.push(glob.clone());
-            }
+            rule.paths.push(glob.clone());
             rule.upgrade |= self.upgrades.contains(glob);
             if let Some((n, example)) = self.seen.get(glob) {
                 rule.requests += n;
@@ -285,11 +376,9 @@ impl Rule {
         );
         let methods: Vec<String> = self.methods.iter().map(|m| toml_string(m)).collect();
         out.push_str(&format!("methods = [{}]\n", methods.join(", ")));
-        // OPTIONS * matches no glob: only a rule without `paths` allows it.
-        if !self.any_path && !self.paths.is_empty() {
-            let paths: Vec<String> = self.paths.iter().map(|p| toml_string(p)).collect();
-            out.push_str(&format!("paths = [{}]\n", paths.join(", ")));
-        }
+        // Always a list of paths: a rule without one would allow every path.
+        let paths: Vec<String> = self.paths.iter().map(|p| toml_string(p)).collect();
+        out.push_str(&format!("paths = [{}]\n", paths.join(", ")));
         if self.upgrade && self.methods.contains("GET") {
             out.push_str("upgrade = [\"websocket\"]\n");
         }
@@ -475,5 +564,137 @@ mod tests {
         assert!(!text.contains("unused"), "{text}");
         let policy = Policy::parse("suggested.toml", &text).unwrap();
         assert_eq!(policy.lint(), Vec::new(), "{text}");
+    }
+
+    fn allowed(policy: &Policy, host: &Host, port: u16, method: &str, path: &str) -> bool {
+        let req = RequestInfo {
+            scheme: Scheme::Https,
+            host,
+            port,
+            method,
+            path_and_query: path,
+        };
+        policy.evaluate(&req, None).is_allowed()
+    }
+
+    #[test]
+    fn a_recorded_glob_path_is_allowed_literally_and_allows_nothing_else() {
+        let api = host("api.test");
+        for path in [
+            "/**",
+            "/*",
+            "/admin/*/*",
+            "/admin/**/all",
+            "/admin/users/a*",
+            "/%2A%2A",
+        ] {
+            let mut d = Draft::new();
+            seen(&mut d, &api, 443, "DELETE", path);
+            let text = d.render();
+            if path == "/**" {
+                assert!(text.contains("paths = ['/\\*\\*']\n"), "{text}");
+            }
+            let policy = Policy::parse("suggested.toml", &text).unwrap();
+            assert_eq!(policy.lint(), Vec::new(), "{text}");
+            assert!(allowed(&policy, &api, 443, "DELETE", path), "{text}");
+            for other in ["/admin/users/all", "/admin/x/y", "/", "/x"] {
+                assert!(
+                    !allowed(&policy, &api, 443, "DELETE", other),
+                    "{other}: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn asterisk_form_and_lower_case_methods_are_listed_as_not_suggested_with_the_reason() {
+        let api = host("api.test");
+        let mut d = Draft::new();
+        for (method, path) in [
+            ("DELETE", "*"),
+            ("OPTIONS", "*"),
+            ("delete", "/x"),
+            ("GET", "/ok"),
+        ] {
+            seen(&mut d, &api, 443, method, path);
+        }
+        let text = d.render();
+        let policy = Policy::parse("suggested.toml", &text).unwrap();
+        assert!(allowed(&policy, &api, 443, "GET", "/ok"), "{text}");
+        for (method, path) in [
+            ("DELETE", "/admin/users/all"),
+            ("OPTIONS", "/admin"),
+            ("DELETE", "/x"),
+            ("OPTIONS", "*"),
+            ("DELETE", "*"),
+        ] {
+            assert!(
+                !allowed(&policy, &api, 443, method, path),
+                "{method} {path}: {text}"
+            );
+        }
+        let (_, listed) = text
+            .split_once("# Not suggested:")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            listed.contains(
+                "#   DELETE https://api.test:443* — the asterisk-form target `*` names no path"
+            ),
+            "{text}"
+        );
+        assert!(
+            listed.contains("#   OPTIONS https://api.test:443* — the asterisk-form"),
+            "{text}"
+        );
+        assert!(
+            listed.contains(
+                "#   delete https://api.test:443/x — allow rules name methods in upper case"
+            ),
+            "{text}"
+        );
+        assert_eq!(d.unsuggested().count(), 3);
+        assert_eq!(text.matches("\n[[allow]]\n").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_host_and_port_that_carried_http_never_becomes_a_tunnel() {
+        let api = host("api.test");
+        let mut d = Draft::new();
+        seen(&mut d, &api, 8443, "DELETE", "*");
+        d.tunnel(&api, 8443, Tunnel::Tcp);
+        let mut refused = Draft::new();
+        refused.carried_http(&api, 8443);
+        refused.tunnel(&api, 8443, Tunnel::Passthrough);
+        for d in [d, refused] {
+            let text = d.render();
+            assert!(!text.contains("protocol = \"tcp\""), "{text}");
+            assert!(!text.contains("passthrough\""), "{text}");
+            assert!(text.contains("#   1 connection to api.test:8443 with no request a rule can allow — it carried HTTP"), "{text}");
+            let policy = Policy::parse("suggested.toml", &text).unwrap();
+            assert!(
+                !allowed(&policy, &api, 8443, "DELETE", "/admin/users/all"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_recorded_host_is_never_a_wildcard_and_a_trailing_dot_names_the_same_host() {
+        for wild in ["*.api.test", "*", "a*.test", "api.*"] {
+            assert!(Host::parse(wild).is_err(), "{wild}");
+        }
+        let mut d = Draft::new();
+        seen(&mut d, &host("API.test."), 443, "GET", "/x");
+        let text = d.render();
+        assert!(text.contains("host = \"api.test\"\n"), "{text}");
+        let policy = Policy::parse("suggested.toml", &text).unwrap();
+        assert!(
+            allowed(&policy, &host("api.test"), 443, "GET", "/x"),
+            "{text}"
+        );
+        assert!(
+            !allowed(&policy, &host("x.api.test"), 443, "GET", "/x"),
+            "{text}"
+        );
     }
 }

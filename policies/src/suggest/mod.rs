@@ -3,23 +3,26 @@
 
 mod collapse;
 mod draft;
+#[cfg(test)]
+mod property_tests;
+mod shown;
 
-pub use collapse::collapse_path;
-pub use draft::{Draft, Tunnel};
+pub use collapse::{Piece, collapse_path, segment_pieces};
+pub use draft::{Draft, NotSuggested, Tunnel};
+pub use shown::shown_by;
 
-use crate::credential::is_token;
 use crate::decision::RequestInfo;
-use crate::path::normalize;
 use crate::upgrade::UpgradeProtocol;
 
-/// Builds a rule that allows this host, port, method and path. A literal
-/// `*` in the path stays a glob character (it also matches itself).
+/// Builds a rule that allows this host, port, method and path, and
+/// nothing else: glob characters in the path are escaped, and a request no
+/// rule can allow that narrowly (the asterisk form, a lower-case or
+/// invalid method, an ambiguous path) gets a comment saying why instead.
 pub(crate) fn suggest_rule(req: &RequestInfo<'_>) -> String {
-    let path = match normalize(req.path_and_query) {
-        Ok(path) => path.exact,
-        Err(_) => {
-            return "# this request's path is ambiguous (see the denial); no rule can allow it\n"
-                .to_owned();
+    let path = match draft::suggestable(req) {
+        Ok(path) => path,
+        Err(why) => {
+            return format!("# no rule is suggested for this request: {why}\n");
         }
     };
     let mut out = String::from("[[allow]]\n");
@@ -27,12 +30,11 @@ pub(crate) fn suggest_rule(req: &RequestInfo<'_>) -> String {
     if !matches!(req.port, 80 | 443) {
         out.push_str(&format!("ports = [{}]\n", req.port));
     }
-    if is_token(req.method) {
-        out.push_str(&format!("methods = [{}]\n", toml_string(req.method)));
-    }
-    if path != "*" {
-        out.push_str(&format!("paths = [{}]\n", toml_string(&path)));
-    }
+    out.push_str(&format!("methods = [{}]\n", toml_string(req.method)));
+    out.push_str(&format!(
+        "paths = [{}]\n",
+        toml_string(&collapse::escape_glob(&path))
+    ));
     out
 }
 

@@ -251,7 +251,8 @@ fn suggested_rules_parse_back_and_allow_the_request() {
         (&hosts[0], 8443, "GET", "/a//b/%7Ec/%3A\"quote"),
         (&hosts[1], 80, "PATCH", "/items/42"),
         (&hosts[2], 3000, "GET", "/"),
-        (&hosts[0], 443, "OPTIONS", "*"),
+        (&hosts[0], 443, "GET", "/**"),
+        (&hosts[0], 443, "GET", "/a*/b?c"),
     ];
     for (h, port, method, path) in cases {
         let req = RequestInfo {
@@ -274,8 +275,28 @@ fn suggested_rules_parse_back_and_allow_the_request() {
             ..req
         };
         assert!(!p.evaluate(&other, None).is_allowed(), "{text}");
+        let admin = RequestInfo {
+            path_and_query: "/admin/users/all",
+            ..req
+        };
+        assert!(!p.evaluate(&admin, None).is_allowed(), "{text}");
     }
     let h = host("api.example.com");
+    // No rule allows these without allowing every path or another method.
+    for (method, path, why) in [
+        ("OPTIONS", "*", "asterisk-form"),
+        ("DELETE", "*", "asterisk-form"),
+        ("delete", "/x", "upper case"),
+        ("GET", "/a/../admin", "ambiguous path"),
+    ] {
+        let snippet = Policy::suggest_rule(&request(&h, method, path));
+        assert!(
+            snippet.starts_with("# no rule is suggested for this request: ")
+                && snippet.contains(why),
+            "{method} {path}: {snippet}"
+        );
+        assert_eq!(snippet.lines().count(), 1, "{snippet}");
+    }
     assert_eq!(
         Policy::suggest_rule(&request(&h, "POST", "/v1/x?y=2")),
         "[[allow]]\nhost = \"api.example.com\"\nmethods = [\"POST\"]\npaths = [\"/v1/x\"]\n"

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use airlock_auditor::{AuditEvent, EventKind, collapse_exchanges};
-use airlock_policy::{ConnectionDecision, DefaultAction, Draft, Host, Policy, Tunnel};
+use airlock_policy::{
+    ConnectionDecision, DefaultAction, Draft, Host, NotSuggested, Policy, RequestInfo, Scheme,
+    Tunnel,
+};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
@@ -77,7 +80,10 @@ fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
 }
 
 /// One session's records into the draft: requests first, so a connection
-/// is known to have carried HTTP before it is looked at.
+/// is known to have carried HTTP before it is looked at. Any request on a
+/// host and port, refused or not, suggested or not, rules out a tcp or
+/// passthrough rule there (the record does not link requests to their
+/// connection, so this is judged per host and port, which is stricter).
 fn read_session(
     draft: &mut Draft,
     events: &[airlock_auditor::StoredEvent],
@@ -169,19 +175,84 @@ struct Seen<'a> {
 
 impl Seen<'_> {
     /// Into the draft: allowed if it went through, listed if it was
-    /// refused. Its host and port when it went through.
+    /// refused or cannot be allowed narrowly. The host and port it was
+    /// sent to, whatever its verdict, when the URL names them.
     fn add_to(&self, draft: &mut Draft) -> Option<(String, u16)> {
         let what = format!("{} {}", self.method, self.url);
+        let endpoint = RecordedUrl::split(self.url);
+        if let Some(url) = &endpoint {
+            draft.carried_http(&url.host, url.port);
+        }
+        let endpoint_key = endpoint
+            .as_ref()
+            .map(|u| (u.host.as_str().to_owned(), u.port));
         if self.decision == "deny" {
             draft.refuse(refusal(&what, self.reason));
-            return None;
+            return endpoint_key;
         }
-        let Ok(target) = Target::parse(self.url) else {
+        let Some(url) = endpoint else {
             draft.refuse(refusal(&what, Some("the recorded URL cannot be parsed")));
             return None;
         };
-        draft.request(&target.info(self.method), self.url, self.upgrade);
-        Some((target.host.as_str().to_owned(), target.port))
+        if url.target == "*" {
+            draft.not_suggested(&what, &NotSuggested::AsteriskForm);
+            return endpoint_key;
+        }
+        if !url.target.starts_with('/') {
+            draft.not_suggested(&what, &NotSuggested::NotOriginForm);
+            return endpoint_key;
+        }
+        // The request as recorded, not as a lenient URL parser reads it
+        // (`http::Uri` takes "https://h:8443*" for port 443, path "/").
+        let req = RequestInfo {
+            scheme: url.scheme,
+            host: &url.host,
+            port: url.port,
+            method: self.method,
+            path_and_query: url.target,
+        };
+        draft.request(&req, self.url, self.upgrade);
+        endpoint_key
+    }
+}
+
+/// A recorded URL split strictly: `scheme://authority` then the request
+/// target exactly as recorded (`/path?q`, or `*` for the asterisk form,
+/// which the proxy records as `https://host:port*`).
+struct RecordedUrl<'a> {
+    scheme: Scheme,
+    host: Host,
+    port: u16,
+    target: &'a str,
+}
+
+impl<'a> RecordedUrl<'a> {
+    fn split(url: &'a str) -> Option<RecordedUrl<'a>> {
+        let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else {
+            (Scheme::Http, url.strip_prefix("http://")?)
+        };
+        let end = rest.find(['/', '?', '#', '*']).unwrap_or(rest.len());
+        let (authority, target) = rest.split_at(end);
+        let (host, port_text) = match authority.strip_prefix('[') {
+            Some(v6) => v6.split_once(']')?,
+            None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+        };
+        let port = match port_text.strip_prefix(':') {
+            Some(port) => port.parse::<u16>().ok().filter(|p| *p != 0)?,
+            None if port_text.is_empty() => match scheme {
+                Scheme::Https => 443,
+                Scheme::Http => 80,
+            },
+            None => return None,
+        };
+        Some(RecordedUrl {
+            scheme,
+            host: Host::parse(host).ok()?,
+            port,
+            target,
+        })
     }
 }
 
@@ -382,6 +453,64 @@ mod tests {
         assert!(
             err.to_string().starts_with("e.jsonl:3: not a JSON event"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_url_splits_strictly_into_host_port_and_target() {
+        let split = |url| RecordedUrl::split(url).map(|u| (u.host.to_string(), u.port, u.target));
+        assert_eq!(
+            split("https://api.test:8443/a?b"),
+            Some(("api.test".into(), 8443, "/a?b"))
+        );
+        assert_eq!(
+            split("https://api.test:8443*"),
+            Some(("api.test".into(), 8443, "*"))
+        );
+        assert_eq!(
+            split("http://api.test*"),
+            Some(("api.test".into(), 80, "*"))
+        );
+        assert_eq!(split("https://[::1]:22/x"), Some(("::1".into(), 22, "/x")));
+        assert_eq!(
+            split("https://API.test./x"),
+            Some(("api.test".into(), 443, "/x"))
+        );
+        for bad in [
+            "https://*.api.test/x",
+            "https://api.test:0/x",
+            "https://api.test:99999/x",
+            "https://api.test:44x/x",
+            "ftp://api.test/x",
+            "https://user@api.test/x",
+        ] {
+            assert!(split(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_asterisk_form_request_in_an_events_file_is_listed_and_its_connection_is_no_tunnel() {
+        let events = [
+            r#"{"kind":"connection","conn":1,"target":"api.test:8443","handling":"inspect","verdict":"allow","rule":null,"reason":null}"#,
+            r#"{"kind":"request","conn":1,"request":1,"method":"DELETE","url":"https://api.test:8443*","http_version":"HTTP/1.1","headers":[],"verdict":"report","rule":null,"reason":null,"credentials":[],"refused_status":null}"#,
+            r#"{"kind":"connection_closed","conn":1,"bytes_up":60,"bytes_down":20,"duration_us":5,"error":null}"#,
+            r#"{"kind":"connection","conn":2,"target":"api.test:8443","handling":"inspect","verdict":"allow","rule":null,"reason":null}"#,
+            r#"{"kind":"connection_closed","conn":2,"bytes_up":60,"bytes_down":20,"duration_us":5,"error":null}"#,
+        ]
+        .join("\n");
+        let mut draft = Draft::new();
+        read_events(&mut draft, "events.jsonl", &events).unwrap();
+        let text = draft.render();
+        assert!(!text.contains("[[allow]]"), "{text}");
+        assert!(
+            text.contains(
+                "#   DELETE https://api.test:8443* — the asterisk-form target `*` names no path"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   1 connection to api.test:8443 with no request a rule can allow — it carried HTTP"),
+            "{text}"
         );
     }
 
