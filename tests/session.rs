@@ -1176,17 +1176,19 @@ async fn a_process_left_by_one_step_cannot_hold_the_next() {
     }
 }
 
-/// Neither ptrace(2), /proc/PID/mem, renice nor SCHED_IDLE reaches a helper
-/// from a step: the helpers hold capabilities the step has not, which the
-/// kernel's capability checks require of whoever traces, reads or reschedules
-/// them (and observed, they are traced already).
+/// Neither ptrace(2), /proc/PID/mem, renice, SCHED_IDLE, prlimit(2) nor an
+/// OOM score reaches a helper from a step: the helpers hold capabilities the
+/// step has not, which the kernel requires of whoever traces, reads or
+/// reschedules them (and observed, they are traced already); setting
+/// another process's limits is refused by seccomp, and init's OOM score is
+/// read-only.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_step_can_trace_or_write_into_a_helper() {
     let env = Env::new().await;
     for extra in [&[][..], &["--no-audit"][..]] {
         let s = env.start(extra);
         let probe = r#"
-import ctypes, glob, os
+import ctypes, glob, os, resource
 libc = ctypes.CDLL(None, use_errno=True)
 libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
 helpers = [int(p.split('/')[2]) for p in glob.glob('/proc/[0-9]*/comm') if open(p).read().startswith('airlock:')]
@@ -1212,11 +1214,24 @@ for pid in helpers:
         print(pid, 'sched_idle', 'ALLOWED')
     except OSError:
         print(pid, 'sched_idle', 'refused')
+    for limit in (resource.RLIMIT_NOFILE, resource.RLIMIT_CPU, resource.RLIMIT_NPROC):
+        try:
+            resource.prlimit(pid, limit, (1, 1))
+            print(pid, 'prlimit', limit, 'ALLOWED')
+        except OSError:
+            print(pid, 'prlimit', limit, 'refused')
+for name in ('oom_score_adj', 'oom_adj'):
+    try:
+        with open(f'/proc/1/{name}', 'w') as f:
+            f.write('15' if name == 'oom_adj' else '1000')
+        print(1, name, 'ALLOWED')
+    except OSError:
+        print(1, name, 'refused')
 "#;
         let out = s.exec(&[], &["python3", "-c", probe]);
         assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", show(&out));
         let text = stdout(&out);
-        assert!(text.lines().count() >= 12, "{extra:?}: {text}");
+        assert!(text.lines().count() >= 20, "{extra:?}: {text}");
         assert!(!text.contains("ALLOWED"), "{extra:?}: {text}");
         assert_steps_are_not_held(&s, "ptrace and /proc/PID/mem");
     }

@@ -238,6 +238,25 @@ pub(crate) fn filter_with(observe: bool, allow_unix_sockets: bool) -> Vec<libc::
             stmt(BPF_RET_K, RET_ALLOW),
         ],
     );
+    // prlimit64(pid, resource, new, old): setting another process's limits
+    // needs only its uid (no capability, prlimit(2)), and a step shares the
+    // uid of airlock's helpers: an open-files limit of 0 would starve the
+    // init that serves a session. A process may still set its own (pid 0)
+    // and read anyone's (new NULL).
+    guarded(
+        &mut prog,
+        libc::SYS_prlimit64,
+        vec![
+            stmt(BPF_LD_W_ABS, off_arg(2)),
+            jump(BPF_JEQ_K, 0, 0, 2),
+            stmt(BPF_LD_W_ABS, off_arg(2) + 4),
+            jump(BPF_JEQ_K, 0, 3, 0),
+            stmt(BPF_LD_W_ABS, off_arg(0)),
+            jump(BPF_JEQ_K, 0, 1, 0),
+            stmt(BPF_RET_K, eperm),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ],
+    );
     // Which sockets the command may create: an allowlist of address families (sockets.rs).
     guarded(
         &mut prog,
@@ -309,6 +328,22 @@ mod tests {
             &super::filter_with(observe, false),
             &Call::new(libc::SYS_clone, &[flags, 0, 0, 0, 0]),
         )
+    }
+
+    #[test]
+    fn only_a_process_own_limits_can_be_set() {
+        let prlimit = |pid: u64, new: u64| {
+            run(
+                &super::filter_with(true, false),
+                &Call::new(libc::SYS_prlimit64, &[pid, 7, new, 0, 0]),
+            )
+        };
+        let eperm = errno(libc::EPERM);
+        assert_eq!(prlimit(0, 0x7ffd_0000_1000), RET_ALLOW, "its own");
+        assert_eq!(prlimit(1, 0), RET_ALLOW, "reading another's");
+        assert_eq!(prlimit(1, 0x7ffd_0000_1000), eperm, "setting init's");
+        assert_eq!(prlimit(42, 0x1000), eperm, "setting another's");
+        assert_eq!(prlimit(42, 0x7ffd_0000_0000), eperm, "a pointer in the high word");
     }
 
     #[test]
