@@ -8,6 +8,7 @@
 
 pub mod api;
 mod id;
+pub mod shown;
 mod view;
 mod webhook;
 
