@@ -191,10 +191,12 @@ pub struct HoldRequest {
     pub path: String,
     /// Secrets already shown as `[secret:NAME]`.
     pub headers: Vec<(String, String)>,
-    pub body_bytes: u64,
-    pub body_preview: String,
-    pub body_preview_truncated: bool,
+    /// The whole body, as held (shared with the exchange, not copied): the
+    /// views render it, `approvals show` whole.
+    pub body: bytes::Bytes,
     pub body_sha256: String,
+    /// What shows secrets as `[secret:NAME]` in what the body renders to.
+    pub redactor: shown::Redactor,
     /// The ask rule, e.g. "policy.toml:12", and its content key.
     pub rule: String,
     pub rule_key: String,
@@ -247,6 +249,10 @@ impl Grant {
 
 struct Waiting {
     view: PendingView,
+    /// To render the whole request on demand.
+    headers: Vec<(String, String)>,
+    body: bytes::Bytes,
+    redactor: shown::Redactor,
     grant: Grant,
     approvers: Vec<String>,
     answer: oneshot::Sender<Resolution>,
@@ -351,6 +357,9 @@ impl Approvals {
             Waiting {
                 view,
                 grant: Grant::of(&request),
+                headers: request.headers,
+                body: request.body,
+                redactor: request.redactor,
                 approvers: request.approvers,
                 answer,
             },
@@ -377,6 +386,32 @@ impl Approvals {
             return Some(Ok(waiting.view.clone()));
         }
         state.decided.iter().find(|d| &d.id == id).cloned().map(Err)
+    }
+
+    /// A waiting request with every header and its whole body shown
+    /// (`airlock approvals show ID`), or the decided one.
+    pub fn lookup_whole(&self, id: &ApprovalId) -> Option<Result<PendingView, DecidedView>> {
+        let (mut view, headers, body, redactor) = {
+            let state = self.state();
+            match state.pending.get(id) {
+                Some(w) => (
+                    w.view.clone(),
+                    w.headers.clone(),
+                    w.body.clone(),
+                    w.redactor.clone(),
+                ),
+                None => return self.lookup(id),
+            }
+        };
+        // Rendered outside the lock: a whole body is up to 1 MiB.
+        let held = shown::Held {
+            method: &view.method,
+            url: &view.url,
+            headers: &headers,
+            body: &body,
+        };
+        view.shown = shown::Shown::new(held, &redactor, &shown::Bound::WHOLE);
+        Some(Ok(view))
     }
 
     /// Decide a waiting request, once.

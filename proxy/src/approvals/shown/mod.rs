@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use body::{Bound, Field, Hidden, ShownBody, ValueKind};
+pub use body::{BodyForm, Bound, Field, Hidden, ShownBody, ValueKind};
 pub use headers::ShownHeader;
 
 /// Replaces each secret in text with its `[secret:NAME]` marker, as the
