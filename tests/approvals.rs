@@ -2211,7 +2211,7 @@ async fn padding_cannot_hide_a_later_amount_from_the_approver() {
     let text = section(&shown, &two);
     assert!(!text.contains("999999"), "past the bound here: {text}");
     assert!(text.contains("but the body is not JSON"), "{text}");
-    assert!(text.contains("NOT SHOWN: 1 more lines"), "{text}");
+    assert!(text.contains("NOT SHOWN: 1 more line ("), "{text}");
     assert!(
         text.contains(&format!(
             "see all of it with `airlock approvals show {two}`"

@@ -345,10 +345,11 @@ impl Approvals {
     /// Hold a reserved request: approvers see it (and the webhook hears of
     /// it), and it waits until decided, expired or withdrawn.
     pub fn hold(&self, id: ApprovalId, request: HoldRequest) -> Ticket {
+        // Rendered before the lock: the body may be a 1 MiB document.
+        let view = PendingView::new(&id, &self.config.session, &request, SystemTime::now());
         let mut state = self.state();
         state.reserved = state.reserved.saturating_sub(1);
         let (answer, decision) = oneshot::channel();
-        let view = PendingView::new(&id, &self.config.session, &request, SystemTime::now());
         if let Some(webhook) = &self.config.webhook {
             webhook.announce(&view);
         }

@@ -77,10 +77,13 @@ fn body(out: &mut String, shown: &Shown, id: &str) {
         let _ = writeln!(out, "    {}", escape::text(row));
     }
     if let Some(hidden) = &body.hidden {
-        let what = match body.form {
-            BodyForm::Json | BodyForm::Form => "fields",
-            BodyForm::Text => "lines",
-            _ => "rows",
+        let what = match (body.form, hidden.items) {
+            (BodyForm::Json | BodyForm::Form, 1) => "field",
+            (BodyForm::Json | BodyForm::Form, _) => "fields",
+            (BodyForm::Text, 1) => "line",
+            (BodyForm::Text, _) => "lines",
+            (_, 1) => "row of hex",
+            _ => "rows of hex",
         };
         let _ = writeln!(
             out,
