@@ -2374,3 +2374,51 @@ async fn the_webhook_carries_the_headers_and_fields_the_approver_sees() {
     assert_eq!(fields, [("amount", "5", true), ("amount", "999999", true)]);
     deny_all(run, &[view]).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encoded_body_is_said_to_be_unreadable_and_a_nul_cannot_cut_the_view() {
+    let env = Env::new().await;
+    let m = marker("opaque");
+    // Made in the sandbox: gzip of a charge, and JSON, a NUL, more JSON.
+    let json = "content-type: application/json";
+    let script = format!(
+        "printf '{{\"amount\": 999999}}' | gzip -c > body.gz; printf '{{\"amount\":5}}\\000{{\"amount\":999999}}' > nul.json; {} {} wait",
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/gzip")),
+            "body.gz",
+            &[json, "Content-Encoding: gzip"],
+            "1.txt"
+        ),
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/nul")),
+            "nul.json",
+            &[json],
+            "2.txt"
+        ),
+    );
+    let run = env.run(&[], &script);
+    let views = await_pending(&m, 2).await;
+    let shown = listing().await;
+    for view in &views {
+        let text = section(&shown, &id_of(view));
+        if view["url"].as_str().unwrap().ends_with("/gzip") {
+            assert!(
+                text.contains("! the body is gzip-encoded")
+                    && text.contains("Airlock does not decode it"),
+                "{text}"
+            );
+            assert!(
+                text.contains("content-encoding: gzip    [the body is encoded]"),
+                "{text}"
+            );
+            assert!(text.contains("00000000  1f 8b"), "the bytes as hex: {text}");
+        } else {
+            assert!(text.contains("but the body is not JSON"), "{text}");
+            assert!(
+                text.contains("    | {\"amount\":5}\\x00{\"amount\":999999}"),
+                "both documents, the NUL escaped: {text}"
+            );
+        }
+    }
+    deny_all(run, &views).await;
+}
