@@ -2,12 +2,17 @@
 //! lines, anything else as bytes, each within a bound that says in numbers
 //! what it leaves out.
 
+use std::collections::{HashMap, HashSet};
+
 use percent_encoding::percent_decode;
 use serde::{Deserialize, Serialize};
 
 use super::headers::is_method_field;
 use super::json::{self, Leaf};
 use super::{Held, Redactor};
+
+/// Keys sent twice that a warning names; the fields flag every one.
+const DUPLICATES_NAMED: usize = 20;
 
 /// How much of a body a view shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,10 +208,14 @@ pub(super) fn shown(
     if essence == "application/x-www-form-urlencoded" {
         let pairs = form_pairs(&body);
         method_fields(held, pairs.iter().cloned(), warnings);
-        let keys: Vec<String> = pairs.iter().map(|(k, _)| k.clone()).collect();
+        // Counted once: a 1 MiB form can hold 300,000 pairs.
+        let mut counts: HashMap<&str, usize> = HashMap::with_capacity(pairs.len());
+        for (key, _) in &pairs {
+            *counts.entry(key.as_str()).or_default() += 1;
+        }
         return fields_view(size, BodyForm::Form, (redactor, bound), warnings, |visit| {
             for (key, value) in &pairs {
-                let duplicate = keys.iter().filter(|k| *k == key).count() > 1;
+                let duplicate = counts[key.as_str()] > 1;
                 let leaf = Leaf {
                     path: key.clone(),
                     value: value.clone(),
@@ -252,13 +261,15 @@ fn fields_view(
     let mut shown = ShownBody::new(size, form);
     let mut chars = 0usize;
     let mut hidden = Hidden { items: 0, bytes: 0 };
+    // In order, each once; the set keeps a body of many keys linear.
     let mut duplicates: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     each(&mut |mut leaf: Leaf| {
         // Decoded (`\u0041`, `%41`), a value could spell a secret its
         // bytes did not.
         leaf.path = redactor.text(&leaf.path);
         leaf.value = redactor.text(&leaf.value);
-        if leaf.duplicate && !duplicates.contains(&leaf.path) {
+        if leaf.duplicate && seen.insert(leaf.path.clone()) {
             duplicates.push(leaf.path.clone());
         }
         let length = leaf.value.chars().count();
@@ -284,9 +295,14 @@ fn fields_view(
             BodyForm::Form => "form",
             _ => "JSON",
         };
+        let named = duplicates.len().min(DUPLICATES_NAMED);
+        let more = match duplicates.len() - named {
+            0 => String::new(),
+            more => format!(" and {more} other keys"),
+        };
         warnings.push(format!(
-            "the {what} body sends {} more than once; servers differ on which value counts",
-            duplicates.join(", ")
+            "the {what} body sends {}{more} more than once; servers differ on which value counts",
+            duplicates[..named].join(", ")
         ));
     }
     if hidden.items > 0 {

@@ -2,6 +2,7 @@
 //! one sent twice (`serde_json::Value` keeps only the last, and servers
 //! differ on which one counts), then flattened to one field per value.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -114,14 +115,19 @@ fn walk(node: &Node, path: String, duplicate: bool, visit: &mut dyn FnMut(Leaf) 
             .iter()
             .enumerate()
             .all(|(i, item)| walk(item, format!("{path}[{i}]"), duplicate, visit)),
-        Node::Object(pairs) => pairs.iter().all(|(key, value)| {
-            let twice = pairs
-                .iter()
-                .filter(|(k, _)| k.to_lowercase() == key.to_lowercase())
-                .count()
-                > 1;
-            walk(value, join(&path, key), duplicate || twice, visit)
-        }),
+        Node::Object(pairs) => {
+            // Counted once per object: a 1 MiB object can hold 100,000 keys,
+            // and comparing each with every other would hold the proxy.
+            let folded: Vec<String> = pairs.iter().map(|(k, _)| k.to_lowercase()).collect();
+            let mut counts: HashMap<&str, usize> = HashMap::with_capacity(folded.len());
+            for key in &folded {
+                *counts.entry(key.as_str()).or_default() += 1;
+            }
+            pairs.iter().zip(&folded).all(|((key, value), folded)| {
+                let twice = counts[folded.as_str()] > 1;
+                walk(value, join(&path, key), duplicate || twice, visit)
+            })
+        }
     }
 }
 
