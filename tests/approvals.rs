@@ -2219,6 +2219,18 @@ async fn padding_cannot_hide_a_later_amount_from_the_approver() {
         "{text}"
     );
 
+    // Decided, a request is no longer held: `show` says how it ended, and
+    // the session goes on answering.
+    deny(&fields, "too much").await;
+    let done = airlock(&["approvals", "show", &fields]).await;
+    assert_eq!(done.status, 0, "{done:?}");
+    assert!(
+        done.stdout
+            .contains(&format!("denied by {ROOT}; the request is no longer held")),
+        "{done:?}"
+    );
+    assert_eq!(pending(&m).await.len(), 1, "the session still answers");
+
     // The command the view names shows it all.
     let whole = airlock(&["approvals", "show", &two]).await;
     assert_eq!(whole.status, 0, "{whole:?}");
@@ -2238,7 +2250,8 @@ async fn padding_cannot_hide_a_later_amount_from_the_approver() {
         "{answer:#}"
     );
     assert!(answer["pending"]["shown"]["body"]["hidden"].is_null());
-    deny_all(run, &views).await;
+    let left: Vec<Value> = views.into_iter().filter(|v| id_of(v) == two).collect();
+    deny_all(run, &left).await;
 
     // Decided, it is no longer held, and `show` says so.
     let after = airlock(&["approvals", "show", &two]).await;

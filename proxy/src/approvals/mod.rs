@@ -392,17 +392,17 @@ impl Approvals {
     /// A waiting request with every header and its whole body shown
     /// (`airlock approvals show ID`), or the decided one.
     pub fn lookup_whole(&self, id: &ApprovalId) -> Option<Result<PendingView, DecidedView>> {
-        let (mut view, headers, body, redactor) = {
-            let state = self.state();
-            match state.pending.get(id) {
-                Some(w) => (
-                    w.view.clone(),
-                    w.headers.clone(),
-                    w.body.clone(),
-                    w.redactor.clone(),
-                ),
-                None => return self.lookup(id),
-            }
+        let waiting = self.state().pending.get(id).map(|w| {
+            (
+                w.view.clone(),
+                w.headers.clone(),
+                w.body.clone(),
+                w.redactor.clone(),
+            )
+        });
+        // The guard is gone by now: `lookup` takes the lock again.
+        let Some((mut view, headers, body, redactor)) = waiting else {
+            return self.lookup(id);
         };
         // Rendered outside the lock: a whole body is up to 1 MiB.
         let held = shown::Held {
