@@ -2058,3 +2058,380 @@ async fn in_report_mode_an_ask_is_recorded_and_nothing_is_held() {
         "{events:#?}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// What the approver sees: nothing that changes a request's meaning hidden.
+// ---------------------------------------------------------------------------
+
+/// The part of `airlock approvals`' text about request `id`.
+fn section<'a>(listing: &'a str, id: &str) -> &'a str {
+    listing
+        .split("\n\n")
+        .find(|s| s.starts_with(id))
+        .unwrap_or_else(|| panic!("{id} is listed: {listing}"))
+}
+
+/// `airlock approvals` as a person reads it, which must succeed.
+async fn listing() -> String {
+    let out = airlock(&["approvals"]).await;
+    assert_eq!(out.status, 0, "airlock approvals: {out:?}");
+    assert!(!out.stdout.contains('\x1b'), "no raw escape: {out:?}");
+    out.stdout
+}
+
+/// A curl POST of the workspace file `file` to `url` with extra `-H`
+/// headers, in the background, printing to `out`.
+fn curl_post_with(url: &str, file: &str, headers: &[&str], out: &str) -> String {
+    let headers: String = headers.iter().map(|h| format!(" -H '{h}'")).collect();
+    format!(
+        "curl -sS --max-time 100 -X POST{headers} --data-binary @{file} -w '\\n%{{http_code}}\\n' '{url}' > {out} &"
+    )
+}
+
+/// Deny every request held with `marker`, then let the run end.
+async fn deny_all(run: Running, views: &[Value]) {
+    for view in views {
+        deny(&id_of(view), "test over").await;
+    }
+    let out = run.finish().await;
+    assert_eq!(out.status, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_approvers_view_shows_a_method_override_in_every_spelling() {
+    let env = Env::new().await;
+    let m = marker("override");
+    env.put("body.json", "{\"id\": 7}");
+    let spellings: [&[&str]; 5] = [
+        &["X-HTTP-Method-Override: DELETE"],
+        &["x-http-method: DELETE"],
+        &["X-Method-Override: DELETE"],
+        &["X-HTTP-METHOD-OVERRIDE: DELETE"],
+        // Sent twice: once harmless, once not.
+        &[
+            "x-http-method-override: GET",
+            "X-Http-Method-Override: DELETE",
+        ],
+    ];
+    let mut script = String::new();
+    for (n, headers) in spellings.iter().enumerate() {
+        let mut all = vec!["content-type: application/json"];
+        all.extend_from_slice(headers);
+        let url = env.url(&format!("/echo/pay/{m}/{n}"));
+        script += &curl_post_with(&url, "body.json", &all, &format!("{n}.txt"));
+    }
+    script += " wait";
+    let run = env.run(&[], &script);
+    let views = await_pending(&m, spellings.len()).await;
+    let shown = listing().await;
+    for view in &views {
+        let id = id_of(view);
+        let text = section(&shown, &id);
+        assert!(
+            text.contains("may make the server treat this POST as DELETE"),
+            "the override is a warning: {text}"
+        );
+        let header = text
+            .lines()
+            .find(|l| {
+                l.starts_with("    ")
+                    && l.to_ascii_lowercase().contains("method")
+                    && l.contains(": DELETE")
+            })
+            .unwrap_or_else(|| panic!("the header is shown: {text}"));
+        assert!(header.contains("[method override"), "{header}");
+        assert!(text.contains("content-type: application/json"), "{text}");
+        assert!(text.contains("id = 7"), "{text}");
+        if view["url"].as_str().unwrap().ends_with("/4") {
+            assert!(text.contains(": GET"), "both values: {text}");
+            assert!(text.contains("sent 2 times"), "{text}");
+        }
+    }
+    assert_eq!(env.upstream.hits(), 0);
+    deny_all(run, &views).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn padding_cannot_hide_a_later_amount_from_the_approver() {
+    let env = Env::new().await;
+    let m = marker("padded");
+    let pad = " ".repeat(100_000);
+    // JSON: every field is shown, however long the one before it.
+    env.put(
+        "fields.json",
+        &format!("{{\"amount\": 5, \"memo\": \"{pad}\", \"total\": 999999}}"),
+    );
+    // Not JSON (two documents): text, shown to the bound, the rest counted.
+    env.put(
+        "two.json",
+        &format!("{{\"amount\": 5}}{pad}{{\"amount\": 999999}}"),
+    );
+    let json = "content-type: application/json";
+    let script = format!(
+        "{} {} wait",
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/fields")),
+            "fields.json",
+            &[json],
+            "1.txt"
+        ),
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/two")),
+            "two.json",
+            &[json],
+            "2.txt"
+        ),
+    );
+    let run = env.run(&[], &script);
+    let views = await_pending(&m, 2).await;
+    let shown = listing().await;
+    let by_path = |end: &str| {
+        views
+            .iter()
+            .find(|v| v["url"].as_str().unwrap().ends_with(end))
+            .map(id_of)
+            .unwrap()
+    };
+    let (fields, two) = (by_path("/fields"), by_path("/two"));
+
+    let text = section(&shown, &fields);
+    assert!(text.contains("amount = 5"), "{text}");
+    assert!(
+        text.contains("total = 999999"),
+        "the later field is shown: {text}"
+    );
+    assert!(text.contains("more characters not shown"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "see all of it with `airlock approvals show {fields}`"
+        )),
+        "{text}"
+    );
+
+    let text = section(&shown, &two);
+    assert!(!text.contains("999999"), "past the bound here: {text}");
+    assert!(text.contains("but the body is not JSON"), "{text}");
+    assert!(text.contains("NOT SHOWN: 1 more line ("), "{text}");
+    assert!(
+        text.contains(&format!(
+            "see all of it with `airlock approvals show {two}`"
+        )),
+        "{text}"
+    );
+
+    // Decided, a request is no longer held: `show` says how it ended, and
+    // the session goes on answering.
+    deny(&fields, "too much").await;
+    let done = airlock(&["approvals", "show", &fields]).await;
+    assert_eq!(done.status, 0, "{done:?}");
+    assert!(
+        done.stdout
+            .contains(&format!("denied by {ROOT}; the request is no longer held")),
+        "{done:?}"
+    );
+    assert_eq!(pending(&m).await.len(), 1, "the session still answers");
+
+    // The command the view names shows it all.
+    let whole = airlock(&["approvals", "show", &two]).await;
+    assert_eq!(whole.status, 0, "{whole:?}");
+    assert!(whole.stdout.contains("{\"amount\": 999999}"), "{whole:?}");
+    assert!(!whole.stdout.contains("NOT SHOWN"), "{whole:?}");
+    assert!(whole.stdout.contains("headers (all):"), "{whole:?}");
+    assert!(
+        whole.stdout.contains("\n    user-agent: curl/"),
+        "every header: {whole:?}"
+    );
+    let whole = airlock(&["approvals", "show", &two, "--json"]).await;
+    assert_eq!(whole.status, 0, "{whole:?}");
+    let answer: Value = serde_json::from_str(&whole.stdout).unwrap();
+    let lines = &answer["pending"]["shown"]["body"]["lines"];
+    assert!(
+        lines[0].as_str().unwrap().ends_with("{\"amount\": 999999}"),
+        "{answer:#}"
+    );
+    assert!(answer["pending"]["shown"]["body"]["hidden"].is_null());
+    let left: Vec<Value> = views.into_iter().filter(|v| id_of(v) == two).collect();
+    deny_all(run, &left).await;
+
+    // Decided, it is no longer held, and `show` says so.
+    let after = airlock(&["approvals", "show", &two]).await;
+    assert_ne!(after.status, 0, "the session ended: {after:?}");
+    assert!(
+        after
+            .stderr
+            .starts_with("airlock: no running session knows approval"),
+        "{after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_sent_twice_is_shown_both_times_and_flagged() {
+    let env = Env::new().await;
+    let m = marker("twice");
+    env.put("twice.json", "{\"amount\":5,\"amount\":999999}");
+    env.put("twice.form", "amount=5&to=bob&amount=999999");
+    // Keys and values that try to write to the approver's terminal.
+    env.put(
+        "escape.json",
+        "{\"\\u001b[2Kamount\": \"\\u001b]0;ok\\u0007\\r5\"}",
+    );
+    let script = format!(
+        "{} {} {} wait",
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/json")),
+            "twice.json",
+            &["content-type: application/json"],
+            "1.txt"
+        ),
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/form")),
+            "twice.form",
+            &["content-type: application/x-www-form-urlencoded"],
+            "2.txt"
+        ),
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/escape")),
+            "escape.json",
+            &["content-type: application/json"],
+            "3.txt"
+        ),
+    );
+    let run = env.run(&[], &script);
+    let views = await_pending(&m, 3).await;
+    let shown = listing().await;
+    for view in &views {
+        let url = view["url"].as_str().unwrap();
+        let text = section(&shown, &id_of(view));
+        if url.ends_with("/escape") {
+            // The key is quoted (it is not a plain name), the value escaped.
+            let line = text
+                .lines()
+                .find(|l| l.contains("u001b[2Kamount"))
+                .unwrap_or_else(|| panic!("the key is shown: {text}"));
+            assert!(line.ends_with("= \"\\x1b]0;ok\\x07\\r5\""), "{line}");
+            continue;
+        }
+        let what = if url.ends_with("/json") {
+            "JSON"
+        } else {
+            "form"
+        };
+        assert!(
+            text.contains(&format!("the {what} body sends amount more than once")),
+            "{text}"
+        );
+        for value in ["5", "999999"] {
+            let value = match what {
+                "JSON" => value.to_owned(),
+                _ => format!("\"{value}\""),
+            };
+            let line = format!("amount = {value}    [key sent more than once]");
+            assert!(text.lines().any(|l| l.trim() == line), "{line:?} in {text}");
+        }
+    }
+    deny_all(run, &views).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_webhook_carries_the_headers_and_fields_the_approver_sees() {
+    let receiver = Receiver::start(0).await;
+    let env = Env::new().await;
+    let m = marker("hookview");
+    env.put("body.json", "{\"amount\":5,\"amount\":999999}");
+    let url = env.url(&format!("/echo/pay/{m}"));
+    let script = format!(
+        "{} wait",
+        curl_post_with(
+            &url,
+            "body.json",
+            &[
+                "content-type: application/json",
+                "X-HTTP-Method-Override: DELETE"
+            ],
+            "1.txt"
+        )
+    );
+    let run = env.run(&["--approval-webhook", &receiver.url()], &script);
+    let view = await_one(&m).await;
+    eventually("the webhook is called", || !receiver.got().is_empty()).await;
+    let hook = receiver.got()[0].body.clone();
+    let shown = &hook["approval"]["shown"];
+    assert_eq!(
+        shown, &view["shown"],
+        "the same view as the CLI's: {hook:#}"
+    );
+    let headers = shown["headers"].as_array().unwrap();
+    assert!(
+        headers.iter().any(|h| h["name"] == "x-http-method-override"
+            && h["value"] == "DELETE"
+            && h["note"] == "method override"),
+        "{hook:#}"
+    );
+    let warnings = shown["warnings"].to_string();
+    assert!(warnings.contains("treat this POST as DELETE"), "{hook:#}");
+    assert!(warnings.contains("sends amount more than once"), "{hook:#}");
+    let body = &shown["body"];
+    assert_eq!(body["form"], "json", "{hook:#}");
+    let fields: Vec<(&str, &str, bool)> = body["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap(),
+                f["value"].as_str().unwrap(),
+                f["duplicate"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(fields, [("amount", "5", true), ("amount", "999999", true)]);
+    deny_all(run, &[view]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encoded_body_is_said_to_be_unreadable_and_a_nul_cannot_cut_the_view() {
+    let env = Env::new().await;
+    let m = marker("opaque");
+    // Made in the sandbox: gzip of a charge, and JSON, a NUL, more JSON.
+    let json = "content-type: application/json";
+    let script = format!(
+        "printf '{{\"amount\": 999999}}' | gzip -c > body.gz; printf '{{\"amount\":5}}\\000{{\"amount\":999999}}' > nul.json; {} {} wait",
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/gzip")),
+            "body.gz",
+            &[json, "Content-Encoding: gzip"],
+            "1.txt"
+        ),
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}/nul")),
+            "nul.json",
+            &[json],
+            "2.txt"
+        ),
+    );
+    let run = env.run(&[], &script);
+    let views = await_pending(&m, 2).await;
+    let shown = listing().await;
+    for view in &views {
+        let text = section(&shown, &id_of(view));
+        if view["url"].as_str().unwrap().ends_with("/gzip") {
+            assert!(
+                text.contains("! the body is gzip-encoded")
+                    && text.contains("Airlock does not decode it"),
+                "{text}"
+            );
+            assert!(
+                text.contains("content-encoding: gzip    [the body is encoded]"),
+                "{text}"
+            );
+            assert!(text.contains("00000000  1f 8b"), "the bytes as hex: {text}");
+        } else {
+            assert!(text.contains("but the body is not JSON"), "{text}");
+            assert!(
+                text.contains("    | {\"amount\":5}\\x00{\"amount\":999999}"),
+                "both documents, the NUL escaped: {text}"
+            );
+        }
+    }
+    deny_all(run, &views).await;
+}

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use airlock_proxy::approvals::ApprovalId;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
@@ -67,6 +68,20 @@ pub async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
     }
     bail!(
         "no running session holds approval {id:?}; list the waiting requests with `airlock approvals`"
+    )
+}
+
+/// One request with every header and its whole body (`{"pending": ..}`),
+/// or its decision (`{"decided": ..}`), from the session that knows it.
+pub async fn show(id: &ApprovalId) -> anyhow::Result<Value> {
+    let path = format!("/v1/approvals/{id}?view=whole");
+    for socket in sockets()? {
+        if let Ok((StatusCode::OK, body)) = call(&socket, Method::GET, &path, None).await {
+            return Ok(body);
+        }
+    }
+    bail!(
+        "no running session knows approval {id}; list the waiting requests with `airlock approvals`"
     )
 }
 

@@ -4,7 +4,9 @@
 //! does:
 //!
 //! - `GET /v1/approvals`: `{"session": .., "pending": [..]}`;
-//! - `GET /v1/approvals/ID`: `{"pending": ..}` or `{"decided": ..}`;
+//! - `GET /v1/approvals/ID`: `{"pending": ..}` or `{"decided": ..}`; with
+//!   `?view=whole`, the pending request's `shown` lists every header and
+//!   its whole body;
 //! - `POST /v1/approvals/ID` with `{"decision": "approve" | "deny",
 //!   "scope": "once" | "session", "note": ".."}`: `{"decided": ..}`.
 //!
@@ -125,7 +127,7 @@ pub(crate) async fn route(
             StatusCode::OK,
             &json!({ "session": approvals.session(), "pending": approvals.pending() }),
         ),
-        (Method::GET, Some(id)) => match approvals.lookup(&id) {
+        (Method::GET, Some(id)) => match lookup(approvals, &id, req.uri().query()) {
             Some(Ok(pending)) => reply(StatusCode::OK, &json!({ "pending": pending })),
             Some(Err(decided)) => reply(StatusCode::OK, &json!({ "decided": decided })),
             None => error(
@@ -138,6 +140,19 @@ pub(crate) async fn route(
             StatusCode::METHOD_NOT_ALLOWED,
             "GET /v1/approvals[/ID] lists, POST /v1/approvals/ID decides",
         ),
+    }
+}
+
+/// One request, whole when the query asks for it.
+fn lookup(
+    approvals: &Approvals,
+    id: &ApprovalId,
+    query: Option<&str>,
+) -> Option<Result<super::PendingView, super::DecidedView>> {
+    let whole = query.is_some_and(|q| q.split('&').any(|p| p == "view=whole"));
+    match whole {
+        true => approvals.lookup_whole(id),
+        false => approvals.lookup(id),
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod id;
+pub mod shown;
 mod view;
 mod webhook;
 
@@ -190,10 +191,12 @@ pub struct HoldRequest {
     pub path: String,
     /// Secrets already shown as `[secret:NAME]`.
     pub headers: Vec<(String, String)>,
-    pub body_bytes: u64,
-    pub body_preview: String,
-    pub body_preview_truncated: bool,
+    /// The whole body, as held (shared with the exchange, not copied): the
+    /// views render it, `approvals show` whole.
+    pub body: bytes::Bytes,
     pub body_sha256: String,
+    /// What shows secrets as `[secret:NAME]` in what the body renders to.
+    pub redactor: shown::Redactor,
     /// The ask rule, e.g. "policy.toml:12", and its content key.
     pub rule: String,
     pub rule_key: String,
@@ -246,6 +249,10 @@ impl Grant {
 
 struct Waiting {
     view: PendingView,
+    /// To render the whole request on demand.
+    headers: Vec<(String, String)>,
+    body: bytes::Bytes,
+    redactor: shown::Redactor,
     grant: Grant,
     approvers: Vec<String>,
     answer: oneshot::Sender<Resolution>,
@@ -338,10 +345,11 @@ impl Approvals {
     /// Hold a reserved request: approvers see it (and the webhook hears of
     /// it), and it waits until decided, expired or withdrawn.
     pub fn hold(&self, id: ApprovalId, request: HoldRequest) -> Ticket {
+        // Rendered before the lock: the body may be a 1 MiB document.
+        let view = PendingView::new(&id, &self.config.session, &request, SystemTime::now());
         let mut state = self.state();
         state.reserved = state.reserved.saturating_sub(1);
         let (answer, decision) = oneshot::channel();
-        let view = PendingView::new(&id, &self.config.session, &request, SystemTime::now());
         if let Some(webhook) = &self.config.webhook {
             webhook.announce(&view);
         }
@@ -350,6 +358,9 @@ impl Approvals {
             Waiting {
                 view,
                 grant: Grant::of(&request),
+                headers: request.headers,
+                body: request.body,
+                redactor: request.redactor,
                 approvers: request.approvers,
                 answer,
             },
@@ -376,6 +387,32 @@ impl Approvals {
             return Some(Ok(waiting.view.clone()));
         }
         state.decided.iter().find(|d| &d.id == id).cloned().map(Err)
+    }
+
+    /// A waiting request with every header and its whole body shown
+    /// (`airlock approvals show ID`), or the decided one.
+    pub fn lookup_whole(&self, id: &ApprovalId) -> Option<Result<PendingView, DecidedView>> {
+        let waiting = self.state().pending.get(id).map(|w| {
+            (
+                w.view.clone(),
+                w.headers.clone(),
+                w.body.clone(),
+                w.redactor.clone(),
+            )
+        });
+        // The guard is gone by now: `lookup` takes the lock again.
+        let Some((mut view, headers, body, redactor)) = waiting else {
+            return self.lookup(id);
+        };
+        // Rendered outside the lock: a whole body is up to 1 MiB.
+        let held = shown::Held {
+            method: &view.method,
+            url: &view.url,
+            headers: &headers,
+            body: &body,
+        };
+        view.shown = shown::Shown::new(held, &redactor, &shown::Bound::WHOLE);
+        Some(Ok(view))
     }
 
     /// Decide a waiting request, once.

@@ -21,9 +21,8 @@ fn request(path: &str, approvers: &[&str]) -> HoldRequest {
         port: 443,
         path: path.into(),
         headers: vec![("content-type".into(), "application/json".into())],
-        body_bytes: 2,
-        body_preview: "{}".into(),
-        body_preview_truncated: false,
+        body: bytes::Bytes::from_static(b"{}"),
+        redactor: shown::Redactor::none(),
         body_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
         rule: "policy.toml:3".into(),
         rule_key: "ask-0123456789abcdef".into(),
@@ -220,4 +219,30 @@ fn token_files_name_their_tokens_and_bad_lines_say_how_to_fix_them() {
         ApprovalTokens::parse("\n# none\n").unwrap_err(),
         TokenFileError::Empty
     );
+}
+
+#[test]
+fn a_whole_lookup_of_a_decided_or_unknown_request_answers_and_leaves_the_lock_free() {
+    let approvals = Approvals::new(config(10));
+    let ticket = hold(&approvals, request("/v1/charges", &[])).unwrap();
+    let whole = approvals.lookup_whole(&ticket.id).unwrap().unwrap();
+    assert!(whole.shown.whole);
+    approvals
+        .decide(&ticket.id, Choice::Deny, &owner(), None)
+        .unwrap();
+    // Run where a deadlock shows as a timeout, not a hung test.
+    let (done, finished) = std::sync::mpsc::channel();
+    let shared = approvals.clone();
+    let id = ticket.id.clone();
+    std::thread::spawn(move || {
+        let decided = shared.lookup_whole(&id);
+        let unknown = shared.lookup_whole(&ApprovalId::parse("zzzzzzzzzz").unwrap());
+        let _ = done.send((decided, unknown, shared.pending().len()));
+    });
+    let (decided, unknown, pending) = finished
+        .recv_timeout(Duration::from_secs(5))
+        .expect("lookup_whole returned (no deadlock)");
+    assert_eq!(decided.unwrap().unwrap_err().outcome, "denied");
+    assert!(unknown.is_none());
+    assert_eq!(pending, 0);
 }

@@ -5,7 +5,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use super::shown::{Bound, Held, Shown};
 use super::{ApprovalId, HoldRequest, Scope, Sender};
+
+/// How much of the body `body_preview` carries.
+const PREVIEW_BYTES: usize = 4 * 1024;
 
 /// A request waiting for a decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -14,12 +18,16 @@ pub struct PendingView {
     pub session: String,
     pub method: String,
     pub url: String,
-    /// Secrets shown as `[secret:NAME]`.
+    /// Every header as sent; secrets shown as `[secret:NAME]`.
     pub headers: Vec<(String, String)>,
     pub body_bytes: u64,
     /// The first 4 KiB of the body, as text (invalid UTF-8 replaced).
     pub body_preview: String,
     pub body_preview_truncated: bool,
+    /// What the approver reads: the headers that change the request's
+    /// meaning, the body as fields or lines, warnings (within
+    /// [`Bound::LISTING`]; whole from `GET /v1/approvals/ID?view=whole`).
+    pub shown: Shown,
     /// SHA-256 of the exact body held: what is approved is this request.
     pub body_sha256: String,
     pub rule: String,
@@ -46,15 +54,24 @@ impl PendingView {
     ) -> Self {
         let requested_at_us = micros_since_epoch(now);
         let timeout_us = u64::try_from(request.timeout.as_micros()).unwrap_or(u64::MAX);
+        let body = &request.body;
+        let preview = &body[..body.len().min(PREVIEW_BYTES)];
+        let held = Held {
+            method: &request.method,
+            url: &request.url,
+            headers: &request.headers,
+            body,
+        };
         Self {
             id: id.clone(),
             session: session.to_owned(),
             method: request.method.clone(),
             url: request.url.clone(),
             headers: request.headers.clone(),
-            body_bytes: request.body_bytes,
-            body_preview: request.body_preview.clone(),
-            body_preview_truncated: request.body_preview_truncated,
+            body_bytes: body.len() as u64,
+            body_preview: request.redactor.text(&String::from_utf8_lossy(preview)),
+            body_preview_truncated: body.len() > PREVIEW_BYTES,
+            shown: Shown::new(held, &request.redactor, &Bound::LISTING),
             body_sha256: request.body_sha256.clone(),
             rule: request.rule.clone(),
             reason: request.reason.clone(),

@@ -10,15 +10,13 @@ use bytes::Bytes;
 use http::request::Parts;
 use ring::digest::{SHA256, digest};
 
+use crate::approvals::shown::Redactor;
 use crate::approvals::{ApprovalId, Approvals, Choice, HoldError, HoldRequest, Resolution, Ticket};
 use crate::events::{Event, TimestampUs};
 use crate::refusal::{NotApproved, Refusal};
 
 use super::Destination;
 use super::context::{Early, Exchange};
-
-/// How much of the body the approver is shown.
-const PREVIEW_BYTES: usize = 4 * 1024;
 
 impl Exchange {
     /// Hold the request until it is approved (Ok: a line for the record
@@ -124,7 +122,7 @@ impl Exchange {
         body: &Bytes,
     ) -> HoldRequest {
         let credentials = &self.rules.credentials;
-        let preview = &body[..body.len().min(PREVIEW_BYTES)];
+        let redacting = self.rules.clone();
         let path = destination
             .path_and_query
             .split_once('?')
@@ -136,9 +134,8 @@ impl Exchange {
             port: destination.target.port,
             path: path.to_owned(),
             headers: self.record_headers(&head.headers),
-            body_bytes: body.len() as u64,
-            body_preview: credentials.redact(&String::from_utf8_lossy(preview)),
-            body_preview_truncated: body.len() > PREVIEW_BYTES,
+            body: body.clone(),
+            redactor: Redactor::new(move |text| redacting.credentials.redact(text)),
             body_sha256: hex(digest(&SHA256, body).as_ref()),
             rule: ask.rule.to_string(),
             rule_key: ask.rule.key(),
@@ -215,7 +212,7 @@ impl Wait<'_> {
             method: request.method.clone(),
             url: request.url.clone(),
             headers: request.headers.clone(),
-            body_bytes: request.body_bytes,
+            body_bytes: request.body.len() as u64,
             body_sha256: request.body_sha256.clone(),
             rule: request.rule.clone(),
             reason: request.reason.clone(),

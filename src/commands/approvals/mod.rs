@@ -2,22 +2,27 @@
 //! person's side of `[[ask]]` rules, from any terminal of the session's
 //! owner, against every running `run`, `session`, `proxy` and `sidecar`.
 
+mod shown;
+
 use std::collections::HashSet;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airlock_auditor::escape;
+use airlock_proxy::approvals::ApprovalId;
+use airlock_proxy::approvals::shown::Shown;
 use serde_json::{Value, json};
 
 use crate::approvals::client;
 
 /// How often `--watch` looks for new requests.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
-/// How much of a body the listing shows (the API and `--json` carry 4 KiB).
-const PREVIEW_CHARS: usize = 160;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ListArgs {
+    #[command(subcommand)]
+    command: Option<ApprovalsCommand>,
     /// Only this session's requests (its id, a prefix of it, or its name).
     #[arg(long, value_name = "SESSION")]
     session: Option<String>,
@@ -27,6 +32,21 @@ pub struct ListArgs {
     /// Keep watching, and show each new request as it is held (Ctrl-C ends).
     #[arg(long)]
     watch: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum ApprovalsCommand {
+    /// One request whole: every header and its whole body (or its decision).
+    Show(ShowArgs),
+}
+
+#[derive(clap::Args)]
+struct ShowArgs {
+    /// The request's id, as `airlock approvals` shows it.
+    id: String,
+    /// The API's JSON: `{"pending": ..}` or `{"decided": ..}`.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -59,6 +79,9 @@ pub struct DenyArgs {
 }
 
 pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
+    if let Some(ApprovalsCommand::Show(show)) = args.command {
+        return show_one(&show);
+    }
     runtime()?.block_on(async {
         let mut shown = HashSet::new();
         loop {
@@ -81,6 +104,47 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
             tokio::time::sleep(WATCH_EVERY).await;
         }
     })
+}
+
+/// `airlock approvals show ID`.
+fn show_one(args: &ShowArgs) -> anyhow::Result<ExitCode> {
+    let Some(id) = ApprovalId::parse(&args.id) else {
+        eprintln!(
+            "airlock: {:?} is not an approval id; copy one from `airlock approvals`",
+            args.id
+        );
+        return Ok(ExitCode::from(2));
+    };
+    let answer = match runtime()?.block_on(client::show(&id)) {
+        Ok(answer) => answer,
+        Err(e) => {
+            eprintln!("airlock: {}", crate::one_line(&e));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match (&answer["pending"], &answer["decided"]) {
+        (Value::Null, decided) => {
+            let text =
+                |key: &str| escape::text(decided[key].as_str().unwrap_or_default()).into_owned();
+            let by = match decided["by"].as_str() {
+                Some(by) => format!(" by {}", escape::text(by)),
+                None => String::new(),
+            };
+            println!(
+                "{}  {} {}\n  {}{by}; the request is no longer held",
+                text("id"),
+                text("method"),
+                text("url"),
+                text("outcome"),
+            );
+        }
+        (pending, _) => print!("{}", describe(pending)),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
@@ -169,17 +233,6 @@ fn describe(p: &Value) -> String {
             .join(", "),
         _ => "the session's owner".to_owned(),
     };
-    let preview: String = p["body_preview"]
-        .as_str()
-        .unwrap_or_default()
-        .chars()
-        .take(PREVIEW_CHARS)
-        .collect();
-    let cut = if p["body_bytes"].as_u64().unwrap_or(0) as usize > preview.len() {
-        " …"
-    } else {
-        ""
-    };
     let sender = &p["sender"];
     let sent_by = match sender["command"].as_array() {
         Some(argv) => {
@@ -202,17 +255,24 @@ fn describe(p: &Value) -> String {
         }
         None => format!("{} (command unknown)", text("client")),
     };
+    // The view model, or (from an older airlock's socket) nothing but
+    // the body's size: never a silent cut.
+    let shown = match serde_json::from_value::<Shown>(p["shown"].clone()) {
+        Ok(shown) => shown::render(&shown, &id),
+        Err(_) => format!(
+            "  body: {} bytes, not shown; see it with `airlock approvals show {id} --json`\n",
+            p["body_bytes"].as_u64().unwrap_or(0)
+        ),
+    };
     format!(
-        "{id}  {} {}\n  session {}, sent by {sent_by}\n  rule {}{reason}\n  waiting {}, denied in {} unless decided; approvers: {approvers}\n  body {} bytes, sha256 {}: {}{cut}\n  decide: airlock approve {id} [--scope session] | airlock deny {id} [--note TEXT]\n\n",
+        "{id}  {} {}\n  session {}, sent by {sent_by}\n  rule {}{reason}\n  waiting {}, denied in {} unless decided; approvers: {approvers}\n{shown}  body sha256 {}\n  decide: airlock approve {id} [--scope session] | airlock deny {id} [--note TEXT]\n\n",
         text("method"),
         text("url"),
         text("session"),
         text("rule"),
         human(waited),
         human(left),
-        p["body_bytes"].as_u64().unwrap_or(0),
         text("body_sha256"),
-        escape::text(&preview),
     )
 }
 
