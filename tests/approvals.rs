@@ -2435,3 +2435,51 @@ async fn an_encoded_body_is_said_to_be_unreadable_and_a_nul_cannot_cut_the_view(
     }
     deny_all(run, &views).await;
 }
+
+/// Two identical requests held at once, and a person approving the first
+/// for the session while another denies the second: each is decided once,
+/// by its own decision (a session-wide approval covers what comes after it,
+/// never a request already shown to a person with a body of its own), only
+/// the approved one goes out, and the record holds one decision for each.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_approval_races_two_held_requests_and_each_is_decided_once() {
+    let env = Env::new().await;
+    let m = marker("race");
+    let mut session = Session::start(&env, &m).await;
+    env.put("body.json", "{\"amount\": 5}");
+    let url = env.url(&format!("/echo/pay/{m}/same"));
+    let first = session.sh(&curl_post(&url, "body.json"));
+    let second = session.sh(&curl_post(&url, "body.json"));
+    let held = await_listed(&["--session", &m], &url, 2).await;
+    let (a, b) = (id_of(&held[0]), id_of(&held[1]));
+    // Both decisions at once.
+    let (approved, denied) = tokio::join!(approve(&a, &["--scope", "session"]), deny(&b, "race"));
+    assert!(approved.stdout.contains("approved"), "{approved:?}");
+    assert!(denied.stdout.contains("denied"), "{denied:?}");
+    let mut codes =
+        [output_of(first).await, output_of(second).await].map(|out| status_and_body(&out.stdout).0);
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [200, 403],
+        "the approved one went out, the denied one did not"
+    );
+    assert_eq!(
+        env.upstream.targets().len(),
+        1,
+        "only the approved one left"
+    );
+    assert!(pending(&m).await.is_empty());
+    let audit = session.audit_session().await;
+    session.stop().await;
+    let record = env.record_of(&audit);
+    for id in [&a, &b] {
+        let decisions = record
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "approval_decided" && e["id"] == id.as_str())
+            .count();
+        assert_eq!(decisions, 1, "{id}: {}", record.brief());
+    }
+    env.assert_verifies(&record);
+}

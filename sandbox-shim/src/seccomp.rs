@@ -343,7 +343,11 @@ mod tests {
         assert_eq!(prlimit(1, 0), RET_ALLOW, "reading another's");
         assert_eq!(prlimit(1, 0x7ffd_0000_1000), eperm, "setting init's");
         assert_eq!(prlimit(42, 0x1000), eperm, "setting another's");
-        assert_eq!(prlimit(42, 0x7ffd_0000_0000), eperm, "a pointer in the high word");
+        assert_eq!(
+            prlimit(42, 0x7ffd_0000_0000),
+            eperm,
+            "a pointer in the high word"
+        );
     }
 
     #[test]

@@ -33,15 +33,16 @@ pub struct Listed {
 /// (its airlock was killed) is removed.
 pub async fn list() -> anyhow::Result<Vec<Listed>> {
     let mut listed = Vec::new();
-    for socket in sockets()? {
-        match call(&socket, Method::GET, "/v1/approvals", None).await {
+    let sockets = sockets()?;
+    for (socket, answer) in sockets.iter().zip(ask_all(&sockets, "/v1/approvals").await) {
+        match answer {
             Ok((StatusCode::OK, body)) => listed.push(Listed {
                 session: body["session"].as_str().unwrap_or_default().to_owned(),
                 pending: body["pending"].as_array().cloned().unwrap_or_default(),
             }),
             Ok(_) => {}
             Err(e) if refused(&e) => {
-                let _ = std::fs::remove_file(&socket);
+                let _ = std::fs::remove_file(socket);
             }
             Err(_) => {}
         }
@@ -53,14 +54,12 @@ pub async fn list() -> anyhow::Result<Vec<Listed>> {
 /// JSON, or the API's own one-line error.
 pub async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
     let path = format!("/v1/approvals/{id}");
-    for socket in sockets()? {
-        let Ok((status, _)) = call(&socket, Method::GET, &path, None).await else {
-            continue;
-        };
-        if status != StatusCode::OK {
+    let sockets = sockets()?;
+    for (socket, answer) in sockets.iter().zip(ask_all(&sockets, &path).await) {
+        if !matches!(answer, Ok((StatusCode::OK, _))) {
             continue;
         }
-        let (status, body) = call(&socket, Method::POST, &path, Some(decision)).await?;
+        let (status, body) = call(socket, Method::POST, &path, Some(decision)).await?;
         return match status {
             StatusCode::OK => Ok(body["decided"].clone()),
             _ => bail!("{}", error_text(&body, status)),
@@ -75,14 +74,32 @@ pub async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
 /// or its decision (`{"decided": ..}`), from the session that knows it.
 pub async fn show(id: &ApprovalId) -> anyhow::Result<Value> {
     let path = format!("/v1/approvals/{id}?view=whole");
-    for socket in sockets()? {
-        if let Ok((StatusCode::OK, body)) = call(&socket, Method::GET, &path, None).await {
+    for answer in ask_all(&sockets()?, &path).await {
+        if let Ok((StatusCode::OK, body)) = answer {
             return Ok(body);
         }
     }
     bail!(
         "no running session knows approval {id}; list the waiting requests with `airlock approvals`"
     )
+}
+
+/// GET `path` from every socket at once: a session that does not answer
+/// costs the caller one timeout, not one for each session listed after it.
+async fn ask_all(sockets: &[PathBuf], path: &str) -> Vec<anyhow::Result<(StatusCode, Value)>> {
+    let mut asked = tokio::task::JoinSet::new();
+    for (i, socket) in sockets.iter().enumerate() {
+        let (socket, path) = (socket.clone(), path.to_owned());
+        asked.spawn(async move { (i, call(&socket, Method::GET, &path, None).await) });
+    }
+    let mut answers: Vec<_> = sockets.iter().map(|_| None).collect();
+    while let Some(Ok((i, answer))) = asked.join_next().await {
+        answers[i] = Some(answer);
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(anyhow::anyhow!("the question was lost"))))
+        .collect()
 }
 
 fn sockets() -> anyhow::Result<Vec<PathBuf>> {

@@ -481,3 +481,47 @@ def test_a_session_that_stops_answering_is_a_result_not_a_hang(env):
     assert result.is_error, text(result)
     assert "is not answering" in text(result), text(result)
     assert f"airlock session stop {session['id']}" in text(result), text(result)
+
+
+def test_hostile_paths_names_and_outputs_stay_what_they_are(env):
+    """What a model passes as a path, or what an earlier step planted, cannot
+    reach past the sandbox's view or run as shell: links planted by a step
+    to the sandbox's root and to a hidden file, names that would be command
+    substitutions, separators or options to a shell, and an output of 50 MB
+    bounded to the documented 64 KiB."""
+    names = ["$(touch pwned1)", "`touch pwned2`", "; touch pwned3 #", "-rf", "a\nb", "x'y\"z", "*"]
+
+    async def scenario(client):
+        planted = await client.call_tool(
+            "run_command", {"command": "ln -s / root && ln -s /etc/shadow shadow && echo planted"}
+        )
+        shadow = await client.call_tool("read_file", {"path": "shadow"})
+        via_root = await client.call_tool("read_file", {"path": "root/etc/shadow"})
+        outside = await client.call_tool("write_file", {"path": "root/tmp/escaped", "content": "x"})
+        written = [await client.call_tool("write_file", {"path": n, "content": n}) for n in names]
+        read = [await client.call_tool("read_file", {"path": n}) for n in names]
+        listing = await client.call_tool("run_command", {"command": "ls -A"})
+        began = time.monotonic()
+        flood = await client.call_tool("run_command", {"command": "head -c 50000000 /dev/zero | tr '\\0' y"})
+        took = time.monotonic() - began
+        return planted, shadow, via_root, outside, written, read, listing, flood, took
+
+    planted, shadow, via_root, outside, written, read, listing, flood, took = run(env, scenario)
+    assert "planted" in text(planted), text(planted)
+    # The sandbox sees /etc/shadow covered: nothing of the host's hashes.
+    for result in (shadow, via_root):
+        assert "root:" not in text(result), text(result)
+    # The link leads into the sandbox's own /tmp, never the host's.
+    assert not Path("/tmp/escaped").exists()
+    for name, w, r in zip(names, written, read):
+        assert not w.is_error, f"{name!r}: {text(w)}"
+        assert text(r) == name, f"{name!r}: {text(r)}"
+        assert (env.workspace / name).read_text() == name
+    for n in ("pwned1", "pwned2", "pwned3"):
+        assert not (env.workspace / n).exists(), f"{n}: a name ran as shell"
+        assert n not in listing.structured_content["stdout"], text(listing)
+    stdout = flood.structured_content["stdout"]
+    assert flood.structured_content["exit_code"] == 0, text(flood)
+    assert len(stdout) < 70_000, len(stdout)
+    assert "bytes" in stdout and "cut" in stdout, stdout[32_000:33_000]
+    assert took < 60, f"took {took:.1f}s"
