@@ -2477,7 +2477,7 @@ async fn a_session_approval_races_two_held_requests_and_each_is_decided_once() {
         let decisions = record
             .events
             .iter()
-            .filter(|e| e["kind"] == "approval_decided" && e["id"] == id.as_str())
+            .filter(|e| e["kind"] == "approval_decided" && e["approval"] == id.as_str())
             .count();
         assert_eq!(decisions, 1, "{id}: {}", record.brief());
     }

@@ -426,13 +426,26 @@ async fn stop_leaves_nothing_behind_and_the_record_verifies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_session_stops_by_itself() {
     let env = Env::new().await;
-    let s = env.start(&["--idle-timeout", "1s"]);
+    let s = env.start(&["--idle-timeout", "2s"]);
+    // A step keeps it busy while its pids are read (a loaded machine may
+    // take more than the idle timeout to list it otherwise).
+    let busy = Command::new(AIRLOCK)
+        .args([
+            "session",
+            "exec",
+            &s.id,
+            "--",
+            "sh",
+            "-c",
+            "sleep 3; echo busy",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let (server, init) = s.pids();
-    assert_eq!(
-        s.sh("sleep 1.5; echo busy").status.code(),
-        Some(0),
-        "running is not idle"
-    );
+    let busy = busy.wait_with_output().unwrap();
+    assert_eq!(busy.status.code(), Some(0), "running is not idle");
     assert_nothing_left(&s, server, init);
 }
 
