@@ -154,14 +154,21 @@ class AsyncSandbox(SessionBase):
         feeder: Optional["asyncio.Task[None]"] = None
         ended = False
         try:
-            writer.write(_protocol.request_line(request))
+            # Without input, its end goes with the request: written later, it
+            # could meet a step that already ended and closed the connection,
+            # and the broken pipe would fail the reads of what it answered.
+            first = _protocol.request_line(request)
+            if stdin is None:
+                first += b"".join(_protocol.stdin_frames(None))
+            writer.write(first)
             await writer.drain()
             line = await _within(reader.readline(), _protocol.first_answer_within(request), self.session_id, request)
             reply = _protocol.parse_reply(line, StepError)
             collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
             # Stdin is written by its own task so that a command busy writing
             # output before it reads its input cannot deadlock us.
-            feeder = asyncio.ensure_future(_feed_stdin(writer, stdin))
+            if stdin is not None:
+                feeder = asyncio.ensure_future(_feed_stdin(writer, stdin))
 
             async def frames() -> None:
                 while True:
