@@ -1323,3 +1323,137 @@ async fn a_session_that_stops_answering_holds_no_client() {
     let out = s.exec(&[], &["echo", "back"]);
     assert_eq!(stdout(&out), "back\n", "{}", show(&out));
 }
+
+/// Every process of a sandbox (its init's PID namespace, as the host sees
+/// it), frozen with the cgroup freezer until dropped. Frozen is stopped
+/// beyond anything a signal does: nothing inside runs, not even init.
+struct Frozen {
+    dir: PathBuf,
+}
+
+impl Frozen {
+    fn sandbox_of(init: i32) -> Frozen {
+        let root = Path::new("/sys/fs/cgroup/freezer");
+        assert!(
+            root.join("cgroup.procs").exists(),
+            "the cgroup v1 freezer is not mounted at {}",
+            root.display()
+        );
+        let dir = root.join(format!("airlock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).unwrap();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.parse::<i32>().is_err() {
+                continue;
+            }
+            let theirs = std::fs::read_link(format!("/proc/{name}/ns/pid")).ok();
+            if name == init.to_string() || theirs.as_ref() == Some(&ns) {
+                let _ = std::fs::write(dir.join("cgroup.procs"), &name);
+            }
+        }
+        std::fs::write(dir.join("freezer.state"), "FROZEN").unwrap();
+        eventually("the sandbox is frozen", Duration::from_secs(5), || {
+            std::fs::read_to_string(dir.join("freezer.state")).unwrap_or_default() == "FROZEN\n"
+        });
+        Frozen { dir }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write("/sys/fs/cgroup/freezer/cgroup.procs", pid);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The step's timeout is kept by airlock's clock, outside the sandbox: with
+/// every process inside stopped (the whole sandbox frozen from the host,
+/// init included), a step with `--timeout 1s` is answered 124 within 1 s of
+/// its kill, the session is listed as not answering and says so in its
+/// record, and it serves steps again once its sandbox runs again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeout_fires_on_time_even_with_every_process_inside_stopped() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let (_, init) = s.pids();
+    let audit = s.audit_session();
+    let frozen = Frozen::sandbox_of(init);
+    let started = Instant::now();
+    let out = s.exec(&["--timeout", "1s"], &["sleep", "5"]);
+    let took = started.elapsed();
+    let info = s.info().expect("listed");
+    drop(frozen);
+    assert_eq!(out.status.code(), Some(124), "{}", show(&out));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not answering"), "{stderr}");
+    assert_eq!(info["state"], "not answering", "{info}");
+    let out = s.exec(&["--timeout", "3s"], &["echo", "back"]);
+    assert_eq!(stdout(&out), "back\n", "{}", show(&out));
+    assert_eq!(s.info().unwrap()["state"], "ready", "answering again");
+    let timeline = audit_cli(&env.db(), &["timeline", &audit]);
+    assert!(
+        String::from_utf8_lossy(&timeline.stdout).contains("the session is not answering"),
+        "{}",
+        show(&timeline)
+    );
+}
+
+/// One session's sandbox reaches nothing of another's: not its workspace
+/// (read or write), not its proxy (the other's requests and its own are
+/// each in their own record only), not its control or approvals sockets
+/// (`the_sandbox_cannot_reach_any_control_socket` covers both sessions).
+#[tokio::test(flavor = "multi_thread")]
+async fn one_session_reaches_nothing_of_another() {
+    let env_a = Env::new().await;
+    let env_b = Env::new().await;
+    let a = env_a.start(&[]);
+    let b = env_b.start(&[]);
+    std::fs::write(env_b.workspace().join("marker"), "b's file").unwrap();
+    let theirs = env_b.workspace();
+    let theirs = theirs.display();
+    let out = a.sh(&format!(
+        "cat {theirs}/marker 2>/dev/null || echo unreadable; echo x > {theirs}/planted 2>/dev/null || echo unwritable; ls {theirs} 2>/dev/null || echo unlisted"
+    ));
+    assert_eq!(
+        stdout(&out),
+        "unreadable\nunwritable\nunlisted\n",
+        "{}",
+        show(&out)
+    );
+    assert!(!env_b.workspace().join("planted").exists());
+    // Each sandbox's requests go through its own proxy, into its own record.
+    let url_a = format!("{}/echo/from-a", env_a.base());
+    let url_b = format!("{}/echo/from-b", env_b.base());
+    let out = a.exec(&[], &["curl", "-sS", &url_a]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = b.exec(&[], &["curl", "-sS", &url_b]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let (record_a, record_b) = (a.audit_session(), b.audit_session());
+    let timeline = |env: &Env, session: &str| {
+        String::from_utf8_lossy(&audit_cli(&env.db(), &["timeline", session]).stdout).into_owned()
+    };
+    let (ta, tb) = (timeline(&env_a, &record_a), timeline(&env_b, &record_b));
+    assert!(
+        ta.contains("/echo/from-a") && !ta.contains("/echo/from-b"),
+        "{ta}"
+    );
+    assert!(
+        tb.contains("/echo/from-b") && !tb.contains("/echo/from-a"),
+        "{tb}"
+    );
+    // Nothing listens in A's network but A's own proxy and resolver.
+    let out = a.sh("cat /proc/net/tcp /proc/net/tcp6 | awk '$4 == \"0A\" {print $2}' | sort -u");
+    let listening: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert!(
+        listening
+            .iter()
+            .all(|l| l.ends_with(":3A99") || l.ends_with(":0035")),
+        "only the proxy (15001) and the resolver (53) listen: {listening:?}"
+    );
+}

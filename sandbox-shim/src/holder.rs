@@ -97,6 +97,10 @@ pub(crate) fn run(
     if let Err(e) = set {
         to.fail(format!("name the holder of {step}: {e}"));
     }
+    // Out of its step's reach as far as a disposition goes: only SIGKILL
+    // and SIGSTOP remain (dropped by the observer when there is one, and
+    // answered by init when not).
+    sys::ignore_signals_from_processes();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         to.fail(format!("make the holder of {step} a subreaper: {e}"));
     }

@@ -205,6 +205,32 @@ pub(crate) fn ignore_terminal_signals() {
     }
 }
 
+/// Ignore every signal that can be ignored and is not the kernel's word on
+/// this process itself (a fault, SIGCHLD, SIGCONT): a holder shares its
+/// step's uid, and kill(2) would otherwise end it. The command it forks
+/// sets them back ([`reset_signals`]).
+pub(crate) fn ignore_signals_from_processes() {
+    const KERNEL_ONLY: [i32; 10] = [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGCHLD,
+        libc::SIGCONT,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    for sig in 1..=libc::SIGRTMAX() {
+        if KERNEL_ONLY.contains(&sig) {
+            continue;
+        }
+        // SAFETY: installing SIG_IGN is always sound; invalid numbers just fail.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
 /// waitpid(2) for `pid`, or for any child when None, that also works for
 /// children that are not ours by clone flags (__WALL); returns (pid, raw status).
 pub(crate) fn wait_any(pid: Option<Pid>, nohang: bool) -> io::Result<Option<(Pid, i32)>> {

@@ -96,6 +96,11 @@ impl Live {
         }
     }
 
+    /// The sandbox confirmed a step's end: it answers (again).
+    pub fn answering(&self) {
+        self.not_answering.store(false, Ordering::SeqCst);
+    }
+
     pub fn waiting(&self) -> MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }

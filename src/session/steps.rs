@@ -210,7 +210,11 @@ impl Started {
             let mut client_done = false;
             loop {
                 tokio::select! {
-                    result = &mut end => break result,
+                    result = &mut end => {
+                        // The sandbox answers: whatever was said of it before.
+                        live.answering();
+                        break result;
+                    }
                     () = &mut sleep, if deadline.is_some() && !timed_out => {
                         timed_out = true;
                         killed = true;
