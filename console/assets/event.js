@@ -63,10 +63,9 @@ export function bodyView(body, testid, label) {
   if (!b.encoding || b.encoding === 'none' || (b.text === null || b.text === undefined) && !b.bytes) {
     return h('div', { class: 'body', testid }, head, h('p', { class: 'muted', 'data-encoding': 'none' }, 'No body.'));
   }
-  let text = b.text ?? '';
-  if (b.encoding === 'json') {
-    try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* keep as recorded */ }
-  }
+  const text = b.text ?? '';
+  // JSON comes laid out by the server token for token: parsing it here
+  // would keep one of two keys sent twice and round long numbers.
   append(head, 
     h('span', { class: 'muted small' }, `${b.encoding}${b.bytes !== undefined && b.bytes !== null ? ` · ${fmtBytes(b.bytes)}` : ''}`),
     b.truncated ? h('span', { class: 'badge badge-warn', testid: `${testid}-truncated` }, 'truncated: the record kept only the start of this body') : null);

@@ -96,13 +96,71 @@ pub(crate) fn bytes(data: Option<&[u8]>, truncated: bool) -> Shown {
     }
 }
 
+/// Valid JSON laid out again as it was written, token for token: never
+/// parsed into a map and printed back, which would keep one of two keys
+/// sent twice (`{"amount": 5, "amount": 999999}`) and round numbers past a
+/// double's precision, so a page would show something else than was sent.
 fn pretty_json(data: &[u8]) -> Option<String> {
     let first = data.iter().find(|b| !b.is_ascii_whitespace())?;
     if *first != b'{' && *first != b'[' {
         return None;
     }
-    let value: serde_json::Value = serde_json::from_slice(data).ok()?;
-    serde_json::to_string_pretty(&value).ok()
+    serde_json::from_slice::<serde::de::IgnoredAny>(data).ok()?;
+    Some(reindent(std::str::from_utf8(data).ok()?))
+}
+
+/// Two spaces a level, a line a member; strings copied as they are.
+fn reindent(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    let mut depth = 0usize;
+    let mut chars = json.chars().peekable();
+    let (mut in_string, mut escaped) = (false, false);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            c if c.is_whitespace() => {}
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                let close = if c == '{' { '}' } else { ']' };
+                while chars.next_if(|n| n.is_whitespace()).is_some() {}
+                if chars.next_if_eq(&close).is_some() {
+                    out.push(close);
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `00000000  de ad be ef …  |....|`, sixteen bytes a line.
@@ -153,5 +211,16 @@ mod tests {
         assert_eq!(bytes(None, false).encoding, "none");
         // Not JSON after all: shown as the text it is.
         assert_eq!(bytes(Some(b"{oops"), false).encoding, "text");
+    }
+
+    #[test]
+    fn json_is_shown_as_sent_with_every_key_and_digit() {
+        let sent = br#"{"amount":5, "note":"a,b:{c}\"]", "amount" : 999999, "big":123456789012345678901234567890, "e":{}, "l":[ ], "n":[1,[2]]}"#;
+        let shown = bytes(Some(sent), false);
+        assert_eq!(shown.encoding, "json");
+        assert_eq!(
+            shown.text,
+            "{\n  \"amount\": 5,\n  \"note\": \"a,b:{c}\\\"]\",\n  \"amount\": 999999,\n  \"big\": 123456789012345678901234567890,\n  \"e\": {},\n  \"l\": [],\n  \"n\": [\n    1,\n    [\n      2\n    ]\n  ]\n}"
+        );
     }
 }
