@@ -132,3 +132,66 @@ impl ForRecord<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "sk-cut-by-the-cap-91c2";
+
+    fn set() -> ScrubSet {
+        ScrubSet::new([(SECRET, "[secret:api]")]).unwrap().unwrap()
+    }
+
+    fn read(bytes: &[u8], complete: bool) -> Read {
+        Read {
+            bytes: Bytes::copy_from_slice(bytes),
+            complete,
+            seen: bytes.len() as u64,
+        }
+    }
+
+    #[test]
+    fn a_secret_cut_by_the_cap_is_scrubbed_whole_not_half_kept() {
+        let set = set();
+        let for_record = ForRecord {
+            cap: 16,
+            scrub: Some(&set),
+            declared: None,
+        };
+        // The secret starts 6 bytes before the cap: none of it may be kept.
+        let body = format!("0123456789{SECRET}{}", "x".repeat(200));
+        let kept = for_record.keep(read(body.as_bytes(), true));
+        assert_eq!(kept.captured, b"0123456789[secre");
+        assert!(kept.truncated);
+        assert_eq!(kept.bytes, body.len() as u64);
+        // Read only as far as the cap plus the longest form, it is still whole.
+        let limit = for_record.limit();
+        let kept = for_record.keep(read(&body.as_bytes()[..limit], false));
+        assert_eq!(kept.captured, b"0123456789[secre");
+    }
+
+    #[test]
+    fn a_body_past_the_cap_is_marked_truncated_with_its_declared_length() {
+        let for_record = ForRecord {
+            cap: 4,
+            scrub: None,
+            declared: Some(1_000_000),
+        };
+        let kept = for_record.keep(read(b"abcdefgh", false));
+        assert_eq!(kept.captured, b"abcd");
+        assert!(kept.truncated);
+        assert_eq!(kept.bytes, 1_000_000);
+        // A whole body under the cap is kept as it is.
+        let for_record = ForRecord {
+            cap: 64,
+            scrub: None,
+            declared: Some(3),
+        };
+        let kept = for_record.keep(read(b"abc", true));
+        assert_eq!(
+            (kept.captured.as_slice(), kept.truncated, kept.bytes),
+            (&b"abc"[..], false, 3)
+        );
+    }
+}
