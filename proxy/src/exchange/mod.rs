@@ -98,6 +98,20 @@ enum RequestBody {
     Forwarded,
 }
 
+impl RequestBody {
+    /// The body no byte of which was read yet, taken out; None (and left
+    /// as it is) when reading has begun.
+    fn take_unread(&mut self) -> Option<Incoming> {
+        match std::mem::replace(self, RequestBody::Forwarded) {
+            RequestBody::Streamed(incoming) => Some(incoming),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
 /// What the policy allowed, as the record and forwarding need it.
 struct Allowed {
     verdict: Verdict,
@@ -192,13 +206,14 @@ impl Exchange {
 
         // The body prefix a body constraint needs, bounded.
         if let Some(limit) = policy.needs_body(&info)
-            && let RequestBody::Streamed(incoming) = std::mem::replace(body, RequestBody::Forwarded)
+            && let Some(incoming) = body.take_unread()
         {
             let mut buf = BytesMut::new();
             let read = read_prefix(incoming, limit, &mut buf).await;
+            // What was read stays for the record, a refusal's included.
             *body = RequestBody::Buffered {
                 bytes: buf.freeze(),
-                complete: *read.as_ref().unwrap_or(&false),
+                complete: matches!(read, Ok(true)),
             };
             if let Err(e) = read {
                 let refusal = Refusal::BadRequest(format!("reading the request body: {e}"));
@@ -403,6 +418,7 @@ impl Exchange {
                 capture_cap,
             )
             .boxed_unsync(),
+            // Never: only this step sends a body upstream, once.
             RequestBody::Forwarded => full(Bytes::new()),
         };
         let uri: Uri = url
