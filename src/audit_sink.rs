@@ -183,8 +183,11 @@ impl EventSink for AuditSink {
                 rule,
                 reason,
                 refused_status,
+                request_body,
                 ..
             } => {
+                // A refusal's body, read for the record only (never forwarded).
+                let refused_body = request_body.unwrap_or_default();
                 let pending = Pending {
                     method,
                     url,
@@ -201,13 +204,13 @@ impl EventSink for AuditSink {
                     url: pending.url.clone(),
                     http_version: pending.http_version.clone(),
                     request_headers: pending.headers.clone(),
-                    request_body: None,
-                    request_body_truncated: false,
+                    request_body: refused_status.map(|_| refused_body.captured),
+                    request_body_truncated: refused_body.truncated,
                     status: refused_status,
                     response_headers: Vec::new(),
                     response_body: None,
                     response_body_truncated: false,
-                    bytes_up: 0,
+                    bytes_up: refused_body.bytes,
                     bytes_down: 0,
                     started_us: i64::try_from(ts.0).ok(),
                     ms_to_headers: None,

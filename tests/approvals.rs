@@ -313,7 +313,12 @@ impl Record {
             .map(|e| {
                 let mut e = e.clone();
                 if let Some(map) = e.as_object_mut() {
-                    for k in ["request_headers", "response_headers", "response_body"] {
+                    for k in [
+                        "request_headers",
+                        "response_headers",
+                        "request_body",
+                        "response_body",
+                    ] {
                         map.remove(k);
                     }
                 }
@@ -573,6 +578,17 @@ fn curl_post(url: &str, body: &str) -> String {
     format!(
         "curl -sS --max-time 100 -X POST -H 'content-type: application/json' --data-binary @{body} -w '\\n%{{http_code}}\\n' '{url}'"
     )
+}
+
+/// A record's request body, decoded (the export has it in base64).
+fn request_body(http: &Value) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64 = http["request_body"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no request body on record: {http}"));
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()
 }
 
 /// The status curl printed last (see `curl_post`), and the body before it.
@@ -978,6 +994,11 @@ print(r.text)
         "{}",
         record.brief()
     );
+    // What it tried to send is on record, whole.
+    let sent: Value = serde_json::from_slice(&request_body(http[0])).unwrap();
+    assert_eq!(sent["to"], m.as_str(), "{}", record.brief());
+    assert_eq!(sent["amount"], 1000000);
+    assert_eq!(http[0]["request_body_truncated"], false);
     record.assert_timeline_has(format!("approval {id} denied by {ROOT} after"));
     record.assert_timeline_has(format!("\"{note}\""));
     env.assert_verifies(&record);
@@ -988,7 +1009,8 @@ async fn a_request_nobody_decides_is_refused_when_its_time_runs_out() {
     let env = Env::with_ask("timeout = \"2s\"\n").await;
     let m = marker("expire");
     let url = env.url(&format!("/echo/pay/{m}"));
-    env.put("body.json", "{}");
+    let payload = format!(r#"{{"expired": "{m}"}}"#);
+    env.put("body.json", &payload);
     // The sandbox lives on after the answer, for a late decision.
     let script = format!(
         "{} > answer.txt; touch answered; while [ ! -e stop ]; do sleep 0.05; done",
@@ -1021,6 +1043,15 @@ async fn a_request_nobody_decides_is_refused_when_its_time_runs_out() {
     assert_eq!(decided["outcome"], "expired", "{decided}");
     assert!(decided["by"].is_null(), "{decided}");
     assert!(decided["waited_ms"].as_u64().unwrap() >= 2000, "{decided}");
+    let http = record.http(&m);
+    assert_eq!(http.len(), 1, "{}", record.brief());
+    assert_eq!(http[0]["decision"], "deny");
+    assert_eq!(
+        request_body(http[0]),
+        payload.as_bytes(),
+        "{}",
+        record.brief()
+    );
     record.assert_timeline_has(format!("approval {id} expired after"));
     record.assert_timeline_has("nobody decided");
     env.assert_verifies(&record);
@@ -1302,6 +1333,16 @@ async fn a_body_is_held_whole_up_to_1_mib_and_a_larger_one_is_refused_at_once() 
     );
     assert_eq!(env.upstream.targets(), vec![format!("/echo/pay/{m}/exact")]);
     let record = env.record();
+    // The refused one's start is on record, marked cut, with its length.
+    let over_record = record.http(&format!("{m}/over"));
+    assert_eq!(over_record.len(), 1, "{}", record.brief());
+    assert_eq!(over_record[0]["decision"], "deny");
+    assert!(
+        request_body(over_record[0]) == vec![b'x'; 64 * 1024],
+        "the first 64 KiB"
+    );
+    assert_eq!(over_record[0]["request_body_truncated"], true);
+    assert_eq!(over_record[0]["bytes_up"], MIB + 1);
     assert_eq!(
         record
             .events

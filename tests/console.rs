@@ -4,7 +4,7 @@
 //! output, a process tree three levels deep), then the console started on
 //! its database and driven by Chromium through Playwright
 //! (tests/console/console.test.mjs): sessions list and filters, session
-//! page, process tree, the refused request's rule to add, a file's diff,
+//! page, process tree, the refused request's rule to add and body, a file's diff,
 //! a file over the content cap kept as a hash only, terminal playback, the
 //! HAR download, a live session gaining events, the
 //! token check, the CSP, and no trace of the secret in anything served.
@@ -30,6 +30,9 @@ const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 const SECRET: &str = "sk-console-secret-7c2e41d9a0";
 
 const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The body of the refused request (a POST): on its page, never upstream.
+const REFUSED_BODY: &str = "stolen=console-exfil-4b1d";
 
 /// In the live session's command line, so the browser can find it.
 const LIVE_MARKER: &str = "console-live-7f3a";
@@ -222,7 +225,7 @@ async fn a_responder_reads_a_recorded_and_a_live_session_in_the_browser_and_no_s
     let script = format!(
         r#"printf '\033[1;36m==>\033[0m checking \033[1mapi.test\033[0m\n'
 curl -sS -o /dev/null -w 'allowed: %{{http_code}}\n' '{base}/echo?from=console'
-sh -c 'printf "\033[31mrefused\033[0m: "; curl -sS -o /dev/null -w "%{{http_code}}\n" {base}/admin/keys; true'
+sh -c 'printf "\033[31mrefused\033[0m: "; curl -sS -o /dev/null -w "%{{http_code}}\n" --data-binary @exfil.txt {base}/admin/keys; true'
 printf 'alpha\nbeta\n' > notes.txt
 printf 'alpha\nbeta-2\ngamma\n' > notes.txt
 head -c 3000 /dev/zero | tr '\0' x > big.txt
@@ -234,6 +237,8 @@ printf '\033[32mdone\033[0m\n'
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("fetch-report.sh"), script).unwrap();
     std::fs::write(ws.join("existing.txt"), "there before the session\n").unwrap();
+    // What the refused request tries to send: its page must show it.
+    std::fs::write(ws.join("exfil.txt"), REFUSED_BODY).unwrap();
     let out = setup
         .run(&ws, &["sh", "fetch-report.sh"])
         .output()
@@ -246,6 +251,15 @@ printf '\033[32mdone\033[0m\n'
         "{stdout}"
     );
     let session = first_session_id(AIRLOCK, &setup.db(), &out);
+    assert!(
+        !setup
+            .upstream
+            .targets()
+            .iter()
+            .any(|t| t.contains("/admin")),
+        "the refused request reached the upstream: {:?}",
+        setup.upstream.targets()
+    );
 
     // A session whose record is then edited through SQLite: its badge must
     // be red and name the first bad event.
@@ -291,6 +305,7 @@ printf '\033[32mdone\033[0m\n'
         .env("EXISTING_FILE_PATH", ws.join("existing.txt"))
         .env("HOSTILE_FILE_PATH", ws.join("page<i>.html"))
         .env("DENIED_PATH", "/admin/keys")
+        .env("REFUSED_BODY", REFUSED_BODY)
         .env("UPSTREAM_HOST", "api.test")
         .env("TAMPERED_ID", &tampered)
         .env("TAMPERED_SEQ", tampered_seq.to_string())

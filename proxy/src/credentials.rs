@@ -125,6 +125,12 @@ impl Credentials {
         self.list.iter()
     }
 
+    /// Every form of every credential's secret, for a record of bytes the
+    /// sandbox sent (a refused request's body); None when there are none.
+    pub fn scrub_set(&self) -> Option<&Arc<ScrubSet>> {
+        self.scrub_set.as_ref()
+    }
+
     /// Set headers and swap placeholders for every credential bound to `host`.
     pub fn inject(&self, host: &Host, headers: &mut HeaderMap) -> Injected {
         let mut injected = Injected::default();

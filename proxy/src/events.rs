@@ -245,6 +245,13 @@ pub enum Event {
         /// not help (a `[[deny]]` rule matched, a body constraint failed).
         #[serde(skip_serializing_if = "Option::is_none")]
         rule_to_add: Option<String>,
+        /// For a refusal: the body the client sent, read for the record only
+        /// (never forwarded), up to the capture cap and scrubbed of every
+        /// form of every credential's secret. `bytes` is the declared
+        /// Content-Length when there was one, else what was read. None when
+        /// forwarded: the response's record carries that body.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_body: Option<BodyCapture>,
     },
     Response {
         ts: TimestampUs,

@@ -406,6 +406,7 @@ mod tests {
             credentials: Vec::new(),
             refused_status: None,
             rule_to_add: None,
+            request_body: None,
         }
     }
 

@@ -15,6 +15,7 @@
 //   EXISTING_FILE_PATH a file that existed before the session, appended to
 //   HOSTILE_FILE_PATH  a file whose name and content are markup
 //   DENIED_PATH   the refused request's path
+//   REFUSED_BODY  the refused request's body
 //   UPSTREAM_HOST the upstream's name
 //   TAMPERED_ID   a session whose record was edited through SQLite
 //   TAMPERED_SEQ  the event that was edited
@@ -48,6 +49,7 @@ const BIG_FILE_PATH = env('BIG_FILE_PATH');
 const EXISTING_FILE_PATH = env('EXISTING_FILE_PATH');
 const HOSTILE_FILE_PATH = env('HOSTILE_FILE_PATH');
 const DENIED_PATH = env('DENIED_PATH');
+const REFUSED_BODY = env('REFUSED_BODY');
 const UPSTREAM_HOST = env('UPSTREAM_HOST');
 const TAMPERED_ID = env('TAMPERED_ID');
 const TAMPERED_SEQ = env('TAMPERED_SEQ');
@@ -373,12 +375,14 @@ await step('the timeline shows every kind, filters by kind, and marks the refusa
   await shot('session', { fullPage: true });
 });
 
-await step('the refused request shows its method, URL, verdict and the rule to add', async () => {
+await step('the refused request shows its method, URL, verdict, the rule to add and the body it tried to send', async () => {
   const denied = events.find((e) => e.kind === 'http' && e.verdict === 'deny');
   check(denied, 'no refused http event');
   await page.click(`[data-testid=timeline-row][data-seq="${denied.seq}"] [data-testid=timeline-link]`);
   await page.waitForFunction((s) => location.hash === s && document.body.dataset.ready === 'true', `#/s/${SID}/e/${denied.seq}`);
-  check(await page.innerText('[data-testid=request-method]') === 'GET', 'method');
+  check(await page.innerText('[data-testid=request-method]') === 'POST', 'method');
+  const body = await page.innerText('[data-testid=request-body]');
+  check(body.includes(REFUSED_BODY) && !body.includes('No body'), `the refused request's body: ${body}`);
   check((await page.innerText('[data-testid=request-url]')).endsWith(DENIED_PATH), `url ${await page.innerText('[data-testid=request-url]')}`);
   check(await page.getAttribute('[data-testid=request-verdict]', 'data-verdict') === 'deny', 'the verdict is not deny');
   const rule = await page.innerText('[data-testid=rule-to-add]');

@@ -133,6 +133,12 @@ impl ScrubSet {
         self.patterns.is_empty()
     }
 
+    /// The length of the longest form: a cut made this far past the end of
+    /// what is kept cannot split a form that reaches into it.
+    pub fn longest(&self) -> usize {
+        self.longest
+    }
+
     /// Whether any form occurs in `data`.
     pub fn finds(&self, data: &[u8]) -> bool {
         let lower = data.to_ascii_lowercase();

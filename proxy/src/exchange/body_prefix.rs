@@ -1,6 +1,6 @@
 //! The bounded body prefix a body constraint is checked against.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -13,13 +13,14 @@ pub(super) enum PrefixError {
     TimedOut,
 }
 
-/// Read at most `limit` bytes of a body; `complete` is false when there was more.
+/// Read at most `limit` bytes of a body into `buf`; false when there was
+/// more. On an error `buf` keeps what arrived (for the refusal's record).
 pub(super) async fn read_prefix(
     body: Incoming,
     limit: usize,
-) -> Result<(Bytes, bool), PrefixError> {
+    buf: &mut BytesMut,
+) -> Result<bool, PrefixError> {
     let mut body = body;
-    let mut buf = BytesMut::new();
     let read = async {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(PrefixError::Body)?;
@@ -32,8 +33,7 @@ pub(super) async fn read_prefix(
         }
         Ok(true)
     };
-    let complete = tokio::time::timeout(crate::engine::BODY_READ_TIMEOUT, read)
+    tokio::time::timeout(crate::engine::BODY_READ_TIMEOUT, read)
         .await
-        .map_err(|_| PrefixError::TimedOut)??;
-    Ok((buf.freeze(), complete))
+        .map_err(|_| PrefixError::TimedOut)?
 }

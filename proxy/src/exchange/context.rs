@@ -15,6 +15,9 @@ use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::Refusal;
 use crate::rules::Rules;
 
+use super::RequestBody;
+use super::refused_body::ForRecord;
+
 /// One request's context, built once when it arrives. Cheap to clone (the
 /// response's end-of-body hook keeps a copy).
 #[derive(Clone)]
@@ -28,14 +31,27 @@ pub(super) struct Exchange {
     pub(super) started: Instant,
 }
 
-/// An early answer: a refusal, or an error the proxy answers itself. Boxed,
-/// since it is the cold path and keeps every step's `Result` small.
-pub(super) struct Early(pub(super) Box<Response<ProxyBody>>);
+/// An early answer. Boxed, since it is the cold path and keeps every
+/// step's `Result` small.
+pub(super) enum Early {
+    /// An error the proxy answers itself, already on record.
+    Answered(Box<Response<ProxyBody>>),
+    /// A refusal, recorded once the body the client sent has been read for
+    /// the record (see `refused_body`); whoever holds the body does that.
+    Refused(Box<Refused>),
+}
 
 impl From<Response<ProxyBody>> for Early {
     fn from(response: Response<ProxyBody>) -> Self {
-        Self(Box::new(response))
+        Self::Answered(Box::new(response))
     }
+}
+
+/// A refusal decided and answered, its record waiting for the body.
+pub(super) struct Refused {
+    /// The request's record, as it was when refused; its body goes in last.
+    pub(super) event: Event,
+    pub(super) response: Response<ProxyBody>,
 }
 
 /// A response head as it goes into the record.
@@ -72,7 +88,8 @@ impl Exchange {
         }
     }
 
-    /// Record and answer a refusal of the request whose head is `head`.
+    /// Answer a refusal of the request whose head is `head`; its record is
+    /// made by [`Exchange::record_refusal`], with the body.
     pub(super) fn refuse(
         &self,
         head: &Parts,
@@ -81,7 +98,7 @@ impl Exchange {
         refusal: Refusal,
     ) -> Early {
         let method = head.method.as_str();
-        self.engine.record_lossy(Event::Request {
+        let event = Event::Request {
             ts: TimestampUs::now(),
             conn: self.conn.id,
             request: self.id,
@@ -97,11 +114,38 @@ impl Exchange {
             rule_to_add: refusal
                 .rule_to_add(suggestion)
                 .map(|rule| self.rules.credentials.redact(rule)),
-        });
+            request_body: None,
+        };
         tracing::info!(client = %self.conn.client, front = ?self.conn.front, method, url, reason = %refusal.reason(), "denied");
-        refusal
-            .response(method, url, &self.rules.policy, suggestion)
-            .into()
+        let response = refusal.response(method, url, &self.rules.policy, suggestion);
+        Early::Refused(Box::new(Refused { event, response }))
+    }
+
+    /// Record a refusal with the body its client sent (read for the record
+    /// only, bounded), then give its answer.
+    pub(super) async fn record_refusal(
+        &self,
+        refused: Refused,
+        body: RequestBody,
+        declared: Option<u64>,
+    ) -> Response<ProxyBody> {
+        let Refused {
+            mut event,
+            response,
+        } = refused;
+        // Nothing more can be recorded once the audit failed: no reason to wait.
+        if !self.engine.events.failed()
+            && let Event::Request { request_body, .. } = &mut event
+        {
+            let for_record = ForRecord {
+                cap: self.engine.capture_cap,
+                scrub: self.rules.credentials.scrub_set().map(AsRef::as_ref),
+                declared,
+            };
+            *request_body = for_record.capture(body).await;
+        }
+        self.engine.record_lossy(event);
+        response
     }
 
     /// Record the response to this request (best effort: the request's own

@@ -7,13 +7,15 @@
 //! - `body_prefix`: the bounded body a body constraint is checked against;
 //! - `hop_by_hop`: the headers that never cross the proxy;
 //! - `codings`: the responses the scrubber cannot read;
-//! - `context`: the request's context value, which refuses and records.
+//! - `context`: the request's context value, which refuses and records;
+//! - `refused_body`: the body of a refused request, read for the record only.
 
 mod approval;
 mod body_prefix;
 mod codings;
 mod context;
 mod hop_by_hop;
+mod refused_body;
 mod request_target;
 
 use std::convert::Infallible;
@@ -25,10 +27,11 @@ use airlock_policy::{
     Allowance, BodyInput, Decision, DefaultAction, Denial, DenyReason, Policy, RequestInfo, Scheme,
     UpgradeProtocol,
 };
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
@@ -61,10 +64,7 @@ pub(crate) async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let exchange = Exchange::new(engine, conn);
     let (head, body) = req.into_parts();
-    Ok(match exchange.run(head, body).await {
-        Ok(response) => response,
-        Err(Early(response)) => *response,
-    })
+    Ok(exchange.run(head, body).await)
 }
 
 /// Where the request goes, as the policy sees it.
@@ -87,11 +87,29 @@ impl Destination {
     }
 }
 
-/// The request body: streamed, or the prefix a body constraint read (the
-/// whole body when `complete`).
+/// The request body as far as the exchange has got with it: what is
+/// forwarded, or read for a refusal's record.
 enum RequestBody {
+    /// Not read yet.
     Streamed(Incoming),
-    Buffered(Bytes),
+    /// The prefix a body constraint read (the whole body when `complete`).
+    Buffered { bytes: Bytes, complete: bool },
+    /// Gone upstream.
+    Forwarded,
+}
+
+impl RequestBody {
+    /// The body no byte of which was read yet, taken out; None (and left
+    /// as it is) when reading has begun.
+    fn take_unread(&mut self) -> Option<Incoming> {
+        match std::mem::replace(self, RequestBody::Forwarded) {
+            RequestBody::Streamed(incoming) => Some(incoming),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
 }
 
 /// What the policy allowed, as the record and forwarding need it.
@@ -117,9 +135,21 @@ struct Sent {
 }
 
 impl Exchange {
-    async fn run(&self, head: Parts, body: Incoming) -> Answer {
+    async fn run(&self, head: Parts, body: Incoming) -> Response<ProxyBody> {
+        // Known before any byte is read: a refused body's total length.
+        let declared = body.size_hint().exact();
+        let mut body = RequestBody::Streamed(body);
+        match self.steps(head, &mut body).await {
+            Ok(response) => response,
+            Err(Early::Answered(response)) => *response,
+            // Whatever step refused it, the record keeps what it carried.
+            Err(Early::Refused(refused)) => self.record_refusal(*refused, body, declared).await,
+        }
+    }
+
+    async fn steps(&self, head: Parts, body: &mut RequestBody) -> Answer {
         let destination = self.destination(&head)?;
-        let (allowed, body) = self.decide(&head, body, &destination).await?;
+        let allowed = self.decide(&head, body, &destination).await?;
         self.forward(head, body, &destination, allowed).await
     }
 
@@ -158,9 +188,9 @@ impl Exchange {
     async fn decide(
         &self,
         head: &Parts,
-        body: Incoming,
+        body: &mut RequestBody,
         destination: &Destination,
-    ) -> Result<(Allowed, RequestBody), Early> {
+    ) -> Result<Allowed, Early> {
         let url = &destination.url;
         let info = destination.info(head.method.as_str());
         let policy = &self.rules.policy;
@@ -175,20 +205,25 @@ impl Exchange {
         };
 
         // The body prefix a body constraint needs, bounded.
-        let (body, prefix) = match policy.needs_body(&info) {
-            None => (RequestBody::Streamed(body), None),
-            Some(limit) => match read_prefix(body, limit).await {
-                Ok((bytes, complete)) => (
-                    RequestBody::Buffered(bytes.clone()),
-                    Some((bytes, complete)),
-                ),
-                Err(e) => {
-                    let refusal = Refusal::BadRequest(format!("reading the request body: {e}"));
-                    return Err(self.refuse(head, url, None, refusal));
-                }
-            },
+        if let Some(limit) = policy.needs_body(&info)
+            && let Some(incoming) = body.take_unread()
+        {
+            let mut buf = BytesMut::new();
+            let read = read_prefix(incoming, limit, &mut buf).await;
+            // What was read stays for the record, a refusal's included.
+            *body = RequestBody::Buffered {
+                bytes: buf.freeze(),
+                complete: matches!(read, Ok(true)),
+            };
+            if let Err(e) = read {
+                let refusal = Refusal::BadRequest(format!("reading the request body: {e}"));
+                return Err(self.refuse(head, url, None, refusal));
+            }
+        }
+        let prefix = match &*body {
+            RequestBody::Buffered { bytes, complete } => Some((bytes, *complete)),
+            _ => None,
         };
-        let prefix = prefix.as_ref().map(|(bytes, complete)| (bytes, *complete));
         let (decision, approved) = match self.evaluate(head, &info, prefix, asked_upgrade) {
             // Held until a person decides; approved, it goes on as if an
             // allow rule (the ask rule) had matched.
@@ -210,7 +245,7 @@ impl Exchange {
         if approved.is_some() {
             allowed.report_reason = approved;
         }
-        Ok((allowed, body))
+        Ok(allowed)
     }
 
     fn evaluate(
@@ -320,7 +355,7 @@ impl Exchange {
     async fn forward(
         &self,
         head: Parts,
-        body: RequestBody,
+        body: &mut RequestBody,
         destination: &Destination,
         allowed: Allowed,
     ) -> Answer {
@@ -363,6 +398,7 @@ impl Exchange {
             credentials: injected.names.clone(),
             refused_status: None,
             rule_to_add: None,
+            request_body: None,
         };
         if let Err(e) = self.engine.record(request_event).await {
             let refusal = Refusal::AuditUnavailable(e.to_string());
@@ -372,8 +408,8 @@ impl Exchange {
         let request_capture = CaptureHandle::default();
         let body_stalled = Arc::new(AtomicBool::new(false));
         let capture_cap = self.engine.capture_cap;
-        let upstream_body: ProxyBody = match body {
-            RequestBody::Buffered(bytes) => {
+        let upstream_body: ProxyBody = match std::mem::replace(body, RequestBody::Forwarded) {
+            RequestBody::Buffered { bytes, .. } => {
                 Tap::new(full(bytes), request_capture.clone(), capture_cap).boxed_unsync()
             }
             RequestBody::Streamed(body) => Tap::new(
@@ -382,6 +418,8 @@ impl Exchange {
                 capture_cap,
             )
             .boxed_unsync(),
+            // Never: only this step sends a body upstream, once.
+            RequestBody::Forwarded => full(Bytes::new()),
         };
         let uri: Uri = url
             .parse()
