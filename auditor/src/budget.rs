@@ -5,8 +5,6 @@
 //! still recorded in full (metadata, hashes, sizes); only their content is
 //! dropped, and the recorder writes one notice saying from which event.
 
-use std::collections::HashSet;
-
 /// What the budget says about one piece of content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admit {
@@ -22,9 +20,6 @@ pub(crate) enum Admit {
 pub(crate) struct Budget {
     limit: u64,
     used: u64,
-    /// Blobs already kept in this session: the store deduplicates them, so
-    /// keeping one again costs nothing.
-    kept: HashSet<String>,
     spent: bool,
 }
 
@@ -33,7 +28,6 @@ impl Budget {
         Budget {
             limit,
             used: 0,
-            kept: HashSet::new(),
             spent: false,
         }
     }
@@ -46,11 +40,14 @@ impl Budget {
         self.used
     }
 
-    /// Whether `bytes` of content (deduplicated by `blob`, its hash, when it
-    /// is a stored blob) may be kept. Once one piece is dropped, every later
-    /// one is too, so "from event N on, no content" is exact.
-    pub(crate) fn admit(&mut self, bytes: u64, blob: Option<&str>) -> Admit {
-        if bytes == 0 || blob.is_some_and(|b| self.kept.contains(b)) {
+    /// Whether `bytes` of content may be kept. Once one piece is dropped,
+    /// every later one is too, so "from event N on, no content" is exact.
+    ///
+    /// A blob the store already holds is counted again (the store keeps it
+    /// once): the budget is an upper bound on what a session adds, and
+    /// remembering every blob kept would itself grow with the session.
+    pub(crate) fn admit(&mut self, bytes: u64) -> Admit {
+        if bytes == 0 {
             return Admit::Keep;
         }
         if self.spent {
@@ -59,9 +56,6 @@ impl Budget {
         match self.used.checked_add(bytes) {
             Some(total) if total <= self.limit => {
                 self.used = total;
-                if let Some(b) = blob {
-                    self.kept.insert(b.to_owned());
-                }
                 Admit::Keep
             }
             _ => {
@@ -79,10 +73,14 @@ mod tests {
     #[test]
     fn content_is_kept_up_to_the_budget_and_never_after_the_first_drop() {
         let mut b = Budget::new(10);
-        assert_eq!(b.admit(6, Some("a")), Admit::Keep);
-        assert_eq!(b.admit(6, Some("a")), Admit::Keep, "deduplicated");
-        assert_eq!(b.admit(6, Some("b")), Admit::Drop { first: true });
-        assert_eq!(b.admit(1, None), Admit::Drop { first: false });
+        assert_eq!(b.admit(6), Admit::Keep);
+        assert_eq!(b.admit(0), Admit::Keep, "nothing to keep");
+        assert_eq!(b.admit(5), Admit::Drop { first: true });
+        assert_eq!(
+            b.admit(1),
+            Admit::Drop { first: false },
+            "fits, but after a drop"
+        );
         assert_eq!(b.used(), 6);
     }
 }

@@ -202,7 +202,7 @@ fn drop_inline_content(event: &mut AuditEvent, budget: &mut Budget) -> bool {
         }),
         _ => return false,
     };
-    match budget.admit(bytes, None) {
+    match budget.admit(bytes) {
         Admit::Keep => false,
         Admit::Drop { first } => {
             drop(event);
@@ -450,7 +450,7 @@ impl SessionRecorder {
         self.inner.redactor.scrub_bytes(&mut bytes);
         let stored = chain::sha256_hex(&bytes);
         if let Some(budget) = budget
-            && let Admit::Drop { first } = budget.admit(bytes.len() as u64, Some(&stored))
+            && let Admit::Drop { first } = budget.admit(bytes.len() as u64)
         {
             *first_drop |= first;
             *content_over_budget = true;
