@@ -500,3 +500,55 @@ fn a_nearly_full_audit_disk_is_refused_at_start() {
         .unwrap();
     assert_refused_for_space(&proxy, &db);
 }
+
+/// `airlock proxy` shares the audit options: its record of bodies has the
+/// same budget, and every request past it is still forwarded and recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_proxy_keeps_bodies_only_up_to_the_budget() {
+    use airlock_test_support::client::curl;
+    use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
+
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let env = Env::new();
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        env.db().to_string_lossy().into_owned(),
+        "--audit-key".into(),
+        env.key().to_string_lossy().into_owned(),
+        "--audit-max-session".into(),
+        "512K".into(),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let url = format!("https://api.test:{}/echo", upstream.port());
+    let body = "b".repeat(60_000);
+    for _ in 0..30 {
+        let (code, _, out) = curl(&proxy, &["--data-binary", &body, &url]).await;
+        assert_eq!(code, 200, "{out:?}");
+    }
+    assert_eq!(proxy.stop(), Some(0));
+    assert_eq!(upstream.hits(), 30);
+    let grew = env.db_bytes();
+    assert!(grew <= MIB / 2 + OVERHEAD, "grew to {grew} bytes");
+    let sessions = airlock_test_support::audit_cli::sessions(AIRLOCK, &env.db());
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let (events, notice) = env.events_and_notice(&id);
+    let http: Vec<_> = events
+        .iter()
+        .filter(|e| e["kind"] == "http" && e["status"] == 200)
+        .collect();
+    assert_eq!(http.len(), 30, "every exchange is on record");
+    assert!(
+        http.iter()
+            .filter(|e| e["seq"].as_u64().unwrap() > notice)
+            .all(|e| e["request_body"].is_null() && e["request_body_truncated"] == true)
+    );
+    env.assert_intact(&id);
+}
