@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use airlock_auditor::{AuditStore, SessionInfo, SessionMode, SessionRecorder, SigningKeySource};
+use airlock_auditor::{
+    AuditStore, SessionInfo, SessionMode, SessionRecorder, SigningKeySource, humanize,
+};
 use airlock_policy::Policy;
 use airlock_proxy::ResolvedCredential;
 use anyhow::Context;
@@ -50,6 +52,8 @@ fn recorded_command_line(args: impl Iterator<Item = String>) -> Vec<String> {
 
 pub trait WithNote {
     fn with_note(self, note: &str) -> Self;
+    /// The session's record budget (`--audit-max-session`).
+    fn with_budget(self, max_session_bytes: u64) -> Self;
 }
 
 impl WithNote for SessionInfo {
@@ -57,6 +61,46 @@ impl WithNote for SessionInfo {
         self.capabilities_note = Some(note.to_owned());
         self
     }
+
+    fn with_budget(mut self, max_session_bytes: u64) -> Self {
+        self.max_session_bytes = Some(max_session_bytes);
+        self
+    }
+}
+
+/// The least free space the audit database's filesystem must have for a
+/// session to start: room for its first events' metadata, checkpoints and
+/// SQLite's journal. Fixed rather than the record budget: the budget bounds
+/// what a session keeps, and a disk that fills later still stops the session
+/// (fail closed); this refuses the disk that is already full.
+const FREE_SPACE_FLOOR: u64 = 512 << 10;
+
+/// Refuses to start a session on a filesystem that is (nearly) full: it
+/// would stop at its first events.
+/// Measured before the store is opened, on the database or, when it does
+/// not exist yet, the directory it will be created in.
+fn check_free_space(db: &Path) -> anyhow::Result<()> {
+    let existing = db
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("."));
+    let st = nix::sys::statvfs::statvfs(existing).with_context(|| {
+        format!(
+            "cannot measure the free space of the audit database {}",
+            db.display()
+        )
+    })?;
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
+    if free < FREE_SPACE_FLOOR {
+        anyhow::bail!(
+            "the audit database {} has {} free on its filesystem, below the floor of {}; \
+             free some space there or choose another --audit-db",
+            db.display(),
+            humanize::size(free),
+            humanize::size(FREE_SPACE_FLOOR),
+        );
+    }
+    Ok(())
 }
 
 /// Open the store and begin a session. Every secret is registered with the
@@ -72,6 +116,7 @@ pub fn begin(
         Some(k) => k.to_owned(),
         None => crate::paths::default_audit_key()?,
     };
+    check_free_space(db)?;
     let store = AuditStore::open(db, SigningKeySource::KeyFile(key))
         .with_context(|| format!("opening the audit database {}", db.display()))?;
     for cred in credentials {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use airlock_proxy::PinnedHost;
 use rustls::pki_types::CertificateDer;
 
+use crate::launch::parse_size;
 use crate::{certs, paths};
 
 /// How airlock reaches upstream servers: extra trust and pinned addresses.
@@ -43,6 +44,9 @@ pub struct AuditOptions {
     /// Make each decision durable before the request is forwarded.
     #[arg(long)]
     pub audit_sync: bool,
+    /// Keep at most this much content per session (file versions, bodies, output); past it, hashes and sizes only [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub audit_max_session: Option<u64>,
 }
 
 impl AuditOptions {
@@ -52,6 +56,12 @@ impl AuditOptions {
             Some(db) => Ok(db.clone()),
             None => paths::default_audit_db(),
         }
+    }
+
+    /// `--audit-max-session`, else the default record budget.
+    pub fn max_session_bytes(&self) -> u64 {
+        self.audit_max_session
+            .unwrap_or(airlock_auditor::DEFAULT_MAX_SESSION_BYTES)
     }
 
     /// `--audit-key`, else the per-user default.

@@ -100,6 +100,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             mode,
             stored_content: None,
             content_over_cap: false,
+            content_over_budget: false,
             identity: FileIdentity {
                 dev: inode.map(|(dev, _)| dev),
                 ino: inode.map(|(_, ino)| ino),

@@ -88,6 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         mode: Some(0o644),
         stored_content: None,
         content_over_cap: false,
+        content_over_budget: false,
         identity: Default::default(),
     })?;
     rec.record(AuditEvent::Http {

@@ -98,6 +98,7 @@ fn event(i: u64) -> AuditEvent {
             mode: Some(0o644),
             stored_content: None,
             content_over_cap: false,
+            content_over_budget: false,
             identity: Default::default(),
         },
     }

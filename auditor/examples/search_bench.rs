@@ -95,6 +95,7 @@ fn event(session: u64, i: u64) -> AuditEvent {
             mode: Some(0o644),
             stored_content: None,
             content_over_cap: false,
+            content_over_budget: false,
             identity: Default::default(),
         },
     }

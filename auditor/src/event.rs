@@ -87,6 +87,12 @@ pub enum AuditEvent {
         /// only its hash is kept.
         #[serde(default)]
         content_over_cap: bool,
+        /// Set by the store: the session's record budget
+        /// (`SessionInfo::max_session_bytes`) was spent, so only the hash and
+        /// size are kept. Left out when false, so older records verify
+        /// unchanged.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        content_over_budget: bool,
         /// Which file the kernel wrote, and how the record learnt of it.
         #[serde(default, flatten)]
         identity: FileIdentity,
@@ -605,7 +611,16 @@ pub struct SessionInfo {
     pub max_file_bytes: u64,
     /// Terminal size for asciicast export (columns, rows).
     pub terminal: Option<(u16, u16)>,
+    /// The session's record budget: bytes of content (file versions, HTTP
+    /// bodies and WebSocket messages, output) it may keep; past it only
+    /// hashes and sizes. `None` in records made before the budget existed
+    /// (left out then, so they verify unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_session_bytes: Option<u64>,
 }
+
+/// The record budget of a session that does not choose one: fits a laptop.
+pub const DEFAULT_MAX_SESSION_BYTES: u64 = 256 << 20;
 
 impl Default for SessionInfo {
     fn default() -> Self {
@@ -620,6 +635,7 @@ impl Default for SessionInfo {
             capabilities_note: None,
             max_file_bytes: 1024 * 1024,
             terminal: None,
+            max_session_bytes: Some(DEFAULT_MAX_SESSION_BYTES),
         }
     }
 }

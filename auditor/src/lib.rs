@@ -19,6 +19,7 @@
 // the binary is left for their owners.
 #![warn(unreachable_pub)]
 
+mod budget;
 mod chain;
 mod codec;
 mod error;
@@ -39,9 +40,9 @@ mod verify;
 
 pub use error::AuditError;
 pub use event::{
-    AuditEvent, EventKind, ExecFile, ExecImage, FileIdentity, FileOp, OutputStream, SessionEnd,
-    SessionInfo, SessionMode, SessionSummary, StoredEvent, WebSocketMessage, WebSocketRecord,
-    collapse_exchanges,
+    AuditEvent, DEFAULT_MAX_SESSION_BYTES, EventKind, ExecFile, ExecImage, FileIdentity, FileOp,
+    OutputStream, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
+    WebSocketMessage, WebSocketRecord, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use ed25519_dalek::{Signer, SigningKey};
 use rusqlite::{Connection, params};
 
+use crate::budget::{Admit, Budget};
 use crate::chain::{self, Hash};
 use crate::search::terms::{self, Terms};
 use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
@@ -61,6 +62,10 @@ struct Inner {
     health: Arc<Health>,
     redactor: Redactor,
     max_file_bytes: u64,
+    /// Taken by every event that carries content, from the budget's decision
+    /// until the event has its seq, so that no event after the notice keeps
+    /// content (lock order: budget, then gate).
+    budget: Mutex<Budget>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -127,6 +132,94 @@ enum Msg {
     },
 }
 
+/// An event as JSON, before it has a seq.
+struct Encoded {
+    kind: &'static str,
+    exec_id: Option<String>,
+    payload: String,
+    terms: Vec<Terms>,
+}
+
+/// Whether the event may carry content the record budget counts.
+fn carries_content(event: &AuditEvent) -> bool {
+    match event {
+        AuditEvent::File { content, .. } => content.is_some(),
+        AuditEvent::Http {
+            request_body,
+            response_body,
+            websocket,
+            ..
+        } => {
+            request_body.is_some()
+                || response_body.is_some()
+                || websocket.as_ref().is_some_and(|w| !w.messages.is_empty())
+        }
+        AuditEvent::Output { data, .. } => !data.is_empty(),
+        _ => false,
+    }
+}
+
+/// Content kept inside the event itself (bodies, WebSocket messages,
+/// output): dropped past the budget. Bodies then read as truncated with
+/// nothing kept, output as empty; the notice says why. Returns whether this
+/// was the first drop.
+fn drop_inline_content(event: &mut AuditEvent, budget: &mut Budget) -> bool {
+    let len = |b: &Option<Vec<u8>>| b.as_ref().map_or(0, |b| b.len() as u64);
+    let (bytes, drop): (u64, fn(&mut AuditEvent)) = match event {
+        AuditEvent::Http {
+            request_body,
+            response_body,
+            websocket,
+            ..
+        } => (
+            len(request_body)
+                + len(response_body)
+                + websocket.as_ref().map_or(0, |w| {
+                    w.messages.iter().map(|m| m.payload.len() as u64).sum()
+                }),
+            |event| {
+                if let AuditEvent::Http {
+                    request_body,
+                    request_body_truncated,
+                    response_body,
+                    response_body_truncated,
+                    websocket,
+                    ..
+                } = event
+                {
+                    *request_body_truncated |= request_body.take().is_some();
+                    *response_body_truncated |= response_body.take().is_some();
+                    if let Some(w) = websocket {
+                        w.messages.clear();
+                    }
+                }
+            },
+        ),
+        AuditEvent::Output { data, .. } => (data.len() as u64, |event| {
+            if let AuditEvent::Output { data, .. } = event {
+                data.clear();
+            }
+        }),
+        _ => return false,
+    };
+    match budget.admit(bytes) {
+        Admit::Keep => false,
+        Admit::Drop { first } => {
+            drop(event);
+            first
+        }
+    }
+}
+
+/// The one notice a session gets when its record budget is spent.
+fn budget_notice(seq: u64, limit: u64, used: u64) -> String {
+    format!(
+        "record budget spent: {used} of {limit} bytes of content kept (--audit-max-session); \
+         from event {seq} on, file versions keep their hash and size only, and HTTP bodies, \
+         WebSocket messages and output are not kept"
+    )
+}
+
 struct Row {
     seq: u64,
     ts_us: i64,
@@ -146,6 +239,8 @@ pub(crate) struct WriterSetup {
     pub genesis: Hash,
     pub redactor: Redactor,
     pub max_file_bytes: u64,
+    /// The record budget (bytes of content); `u64::MAX` for none.
+    pub max_session_bytes: u64,
 }
 
 pub(crate) fn now_us() -> i64 {
@@ -188,6 +283,7 @@ impl SessionRecorder {
                 health,
                 redactor: setup.redactor,
                 max_file_bytes: setup.max_file_bytes,
+                budget: Mutex::new(Budget::new(setup.max_session_bytes)),
                 writer: Mutex::new(Some(handle)),
             }),
         })
@@ -220,7 +316,30 @@ impl SessionRecorder {
     /// an action must not proceed before its record is on disk.
     pub fn record(&self, mut event: AuditEvent) -> Result<Seq, AuditError> {
         self.inner.health.check()?;
-        let content = self.take_content(&mut event);
+        let mut budget = carries_content(&event)
+            .then(|| self.inner.budget.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut first_drop = false;
+        let content = self.take_content(&mut event, budget.as_deref_mut(), &mut first_drop);
+        if let Some(b) = budget.as_deref_mut() {
+            first_drop |= drop_inline_content(&mut event, b);
+        }
+        let row = self.encode(event)?;
+        let mut gate = self.inner.gate.lock().unwrap_or_else(|p| p.into_inner());
+        if first_drop {
+            let limit = budget.as_deref().map_or(0, Budget::limit);
+            let used = budget.as_deref().map_or(0, Budget::used);
+            let notice = AuditEvent::Note {
+                // The event after the notice is the first without content.
+                text: budget_notice(gate.next_seq + 1, limit, used),
+            };
+            let notice = self.encode(notice)?;
+            self.send(&mut gate, notice, None)?;
+        }
+        self.send(&mut gate, row, content)
+    }
+
+    /// The CPU work of recording: redaction, JSON, search terms.
+    fn encode(&self, mut event: AuditEvent) -> Result<Encoded, AuditError> {
         let redactor = &self.inner.redactor;
         let payload = if redactor.is_empty() {
             serde_json::to_string(&event)?
@@ -237,8 +356,21 @@ impl SessionRecorder {
             redactor.scrub_string(&mut s);
             s
         });
+        Ok(Encoded {
+            kind,
+            exec_id,
+            payload,
+            terms,
+        })
+    }
 
-        let mut gate = self.inner.gate.lock().unwrap_or_else(|p| p.into_inner());
+    /// Gives the event its seq and hands it to the writer.
+    fn send(
+        &self,
+        gate: &mut Gate,
+        encoded: Encoded,
+        content: Option<(String, Vec<u8>)>,
+    ) -> Result<Seq, AuditError> {
         let seq = gate.next_seq;
         // Timestamps never go backwards within a session, even if the wall
         // clock does, so "chronological" and "seq order" agree.
@@ -249,11 +381,11 @@ impl SessionRecorder {
         let row = Row {
             seq,
             ts_us,
-            kind,
-            exec_id,
-            payload,
+            kind: encoded.kind,
+            exec_id: encoded.exec_id,
+            payload: encoded.payload,
             content,
-            terms,
+            terms: encoded.terms,
         };
         let sent = match tx.try_send(Msg::Event(row)) {
             Ok(()) => Ok(()),
@@ -273,7 +405,14 @@ impl SessionRecorder {
 
     /// Moves file content out of the event: computes hash/size, applies the
     /// size cap and redaction, and returns (hash of stored bytes, bytes).
-    fn take_content(&self, event: &mut AuditEvent) -> Option<(String, Vec<u8>)> {
+    /// Past the record budget, only (hash, size) are kept and
+    /// `content_over_budget` is set; `first_drop` is set for the first such.
+    fn take_content(
+        &self,
+        event: &mut AuditEvent,
+        budget: Option<&mut Budget>,
+        first_drop: &mut bool,
+    ) -> Option<(String, Vec<u8>)> {
         let AuditEvent::File {
             op,
             content,
@@ -281,6 +420,7 @@ impl SessionRecorder {
             size,
             stored_content,
             content_over_cap,
+            content_over_budget,
             ..
         } = event
         else {
@@ -288,6 +428,7 @@ impl SessionRecorder {
         };
         // Never trust store-only fields from the caller.
         *stored_content = None;
+        *content_over_budget = false;
         let Some(mut bytes) = content.take() else {
             // The observer leaves out content over the cap itself: say so.
             let writes_content = matches!(op, FileOp::Create | FileOp::Modify | FileOp::Truncate);
@@ -308,6 +449,13 @@ impl SessionRecorder {
         }
         self.inner.redactor.scrub_bytes(&mut bytes);
         let stored = chain::sha256_hex(&bytes);
+        if let Some(budget) = budget
+            && let Admit::Drop { first } = budget.admit(bytes.len() as u64)
+        {
+            *first_drop |= first;
+            *content_over_budget = true;
+            return None;
+        }
         *stored_content = Some(stored.clone());
         Some((stored, bytes))
     }

@@ -21,6 +21,8 @@ enum Data {
     HashOnly {
         sha256: Option<String>,
         size: Option<u64>,
+        /// Because the session's record budget was spent.
+        over_budget: bool,
     },
 }
 
@@ -36,6 +38,9 @@ pub struct RestoreReport {
     pub restored: Vec<(String, u64)>,
     /// (original path, sha256, size): known only by hash, not restored.
     pub hash_only: Vec<(String, Option<String>, Option<u64>)>,
+    /// Those of `hash_only` whose content was not kept because the session's
+    /// record budget (`--audit-max-session`) was spent.
+    pub over_budget: BTreeSet<String>,
     /// Paths that existed during the session and were deleted by its end.
     pub deleted: Vec<String>,
     /// (original path, why it was not restored).
@@ -60,6 +65,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
             rename_to,
             mode,
             stored_content,
+            content_over_budget,
             ..
         } = &ev.event
         else {
@@ -71,6 +77,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
             None => Data::HashOnly {
                 sha256: sha256.clone(),
                 size: *size,
+                over_budget: *content_over_budget,
             },
         };
         match op {
@@ -301,7 +308,14 @@ pub fn restore(
                     continue;
                 }
             },
-            Data::HashOnly { sha256, size } => {
+            Data::HashOnly {
+                sha256,
+                size,
+                over_budget,
+            } => {
+                if *over_budget {
+                    report.over_budget.insert(path.clone());
+                }
                 report.hash_only.push((path, sha256.clone(), *size));
                 continue;
             }

@@ -134,6 +134,7 @@ impl AuditStore {
             genesis,
             redactor: self.redactor.clone(),
             max_file_bytes: info.max_file_bytes,
+            max_session_bytes: info.max_session_bytes.unwrap_or(u64::MAX),
         })
     }
 

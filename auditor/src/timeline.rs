@@ -132,6 +132,7 @@ pub fn describe(event: &AuditEvent) -> String {
             rename_to,
             mode,
             content_over_cap,
+            content_over_budget,
             identity,
             ..
         } => {
@@ -151,6 +152,9 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             if *content_over_cap {
                 details.push("hash only".into());
+            }
+            if *content_over_budget {
+                details.push("hash only (over the budget)".into());
             }
             if identity.names.len() > 1 {
                 let names: Vec<String> = identity

@@ -108,6 +108,7 @@ fn session(store: &AuditStore) -> SessionId {
             mode: None,
             stored_content: None,
             content_over_cap: false,
+            content_over_budget: false,
             identity: Default::default(),
         },
         dns("api.example.com"),

@@ -74,7 +74,7 @@ export async function renderFiles(page, id, ctx) {
         h('td', { class: 'mono small', title: v.sha256 || '' }, v.sha256 ? shortHash(v.sha256) : '—'),
         h('td', null, h('div', { class: 'actions' },
           hashOnly
-            ? h('span', { class: 'badge badge-warn', testid: 'hash-only' }, v.over_cap ? 'hash only (over the cap)' : 'hash only (content not kept)')
+            ? h('span', { class: 'badge badge-warn', testid: 'hash-only' }, v.over_cap ? 'hash only (over the cap)' : v.over_budget ? 'hash only (over the budget)' : 'hash only (content not kept)')
             : v.content
               ? [
                 h('button', { type: 'button', class: ['btn', 'btn-small', i === current && state.show === 'content' ? 'active' : ''], testid: 'view-content', onclick: () => { state.seq = v.seq; state.show = 'content'; sync(); drawDetail(); } }, 'Content'),
@@ -100,6 +100,8 @@ export async function renderFiles(page, id, ctx) {
         CONTENT_OPS.has(v.op)
           ? (v.over_cap
             ? `Hash only (over the cap): this version was larger than the session's --audit-max-file, so the record kept its SHA-256 (${v.sha256 || 'unknown'}) and not its content.`
+            : v.over_budget
+            ? `Hash only (over the budget): the session's record budget (--audit-max-session) was spent before this version, so the record kept its SHA-256 (${v.sha256 || 'unknown'}) and not its content.`
             : `Hash only: the record kept this version's SHA-256 (${v.sha256 || 'unknown'}) and not its content.`)
           : `A ${v.op} leaves no new content to show.`));
       return;

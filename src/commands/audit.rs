@@ -472,9 +472,13 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
         )?;
     }
     for (path, sha, size) in &report.hash_only {
+        let why = match report.over_budget.contains(path) {
+            true => "hash only (over the budget): the session's --audit-max-session was spent",
+            false => "content not captured or over the size cap",
+        };
         writeln!(
             out,
-            "hash only  {} ({}, sha256 {}): content not captured or over the size cap",
+            "hash only  {} ({}, sha256 {}): {why}",
             escape::text(path),
             size.map_or("size unknown".into(), humanize::size),
             escape::text(sha.as_deref().unwrap_or("unknown"))

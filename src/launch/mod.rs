@@ -14,6 +14,6 @@ mod args;
 mod plan;
 mod wire;
 
-pub use args::{SandboxArgs, parse_env};
+pub use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
 pub(crate) use wire::{Stop, Wired, store_failure};

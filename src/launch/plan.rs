@@ -110,6 +110,8 @@ pub(crate) struct Plan {
     mode: SessionMode,
     limits_record: serde_json::Value,
     max_file_bytes: u64,
+    /// The record budget (`--audit-max-session`).
+    max_session_bytes: u64,
     pty_size: Option<WindowSize>,
     spec: SandboxSpec,
     /// Pipes for the command's output when there is no pty (step 8).
@@ -196,6 +198,7 @@ impl Plan {
             mode,
             limits_record,
             max_file_bytes,
+            max_session_bytes: args.audit.max_session_bytes(),
             pty_size,
             spec,
             terminal,
@@ -213,6 +216,7 @@ impl Plan {
             mode,
             limits_record,
             max_file_bytes,
+            max_session_bytes,
             pty_size,
             mut spec,
             terminal,
@@ -222,6 +226,7 @@ impl Plan {
             let info = SessionInfo {
                 // The same cap for the observer and the record.
                 max_file_bytes,
+                max_session_bytes: Some(max_session_bytes),
                 terminal: pty_size.map(|s| (s.cols, s.rows)),
                 ..audit::session_info(&proxy.policy, mode, limits_record)
             };

@@ -93,6 +93,7 @@ pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
         mode: None,
         stored_content: None,
         content_over_cap: false,
+        content_over_budget: false,
         identity: Default::default(),
     }
 }

@@ -54,6 +54,7 @@ fn every_field_from_the_sandbox_is_escaped() {
             mode: None,
             stored_content: None,
             content_over_cap: false,
+            content_over_budget: false,
             identity: Default::default(),
         },
         AuditEvent::Dns {

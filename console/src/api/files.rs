@@ -25,6 +25,8 @@ struct Version {
     /// record kept only the hash (over the cap) or nothing at all.
     content: Option<String>,
     over_cap: bool,
+    /// Hash only because the session's record budget was spent.
+    over_budget: bool,
     exec_id: Option<String>,
     rename_to: Option<String>,
 }
@@ -49,6 +51,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             rename_to,
             stored_content,
             content_over_cap,
+            content_over_budget,
             ..
         } = ev.event
         else {
@@ -69,6 +72,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             sha256,
             content: stored_content,
             over_cap: content_over_cap,
+            over_budget: content_over_budget,
             exec_id: exec_id.map(|e| e.as_str().to_owned()),
             rename_to,
         });
