@@ -46,17 +46,42 @@ pub fn serve(options: &[OsString]) -> anyhow::Result<ExitCode> {
         Start::Live(session) => Arc::new(session),
         Start::Refused(code) => return Ok(code),
     };
-    let stop = StopOnDrop(session.clone());
+    let mut stop = StopOnDrop {
+        session: session.clone(),
+        within: STOP_WITHIN,
+    };
     let served = runtime.block_on(serve_connection(session, told_to_end));
+    if let Ok(Ended::Told) = served {
+        // Told to end, we end within a second: the session's server,
+        // which watches us (`--stop-with-pid`), finishes stopping alone.
+        stop.within = STOP_WITHIN_WHEN_TOLD;
+    }
     drop(stop);
     // stdin's reader may still be blocked in read(2): do not wait for it.
     runtime.shutdown_background();
-    served.map(|()| ExitCode::SUCCESS)
+    served.map(|_| ExitCode::SUCCESS)
+}
+
+/// How long the session may take to stop once the client went away (its
+/// record is closed by then).
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(150);
+/// The same after SIGTERM or SIGINT, which must end us at once.
+const STOP_WITHIN_WHEN_TOLD: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// How serving ended.
+enum Ended {
+    /// The client left (or the protocol ended).
+    Left,
+    /// SIGTERM or SIGINT.
+    Told,
 }
 
 /// Until the client goes away (end of stdin: the transport closed) or we
 /// are told to end.
-async fn serve_connection(session: Arc<Session>, mut told_to_end: ToldToEnd) -> anyhow::Result<()> {
+async fn serve_connection(
+    session: Arc<Session>,
+    mut told_to_end: ToldToEnd,
+) -> anyhow::Result<Ended> {
     let (stdio, mut stdin_ended) = transport::stdio();
     let served = async {
         let service = Tools::new(session)
@@ -67,11 +92,11 @@ async fn serve_connection(session: Arc<Session>, mut told_to_end: ToldToEnd) -> 
         anyhow::Ok(())
     };
     tokio::select! {
-        served = served => served,
+        served = served => served.map(|()| Ended::Left),
         // Only the end itself: the sender is also dropped with the
         // transport when rmcp ends, and then `served` says how.
-        Ok(()) = &mut stdin_ended => Ok(()),
-        () = told_to_end.recv() => Ok(()),
+        Ok(()) = &mut stdin_ended => Ok(Ended::Left),
+        () = told_to_end.recv() => Ok(Ended::Told),
     }
 }
 
@@ -99,7 +124,11 @@ impl ToldToEnd {
 
 /// Stops the session however `serve` is left, a panic included. It runs
 /// outside the server's runtime, on its own.
-struct StopOnDrop(Arc<Session>);
+struct StopOnDrop {
+    session: Arc<Session>,
+    /// How long to wait for the stop to be confirmed.
+    within: std::time::Duration,
+}
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -107,11 +136,17 @@ impl Drop for StopOnDrop {
             .enable_all()
             .build()
             .context("starting a runtime to stop the session")
-            .and_then(|runtime| runtime.block_on(self.0.stop()));
+            .and_then(|runtime| {
+                runtime.block_on(async {
+                    tokio::time::timeout(self.within, self.session.stop())
+                        .await
+                        .unwrap_or(Ok(()))
+                })
+            });
         if let Err(e) = stopped {
             eprintln!(
                 "airlock: stopping session {}: {}",
-                self.0.id(),
+                self.session.id(),
                 crate::one_line(&e)
             );
         }

@@ -403,11 +403,36 @@ def listed(session: dict) -> bool:
     return any(s["id"] == session["id"] for s in sessions())
 
 
+def stops_by_itself(session: dict) -> None:
+    deadline = time.monotonic() + 20
+    while listed(session):
+        assert time.monotonic() < deadline, "the session stops"
+        time.sleep(0.1)
+
+
 def test_sigterm_stops_the_session(env):
     with server_without_client(env) as (proc, session):
         proc.terminate()
         proc.wait(timeout=20)
-        assert not listed(session), "stopped on SIGTERM"
+        stops_by_itself(session)
+
+
+def test_sigterm_ends_the_server_within_a_second_even_if_its_session_does_not_answer(env):
+    """Told to end, `airlock mcp` ends within a second: it asks its session
+    to stop but does not wait on one that does not answer, which then stops
+    by itself as it watches this server's pid."""
+    with server_without_client(env) as (proc, session):
+        server = session["pids"]["server"]
+        os.kill(server, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            proc.terminate()
+            proc.wait(timeout=20)
+            took = time.monotonic() - began
+        finally:
+            os.kill(server, signal.SIGCONT)
+        assert took < 1, f"took {took:.2f}s"
+        stops_by_itself(session)
 
 
 def test_a_killed_server_takes_its_session_with_it(env):

@@ -249,12 +249,7 @@ impl Draft {
                 "\n# Refused when recorded, and still refused by this policy (decide for each):\n",
             );
             for (what, count) in &self.refused {
-                let times = if *count > 1 {
-                    format!(" ({count} times)")
-                } else {
-                    String::new()
-                };
-                out.push_str(&format!("#   {}{times}\n", comment(what)));
+                out.push_str(&counted_line(what, *count));
             }
         }
         if !self.unsuggested.is_empty() || !tunnels_not_suggested.is_empty() {
@@ -263,12 +258,7 @@ impl Draft {
                  # would allow more than they did, so this policy refuses them:\n",
             );
             for (what, count) in &self.unsuggested {
-                let times = if *count > 1 {
-                    format!(" ({count} times)")
-                } else {
-                    String::new()
-                };
-                out.push_str(&format!("#   {}{times}\n", comment(what)));
+                out.push_str(&counted_line(what, *count));
             }
             for what in &tunnels_not_suggested {
                 out.push_str(&format!("#   {}\n", comment(what)));
@@ -435,6 +425,15 @@ fn example_url(url: &str) -> String {
 /// Recorded text, made safe for one TOML comment line: control characters
 /// (a newline would end the comment and start TOML) and invisible
 /// direction or zero-width characters are written as escapes.
+/// `#   WHAT (N times)`, one comment line of a listing.
+fn counted_line(what: &str, count: u64) -> String {
+    let times = match count {
+        0 | 1 => String::new(),
+        n => format!(" ({n} times)"),
+    };
+    format!("#   {}{times}\n", comment(what))
+}
+
 pub(crate) fn comment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
