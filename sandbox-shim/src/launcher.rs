@@ -10,7 +10,7 @@
 //! that signals from inside cannot touch, SIGKILL and SIGSTOP included
 //! (pid_namespaces(7)); ptrace(2) and /proc/1/mem need capabilities the
 //! steps do not have. When observed, the observer also drops every signal a
-//! step sends to init or a holder (`observer/procs.rs`), since a traced
+//! step sends to init or a holder (`observer/mod.rs`), since a traced
 //! init would otherwise be stopped by SIGSTOP. A holder (the one per-step
 //! helper that stays in a step's reach, unobserved) that a step stops or
 //! kills holds nothing: a step's kill ends the holder with its processes,
@@ -285,9 +285,6 @@ impl Launcher<'_> {
             if holder.reported {
                 continue;
             }
-            if let Some(pgid) = holder.command {
-                sys::kill_group(pgid, libc::SIGKILL);
-            }
             if holder.killed {
                 // Its end is the step's: killed on airlock's word.
                 let _ = channel::send(self.chan, &Message::StepExit(step, libc::SIGKILL));
@@ -304,6 +301,15 @@ impl Launcher<'_> {
                 Some(crate::outcome::ExitKind::Exited(code)) => format!("exited with {code}"),
                 None => "vanished".to_string(),
             };
+            // Its command, if still running, is ours now (the orphan of a
+            // dead subreaper): never a group whose leader was reaped, whose
+            // number may be another's by now.
+            let orphan = holder.command.filter(|pid| {
+                procfs::stat(*pid).is_some_and(|st| st.ppid == Pid::from_raw(1) && !st.is_dead())
+            });
+            if let Some(pgid) = orphan {
+                sys::kill_group(pgid, libc::SIGKILL);
+            }
             let text = format!(
                 "the holder of {step} {how} before its command's end was reported (a step's processes can signal their own holder); its command's process group was killed"
             );
