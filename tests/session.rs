@@ -130,6 +130,15 @@ impl Session {
         self.exec(&[], &["sh", "-c", script])
     }
 
+    /// `airlock session exec ID -- sh -c SCRIPT`, to spawn, stdin closed.
+    fn sh_command(&self, script: &str) -> Command {
+        let mut command = Command::new(AIRLOCK);
+        command
+            .args(["session", "exec", &self.id, "--", "sh", "-c", script])
+            .stdin(Stdio::null());
+        command
+    }
+
     /// `airlock session ls --json`'s entry for this session, if listed.
     fn info(&self) -> Option<serde_json::Value> {
         let out = airlock(&["session", "ls", "--json"]);
@@ -429,17 +438,8 @@ async fn an_idle_session_stops_by_itself() {
     let s = env.start(&["--idle-timeout", "2s"]);
     // A step keeps it busy while its pids are read (a loaded machine may
     // take more than the idle timeout to list it otherwise).
-    let busy = Command::new(AIRLOCK)
-        .args([
-            "session",
-            "exec",
-            &s.id,
-            "--",
-            "sh",
-            "-c",
-            "sleep 3; echo busy",
-        ])
-        .stdin(Stdio::null())
+    let busy = s
+        .sh_command("sleep 3; echo busy")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -978,17 +978,8 @@ print(every["ok"], every["dropped"], sorted((x["kind"], x["step"]) for x in ever
 async fn a_chatty_background_process_does_not_hold_the_step() {
     let env = Env::new().await;
     let s = env.start(&[]);
-    let mut child = Command::new(AIRLOCK)
-        .args([
-            "session",
-            "exec",
-            &s.id,
-            "--",
-            "sh",
-            "-c",
-            "yes & yes & yes & echo started",
-        ])
-        .stdin(Stdio::null())
+    let mut child = s
+        .sh_command("yes & yes & yes & echo started")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1247,10 +1238,8 @@ async fn the_client_leaves_within_a_second_of_sigterm_or_sigint() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
-        let mut child = Command::new(AIRLOCK)
-            .args(["session", "exec", &s.id, "--", "sh", "-c"])
-            .arg("trap '' TERM INT; echo ready; sleep 30")
-            .stdin(Stdio::null())
+        let mut child = s
+            .sh_command("trap '' TERM INT; echo ready; sleep 30")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
