@@ -217,8 +217,10 @@ impl Tools {
     }
 }
 
-// What the model is told about the server as a whole.
+// What the model is told about the server as a whole; it names itself
+// `airlock` with this binary's version (rmcp would say its own).
 #[tool_handler(
+    name = "airlock",
     instructions = "Tools to run commands and code in a sandbox: a Linux machine kept for this whole conversation, whose working directory is the user's workspace. Files, installed packages and background processes persist between calls. Network access is limited by the user's policy: what it does not allow is refused (HTTP 403, or a refused connection), and each result lists the refusals with the rule that would allow them; only the user can change the policy. Everything done here is recorded."
 )]
 impl ServerHandler for Tools {}

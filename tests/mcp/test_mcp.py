@@ -197,6 +197,20 @@ def test_initialize_lists_the_five_tools_with_their_schemas(env):
         assert f'"{name}"' in language
 
 
+def test_the_server_names_itself_airlock_with_its_version(env):
+    async def main():
+        params = StdioServerParameters(command=airlock_bin(), args=env.args())
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                return await asyncio.wait_for(client.initialize(), 60)
+
+    info = asyncio.run(main()).server_info
+    version = subprocess.run(
+        [airlock_bin(), "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    assert (info.name, info.version) == ("airlock", version)
+
+
 def test_run_command_reaches_what_the_policy_allows_and_reports_what_it_refuses(env):
     async def scenario(client):
         allowed = await client.call_tool(
