@@ -6,7 +6,7 @@
 #![no_main]
 
 use airlock_policy::{
-    ConnectionDecision, Draft, Host, Policy, RequestInfo, Scheme, Tunnel, shown_by,
+    ConnectionDecision, Draft, Host, Policy, RequestInfo, Tunnel, shown_by,
 };
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
@@ -30,15 +30,6 @@ struct Input {
     probes: Vec<(u8, String, String)>,
 }
 
-fn info<'a>(host: &'a Host, port: u16, method: &'a str, target: &'a str) -> RequestInfo<'a> {
-    RequestInfo {
-        scheme: Scheme::Https,
-        host,
-        port,
-        method,
-        path_and_query: target,
-    }
-}
 
 fuzz_target!(|input: Input| {
     let hosts: Vec<Host> = HOSTS.iter().map(|h| Host::parse(h).expect("valid")).collect();
@@ -58,7 +49,7 @@ fuzz_target!(|input: Input| {
     let mut draft = Draft::new();
     for (r, (host, port, method, target)) in input.records.iter().zip(&records) {
         let url = format!("https://{host}:{port}{target}");
-        draft.request(&info(host, *port, method, target), &url, false);
+        draft.request(&RequestInfo::https(host, *port, method, target), &url, false);
         if r.tunnel {
             draft.tunnel(host, *port, Tunnel::Tcp);
         }
@@ -87,12 +78,12 @@ fuzz_target!(|input: Input| {
             ConnectionDecision::Tunnel { .. } | ConnectionDecision::Passthrough { .. }
         );
         assert!(!tunnelled, "{host}:{port} carried HTTP but is tunnelled\n{text}");
-        let probe = info(host, port, method, target);
+        let probe = RequestInfo::https(host, port, method, target);
         if policy.evaluate(&probe, None).is_allowed() {
             assert!(
                 records
                     .iter()
-                    .any(|(h, p, m, t)| shown_by(&info(h, *p, m, t), &probe)),
+                    .any(|(h, p, m, t)| shown_by(&RequestInfo::https(h, *p, m, t), &probe)),
                 "{method} https://{host}:{port}{target} is allowed but no recorded request shows it\n{text}"
             );
         }

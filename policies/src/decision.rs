@@ -41,6 +41,19 @@ pub struct RequestInfo<'a> {
     pub path_and_query: &'a str,
 }
 
+impl<'a> RequestInfo<'a> {
+    /// An HTTPS request, as tests, fuzz targets and suggestions build one.
+    pub fn https(host: &'a Host, port: u16, method: &'a str, path_and_query: &'a str) -> Self {
+        RequestInfo {
+            scheme: Scheme::Https,
+            host,
+            port,
+            method,
+            path_and_query,
+        }
+    }
+}
+
 /// The (possibly truncated) request body.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyInput<'a> {

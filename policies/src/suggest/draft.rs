@@ -455,7 +455,6 @@ fn plural(n: u64) -> &'static str {
 mod tests {
     use super::*;
     use crate::Policy;
-    use crate::decision::Scheme;
 
     fn host(s: &str) -> Host {
         Host::parse(s).unwrap()
@@ -463,13 +462,7 @@ mod tests {
 
     /// A GET or POST that went through, as the binary hands it over.
     fn seen(d: &mut Draft, host: &Host, port: u16, method: &str, path: &str) {
-        let req = RequestInfo {
-            scheme: Scheme::Https,
-            host,
-            port,
-            method,
-            path_and_query: path,
-        };
+        let req = RequestInfo::https(host, port, method, path);
         d.request(&req, &format!("https://{host}:{port}{path}"), false);
     }
 
@@ -566,13 +559,7 @@ mod tests {
     }
 
     fn allowed(policy: &Policy, host: &Host, port: u16, method: &str, path: &str) -> bool {
-        let req = RequestInfo {
-            scheme: Scheme::Https,
-            host,
-            port,
-            method,
-            path_and_query: path,
-        };
+        let req = RequestInfo::https(host, port, method, path);
         policy.evaluate(&req, None).is_allowed()
     }
 

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::{Draft, Tunnel, shown_by};
 use crate::Policy;
-use crate::decision::{ConnectionDecision, RequestInfo, Scheme};
+use crate::decision::{ConnectionDecision, RequestInfo};
 use crate::host::Host;
 
 /// One recorded request: host, port, method, request target.
@@ -115,16 +115,6 @@ fn recorded() -> impl Strategy<Value = Recorded> {
         })
 }
 
-fn info<'a>(host: &'a Host, port: u16, method: &'a str, target: &'a str) -> RequestInfo<'a> {
-    RequestInfo {
-        scheme: Scheme::Https,
-        host,
-        port,
-        method,
-        path_and_query: target,
-    }
-}
-
 /// The probes asked of each suggested policy: each recorded request, and
 /// it with another method, port, host or path.
 fn probes(records: &[Recorded]) -> Vec<(&'static str, u16, String, String)> {
@@ -172,7 +162,7 @@ proptest! {
         for (r, tunnel) in records.iter().zip(&tunnels) {
             let host = Host::parse(r.host).unwrap();
             let url = format!("https://{}:{}{}", r.host, r.port, r.target);
-            draft.request(&info(&host, r.port, &r.method, &r.target), &url, false);
+            draft.request(&RequestInfo::https(&host, r.port, &r.method, &r.target), &url, false);
             // The same host and port also seen as a connection with no
             // request a rule could allow (the asterisk-form attack).
             if *tunnel {
@@ -190,15 +180,15 @@ proptest! {
             );
             prop_assert!(!tunnelled, "{host}:{port} tunnelled\n{text}");
             if !policy
-                .evaluate(&info(&h, port, &method, &target), None)
+                .evaluate(&RequestInfo::https(&h, port, &method, &target), None)
                 .is_allowed()
             {
                 continue;
             }
-            let probe = info(&h, port, &method, &target);
+            let probe = RequestInfo::https(&h, port, &method, &target);
             let shown = records.iter().any(|r| {
                 let host = Host::parse(r.host).unwrap();
-                shown_by(&info(&host, r.port, &r.method, &r.target), &probe)
+                shown_by(&RequestInfo::https(&host, r.port, &r.method, &r.target), &probe)
             });
             prop_assert!(shown, "{method} https://{host}:{port}{target} is allowed but was not recorded\n{records:#?}\n{text}");
         }
@@ -212,14 +202,14 @@ proptest! {
         for r in &records {
             let host = Host::parse(r.host).unwrap();
             let url = format!("https://{}:{}{}", r.host, r.port, r.target);
-            draft.request(&info(&host, r.port, &r.method, &r.target), &url, false);
+            draft.request(&RequestInfo::https(&host, r.port, &r.method, &r.target), &url, false);
         }
         let text = draft.render();
         let policy = Policy::parse("suggested.toml", &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         for r in &records {
             let host = Host::parse(r.host).unwrap();
-            let req = info(&host, r.port, &r.method, &r.target);
+            let req = RequestInfo::https(&host, r.port, &r.method, &r.target);
             if super::draft::suggestable(&req).is_ok() {
                 prop_assert!(policy.evaluate(&req, None).is_allowed(), "{r:?}\n{text}");
             }
