@@ -1,9 +1,11 @@
 //! Starting an audit session: the one place the binary opens the audit store.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 use airlock_auditor::{
-    AuditStore, SessionInfo, SessionMode, SessionRecorder, SigningKeySource, humanize,
+    AuditStore, OsText, SessionInfo, SessionMode, SessionRecorder, SigningKeySource, humanize,
 };
 use airlock_policy::Policy;
 use airlock_proxy::ResolvedCredential;
@@ -12,7 +14,7 @@ use anyhow::Context;
 /// What every session records about itself.
 pub fn session_info(policy: &Policy, mode: SessionMode, limits: serde_json::Value) -> SessionInfo {
     SessionInfo {
-        command: recorded_command_line(std::env::args()),
+        command: recorded_command_line(std::env::args_os()),
         policy_name: policy.source_name().to_owned(),
         policy_text: policy.text().to_owned(),
         limits,
@@ -29,22 +31,25 @@ pub fn session_info(policy: &Policy, mode: SessionMode, limits: serde_json::Valu
 /// Airlock's own command line as the record keeps it: the value of an
 /// `--env KEY=VALUE` whose KEY looks secret is replaced, as it is for the
 /// environment of every exec (values only where not secret-like).
-fn recorded_command_line(args: impl Iterator<Item = String>) -> Vec<String> {
-    let redact = |assignment: &str| match assignment.split_once('=') {
-        Some((key, _)) if airlock_shim::is_secret_name(key) => format!("{key}=[redacted]"),
-        _ => assignment.to_owned(),
+fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
+    let redact = |assignment: &[u8]| match assignment.iter().position(|&b| b == b'=') {
+        Some(i) if airlock_shim::is_secret_name(&assignment[..i]) => {
+            OsText::from([&assignment[..i], b"=[redacted]"].concat())
+        }
+        _ => OsText::from(assignment),
     };
-    let mut out = Vec::new();
+    let mut out: Vec<OsText> = Vec::new();
     let mut env_value_next = false;
     for arg in args {
+        let arg = arg.into_vec();
         if std::mem::take(&mut env_value_next) {
             out.push(redact(&arg));
-        } else if let Some(assignment) = arg.strip_prefix("--env=") {
-            out.push(format!("--env={}", redact(assignment)));
+        } else if let Some(assignment) = arg.strip_prefix(b"--env=") {
+            out.push(OsText::from([b"--env=", redact(assignment).as_bytes()].concat()));
         } else {
             // Only airlock's own options: after `--` comes the command.
-            env_value_next = arg == "--env" && !out.iter().any(|a| a == "--");
-            out.push(arg);
+            env_value_next = arg == b"--env" && !out.iter().any(|a| a == "--");
+            out.push(arg.into());
         }
     }
     out
@@ -151,7 +156,7 @@ mod tests {
             "--env",
             "GITHUB_TOKEN=kept-as-typed",
         ]
-        .map(String::from);
+        .map(std::ffi::OsString::from);
         assert_eq!(
             recorded_command_line(args.into_iter()),
             [
@@ -167,6 +172,17 @@ mod tests {
                 "--env",
                 "GITHUB_TOKEN=kept-as-typed",
             ]
+            .map(airlock_auditor::OsText::from)
         );
+    }
+
+    #[test]
+    fn a_command_line_that_is_not_utf8_is_kept_byte_for_byte() {
+        use std::os::unix::ffi::OsStringExt;
+        let args = [&b"airlock"[..], b"run", b"--env", b"K\xff=v", b"--", b"echo", b"a\xffb"]
+            .map(|a| std::ffi::OsString::from_vec(a.to_vec()));
+        let recorded = recorded_command_line(args.into_iter());
+        assert_eq!(recorded[3].as_bytes(), b"K\xff=v");
+        assert_eq!(recorded[6].as_bytes(), b"a\xffb");
     }
 }

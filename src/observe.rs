@@ -8,7 +8,8 @@ use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
 use airlock_auditor::{
-    AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OutputStream, SessionRecorder,
+    AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OsText, OutputStream,
+    SessionRecorder,
 };
 use airlock_shim::Observation;
 use anyhow::Context;
@@ -58,11 +59,16 @@ fn to_audit(observation: Observation) -> AuditEvent {
             pid,
             ppid,
             uid,
-            path,
-            argv,
-            cwd,
-            env_names,
-            env_values_nonsecret: env_values_nonsecret.into_iter().collect(),
+            path: path.into(),
+            argv: argv.into_iter().map(OsText::from).collect(),
+            cwd: cwd.into(),
+            env_names: env_names.into_iter().map(OsText::from).collect(),
+            // A JSON object's keys are text: a variable whose name is not
+            // UTF-8 keeps its name (in env_names) and not its value.
+            env_values_nonsecret: env_values_nonsecret
+                .into_iter()
+                .filter_map(|(k, v)| Some((String::from_utf8(k).ok()?, v.into())))
+                .collect(),
             step: step.map(|s| airlock_auditor::StepNo(s.0)),
             image: exec_image(image),
         },
@@ -91,12 +97,12 @@ fn to_audit(observation: Observation) -> AuditEvent {
             ..
         } => AuditEvent::File {
             exec_id: id.map(exec_id),
-            path,
+            path: path.into(),
             op: file_op(op),
             size,
             sha256,
             content,
-            rename_to,
+            rename_to: rename_to.map(OsText::from),
             mode,
             stored_content: None,
             content_over_cap: false,
@@ -104,7 +110,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             identity: FileIdentity {
                 dev: inode.map(|(dev, _)| dev),
                 ino: inode.map(|(_, ino)| ino),
-                names,
+                names: names.into_iter().map(OsText::from).collect(),
                 reconciled,
             },
         },
@@ -120,7 +126,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             pid,
             ppid,
             uid,
-            comm,
+            comm: comm.into(),
         },
     }
 }
@@ -140,7 +146,7 @@ fn file_op(change: airlock_shim::FileChange) -> FileOp {
 
 fn exec_image(image: airlock_shim::ExecImage) -> ExecImage {
     let file = |f: airlock_shim::FileRef| ExecFile {
-        path: f.path,
+        path: f.path.into(),
         sha256: f.sha256,
     };
     ExecImage {

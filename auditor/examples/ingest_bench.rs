@@ -89,7 +89,8 @@ fn event(i: u64) -> AuditEvent {
             path: format!(
                 "/work/.venv/lib/python3.12/site-packages/pkg/mod{}.py",
                 i % 500
-            ),
+            )
+            .into(),
             op: FileOp::Modify,
             size: Some(4096),
             sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),

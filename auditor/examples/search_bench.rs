@@ -42,7 +42,7 @@ fn event(session: u64, i: u64) -> AuditEvent {
                 "-m".into(),
                 "pip".into(),
                 "install".into(),
-                format!("package-{}", i % 1000),
+                format!("package-{}", i % 1000).into(),
             ],
             cwd: "/work".into(),
             env_names: vec!["PATH".into(), "HOME".into(), "LANG".into()],
@@ -86,7 +86,8 @@ fn event(session: u64, i: u64) -> AuditEvent {
                 "/work/.venv/lib/python3.12/site-packages/pkg{}/mod{}.py",
                 session % 50,
                 i % 500
-            ),
+            )
+            .into(),
             op: FileOp::Modify,
             size: Some(4096),
             sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),
@@ -158,7 +159,7 @@ fn generate(db: &Path, sessions: u64, per_session: u64) -> Result<(), Box<dyn st
     ];
     for s in 0..sessions {
         let rec = store.begin_session(SessionInfo {
-            command: vec!["bench".into(), s.to_string()],
+            command: vec!["bench".into(), s.to_string().into()],
             mode: modes[(s % 4) as usize],
             ..SessionInfo::default()
         })?;

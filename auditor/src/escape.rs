@@ -127,6 +127,46 @@ pub fn bytes(data: &[u8]) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The bytes that [`bytes`] (or [`text`]) printed as `shown`, or `None` when
+/// `shown` is not something they print (a lone `\\`, an unknown escape, a
+/// bad hex number). `unescape(&bytes(b)) == Some(b)` for every `b`: the
+/// printed form names exactly one original.
+pub fn unescape(shown: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(shown.len());
+    let mut chars = shown.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
+        }
+        match chars.next()? {
+            '\\' => out.push(b'\\'),
+            't' => out.push(b'\t'),
+            'n' => out.push(b'\n'),
+            'r' => out.push(b'\r'),
+            'x' => {
+                let hex: String = chars.by_ref().take(2).collect();
+                if hex.len() != 2 {
+                    return None;
+                }
+                out.push(u8::from_str_radix(&hex, 16).ok()?);
+            }
+            'u' => {
+                if chars.next()? != '{' {
+                    return None;
+                }
+                let hex: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                let c = char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?;
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 /// A preview of raw bytes: at most `max` characters of `data` (an invalid
 /// byte counts as one), escaped as in [`bytes`], with `"` escaped too, in
 /// double quotes so that leading and trailing spaces show. Cut before
@@ -259,6 +299,27 @@ mod tests {
         assert_eq!(bytes(b"a\xffb\xc3"), "a\\xffb\\xc3");
         assert_eq!(bytes("é\u{202e}".as_bytes()), "é\\u{202e}");
         assert_eq!(bytes(b"\\xff"), "\\\\xff");
+    }
+
+    #[test]
+    fn unescaping_gives_back_exactly_what_was_printed() {
+        let inputs: [&[u8]; 9] = [
+            b"run\xff.sh",
+            "run\u{fffd}.sh".as_bytes(),
+            b"run\\xff.sh",
+            b"\x1b[2K\r\n\t\\",
+            "evil\u{202e}txt".as_bytes(),
+            b"\xc3",
+            b"\xc3\xa9",
+            b"",
+            b"\\u{202e}",
+        ];
+        for b in inputs {
+            assert_eq!(unescape(&bytes(b)).as_deref(), Some(b), "{b:?}");
+        }
+        for bad in ["\\", "\\q", "\\x4", "\\xzz", "\\u{110000}", "\\u202e"] {
+            assert_eq!(unescape(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{b64, opt_b64};
-use crate::{ExecId, Seq, SessionId, StepNo};
+use crate::{ExecId, OsText, Seq, SessionId, StepNo};
 
 /// One thing that happened inside (or at the edge of) the sandbox.
 ///
@@ -30,13 +30,15 @@ pub enum AuditEvent {
         pid: i32,
         ppid: i32,
         uid: u32,
-        path: String,
-        argv: Vec<String>,
-        cwd: String,
+        path: OsText,
+        argv: Vec<OsText>,
+        cwd: OsText,
         #[serde(default)]
-        env_names: Vec<String>,
+        env_names: Vec<OsText>,
+        /// Keyed by names that are UTF-8 (a JSON object's keys are text):
+        /// a variable whose name is not keeps only its name in `env_names`.
         #[serde(default)]
-        env_values_nonsecret: BTreeMap<String, String>,
+        env_values_nonsecret: BTreeMap<String, OsText>,
         /// In a live session, the step whose exec tree this exec is in (the
         /// observer knows: it descends from the step's first process). Left
         /// out when absent, so records made before steps existed verify
@@ -61,7 +63,7 @@ pub enum AuditEvent {
         #[serde(default)]
         exec_id: Option<ExecId>,
         /// Absolute path as seen inside the sandbox.
-        path: String,
+        path: OsText,
         op: FileOp,
         #[serde(default)]
         size: Option<u64>,
@@ -76,7 +78,7 @@ pub enum AuditEvent {
         #[serde(default, with = "opt_b64", skip_serializing_if = "Option::is_none")]
         content: Option<Vec<u8>>,
         #[serde(default)]
-        rename_to: Option<String>,
+        rename_to: Option<OsText>,
         #[serde(default)]
         mode: Option<u32>,
         /// Set by the store: SHA-256 of the stored content blob. Differs from
@@ -211,7 +213,7 @@ pub enum AuditEvent {
         ppid: i32,
         uid: u32,
         /// Its name (/proc/PID/comm), as it set it.
-        comm: String,
+        comm: OsText,
     },
     /// The command's terminal got a new window size (the caller resized
     /// theirs), for asciicast export.
@@ -319,7 +321,7 @@ pub enum AuditEvent {
 /// ld.so loads), as the process resolved it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecFile {
-    pub path: String,
+    pub path: OsText,
     #[serde(default)]
     pub sha256: Option<String>,
 }
@@ -352,7 +354,7 @@ pub struct FileIdentity {
     pub ino: Option<u64>,
     /// Every name the inode had in the session, when more than one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub names: Vec<String>,
+    pub names: Vec<OsText>,
     /// Made by the end-of-session reconcile of the writable mounts (a change
     /// no observed syscall explains), not by an observed syscall.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -597,7 +599,8 @@ pub enum SessionMode {
 /// (the chain's genesis hash covers it), so editing it later is detected.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionInfo {
-    pub command: Vec<String>,
+    /// Airlock's own command line: bytes, as it was given (see [`OsText`]).
+    pub command: Vec<OsText>,
     pub policy_name: String,
     pub policy_text: String,
     pub limits: serde_json::Value,

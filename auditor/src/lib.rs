@@ -29,6 +29,7 @@ pub mod export;
 pub mod humanize;
 mod ids;
 mod keys;
+mod os_text;
 mod recorder;
 mod redact;
 pub mod restore;
@@ -45,6 +46,7 @@ pub use event::{
     WebSocketMessage, WebSocketRecord, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
+pub use os_text::OsText;
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;

@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 
 use memchr::memmem;
 
-use crate::{AuditError, AuditEvent};
+use serde::Deserialize;
+
+use crate::{AuditError, AuditEvent, OsText};
 
 /// Shared list of secret values to scrub; clones share the list, so secrets
 /// registered after a session started still apply to it.
@@ -120,6 +122,12 @@ impl Redactor {
 
     /// Scrubs every string and object key in a JSON value.
     pub(crate) fn scrub_json(&self, value: &mut serde_json::Value) {
+        if let serde_json::Value::Object(map) = &*value
+            && OsText::is_escaped_form(map)
+        {
+            self.scrub_escaped_name(value);
+            return;
+        }
         match value {
             serde_json::Value::String(s) => {
                 self.scrub_string(s);
@@ -135,6 +143,19 @@ impl Redactor {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A name that is not UTF-8 (see [`OsText`]) is scrubbed as the bytes it
+    /// stands for: a secret holding `\` or a control character reads
+    /// differently escaped.
+    fn scrub_escaped_name(&self, value: &mut serde_json::Value) {
+        let Ok(name) = OsText::deserialize(&*value) else {
+            return;
+        };
+        let mut bytes = name.into_bytes();
+        if self.scrub_bytes(&mut bytes) {
+            *value = serde_json::to_value(OsText::from(bytes)).unwrap_or_default();
         }
     }
 }
@@ -158,5 +179,17 @@ mod tests {
             serde_json::json!({"[secret:SHORT]": ["[secret:SHORT]", {"k": "1[secret:SHORT]2"}]})
         );
         assert!(r.add("EMPTY", "").is_err());
+    }
+
+    #[test]
+    fn a_secret_is_scrubbed_from_a_name_that_is_not_utf8() {
+        let r = Redactor::new();
+        r.add("TOKEN", "s3cr\\et").unwrap();
+        let name = crate::OsText::from(b"/tmp/\xffs3cr\\et".to_vec());
+        let mut v = serde_json::to_value(&name).unwrap();
+        assert!(v.is_object(), "{v}");
+        r.scrub_json(&mut v);
+        let back: crate::OsText = serde_json::from_value(v).unwrap();
+        assert_eq!(back.as_bytes(), b"/tmp/\xff[secret:TOKEN]");
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::{AuditError, AuditEvent, AuditStore, FileOp, SessionId, StoredEvent, chain};
+use crate::{AuditError, AuditEvent, AuditStore, FileOp, OsText, SessionId, StoredEvent, chain};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Data {
@@ -35,16 +35,16 @@ struct FileState {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RestoreReport {
     /// (original path, bytes written)
-    pub restored: Vec<(String, u64)>,
+    pub restored: Vec<(OsText, u64)>,
     /// (original path, sha256, size): known only by hash, not restored.
-    pub hash_only: Vec<(String, Option<String>, Option<u64>)>,
+    pub hash_only: Vec<(OsText, Option<String>, Option<u64>)>,
     /// Those of `hash_only` whose content was not kept because the session's
     /// record budget (`--audit-max-session`) was spent.
-    pub over_budget: BTreeSet<String>,
+    pub over_budget: BTreeSet<OsText>,
     /// Paths that existed during the session and were deleted by its end.
-    pub deleted: Vec<String>,
+    pub deleted: Vec<OsText>,
     /// (original path, why it was not restored).
-    pub refused: Vec<(String, String)>,
+    pub refused: Vec<(OsText, String)>,
 }
 
 /// Where `audit files --restore` puts executed images that had no path on
@@ -52,8 +52,8 @@ pub struct RestoreReport {
 pub const EXEC_IMAGES: &str = ".airlock-exec-images";
 
 /// The state of every written path at the end of the session.
-fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet<String>) {
-    let mut files: BTreeMap<String, FileState> = BTreeMap::new();
+fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet<OsText>) {
+    let mut files: BTreeMap<OsText, FileState> = BTreeMap::new();
     let mut deleted = BTreeSet::new();
     for ev in events {
         let AuditEvent::File {
@@ -96,17 +96,14 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
                 let moved = files.remove(path);
                 if let Some(to) = rename_to {
                     // A directory moves with everything below it.
-                    let below: Vec<String> = files
+                    let below: Vec<OsText> = files
                         .keys()
-                        .filter(|p| {
-                            p.strip_prefix(path.as_str())
-                                .is_some_and(|r| r.starts_with('/'))
-                        })
+                        .filter(|p| p.strip_prefix(path).is_some_and(|r| r.starts_with(b"/")))
                         .cloned()
                         .collect();
                     for old in below {
                         if let Some(state) = files.remove(&old) {
-                            let new = format!("{to}{}", &old[path.len()..]);
+                            let new = to.with_suffix(&old.as_bytes()[path.as_bytes().len()..]);
                             deleted.remove(&new);
                             files.insert(new, state);
                         }
@@ -126,9 +123,9 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
             }
             FileOp::Delete => {
                 // A directory ("d/") goes with everything below it.
-                let gone: Vec<String> = files
+                let gone: Vec<OsText> = files
                     .keys()
-                    .filter(|p| *p == path || (path.ends_with('/') && p.starts_with(path.as_str())))
+                    .filter(|p| *p == path || (path.ends_with("/") && p.strip_prefix(path).is_some()))
                     .cloned()
                     .collect();
                 for p in gone {
@@ -140,7 +137,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<String, FileState>, BTreeSet
                 // An executed image with no path on disk: kept apart, by exec.
                 let id = exec_id.as_ref().map(|e| e.as_str()).unwrap_or("unknown");
                 files.insert(
-                    format!("/{EXEC_IMAGES}/exec{id}"),
+                    format!("/{EXEC_IMAGES}/exec{id}").into(),
                     FileState {
                         data: data_from_event(),
                         mode: Some(0o755),
@@ -171,9 +168,9 @@ pub enum PathError {
 
 /// Maps an absolute sandbox path to a path relative to the restore
 /// directory, refusing anything that could escape it.
-pub fn relative_path(path: &str) -> Result<PathBuf, PathError> {
+pub fn relative_path(path: &OsText) -> Result<PathBuf, PathError> {
     let mut out = PathBuf::new();
-    for c in Path::new(path).components() {
+    for c in path.as_path().components() {
         match c {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(p) => out.push(p),
@@ -333,12 +330,17 @@ pub fn restore(
 #[cfg(test)]
 mod tests {
     use super::relative_path;
+    use crate::OsText;
+
+    fn rel(p: &str) -> Result<std::path::PathBuf, super::PathError> {
+        relative_path(&OsText::from(p))
+    }
 
     #[test]
     fn escapes_are_refused() {
-        assert_eq!(relative_path("/work/a.txt").ok(), Some("work/a.txt".into()));
-        assert!(relative_path("/work/../../etc/passwd").is_err());
-        assert!(relative_path("/").is_err());
-        assert!(relative_path("../x").is_err());
+        assert_eq!(rel("/work/a.txt").ok(), Some("work/a.txt".into()));
+        assert!(rel("/work/../../etc/passwd").is_err());
+        assert!(rel("/").is_err());
+        assert!(rel("../x").is_err());
     }
 }

@@ -56,8 +56,8 @@ impl Depths {
 /// One argument as a shell would need it, after escaping (so a quote that
 /// this adds is never itself escaped, and an escaped argument always
 /// contains a backslash and is always quoted).
-fn quote(arg: &str) -> String {
-    let arg = escape::text(arg);
+fn quote(arg: &[u8]) -> String {
+    let arg = escape::bytes(arg);
     if !arg.is_empty()
         && arg
             .bytes()
@@ -70,8 +70,11 @@ fn quote(arg: &str) -> String {
 }
 
 /// A command line as shell words, each escaped and quoted as in [`describe`].
-pub fn command_line(argv: &[String]) -> String {
-    argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+pub fn command_line<T: AsRef<[u8]>>(argv: &[T]) -> String {
+    argv.iter()
+        .map(|a| quote(a.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn decision(decision: &str, rule: &Option<String>) -> String {
@@ -98,21 +101,21 @@ pub fn describe(event: &AuditEvent) -> String {
             ..
         } => {
             let cmd = if argv.is_empty() {
-                quote(path)
+                quote(path.as_bytes())
             } else {
                 command_line(argv)
             };
-            let mut s = format!("exec  {cmd}  (pid {pid}, {}", escape::text(path));
+            let mut s = format!("exec  {cmd}  (pid {pid}, {}", path.escaped());
             if let Some(h) = &image.sha256 {
                 s.push_str(&format!(" sha256 {}", escape::text(&short_hash(h))));
             }
             if let Some(script) = &image.script {
-                s.push_str(&format!(", script {}", escape::text(&script.path)));
+                s.push_str(&format!(", script {}", script.path.escaped()));
             }
             if let Some(loaded) = &image.loaded {
-                s.push_str(&format!(", loads {}", escape::text(&loaded.path)));
+                s.push_str(&format!(", loads {}", loaded.path.escaped()));
             }
-            s.push_str(&format!(", cwd {})", escape::text(cwd)));
+            s.push_str(&format!(", cwd {})", cwd.escaped()));
             s
         }
         AuditEvent::Exit {
@@ -136,9 +139,9 @@ pub fn describe(event: &AuditEvent) -> String {
             identity,
             ..
         } => {
-            let mut s = format!("file  {:<8} {}", op.as_str(), escape::text(path));
+            let mut s = format!("file  {:<8} {}", op.as_str(), path.escaped());
             if let Some(to) = rename_to {
-                s.push_str(&format!(" -> {}", escape::text(to)));
+                s.push_str(&format!(" -> {}", to.escaped()));
             }
             let mut details = Vec::new();
             if let Some(sz) = size {
@@ -160,7 +163,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 let names: Vec<String> = identity
                     .names
                     .iter()
-                    .map(|n| escape::text(n).into_owned())
+                    .map(|n| n.escaped().into_owned())
                     .collect();
                 details.push(format!("also named {}", names.join(", ")));
             }
@@ -273,7 +276,7 @@ pub fn describe(event: &AuditEvent) -> String {
             ..
         } => format!(
             "kill  untraced task pid {pid} ({}) uid {uid}, parent {ppid}: the observer did not trace it, so nothing it ran is on record",
-            escape::text(comm)
+            comm.escaped()
         ),
         AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
         AuditEvent::StepStart { step, .. } => {

@@ -576,7 +576,7 @@ fn exports_filters_and_restore_know_the_step_records() {
     // Restore: the files of every step.
     let dir = tempfile::tempdir().unwrap();
     let report = restore::restore(&store, &id, dir.path()).unwrap();
-    let mut paths: Vec<&str> = report.restored.iter().map(|(p, _)| p.as_str()).collect();
+    let mut paths: Vec<String> = report.restored.iter().map(|(p, _)| p.to_string()).collect();
     paths.sort_unstable();
     assert_eq!(
         paths,

@@ -24,7 +24,7 @@ fn registered_secret_never_appears_in_the_database_bytes() {
         ..
     } = &mut ex
     {
-        env_values_nonsecret.insert("LEAKY".into(), format!("x{SECRET}y"));
+        env_values_nonsecret.insert("LEAKY".into(), format!("x{SECRET}y").into());
         env_values_nonsecret.insert(SECRET.into(), "as a key".into());
     }
     rec.record(ex).unwrap();

@@ -94,7 +94,7 @@ impl ImageKind {
 /// A file an exec involved besides its image, resolved as the process saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRef {
-    pub path: String,
+    pub path: Vec<u8>,
     pub sha256: Option<String>,
 }
 
@@ -112,6 +112,10 @@ pub struct ExecImage {
 
 /// One record of the observer.
 ///
+/// Paths, arguments, environment entries and names are bytes, exactly as
+/// the kernel has them: they are nearly always UTF-8, but a hostile program
+/// chooses them, and a lossy conversion would make two names one.
+///
 /// pids are the ones the command sees (inside the sandbox PID namespace, from
 /// the last NSpid field of /proc/<pid>/status); uid is the host uid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,14 +130,14 @@ pub enum Observation {
         uid: u32,
         /// The image the kernel executed: readlink(/proc/PID/exe) after the
         /// exec succeeded.
-        path: String,
+        path: Vec<u8>,
         image: ExecImage,
         /// As the new image received it (/proc/PID/cmdline).
-        argv: Vec<String>,
-        cwd: String,
-        env_names: Vec<String>,
+        argv: Vec<Vec<u8>>,
+        cwd: Vec<u8>,
+        env_names: Vec<Vec<u8>>,
         /// Values of the variables whose names do not look secret.
-        env_values_nonsecret: Vec<(String, String)>,
+        env_values_nonsecret: Vec<(Vec<u8>, Vec<u8>)>,
         /// The session step this exec belongs to (see [`crate::StepControl`]);
         /// None outside session mode.
         step: Option<StepId>,
@@ -152,11 +156,11 @@ pub enum Observation {
         /// end-of-session reconcile.
         exec_id: Option<ExecSeq>,
         /// Absolute path inside the sandbox: the kernel's name for the file.
-        path: String,
+        path: Vec<u8>,
         /// The inode (device, number) when known.
         inode: Option<(u64, u64)>,
         /// Every name the inode had in this session, when more than one.
-        names: Vec<String>,
+        names: Vec<Vec<u8>>,
         /// Made by the end-of-session reconcile, not by an observed syscall.
         reconciled: bool,
         op: FileChange,
@@ -164,7 +168,7 @@ pub enum Observation {
         sha256: Option<String>,
         /// Only for regular files no larger than `ObserveSpec::max_file_bytes`.
         content: Option<Vec<u8>>,
-        rename_to: Option<String>,
+        rename_to: Option<Vec<u8>>,
         mode: Option<u32>,
         ts: SystemTime,
     },
@@ -178,7 +182,7 @@ pub enum Observation {
         /// outside the sandbox's PID namespace.
         ppid: i32,
         /// Its name (/proc/PID/comm), as it set it.
-        comm: String,
+        comm: Vec<u8>,
         /// Real uid as the host sees it.
         uid: u32,
         /// The exec responsible for it: its parent's (a thread: its own
@@ -203,9 +207,11 @@ const SECRET_MARKERS: [&str; 10] = [
 ];
 
 /// Does this variable name look like it holds a secret?
-pub fn is_secret_name(name: &str) -> bool {
+pub fn is_secret_name(name: &[u8]) -> bool {
     let upper = name.to_ascii_uppercase();
-    SECRET_MARKERS.iter().any(|m| upper.contains(m))
+    SECRET_MARKERS
+        .iter()
+        .any(|m| upper.windows(m.len()).any(|w| w == m.as_bytes()))
 }
 
 #[cfg(test)]
@@ -219,10 +225,10 @@ mod tests {
             "Cookie_jar",
             "SSH_AUTH_SOCK",
         ] {
-            assert!(super::is_secret_name(n), "{n}");
+            assert!(super::is_secret_name(n.as_bytes()), "{n}");
         }
         for n in ["PATH", "HOME", "LANG", "TERM"] {
-            assert!(!super::is_secret_name(n), "{n}");
+            assert!(!super::is_secret_name(n.as_bytes()), "{n}");
         }
     }
 }

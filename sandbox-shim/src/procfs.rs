@@ -4,7 +4,7 @@
 //! process may be gone by the time we look.
 
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 
 use nix::unistd::Pid;
@@ -61,7 +61,7 @@ pub(crate) struct Status {
 }
 
 pub(crate) fn status(pid: Pid) -> Option<Status> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let text = status_text(&format!("/proc/{pid}/status"))?;
     let mut st = Status {
         tgid: Pid::from_raw(0),
         ppid: Pid::from_raw(0),
@@ -85,21 +85,29 @@ pub(crate) fn status(pid: Pid) -> Option<Status> {
     (st.tgid.as_raw() > 0).then_some(st)
 }
 
-fn link(path: String) -> Option<String> {
-    let target = std::fs::read_link(path).ok()?;
-    let text = String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned();
-    Some(
-        text.strip_suffix(" (deleted)")
-            .map(str::to_string)
-            .unwrap_or(text),
-    )
+/// A status file (proc_pid_status(5)) as text. Read as bytes: its Name line
+/// is the task's comm, which a program sets to any bytes (prctl(2)
+/// PR_SET_NAME, or the name of the file it executes), and a task must not
+/// be able to hide from the observer by making its status unreadable as
+/// UTF-8. The numeric fields read here are ASCII whatever the name.
+pub(crate) fn status_text(path: &str) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-pub(crate) fn cwd(tid: Pid) -> Option<String> {
+fn link(path: String) -> Option<Vec<u8>> {
+    let mut target = std::fs::read_link(path).ok()?.into_os_string().into_vec();
+    if target.ends_with(b" (deleted)") {
+        target.truncate(target.len() - b" (deleted)".len());
+    }
+    Some(target)
+}
+
+pub(crate) fn cwd(tid: Pid) -> Option<Vec<u8>> {
     link(format!("/proc/{tid}/cwd"))
 }
 
-pub(crate) fn fd_path(tid: Pid, fd: i32) -> Option<String> {
+pub(crate) fn fd_path(tid: Pid, fd: i32) -> Option<Vec<u8>> {
     link(format!("/proc/{tid}/fd/{fd}"))
 }
 

@@ -45,8 +45,8 @@ fn execs(obs: &[Observation]) -> Vec<Exec> {
             } => Some(Exec {
                 id: *exec_id,
                 parent: *parent,
-                path: path.clone(),
-                argv: argv.clone(),
+                path: text(path),
+                argv: argv.iter().map(|a| text(a)).collect(),
             }),
             _ => None,
         })
@@ -65,6 +65,11 @@ fn exits(obs: &[Observation]) -> HashMap<ExecSeq, (Option<i32>, Option<i32>)> {
             _ => None,
         })
         .collect()
+}
+
+/// A name the test made, all UTF-8.
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("the test's names are UTF-8")
 }
 
 struct FileRec {
@@ -93,12 +98,12 @@ fn files(obs: &[Observation]) -> Vec<FileRec> {
                 ..
             } => Some(FileRec {
                 exec: *exec_id,
-                path: path.clone(),
+                path: text(path),
                 op: *op,
                 size: *size,
                 sha256: sha256.clone(),
                 content: content.clone(),
-                rename_to: rename_to.clone(),
+                rename_to: rename_to.as_deref().map(text),
                 mode: *mode,
             }),
             _ => None,
@@ -243,23 +248,24 @@ fn exec_details_pid_cwd_env_and_secrets() {
             ..
         } = o
         {
-            assert!(env_names.contains(&"GITHUB_TOKEN".to_string()));
-            assert!(env_names.contains(&"PATH".to_string()));
+            assert!(env_names.contains(&b"GITHUB_TOKEN".to_vec()));
+            assert!(env_names.contains(&b"PATH".to_vec()));
             assert!(
                 !env_values_nonsecret
                     .iter()
-                    .any(|(_, v)| v.contains("supersecret"))
+                    .any(|(_, v)| text(v).contains("supersecret"))
             );
-            assert!(env_values_nonsecret.contains(&("LANG".into(), "C.UTF-8".into())));
+            assert!(env_values_nonsecret.contains(&(b"LANG".to_vec(), b"C.UTF-8".to_vec())));
             assert_eq!(*uid, 0);
-            if *path == kernel_path("/usr/bin/sh") {
+            let (path, cwd) = (text(path), text(cwd));
+            if path == kernel_path("/usr/bin/sh") {
                 // pids as the command sees them: sh is a child of init (PID 1).
                 assert_eq!(pid.to_string(), read(ws.path(), "pid").trim());
                 assert_eq!(*ppid, 1);
-                assert_eq!(cwd, &ws_real);
+                assert_eq!(cwd, ws_real);
             }
-            if *path == kernel_path("/bin/echo") {
-                assert_eq!(cwd, &format!("{ws_real}/d"));
+            if path == kernel_path("/bin/echo") {
+                assert_eq!(cwd, format!("{ws_real}/d"));
                 found = true;
             }
         }

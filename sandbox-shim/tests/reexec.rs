@@ -302,7 +302,7 @@ fn helper_unprivileged_observe() {
                 path, argv, uid: u, ..
             } => {
                 assert_eq!(*u, uid);
-                if path.ends_with("/true") {
+                if path.ends_with(b"/true") {
                     trues += 1;
                     assert_eq!(argv.len(), 2);
                 }
@@ -327,8 +327,8 @@ fn helper_unprivileged_observe() {
     let w = std::fs::canonicalize(&ws)
         .unwrap()
         .join("w")
-        .display()
-        .to_string();
+        .into_os_string()
+        .into_encoded_bytes();
     assert!(files.contains(&(w, Some(b"ws\n".to_vec()))), "{files:?}");
 }
 

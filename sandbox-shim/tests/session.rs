@@ -349,7 +349,12 @@ fn execs_are_tagged_with_their_step_down_to_grandchildren() {
     let execs: Vec<(Vec<String>, Option<StepId>)> = observations
         .try_iter()
         .filter_map(|o| match o {
-            Observation::Exec { argv, step, .. } => Some((argv, step)),
+            Observation::Exec { argv, step, .. } => Some((
+                argv.iter()
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect(),
+                step,
+            )),
             _ => None,
         })
         .collect();

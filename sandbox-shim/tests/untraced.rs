@@ -32,7 +32,7 @@ fn killed(obs: &[Observation]) -> Vec<Killed> {
             } => Some(Killed {
                 pid: *pid,
                 ppid: *ppid,
-                comm: comm.clone(),
+                comm: String::from_utf8_lossy(comm).into_owned(),
                 traced_exec: exec_id.is_some(),
             }),
             _ => None,

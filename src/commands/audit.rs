@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
-    AuditError, AuditStore, EventKind, SearchQuery, SessionId, TrustAnchor, VerifyReport, escape,
+    AuditError, AuditStore, EventKind, OsText, SearchQuery, SessionId, TrustAnchor, VerifyReport, escape,
     humanize, restore, timeline,
 };
 use anyhow::{Context, Result, anyhow};
@@ -128,8 +128,9 @@ struct SearchArgs {
     #[arg(long, value_enum)]
     verdict: Option<Verdict>,
     /// A file path inside the sandbox, or DIR/ for every file under DIR.
+    /// Any bytes, as the file was named, or as the timeline prints the name.
     #[arg(long, value_name = "PATH")]
-    file: Option<String>,
+    file: Option<std::ffi::OsString>,
     /// Text an executed command line (or the program's path) contains.
     #[arg(long, value_name = "TEXT")]
     command: Option<String>,
@@ -294,7 +295,9 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
             Verdict::Deny => "deny".to_owned(),
             Verdict::Report => "report".to_owned(),
         }),
-        file: args.file,
+        file: args
+            .file
+            .map(|f| OsText::from(f).text_or_escaped().into_owned()),
         command: args.command,
         since_us,
         until_us,
@@ -467,7 +470,7 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
         writeln!(
             out,
             "restored   {} ({})",
-            escape::text(path),
+            path.escaped(),
             humanize::size(*size)
         )?;
     }
@@ -479,19 +482,19 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
         writeln!(
             out,
             "hash only  {} ({}, sha256 {}): {why}",
-            escape::text(path),
+            path.escaped(),
             size.map_or("size unknown".into(), humanize::size),
             escape::text(sha.as_deref().unwrap_or("unknown"))
         )?;
     }
     for path in &report.deleted {
-        writeln!(out, "deleted    {}", escape::text(path))?;
+        writeln!(out, "deleted    {}", path.escaped())?;
     }
     for (path, why) in &report.refused {
         writeln!(
             out,
             "refused    {}: {}",
-            escape::text(path),
+            path.escaped(),
             escape::text(why)
         )?;
     }

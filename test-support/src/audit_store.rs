@@ -41,7 +41,7 @@ impl Env {
 /// A session's info for `command`, with a one-rule policy.
 pub fn info(command: &[&str]) -> SessionInfo {
     SessionInfo {
-        command: command.iter().map(|s| s.to_string()).collect(),
+        command: command.iter().map(|&s| s.into()).collect(),
         policy_name: "test".into(),
         policy_text: "[[allow]]\nhost = \"example.com\"\n".into(),
         airlock_version: "0.1.0".into(),
@@ -58,8 +58,8 @@ pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
         pid: 100,
         ppid: 1,
         uid: 1000,
-        path: format!("/usr/bin/{}", argv[0]),
-        argv: argv.iter().map(|s| s.to_string()).collect(),
+        path: format!("/usr/bin/{}", argv[0]).into(),
+        argv: argv.iter().map(|&s| s.into()).collect(),
         cwd: "/work".into(),
         env_names: vec!["PATH".into(), "HOME".into()],
         env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),

@@ -24,7 +24,17 @@ pub fn write(
     if !summary.info.command.is_empty()
         && let Some(obj) = header.as_object_mut()
     {
-        obj.insert("command".into(), summary.info.command.join(" ").into());
+        obj.insert(
+            "command".into(),
+            summary
+                .info
+                .command
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+                .into(),
+        );
     }
     let io = |e| AuditError::io("cannot write asciicast export")(e);
     serde_json::to_writer(&mut *out, &header)?;

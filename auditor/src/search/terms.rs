@@ -1,7 +1,14 @@
 //! What an event can be searched by: the values `airlock audit search`
 //! matches (`event_terms` rows), taken from the event as it is stored.
 
-use crate::{AuditEvent, EventKind, FileOp, Redactor};
+use crate::{AuditEvent, EventKind, FileOp, OsText, Redactor};
+
+/// A name as the index holds it: the text itself when it is UTF-8 (as every
+/// index written before names were kept as bytes holds it, so `verify`'s
+/// recomputation still matches), else its escaped form (see [`OsText`]).
+fn term(name: &OsText) -> String {
+    name.text_or_escaped().into_owned()
+}
 
 /// One `event_terms` row's searchable values. An event with several values
 /// of one kind (a rename's two paths) has one row per value.
@@ -74,7 +81,11 @@ pub(crate) fn is_indexed_kind(kind: EventKind) -> bool {
 pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
     let rows = match event {
         AuditEvent::Exec { path, argv, .. } => vec![Terms {
-            command: Some(format!("{path}\n{}", argv.join(" "))),
+            command: Some(format!(
+                "{}\n{}",
+                term(path),
+                argv.iter().map(term).collect::<Vec<_>>().join(" ")
+            )),
             ..Terms::default()
         }],
         AuditEvent::StepStart { command, .. } => vec![Terms {
@@ -88,12 +99,12 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             ..
         } => {
             let mut rows = vec![Terms {
-                path: Some(path.clone()),
+                path: Some(term(path)),
                 ..Terms::default()
             }];
             if let (FileOp::Rename, Some(to)) = (op, rename_to) {
                 rows.push(Terms {
-                    path: Some(to.clone()),
+                    path: Some(term(to)),
                     ..Terms::default()
                 });
             }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind, SessionId};
+use airlock_auditor::{AuditEvent, EventKind, OsText, SessionId};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;
@@ -33,6 +33,7 @@ struct Version {
 
 #[derive(Debug, Serialize)]
 struct File {
+    /// In its printed form (see [`OsText`]), as the CLI prints it.
     path: String,
     versions: Vec<Version>,
 }
@@ -40,7 +41,7 @@ struct File {
 pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleError> {
     let id = resolve(state, id)?;
     let mut files: Vec<File> = Vec::new();
-    let mut by_path: HashMap<String, usize> = HashMap::new();
+    let mut by_path: HashMap<OsText, usize> = HashMap::new();
     for ev in state.store.events(&id, Some(&[EventKind::File]))? {
         let AuditEvent::File {
             exec_id,
@@ -59,7 +60,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
         };
         let i = *by_path.entry(path.clone()).or_insert_with(|| {
             files.push(File {
-                path,
+                path: path.to_string(),
                 versions: Vec::new(),
             });
             files.len() - 1
@@ -74,7 +75,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             over_cap: content_over_cap,
             over_budget: content_over_budget,
             exec_id: exec_id.map(|e| e.as_str().to_owned()),
-            rename_to,
+            rename_to: rename_to.map(|to| to.to_string()),
         });
     }
     Ok(respond::json(&json!({ "files": files })))

@@ -64,7 +64,7 @@ fn row(s: SessionSummary, denials: u64, verification: Badge) -> Row {
         started_us: s.started_us,
         ended_us: s.ended_us,
         mode: s.info.mode,
-        command: s.info.command,
+        command: s.info.command.iter().map(ToString::to_string).collect(),
         policy_name: s.info.policy_name,
         end: end.map(airlock_auditor::SessionEnd::describe),
         exit_status: end.and_then(|e| e.exit_status),

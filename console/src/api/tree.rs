@@ -18,6 +18,8 @@ struct Node {
     parent: Option<String>,
     seq: u64,
     pid: i32,
+    /// Names in their printed form (see `airlock_auditor::OsText`), as the
+    /// CLI prints them: two different names never look the same.
     path: String,
     argv: Vec<String>,
     cwd: String,
@@ -54,9 +56,9 @@ pub(super) fn of(state: &State, id: &str) -> Result<Response<Body>, ConsoleError
                     parent: parent_exec_id.as_ref().map(|p| p.as_str().to_owned()),
                     seq: ev.seq.get(),
                     pid: *pid,
-                    path: path.clone(),
-                    argv: argv.clone(),
-                    cwd: cwd.clone(),
+                    path: path.to_string(),
+                    argv: argv.iter().map(ToString::to_string).collect(),
+                    cwd: cwd.to_string(),
                     started_us: ev.ts_us,
                     ended_us: None,
                     duration_ms: None,

@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 
 use super::resolve::{self, Viewer};
@@ -39,13 +39,13 @@ pub(super) struct Executed {
     pub status: Status,
     /// readlink(/proc/PID/exe): the resolved path, or `/memfd:NAME (deleted)`,
     /// or `PATH (deleted)`.
-    pub path: String,
+    pub path: Vec<u8>,
     pub image: ExecImage,
     /// The image's bytes when it has no path on disk to restore it from.
     pub pathless: Option<Captured>,
-    pub argv: Vec<String>,
-    pub env: Vec<String>,
-    pub cwd: String,
+    pub argv: Vec<Vec<u8>>,
+    pub env: Vec<Vec<u8>>,
+    pub cwd: Vec<u8>,
 }
 
 /// SHA-256 of files by identity and change times, so the same binary is
@@ -88,11 +88,11 @@ impl Hashes {
     }
 }
 
-fn split_nul(bytes: &[u8]) -> Vec<String> {
+fn split_nul(bytes: &[u8]) -> Vec<Vec<u8>> {
     bytes
         .split(|b| *b == 0)
         .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .map(<[u8]>::to_vec)
         .collect()
 }
 
@@ -116,28 +116,31 @@ fn exec_filename(tgid: Pid) -> Option<Vec<u8>> {
     procfs::read_cstr(&mem, addr)
 }
 
-fn kind_of(path: &str) -> ImageKind {
-    if path.starts_with("/memfd:") {
+fn kind_of(path: &[u8]) -> ImageKind {
+    if path.starts_with(b"/memfd:") {
         ImageKind::Memfd
-    } else if path.ends_with(" (deleted)") {
+    } else if path.ends_with(b" (deleted)") {
         ImageKind::Deleted
     } else {
         ImageKind::File
     }
 }
 
-fn is_loader(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.starts_with("ld-linux") || name.starts_with("ld-musl") || name == "ld.so"
+fn is_loader(path: &[u8]) -> bool {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    name.starts_with(b"ld-linux") || name.starts_with(b"ld-musl") || name == b"ld.so"
 }
 
 /// The program ld.so was asked to load: its first argument that is not an option.
-fn loader_target(argv: &[String]) -> Option<&str> {
+fn loader_target(argv: &[Vec<u8>]) -> Option<&[u8]> {
     let mut args = argv.iter().skip(1);
     while let Some(arg) = args.next() {
-        if LOADER_OPTIONS_WITH_VALUE.contains(&arg.as_str()) {
+        if LOADER_OPTIONS_WITH_VALUE
+            .iter()
+            .any(|o| o.as_bytes() == arg.as_slice())
+        {
             args.next();
-        } else if !arg.starts_with("--") {
+        } else if !arg.starts_with(b"--") {
             return Some(arg);
         }
     }
@@ -147,9 +150,8 @@ fn loader_target(argv: &[String]) -> Option<&str> {
 /// For a `#!` script the kernel rewrites argv to `interpreter [arg] script
 /// args...` with `script` the filename execve was given (binfmt_script, see
 /// execve(2) "Interpreter scripts"); only then is the file worth opening.
-fn may_be_script(argv: &[String], filename: &[u8]) -> bool {
-    let filename = String::from_utf8_lossy(filename);
-    argv.iter().skip(1).take(2).any(|a| *a == filename)
+fn may_be_script(argv: &[Vec<u8>], filename: &[u8]) -> bool {
+    argv.iter().skip(1).take(2).any(|a| a == filename)
 }
 
 /// A file the tracee named, resolved in its view and hashed.
@@ -187,8 +189,9 @@ fn starts_with_shebang(file: &File) -> bool {
 pub(super) fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<Executed> {
     let status = procfs::status(tgid)?;
     let path = std::fs::read_link(format!("/proc/{tgid}/exe"))
-        .ok()
-        .map(|p| String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned())?;
+        .ok()?
+        .into_os_string()
+        .into_vec();
     let kind = kind_of(&path);
     let exe = File::open(format!("/proc/{tgid}/exe")).ok();
     let (sha256, captured) = match &exe {
@@ -228,7 +231,7 @@ pub(super) fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<E
     let loaded = is_loader(&path)
         .then(|| loader_target(&argv))
         .flatten()
-        .and_then(|target| file_ref(viewer, target.as_bytes(), hashes))
+        .and_then(|target| file_ref(viewer, target, hashes))
         .map(|(found, _)| found);
     Some(Executed {
         status,
@@ -252,7 +255,7 @@ mod tests {
 
     #[test]
     fn loader_targets_skip_options() {
-        let argv: Vec<String> = [
+        let argv: Vec<Vec<u8>> = [
             "/lib64/ld-linux-x86-64.so.2",
             "--library-path",
             "/x",
@@ -261,17 +264,17 @@ mod tests {
             "arg",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(|s| s.as_bytes().to_vec())
         .collect();
-        assert_eq!(loader_target(&argv), Some("./prog"));
-        assert!(is_loader("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"));
-        assert!(!is_loader("/usr/bin/python3"));
+        assert_eq!(loader_target(&argv), Some(&b"./prog"[..]));
+        assert!(is_loader(b"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"));
+        assert!(!is_loader(b"/usr/bin/python3"));
     }
 
     #[test]
     fn image_kinds() {
-        assert_eq!(kind_of("/memfd:x (deleted)"), ImageKind::Memfd);
-        assert_eq!(kind_of("/ws/prog (deleted)"), ImageKind::Deleted);
-        assert_eq!(kind_of("/usr/bin/true"), ImageKind::File);
+        assert_eq!(kind_of(b"/memfd:x (deleted)"), ImageKind::Memfd);
+        assert_eq!(kind_of(b"/ws/prog (deleted)"), ImageKind::Deleted);
+        assert_eq!(kind_of(b"/usr/bin/true"), ImageKind::File);
     }
 }

@@ -18,7 +18,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
-use super::reconcile;
+use super::{name, reconcile};
 use super::writable::Mounts;
 use crate::capture::{self, Captured};
 use crate::observation::{ExecSeq, FileChange, Observation};
@@ -34,9 +34,9 @@ const MAX_READERS: usize = 512;
 struct Tracked {
     exec: Option<ExecSeq>,
     /// Its current name.
-    name: String,
+    name: Vec<u8>,
     /// Every name it had, oldest first.
-    names: Vec<String>,
+    names: Vec<Vec<u8>>,
     op: FileChange,
     ts: SystemTime,
     seq: u64,
@@ -57,19 +57,19 @@ pub(super) struct Opened {
 #[derive(Debug)]
 pub(super) struct FileRecord {
     pub exec_id: Option<ExecSeq>,
-    pub path: String,
+    pub path: Vec<u8>,
     pub op: FileChange,
     pub captured: Captured,
-    pub rename_to: Option<String>,
+    pub rename_to: Option<Vec<u8>>,
     pub mode: Option<u32>,
     pub inode: Option<FileKey>,
-    pub names: Vec<String>,
+    pub names: Vec<Vec<u8>>,
     pub reconciled: bool,
     pub ts: SystemTime,
 }
 
 impl FileRecord {
-    pub(super) fn now(exec_id: Option<ExecSeq>, path: String, op: FileChange) -> FileRecord {
+    pub(super) fn now(exec_id: Option<ExecSeq>, path: Vec<u8>, op: FileChange) -> FileRecord {
         FileRecord {
             exec_id,
             path,
@@ -88,11 +88,11 @@ impl FileRecord {
 pub(super) struct Files {
     tracked: HashMap<FileKey, Tracked>,
     /// Ordered, so a directory's entries are one range away.
-    by_name: BTreeMap<String, FileKey>,
+    by_name: BTreeMap<Vec<u8>, FileKey>,
     held_by: HashMap<Pid, HashSet<FileKey>>,
     /// What the record says each path holds now: the SHA-256 of its last
     /// recorded content (None when it has none, e.g. a directory).
-    view: BTreeMap<String, Option<String>>,
+    view: BTreeMap<Vec<u8>, Option<String>>,
     pub mounts: Mounts,
     max_content: u64,
     seq: u64,
@@ -105,8 +105,8 @@ fn key_of(meta: &std::fs::Metadata) -> FileKey {
 }
 
 /// The keys strictly below directory `dir` ("dir/..."), in order.
-fn under<V>(map: &BTreeMap<String, V>, dir: &str) -> Vec<String> {
-    let prefix = format!("{}/", dir.trim_end_matches('/'));
+fn under<V>(map: &BTreeMap<Vec<u8>, V>, dir: &[u8]) -> Vec<Vec<u8>> {
+    let prefix = name::dir_form(dir);
     map.range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
         .map(|(k, _)| k.clone())
@@ -114,14 +114,13 @@ fn under<V>(map: &BTreeMap<String, V>, dir: &str) -> Vec<String> {
 }
 
 /// Renaming `from` to `to` renames `name` if it is `from` or below it.
-fn renamed(name: &str, from: &str, to: &str) -> Option<String> {
+fn renamed(name: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
     if name == from {
-        return Some(to.to_string());
+        return Some(to.to_vec());
     }
-    let from_dir = from.trim_end_matches('/');
-    name.strip_prefix(from_dir)
-        .filter(|rest| rest.starts_with('/'))
-        .map(|rest| format!("{}{rest}", to.trim_end_matches('/')))
+    name.strip_prefix(name::trim_slashes(from))
+        .filter(|rest| rest.starts_with(b"/"))
+        .map(|rest| [name::trim_slashes(to), rest].concat())
 }
 
 impl Files {
@@ -140,8 +139,8 @@ impl Files {
     }
 
     /// Is `path` in a place the sandbox can write?
-    pub(super) fn writable(&self, path: &str) -> bool {
-        self.mounts.contains(path.trim_end_matches('/'))
+    pub(super) fn writable(&self, path: &[u8]) -> bool {
+        self.mounts.contains(name::trim_slashes(path))
     }
 
     pub(super) fn emit(&mut self, r: FileRecord) {
@@ -150,7 +149,7 @@ impl Files {
                 self.view.insert(r.path.clone(), r.captured.sha256.clone());
             }
             FileChange::Delete => {
-                let gone = r.path.trim_end_matches('/');
+                let gone = name::trim_slashes(&r.path);
                 self.view.remove(gone);
                 self.view.remove(&r.path);
                 for below in under(&self.view, gone) {
@@ -197,7 +196,7 @@ impl Files {
         &mut self,
         holder: Option<Pid>,
         exec: Option<ExecSeq>,
-        path: String,
+        path: Vec<u8>,
         file: Opened,
         op: FileChange,
     ) {
@@ -273,7 +272,7 @@ impl Files {
 
     /// Capture, before a syscall destroys it (O_TRUNC, truncate, unlink, or
     /// a rename over it), the version of a tracked file named `path`.
-    pub(super) fn before_destroy(&mut self, path: &str) {
+    pub(super) fn before_destroy(&mut self, path: &[u8]) {
         let Some(key) = self.by_name.get(path).copied() else {
             return;
         };
@@ -393,9 +392,9 @@ impl Files {
     }
 
     /// A successful rename: tracked names follow it.
-    pub(super) fn renamed(&mut self, from: &str, to: &str) {
+    pub(super) fn renamed(&mut self, from: &[u8], to: &[u8]) {
         let mut names = under(&self.by_name, from);
-        names.push(from.to_string());
+        names.push(from.to_vec());
         for old in names {
             let (Some(new), Some(key)) = (renamed(&old, from, to), self.by_name.remove(&old))
             else {
@@ -412,16 +411,16 @@ impl Files {
     }
 
     /// A successful link(2): the inode has one more name.
-    pub(super) fn linked(&mut self, from: &str, to: &str) {
+    pub(super) fn linked(&mut self, from: &[u8], to: &[u8]) {
         if let Some(key) = self.by_name.get(from).copied()
             && let Some(t) = self.tracked.get_mut(&key)
         {
-            t.names.push(to.to_string());
+            t.names.push(to.to_vec());
         }
     }
 
     /// Content of the file named `path` now (for a record made at once).
-    pub(super) fn capture_named(&self, path: &str) -> (Captured, Option<FileKey>) {
+    pub(super) fn capture_named(&self, path: &[u8]) -> (Captured, Option<FileKey>) {
         match self.mounts.lookup(path) {
             Some(h) => {
                 let key = h.metadata().ok().map(|m| key_of(&m));
@@ -469,13 +468,17 @@ mod tests {
     #[test]
     fn renames_carry_names_and_directories() {
         assert_eq!(
-            super::renamed("/ws/a", "/ws/a", "/ws/b").as_deref(),
-            Some("/ws/b")
+            super::renamed(b"/ws/a", b"/ws/a", b"/ws/b").as_deref(),
+            Some(&b"/ws/b"[..])
         );
         assert_eq!(
-            super::renamed("/ws/d/f", "/ws/d", "/ws/e").as_deref(),
-            Some("/ws/e/f")
+            super::renamed(b"/ws/d/f", b"/ws/d", b"/ws/e").as_deref(),
+            Some(&b"/ws/e/f"[..])
         );
-        assert_eq!(super::renamed("/ws/dx", "/ws/d", "/ws/e"), None);
+        assert_eq!(super::renamed(b"/ws/dx", b"/ws/d", b"/ws/e"), None);
+        assert_eq!(
+            super::renamed(b"/ws/d\xff/f", b"/ws/d\xff", b"/ws/e").as_deref(),
+            Some(&b"/ws/e/f"[..])
+        );
     }
 }

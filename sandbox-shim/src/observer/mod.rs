@@ -22,6 +22,7 @@
 
 mod exec;
 mod files;
+mod name;
 mod procs;
 mod reconcile;
 mod resolve;
@@ -270,11 +271,14 @@ impl Observer {
         let mut env_names = Vec::with_capacity(done.env.len());
         let mut env_values_nonsecret = Vec::new();
         for kv in &done.env {
-            let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+            let (k, v) = match kv.iter().position(|&b| b == b'=') {
+                Some(i) => (&kv[..i], &kv[i + 1..]),
+                None => (kv.as_slice(), &b""[..]),
+            };
             if !is_secret_name(k) {
-                env_values_nonsecret.push((k.to_string(), v.to_string()));
+                env_values_nonsecret.push((k.to_vec(), v.to_vec()));
             }
-            env_names.push(k.to_string());
+            env_names.push(k.to_vec());
         }
         let path = done.path.clone();
         let _ = self.tx.send(Observation::Exec {

@@ -21,6 +21,7 @@ use nix::fcntl::{OFlag, openat, readlinkat};
 use nix::sys::stat::Mode;
 
 use super::files::FileRecord;
+use super::name;
 use super::writable::{Mounts, is_under};
 use crate::capture::{self, Captured};
 use crate::observation::FileChange;
@@ -42,25 +43,16 @@ fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
     .map(|fd: OwnedFd| File::from(fd))
 }
 
-fn child_path(dir: &str, name: &OsStr) -> String {
-    let name = String::from_utf8_lossy(name.as_bytes());
-    if dir.ends_with('/') {
-        format!("{dir}{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
 struct Walk<'a> {
     since: SystemTime,
-    view: &'a BTreeMap<String, Option<String>>,
+    view: &'a BTreeMap<Vec<u8>, Option<String>>,
     max_content: u64,
-    seen: HashSet<String>,
+    seen: HashSet<Vec<u8>>,
     out: Vec<FileRecord>,
 }
 
 impl Walk<'_> {
-    fn entry(&mut self, dir: &File, name: &OsStr, path: String, meta: &std::fs::Metadata) {
+    fn entry(&mut self, dir: &File, name: &OsStr, path: Vec<u8>, meta: &std::fs::Metadata) {
         let changed = ctime(meta) >= self.since;
         let recorded = self.view.get(&path);
         self.seen.insert(path.clone());
@@ -114,7 +106,7 @@ impl Walk<'_> {
 pub(super) fn run(
     mounts: &Mounts,
     since: SystemTime,
-    view: &BTreeMap<String, Option<String>>,
+    view: &BTreeMap<Vec<u8>, Option<String>>,
     max_content: u64,
 ) -> Vec<FileRecord> {
     let mut walk = Walk {
@@ -124,9 +116,9 @@ pub(super) fn run(
         seen: HashSet::new(),
         out: Vec::new(),
     };
-    let mut walked: Vec<&str> = Vec::new();
+    let mut walked: Vec<&[u8]> = Vec::new();
     for mount in mounts.iter() {
-        let covered: Vec<&str> = mounts.covered_below(&mount.point).collect();
+        let covered: Vec<&[u8]> = mounts.covered_below(&mount.point).collect();
         let Ok(root) = File::open(format!("/proc/self/fd/{}", mount.root.as_raw_fd())) else {
             continue;
         };
@@ -139,14 +131,14 @@ pub(super) fn run(
             };
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                let child = child_path(&path, &name);
+                let child = name::join(&path, name.as_bytes());
                 if covered.iter().any(|c| is_under(&child, c)) {
                     continue;
                 }
                 let Ok(meta) = entry.metadata() else { continue };
                 if meta.is_dir() {
                     if let Some(sub) = open_at(&dir, &name, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
-                        walk.seen.insert(format!("{child}/"));
+                        walk.seen.insert(name::dir_form(&child));
                         stack.push((sub, child));
                     }
                     continue;
@@ -157,14 +149,14 @@ pub(super) fn run(
     }
     let mut out = std::mem::take(&mut walk.out);
     // Recorded, under a walked mount, and gone.
-    let mut gone: Vec<&String> = view
+    let mut gone: Vec<&Vec<u8>> = view
         .keys()
-        .filter(|p| !walk.seen.contains(p.as_str()))
+        .filter(|p| !walk.seen.contains(*p))
         .filter(|p| {
-            let plain = p.trim_end_matches('/');
+            let plain = name::trim_slashes(p);
             mounts
                 .find(plain)
-                .is_some_and(|(m, _)| walked.contains(&m.point.as_str()) && plain != m.point)
+                .is_some_and(|(m, _)| walked.contains(&m.point.as_slice()) && plain != m.point)
         })
         .collect();
     gone.sort();

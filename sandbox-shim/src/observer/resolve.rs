@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
@@ -54,7 +54,7 @@ pub(super) struct Resolved {
     pub parent: File,
     pub name: Vec<u8>,
     /// The full path in the sandbox (the kernel's name for `parent`, plus `name`).
-    pub path: String,
+    pub path: Vec<u8>,
 }
 
 impl Resolved {
@@ -94,17 +94,16 @@ fn is_proc(dir: &File) -> bool {
 
 /// The kernel's name of what `fd` refers to, as seen by its own mount
 /// namespace (d_path of the descriptor, proc_pid_fd(5)).
-pub(super) fn name_of(fd: &impl AsRawFd) -> Option<String> {
+pub(super) fn name_of(fd: &impl AsRawFd) -> Option<Vec<u8>> {
     let target = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    Some(String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned())
+    Some(target.into_os_string().into_vec())
 }
 
-fn join(dir: &str, name: &[u8]) -> String {
-    let name = String::from_utf8_lossy(name);
-    match (dir.ends_with('/'), name.is_empty()) {
-        (_, true) => dir.to_string(),
-        (true, false) => format!("{dir}{name}"),
-        (false, false) => format!("{dir}/{name}"),
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if name.is_empty() {
+        dir.to_vec()
+    } else {
+        super::name::join(dir, name)
     }
 }
 

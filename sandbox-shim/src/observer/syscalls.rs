@@ -12,6 +12,7 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
 use super::files::{FileKey, FileRecord, Files, Opened};
+use super::name;
 use super::resolve::{self, Resolved, Viewer};
 use crate::observation::{ExecSeq, FileChange};
 use crate::procfs;
@@ -34,26 +35,26 @@ pub(super) enum Call {
     },
     Ftruncate,
     Rename {
-        from: String,
-        to: String,
+        from: Vec<u8>,
+        to: Vec<u8>,
     },
     Delete {
-        path: String,
+        path: Vec<u8>,
         dir: bool,
     },
     Mkdir {
-        path: String,
+        path: Vec<u8>,
         mode: u32,
     },
     Link {
-        from: String,
-        to: String,
+        from: Vec<u8>,
+        to: Vec<u8>,
     },
     Symlink {
         path: Resolved,
     },
     Chmod {
-        path: String,
+        path: Vec<u8>,
         mode: u32,
     },
     Fchmod {
@@ -67,7 +68,7 @@ pub(super) enum Call {
 /// the name they were written as).
 pub(super) struct Entry {
     pub call: Call,
-    pub destroys: Vec<String>,
+    pub destroys: Vec<Vec<u8>>,
     /// The inode a truncating open is about to empty.
     pub truncates: Option<FileKey>,
 }
@@ -94,7 +95,7 @@ impl Args {
         resolve::resolve(self.viewer, dirfd, &self.string(i)?, follow)
     }
 
-    fn path(&self, dirfd: i32, i: usize, follow: bool) -> Option<String> {
+    fn path(&self, dirfd: i32, i: usize, follow: bool) -> Option<Vec<u8>> {
         self.resolve(dirfd, i, follow).map(|r| r.path)
     }
 
@@ -249,7 +250,7 @@ pub(super) struct Caller {
 
 /// The kernel's name for descriptor `fd` of `tid`, and our own descriptor of
 /// the same inode (opening the magic link reopens the file itself).
-fn fd_file(tid: Pid, fd: i64) -> Option<(String, Opened)> {
+fn fd_file(tid: Pid, fd: i64) -> Option<(Vec<u8>, Opened)> {
     let path = procfs::fd_path(tid, i32::try_from(fd).ok()?)?;
     let link = format!("/proc/{tid}/fd/{fd}");
     let opened = match File::open(&link) {
@@ -314,12 +315,12 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
             }
         }
         Call::Delete { path, dir } => {
-            let path = if dir { format!("{path}/") } else { path };
+            let path = if dir { name::dir_form(&path) } else { path };
             FileRecord::now(exec, path, FileChange::Delete)
         }
         Call::Mkdir { path, mode } => FileRecord {
             mode: Some(mode),
-            ..FileRecord::now(exec, format!("{path}/"), FileChange::Create)
+            ..FileRecord::now(exec, name::dir_form(&path), FileChange::Create)
         },
         Call::Link { from, to } => {
             files.linked(&from, &to);

@@ -57,7 +57,7 @@ fn pid_ns_of(pid: Pid) -> Option<NsId> {
 /// anyone, unlike the ns link of another user's process) has one level
 /// then. The sandbox's tasks always have two or more.
 fn in_our_pid_ns(pid: Pid) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    let Some(text) = procfs::status_text(&format!("/proc/{pid}/status")) else {
         return false;
     };
     text.lines()
@@ -68,7 +68,9 @@ fn in_our_pid_ns(pid: Pid) -> bool {
 /// The fields of /proc/TGID/task/TID/status the sweep needs (proc_pid_status(5)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct TaskStatus {
-    comm: String,
+    /// Its name, byte for byte (/proc/.../comm; the status file's Name
+    /// line is escaped).
+    comm: Vec<u8>,
     state: char,
     /// The tracer's tid as the host sees it; 0 for none.
     tracer: i32,
@@ -82,7 +84,7 @@ struct TaskStatus {
 impl TaskStatus {
     fn parse(text: &str) -> Option<TaskStatus> {
         let mut st = TaskStatus {
-            comm: String::new(),
+            comm: Vec::new(),
             state: '?',
             tracer: -1,
             ppid: Pid::from_raw(0),
@@ -93,11 +95,6 @@ impl TaskStatus {
             let Some((key, value)) = line.split_once(':') else {
                 continue;
             };
-            // Name is the only field whose value may hold spaces.
-            if key == "Name" {
-                st.comm = value.trim_start_matches('\t').to_owned();
-                continue;
-            }
             let mut fields = value.split_whitespace();
             match key {
                 "State" => st.state = fields.next()?.chars().next()?,
@@ -112,7 +109,16 @@ impl TaskStatus {
     }
 
     fn read(tgid: Pid, tid: Pid) -> Option<TaskStatus> {
-        TaskStatus::parse(&std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/status")).ok()?)
+        let mut st = TaskStatus::parse(&procfs::status_text(&format!(
+            "/proc/{tgid}/task/{tid}/status"
+        ))?)?;
+        if let Ok(mut comm) = std::fs::read(format!("/proc/{tgid}/task/{tid}/comm")) {
+            if comm.last() == Some(&b'\n') {
+                comm.pop();
+            }
+            st.comm = comm;
+        }
+        Some(st)
     }
 
     /// A zombie or a task being torn down: it runs nothing any more.
@@ -292,12 +298,11 @@ mod tests {
     use super::TaskStatus;
 
     #[test]
-    fn a_status_gives_the_tracer_state_and_name_with_spaces() {
+    fn a_status_gives_the_tracer_state_and_parent() {
         let text = "Name:\tmy prog: x\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t7\n\
                     Pid:\t7\nPPid:\t3\nTracerPid:\t0\nUid:\t65534\t65534\t65534\t65534\n\
                     NSpid:\t7\t4\n";
         let st = TaskStatus::parse(text).expect("parsed");
-        assert_eq!(st.comm, "my prog: x");
         assert_eq!((st.state, st.tracer, st.ns_pid, st.uid), ('S', 0, 4, 65534));
         assert_eq!(st.ppid.as_raw(), 3);
         assert!(!st.is_dead());

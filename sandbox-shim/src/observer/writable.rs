@@ -9,7 +9,9 @@
 //! mounts reconciled after every process of the sandbox has died.
 
 use nix::unistd::Pid;
+use std::ffi::OsStr;
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::fd::OwnedFd;
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
@@ -38,7 +40,7 @@ const NOT_STORAGE: [&str; 15] = [
 #[derive(Debug)]
 pub(super) struct Mount {
     /// Where the sandbox sees it.
-    pub point: String,
+    pub point: Vec<u8>,
     /// Its root directory (O_PATH).
     pub root: File,
 }
@@ -49,48 +51,56 @@ pub(super) struct Mounts {
     mounts: Vec<Mount>,
     /// Every mount point in the sandbox (writable or not): a walk of one
     /// mount must not descend into what another mount covers.
-    points: Vec<String>,
+    points: Vec<Vec<u8>>,
 }
 
-/// One line of mountinfo: (mount point, read-write, filesystem type).
-fn parse_line(line: &str) -> Option<(String, bool, &str)> {
-    let (before, after) = line.split_once(" - ")?;
-    let fields: Vec<&str> = before.split(' ').collect();
+/// One line of mountinfo: (mount point, read-write, filesystem type). A
+/// line is bytes: a mount point need not be UTF-8.
+fn parse_line(line: &[u8]) -> Option<(Vec<u8>, bool, &[u8])> {
+    let sep = line.windows(3).position(|w| w == b" - ")?;
+    let (before, after) = (&line[..sep], &line[sep + 3..]);
+    let fields: Vec<&[u8]> = before.split(|&b| b == b' ').collect();
     let point = unescape(fields.get(4)?);
-    let rw = fields.get(5)?.split(',').any(|o| o == "rw");
-    let fstype = after.split(' ').next()?;
+    let rw = fields.get(5)?.split(|&b| b == b',').any(|o| o == b"rw");
+    let fstype = after.split(|&b| b == b' ').next()?;
     Some((point, rw, fstype))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && let Some(digits) = bytes.get(i + 1..i + 4)
-            && let Ok(v) = u8::from_str_radix(&String::from_utf8_lossy(digits), 8)
+    while i < field.len() {
+        if field[i] == b'\\'
+            && let Some(digits) = field.get(i + 1..i + 4)
+            && let Some(v) = octal(digits)
         {
             out.push(v);
             i += 4;
             continue;
         }
-        out.push(bytes[i]);
+        out.push(field[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
+}
+
+fn octal(digits: &[u8]) -> Option<u8> {
+    digits.iter().try_fold(0u8, |v, &d| {
+        (b'0'..=b'7')
+            .contains(&d)
+            .then(|| v.checked_mul(8)?.checked_add(d - b'0'))
+            .flatten()
+    })
 }
 
 /// `path` (absolute) is `base` or below it.
-pub(super) fn is_under(path: &str, base: &str) -> bool {
-    base == "/"
-        || path == base
-        || (path.starts_with(base) && path.as_bytes().get(base.len()) == Some(&b'/'))
+pub(super) fn is_under(path: &[u8], base: &[u8]) -> bool {
+    base == b"/" || path == base || (path.starts_with(base) && path.get(base.len()) == Some(&b'/'))
 }
 
-fn open_beneath(dir: &File, relative: &str, flags: OFlag, resolve: ResolveFlag) -> Option<File> {
-    let relative = if relative.is_empty() { "." } else { relative };
+fn open_beneath(dir: &File, relative: &[u8], flags: OFlag, resolve: ResolveFlag) -> Option<File> {
+    let relative = OsStr::from_bytes(if relative.is_empty() { b"." } else { relative });
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC)
         .resolve(resolve);
@@ -99,28 +109,33 @@ fn open_beneath(dir: &File, relative: &str, flags: OFlag, resolve: ResolveFlag) 
         .map(|fd: OwnedFd| File::from(fd))
 }
 
+fn trim_leading_slashes(path: &[u8]) -> &[u8] {
+    let start = path.iter().position(|&b| b != b'/').unwrap_or(path.len());
+    &path[start..]
+}
+
 impl Mounts {
     /// The writable mounts of the sandbox whose init is `init` (host pid).
     pub(super) fn open(init: Pid) -> Mounts {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{init}/mountinfo")) else {
+        let Ok(text) = std::fs::read(format!("/proc/{init}/mountinfo")) else {
             return Mounts::default();
         };
         let Ok(root) = File::open(format!("/proc/{init}/root")) else {
             return Mounts::default();
         };
         let mut out = Mounts::default();
-        for line in text.lines() {
+        for line in text.split(|&b| b == b'\n') {
             let Some((point, rw, fstype)) = parse_line(line) else {
                 continue;
             };
             out.points.push(point.clone());
-            if !rw || NOT_STORAGE.contains(&fstype) {
+            if !rw || NOT_STORAGE.iter().any(|n| n.as_bytes() == fstype) {
                 continue;
             }
             // The mount point as the sandbox resolves it: inside its root.
             let Some(dir) = open_beneath(
                 &root,
-                point.trim_start_matches('/'),
+                trim_leading_slashes(&point),
                 OFlag::O_PATH | OFlag::O_DIRECTORY,
                 ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
             ) else {
@@ -139,27 +154,30 @@ impl Mounts {
     }
 
     /// The innermost writable mount holding `path`, and the path below it.
-    pub(super) fn find<'p>(&self, path: &'p str) -> Option<(&Mount, &'p str)> {
+    pub(super) fn find<'p>(&self, path: &'p [u8]) -> Option<(&Mount, &'p [u8])> {
         let m = self.mounts.iter().find(|m| is_under(path, &m.point))?;
-        let rest = path[m.point.len().min(path.len())..].trim_start_matches('/');
+        let rest = trim_leading_slashes(&path[m.point.len().min(path.len())..]);
         Some((m, rest))
     }
 
-    pub(super) fn contains(&self, path: &str) -> bool {
+    pub(super) fn contains(&self, path: &[u8]) -> bool {
         self.find(path).is_some()
     }
 
     /// Mount points strictly below `point` (other mounts a walk must skip).
-    pub(super) fn covered_below<'a>(&'a self, point: &'a str) -> impl Iterator<Item = &'a str> {
+    pub(super) fn covered_below<'a>(
+        &'a self,
+        point: &'a [u8],
+    ) -> impl Iterator<Item = &'a [u8]> {
         self.points
             .iter()
-            .map(String::as_str)
+            .map(Vec::as_slice)
             .filter(move |p| *p != point && is_under(p, point))
     }
 
     /// O_PATH handle of the file named `path` right now, following no
     /// symlink and crossing no mount: the name as the record has it.
-    pub(super) fn lookup(&self, path: &str) -> Option<File> {
+    pub(super) fn lookup(&self, path: &[u8]) -> Option<File> {
         let (mount, rest) = self.find(path)?;
         open_beneath(
             &mount.root,
@@ -179,20 +197,20 @@ mod tests {
     #[test]
     fn mountinfo_lines_are_read() {
         let line =
-            "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 - ext3 /dev/root rw,errors=continue";
+            b"36 35 98:0 /mnt1 /mnt\\040two\xff rw,noatime master:1 - ext3 /dev/root rw,errors=continue";
         let (point, rw, fstype) = parse_line(line).unwrap();
-        assert_eq!(point, "/mnt two");
+        assert_eq!(point, b"/mnt two\xff");
         assert!(rw);
-        assert_eq!(fstype, "ext3");
-        let ro = "40 35 0:5 / /proc ro,nosuid - proc proc rw";
+        assert_eq!(fstype, b"ext3");
+        let ro = b"40 35 0:5 / /proc ro,nosuid - proc proc rw";
         assert!(!parse_line(ro).unwrap().1);
     }
 
     #[test]
     fn paths_under_a_mount() {
-        assert!(is_under("/tmp/x", "/tmp"));
-        assert!(is_under("/tmp", "/tmp"));
-        assert!(!is_under("/tmpx", "/tmp"));
-        assert!(is_under("/anything", "/"));
+        assert!(is_under(b"/tmp/x", b"/tmp"));
+        assert!(is_under(b"/tmp", b"/tmp"));
+        assert!(!is_under(b"/tmpx", b"/tmp"));
+        assert!(is_under(b"/anything", b"/"));
     }
 }
