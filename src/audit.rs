@@ -45,7 +45,9 @@ fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
         if std::mem::take(&mut env_value_next) {
             out.push(redact(&arg));
         } else if let Some(assignment) = arg.strip_prefix(b"--env=") {
-            out.push(OsText::from([b"--env=", redact(assignment).as_bytes()].concat()));
+            out.push(OsText::from(
+                [b"--env=", redact(assignment).as_bytes()].concat(),
+            ));
         } else {
             // Only airlock's own options: after `--` comes the command.
             env_value_next = arg == b"--env" && !out.iter().any(|a| a == "--");
@@ -179,8 +181,16 @@ mod tests {
     #[test]
     fn a_command_line_that_is_not_utf8_is_kept_byte_for_byte() {
         use std::os::unix::ffi::OsStringExt;
-        let args = [&b"airlock"[..], b"run", b"--env", b"K\xff=v", b"--", b"echo", b"a\xffb"]
-            .map(|a| std::ffi::OsString::from_vec(a.to_vec()));
+        let args = [
+            &b"airlock"[..],
+            b"run",
+            b"--env",
+            b"K\xff=v",
+            b"--",
+            b"echo",
+            b"a\xffb",
+        ]
+        .map(|a| std::ffi::OsString::from_vec(a.to_vec()));
         let recorded = recorded_command_line(args.into_iter());
         assert_eq!(recorded[3].as_bytes(), b"K\xff=v");
         assert_eq!(recorded[6].as_bytes(), b"a\xffb");

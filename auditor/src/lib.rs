@@ -46,8 +46,8 @@ pub use event::{
     WebSocketMessage, WebSocketRecord, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
-pub use os_text::OsText;
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
+pub use os_text::OsText;
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use search::{SearchHit, SearchQuery, SearchResults};

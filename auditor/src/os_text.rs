@@ -207,11 +207,11 @@ impl<'de> Deserialize<'de> for OsText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Stored::deserialize(d)? {
             Stored::Text(text) => Ok(text.into()),
-            Stored::Escaped(Escaped { escaped }) => escape::unescape(&escaped)
-                .map(OsText)
-                .ok_or_else(|| {
+            Stored::Escaped(Escaped { escaped }) => {
+                escape::unescape(&escaped).map(OsText).ok_or_else(|| {
                     serde::de::Error::custom(format!("not an escaped name: {escaped:?}"))
-                }),
+                })
+            }
         }
     }
 }

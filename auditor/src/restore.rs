@@ -125,7 +125,9 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                 // A directory ("d/") goes with everything below it.
                 let gone: Vec<OsText> = files
                     .keys()
-                    .filter(|p| *p == path || (path.ends_with("/") && p.strip_prefix(path).is_some()))
+                    .filter(|p| {
+                        *p == path || (path.ends_with("/") && p.strip_prefix(path).is_some())
+                    })
                     .cloned()
                     .collect();
                 for p in gone {

@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
-    AuditError, AuditStore, EventKind, OsText, SearchQuery, SessionId, TrustAnchor, VerifyReport, escape,
-    humanize, restore, timeline,
+    AuditError, AuditStore, EventKind, OsText, SearchQuery, SessionId, TrustAnchor, VerifyReport,
+    escape, humanize, restore, timeline,
 };
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
@@ -491,12 +491,7 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
         writeln!(out, "deleted    {}", path.escaped())?;
     }
     for (path, why) in &report.refused {
-        writeln!(
-            out,
-            "refused    {}: {}",
-            path.escaped(),
-            escape::text(why)
-        )?;
+        writeln!(out, "refused    {}: {}", path.escaped(), escape::text(why))?;
     }
     writeln!(
         out,

@@ -18,8 +18,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
-use super::{name, reconcile};
 use super::writable::Mounts;
+use super::{name, reconcile};
 use crate::capture::{self, Captured};
 use crate::observation::{ExecSeq, FileChange, Observation};
 

@@ -11,8 +11,8 @@
 use nix::unistd::Pid;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 
@@ -165,10 +165,7 @@ impl Mounts {
     }
 
     /// Mount points strictly below `point` (other mounts a walk must skip).
-    pub(super) fn covered_below<'a>(
-        &'a self,
-        point: &'a [u8],
-    ) -> impl Iterator<Item = &'a [u8]> {
+    pub(super) fn covered_below<'a>(&'a self, point: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
         self.points
             .iter()
             .map(Vec::as_slice)
