@@ -135,11 +135,19 @@ fn an_untraced_task_and_everything_it_forks_are_killed_each_on_record() {
     let k = killed(&obs);
     let mut names: Vec<&str> = k.iter().map(|k| k.comm.as_str()).collect();
     names.sort();
-    assert_eq!(names, ["sleep", "sleep", "sleep"], "{k:?}");
+    // Usually the shell has forked and exec'd before a sweep sees it: three
+    // sleeps. On a loaded machine a sweep may find the shell first: then it
+    // dies with what it had forked so far, each on record.
+    let expected = if names.contains(&"sh") {
+        names.iter().all(|n| ["sh", "sleep"].contains(n)) && names.len() <= 3
+    } else {
+        names == ["sleep", "sleep", "sleep"]
+    };
+    assert!(expected, "{k:?}");
     let mut pids: Vec<i32> = k.iter().map(|k| k.pid).collect();
     pids.sort_unstable();
     pids.dedup();
-    assert_eq!(pids.len(), 3, "three tasks, each once: {k:?}");
+    assert_eq!(pids.len(), k.len(), "each task once: {k:?}");
     // Whichever is killed first, the others are its orphans (init's) or
     // still its children: none descends from a traced exec.
     assert!(k.iter().all(|k| !k.traced_exec && k.pid > 1), "{k:?}");
