@@ -246,3 +246,55 @@ fn airlock_own_command_line_may_hold_any_bytes() {
         "{command}"
     );
 }
+
+#[tokio::test]
+async fn the_console_lists_each_file_and_program_under_its_own_printed_name() {
+    let (sb, r) = run();
+    let dir = sb.dir.path().join("audit");
+    let console = airlock_test_support::console::Console::start(
+        AIRLOCK,
+        &dir.join("audit.db"),
+        &dir.join("audit.key"),
+    )
+    .await;
+    let get = |what: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--fail", "-H"])
+            .arg(format!("Authorization: Bearer {}", console.token()))
+            .arg(format!(
+                "http://{}/api/sessions/{}/{what}",
+                console.authority(),
+                r.id
+            ))
+            .output()
+            .expect("curl");
+        assert!(out.status.success(), "GET {what}: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let files = get("files");
+    let listed: Vec<&str> = files["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    for name in [
+        &b"run\xff.sh"[..],
+        "run\u{fffd}.sh".as_bytes(),
+        b"run\\xff.sh",
+    ] {
+        let shown = printed(&ws_bytes(&r, name));
+        assert_eq!(
+            listed.iter().filter(|p| **p == shown).count(),
+            1,
+            "{shown} in {listed:?}"
+        );
+    }
+    let tree = get("tree");
+    let prog = printed(&ws_bytes(&r, b"ev\xffil"));
+    assert!(
+        tree.to_string()
+            .contains(&serde_json::to_string(&prog).unwrap()),
+        "{prog} in {tree}"
+    );
+}
