@@ -1,0 +1,113 @@
+//! A record written before today's changes to the record's model still
+//! opens, verifies and reads as it did. tests/fixtures/record-2026-11-27
+//! holds a database written by main as of 2026-11-27 (commit f63d59b, before
+//! names were kept as bytes): an `airlock run` session with every file
+//! operation, execs, DNS, an allowed, a refused and a held (expired)
+//! request, output and a nonzero exit, and a live session with two labelled
+//! steps; and what that binary printed for it (the `*.golden` files, see
+//! `make.sh` there). The database is copied first: opening must not be
+//! able to change the checked-in file.
+
+use std::path::{Path, PathBuf};
+
+use airlock_test_support::audit_cli::audit_cli;
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/record-2026-11-27")
+}
+
+fn golden(name: &str) -> String {
+    let path = fixture().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A private copy of the fixture's database.
+fn database() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    std::fs::copy(fixture().join("audit.db"), &db).unwrap();
+    (dir, db)
+}
+
+fn run(db: &Path, args: &[&str]) -> String {
+    let out = audit_cli(AIRLOCK, db, args);
+    assert!(out.status.success(), "airlock audit {args:?}: {out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn session_ids() -> Vec<String> {
+    let sessions: serde_json::Value = serde_json::from_str(&golden("sessions.golden")).unwrap();
+    sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Line by line, so a difference names its line.
+fn assert_same(what: &str, got: &str, want: &str) {
+    for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+        assert_eq!(g, w, "{what}, line {}", i + 1);
+    }
+    assert_eq!(
+        got.lines().count(),
+        want.lines().count(),
+        "{what}: line count"
+    );
+}
+
+#[test]
+fn a_record_from_before_todays_model_changes_verifies_with_its_key() {
+    let (_dir, db) = database();
+    let key = fixture().join("audit.key");
+    let verify = run(
+        &db,
+        &["verify", "--all", "--audit-key", key.to_str().unwrap()],
+    );
+    assert_same("verify", &verify, &golden("verify.golden"));
+    assert_eq!(verify.matches(": intact:").count(), 2, "{verify}");
+}
+
+#[test]
+fn a_record_from_before_todays_model_changes_reads_and_exports_as_it_did() {
+    let (dir, db) = database();
+    assert_same(
+        "sessions --json",
+        &run(&db, &["sessions", "--json"]),
+        &golden("sessions.golden"),
+    );
+    for id in session_ids() {
+        assert_same(
+            &format!("timeline {id}"),
+            &run(&db, &["timeline", &id]),
+            &golden(&format!("timeline-{id}.golden")),
+        );
+        assert_same(
+            &format!("files {id}"),
+            &run(&db, &["files", &id]),
+            &golden(&format!("files-{id}.golden")),
+        );
+        for (format, name) in [("jsonl", "export"), ("har", "har")] {
+            let out = dir.path().join(format!("{id}.{format}"));
+            run(
+                &db,
+                &[
+                    "export",
+                    "--format",
+                    format,
+                    "--out",
+                    out.to_str().unwrap(),
+                    &id,
+                ],
+            );
+            assert_same(
+                &format!("export --format {format} {id}"),
+                &std::fs::read_to_string(&out).unwrap(),
+                &golden(&format!("{name}-{id}.golden")),
+            );
+        }
+    }
+}
