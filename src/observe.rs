@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use airlock_auditor::{
     AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OutputStream, SessionRecorder,
+    Xattr,
 };
 use airlock_shim::Observation;
 use anyhow::Context;
@@ -88,6 +89,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             inode,
             names,
             reconciled,
+            xattr,
             ..
         } => AuditEvent::File {
             exec_id: id.map(exec_id),
@@ -107,6 +109,11 @@ fn to_audit(observation: Observation) -> AuditEvent {
                 names,
                 reconciled,
             },
+            xattr: xattr.map(|x| Xattr {
+                name: x.name,
+                removed: x.removed,
+                acl: x.acl,
+            }),
         },
         Observation::UntracedKilled {
             pid,
@@ -134,6 +141,7 @@ fn file_op(change: airlock_shim::FileChange) -> FileOp {
         airlock_shim::FileChange::Rename => FileOp::Rename,
         airlock_shim::FileChange::Delete => FileOp::Delete,
         airlock_shim::FileChange::Chmod => FileOp::Chmod,
+        airlock_shim::FileChange::Xattr => FileOp::Xattr,
         airlock_shim::FileChange::Image => FileOp::Image,
     }
 }

@@ -484,6 +484,23 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
             escape::text(sha.as_deref().unwrap_or("unknown"))
         )?;
     }
+    for (path, name) in &report.xattrs {
+        writeln!(
+            out,
+            "xattr      {} {}",
+            escape::text(path),
+            escape::text(name)
+        )?;
+    }
+    for (path, name, why) in &report.xattrs_refused {
+        writeln!(
+            out,
+            "refused    {} {}: {}",
+            escape::text(path),
+            escape::text(name),
+            escape::text(why)
+        )?;
+    }
     for path in &report.deleted {
         writeln!(out, "deleted    {}", escape::text(path))?;
     }

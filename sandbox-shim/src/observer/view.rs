@@ -1,0 +1,83 @@
+//! What the record says each path holds now, kept up to date as records are
+//! emitted, so the end-of-session reconcile can compare the disk with it:
+//! the last recorded content's SHA-256, the last recorded mode, and the
+//! recorded extended attributes.
+
+use std::collections::BTreeMap;
+
+use super::files::{FileRecord, renamed, under};
+use crate::observation::FileChange;
+
+/// What the record says of one path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Known {
+    /// The SHA-256 of its last recorded content (`Some(None)`: recorded
+    /// without one, e.g. a directory or an unreadable file); `None` when
+    /// only its attributes are on record.
+    pub content: Option<Option<String>>,
+    pub mode: Option<u32>,
+    /// Attribute name → SHA-256 of its recorded value (None: removed).
+    pub xattrs: BTreeMap<String, Option<String>>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct View(BTreeMap<String, Known>);
+
+impl View {
+    pub(super) fn get(&self, path: &str) -> Option<&Known> {
+        self.0.get(path)
+    }
+
+    pub(super) fn paths(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
+    }
+
+    /// Take record `r` into account.
+    pub(super) fn apply(&mut self, r: &FileRecord) {
+        match r.op {
+            FileChange::Create | FileChange::Modify | FileChange::Truncate => {
+                let known = self.0.entry(r.path.clone()).or_default();
+                known.content = Some(r.captured.sha256.clone());
+                if r.mode.is_some() {
+                    known.mode = r.mode;
+                }
+            }
+            FileChange::Delete => {
+                let gone = r.path.trim_end_matches('/');
+                self.0.remove(gone);
+                self.0.remove(&r.path);
+                self.0.remove(&format!("{gone}/"));
+                for below in under(&self.0, gone) {
+                    self.0.remove(&below);
+                }
+            }
+            FileChange::Rename => {
+                if let Some(to) = &r.rename_to {
+                    let mut moved = under(&self.0, &r.path);
+                    moved.push(r.path.clone());
+                    for old in moved {
+                        if let (Some(new), Some(known)) =
+                            (renamed(&old, &r.path, to), self.0.remove(&old))
+                        {
+                            self.0.insert(new, known);
+                        }
+                    }
+                }
+            }
+            FileChange::Chmod => {
+                self.0.entry(r.path.clone()).or_default().mode = r.mode;
+            }
+            FileChange::Xattr => {
+                let known = self.0.entry(r.path.clone()).or_default();
+                if let Some(x) = &r.xattr {
+                    let value = (!x.removed).then(|| r.captured.sha256.clone()).flatten();
+                    known.xattrs.insert(x.name.clone(), value);
+                }
+                if r.mode.is_some() {
+                    known.mode = r.mode;
+                }
+            }
+            FileChange::Image => {}
+        }
+    }
+}
