@@ -412,6 +412,30 @@ mod tests {
     }
 
     #[test]
+    fn every_way_to_set_or_remove_an_xattr_stops_for_the_observer() {
+        let observed = super::filter_with(true, false);
+        let unobserved = super::filter_with(false, false);
+        for sys in [
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_fsetxattr,
+            libc::SYS_removexattr,
+            libc::SYS_lremovexattr,
+            libc::SYS_fremovexattr,
+            super::SYS_SETXATTRAT,
+            super::SYS_REMOVEXATTRAT,
+        ] {
+            let call = Call::new(sys, &[0, 0, 0, 0, 0]);
+            assert_eq!(run(&observed, &call), super::RET_TRACE, "syscall {sys}");
+            assert_eq!(run(&unobserved, &call), RET_ALLOW, "syscall {sys}");
+        }
+        // Reading attributes changes nothing: never a stop.
+        for sys in [libc::SYS_getxattr, libc::SYS_listxattr, libc::SYS_fgetxattr] {
+            assert_eq!(run(&observed, &Call::new(sys, &[0, 0, 0, 0])), RET_ALLOW);
+        }
+    }
+
+    #[test]
     fn filter_fits_in_a_bpf_program() {
         let prog = super::filter_with(false, false);
         assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
