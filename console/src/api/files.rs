@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind, SessionId};
+use airlock_auditor::{AuditEvent, EventKind, SessionId, Xattr};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;
@@ -29,6 +29,10 @@ struct Version {
     over_budget: bool,
     exec_id: Option<String>,
     rename_to: Option<String>,
+    /// The mode on record (a chmod's, an ACL's, a version's).
+    mode: Option<u32>,
+    /// For op `xattr`: the attribute; `content` is then its value.
+    xattr: Option<Xattr>,
 }
 
 #[derive(Debug, Serialize)]
@@ -52,6 +56,8 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             stored_content,
             content_over_cap,
             content_over_budget,
+            mode,
+            xattr,
             ..
         } = ev.event
         else {
@@ -75,6 +81,8 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             over_budget: content_over_budget,
             exec_id: exec_id.map(|e| e.as_str().to_owned()),
             rename_to,
+            mode,
+            xattr,
         });
     }
     Ok(respond::json(&json!({ "files": files })))
