@@ -81,3 +81,50 @@ impl View {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::View;
+    use crate::observation::{FileChange, XattrChange};
+    use crate::observer::files::FileRecord;
+
+    fn xattr(path: &str, name: &str, sha: Option<&str>) -> FileRecord {
+        let mut r = FileRecord::now(None, path.into(), FileChange::Xattr);
+        r.captured.sha256 = sha.map(str::to_owned);
+        r.xattr = Some(XattrChange {
+            name: name.into(),
+            removed: sha.is_none(),
+            acl: None,
+        });
+        r
+    }
+
+    #[test]
+    fn attributes_follow_new_content_and_renames_and_go_with_deletes() {
+        let mut v = View::default();
+        let mut created = FileRecord::now(None, "/ws/d/f".into(), FileChange::Create);
+        created.captured.sha256 = Some("c1".into());
+        created.mode = Some(0o644);
+        v.apply(&created);
+        v.apply(&xattr("/ws/d/f", "user.a", Some("x1")));
+        let mut chmod = FileRecord::now(None, "/ws/d/".into(), FileChange::Chmod);
+        chmod.mode = Some(0o700);
+        v.apply(&chmod);
+        let mut rewritten = FileRecord::now(None, "/ws/d/f".into(), FileChange::Modify);
+        rewritten.captured.sha256 = Some("c2".into());
+        v.apply(&rewritten);
+        let f = v.get("/ws/d/f").unwrap();
+        assert_eq!(f.content, Some(Some("c2".into())));
+        assert_eq!(f.mode, Some(0o644), "new content keeps the mode");
+        assert_eq!(f.xattrs["user.a"], Some("x1".into()), "and the attributes");
+        let mut mv = FileRecord::now(None, "/ws/d".into(), FileChange::Rename);
+        mv.rename_to = Some("/ws/e".into());
+        v.apply(&mv);
+        assert!(v.get("/ws/d/f").is_none());
+        assert_eq!(v.get("/ws/e/").and_then(|d| d.mode), Some(0o700));
+        v.apply(&xattr("/ws/e/f", "user.a", None));
+        assert_eq!(v.get("/ws/e/f").unwrap().xattrs["user.a"], None);
+        v.apply(&FileRecord::now(None, "/ws/e/".into(), FileChange::Delete));
+        assert_eq!(v.paths().count(), 0);
+    }
+}
