@@ -344,10 +344,20 @@ pub fn restore(
         };
         let data = match &state.data {
             Data::Empty | Data::AttributesOnly => Vec::new(),
-            Data::Stored(sha) => match stored(store, sha)? {
-                Ok(d) => d,
-                Err(why) => {
-                    report.refused.push((path, why.into()));
+            Data::Stored(sha) => match store.content(sha)? {
+                Some(d) if chain::sha256_hex(&d) == *sha => d,
+                Some(_) => {
+                    report.refused.push((
+                        path,
+                        "stored content was altered; run `airlock audit verify`".into(),
+                    ));
+                    continue;
+                }
+                None => {
+                    report.refused.push((
+                        path,
+                        "stored content is missing; run `airlock audit verify`".into(),
+                    ));
                     continue;
                 }
             },
@@ -424,7 +434,7 @@ fn not_set(report: &mut RestoreReport, path: &str, state: &FileState) {
     }
 }
 
-/// Stored content `sha`, checked against its hash; Err says why not.
+/// A stored attribute value `sha`, checked against its hash; Err says why not.
 fn stored(store: &AuditStore, sha: &str) -> Result<Result<Vec<u8>, &'static str>, AuditError> {
     Ok(match store.content(sha)? {
         Some(d) if chain::sha256_hex(&d) == sha => Ok(d),
