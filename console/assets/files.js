@@ -170,7 +170,9 @@ export async function renderFiles(page, id, ctx) {
   // left, and its value (never diffed against the file's content).
   async function showAttribute(v, viewer) {
     const x = v.xattr || {};
-    const head = h('div', { class: 'body-head' }, h('h3', { class: 'mono' }, `${x.name || 'attribute'} at #${v.seq}`),
+    // The name as recorded (headings are set in capitals; names are not).
+    const head = h('div', { class: 'body-head' }, h('h3', null, `Attribute at #${v.seq}`),
+      h('span', { class: 'mono small' }, x.name || ''),
       h('span', { class: 'muted small' }, x.removed ? 'removed' : v.size === null || v.size === undefined ? '' : fmtBytes(v.size)));
     const perms = x.acl !== undefined && x.acl !== null
       ? h('p', { class: 'note-box', testid: 'acl-note' }, `A permission change: the file's mode is ${modeText(v.mode)} and its ACL grants ${x.acl}.`)
