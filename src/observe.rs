@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use airlock_auditor::{
     AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OsText, OutputStream,
-    SessionRecorder,
+    SessionRecorder, Xattr,
 };
 use airlock_shim::Observation;
 use anyhow::Context;
@@ -94,6 +94,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             inode,
             names,
             reconciled,
+            xattr,
             ..
         } => AuditEvent::File {
             exec_id: id.map(exec_id),
@@ -113,6 +114,11 @@ fn to_audit(observation: Observation) -> AuditEvent {
                 names: names.into_iter().map(OsText::from).collect(),
                 reconciled,
             },
+            xattr: xattr.map(|x| Xattr {
+                name: x.name.into(),
+                removed: x.removed,
+                acl: x.acl,
+            }),
         },
         Observation::UntracedKilled {
             pid,
@@ -140,6 +146,7 @@ fn file_op(change: airlock_shim::FileChange) -> FileOp {
         airlock_shim::FileChange::Rename => FileOp::Rename,
         airlock_shim::FileChange::Delete => FileOp::Delete,
         airlock_shim::FileChange::Chmod => FileOp::Chmod,
+        airlock_shim::FileChange::Xattr => FileOp::Xattr,
         airlock_shim::FileChange::Image => FileOp::Image,
     }
 }

@@ -231,6 +231,10 @@ printf 'alpha\nbeta-2\ngamma\n' > notes.txt
 head -c 3000 /dev/zero | tr '\0' x > big.txt
 echo 'appended in the session' >> existing.txt
 printf '<img src=x onerror=alert(1)><script>alert(2)</script>' > 'page<i>.html'
+printf '#!/bin/sh\necho ran\n' > run.sh
+chmod 700 run.sh
+setfacl -m u:1000:rwx run.sh
+setfattr -n user.origin -v 'set in the session' run.sh
 printf '\033[32mdone\033[0m\n'
 "#
     );
@@ -304,6 +308,7 @@ printf '\033[32mdone\033[0m\n'
         .env("BIG_FILE_PATH", ws.join("big.txt"))
         .env("EXISTING_FILE_PATH", ws.join("existing.txt"))
         .env("HOSTILE_FILE_PATH", ws.join("page<i>.html"))
+        .env("ACL_FILE_PATH", ws.join("run.sh"))
         .env("DENIED_PATH", "/admin/keys")
         .env("REFUSED_BODY", REFUSED_BODY)
         .env("UPSTREAM_HOST", "api.test")

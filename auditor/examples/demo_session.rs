@@ -90,6 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         content_over_cap: false,
         content_over_budget: false,
         identity: Default::default(),
+        xattr: None,
     })?;
     rec.record(AuditEvent::Http {
         exchange: None,

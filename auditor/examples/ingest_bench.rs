@@ -101,6 +101,7 @@ fn event(i: u64) -> AuditEvent {
             content_over_cap: false,
             content_over_budget: false,
             identity: Default::default(),
+            xattr: None,
         },
     }
 }

@@ -98,6 +98,7 @@ fn event(session: u64, i: u64) -> AuditEvent {
             content_over_cap: false,
             content_over_budget: false,
             identity: Default::default(),
+            xattr: None,
         },
     }
 }

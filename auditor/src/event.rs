@@ -98,6 +98,13 @@ pub enum AuditEvent {
         /// Which file the kernel wrote, and how the record learnt of it.
         #[serde(default, flatten)]
         identity: FileIdentity,
+        /// For op `xattr`: which extended attribute. `size`, `sha256` and
+        /// the content are then the attribute's value (kept like file
+        /// content: the same cap, budget and store), and `mode`, for a
+        /// POSIX ACL, the mode the file had after it. Left out otherwise,
+        /// so older records verify unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        xattr: Option<Xattr>,
     },
     Dns {
         #[serde(default)]
@@ -344,6 +351,29 @@ pub struct ExecImage {
     pub loaded: Option<ExecFile>,
 }
 
+/// An extended attribute that a file operation set or removed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Xattr {
+    /// e.g. `user.payload`, `system.posix_acl_access`: bytes, as the
+    /// kernel has it (see [`OsText`]).
+    pub name: OsText,
+    /// The file has no such attribute after the operation: removed, or an
+    /// ACL that the mode expresses, which the kernel keeps as the mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+    /// A POSIX ACL's entries, readable: "user::rwx, user:1000:rwx,
+    /// group::---, mask::rwx, other::---".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<String>,
+}
+
+impl Xattr {
+    /// Is this a POSIX ACL (a permission change)?
+    pub fn is_acl(&self) -> bool {
+        self.name == "system.posix_acl_access" || self.name == "system.posix_acl_default"
+    }
+}
+
 /// Which inode a file record is about and how it was learnt.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FileIdentity {
@@ -488,6 +518,8 @@ pub enum FileOp {
     Rename,
     Delete,
     Chmod,
+    /// An extended attribute set or removed (see `AuditEvent::File::xattr`).
+    Xattr,
     /// The bytes of an executed image with no path on disk (memfd, deleted).
     Image,
 }
@@ -501,6 +533,7 @@ impl FileOp {
             FileOp::Rename => "rename",
             FileOp::Delete => "delete",
             FileOp::Chmod => "chmod",
+            FileOp::Xattr => "xattr",
             FileOp::Image => "image",
         }
     }

@@ -24,12 +24,26 @@ enum Data {
         /// Because the session's record budget was spent.
         over_budget: bool,
     },
+    /// Only its attributes (mode, extended attributes) are on record.
+    AttributesOnly,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct FileState {
     data: Data,
     mode: Option<u32>,
+    /// Extended attributes by name: the value's data, or None if removed.
+    xattrs: BTreeMap<OsText, Option<Data>>,
+}
+
+impl FileState {
+    fn attributes_only() -> FileState {
+        FileState {
+            data: Data::AttributesOnly,
+            mode: None,
+            xattrs: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -45,6 +59,11 @@ pub struct RestoreReport {
     pub deleted: Vec<OsText>,
     /// (original path, why it was not restored).
     pub refused: Vec<(OsText, String)>,
+    /// (original path, attribute name): extended attributes set on restored files.
+    pub xattrs: Vec<(OsText, OsText)>,
+    /// (original path, attribute name, why): recorded extended attributes
+    /// of restored files that could not be set.
+    pub xattrs_refused: Vec<(OsText, OsText, String)>,
 }
 
 /// Where `audit files --restore` puts executed images that had no path on
@@ -66,6 +85,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
             mode,
             stored_content,
             content_over_budget,
+            xattr,
             ..
         } = &ev.event
         else {
@@ -82,12 +102,14 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
         };
         match op {
             FileOp::Create | FileOp::Modify | FileOp::Truncate => {
-                let old_mode = files.get(path).and_then(|f| f.mode);
+                // New content keeps the file's mode and attributes.
+                let old = files.remove(path);
                 files.insert(
                     path.clone(),
                     FileState {
                         data: data_from_event(),
-                        mode: mode.or(old_mode),
+                        mode: mode.or(old.as_ref().and_then(|f| f.mode)),
+                        xattrs: old.map(|f| f.xattrs).unwrap_or_default(),
                     },
                 );
                 deleted.remove(path);
@@ -112,9 +134,15 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                         // A rename event that carries content describes the
                         // destination after the move; trust it over history.
                         Some(s) if stored_content.is_none() => s,
-                        _ => FileState {
+                        Some(s) => FileState {
+                            data: data_from_event(),
+                            mode: mode.or(s.mode),
+                            xattrs: s.xattrs,
+                        },
+                        None => FileState {
                             data: data_from_event(),
                             mode: *mode,
+                            xattrs: BTreeMap::new(),
                         },
                     };
                     files.insert(to.clone(), state);
@@ -143,11 +171,25 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                     FileState {
                         data: data_from_event(),
                         mode: Some(0o755),
+                        xattrs: BTreeMap::new(),
                     },
                 );
             }
             FileOp::Chmod => {
-                if let Some(f) = files.get_mut(path) {
+                let f = files
+                    .entry(path.clone())
+                    .or_insert_with(FileState::attributes_only);
+                f.mode = *mode;
+            }
+            FileOp::Xattr => {
+                let f = files
+                    .entry(path.clone())
+                    .or_insert_with(FileState::attributes_only);
+                if let Some(x) = xattr {
+                    let value = (!x.removed).then(data_from_event);
+                    f.xattrs.insert(x.name.clone(), value);
+                }
+                if mode.is_some() {
                     f.mode = *mode;
                 }
             }
@@ -281,6 +323,17 @@ pub fn restore(
         ..RestoreReport::default()
     };
     for (path, state) in files {
+        if state.data == Data::AttributesOnly {
+            report.refused.push((
+                path.clone(),
+                "only its mode or extended attributes are on record, not its content".into(),
+            ));
+            not_set(&mut report, &path, &state);
+            continue;
+        }
+        if matches!(state.data, Data::HashOnly { .. }) {
+            not_set(&mut report, &path, &state);
+        }
         let rel = match relative_path(&path) {
             Ok(r) => r,
             Err(why) => {
@@ -289,7 +342,7 @@ pub fn restore(
             }
         };
         let data = match &state.data {
-            Data::Empty => Vec::new(),
+            Data::Empty | Data::AttributesOnly => Vec::new(),
             Data::Stored(sha) => match store.content(sha)? {
                 Some(d) if chain::sha256_hex(&d) == *sha => d,
                 Some(_) => {
@@ -319,14 +372,107 @@ pub fn restore(
                 continue;
             }
         };
-        let result =
-            create_parents(dir, &rel).and_then(|()| write_file(&dir.join(&rel), &data, state.mode));
+        let dest = dir.join(&rel);
+        let result = create_parents(dir, &rel).and_then(|()| write_file(&dest, &data, state.mode));
         match result {
-            Ok(()) => report.restored.push((path, data.len() as u64)),
-            Err(why) => report.refused.push((path, why.to_string())),
+            Ok(()) => report.restored.push((path.clone(), data.len() as u64)),
+            Err(why) => {
+                report.refused.push((path, why.to_string()));
+                continue;
+            }
+        }
+        if state.xattrs.is_empty() {
+            continue;
+        }
+        let mut wanted = Vec::new();
+        for (name, value) in &state.xattrs {
+            let value = match value {
+                None => None,
+                Some(Data::Stored(sha)) => match stored(store, sha)? {
+                    Ok(v) => Some(v),
+                    Err(why) => {
+                        report
+                            .xattrs_refused
+                            .push((path.clone(), name.clone(), why.into()));
+                        continue;
+                    }
+                },
+                Some(Data::Empty) => Some(Vec::new()),
+                Some(Data::HashOnly { .. } | Data::AttributesOnly) => {
+                    report.xattrs_refused.push((
+                        path.clone(),
+                        name.clone(),
+                        "its value is known by hash only (over the cap or the budget)".into(),
+                    ));
+                    continue;
+                }
+            };
+            wanted.push((name.clone(), value));
+        }
+        for (name, outcome) in set_xattrs(&dest, &wanted, state.mode) {
+            match outcome {
+                Ok(()) => report.xattrs.push((path.clone(), name)),
+                Err(e) => report
+                    .xattrs_refused
+                    .push((path.clone(), name, e.to_string())),
+            }
         }
     }
     Ok(report)
+}
+
+/// The extended attributes of a file that is not restored are not set
+/// either: say so, one by one.
+fn not_set(report: &mut RestoreReport, path: &OsText, state: &FileState) {
+    for name in state.xattrs.keys() {
+        report.xattrs_refused.push((
+            path.clone(),
+            name.clone(),
+            "the file itself is not restored".into(),
+        ));
+    }
+}
+
+/// A stored attribute value `sha`, checked against its hash; Err says why not.
+fn stored(store: &AuditStore, sha: &str) -> Result<Result<Vec<u8>, &'static str>, AuditError> {
+    Ok(match store.content(sha)? {
+        Some(d) if chain::sha256_hex(&d) == sha => Ok(d),
+        Some(_) => Err("stored content was altered; run `airlock audit verify`"),
+        None => Err("stored content is missing; run `airlock audit verify`"),
+    })
+}
+
+/// Give the file at `dest` (never through a symlink there) the extended
+/// attributes `wanted` (name, value; None: remove it), then `mode` again:
+/// an ACL sets the mode's bits, and a chmod recorded after the ACL changed
+/// the ACL's mask, which setting the final mode last restores. What the
+/// kernel refuses (security.* and trusted.* need privileges; a filesystem
+/// may not support them) is returned with its error, never dropped.
+pub fn set_xattrs(
+    dest: &Path,
+    wanted: &[(OsText, Option<Vec<u8>>)],
+    mode: Option<u32>,
+) -> Vec<(OsText, std::io::Result<()>)> {
+    let mut out = Vec::new();
+    for (name, value) in wanted {
+        let done = match value {
+            Some(v) => {
+                rustix::fs::lsetxattr(dest, name.as_bytes(), v, rustix::fs::XattrFlags::empty())
+            }
+            None => match rustix::fs::lremovexattr(dest, name.as_bytes()) {
+                Err(rustix::io::Errno::NODATA) => Ok(()),
+                other => other,
+            },
+        };
+        out.push((name.clone(), done.map_err(std::io::Error::from)));
+    }
+    if let Some(m) = mode {
+        // Permission bits only, as write_file.
+        if let Err(e) = fs::set_permissions(dest, fs::Permissions::from_mode(m & 0o777)) {
+            out.push(("(the mode)".into(), Err(e)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

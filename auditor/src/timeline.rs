@@ -137,11 +137,18 @@ pub fn describe(event: &AuditEvent) -> String {
             content_over_cap,
             content_over_budget,
             identity,
+            xattr,
             ..
         } => {
             let mut s = format!("file  {:<8} {}", op.as_str(), path.escaped());
             if let Some(to) = rename_to {
                 s.push_str(&format!(" -> {}", to.escaped()));
+            }
+            if let Some(x) = xattr {
+                s.push_str(&format!("  {}", x.name.escaped()));
+                if x.removed {
+                    s.push_str(" removed");
+                }
             }
             let mut details = Vec::new();
             if let Some(sz) = size {
@@ -152,6 +159,10 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             if let Some(m) = mode {
                 details.push(format!("mode {m:o}"));
+            }
+            if let Some(acl) = xattr.as_ref().and_then(|x| x.acl.as_ref()) {
+                // An ACL is a permission change: say what it grants.
+                details.push(format!("acl: {}", escape::text(acl)));
             }
             if *content_over_cap {
                 details.push("hash only".into());

@@ -110,6 +110,7 @@ fn session(store: &AuditStore) -> SessionId {
             content_over_cap: false,
             content_over_budget: false,
             identity: Default::default(),
+            xattr: None,
         },
         dns("api.example.com"),
         AuditEvent::Tcp {

@@ -1,6 +1,8 @@
 // Files the session wrote: every version, its content, the diff from the
 // version before it, downloads. Over-the-cap versions were kept as a hash
-// only, and say so.
+// only, and say so. An extended attribute set or removed is a version of its
+// own: the attribute's name and value, and for an ACL the permissions it
+// left (mode and entries); it never enters a content diff.
 
 import {
   h, append, fill, api, enc, fmtTime, fmtClock, fmtBytes, shortHash, errorBox, clear,
@@ -59,9 +61,9 @@ export async function renderFiles(page, id, ctx) {
     const versions = f.versions;
     let current = versions.findIndex((v) => v.seq === state.seq);
     if (current < 0) {
-      // The newest version with content, else the newest.
+      // The newest version with file content, else the newest.
       current = versions.length - 1;
-      for (let i = versions.length - 1; i >= 0; i--) if (versions[i].content) { current = i; break; }
+      for (let i = versions.length - 1; i >= 0; i--) if (versions[i].content && CONTENT_OPS.has(versions[i].op)) { current = i; break; }
     }
     const viewer = h('div', { class: 'viewer', testid: 'file-viewer' });
     const rows = versions.map((v, i) => {
@@ -69,12 +71,17 @@ export async function renderFiles(page, id, ctx) {
       return h('tr', { class: ['file-version', i === current ? 'selected' : ''], testid: 'file-version', 'data-seq': String(v.seq), 'data-op': v.op },
         h('td', { class: 'num' }, h('a', { href: `#/s/${enc(id)}/e/${enc(v.seq)}`, title: 'the file event' }, `#${v.seq}`)),
         h('td', { class: 'nowrap mono small', title: `${fmtTime(v.ts_us)} UTC` }, fmtClock(v.ts_us)),
-        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null),
+        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null, attributeLine(v)),
         h('td', { class: 'num' }, v.size === null || v.size === undefined ? '—' : fmtBytes(v.size)),
         h('td', { class: 'mono small', title: v.sha256 || '' }, v.sha256 ? shortHash(v.sha256) : '—'),
         h('td', null, h('div', { class: 'actions' },
           hashOnly
             ? h('span', { class: 'badge badge-warn', testid: 'hash-only' }, v.over_cap ? 'hash only (over the cap)' : v.over_budget ? 'hash only (over the budget)' : 'hash only (content not kept)')
+            : v.content && v.op === 'xattr'
+              ? [
+                h('button', { type: 'button', class: ['btn', 'btn-small', i === current ? 'active' : ''], testid: 'view-value', onclick: () => { state.seq = v.seq; state.show = 'content'; sync(); drawDetail(); } }, 'Value'),
+                h('a', { class: 'btn btn-small', href: `api/sessions/${enc(id)}/content/${enc(v.content)}`, download: '', testid: 'download-content' }, 'Download'),
+              ]
             : v.content
               ? [
                 h('button', { type: 'button', class: ['btn', 'btn-small', i === current && state.show === 'content' ? 'active' : ''], testid: 'view-content', onclick: () => { state.seq = v.seq; state.show = 'content'; sync(); drawDetail(); } }, 'Content'),
@@ -95,6 +102,10 @@ export async function renderFiles(page, id, ctx) {
   async function showVersion(versions, i, viewer) {
     const v = versions[i];
     if (!v) return;
+    if (v.op === 'xattr') {
+      showAttribute(v, viewer);
+      return;
+    }
     if (!v.content) {
       fill(viewer, h('p', { class: 'note-box', testid: CONTENT_OPS.has(v.op) ? 'hash-only-note' : 'no-content-note' },
         CONTENT_OPS.has(v.op)
@@ -155,8 +166,49 @@ export async function renderFiles(page, id, ctx) {
     }
   }
 
+  // An extended attribute's version: its name, the permissions an ACL
+  // left, and its value (never diffed against the file's content).
+  async function showAttribute(v, viewer) {
+    const x = v.xattr || {};
+    // The name as recorded (headings are set in capitals; names are not).
+    const head = h('div', { class: 'body-head' }, h('h3', null, `Attribute at #${v.seq}`),
+      h('span', { class: 'mono small' }, x.name || ''),
+      h('span', { class: 'muted small' }, x.removed ? 'removed' : v.size === null || v.size === undefined ? '' : fmtBytes(v.size)));
+    const perms = x.acl !== undefined && x.acl !== null
+      ? h('p', { class: 'note-box', testid: 'acl-note' }, `A permission change: the file's mode is ${modeText(v.mode)} and its ACL grants ${x.acl}.`)
+      : null;
+    if (x.removed || !v.content) {
+      fill(viewer, head, perms, h('p', { class: 'muted', testid: 'no-content-note' },
+        x.removed ? 'The attribute is gone after this operation.' : `Hash only: the record kept the value's SHA-256 (${v.sha256 || 'unknown'}).`));
+      return;
+    }
+    fill(viewer, head, perms, h('p', { class: 'muted' }, 'Loading…'));
+    try {
+      const c = await api(`api/sessions/${enc(id)}/content/${enc(v.content)}?view=1`);
+      if (ctx.stale()) return;
+      fill(viewer, head, perms,
+        h('pre', { class: ['code', 'file-content', `body-${c.encoding}`], testid: 'xattr-value', 'data-encoding': c.encoding }, c.text ?? ''));
+    } catch (err) {
+      if (ctx.stale()) return;
+      fill(viewer, head, perms, errorBox(err, 'the value'));
+    }
+  }
+
   drawList();
   drawDetail();
+}
+
+function modeText(mode) {
+  return mode === null || mode === undefined ? 'unknown' : mode.toString(8).padStart(4, '0');
+}
+
+// The attribute an xattr version is about, under its operation.
+function attributeLine(v) {
+  if (v.op !== 'xattr' || !v.xattr) return v.op === 'chmod' && v.mode !== null && v.mode !== undefined ? h('span', { class: 'mono small' }, ` ${modeText(v.mode)}`) : null;
+  const x = v.xattr;
+  return h('div', { class: 'mono small', testid: 'xattr-name' },
+    `${x.name}${x.removed ? ' removed' : ''}`,
+    x.acl ? h('div', { class: 'small', testid: 'xattr-acl' }, `mode ${modeText(v.mode)} · acl: ${x.acl}`) : null);
 }
 
 function diffView(diff) {

@@ -52,6 +52,22 @@ pub(crate) fn capture(handle: &File, max_content: u64) -> Captured {
     })
 }
 
+/// SHA-256 (hex) of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Size, hash and (up to `max_content` bytes) content of a value in hand,
+/// such as an extended attribute's.
+pub(crate) fn bytes(value: Vec<u8>, max_content: u64) -> Captured {
+    let size = value.len() as u64;
+    Captured {
+        size: Some(size),
+        sha256: Some(sha256(&value)),
+        content: (size <= max_content).then_some(value),
+    }
+}
+
 /// Hash (and keep up to `max_content` bytes of) a readable file from its start.
 pub(crate) fn read_all(mut file: File, max_content: u64) -> Option<Captured> {
     file.seek(SeekFrom::Start(0)).ok()?;

@@ -37,7 +37,8 @@ mod sys;
 pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{
-    ExecImage, ExecSeq, FileChange, FileRef, ImageKind, Observation, ObserveSpec, is_secret_name,
+    ExecImage, ExecSeq, FileChange, FileRef, ImageKind, Observation, ObserveSpec, XattrChange,
+    is_secret_name,
 };
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;

@@ -49,8 +49,13 @@ pub enum FileChange {
     Rename,
     /// unlink(2)/rmdir(2) (directories end in '/').
     Delete,
-    /// chmod(2) family: `mode` holds the requested mode.
+    /// chmod(2) family: `mode` holds the mode the file has after it.
     Chmod,
+    /// An extended attribute set or removed (setxattr(2), removexattr(2)
+    /// and their l-, f- and -at forms): `xattr` says which; `size`,
+    /// `sha256` and `content` are the attribute's value after the call.
+    /// For a POSIX ACL, `mode` holds the mode the file has after it.
+    Xattr,
     /// The bytes of an executed image that has no path on disk (memfd,
     /// deleted file): `path` is the exec's, `content` the image.
     Image,
@@ -65,9 +70,23 @@ impl FileChange {
             FileChange::Rename => "rename",
             FileChange::Delete => "delete",
             FileChange::Chmod => "chmod",
+            FileChange::Xattr => "xattr",
             FileChange::Image => "image",
         }
     }
+}
+
+/// Which extended attribute an `Xattr` file change is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XattrChange {
+    /// Its name, e.g. `user.payload` or `system.posix_acl_access`: bytes,
+    /// as the kernel has it.
+    pub name: Vec<u8>,
+    /// The file has no such attribute after the call: it was removed, or
+    /// the kernel folded an ACL that the mode expresses into the mode.
+    pub removed: bool,
+    /// A POSIX ACL's entries, readable ("user::rwx, user:1000:rwx, ...").
+    pub acl: Option<String>,
 }
 
 /// Where an executed image came from.
@@ -170,6 +189,8 @@ pub enum Observation {
         content: Option<Vec<u8>>,
         rename_to: Option<Vec<u8>>,
         mode: Option<u32>,
+        /// For `FileChange::Xattr`: the attribute.
+        xattr: Option<XattrChange>,
         ts: SystemTime,
     },
     /// A task in the sandbox that the observer did not trace, found by the

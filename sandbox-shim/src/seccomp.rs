@@ -152,6 +152,10 @@ const WRITE_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::
 
 /// fchmodat2(2) (Linux 6.6) has the same number on every architecture.
 pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
+/// setxattrat(2) and removexattrat(2) (Linux 6.13), numbered alike on every
+/// architecture; not in the libc crate yet.
+pub(crate) const SYS_SETXATTRAT: libc::c_long = 463;
+pub(crate) const SYS_REMOVEXATTRAT: libc::c_long = 466;
 
 /// Syscalls the observer always stops at. execve and exit are not among
 /// them: ptrace reports a successful exec and every death by itself.
@@ -170,6 +174,16 @@ fn traced_syscalls() -> Vec<libc::c_long> {
         libc::SYS_mkdirat,
         libc::SYS_linkat,
         libc::SYS_symlinkat,
+        // Extended attributes hold data (850 bytes in `user.payload`) and
+        // permissions (a POSIX ACL): every way to set or remove one.
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_fsetxattr,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        libc::SYS_fremovexattr,
+        SYS_SETXATTRAT,
+        SYS_REMOVEXATTRAT,
     ];
     #[cfg(target_arch = "x86_64")]
     list.extend([
@@ -394,6 +408,30 @@ mod tests {
         }
         for sys in [libc::SYS_io_uring_setup, libc::SYS_unshare, libc::SYS_setns] {
             assert_eq!(run(&prog, &Call::new(sys, &[])), errno(libc::EPERM));
+        }
+    }
+
+    #[test]
+    fn every_way_to_set_or_remove_an_xattr_stops_for_the_observer() {
+        let observed = super::filter_with(true, false);
+        let unobserved = super::filter_with(false, false);
+        for sys in [
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_fsetxattr,
+            libc::SYS_removexattr,
+            libc::SYS_lremovexattr,
+            libc::SYS_fremovexattr,
+            super::SYS_SETXATTRAT,
+            super::SYS_REMOVEXATTRAT,
+        ] {
+            let call = Call::new(sys, &[0, 0, 0, 0, 0]);
+            assert_eq!(run(&observed, &call), super::RET_TRACE, "syscall {sys}");
+            assert_eq!(run(&unobserved, &call), RET_ALLOW, "syscall {sys}");
+        }
+        // Reading attributes changes nothing: never a stop.
+        for sys in [libc::SYS_getxattr, libc::SYS_listxattr, libc::SYS_fgetxattr] {
+            assert_eq!(run(&observed, &Call::new(sys, &[0, 0, 0, 0])), RET_ALLOW);
         }
     }
 

@@ -487,6 +487,18 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
             escape::text(sha.as_deref().unwrap_or("unknown"))
         )?;
     }
+    for (path, name) in &report.xattrs {
+        writeln!(out, "xattr      {} {}", path.escaped(), name.escaped())?;
+    }
+    for (path, name, why) in &report.xattrs_refused {
+        writeln!(
+            out,
+            "refused    {} {}: {}",
+            path.escaped(),
+            name.escaped(),
+            escape::text(why)
+        )?;
+    }
     for path in &report.deleted {
         writeln!(out, "deleted    {}", path.escaped())?;
     }

@@ -95,6 +95,7 @@ pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
         content_over_cap: false,
         content_over_budget: false,
         identity: Default::default(),
+        xattr: None,
     }
 }
 

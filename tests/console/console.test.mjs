@@ -14,6 +14,8 @@
 //   BIG_FILE_PATH a file over the session's content cap (hash only)
 //   EXISTING_FILE_PATH a file that existed before the session, appended to
 //   HOSTILE_FILE_PATH  a file whose name and content are markup
+//   ACL_FILE_PATH a 0700 script given an ACL granting uid 1000 rwx, and a
+//                 user.origin attribute
 //   DENIED_PATH   the refused request's path
 //   REFUSED_BODY  the refused request's body
 //   UPSTREAM_HOST the upstream's name
@@ -48,6 +50,7 @@ const FILE_PATH = env('FILE_PATH');
 const BIG_FILE_PATH = env('BIG_FILE_PATH');
 const EXISTING_FILE_PATH = env('EXISTING_FILE_PATH');
 const HOSTILE_FILE_PATH = env('HOSTILE_FILE_PATH');
+const ACL_FILE_PATH = env('ACL_FILE_PATH');
 const DENIED_PATH = env('DENIED_PATH');
 const REFUSED_BODY = env('REFUSED_BODY');
 const UPSTREAM_HOST = env('UPSTREAM_HOST');
@@ -458,6 +461,19 @@ await step('the files page lists the file with both versions, its content and th
   await page.locator('[data-testid=file-version]').first().locator('[data-testid=view-content]').click();
   await page.waitForFunction(() => (document.querySelector('[data-testid=file-content]')?.textContent || '').includes('<script>alert(2)</script>'));
   check(await page.locator('#app img, #app script, #app i').count() === 0, 'recorded markup became elements');
+  // An ACL is a permission change: its version says the mode it left and
+  // what it grants; an attribute's value is shown, never diffed.
+  await page.locator(`[data-testid=file-item][data-path="${ACL_FILE_PATH}"] button`).click();
+  const acl = page.locator('[data-testid=file-version][data-op=xattr]', { hasText: 'system.posix_acl_access' });
+  await acl.waitFor();
+  const aclText = await acl.innerText();
+  check(/mode 0770/.test(aclText) && aclText.includes('user:1000:rwx'), `the ACL version: ${aclText}`);
+  await acl.locator('[data-testid=view-value]').click();
+  await page.waitForFunction(() => /permission change: the file's mode is 0770 and its ACL grants user::rwx, user:1000:rwx/.test(document.querySelector('[data-testid=acl-note]')?.textContent || ''));
+  const origin = page.locator('[data-testid=file-version][data-op=xattr]', { hasText: 'user.origin' });
+  await origin.locator('[data-testid=view-value]').click();
+  await page.waitForFunction(() => (document.querySelector('[data-testid=xattr-value]')?.textContent || '').includes('set in the session'));
+  await shot('files-xattr', { fullPage: true });
   // A file event's own page: the record as a table, linked to the versions.
   const fileEvent = events.find((e) => e.kind === 'file');
   await goto(`#/s/${SID}/e/${fileEvent.seq}`);

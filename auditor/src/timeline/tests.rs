@@ -56,6 +56,7 @@ fn every_field_from_the_sandbox_is_escaped() {
             content_over_cap: false,
             content_over_budget: false,
             identity: Default::default(),
+            xattr: None,
         },
         AuditEvent::Dns {
             exec_id: id(),

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind, OsText, SessionId};
+use airlock_auditor::{AuditEvent, EventKind, OsText, SessionId, Xattr};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;
@@ -29,6 +29,29 @@ struct Version {
     over_budget: bool,
     exec_id: Option<String>,
     rename_to: Option<String>,
+    /// The mode on record (a chmod's, an ACL's, a version's).
+    mode: Option<u32>,
+    /// For op `xattr`: the attribute; `content` is then its value.
+    xattr: Option<Attribute>,
+}
+
+/// An extended attribute as the page shows it: its name printed as the CLI
+/// prints it (see [`OsText`]).
+#[derive(Debug, Serialize)]
+struct Attribute {
+    name: String,
+    removed: bool,
+    acl: Option<String>,
+}
+
+impl From<Xattr> for Attribute {
+    fn from(x: Xattr) -> Self {
+        Attribute {
+            name: x.name.to_string(),
+            removed: x.removed,
+            acl: x.acl,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -53,6 +76,8 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             stored_content,
             content_over_cap,
             content_over_budget,
+            mode,
+            xattr,
             ..
         } = ev.event
         else {
@@ -76,6 +101,8 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             over_budget: content_over_budget,
             exec_id: exec_id.map(|e| e.as_str().to_owned()),
             rename_to: rename_to.map(|to| to.to_string()),
+            mode,
+            xattr: xattr.map(Attribute::from),
         });
     }
     Ok(respond::json(&json!({ "files": files })))

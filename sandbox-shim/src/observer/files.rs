@@ -18,10 +18,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
+use super::view::View;
 use super::writable::Mounts;
+use super::xattrs::MODE_BITS;
 use super::{name, reconcile};
 use crate::capture::{self, Captured};
-use crate::observation::{ExecSeq, FileChange, Observation};
+use crate::observation::{ExecSeq, FileChange, Observation, XattrChange};
 
 /// (device, inode number).
 pub(super) type FileKey = (u64, u64);
@@ -65,6 +67,8 @@ pub(super) struct FileRecord {
     pub inode: Option<FileKey>,
     pub names: Vec<Vec<u8>>,
     pub reconciled: bool,
+    /// For `FileChange::Xattr`: which attribute.
+    pub xattr: Option<XattrChange>,
     pub ts: SystemTime,
 }
 
@@ -80,6 +84,7 @@ impl FileRecord {
             inode: None,
             names: Vec::new(),
             reconciled: false,
+            xattr: None,
             ts: SystemTime::now(),
         }
     }
@@ -90,9 +95,8 @@ pub(super) struct Files {
     /// Ordered, so a directory's entries are one range away.
     by_name: BTreeMap<Vec<u8>, FileKey>,
     held_by: HashMap<Pid, HashSet<FileKey>>,
-    /// What the record says each path holds now: the SHA-256 of its last
-    /// recorded content (None when it has none, e.g. a directory).
-    view: BTreeMap<Vec<u8>, Option<String>>,
+    /// What the record says each path holds now.
+    view: View,
     pub mounts: Mounts,
     max_content: u64,
     seq: u64,
@@ -104,8 +108,8 @@ fn key_of(meta: &std::fs::Metadata) -> FileKey {
     (meta.dev(), meta.ino())
 }
 
-/// The keys strictly below directory `dir` ("dir/..."), in order.
-fn under<V>(map: &BTreeMap<Vec<u8>, V>, dir: &[u8]) -> Vec<Vec<u8>> {
+/// The keys below directory `dir` ("dir/" and "dir/..."), in order.
+pub(super) fn under<V>(map: &BTreeMap<Vec<u8>, V>, dir: &[u8]) -> Vec<Vec<u8>> {
     let prefix = name::dir_form(dir);
     map.range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -114,7 +118,7 @@ fn under<V>(map: &BTreeMap<Vec<u8>, V>, dir: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// Renaming `from` to `to` renames `name` if it is `from` or below it.
-fn renamed(name: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn renamed(name: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
     if name == from {
         return Some(to.to_vec());
     }
@@ -129,7 +133,7 @@ impl Files {
             tracked: HashMap::new(),
             by_name: BTreeMap::new(),
             held_by: HashMap::new(),
-            view: BTreeMap::new(),
+            view: View::default(),
             mounts,
             max_content,
             seq: 0,
@@ -143,34 +147,13 @@ impl Files {
         self.mounts.contains(name::trim_slashes(path))
     }
 
+    /// Files up to this size are recorded with their content.
+    pub(super) fn max_content(&self) -> u64 {
+        self.max_content
+    }
+
     pub(super) fn emit(&mut self, r: FileRecord) {
-        match r.op {
-            FileChange::Create | FileChange::Modify | FileChange::Truncate => {
-                self.view.insert(r.path.clone(), r.captured.sha256.clone());
-            }
-            FileChange::Delete => {
-                let gone = name::trim_slashes(&r.path);
-                self.view.remove(gone);
-                self.view.remove(&r.path);
-                for below in under(&self.view, gone) {
-                    self.view.remove(&below);
-                }
-            }
-            FileChange::Rename => {
-                if let Some(to) = &r.rename_to {
-                    let mut moved = under(&self.view, &r.path);
-                    moved.push(r.path.clone());
-                    for old in moved {
-                        if let (Some(new), Some(hash)) =
-                            (renamed(&old, &r.path, to), self.view.remove(&old))
-                        {
-                            self.view.insert(new, hash);
-                        }
-                    }
-                }
-            }
-            FileChange::Chmod | FileChange::Image => {}
-        }
+        self.view.apply(&r);
         let _ = self.tx.send(Observation::File {
             exec_id: r.exec_id,
             path: r.path,
@@ -183,6 +166,7 @@ impl Files {
             inode: r.inode,
             names: r.names,
             reconciled: r.reconciled,
+            xattr: r.xattr,
             ts: r.ts,
         });
     }
@@ -342,22 +326,26 @@ impl Files {
         let Some(mut t) = self.tracked.remove(&key) else {
             return;
         };
+        // The mode comes with the content, so the record knows both (and
+        // the reconcile can tell a later chmod nobody saw).
         let captured = match &t.reader {
             Some(reader) => reader
                 .try_clone()
                 .ok()
-                .filter(|r| r.metadata().is_ok_and(|m| m.nlink() > 0))
-                .and_then(|r| capture::read_all(r, self.max_content)),
+                .and_then(|r| r.metadata().ok().map(|m| (r, m)))
+                .filter(|(_, m)| m.nlink() > 0)
+                .and_then(|(r, m)| capture::read_all(r, self.max_content).map(|c| (c, m))),
             None => self
                 .mounts
                 .lookup(&t.name)
-                .filter(|h| h.metadata().is_ok_and(|m| key_of(&m) == key))
-                .map(|h| capture::capture(&h, self.max_content)),
+                .and_then(|h| h.metadata().ok().map(|m| (h, m)))
+                .filter(|(_, m)| key_of(m) == key)
+                .map(|(h, m)| (capture::capture(&h, self.max_content), m)),
         };
         // No content: the file has no name any more (it was deleted; its
         // last named version was captured before the unlink) or it is
         // unreadable; the reconcile has the last word on what is on disk.
-        if let Some(captured) = captured {
+        if let Some((captured, meta)) = captured {
             let names = if t.names.len() > 1 {
                 t.names.clone()
             } else {
@@ -366,6 +354,7 @@ impl Files {
             self.emit(FileRecord {
                 captured,
                 inode: Some(key),
+                mode: Some(meta.mode() & MODE_BITS),
                 names,
                 ts: t.ts,
                 ..FileRecord::now(t.exec, t.name.clone(), t.op)
@@ -419,15 +408,27 @@ impl Files {
         }
     }
 
-    /// Content of the file named `path` now (for a record made at once).
-    pub(super) fn capture_named(&self, path: &[u8]) -> (Captured, Option<FileKey>) {
+    /// Content and mode of the file named `path` now (for a record made at
+    /// once).
+    pub(super) fn capture_named(&self, path: &[u8]) -> (Captured, Option<FileKey>, Option<u32>) {
         match self.mounts.lookup(path) {
             Some(h) => {
-                let key = h.metadata().ok().map(|m| key_of(&m));
-                (capture::capture(&h, self.max_content), key)
+                let meta = h.metadata().ok();
+                (
+                    capture::capture(&h, self.max_content),
+                    meta.as_ref().map(key_of),
+                    meta.map(|m| m.mode() & MODE_BITS),
+                )
             }
-            None => (Captured::default(), None),
+            None => (Captured::default(), None, None),
         }
+    }
+
+    /// The mode the file named `path` has now, and whether it is a
+    /// directory (its records end in '/').
+    pub(super) fn mode_of(&self, path: &[u8]) -> Option<(u32, bool)> {
+        let meta = self.mounts.lookup(path)?.metadata().ok()?;
+        Some((meta.mode() & MODE_BITS, meta.is_dir()))
     }
 
     /// The end: every process of the sandbox is gone. Capture what is still

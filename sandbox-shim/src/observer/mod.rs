@@ -18,8 +18,10 @@
 //!
 //! Modules: `trace` classifies wait statuses, `procs` keeps which exec
 //! each process runs, `resolve` resolves path arguments as the kernel would
-//! for the tracee.
+//! for the tracee, `view` keeps what the record says each path holds,
+//! `xattrs` reads extended attributes and `acl` decodes POSIX ACLs.
 
+mod acl;
 mod exec;
 mod files;
 mod name;
@@ -29,7 +31,9 @@ mod resolve;
 mod syscalls;
 mod trace;
 mod untraced;
+mod view;
 mod writable;
+mod xattrs;
 
 use nix::unistd::Pid;
 use std::collections::HashMap;

@@ -3,13 +3,19 @@
 //! record says. A file whose ctime is later than the session's start
 //! changed during the session (ctime is the one inode time a program cannot
 //! set, see inode(7)); unless the record already holds exactly its content,
-//! it is recorded now with its final content. A recorded file that is gone
-//! is recorded as deleted. So the end state is complete whatever path the
+//! it is recorded now with its final content and mode. Its mode and its
+//! extended attributes are compared too: a mode other than the last one on
+//! record is recorded as a chmod, each attribute the record does not hold
+//! with that value as an xattr record (and one on record that is gone as
+//! removed). A changed directory's attributes are compared the same way
+//! (its mode only when the record has one: a directory's ctime also moves
+//! when an entry is added). A recorded file that is gone is recorded as
+//! deleted. So the end state is complete whatever path the
 //! writes took (an mmap, a descriptor passed over a socket, a syscall the
 //! filter does not stop at); the per-syscall records still say who wrote
 //! what, and when.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -22,7 +28,9 @@ use nix::sys::stat::Mode;
 
 use super::files::FileRecord;
 use super::name;
+use super::view::{Known, View};
 use super::writable::{Mounts, is_under};
+use super::xattrs::{self, MODE_BITS};
 use crate::capture::{self, Captured};
 use crate::observation::FileChange;
 
@@ -45,7 +53,7 @@ fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
 
 struct Walk<'a> {
     since: SystemTime,
-    view: &'a BTreeMap<Vec<u8>, Option<String>>,
+    view: &'a View,
     max_content: u64,
     seen: HashSet<Vec<u8>>,
     out: Vec<FileRecord>,
@@ -81,24 +89,78 @@ impl Walk<'_> {
                 ..Captured::default()
             }
         };
-        let same = match recorded {
+        let known = recorded.cloned().unwrap_or_default();
+        let same = match &known.content {
             Some(hash) => ft.is_file() && *hash == captured.sha256 || !ft.is_file(),
             None => false,
         };
-        if same {
+        let mode = meta.mode() & MODE_BITS;
+        if !same {
+            let op = if recorded.is_some() {
+                FileChange::Modify
+            } else {
+                FileChange::Create
+            };
+            self.out.push(FileRecord {
+                captured,
+                inode: Some((meta.dev(), meta.ino())),
+                // A symlink's own mode means nothing (symlink(7)).
+                mode: (!ft.is_symlink()).then_some(mode),
+                reconciled: true,
+                ..FileRecord::now(None, path.clone(), op)
+            });
+        } else if !ft.is_symlink() && known.mode.is_some_and(|m| m != mode) {
+            self.chmod(&path, meta);
+        }
+        if let Some(obj) = open_at(dir, name, OFlag::O_PATH) {
+            self.xattrs(&obj, path, meta, &known);
+        }
+    }
+
+    /// A directory that changed: its attributes against the record's.
+    fn directory(&mut self, obj: &File, path: Vec<u8>, meta: &std::fs::Metadata) {
+        if ctime(meta) < self.since {
             return;
         }
-        let op = if recorded.is_some() {
-            FileChange::Modify
-        } else {
-            FileChange::Create
-        };
+        let known = self.view.get(&path).cloned().unwrap_or_default();
+        if known.mode.is_some_and(|m| m != meta.mode() & MODE_BITS) {
+            self.chmod(&path, meta);
+        }
+        self.xattrs(obj, path, meta, &known);
+    }
+
+    fn chmod(&mut self, path: &[u8], meta: &std::fs::Metadata) {
         self.out.push(FileRecord {
-            captured,
+            mode: Some(meta.mode() & MODE_BITS),
             inode: Some((meta.dev(), meta.ino())),
             reconciled: true,
-            ..FileRecord::now(None, path, op)
+            ..FileRecord::now(None, path.to_vec(), FileChange::Chmod)
         });
+    }
+
+    /// Each attribute on disk that the record does not hold with that
+    /// value, and each recorded one that is gone.
+    fn xattrs(&mut self, obj: &File, path: Vec<u8>, meta: &std::fs::Metadata, known: &Known) {
+        let on_disk = xattrs::all(obj);
+        let mut found = Vec::new();
+        for (name, value) in on_disk.iter() {
+            let sha = Some(capture::sha256(value));
+            if known.xattrs.get(name) != Some(&sha) {
+                found.push((name.clone(), Some(value.clone())));
+            }
+        }
+        for (name, value) in &known.xattrs {
+            if value.is_some() && !on_disk.contains_key(name) {
+                found.push((name.clone(), None));
+            }
+        }
+        for (name, now) in found {
+            let record = xattrs::described(None, path.clone(), meta, name, now, self.max_content);
+            self.out.push(FileRecord {
+                reconciled: true,
+                ..record
+            });
+        }
     }
 }
 
@@ -106,7 +168,7 @@ impl Walk<'_> {
 pub(super) fn run(
     mounts: &Mounts,
     since: SystemTime,
-    view: &BTreeMap<Vec<u8>, Option<String>>,
+    view: &View,
     max_content: u64,
 ) -> Vec<FileRecord> {
     let mut walk = Walk {
@@ -139,6 +201,7 @@ pub(super) fn run(
                 if meta.is_dir() {
                     if let Some(sub) = open_at(&dir, &name, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
                         walk.seen.insert(name::dir_form(&child));
+                        walk.directory(&sub, name::dir_form(&child), &meta);
                         stack.push((sub, child));
                     }
                     continue;
@@ -150,7 +213,7 @@ pub(super) fn run(
     let mut out = std::mem::take(&mut walk.out);
     // Recorded, under a walked mount, and gone.
     let mut gone: Vec<&Vec<u8>> = view
-        .keys()
+        .paths()
         .filter(|p| !walk.seen.contains(*p))
         .filter(|p| {
             let plain = name::trim_slashes(p);

@@ -14,6 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use super::files::{FileKey, FileRecord, Files, Opened};
 use super::name;
 use super::resolve::{self, Resolved, Viewer};
+use super::xattrs;
 use crate::observation::{ExecSeq, FileChange};
 use crate::procfs;
 
@@ -61,6 +62,22 @@ pub(super) enum Call {
         fd: i32,
         mode: u32,
     },
+    /// The setxattr(2) and removexattr(2) families.
+    Xattr {
+        target: XattrTarget,
+        name: Vec<u8>,
+    },
+}
+
+/// The file an xattr call is about.
+#[derive(Debug)]
+pub(super) enum XattrTarget {
+    /// A path, resolved as the call resolves it (setxattr follows a symlink
+    /// in the last position, lsetxattr and AT_SYMLINK_NOFOLLOW do not).
+    Path(Resolved),
+    /// A descriptor of the caller (fsetxattr, or AT_EMPTY_PATH with an
+    /// empty path); `AT_FDCWD` for its working directory.
+    Fd(i32),
 }
 
 /// What the seccomp stop decoded: the call, and the paths whose tracked
@@ -101,6 +118,33 @@ impl Args {
 
     fn dirfd(&self, i: usize) -> i32 {
         arg_i32(self.args[i])
+    }
+
+    /// An xattr call's name argument (a C string; never a path).
+    fn xattr_name(&self, i: usize) -> Option<Vec<u8>> {
+        self.string(i)
+    }
+
+    /// The target of setxattrat(2)/removexattrat(2): (dirfd, path, at_flags)
+    /// in arguments 0 to 2. AT_EMPTY_PATH with an empty (or NULL) path
+    /// names the descriptor itself.
+    fn xattr_at(&self) -> Option<XattrTarget> {
+        let flags = self.args[2];
+        let path = if self.args[1] == 0 {
+            Vec::new()
+        } else {
+            self.string(1)?
+        };
+        if path.is_empty() {
+            return (flags & libc::AT_EMPTY_PATH as u64 != 0)
+                .then(|| XattrTarget::Fd(self.dirfd(0)));
+        }
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW as u64 == 0;
+        resolve::resolve(self.viewer, self.dirfd(0), &path, follow).map(XattrTarget::Path)
+    }
+
+    fn xattr_path(&self, follow: bool) -> Option<XattrTarget> {
+        self.resolve(AT_FDCWD, 0, follow).map(XattrTarget::Path)
     }
 }
 
@@ -226,6 +270,22 @@ pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> 
         libc::SYS_symlinkat => Call::Symlink {
             path: a.resolve(a.dirfd(1), 2, false)?,
         },
+        libc::SYS_setxattr | libc::SYS_removexattr => Call::Xattr {
+            target: a.xattr_path(true)?,
+            name: a.xattr_name(1)?,
+        },
+        libc::SYS_lsetxattr | libc::SYS_lremovexattr => Call::Xattr {
+            target: a.xattr_path(false)?,
+            name: a.xattr_name(1)?,
+        },
+        libc::SYS_fsetxattr | libc::SYS_fremovexattr => Call::Xattr {
+            target: XattrTarget::Fd(arg_i32(args[0])),
+            name: a.xattr_name(1)?,
+        },
+        crate::seccomp::SYS_SETXATTRAT | crate::seccomp::SYS_REMOVEXATTRAT => Call::Xattr {
+            target: a.xattr_at()?,
+            name: a.xattr_name(3)?,
+        },
         _ => return None,
     };
     let destroys = match &call {
@@ -271,6 +331,47 @@ fn fd_file(tid: Pid, fd: i64) -> Option<(Vec<u8>, Opened)> {
         },
     };
     Some((path, opened))
+}
+
+/// A chmod that succeeded: the mode the file has now (the kernel may drop
+/// setgid, chmod(2)), so the record and the disk agree; a directory's path
+/// ends in '/', as in its other records. The requested mode when the file
+/// cannot be looked up any more.
+fn chmod_record(files: &Files, exec: Option<ExecSeq>, path: Vec<u8>, asked: u32) -> FileRecord {
+    let (mode, path) = match files.mode_of(&path) {
+        Some((mode, true)) => (mode, name::dir_form(&path)),
+        Some((mode, false)) => (mode, path),
+        None => (asked, path),
+    };
+    FileRecord {
+        mode: Some(mode),
+        ..FileRecord::now(exec, path, FileChange::Chmod)
+    }
+}
+
+/// The kernel's name for an xattr call's target, and an O_PATH handle of
+/// the object itself (a FIFO is never opened, a symlink never followed).
+fn xattr_object(tid: Pid, target: XattrTarget) -> Option<(Vec<u8>, File)> {
+    match target {
+        XattrTarget::Path(resolved) => {
+            let obj = resolved.open()?;
+            Some((resolved.path, obj))
+        }
+        XattrTarget::Fd(fd) => {
+            let (link, path) = match fd {
+                AT_FDCWD => (format!("/proc/{tid}/cwd"), procfs::cwd(tid)?),
+                fd => (format!("/proc/{tid}/fd/{fd}"), procfs::fd_path(tid, fd)?),
+            };
+            let obj = nix::fcntl::open(
+                link.as_str(),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .map(File::from)?;
+            Some((path, obj))
+        }
+    }
 }
 
 /// The call succeeded with `value`: record it.
@@ -319,15 +420,17 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
             FileRecord::now(exec, path, FileChange::Delete)
         }
         Call::Mkdir { path, mode } => FileRecord {
-            mode: Some(mode),
+            // As made: the umask and the parent's default ACL apply.
+            mode: Some(files.mode_of(&path).map_or(mode, |(m, _)| m)),
             ..FileRecord::now(exec, name::dir_form(&path), FileChange::Create)
         },
         Call::Link { from, to } => {
             files.linked(&from, &to);
-            let (captured, inode) = files.capture_named(&to);
+            let (captured, inode, mode) = files.capture_named(&to);
             FileRecord {
                 captured,
                 inode,
+                mode,
                 ..FileRecord::now(exec, to, FileChange::Create)
             }
         }
@@ -348,18 +451,21 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
                 ..FileRecord::now(exec, path.path, FileChange::Create)
             }
         }
-        Call::Chmod { path, mode } => FileRecord {
-            mode: Some(mode),
-            ..FileRecord::now(exec, path, FileChange::Chmod)
-        },
+        Call::Chmod { path, mode } => chmod_record(files, exec, path, mode),
         Call::Fchmod { fd, mode } => {
             let Some(path) = procfs::fd_path(who.tid, fd) else {
                 return;
             };
-            FileRecord {
-                mode: Some(mode),
-                ..FileRecord::now(exec, path, FileChange::Chmod)
-            }
+            chmod_record(files, exec, path, mode)
+        }
+        Call::Xattr { target, name } => {
+            let Some((path, obj)) = xattr_object(who.tid, target) else {
+                return;
+            };
+            let Some(record) = xattrs::record(exec, path, &obj, name, files.max_content()) else {
+                return;
+            };
+            record
         }
     };
     if files.writable(&record.path) {
