@@ -42,7 +42,7 @@ pub use error::AuditError;
 pub use event::{
     AuditEvent, DEFAULT_MAX_SESSION_BYTES, EventKind, ExecFile, ExecImage, FileIdentity, FileOp,
     OutputStream, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
-    WebSocketMessage, WebSocketRecord, collapse_exchanges,
+    WebSocketMessage, WebSocketRecord, WritableDir, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};

@@ -19,7 +19,7 @@ use rusqlite::{Connection, params};
 use crate::budget::{Admit, Budget};
 use crate::chain::{self, Hash};
 use crate::search::terms::{self, Terms};
-use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
+use crate::{AuditError, AuditEvent, Redactor, Seq, SessionEnd, SessionId};
 
 /// Sign a checkpoint after this many events...
 const CHECKPOINT_EVERY: u64 = 1000;
@@ -431,7 +431,7 @@ impl SessionRecorder {
         *content_over_budget = false;
         let Some(mut bytes) = content.take() else {
             // The observer leaves out content over the cap itself: say so.
-            let writes_content = matches!(op, FileOp::Create | FileOp::Modify | FileOp::Truncate);
+            let writes_content = op.carries_content();
             *content_over_cap =
                 writes_content && size.is_some_and(|s| s > self.inner.max_file_bytes);
             return None;

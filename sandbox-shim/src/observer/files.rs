@@ -18,6 +18,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
+use super::originals::{Original, Originals};
 use super::reconcile;
 use super::writable::Mounts;
 use crate::capture::{self, Captured};
@@ -94,6 +95,8 @@ pub(super) struct Files {
     /// recorded content (None when it has none, e.g. a directory).
     view: BTreeMap<String, Option<String>>,
     pub mounts: Mounts,
+    /// What pre-existing files held before the session changed them.
+    originals: Originals,
     max_content: u64,
     seq: u64,
     readers: usize,
@@ -132,6 +135,7 @@ impl Files {
             held_by: HashMap::new(),
             view: BTreeMap::new(),
             mounts,
+            originals: Originals::default(),
             max_content,
             seq: 0,
             readers: 0,
@@ -169,6 +173,13 @@ impl Files {
                         }
                     }
                 }
+            }
+            FileChange::Original => {
+                // What the path held before the session, unless the record
+                // already says what it holds now.
+                self.view
+                    .entry(r.path.clone())
+                    .or_insert_with(|| r.captured.sha256.clone());
             }
             FileChange::Chmod | FileChange::Image => {}
         }
@@ -208,6 +219,11 @@ impl Files {
             return;
         }
         let key = key_of(&meta);
+        if op == FileChange::Create {
+            self.originals.created(key);
+        } else if let Some(missed) = self.originals.missed(exec, &path, key) {
+            self.emit(missed);
+        }
         if self.tracked.get(&key).is_some_and(|t| t.exec != exec) {
             self.capture(key, true);
         }
@@ -254,6 +270,48 @@ impl Files {
         if unheld {
             // A change by name is complete when its syscall returns.
             self.capture(key, false);
+        }
+    }
+
+    /// Is the original of this inode still to be taken?
+    pub(super) fn wants_original(&self, key: FileKey) -> bool {
+        self.originals.wanted(key)
+    }
+
+    /// The session made the object named `path` (mkdir, symlink): it has
+    /// no original.
+    pub(super) fn made(&mut self, path: &str) {
+        if let Some(h) = self.mounts.lookup(path.trim_end_matches('/'))
+            && let Ok(meta) = h.metadata()
+        {
+            self.originals.created(key_of(&meta));
+        }
+    }
+
+    /// Record, before a call changes it, what a file that existed before
+    /// the session holds, once per inode (see `originals`).
+    pub(super) fn keep_original(&mut self, exec: Option<ExecSeq>, original: Original) {
+        let (path, handle, tree) = match original {
+            Original::Handle { path, file } => (path, Some(file), false),
+            Original::Named { path, tree } => {
+                let handle = self.mounts.lookup(path.trim_end_matches('/'));
+                (path, handle, tree)
+            }
+        };
+        let Some(handle) = handle else {
+            return;
+        };
+        if !self.writable(&path) {
+            return;
+        }
+        let max = self.max_content;
+        if let Some(r) = self.originals.take(exec, &path, &handle, max) {
+            self.emit(r);
+        }
+        if tree && handle.metadata().is_ok_and(|m| m.is_dir()) {
+            for r in self.originals.take_tree(exec, &path, &handle, max) {
+                self.emit(r);
+            }
         }
     }
 

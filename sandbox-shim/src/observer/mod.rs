@@ -22,6 +22,7 @@
 
 mod exec;
 mod files;
+mod originals;
 mod procs;
 mod reconcile;
 mod resolve;
@@ -310,7 +311,10 @@ impl Observer {
         // changes anything else.
         self.files.check_holder(tgid);
         let viewer = Viewer { tid, tgid };
-        let Some(entry) = syscalls::entry(viewer, nr, args, self.files.tracking()) else {
+        let files = &self.files;
+        let Some(mut entry) = syscalls::entry(viewer, nr, args, files.tracking(), &|key| {
+            files.wants_original(key)
+        }) else {
             sys::trace_resume(tid, 0);
             return;
         };
@@ -319,6 +323,11 @@ impl Observer {
         }
         if let Some(key) = entry.truncates {
             self.files.before_truncate(key);
+        }
+        // What a pre-existing file held, before the call changes it.
+        let exec = self.procs.exec_of(tgid);
+        for original in std::mem::take(&mut entry.originals) {
+            self.files.keep_original(exec, original);
         }
         self.in_flight.insert(tid, (entry.call, args));
         sys::trace_to_syscall_exit(tid);
