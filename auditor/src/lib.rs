@@ -22,6 +22,7 @@
 mod budget;
 mod chain;
 mod codec;
+pub mod diff;
 mod error;
 pub mod escape;
 mod event;
@@ -36,6 +37,7 @@ mod schema;
 pub mod search;
 mod store;
 pub mod timeline;
+pub mod undo;
 mod verify;
 
 pub use error::AuditError;
