@@ -881,6 +881,16 @@ mod tests {
     }
 
     #[test]
+    fn a_missed_original_is_never_taken_for_a_file_that_did_not_exist() {
+        let mut missed = file("/ws/a", FileOp::Original, None, None);
+        if let AuditEvent::File { mode, .. } = &mut missed.event {
+            *mode = None;
+        }
+        let story = Story::of(&[missed, file("/ws/a", FileOp::Modify, Some("aa"), None)]);
+        assert_eq!(story.before("/ws/a"), State::Unknown);
+    }
+
+    #[test]
     fn paths_map_to_the_innermost_host_directory() {
         let dirs = [
             WritableDir {

@@ -141,9 +141,23 @@ pub(super) fn entry(
         };
         let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
         let path = a.string(path_arg);
-        let found = path
+        // The file itself, resolved as the kernel will for the tracee.
+        let resolved = || {
+            let r = resolve::resolve(viewer, dirfd, path.as_deref()?, follow)?;
+            let file = r.open()?;
+            Some((r.path, file))
+        };
+        let mut full = None;
+        let mut found = path
             .as_ref()
             .and_then(|p| resolve::quick_stat(viewer, dirfd, p, follow));
+        if found.is_none() && !excl {
+            // The quick look resolves /proc/self and absolute symlinks in
+            // our view, not the tracee's: before calling the file new or
+            // missing (and without an original), ask the real resolution.
+            full = resolved();
+            found = full.as_ref().and_then(|(_, f)| f.metadata().ok());
+        }
         if creat {
             entry.call = Call::Open {
                 existed: found.is_some(),
@@ -157,13 +171,9 @@ pub(super) fn entry(
             && let Some(meta) = &found
             && meta.is_file()
             && wanted((meta.dev(), meta.ino()))
-            && let Some(resolved) = path.and_then(|p| resolve::resolve(viewer, dirfd, &p, follow))
-            && let Some(file) = resolved.open()
+            && let Some((path, file)) = full.or_else(resolved)
         {
-            entry.originals.push(Original::Handle {
-                path: resolved.path,
-                file,
-            });
+            entry.originals.push(Original::Handle { path, file });
         }
         Some(entry)
     };
