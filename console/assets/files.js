@@ -1,13 +1,14 @@
 // Files the session wrote: every version, its content, the diff from the
-// version before it, downloads. Over-the-cap versions were kept as a hash
-// only, and say so.
+// version before it (for a file that existed before the session, its first
+// version is what it held then: op "original"), downloads. Over-the-cap
+// versions were kept as a hash only, and say so.
 
 import {
   h, append, fill, api, enc, fmtTime, fmtClock, fmtBytes, shortHash, errorBox, clear,
 } from './util.js';
 import { sessionHeader, sessionTabs } from './header.js';
 
-const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image']);
+const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image', 'original']);
 
 export async function renderFiles(page, id, ctx) {
   const [s, data] = await Promise.all([
@@ -125,10 +126,17 @@ export async function renderFiles(page, id, ctx) {
       let from = 'empty';
       let note;
       let fromLabel;
-      if (prev && prev.content) {
+      if (prev && prev.content && prev.op === 'original') {
+        from = prev.content;
+        fromLabel = 'before the session';
+        note = `Changes from what the file held before the session (#${prev.seq}) to #${v.seq}.`;
+      } else if (prev && prev.content) {
         from = prev.content;
         fromLabel = `#${prev.seq}`;
         note = `Changes from #${prev.seq} to #${v.seq}.`;
+      } else if (v.op === 'original') {
+        fromLabel = 'empty';
+        note = 'What the file held before the session: its first change comes next.';
       } else if (prev && prev.op === 'delete') {
         fromLabel = 'empty';
         note = `The file was deleted at #${prev.seq} and written again: the whole content is new.`;

@@ -12,7 +12,8 @@
 //   LIVE_FIFO     the live session reads this FIFO before its request
 //   FILE_PATH     the file written twice
 //   BIG_FILE_PATH a file over the session's content cap (hash only)
-//   EXISTING_FILE_PATH a file that existed before the session, appended to
+//   EXISTING_FILE_PATH a file that existed before the session, appended to:
+//                 its diff is from what it held before the session
 //   HOSTILE_FILE_PATH  a file whose name and content are markup
 //   DENIED_PATH   the refused request's path
 //   REFUSED_BODY  the refused request's body
@@ -443,14 +444,20 @@ await step('the files page lists the file with both versions, its content and th
   check((await page.innerText('[data-testid=hash-only]')).includes('hash only (over the cap)'), `the big file's mark: ${await page.innerText('[data-testid=hash-only]')}`);
   check((await page.innerText('[data-testid=hash-only-note]')).includes('over the cap'), 'no note that only the hash was kept');
   check(await page.locator('[data-testid=file-version] [data-testid=download-content]').count() === 0, 'a hash-only version offers a download');
-  // A file that was there before: its first version is a modify, and the
-  // page says the earlier content is not on record.
+  // A file that was there before: its first version is what it held before
+  // the session, and the session's change is a real before/after diff.
   await page.locator(`[data-testid=file-item][data-path="${EXISTING_FILE_PATH}"] button`).click();
   await page.locator('[data-testid=file-version]').first().waitFor();
   const firstOp = await page.getAttribute('[data-testid=file-version] >> nth=0', 'data-op');
-  check(firstOp !== 'create', `the first version of a file that existed is a ${firstOp}`);
-  await page.locator('[data-testid=file-version]').first().locator('[data-testid=view-diff]').click();
-  await page.waitForFunction(() => /not recorded/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  check(firstOp === 'original', `the first version of a file that existed is a ${firstOp}, not what it held before the session`);
+  await page.locator('[data-testid=file-version]').last().locator('[data-testid=view-diff]').click();
+  await page.waitForFunction(() => /before the session/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=diff-line][data-op="+"]')].some((l) => l.textContent.includes('appended in the session')));
+  const kept = await page.$$eval('[data-testid=diff-line][data-op=" "]', (ls) => ls.map((l) => l.textContent));
+  check(kept.some((t) => t.includes('there before the session')), `the diff does not keep what was there before: ${kept}`);
+  check(await page.locator('[data-testid=diff-line][data-op="-"]').count() === 0, 'an append removed lines in the diff');
+  check(!/not recorded/.test(await page.innerText('[data-testid=diff-note]')), 'the page still says the earlier content is not recorded');
+  await shot('files-before-after', { fullPage: true });
   // Markup chosen by the sandboxed program stays text, in its name and content.
   const hostile = page.locator(`[data-testid=file-item][data-path="${HOSTILE_FILE_PATH}"]`);
   check((await hostile.innerText()).includes('page<i>.html'), `the hostile file's name: ${await hostile.innerText()}`);
