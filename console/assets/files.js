@@ -9,6 +9,9 @@ import {
 import { sessionHeader, sessionTabs } from './header.js';
 
 const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image', 'original']);
+// A version with content: written here, or brought here by a rename (an
+// editor's write-then-rename).
+const hasContentOp = (v) => CONTENT_OPS.has(v.op) || Boolean(v.renamed_from);
 
 export async function renderFiles(page, id, ctx) {
   const [s, data] = await Promise.all([
@@ -66,11 +69,12 @@ export async function renderFiles(page, id, ctx) {
     }
     const viewer = h('div', { class: 'viewer', testid: 'file-viewer' });
     const rows = versions.map((v, i) => {
-      const hashOnly = !v.content && CONTENT_OPS.has(v.op);
+      const hashOnly = !v.content && hasContentOp(v);
       return h('tr', { class: ['file-version', i === current ? 'selected' : ''], testid: 'file-version', 'data-seq': String(v.seq), 'data-op': v.op },
         h('td', { class: 'num' }, h('a', { href: `#/s/${enc(id)}/e/${enc(v.seq)}`, title: 'the file event' }, `#${v.seq}`)),
         h('td', { class: 'nowrap mono small', title: `${fmtTime(v.ts_us)} UTC` }, fmtClock(v.ts_us)),
-        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null),
+        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null,
+          v.renamed_from ? h('span', { class: 'mono small' }, ` ← ${v.renamed_from}`) : null),
         h('td', { class: 'num' }, v.size === null || v.size === undefined ? '—' : fmtBytes(v.size)),
         h('td', { class: 'mono small', title: v.sha256 || '' }, v.sha256 ? shortHash(v.sha256) : '—'),
         h('td', null, h('div', { class: 'actions' },
@@ -97,8 +101,8 @@ export async function renderFiles(page, id, ctx) {
     const v = versions[i];
     if (!v) return;
     if (!v.content) {
-      fill(viewer, h('p', { class: 'note-box', testid: CONTENT_OPS.has(v.op) ? 'hash-only-note' : 'no-content-note' },
-        CONTENT_OPS.has(v.op)
+      fill(viewer, h('p', { class: 'note-box', testid: hasContentOp(v) ? 'hash-only-note' : 'no-content-note' },
+        hasContentOp(v)
           ? (v.over_cap
             ? `Hash only (over the cap): this version was larger than the session's --audit-max-file, so the record kept its SHA-256 (${v.sha256 || 'unknown'}) and not its content.`
             : v.over_budget
@@ -121,7 +125,7 @@ export async function renderFiles(page, id, ctx) {
       // The version before: the nearest earlier one that has content.
       let prev = null;
       for (let j = i - 1; j >= 0; j--) {
-        if (CONTENT_OPS.has(versions[j].op) || versions[j].op === 'delete') { prev = versions[j]; break; }
+        if (hasContentOp(versions[j]) || versions[j].op === 'delete') { prev = versions[j]; break; }
       }
       let from = 'empty';
       let note;

@@ -14,6 +14,8 @@
 //   BIG_FILE_PATH a file over the session's content cap (hash only)
 //   EXISTING_FILE_PATH a file that existed before the session, appended to:
 //                 its diff is from what it held before the session
+//   EDITED_FILE_PATH   a file that existed before the session, edited with
+//                 sed -i (a new file renamed over it)
 //   HOSTILE_FILE_PATH  a file whose name and content are markup
 //   DENIED_PATH   the refused request's path
 //   REFUSED_BODY  the refused request's body
@@ -48,6 +50,7 @@ const LIVE_FIFO = env('LIVE_FIFO');
 const FILE_PATH = env('FILE_PATH');
 const BIG_FILE_PATH = env('BIG_FILE_PATH');
 const EXISTING_FILE_PATH = env('EXISTING_FILE_PATH');
+const EDITED_FILE_PATH = env('EDITED_FILE_PATH');
 const HOSTILE_FILE_PATH = env('HOSTILE_FILE_PATH');
 const DENIED_PATH = env('DENIED_PATH');
 const REFUSED_BODY = env('REFUSED_BODY');
@@ -458,6 +461,18 @@ await step('the files page lists the file with both versions, its content and th
   check(await page.locator('[data-testid=diff-line][data-op="-"]').count() === 0, 'an append removed lines in the diff');
   check(!/not recorded/.test(await page.innerText('[data-testid=diff-note]')), 'the page still says the earlier content is not recorded');
   await shot('files-before-after', { fullPage: true });
+  // Edited the way editors save (a new file renamed over it): the rename
+  // brings the new content, diffed against what the file held before.
+  await page.locator(`[data-testid=file-item][data-path="${EDITED_FILE_PATH}"] button`).click();
+  await page.locator('[data-testid=file-version]').first().waitFor();
+  const editedOps = await page.$$eval('[data-testid=file-version]', (vs) => vs.map((v) => v.dataset.op));
+  check(editedOps[0] === 'original' && editedOps[editedOps.length - 1] === 'rename', `the edited file's versions: ${editedOps}`);
+  await page.locator('[data-testid=file-version]').last().locator('[data-testid=view-diff]').click();
+  await page.waitForFunction(() => /before the session/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=diff-line][data-op="+"]')].some((l) => l.textContent.includes('ONE')));
+  const editedOut = await page.$$eval('[data-testid=diff-line][data-op="-"]', (ls) => ls.map((l) => l.textContent));
+  check(editedOut.length === 1 && editedOut[0].includes('one'), `the sed -i diff removes: ${editedOut}`);
+  await shot('files-edited-by-rename', { fullPage: true });
   // Markup chosen by the sandboxed program stays text, in its name and content.
   const hostile = page.locator(`[data-testid=file-item][data-path="${HOSTILE_FILE_PATH}"]`);
   check((await hostile.innerText()).includes('page<i>.html'), `the hostile file's name: ${await hostile.innerText()}`);
