@@ -148,6 +148,7 @@ fn file_op(change: airlock_shim::FileChange) -> FileOp {
         airlock_shim::FileChange::Chmod => FileOp::Chmod,
         airlock_shim::FileChange::Xattr => FileOp::Xattr,
         airlock_shim::FileChange::Image => FileOp::Image,
+        airlock_shim::FileChange::Original => FileOp::Original,
     }
 }
 

@@ -230,6 +230,7 @@ printf 'alpha\nbeta\n' > notes.txt
 printf 'alpha\nbeta-2\ngamma\n' > notes.txt
 head -c 3000 /dev/zero | tr '\0' x > big.txt
 echo 'appended in the session' >> existing.txt
+sed -i s/one/ONE/ edited.txt
 printf '<img src=x onerror=alert(1)><script>alert(2)</script>' > 'page<i>.html'
 printf '#!/bin/sh\necho ran\n' > run.sh
 chmod 700 run.sh
@@ -241,6 +242,7 @@ printf '\033[32mdone\033[0m\n'
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("fetch-report.sh"), script).unwrap();
     std::fs::write(ws.join("existing.txt"), "there before the session\n").unwrap();
+    std::fs::write(ws.join("edited.txt"), "one\ntwo\n").unwrap();
     // What the refused request tries to send: its page must show it.
     std::fs::write(ws.join("exfil.txt"), REFUSED_BODY).unwrap();
     let out = setup
@@ -307,6 +309,7 @@ printf '\033[32mdone\033[0m\n'
         .env("FILE_PATH", ws.join("notes.txt"))
         .env("BIG_FILE_PATH", ws.join("big.txt"))
         .env("EXISTING_FILE_PATH", ws.join("existing.txt"))
+        .env("EDITED_FILE_PATH", ws.join("edited.txt"))
         .env("HOSTILE_FILE_PATH", ws.join("page<i>.html"))
         .env("ACL_FILE_PATH", ws.join("run.sh"))
         .env("DENIED_PATH", "/admin/keys")

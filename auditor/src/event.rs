@@ -522,6 +522,13 @@ pub enum FileOp {
     Xattr,
     /// The bytes of an executed image with no path on disk (memfd, deleted).
     Image,
+    /// What a file that existed before the session held before its first
+    /// change in the session, recorded before that change ran: content (up
+    /// to the cap), SHA-256 and size, and in `mode` its whole `st_mode`
+    /// (file type and permission bits). A directory's path ends in '/', a
+    /// symlink's content is its target. Without a mode it was missed: what
+    /// the file held is not known.
+    Original,
 }
 
 impl FileOp {
@@ -535,7 +542,16 @@ impl FileOp {
             FileOp::Chmod => "chmod",
             FileOp::Xattr => "xattr",
             FileOp::Image => "image",
+            FileOp::Original => "original",
         }
+    }
+
+    /// Does a record with this op carry a file's content?
+    pub fn carries_content(self) -> bool {
+        matches!(
+            self,
+            FileOp::Create | FileOp::Modify | FileOp::Truncate | FileOp::Original
+        )
     }
 }
 
@@ -653,6 +669,25 @@ pub struct SessionInfo {
     /// (left out then, so they verify unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_session_bytes: Option<u64>,
+    /// The host directories the sandbox could write and kept (the
+    /// workspace first, then each `--rw` grant), and where the sandbox saw
+    /// them: what `audit files --undo` maps recorded paths back through.
+    /// Empty in records made before undo existed (left out then, so they
+    /// verify unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_dirs: Vec<WritableDir>,
+}
+
+/// A host directory mounted writable in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritableDir {
+    /// Where the sandbox saw it.
+    pub sandbox: OsText,
+    /// The host directory.
+    pub host: OsText,
+    /// The session's workspace (`--workspace`), not a `--rw` grant.
+    #[serde(default)]
+    pub workspace: bool,
 }
 
 /// The record budget of a session that does not choose one: fits a laptop.
@@ -672,6 +707,7 @@ impl Default for SessionInfo {
             max_file_bytes: 1024 * 1024,
             terminal: None,
             max_session_bytes: Some(DEFAULT_MAX_SESSION_BYTES),
+            writable_dirs: Vec::new(),
         }
     }
 }

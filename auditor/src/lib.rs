@@ -22,6 +22,7 @@
 mod budget;
 mod chain;
 mod codec;
+pub mod diff;
 mod error;
 pub mod escape;
 mod event;
@@ -37,13 +38,14 @@ mod schema;
 pub mod search;
 mod store;
 pub mod timeline;
+pub mod undo;
 mod verify;
 
 pub use error::AuditError;
 pub use event::{
     AuditEvent, DEFAULT_MAX_SESSION_BYTES, EventKind, ExecFile, ExecImage, FileIdentity, FileOp,
     OutputStream, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
-    WebSocketMessage, WebSocketRecord, Xattr, collapse_exchanges,
+    WebSocketMessage, WebSocketRecord, WritableDir, Xattr, collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};

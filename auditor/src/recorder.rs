@@ -431,10 +431,8 @@ impl SessionRecorder {
         *content_over_budget = false;
         let Some(mut bytes) = content.take() else {
             // The observer leaves out content over the cap itself: say so.
-            let writes_content = matches!(
-                op,
-                FileOp::Create | FileOp::Modify | FileOp::Truncate | FileOp::Xattr
-            );
+            // An xattr record's content is the attribute's value.
+            let writes_content = op.carries_content() || *op == FileOp::Xattr;
             *content_over_cap =
                 writes_content && size.is_some_and(|s| s > self.inner.max_file_bytes);
             return None;

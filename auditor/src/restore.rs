@@ -193,6 +193,9 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                     f.mode = *mode;
                 }
             }
+            // What a file held before the session: the end state is the
+            // session's writes (`undo` goes back to these).
+            FileOp::Original => {}
         }
     }
     (files, deleted)
@@ -230,7 +233,7 @@ pub fn relative_path(path: &OsText) -> Result<PathBuf, PathError> {
 
 /// Why one file could not be written under the restore directory.
 #[derive(Debug, thiserror::Error)]
-enum WriteError {
+pub(crate) enum WriteError {
     #[error("{} is a symlink", .0.display())]
     Symlink(PathBuf),
     #[error("{} exists and is not a directory", .0.display())]
@@ -257,7 +260,7 @@ enum WriteError {
 
 /// Refuses to write through a symlink anywhere under `dir` (a pre-existing
 /// link could point outside it).
-fn create_parents(dir: &Path, rel: &Path) -> Result<(), WriteError> {
+pub(crate) fn create_parents(dir: &Path, rel: &Path) -> Result<(), WriteError> {
     let mut cur = dir.to_path_buf();
     let parents: Vec<_> = rel
         .parent()
@@ -278,7 +281,7 @@ fn create_parents(dir: &Path, rel: &Path) -> Result<(), WriteError> {
     Ok(())
 }
 
-fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), WriteError> {
+pub(crate) fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<(), WriteError> {
     let write = |source| WriteError::Write {
         path: dest.to_path_buf(),
         source,

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::escape;
 use crate::export::jsonl;
 use crate::humanize;
-use crate::{AuditEvent, EventKind, ExecId, Seq, SessionMode, SessionSummary, StoredEvent};
+use crate::{AuditEvent, EventKind, ExecId, FileOp, Seq, SessionMode, SessionSummary, StoredEvent};
 
 mod approvals;
 pub mod steps;
@@ -177,6 +177,9 @@ pub fn describe(event: &AuditEvent) -> String {
                     .map(|n| n.escaped().into_owned())
                     .collect();
                 details.push(format!("also named {}", names.join(", ")));
+            }
+            if *op == FileOp::Original && mode.is_none() {
+                details.push("missed: what it held before the session is not on record".into());
             }
             if identity.reconciled {
                 // No observed syscall explains this change: found at the end.

@@ -1,15 +1,20 @@
 // Files the session wrote: every version, its content, the diff from the
-// version before it, downloads. Over-the-cap versions were kept as a hash
-// only, and say so. An extended attribute set or removed is a version of its
-// own: the attribute's name and value, and for an ACL the permissions it
-// left (mode and entries); it never enters a content diff.
+// version before it (for a file that existed before the session, its first
+// version is what it held then: op "original"), downloads. Over-the-cap
+// versions were kept as a hash only, and say so. An extended attribute set
+// or removed is a version of its own: the attribute's name and value, and
+// for an ACL the permissions it left (mode and entries); it never enters a
+// content diff.
 
 import {
   h, append, fill, api, enc, fmtTime, fmtClock, fmtBytes, shortHash, errorBox, clear,
 } from './util.js';
 import { sessionHeader, sessionTabs } from './header.js';
 
-const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image']);
+const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image', 'original']);
+// A version with content: written here, or brought here by a rename (an
+// editor's write-then-rename).
+const hasContentOp = (v) => CONTENT_OPS.has(v.op) || Boolean(v.renamed_from);
 
 export async function renderFiles(page, id, ctx) {
   const [s, data] = await Promise.all([
@@ -67,11 +72,12 @@ export async function renderFiles(page, id, ctx) {
     }
     const viewer = h('div', { class: 'viewer', testid: 'file-viewer' });
     const rows = versions.map((v, i) => {
-      const hashOnly = !v.content && CONTENT_OPS.has(v.op);
+      const hashOnly = !v.content && hasContentOp(v);
       return h('tr', { class: ['file-version', i === current ? 'selected' : ''], testid: 'file-version', 'data-seq': String(v.seq), 'data-op': v.op },
         h('td', { class: 'num' }, h('a', { href: `#/s/${enc(id)}/e/${enc(v.seq)}`, title: 'the file event' }, `#${v.seq}`)),
         h('td', { class: 'nowrap mono small', title: `${fmtTime(v.ts_us)} UTC` }, fmtClock(v.ts_us)),
-        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null, attributeLine(v)),
+        h('td', null, h('span', { class: `op op-${v.op}` }, v.op), v.rename_to ? h('span', { class: 'mono small' }, ` → ${v.rename_to}`) : null,
+          v.renamed_from ? h('span', { class: 'mono small' }, ` ← ${v.renamed_from}`) : null, attributeLine(v)),
         h('td', { class: 'num' }, v.size === null || v.size === undefined ? '—' : fmtBytes(v.size)),
         h('td', { class: 'mono small', title: v.sha256 || '' }, v.sha256 ? shortHash(v.sha256) : '—'),
         h('td', null, h('div', { class: 'actions' },
@@ -107,8 +113,8 @@ export async function renderFiles(page, id, ctx) {
       return;
     }
     if (!v.content) {
-      fill(viewer, h('p', { class: 'note-box', testid: CONTENT_OPS.has(v.op) ? 'hash-only-note' : 'no-content-note' },
-        CONTENT_OPS.has(v.op)
+      fill(viewer, h('p', { class: 'note-box', testid: hasContentOp(v) ? 'hash-only-note' : 'no-content-note' },
+        hasContentOp(v)
           ? (v.over_cap
             ? `Hash only (over the cap): this version was larger than the session's --audit-max-file, so the record kept its SHA-256 (${v.sha256 || 'unknown'}) and not its content.`
             : v.over_budget
@@ -131,15 +137,22 @@ export async function renderFiles(page, id, ctx) {
       // The version before: the nearest earlier one that has content.
       let prev = null;
       for (let j = i - 1; j >= 0; j--) {
-        if (CONTENT_OPS.has(versions[j].op) || versions[j].op === 'delete') { prev = versions[j]; break; }
+        if (hasContentOp(versions[j]) || versions[j].op === 'delete') { prev = versions[j]; break; }
       }
       let from = 'empty';
       let note;
       let fromLabel;
-      if (prev && prev.content) {
+      if (prev && prev.content && prev.op === 'original') {
+        from = prev.content;
+        fromLabel = 'before the session';
+        note = `Changes from what the file held before the session (#${prev.seq}) to #${v.seq}.`;
+      } else if (prev && prev.content) {
         from = prev.content;
         fromLabel = `#${prev.seq}`;
         note = `Changes from #${prev.seq} to #${v.seq}.`;
+      } else if (v.op === 'original') {
+        fromLabel = 'empty';
+        note = 'What the file held before the session: its first change comes next.';
       } else if (prev && prev.op === 'delete') {
         fromLabel = 'empty';
         note = `The file was deleted at #${prev.seq} and written again: the whole content is new.`;

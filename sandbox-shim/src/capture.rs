@@ -24,6 +24,11 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     })
 }
 
+/// SHA-256 (hex) of bytes already in memory (a symlink's target).
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Capture what `handle` (an O_PATH or readable descriptor) refers to: size
 /// of anything, SHA-256 and content of a regular file, content only when
 /// the whole file is at most `max_content` bytes. A regular file is

@@ -59,6 +59,13 @@ pub enum FileChange {
     /// The bytes of an executed image that has no path on disk (memfd,
     /// deleted file): `path` is the exec's, `content` the image.
     Image,
+    /// What a file that existed before the session held before its first
+    /// change in the session, taken at the seccomp stop of the call about to
+    /// change it: content (up to the cap), size, SHA-256, and in `mode` its
+    /// whole `st_mode` (file type and permission bits). A directory's path
+    /// ends in '/', a symlink's content is its target. No mode: the
+    /// original was missed (see `observer/originals.rs`).
+    Original,
 }
 
 impl FileChange {
@@ -72,6 +79,7 @@ impl FileChange {
             FileChange::Chmod => "chmod",
             FileChange::Xattr => "xattr",
             FileChange::Image => "image",
+            FileChange::Original => "original",
         }
     }
 }

@@ -5,6 +5,8 @@
 //! program under audit chose most of them and must not be able to rewrite
 //! the reader's terminal); `--json` output is left as data.
 
+mod undo;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -72,15 +74,43 @@ enum AuditCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// List the files a session wrote, or restore them as they were at its end.
+    /// List the files a session wrote, show what one held before and after
+    /// it, restore them as they were at its end, or undo the session.
     Files {
         /// Session id or unique prefix.
         session: String,
         #[command(flatten)]
         db: DbArg,
         /// Recreate the files under DIR (absolute sandbox paths become relative to DIR).
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["undo", "diff"])]
         restore: Option<PathBuf>,
+        /// Show what the file PATH (its path in the sandbox) held before the
+        /// session and what the session left there, as a unified diff.
+        #[arg(long, value_name = "PATH", conflicts_with = "undo")]
+        diff: Option<std::ffi::OsString>,
+        /// Put the workspace (and --rw grants) back as they were before the
+        /// session, from its verified record. Refuses, naming each file,
+        /// where the disk changed since the session ended or an original
+        /// cannot be restored.
+        #[arg(long)]
+        undo: bool,
+        /// With --undo: go ahead anyway, overwriting later changes and
+        /// leaving unrestorable files as the session left them.
+        #[arg(long, requires = "undo")]
+        force: bool,
+        /// With --undo: put the workspace back in DIR (a copy of it) instead
+        /// of where the session had it.
+        #[arg(long, value_name = "DIR", requires = "undo")]
+        to: Option<PathBuf>,
+        /// With --undo: the key the record must verify with [default: the
+        /// local audit key].
+        #[arg(
+            long,
+            value_name = "FILE",
+            env = "AIRLOCK_AUDIT_KEY",
+            requires = "undo"
+        )]
+        audit_key: Option<PathBuf>,
     },
     /// Find events across every session: which sessions talked to a host,
     /// wrote a file or ran a command. Exit 0 when something matched, 1 when
@@ -239,15 +269,22 @@ pub fn run(args: AuditArgs) -> Result<ExitCode> {
             session,
             db,
             restore,
+            diff,
+            undo,
+            force,
+            to,
+            audit_key,
         } => {
             let store = open(&db)?;
             let id = match store.resolve_session(&session) {
                 Ok(id) => id,
                 Err(e) => return Ok(usage(e)),
             };
-            match restore {
-                Some(dir) => restore_files(&store, &id, &dir),
-                None => list_files(&store, &id),
+            match (restore, diff) {
+                _ if undo => undo::run(&store, &id, audit_key, force, to.as_deref()),
+                (Some(dir), _) => restore_files(&store, &id, &dir),
+                (None, Some(path)) => undo::diff(&store, &id, &OsText::from(path)),
+                (None, None) => list_files(&store, &id),
             }
         }
         AuditCommand::Verify {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use airlock_auditor::{SessionInfo, SessionMode, SessionRecorder};
+use airlock_auditor::{OsText, SessionInfo, SessionMode, SessionRecorder, WritableDir};
 use airlock_policy::Policy;
 use airlock_proxy::approvals::FindSender;
 use airlock_proxy::{
@@ -112,6 +112,8 @@ pub(crate) struct Plan {
     max_file_bytes: u64,
     /// The record budget (`--audit-max-session`).
     max_session_bytes: u64,
+    /// The host directories the sandbox writes, for the record (undo).
+    writable_dirs: Vec<WritableDir>,
     pty_size: Option<WindowSize>,
     spec: SandboxSpec,
     /// Pipes for the command's output when there is no pty (step 8).
@@ -147,6 +149,7 @@ impl Plan {
         let workspace = workspace(args)?;
         let env = sandbox_env(args, &credentials)?;
         let audit = audit_paths(args, &workspace)?;
+        let writable_dirs = writable_dirs(&workspace, &args.rw);
         let hide = hidden_paths(args, &workspace, audit.as_ref())?;
         let limits = limits(args);
         let limits_record = limits_record(&limits);
@@ -199,6 +202,7 @@ impl Plan {
             limits_record,
             max_file_bytes,
             max_session_bytes: args.audit.max_session_bytes(),
+            writable_dirs,
             pty_size,
             spec,
             terminal,
@@ -217,6 +221,7 @@ impl Plan {
             limits_record,
             max_file_bytes,
             max_session_bytes,
+            writable_dirs,
             pty_size,
             mut spec,
             terminal,
@@ -227,6 +232,7 @@ impl Plan {
                 // The same cap for the observer and the record.
                 max_file_bytes,
                 max_session_bytes: Some(max_session_bytes),
+                writable_dirs,
                 terminal: pty_size.map(|s| (s.cols, s.rows)),
                 ..audit::session_info(&proxy.policy, mode, limits_record)
             };
@@ -291,6 +297,22 @@ fn output_pipes(pty: bool, audited: bool) -> anyhow::Result<Option<Terminal>> {
         false if audited || crate::terminal::caller_has_one() => Some(Terminal::new()?),
         _ => None,
     })
+}
+
+/// The workspace and each `--rw` grant, mounted at their canonical host
+/// paths (the shim's plan), so the sandbox sees each where the host has it.
+fn writable_dirs(workspace: &Path, rw: &[PathBuf]) -> Vec<WritableDir> {
+    let dir = |path: &Path, workspace: bool| {
+        let path = OsText::from(path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
+        WritableDir {
+            sandbox: path.clone(),
+            host: path,
+            workspace,
+        }
+    };
+    std::iter::once(dir(workspace, true))
+        .chain(rw.iter().map(|p| dir(p, false)))
+        .collect()
 }
 
 fn workspace(args: &SandboxArgs) -> anyhow::Result<PathBuf> {

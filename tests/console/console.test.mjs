@@ -12,7 +12,10 @@
 //   LIVE_FIFO     the live session reads this FIFO before its request
 //   FILE_PATH     the file written twice
 //   BIG_FILE_PATH a file over the session's content cap (hash only)
-//   EXISTING_FILE_PATH a file that existed before the session, appended to
+//   EXISTING_FILE_PATH a file that existed before the session, appended to:
+//                 its diff is from what it held before the session
+//   EDITED_FILE_PATH   a file that existed before the session, edited with
+//                 sed -i (a new file renamed over it)
 //   HOSTILE_FILE_PATH  a file whose name and content are markup
 //   ACL_FILE_PATH a 0700 script given an ACL granting uid 1000 rwx, and a
 //                 user.origin attribute
@@ -49,6 +52,7 @@ const LIVE_FIFO = env('LIVE_FIFO');
 const FILE_PATH = env('FILE_PATH');
 const BIG_FILE_PATH = env('BIG_FILE_PATH');
 const EXISTING_FILE_PATH = env('EXISTING_FILE_PATH');
+const EDITED_FILE_PATH = env('EDITED_FILE_PATH');
 const HOSTILE_FILE_PATH = env('HOSTILE_FILE_PATH');
 const ACL_FILE_PATH = env('ACL_FILE_PATH');
 const DENIED_PATH = env('DENIED_PATH');
@@ -446,14 +450,32 @@ await step('the files page lists the file with both versions, its content and th
   check((await page.innerText('[data-testid=hash-only]')).includes('hash only (over the cap)'), `the big file's mark: ${await page.innerText('[data-testid=hash-only]')}`);
   check((await page.innerText('[data-testid=hash-only-note]')).includes('over the cap'), 'no note that only the hash was kept');
   check(await page.locator('[data-testid=file-version] [data-testid=download-content]').count() === 0, 'a hash-only version offers a download');
-  // A file that was there before: its first version is a modify, and the
-  // page says the earlier content is not on record.
+  // A file that was there before: its first version is what it held before
+  // the session, and the session's change is a real before/after diff.
   await page.locator(`[data-testid=file-item][data-path="${EXISTING_FILE_PATH}"] button`).click();
   await page.locator('[data-testid=file-version]').first().waitFor();
   const firstOp = await page.getAttribute('[data-testid=file-version] >> nth=0', 'data-op');
-  check(firstOp !== 'create', `the first version of a file that existed is a ${firstOp}`);
-  await page.locator('[data-testid=file-version]').first().locator('[data-testid=view-diff]').click();
-  await page.waitForFunction(() => /not recorded/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  check(firstOp === 'original', `the first version of a file that existed is a ${firstOp}, not what it held before the session`);
+  await page.locator('[data-testid=file-version]').last().locator('[data-testid=view-diff]').click();
+  await page.waitForFunction(() => /before the session/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=diff-line][data-op="+"]')].some((l) => l.textContent.includes('appended in the session')));
+  const kept = await page.$$eval('[data-testid=diff-line][data-op=" "]', (ls) => ls.map((l) => l.textContent));
+  check(kept.some((t) => t.includes('there before the session')), `the diff does not keep what was there before: ${kept}`);
+  check(await page.locator('[data-testid=diff-line][data-op="-"]').count() === 0, 'an append removed lines in the diff');
+  check(!/not recorded/.test(await page.innerText('[data-testid=diff-note]')), 'the page still says the earlier content is not recorded');
+  await shot('files-before-after', { fullPage: true });
+  // Edited the way editors save (a new file renamed over it): the rename
+  // brings the new content, diffed against what the file held before.
+  await page.locator(`[data-testid=file-item][data-path="${EDITED_FILE_PATH}"] button`).click();
+  await page.locator('[data-testid=file-version]').first().waitFor();
+  const editedOps = await page.$$eval('[data-testid=file-version]', (vs) => vs.map((v) => v.dataset.op));
+  check(editedOps[0] === 'original' && editedOps[editedOps.length - 1] === 'rename', `the edited file's versions: ${editedOps}`);
+  await page.locator('[data-testid=file-version]').last().locator('[data-testid=view-diff]').click();
+  await page.waitForFunction(() => /before the session/.test(document.querySelector('[data-testid=diff-note]')?.textContent || ''));
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=diff-line][data-op="+"]')].some((l) => l.textContent.includes('ONE')));
+  const editedOut = await page.$$eval('[data-testid=diff-line][data-op="-"]', (ls) => ls.map((l) => l.textContent));
+  check(editedOut.length === 1 && editedOut[0].includes('one'), `the sed -i diff removes: ${editedOut}`);
+  await shot('files-edited-by-rename', { fullPage: true });
   // Markup chosen by the sandboxed program stays text, in its name and content.
   const hostile = page.locator(`[data-testid=file-item][data-path="${HOSTILE_FILE_PATH}"]`);
   check((await hostile.innerText()).includes('page<i>.html'), `the hostile file's name: ${await hostile.innerText()}`);

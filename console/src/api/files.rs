@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind, OsText, SessionId, Xattr};
+use airlock_auditor::{AuditEvent, EventKind, FileOp, OsText, SessionId, Xattr};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;
@@ -28,7 +28,13 @@ struct Version {
     /// Hash only because the session's record budget was spent.
     over_budget: bool,
     exec_id: Option<String>,
+    /// In its printed form, as `path`.
     rename_to: Option<String>,
+    /// On the version a rename brought to this path (op "rename"): where it
+    /// came from. Its content is what the source last held on record, so
+    /// an editor's write-then-rename diffs like a write in place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renamed_from: Option<String>,
     /// The mode on record (a chmod's, an ACL's, a version's).
     mode: Option<u32>,
     /// For op `xattr`: the attribute; `content` is then its value.
@@ -56,15 +62,30 @@ impl From<Xattr> for Attribute {
 
 #[derive(Debug, Serialize)]
 struct File {
-    /// In its printed form (see [`OsText`]), as the CLI prints it.
+    /// In its printed form (see [`OsText`]), as the CLI prints it: two
+    /// different names never look the same.
     path: String,
     versions: Vec<Version>,
 }
+
+/// What a path last held on record: (stored, sha256, size, over_cap,
+/// over_budget), carried along renames.
+type Held = (Option<String>, Option<String>, Option<u64>, bool, bool);
 
 pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleError> {
     let id = resolve(state, id)?;
     let mut files: Vec<File> = Vec::new();
     let mut by_path: HashMap<OsText, usize> = HashMap::new();
+    let mut held: HashMap<OsText, Held> = HashMap::new();
+    let mut file_at = |files: &mut Vec<File>, path: &OsText| -> usize {
+        *by_path.entry(path.clone()).or_insert_with(|| {
+            files.push(File {
+                path: path.to_string(),
+                versions: Vec::new(),
+            });
+            files.len() - 1
+        })
+    };
     for ev in state.store.events(&id, Some(&[EventKind::File]))? {
         let AuditEvent::File {
             exec_id,
@@ -83,13 +104,45 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
         else {
             continue;
         };
-        let i = *by_path.entry(path.clone()).or_insert_with(|| {
-            files.push(File {
-                path: path.to_string(),
-                versions: Vec::new(),
+        let exec_id = exec_id.map(|e| e.as_str().to_owned());
+        if op.carries_content() {
+            held.insert(
+                path.clone(),
+                (
+                    stored_content.clone(),
+                    sha256.clone(),
+                    size,
+                    content_over_cap,
+                    content_over_budget,
+                ),
+            );
+        }
+        if let (FileOp::Rename, Some(to)) = (op, &rename_to) {
+            let carried = held.remove(&path);
+            let j = file_at(&mut files, to);
+            let (content, sha256, size, over_cap, over_budget) =
+                carried.clone().unwrap_or((None, None, None, false, false));
+            files[j].versions.push(Version {
+                seq: ev.seq.get(),
+                ts_us: ev.ts_us,
+                op: op.as_str(),
+                size,
+                sha256,
+                content,
+                over_cap,
+                over_budget,
+                exec_id: exec_id.clone(),
+                rename_to: None,
+                renamed_from: Some(path.to_string()),
+                mode,
+                xattr: None,
             });
-            files.len() - 1
-        });
+            match carried {
+                Some(c) => held.insert(to.clone(), c),
+                None => held.remove(to),
+            };
+        }
+        let i = file_at(&mut files, &path);
         files[i].versions.push(Version {
             seq: ev.seq.get(),
             ts_us: ev.ts_us,
@@ -99,8 +152,9 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             content: stored_content,
             over_cap: content_over_cap,
             over_budget: content_over_budget,
-            exec_id: exec_id.map(|e| e.as_str().to_owned()),
+            exec_id,
             rename_to: rename_to.map(|to| to.to_string()),
+            renamed_from: None,
             mode,
             xattr: xattr.map(Attribute::from),
         });

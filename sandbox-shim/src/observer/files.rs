@@ -18,6 +18,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
+use super::originals::{Original, Originals};
 use super::view::View;
 use super::writable::Mounts;
 use super::xattrs::MODE_BITS;
@@ -98,6 +99,8 @@ pub(super) struct Files {
     /// What the record says each path holds now.
     view: View,
     pub mounts: Mounts,
+    /// What pre-existing files held before the session changed them.
+    originals: Originals,
     max_content: u64,
     seq: u64,
     readers: usize,
@@ -135,6 +138,7 @@ impl Files {
             held_by: HashMap::new(),
             view: View::default(),
             mounts,
+            originals: Originals::default(),
             max_content,
             seq: 0,
             readers: 0,
@@ -191,6 +195,11 @@ impl Files {
             return;
         }
         let key = key_of(&meta);
+        if op == FileChange::Create {
+            self.originals.created(key);
+        } else if let Some(missed) = self.originals.missed(exec, &path, key) {
+            self.emit(missed);
+        }
         if self.tracked.get(&key).is_some_and(|t| t.exec != exec) {
             self.capture(key, true);
         }
@@ -237,6 +246,48 @@ impl Files {
         if unheld {
             // A change by name is complete when its syscall returns.
             self.capture(key, false);
+        }
+    }
+
+    /// Is the original of this inode still to be taken?
+    pub(super) fn wants_original(&self, key: FileKey) -> bool {
+        self.originals.wanted(key)
+    }
+
+    /// The session made the object named `path` (mkdir, symlink): it has
+    /// no original.
+    pub(super) fn made(&mut self, path: &[u8]) {
+        if let Some(h) = self.mounts.lookup(name::trim_slashes(path))
+            && let Ok(meta) = h.metadata()
+        {
+            self.originals.created(key_of(&meta));
+        }
+    }
+
+    /// Record, before a call changes it, what a file that existed before
+    /// the session holds, once per inode (see `originals`).
+    pub(super) fn keep_original(&mut self, exec: Option<ExecSeq>, original: Original) {
+        let (path, handle, tree) = match original {
+            Original::Handle { path, file } => (path, Some(file), false),
+            Original::Named { path, tree } => {
+                let handle = self.mounts.lookup(name::trim_slashes(&path));
+                (path, handle, tree)
+            }
+        };
+        let Some(handle) = handle else {
+            return;
+        };
+        if !self.writable(&path) {
+            return;
+        }
+        let max = self.max_content;
+        if let Some(r) = self.originals.take(exec, &path, &handle, max) {
+            self.emit(r);
+        }
+        if tree && handle.metadata().is_ok_and(|m| m.is_dir()) {
+            for r in self.originals.take_tree(exec, &path, &handle, max) {
+                self.emit(r);
+            }
         }
     }
 

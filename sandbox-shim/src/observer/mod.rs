@@ -25,6 +25,7 @@ mod acl;
 mod exec;
 mod files;
 mod name;
+mod originals;
 mod procs;
 mod reconcile;
 mod resolve;
@@ -318,7 +319,10 @@ impl Observer {
         // changes anything else.
         self.files.check_holder(tgid);
         let viewer = Viewer { tid, tgid };
-        let Some(entry) = syscalls::entry(viewer, nr, args, self.files.tracking()) else {
+        let files = &self.files;
+        let Some(mut entry) = syscalls::entry(viewer, nr, args, files.tracking(), &|key| {
+            files.wants_original(key)
+        }) else {
             sys::trace_resume(tid, 0);
             return;
         };
@@ -327,6 +331,11 @@ impl Observer {
         }
         if let Some(key) = entry.truncates {
             self.files.before_truncate(key);
+        }
+        // What a pre-existing file held, before the call changes it.
+        let exec = self.procs.exec_of(tgid);
+        for original in std::mem::take(&mut entry.originals) {
+            self.files.keep_original(exec, original);
         }
         self.in_flight.insert(tid, (entry.call, args));
         sys::trace_to_syscall_exit(tid);

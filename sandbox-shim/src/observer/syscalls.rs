@@ -13,6 +13,7 @@ use std::os::unix::fs::MetadataExt;
 
 use super::files::{FileKey, FileRecord, Files, Opened};
 use super::name;
+use super::originals::Original;
 use super::resolve::{self, Resolved, Viewer};
 use super::xattrs;
 use crate::observation::{ExecSeq, FileChange};
@@ -88,6 +89,9 @@ pub(super) struct Entry {
     pub destroys: Vec<Vec<u8>>,
     /// The inode a truncating open is about to empty.
     pub truncates: Option<FileKey>,
+    /// What the call is about to change, for the originals of files that
+    /// existed before the session.
+    pub originals: Vec<Original>,
 }
 
 struct Args {
@@ -150,8 +154,15 @@ impl Args {
 
 /// Decode the syscall `nr` that `viewer` stopped at; `tracking` says whether
 /// any written file is still tracked (only then can an open destroy a
-/// version not yet on record).
-pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> Option<Entry> {
+/// version not yet on record); `wanted` whether an inode's original is
+/// still to be taken.
+pub(super) fn entry(
+    viewer: Viewer,
+    nr: i64,
+    args: [u64; 6],
+    tracking: bool,
+    wanted: &dyn Fn(FileKey) -> bool,
+) -> Option<Entry> {
     let a = Args {
         viewer,
         args,
@@ -159,27 +170,55 @@ pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> 
     };
     let nr = nr as libc::c_long;
     // The open itself is recorded from the descriptor it returns; here only
-    // two hints are wanted, for one stat(2): did the file exist (create or
-    // modify), and which tracked inode does O_TRUNC empty.
+    // hints are wanted, for one stat(2): did the file exist (create or
+    // modify), which tracked inode does O_TRUNC empty, and is it a file
+    // whose original is still to be taken (then, and only then, its path is
+    // resolved properly, and that is what the original is read through).
     let open = |dirfd: i32, path_arg: usize, flags: u64| -> Option<Entry> {
         let trunc = flags & libc::O_TRUNC as u64 != 0;
         let creat = flags & libc::O_CREAT as u64 != 0;
+        let excl = creat && flags & libc::O_EXCL as u64 != 0;
         let mut entry = Entry {
             call: Call::Open { existed: true },
             destroys: Vec::new(),
             truncates: None,
+            originals: Vec::new(),
         };
-        if creat || (trunc && tracking) {
-            let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
-            let found = a
-                .string(path_arg)
-                .and_then(|p| resolve::quick_stat(viewer, dirfd, &p, follow));
+        let follow = flags & (libc::O_NOFOLLOW | libc::O_EXCL) as u64 == 0;
+        let path = a.string(path_arg);
+        // The file itself, resolved as the kernel will for the tracee.
+        let resolved = || {
+            let r = resolve::resolve(viewer, dirfd, path.as_deref()?, follow)?;
+            let file = r.open()?;
+            Some((r.path, file))
+        };
+        let mut full = None;
+        let mut found = path
+            .as_ref()
+            .and_then(|p| resolve::quick_stat(viewer, dirfd, p, follow));
+        if found.is_none() && !excl {
+            // The quick look resolves /proc/self and absolute symlinks in
+            // our view, not the tracee's: before calling the file new or
+            // missing (and without an original), ask the real resolution.
+            full = resolved();
+            found = full.as_ref().and_then(|(_, f)| f.metadata().ok());
+        }
+        if creat {
             entry.call = Call::Open {
                 existed: found.is_some(),
             };
-            if trunc {
-                entry.truncates = found.map(|m| (m.dev(), m.ino()));
-            }
+        }
+        if trunc && tracking {
+            entry.truncates = found.as_ref().map(|m| (m.dev(), m.ino()));
+        }
+        // O_EXCL never opens a file that exists.
+        if !excl
+            && let Some(meta) = &found
+            && meta.is_file()
+            && wanted((meta.dev(), meta.ino()))
+            && let Some((path, file)) = full.or_else(resolved)
+        {
+            entry.originals.push(Original::Handle { path, file });
         }
         Some(entry)
     };
@@ -202,9 +241,18 @@ pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> 
         }
         libc::SYS_truncate => {
             let path = a.resolve(AT_FDCWD, 0, true)?;
+            let originals = path
+                .open()
+                .map(|file| Original::Handle {
+                    path: path.path.clone(),
+                    file,
+                })
+                .into_iter()
+                .collect();
             return Some(Entry {
                 destroys: vec![path.path.clone()],
                 truncates: None,
+                originals,
                 call: Call::Truncate { path },
             });
         }
@@ -293,11 +341,40 @@ pub(super) fn entry(viewer: Viewer, nr: i64, args: [u64; 6], tracking: bool) -> 
         Call::Rename { from, to } => vec![from.clone(), to.clone()],
         _ => Vec::new(),
     };
+    let named = |path: &Vec<u8>, tree: bool| Original::Named {
+        path: path.clone(),
+        tree,
+    };
+    let originals = match &call {
+        // A directory about to move takes its subtree's originals with it.
+        Call::Rename { from, to } => vec![named(from, true), named(to, false)],
+        Call::Delete { path, .. } | Call::Chmod { path, .. } => vec![named(path, false)],
+        Call::Link { from, .. } => vec![named(from, false)],
+        Call::Ftruncate => fd_original(viewer.tid, arg_i32(args[0]))
+            .into_iter()
+            .collect(),
+        Call::Fchmod { fd, .. } => fd_original(viewer.tid, *fd).into_iter().collect(),
+        _ => Vec::new(),
+    };
     Some(Entry {
         call,
         destroys,
         truncates: None,
+        originals,
     })
+}
+
+/// The object descriptor `fd` of `tid` refers to, for its original.
+fn fd_original(tid: Pid, fd: i32) -> Option<Original> {
+    let path = procfs::fd_path(tid, fd)?;
+    let file = nix::fcntl::open(
+        format!("/proc/{tid}/fd/{fd}").as_str(),
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()
+    .map(File::from)?;
+    Some(Original::Handle { path, file })
 }
 
 /// Who made the call.
@@ -419,11 +496,14 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
             let path = if dir { name::dir_form(&path) } else { path };
             FileRecord::now(exec, path, FileChange::Delete)
         }
-        Call::Mkdir { path, mode } => FileRecord {
-            // As made: the umask and the parent's default ACL apply.
-            mode: Some(files.mode_of(&path).map_or(mode, |(m, _)| m)),
-            ..FileRecord::now(exec, name::dir_form(&path), FileChange::Create)
-        },
+        Call::Mkdir { path, mode } => {
+            files.made(&path);
+            FileRecord {
+                // As made: the umask and the parent's default ACL apply.
+                mode: Some(files.mode_of(&path).map_or(mode, |(m, _)| m)),
+                ..FileRecord::now(exec, name::dir_form(&path), FileChange::Create)
+            }
+        }
         Call::Link { from, to } => {
             files.linked(&from, &to);
             let (captured, inode, mode) = files.capture_named(&to);
@@ -435,6 +515,7 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
             }
         }
         Call::Symlink { path } => {
+            files.made(&path.path);
             // The link as the kernel stored it, not the string we read.
             let target = nix::fcntl::readlinkat(
                 std::os::fd::AsFd::as_fd(&path.parent),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::files::{FileRecord, renamed, under};
 use super::name;
+use super::xattrs::MODE_BITS;
 use crate::observation::FileChange;
 
 /// What the record says of one path.
@@ -76,6 +77,15 @@ impl View {
                 }
                 if r.mode.is_some() {
                     known.mode = r.mode;
+                }
+            }
+            FileChange::Original => {
+                // What the path held before the session, unless the record
+                // already says what it holds now.
+                let known = self.0.entry(r.path.clone()).or_default();
+                if known.content.is_none() {
+                    known.content = Some(r.captured.sha256.clone());
+                    known.mode = known.mode.or(r.mode.map(|m| m & MODE_BITS));
                 }
             }
             FileChange::Image => {}
