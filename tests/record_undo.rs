@@ -565,3 +565,81 @@ ln via-new-link.txt other-name && echo through the new name >> other-name && rm 
     assert!(out.status.success(), "undo: {}", show(&out));
     assert_eq!(snapshot(&b.ws), before, "{}", show(&out));
 }
+
+/// Every entry below `root` by its name's bytes: (kind, bytes); for the
+/// names `snapshot` would print alike.
+fn raw_snapshot(root: &Path) -> BTreeMap<Vec<u8>, (bool, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(root).unwrap().flatten() {
+        let path = e.path();
+        let is_dir = path.is_dir();
+        let data = if is_dir {
+            Vec::new()
+        } else {
+            std::fs::read(&path).unwrap()
+        };
+        out.insert(e.file_name().as_bytes().to_vec(), (is_dir, data));
+    }
+    out
+}
+
+#[test]
+fn undo_puts_back_names_that_are_not_utf8_byte_for_byte() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let b = Bench::new();
+    let at = |name: &[u8]| b.ws.join(OsStr::from_bytes(name));
+    // Two names a lossy conversion would make one.
+    write(&at(b"old\xfe.txt"), b"the payload's neighbour\n", 0o644);
+    write(&at("old\u{fffd}.txt".as_bytes()), b"innocent\n", 0o644);
+    write(&at(b"moved\xfd"), b"moved\n", 0o644);
+    let before = raw_snapshot(&b.ws);
+    let id = b.run(
+        &[],
+        r#"
+        echo changed >> "$(printf 'old\376.txt')"
+        printf payload > "$(printf 'run\377.sh')"
+        mv "$(printf 'moved\375')" plain-now
+        "#,
+    );
+    assert_ne!(raw_snapshot(&b.ws), before);
+    let out = b.undo(&id, &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(raw_snapshot(&b.ws), before, "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("run\\xff.sh"),
+        "undo names what it removed: {said}"
+    );
+}
+
+#[test]
+fn undo_refuses_a_file_that_existed_whose_attributes_the_session_changed() {
+    let b = Bench::new();
+    write(&b.ws.join("tagged.txt"), b"tagged\n", 0o644);
+    write(&b.ws.join("plain.txt"), b"plain\n", 0o644);
+    let id = b.run(
+        &[],
+        "python3 -c 'import os; os.setxattr(\"tagged.txt\", \"user.origin\", b\"agent\")' \
+         && echo more >> plain.txt",
+    );
+    let after = snapshot(&b.ws);
+    let out = b.undo(&id, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "cannot be restored         {}: its extended attributes changed",
+            b.path("tagged.txt")
+        )),
+        "{said}"
+    );
+    assert_eq!(snapshot(&b.ws), after, "a refused undo changed the disk");
+    // --force puts back what it can and says what it left.
+    let out = b.undo(&id, &["--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(std::fs::read(b.ws.join("plain.txt")).unwrap(), b"plain\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("airlock: undo incomplete:"), "{err}");
+}

@@ -354,6 +354,22 @@ pub(super) fn entry(
             .into_iter()
             .collect(),
         Call::Fchmod { fd, .. } => fd_original(viewer.tid, *fd).into_iter().collect(),
+        // An attribute is part of what the file held: its original first.
+        Call::Xattr {
+            target: XattrTarget::Path(resolved),
+            ..
+        } => resolved
+            .open()
+            .map(|file| Original::Handle {
+                path: resolved.path.clone(),
+                file,
+            })
+            .into_iter()
+            .collect(),
+        Call::Xattr {
+            target: XattrTarget::Fd(fd),
+            ..
+        } if *fd != AT_FDCWD => fd_original(viewer.tid, *fd).into_iter().collect(),
         _ => Vec::new(),
     };
     Some(Entry {
