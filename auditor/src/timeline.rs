@@ -178,7 +178,7 @@ pub fn describe(event: &AuditEvent) -> String {
                     .collect();
                 details.push(format!("also named {}", names.join(", ")));
             }
-            if *op == FileOp::Original && mode.is_none() {
+            if *op == FileOp::Original && mode.is_none() && xattr.is_none() {
                 details.push("missed: what it held before the session is not on record".into());
             }
             if identity.reconciled {

@@ -202,6 +202,9 @@ struct Story {
     end: BTreeMap<OsText, State>,
     /// Paths whose extended attributes the session changed.
     xattrs: BTreeSet<OsText>,
+    /// The extended attributes each file that existed had before the
+    /// session (its `original` records that name an attribute).
+    xattrs_before: BTreeMap<OsText, BTreeMap<OsText, Content>>,
 }
 
 impl Story {
@@ -213,6 +216,7 @@ impl Story {
                 op,
                 rename_to,
                 mode,
+                xattr,
                 ..
             } = &ev.event
             else {
@@ -220,6 +224,14 @@ impl Story {
             };
             let p = plain(path);
             match op {
+                FileOp::Original if xattr.is_some() => {
+                    let name = xattr.as_ref().map(|x| x.name.clone()).unwrap_or_default();
+                    s.xattrs_before
+                        .entry(p)
+                        .or_default()
+                        .entry(name)
+                        .or_insert_with(|| Content::of(&ev.event));
+                }
                 FileOp::Original => {
                     let state = original_state(&ev.event);
                     s.before.entry(p.clone()).or_insert_with(|| state.clone());
@@ -461,12 +473,34 @@ fn differs(end: &State, now: &Disk) -> Option<String> {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Done {
-    Removed { path: OsText },
-    Restored { path: OsText, bytes: u64 },
-    MovedBack { path: OsText, from: OsText },
-    Recreated { path: OsText },
-    Mode { path: OsText, mode: u32 },
-    Unchanged { path: OsText },
+    Removed {
+        path: OsText,
+    },
+    Restored {
+        path: OsText,
+        bytes: u64,
+    },
+    MovedBack {
+        path: OsText,
+        from: OsText,
+    },
+    Recreated {
+        path: OsText,
+    },
+    Mode {
+        path: OsText,
+        mode: u32,
+    },
+    /// An extended attribute set back to its value before the session, or
+    /// removed (the file did not have it).
+    Attribute {
+        path: OsText,
+        name: OsText,
+        removed: bool,
+    },
+    Unchanged {
+        path: OsText,
+    },
 }
 
 /// What undo found, and did.
@@ -572,11 +606,13 @@ pub fn undo(
             {
                 c.why_not_kept
             }
-            _ if story.xattrs.contains(&item.path) && !matches!(item.before, State::Absent) => {
-                Some(
-                    "its extended attributes changed, and what they held before the session \
-                     is not on record",
-                )
+            _ if story.xattrs.contains(&item.path)
+                && story
+                    .xattrs_before
+                    .get(&item.path)
+                    .is_some_and(|before| before.values().any(|c| c.stored.is_none())) =>
+            {
+                Some("the value an extended attribute had before the session is not on record")
             }
             _ => None,
         };
@@ -591,7 +627,13 @@ pub fn undo(
     }
     let skip: BTreeSet<OsText> = report.unrestorable.iter().map(|(p, _)| p.clone()).collect();
     report.applied = true;
-    apply(store, &dirs, opts.to, &items, &moves, &skip, &mut report);
+    let sources = Sources {
+        store,
+        dirs: &dirs,
+        to: opts.to,
+        story: &story,
+    };
+    apply(sources, &items, &moves, &skip, &mut report);
     Ok(report)
 }
 
@@ -647,15 +689,29 @@ fn parents_are_real(root: &Path, host: &Path) -> bool {
     true
 }
 
+/// What applying an undo reads: the store, where each directory is on the
+/// host (`to` for the workspace, when given) and the session's story.
+#[derive(Clone, Copy)]
+struct Sources<'a> {
+    store: &'a AuditStore,
+    dirs: &'a [WritableDir],
+    to: Option<&'a Path>,
+    story: &'a Story,
+}
+
 fn apply(
-    store: &AuditStore,
-    dirs: &[WritableDir],
-    to: Option<&Path>,
+    sources: Sources<'_>,
     items: &[Item],
     moves: &BTreeMap<OsText, usize>,
     skip: &BTreeSet<OsText>,
     report: &mut UndoReport,
 ) {
+    let Sources {
+        store,
+        dirs,
+        to,
+        story,
+    } = sources;
     let root = |i: usize| match (to, dirs[i].workspace) {
         (Some(to), true) => to.to_path_buf(),
         _ => dirs[i].host.as_path().to_path_buf(),
@@ -748,6 +804,9 @@ fn apply(
                         }
                     }
                 }
+                if story.xattrs.contains(&item.path) {
+                    put_back_xattrs(store, story, report, item);
+                }
                 if let Some(m) = mode {
                     dir_modes.push((item, *m));
                 }
@@ -800,6 +859,9 @@ fn apply(
                         continue;
                     }
                 }
+                if story.xattrs.contains(&item.path) {
+                    put_back_xattrs(store, story, report, item);
+                }
                 if let Some(m) = c.mode {
                     set_attributes(report, &item.path, &item.host, m);
                 }
@@ -832,6 +894,45 @@ fn set_attributes(report: &mut UndoReport, path: &OsText, host: &Path, mode: u32
         Err(e) => report
             .failed
             .push((path.clone(), format!("cannot set its mode: {e}"))),
+    }
+}
+
+/// Give a file that existed before the session the extended attributes it
+/// had then: each recorded one set to its value, every other one it has now
+/// removed (set before its mode, which an ACL changes).
+fn put_back_xattrs(store: &AuditStore, story: &Story, report: &mut UndoReport, item: &Item) {
+    let before = story.xattrs_before.get(&item.path);
+    let mut wanted: Vec<(OsText, Option<Vec<u8>>)> = Vec::new();
+    for (name, c) in before.into_iter().flatten() {
+        match read_blob(store, c) {
+            Ok(value) => wanted.push((name.clone(), Some(value))),
+            Err(why) => report.failed.push((item.path.clone(), why)),
+        }
+    }
+    let mut names = vec![0u8; 65536];
+    if let Ok(n) = rustix::fs::llistxattr(&item.host, &mut names[..]) {
+        for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let name = OsText::from(name);
+            if before.is_none_or(|b| !b.contains_key(&name)) {
+                wanted.push((name, None));
+            }
+        }
+    }
+    for ((name, value), (_, done)) in wanted
+        .iter()
+        .zip(crate::restore::set_xattrs(&item.host, &wanted, None))
+    {
+        match done {
+            Ok(()) => report.done.push(Done::Attribute {
+                path: item.path.clone(),
+                name: name.clone(),
+                removed: value.is_none(),
+            }),
+            Err(e) => report.failed.push((
+                item.path.clone(),
+                format!("cannot put back its attribute {name}: {e}"),
+            )),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ import { sessionHeader, sessionTabs } from './header.js';
 const CONTENT_OPS = new Set(['create', 'modify', 'truncate', 'image', 'original']);
 // A version with content: written here, or brought here by a rename (an
 // editor's write-then-rename).
-const hasContentOp = (v) => CONTENT_OPS.has(v.op) || Boolean(v.renamed_from);
+const hasContentOp = (v) => !v.xattr && (CONTENT_OPS.has(v.op) || Boolean(v.renamed_from));
 
 export async function renderFiles(page, id, ctx) {
   const [s, data] = await Promise.all([
@@ -68,7 +68,7 @@ export async function renderFiles(page, id, ctx) {
     if (current < 0) {
       // The newest version with file content, else the newest.
       current = versions.length - 1;
-      for (let i = versions.length - 1; i >= 0; i--) if (versions[i].content && CONTENT_OPS.has(versions[i].op)) { current = i; break; }
+      for (let i = versions.length - 1; i >= 0; i--) if (versions[i].content && hasContentOp(versions[i]) && !versions[i].renamed_from) { current = i; break; }
     }
     const viewer = h('div', { class: 'viewer', testid: 'file-viewer' });
     const rows = versions.map((v, i) => {
@@ -83,7 +83,7 @@ export async function renderFiles(page, id, ctx) {
         h('td', null, h('div', { class: 'actions' },
           hashOnly
             ? h('span', { class: 'badge badge-warn', testid: 'hash-only' }, v.over_cap ? 'hash only (over the cap)' : v.over_budget ? 'hash only (over the budget)' : 'hash only (content not kept)')
-            : v.content && v.op === 'xattr'
+            : v.content && v.xattr
               ? [
                 h('button', { type: 'button', class: ['btn', 'btn-small', i === current ? 'active' : ''], testid: 'view-value', onclick: () => { state.seq = v.seq; state.show = 'content'; sync(); drawDetail(); } }, 'Value'),
                 h('a', { class: 'btn btn-small', href: `api/sessions/${enc(id)}/content/${enc(v.content)}`, download: '', testid: 'download-content' }, 'Download'),
@@ -108,7 +108,7 @@ export async function renderFiles(page, id, ctx) {
   async function showVersion(versions, i, viewer) {
     const v = versions[i];
     if (!v) return;
-    if (v.op === 'xattr') {
+    if (v.xattr) {
       showAttribute(v, viewer);
       return;
     }
@@ -217,7 +217,7 @@ function modeText(mode) {
 
 // The attribute an xattr version is about, under its operation.
 function attributeLine(v) {
-  if (v.op !== 'xattr' || !v.xattr) return v.op === 'chmod' && v.mode !== null && v.mode !== undefined ? h('span', { class: 'mono small' }, ` ${modeText(v.mode)}`) : null;
+  if (!v.xattr) return v.op === 'chmod' && v.mode !== null && v.mode !== undefined ? h('span', { class: 'mono small' }, ` ${modeText(v.mode)}`) : null;
   const x = v.xattr;
   return h('div', { class: 'mono small', testid: 'xattr-name' },
     `${x.name}${x.removed ? ' removed' : ''}`,

@@ -281,7 +281,7 @@ impl Files {
             return;
         }
         let max = self.max_content;
-        if let Some(r) = self.originals.take(exec, &path, &handle, max) {
+        for r in self.originals.take(exec, &path, &handle, max) {
             self.emit(r);
         }
         if tree && handle.metadata().is_ok_and(|m| m.is_dir()) {

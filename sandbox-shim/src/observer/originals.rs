@@ -30,9 +30,9 @@ use nix::fcntl::{OFlag, openat, readlinkat};
 use nix::sys::stat::Mode;
 
 use super::files::{FileKey, FileRecord};
-use super::name;
+use super::{acl, name, xattrs};
 use crate::capture::{self, Captured};
-use crate::observation::{ExecSeq, FileChange};
+use crate::observation::{ExecSeq, FileChange, XattrChange};
 
 /// What a call about to change files named, for their originals.
 #[derive(Debug)]
@@ -76,9 +76,38 @@ impl Originals {
         self.created.insert(key);
     }
 
-    /// The record of what `handle` (O_PATH, a final symlink not followed),
-    /// named `path`, holds now, if its original is still to be taken.
+    /// The records of what `handle` (O_PATH, a final symlink not followed),
+    /// named `path`, holds now, if its original is still to be taken: its
+    /// content and mode, then each of its extended attributes (one record
+    /// each, op `original` with the attribute, its value as content), so
+    /// that undo can put them back too.
     pub(super) fn take(
+        &mut self,
+        exec: Option<ExecSeq>,
+        path: &[u8],
+        handle: &File,
+        max_content: u64,
+    ) -> Vec<FileRecord> {
+        let Some(file) = self.take_file(exec, path, handle, max_content) else {
+            return Vec::new();
+        };
+        let (named, inode) = (file.path.clone(), file.inode);
+        let attributes = xattrs::all(handle)
+            .into_iter()
+            .map(|(name, value)| FileRecord {
+                xattr: Some(XattrChange {
+                    acl: acl::is_acl(&name).then(|| acl::describe(&value)).flatten(),
+                    name,
+                    removed: false,
+                }),
+                captured: capture::bytes(value, max_content),
+                inode,
+                ..FileRecord::now(exec, named.clone(), FileChange::Original)
+            });
+        std::iter::once(file).chain(attributes).collect()
+    }
+
+    fn take_file(
         &mut self,
         exec: Option<ExecSeq>,
         path: &[u8],
@@ -140,9 +169,7 @@ impl Originals {
                 let Some(handle) = open_at(&dir, &name, OFlag::O_PATH) else {
                     continue;
                 };
-                if let Some(r) = self.take(exec, &child, &handle, max_content) {
-                    out.push(r);
-                }
+                out.extend(self.take(exec, &child, &handle, max_content));
                 if handle.metadata().is_ok_and(|m| m.is_dir())
                     && let Some(sub) = open_at(&dir, &name, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
                 {

@@ -83,7 +83,12 @@ impl View {
                 // What the path held before the session, unless the record
                 // already says what it holds now.
                 let known = self.0.entry(r.path.clone()).or_default();
-                if known.content.is_none() {
+                if let Some(x) = &r.xattr {
+                    known
+                        .xattrs
+                        .entry(x.name.clone())
+                        .or_insert_with(|| r.captured.sha256.clone());
+                } else if known.content.is_none() {
                     known.content = Some(r.captured.sha256.clone());
                     known.mode = known.mode.or(r.mode.map(|m| m & MODE_BITS));
                 }

@@ -97,6 +97,16 @@ pub(super) fn run(
             Done::Recreated { path } => format!("recreated  {}", path.escaped()),
             Done::Mode { path, mode } => format!("mode       {} {mode:o}", path.escaped()),
             Done::Unchanged { path } => format!("unchanged  {}", path.escaped()),
+            Done::Attribute {
+                path,
+                name,
+                removed,
+            } => format!(
+                "xattr      {} {}{}",
+                path.escaped(),
+                name.escaped(),
+                if *removed { " removed" } else { "" }
+            ),
         };
         writeln!(out, "{line}")?;
     }
