@@ -13,6 +13,7 @@
 mod args;
 mod plan;
 mod wire;
+mod writable;
 
 pub use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};

@@ -21,6 +21,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::SandboxArgs;
 use super::wire::Spawned;
+use super::writable::Writable;
 use crate::observe::{self, Terminal, TerminalReaders};
 use crate::{audit, policy_file, secrets};
 
@@ -138,13 +139,16 @@ impl Plan {
             Some(path) => policy_file::load(path)?,
             None => Policy::deny_all(),
         };
+        let workspace = workspace(args)?;
+        if args.policy.is_some() {
+            Writable::new(&workspace, &args.rw).refuse_policy(&policy)?;
+        }
         let credentials = secrets::resolve_all(policy.credentials())?;
         let worker_threads = crate::serve::worker_threads()?;
         let ca = match &args.ca_dir {
             Some(dir) => CertificateAuthority::load(dir)?,
             None => CertificateAuthority::ephemeral()?,
         };
-        let workspace = workspace(args)?;
         let env = sandbox_env(args, &credentials)?;
         let audit = audit_paths(args, &workspace)?;
         let hide = hidden_paths(args, &workspace, audit.as_ref())?;
@@ -317,7 +321,7 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
         .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
     let key = std::path::absolute(&key)
         .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
-    refuse_if_writable_inside(&db, workspace, &args.rw)?;
+    Writable::new(workspace, &args.rw).refuse_audit_db(&db)?;
     Ok(Some(AuditPaths { db, key }))
 }
 
@@ -486,27 +490,6 @@ fn refuse_secret(key: &str, value: &str, secrets: &[(&str, &str)]) -> anyhow::Re
         bail!(
             "{key} carries the secret of credential {name}; secrets never enter the sandbox (use the credential's placeholder instead)"
         );
-    }
-    Ok(())
-}
-
-/// The sandbox must not be able to write the audit database.
-fn refuse_if_writable_inside(db: &Path, workspace: &Path, rw: &[PathBuf]) -> anyhow::Result<()> {
-    let db_dir = db
-        .parent()
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
-        .unwrap_or_default();
-    for writable in std::iter::once(workspace).chain(rw.iter().map(PathBuf::as_path)) {
-        let writable = writable
-            .canonicalize()
-            .unwrap_or_else(|_| writable.to_owned());
-        if db_dir.starts_with(&writable) {
-            bail!(
-                "the audit database {} is inside {}, which the sandbox can write (and so could move or delete the record): pass --audit-db (or set AIRLOCK_AUDIT_DB) with a path outside it",
-                db.display(),
-                writable.display()
-            );
-        }
     }
     Ok(())
 }
