@@ -43,6 +43,9 @@ const ROOT_ONLY_SECRETS: [&str; 9] = [
 const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Default size of the sandbox's private /tmp.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+/// The sandbox's PATH unless `--pass-env PATH` or `--env PATH=...` says
+/// otherwise: Debian's default for root, which also covers every user.
+pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Variables that name the session's CA bundle for common clients.
 const CA_VARIABLES: [&str; 6] = [
     "SSL_CERT_FILE",
@@ -406,7 +409,7 @@ fn ca_bundle(ca: &CertificateAuthority) -> Vec<u8> {
     bundle
 }
 
-/// A clean environment: PATH, HOME, LANG, TERM, the CA variables, the
+/// A clean environment: a fixed PATH, HOME, LANG, TERM, the CA variables, the
 /// credential placeholders, and only what the caller passes explicitly.
 fn sandbox_env(
     args: &SandboxArgs,
@@ -417,10 +420,10 @@ fn sandbox_env(
         env.retain(|(k, _)| k != key);
         env.push((key.to_owned(), value));
     };
-    set(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-    );
+    // Fixed, not the caller's: the host's PATH names directories of its
+    // user (~/.cargo/bin, pyenv shims) that the sandbox hides anyway, and
+    // would put them in the record. `--pass-env PATH` passes it.
+    set("PATH", SANDBOX_PATH.into());
     // The caller's home is hidden; the private /tmp is writable for caches.
     set("HOME", "/tmp".into());
     for key in ["LANG", "LC_ALL", "TERM"] {
