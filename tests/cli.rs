@@ -376,3 +376,91 @@ fn the_audit_database_can_be_named_by_airlock_audit_db() {
     assert_eq!(sessions.as_array().map(Vec::len), Some(1), "{sessions}");
     assert_eq!(sessions[0]["mode"], "proxy", "{sessions}");
 }
+
+#[test]
+fn a_missing_policy_file_is_named_with_where_it_was_looked_for_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let ws = cwd.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let fix = "give the path of an existing policy file (docs/policy.md says how to write one; `airlock policy suggest` writes one from a recorded session)";
+    for (args, code) in [
+        (
+            &[
+                "run",
+                "--policy",
+                "policy.toml",
+                "--workspace",
+                "ws",
+                "--",
+                "true",
+            ][..],
+            125,
+        ),
+        (
+            &[
+                "session",
+                "start",
+                "--policy",
+                "policy.toml",
+                "--workspace",
+                "ws",
+            ][..],
+            125,
+        ),
+        (
+            &["mcp", "--policy", "policy.toml", "--workspace", "ws"][..],
+            125,
+        ),
+        (
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--policy",
+                "policy.toml",
+            ][..],
+            2,
+        ),
+        (&["policy", "check", "policy.toml"][..], 2),
+        (
+            &[
+                "policy",
+                "test",
+                "policy.toml",
+                "GET",
+                "https://example.com/",
+            ][..],
+            2,
+        ),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .current_dir(&cwd)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {msg}");
+        assert_eq!(
+            msg.trim_end(),
+            format!(
+                "airlock: the policy file policy.toml does not exist: looked for {} (relative to the current directory {}); {fix}",
+                cwd.join("policy.toml").display(),
+                cwd.display()
+            ),
+            "{args:?}"
+        );
+    }
+    // An absolute path needs no directory to be relative to.
+    let missing = cwd.join("nowhere/policy.toml");
+    let out = airlock(&["policy", "check", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out).trim_end(),
+        format!(
+            "airlock: the policy file {0} does not exist: looked for {0}; {fix}",
+            missing.display()
+        )
+    );
+}

@@ -135,7 +135,10 @@ fn the_sandbox_gets_a_fixed_path_and_the_hosts_only_when_passed() {
         format!("PATH={host_path}")
     );
     assert_eq!(
-        path_of(&["--env", "PATH=/opt/mine/bin:/usr/bin"], &[("PATH", host_path)]),
+        path_of(
+            &["--env", "PATH=/opt/mine/bin:/usr/bin"],
+            &[("PATH", host_path)]
+        ),
         "PATH=/opt/mine/bin:/usr/bin"
     );
 }

@@ -45,7 +45,8 @@ const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
 /// The sandbox's PATH unless `--pass-env PATH` or `--env PATH=...` says
 /// otherwise: Debian's default for root, which also covers every user.
-pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Variables that name the session's CA bundle for common clients.
 const CA_VARIABLES: [&str; 6] = [
     "SSL_CERT_FILE",
