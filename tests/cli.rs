@@ -464,3 +464,173 @@ fn a_missing_policy_file_is_named_with_where_it_was_looked_for_and_the_fix() {
         )
     );
 }
+
+/// stderr of `airlock ARGS` in `cwd`, its exit status, and that it is one
+/// line with airlock's prefix and no panic.
+fn one_line_error(cwd: &std::path::Path, args: &[&str]) -> (String, Option<i32>) {
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("AIRLOCK_AUDIT_DB")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("airlock: "), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    (stderr.trim_end().to_owned(), out.status.code())
+}
+
+#[test]
+fn a_damaged_or_foreign_audit_database_is_named_for_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    std::fs::create_dir_all(cwd.join("ws")).unwrap();
+    let db = cwd.join("audit.db");
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args(["run", "--workspace", "ws", "--audit-db"])
+        .arg(&db)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let whole = std::fs::read(&db).unwrap();
+    // Cut short, as by an interrupted copy.
+    std::fs::write(cwd.join("trunc.db"), &whole[..whole.len() / 2]).unwrap();
+    std::fs::write(cwd.join("text.db"), "hello\n").unwrap();
+    std::fs::write(cwd.join("empty.db"), "").unwrap();
+    let damaged = "airlock: the audit database trunc.db is damaged (database disk image is malformed): it begins as one but cannot be read whole, as when a copy was cut short; check it with `sqlite3 trunc.db 'PRAGMA integrity_check'`, restore it from a backup, or pass another --audit-db";
+    for args in [
+        &["audit", "sessions", "--audit-db", "trunc.db"][..],
+        &["audit", "timeline", "x", "--audit-db", "trunc.db"][..],
+        &["audit", "verify", "x", "--audit-db", "trunc.db"][..],
+        &["audit", "search", "--file", "x", "--audit-db", "trunc.db"][..],
+    ] {
+        assert_eq!(
+            one_line_error(cwd, args),
+            (damaged.to_owned(), Some(2)),
+            "{args:?}"
+        );
+    }
+    // Recording into it says the same, with the path as it was resolved.
+    let (msg, code) = one_line_error(
+        cwd,
+        &[
+            "run",
+            "--workspace",
+            "ws",
+            "--audit-db",
+            "trunc.db",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, Some(125));
+    assert!(
+        msg.starts_with(&format!(
+            "airlock: the audit database {} is damaged",
+            cwd.join("trunc.db").display()
+        )),
+        "{msg}"
+    );
+    assert_eq!(
+        one_line_error(cwd, &["audit", "sessions", "--audit-db", "text.db"]),
+        (
+            "airlock: text.db is not an SQLite database, so not an airlock audit database; pass the right --audit-db".to_owned(),
+            Some(2)
+        )
+    );
+    assert_eq!(
+        one_line_error(cwd, &["audit", "sessions", "--audit-db", "empty.db"]),
+        (
+            "airlock: empty.db is empty, so it holds no airlock record; pass the right --audit-db"
+                .to_owned(),
+            Some(2)
+        )
+    );
+    // The audit commands' own errors carry the same prefix as the rest.
+    for args in [
+        &["audit", "timeline", "abcdef"][..],
+        &["audit", "verify", "abcdef"][..],
+        &["audit", "files", "abcdef"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--audit-db", "audit.db"]);
+        assert_eq!(
+            one_line_error(cwd, &args),
+            (
+                "airlock: no audit session matches \"abcdef\"; list them with `airlock audit sessions`".to_owned(),
+                Some(2)
+            ),
+            "{args:?}"
+        );
+    }
+    // Never a Rust value.
+    for name in ["trunc.db", "text.db", "empty.db"] {
+        let (msg, _) = one_line_error(cwd, &["audit", "sessions", "--audit-db", name]);
+        assert!(!msg.contains("None") && !msg.contains("Some("), "{msg}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_one_airlock_line_naming_the_option_and_an_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    for (args, code, expected) in [
+        // A misspelt flag: the suggestion, and no usage line implying that
+        // --policy is required.
+        (
+            &["run", "--polcy", "p.toml", "--", "true"][..],
+            125,
+            "airlock: unexpected argument '--polcy' found (a similar argument exists: '--policy') (to pass '--polcy' as a value, use '-- --polcy'); see `airlock run --help`",
+        ),
+        (
+            &["session", "start", "--bogus"][..],
+            125,
+            "airlock: unexpected argument '--bogus' found; see `airlock session start --help`",
+        ),
+        (
+            &["audit", "verify"][..],
+            2,
+            "airlock: the following required arguments were not provided: <SESSION>; see `airlock audit verify --help`",
+        ),
+        (
+            &["run", "--cpus", "abc", "--", "true"][..],
+            125,
+            "airlock: invalid value 'abc' for '--cpus <N>': not a number of CPU cores above zero; write one like 0.5 or 2; see `airlock run --help`",
+        ),
+        (
+            &["run", "--cpus", "0", "--", "true"][..],
+            125,
+            "airlock: invalid value '0' for '--cpus <N>': not a number of CPU cores above zero; write one like 0.5 or 2; see `airlock run --help`",
+        ),
+        (
+            &["session", "start", "--pids", "many"][..],
+            125,
+            "airlock: invalid value 'many' for '--pids <N>': not a whole number of processes above zero; write one like 64; see `airlock session start --help`",
+        ),
+        (
+            &["proxy", "--listen", "localhost:80"][..],
+            2,
+            "airlock: invalid value 'localhost:80' for '--listen <LISTEN>': not an IP address and port; write one like 127.0.0.1:8080 or [::1]:8080; see `airlock proxy --help`",
+        ),
+        (
+            &["sidecar", "--dns-port", "70000"][..],
+            2,
+            "airlock: invalid value '70000' for '--dns-port <PORT>': not a port number (0 to 65535); write one like 15001; see `airlock sidecar --help`",
+        ),
+        (
+            &["audit", "serve", "--listen", ":8080"][..],
+            2,
+            "airlock: invalid value ':8080' for '--listen <ADDR>': not an IP address and port; write one like 127.0.0.1:8080 or [::1]:8080; see `airlock audit serve --help`",
+        ),
+    ] {
+        let (msg, status) = one_line_error(cwd, args);
+        assert_eq!(status, Some(code), "{args:?}: {msg}");
+        assert_eq!(msg, expected, "{args:?}");
+        assert!(!msg.contains("Usage:"), "{msg}");
+    }
+}

@@ -187,7 +187,7 @@ fn open(db: &DbArg) -> Result<AuditStore> {
 
 /// Prints a usage-type error and returns exit status 2.
 fn usage(err: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {err}");
+    eprintln!("airlock: {err}");
     ExitCode::from(USAGE)
 }
 
@@ -459,7 +459,7 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
     let trust = default_trust(None)?;
     let check = store.verify(id, &trust)?;
     if !check.is_intact() {
-        eprintln!("warning: {}", check.summary());
+        eprintln!("airlock: warning: {}", check.summary());
     }
     let report = restore::restore(store, id, dir)?;
     let mut out = std::io::stdout().lock();

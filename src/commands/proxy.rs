@@ -14,7 +14,7 @@ use airlock_auditor::{SessionEnd, SessionMode};
 use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::cli::{AuditOptions, UpstreamOptions};
+use crate::cli::{AuditOptions, UpstreamOptions, parse_addr};
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -27,7 +27,7 @@ use crate::{policy_file, secrets};
 )))]
 pub struct ProxyArgs {
     /// Address of the explicit forward proxy (HTTP_PROXY / HTTPS_PROXY). Port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     listen: SocketAddr,
     /// The policy file (TOML). Reloaded on SIGHUP.
     #[arg(long)]
@@ -38,10 +38,10 @@ pub struct ProxyArgs {
     #[command(flatten)]
     upstream: UpstreamOptions,
     /// Also accept connections redirected here by nftables (SO_ORIGINAL_DST).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     transparent_listen: Option<SocketAddr>,
     /// Also answer DNS (UDP and TCP) here: allowed names get synthetic addresses, others NXDOMAIN.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     dns_listen: Option<SocketAddr>,
     /// Where to write decision events as JSON lines ("-" for stdout).
     #[arg(long, value_name = "FILE", default_value = "-")]
@@ -51,7 +51,7 @@ pub struct ProxyArgs {
     #[command(flatten)]
     approvals: ApprovalOptions,
     /// Serve /healthz, /readyz, /metrics here (and the approvals API, with --approval-token-file).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     admin_listen: Option<SocketAddr>,
     /// Serve the approvals API on the admin listener to bearers of these tokens (NAME:TOKEN per line, mode 0600).
     #[arg(long, value_name = "FILE", requires = "admin_listen")]
