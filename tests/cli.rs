@@ -634,3 +634,94 @@ fn bad_arguments_are_one_airlock_line_naming_the_option_and_an_example() {
         assert!(!msg.contains("Usage:"), "{msg}");
     }
 }
+
+#[test]
+fn a_busy_port_is_one_line_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    std::fs::create_dir_all(cwd.join("ws")).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args([
+            "run",
+            "--workspace",
+            "ws",
+            "--audit-db",
+            "audit.db",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The console says it once.
+    let (msg, code) = one_line_error(
+        cwd,
+        &[
+            "audit",
+            "serve",
+            "--listen",
+            &addr,
+            "--audit-db",
+            "audit.db",
+        ],
+    );
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        msg,
+        format!(
+            "airlock: cannot listen on {addr}: Address already in use (os error 98); pick another address with --listen"
+        )
+    );
+    // The proxy binds before it creates its CA or begins a record, on
+    // every address it is given.
+    std::fs::write(cwd.join("policy.toml"), "version = 1\n").unwrap();
+    let home = cwd.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for (flag, args) in [
+        ("--listen", vec!["--listen", addr.as_str()]),
+        (
+            "--admin-listen",
+            vec!["--listen", "127.0.0.1:0", "--admin-listen", addr.as_str()],
+        ),
+        (
+            "--transparent-listen",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--transparent-listen",
+                addr.as_str(),
+            ],
+        ),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .current_dir(cwd)
+            .env("HOME", &home)
+            .env_remove("XDG_DATA_HOME")
+            .arg("proxy")
+            .args(&args)
+            .args(["--policy", "policy.toml", "--audit-db", "proxy/audit.db"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "airlock: {flag} {addr}: cannot listen (Address already in use (os error 98)); another process may be using it: pick another address with {flag}"
+            )
+        );
+        assert!(
+            !home.join(".local/share/airlock/ca").exists(),
+            "{flag}: a CA was created before the bind failed"
+        );
+        assert!(
+            !cwd.join("proxy/audit.db").exists(),
+            "{flag}: a record was begun before the bind failed"
+        );
+    }
+    drop(busy);
+}

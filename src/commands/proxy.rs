@@ -68,6 +68,9 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(&args.policy)?;
     let credentials = secrets::resolve_all(policy.credentials())?;
     let worker_threads = crate::serve::worker_threads()?;
+    // Every address is bound before anything is created or recorded: a
+    // busy port leaves no new CA behind and no audit session that never ran.
+    let listeners = Listeners::bind(&args).await?;
     announce_placeholders(&credentials);
     let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
     let ca = Arc::new(ca);
@@ -109,7 +112,12 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = tokio::task::JoinSet::new();
-    let explicit = bind_tcp(args.listen, "--listen").await?;
+    let Listeners {
+        explicit,
+        admin,
+        transparent,
+        dns,
+    } = listeners;
     eprintln!(
         "airlock: proxy listening on {} (policy {}, CA {})",
         explicit.local_addr()?,
@@ -118,8 +126,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     let p = proxy.clone();
     servers.spawn(async move { p.serve_explicit(explicit).await });
-    if let Some(addr) = args.admin_listen {
-        let listener = bind_tcp(addr, "--admin-listen").await?;
+    if let Some(listener) = admin {
         eprintln!(
             "airlock: admin endpoint on http://{}",
             listener.local_addr()?
@@ -128,8 +135,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         state.set_ready(true);
         servers.spawn(admin::serve(listener, state));
     }
-    if let Some(addr) = args.transparent_listen {
-        let listener = bind_tcp(addr, "--transparent-listen").await?;
+    if let Some(listener) = transparent {
         eprintln!(
             "airlock: transparent listener on {}",
             listener.local_addr()?
@@ -137,8 +143,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         let p = proxy.clone();
         servers.spawn(async move { p.serve_transparent(listener).await });
     }
-    if let Some(addr) = args.dns_listen {
-        let (udp, tcp) = bind_dns(addr, "--dns-listen").await?;
+    if let Some((udp, tcp)) = dns {
         eprintln!("airlock: DNS on {} (UDP and TCP)", udp.local_addr()?);
         let p = proxy.clone();
         servers.spawn(async move { p.serve_dns_udp(udp).await });
@@ -165,6 +170,38 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         eprintln!("airlock: {reason}");
     }
     Ok(ExitCode::from(code))
+}
+
+/// The proxy's sockets, bound before anything else happens.
+struct Listeners {
+    explicit: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
+    transparent: Option<tokio::net::TcpListener>,
+    dns: Option<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
+}
+
+impl Listeners {
+    async fn bind(args: &ProxyArgs) -> anyhow::Result<Listeners> {
+        let explicit = bind_tcp(args.listen, "--listen").await?;
+        let admin = match args.admin_listen {
+            Some(addr) => Some(bind_tcp(addr, "--admin-listen").await?),
+            None => None,
+        };
+        let transparent = match args.transparent_listen {
+            Some(addr) => Some(bind_tcp(addr, "--transparent-listen").await?),
+            None => None,
+        };
+        let dns = match args.dns_listen {
+            Some(addr) => Some(bind_dns(addr, "--dns-listen").await?),
+            None => None,
+        };
+        Ok(Listeners {
+            explicit,
+            admin,
+            transparent,
+            dns,
+        })
+    }
 }
 
 /// An explicit `--ca-dir` must hold a CA; the default one is created on first use.
