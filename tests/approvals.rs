@@ -2524,3 +2524,42 @@ async fn a_session_approval_races_two_held_requests_and_each_is_decided_once() {
     }
     env.assert_verifies(&record);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_a_session_that_does_not_exist_says_so_and_fails() {
+    let env = Env::new().await;
+    let m = marker("nosuch");
+    let mut session = Session::start(&env, &m).await;
+    // The session exists: nothing waits, and that is a success.
+    for given in [m.as_str(), session.id.as_str(), &session.id[..8]] {
+        let out = airlock(&["approvals", "--session", given]).await;
+        assert_eq!(out.status, 0, "{given}: {out:?}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            "airlock: no request is waiting for approval"
+        );
+    }
+    // A name no running session has, in each form of the listing.
+    let missing = format!("{m}-gone");
+    for extra in [&[][..], &["--json"][..], &["--watch"][..]] {
+        let mut args = vec!["approvals", "--session", missing.as_str()];
+        args.extend_from_slice(extra);
+        let out = tokio::time::timeout(PATIENCE, airlock(&args))
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} kept running"));
+        assert_eq!(out.status, 1, "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "airlock: no running session matches {missing:?}; `airlock session ls` lists live sessions, and `airlock approvals` without --session what every running airlock holds"
+            ),
+            "{args:?}"
+        );
+    }
+    // Once stopped, the session's own name does not exist any more either.
+    session.stop().await;
+    let out = airlock(&["approvals", "--session", &m]).await;
+    assert_eq!(out.status, 1, "{out:?}");
+    assert!(out.stderr.contains("no running session matches"), "{out:?}");
+}

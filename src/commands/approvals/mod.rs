@@ -85,7 +85,14 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let mut shown = HashSet::new();
         loop {
-            let pending = pending_of(args.session.as_deref()).await?;
+            let Some(pending) = pending_of(args.session.as_deref()).await? else {
+                // Only --session can name what is not there.
+                let given = args.session.as_deref().unwrap_or_default();
+                eprintln!(
+                    "airlock: no running session matches {given:?}; `airlock session ls` lists live sessions, and `airlock approvals` without --session what every running airlock holds"
+                );
+                return Ok(ExitCode::from(1));
+            };
             let new: Vec<&Value> = pending
                 .iter()
                 .filter(|p| shown.insert(p["id"].as_str().unwrap_or_default().to_owned()))
@@ -184,8 +191,9 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Every pending request, oldest first, of the sessions `session` picks.
-async fn pending_of(session: Option<&str>) -> anyhow::Result<Vec<Value>> {
+/// Every pending request, oldest first, of the sessions `session` picks;
+/// None when it picks no running session.
+async fn pending_of(session: Option<&str>) -> anyhow::Result<Option<Vec<Value>>> {
     // A live session's name is resolved to its id, which is what its
     // approvals socket answers with; anything else (a `run`'s or a proxy's
     // record id, or a prefix of one) is matched as given.
@@ -199,14 +207,17 @@ async fn pending_of(session: Option<&str>) -> anyhow::Result<Vec<Value>> {
         None => None,
     };
     let session = resolved.as_deref();
-    let mut pending: Vec<Value> = client::list()
+    let picked: Vec<client::Listed> = client::list()
         .await?
         .into_iter()
         .filter(|l| session.is_none_or(|s| l.session == s || l.session.starts_with(s)))
-        .flat_map(|l| l.pending)
         .collect();
+    if session.is_some() && picked.is_empty() {
+        return Ok(None);
+    }
+    let mut pending: Vec<Value> = picked.into_iter().flat_map(|l| l.pending).collect();
     pending.sort_by_key(|p| p["requested_at_us"].as_u64().unwrap_or_default());
-    Ok(pending)
+    Ok(Some(pending))
 }
 
 /// A few lines a person reads before deciding. Everything the sandbox
