@@ -565,3 +565,33 @@ def test_hostile_paths_names_and_outputs_stay_what_they_are(env):
     assert len(stdout) < 70_000, len(stdout)
     assert "bytes" in stdout and "cut" in stdout, stdout[32_000:33_000]
     assert took < 60, f"took {took:.1f}s"
+
+
+def test_a_client_that_stops_reading_is_the_end_of_the_connection_not_an_error(env):
+    """A client that goes away without closing stdin first (its end of our
+    stdout closed, a tool call still running): `airlock mcp` ends as for
+    the end of stdin, stops the session, and prints no error."""
+    with server_without_client(env) as (proc, session):
+        def send(message):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        send({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "leaving", "version": "1"},
+            },
+        })
+        assert b'"id":1' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_command", "arguments": {"command": "sleep 1; echo done"}},
+        })
+        proc.stdout.close()
+        # stdin stays open: only the broken pipe says the client is gone.
+        assert proc.wait(timeout=20) == 0
+        stops_by_itself(session)
+        stderr = proc.stderr.read().decode()
+        assert stderr == "", stderr
