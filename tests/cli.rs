@@ -725,3 +725,58 @@ fn a_busy_port_is_one_line_and_leaves_nothing_behind() {
     }
     drop(busy);
 }
+
+#[test]
+fn policy_check_catches_typos_in_values_and_says_which_ports_a_rule_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |body: &str, extra: &[&str]| {
+        let policy = write_policy(&dir, body);
+        let mut args = vec!["policy", "check"];
+        args.extend_from_slice(extra);
+        args.push(&policy);
+        let out = airlock(&args);
+        let msg = text(&out).replace(&policy, "P");
+        assert!(!msg.contains("panicked"), "{msg}");
+        (msg, out.status.code())
+    };
+    // A method no client sends: a warning naming the one meant.
+    assert_eq!(
+        check("version = 1\n[[allow]]\nhost = \"a.com\"\nmethods = [\"GTE\"]\n", &[]),
+        (
+            "P:2:1: warning: method \"GTE\" is not a standard HTTP method, so this rule matches only a client that sends exactly that; did you mean \"GET\"?\nP: ok (1 warning)\n".to_owned(),
+            Some(0)
+        )
+    );
+    // A misspelt value: one line, the suggestion, exit 2.
+    assert_eq!(
+        check("version = 1\ndefault = \"dney\"\n", &[]),
+        (
+            "airlock: P:2:11: unknown value \"dney\" for `default`; did you mean \"deny\"? (one of: deny, allow, report)\n".to_owned(),
+            Some(2)
+        )
+    );
+    // A quoted port.
+    assert_eq!(
+        check("version = 1\n[[allow]]\nhost = \"a.com\"\nports = [\"443\"]\n", &[]),
+        (
+            "airlock: P:4:10: \"443\" is a string, and a number is expected here: write 443 without quotes\n".to_owned(),
+            Some(2)
+        )
+    );
+    // What a rule without `ports` covers, spelt out on request.
+    assert_eq!(
+        check(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nmethods = [\"GET\"]\n[[allow]]\nhost = \"other.test\"\nports = [8443]\npaths = [\"/v1/**\"]\n[[deny]]\nhost = \"*.evil.test\"\n",
+            &["--explain"]
+        ),
+        (
+            "P:2: allow api.test, ports 80, 443 only (the default without `ports`: https://HOST:8443 is not covered; add ports = [80, 443, 8443] for it); GET; any path\n\
+             P:5: allow other.test, port 8443; any method; /v1/**\n\
+             P:9: deny *.evil.test, every port; any method; any path\n\
+             default: deny for whatever no rule covers\n\
+             P: ok (0 warnings)\n"
+                .to_owned(),
+            Some(0)
+        )
+    );
+}

@@ -107,10 +107,7 @@ impl AsyncWrite for Stdout {
         self.gone_if_broken(polled, ())
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.gone_if_broken(polled, ())
     }
