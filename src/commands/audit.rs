@@ -127,7 +127,7 @@ struct SearchArgs {
     /// How a request, connection or DNS query was decided.
     #[arg(long, value_enum)]
     verdict: Option<Verdict>,
-    /// A file path inside the sandbox, or DIR/ for every file under DIR.
+    /// A file path inside the sandbox (a relative one is taken from the current directory, as the workspace is mounted at its own path), DIR/ for every file under DIR, or a bare NAME for every file of that name.
     #[arg(long, value_name = "PATH")]
     file: Option<String>,
     /// Text an executed command line (or the program's path) contains.
@@ -183,6 +183,38 @@ pub(super) fn db_path(db: &DbArg) -> Result<PathBuf> {
 fn open(db: &DbArg) -> Result<AuditStore> {
     let path = db_path(db)?;
     Ok(AuditStore::open_readonly(&path)?)
+}
+
+/// `--file` as the record spells paths: a relative path with a directory
+/// in it (`./notes.txt`, `src/main.rs`, `../x/`) is taken from the current
+/// directory, as every CLI takes it, since the workspace is mounted at its
+/// own path; `.` and `..` are resolved by name, as the sandbox saw them. A
+/// bare name stays one: it matches a file of that name anywhere.
+fn sandbox_path(given: &str) -> String {
+    if given.starts_with('/') || !given.contains('/') {
+        return given.to_owned();
+    }
+    let Ok(cwd) = std::env::current_dir() else {
+        return given.to_owned();
+    };
+    let mut parts: Vec<String> = cwd
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    for part in given.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            name => parts.push(name.to_owned()),
+        }
+    }
+    let dir = if given.ends_with('/') { "/" } else { "" };
+    format!("/{}{dir}", parts.join("/"))
 }
 
 /// Prints a usage-type error and returns exit status 2.
@@ -294,7 +326,7 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
             Verdict::Deny => "deny".to_owned(),
             Verdict::Report => "report".to_owned(),
         }),
-        file: args.file,
+        file: args.file.as_deref().map(sandbox_path),
         command: args.command,
         since_us,
         until_us,
