@@ -448,7 +448,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
             duration,
             exit,
             s.events,
-            timeline::session_title(s)
+            timeline::session_title(s, store.first_step_command(s)?.as_deref())
         )?;
     }
     Ok(ExitCode::SUCCESS)
