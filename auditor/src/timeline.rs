@@ -120,9 +120,11 @@ pub fn describe(event: &AuditEvent) -> String {
             status,
             signal,
         } => match (status, signal) {
-            (Some(s), _) => format!("exit  {exec_id} status {s}"),
-            (None, Some(sig)) => format!("exit  {exec_id} killed by signal {sig}"),
-            (None, None) => format!("exit  {exec_id}"),
+            // "exec 1 exited 0": the id named as one, so that it does not
+            // read as an exit code.
+            (Some(s), _) => format!("exit  exec {exec_id} exited {s}"),
+            (None, Some(sig)) => format!("exit  exec {exec_id} killed by signal {sig}"),
+            (None, None) => format!("exit  exec {exec_id} ended"),
         },
         AuditEvent::File {
             path,

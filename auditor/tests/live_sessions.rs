@@ -271,7 +271,7 @@ fn the_timeline_groups_a_live_session_by_step_with_background_work_under_its_ste
         "/tmp/server.log",
         "api.example.com/from-server",
         "exec  gzip server.log",
-        "exit  s1bg killed by signal 15",
+        "exit  exec s1bg killed by signal 15",
     ] {
         let at = position(&text, needle);
         assert!(end1 < at && at < step2, "{needle} is not step 1's:\n{text}");
