@@ -885,7 +885,7 @@ async fn approved_for_the_session_the_same_request_passes_and_another_path_still
     assert!(
         decided
             .stdout
-            .starts_with(&format!("approved session: POST {first}")),
+            .starts_with(&format!("approved for this session: POST {first}")),
         "{decided:?}"
     );
     let out = output_of(step).await;
@@ -2562,4 +2562,81 @@ async fn listing_a_session_that_does_not_exist_says_so_and_fails() {
     let out = airlock(&["approvals", "--session", &m]).await;
     assert_eq!(out.status, 1, "{out:?}");
     assert!(out.stderr.contains("no running session matches"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_approver_sees_the_senders_argv_quoted_and_the_steps_label_and_each_decision_echoes_its_note()
+ {
+    let env = Env::new().await;
+    let m = marker("label");
+    let mut session = Session::start(&env, &m).await;
+    env.put("body.json", "{\"amount\": 5}");
+    let url = env.url(&format!("/echo/pay/{m}/a"));
+    let step = |label: &str| {
+        tokio::process::Command::new(AIRLOCK)
+            .args([
+                "session",
+                "exec",
+                &session.id,
+                "--label",
+                label,
+                "--timeout",
+                "100s",
+                "--",
+            ])
+            .args(["sh", "-c", &curl_post(&url, "body.json")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let first = step("call_7");
+    let view = await_listed(&["--session", &m], &url, 1).await.remove(0);
+    let id = id_of(&view);
+    assert_eq!(view["sender"]["label"], "call_7", "{view:#}");
+    let listed = airlock(&["approvals", "--session", &m]).await;
+    assert_eq!(listed.status, 0, "{listed:?}");
+    let sent_by = listed
+        .stdout
+        .lines()
+        .find(|l| l.contains("sent by "))
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    // One argument with a space is one quoted word, as a shell takes it.
+    assert!(
+        sent_by.contains(
+            "sent by curl -sS --max-time 100 -X POST -H 'content-type: application/json' --data-binary @body.json "
+        ),
+        "{sent_by}"
+    );
+    let exec = view["sender"]["exec"].as_str().unwrap();
+    assert!(
+        sent_by.ends_with(&format!(" {url} (exec {exec}, step call_7)")),
+        "{sent_by}"
+    );
+    // Denied with a note: the note is said back.
+    let note = "not during the change freeze";
+    let decided = deny(&id, note).await;
+    assert_eq!(
+        decided.stdout,
+        format!("denied: POST {url} (approval {id}, by {ROOT}); note: {note}\n"),
+        "{decided:?}"
+    );
+    assert_eq!(status_and_body(&output_of(first).await.stdout).0, 403);
+    // Approved for the session, in words that say so.
+    let second = step("call_8");
+    let view = await_listed(&["--session", &m], &url, 1).await.remove(0);
+    let id = id_of(&view);
+    assert_eq!(view["sender"]["label"], "call_8", "{view:#}");
+    let decided = approve(&id, &["--scope", "session", "--note", "refunds ok today"]).await;
+    assert_eq!(
+        decided.stdout,
+        format!(
+            "approved for this session: POST {url} (approval {id}, by {ROOT}); note: refunds ok today\n"
+        ),
+        "{decided:?}"
+    );
+    assert_eq!(status_and_body(&output_of(second).await.stdout).0, 200);
+    session.stop().await;
 }

@@ -17,4 +17,4 @@ mod writable;
 
 pub use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
-pub(crate) use wire::{Stop, Wired, store_failure};
+pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};

@@ -173,11 +173,17 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
         Ok(decided) => {
             let outcome = decided["outcome"].as_str().unwrap_or("decided");
             let scope = match decided["scope"].as_str() {
+                Some("session") => " for this session".to_owned(),
                 Some(scope) => format!(" {scope}"),
                 None => String::new(),
             };
+            // The note, as the client's 403 (or the record) carries it.
+            let note = match decision["note"].as_str() {
+                Some(note) => format!("; note: {}", escape::text(note)),
+                None => String::new(),
+            };
             println!(
-                "{outcome}{scope}: {} {} (approval {id}, by {})",
+                "{outcome}{scope}: {} {} (approval {id}, by {}){note}",
                 escape::text(decided["method"].as_str().unwrap_or_default()),
                 escape::text(decided["url"].as_str().unwrap_or_default()),
                 decided["by"].as_str().unwrap_or("you"),
@@ -247,21 +253,28 @@ fn describe(p: &Value) -> String {
     let sender = &p["sender"];
     let sent_by = match sender["command"].as_array() {
         Some(argv) => {
+            // Quoted as a shell would take it (and escaped: the sandbox
+            // chose it), so that `-H content-type: application/json` reads
+            // as the one argument it was.
             let argv: Vec<String> = argv
                 .iter()
                 .filter_map(Value::as_str)
-                .map(|a| escape::text(a).into_owned())
+                .map(str::to_owned)
                 .collect();
+            let argv = airlock_auditor::timeline::command_line(&argv);
             let mut place = Vec::new();
             if let Some(exec) = sender["exec"].as_str() {
                 place.push(format!("exec {}", escape::text(exec)));
             }
-            if let Some(step) = sender["step"].as_u64() {
-                place.push(format!("step {step}"));
+            // A step by its label (an agent's tool-call id) when it has one.
+            match (sender["label"].as_str(), sender["step"].as_u64()) {
+                (Some(label), _) => place.push(format!("step {}", escape::text(label))),
+                (None, Some(step)) => place.push(format!("step {step}")),
+                (None, None) => {}
             }
             match place.is_empty() {
-                true => argv.join(" "),
-                false => format!("{} ({})", argv.join(" "), place.join(", ")),
+                true => argv,
+                false => format!("{argv} ({})", place.join(", ")),
             }
         }
         None => format!("{} (command unknown)", text("client")),
