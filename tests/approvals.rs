@@ -2640,3 +2640,87 @@ async fn the_approver_sees_the_senders_argv_quoted_and_the_steps_label_and_each_
     assert_eq!(status_and_body(&output_of(second).await.stdout).0, 200);
     session.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watching_shows_each_decision_and_expiry_as_it_happens() {
+    use tokio::io::AsyncBufReadExt;
+    let env = Env::with_ask("timeout = \"3s\"\n").await;
+    let m = marker("watch-ends");
+    env.put("body.json", "{}");
+    let mut watch = tokio::process::Command::new(AIRLOCK)
+        .args(["approvals", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let (approved_url, expired_url) = (
+        env.url(&format!("/echo/pay/{m}/approved")),
+        env.url(&format!("/echo/pay/{m}/expires")),
+    );
+    let script = format!(
+        "{} > 1.txt & {} > 2.txt & wait; while [ ! -e stop ]; do sleep 0.05; done",
+        curl_post(&approved_url, "body.json"),
+        curl_post(&expired_url, "body.json"),
+    );
+    let run = env.run(&[], &script);
+    // Each of the watcher's request lines ("ID  POST URL", not indented)
+    // with the line after it.
+    let mut previous = String::new();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut next_pair = async || -> Option<(String, String)> {
+        let until = Instant::now() + PATIENCE;
+        while Instant::now() < until {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = tokio::time::timeout(left, lines.next_line()).await.ok()?;
+            let line = line.unwrap().expect("watching goes on");
+            let pair = (!previous.starts_with(' ') && previous.contains(&m))
+                .then(|| (previous.clone(), line.clone()));
+            previous = line;
+            if pair.is_some() {
+                return pair;
+            }
+        }
+        None
+    };
+    // Both held and shown, then one approved and the other left to expire.
+    while pairs
+        .iter()
+        .filter(|(_, l)| l.starts_with("  session "))
+        .count()
+        < 2
+    {
+        pairs.push(next_pair().await.expect("both requests shown"));
+    }
+    let id = pairs
+        .iter()
+        .find(|(h, _)| h.ends_with(&format!("  POST {approved_url}")))
+        .map(|(h, _)| h.split_whitespace().next().unwrap().to_owned())
+        .unwrap();
+    approve(&id, &["--note", "looks fine"]).await;
+    let mut ends: Vec<(String, String)> = Vec::new();
+    while ends.len() < 2 {
+        let pair = next_pair().await.expect("each end shown");
+        if !pair.1.starts_with("  session ") {
+            ends.push(pair);
+        }
+    }
+    let end_of = |url: &str| {
+        ends.iter()
+            .find(|(h, _)| h.ends_with(&format!("  POST {url}")))
+            .map(|(h, l)| (h.clone(), l.clone()))
+            .unwrap_or_else(|| panic!("{url}: {ends:#?}"))
+    };
+    assert_eq!(
+        end_of(&approved_url),
+        (
+            format!("{id}  POST {approved_url}"),
+            format!("  approved once by {ROOT}; note: looks fine")
+        )
+    );
+    assert_eq!(end_of(&expired_url).1, "  expired: nobody decided in time");
+    env.put("stop", "");
+    let out = run.finish().await;
+    assert_eq!(out.status, 0, "{out:?}");
+}

@@ -29,7 +29,7 @@ pub struct ListArgs {
     /// One JSON object per request (with --watch, one line each as they come).
     #[arg(long)]
     json: bool,
-    /// Keep watching, and show each new request as it is held (Ctrl-C ends).
+    /// Keep watching: each new request as it is held, then how it ended (decided, expired) as it happens (Ctrl-C ends).
     #[arg(long)]
     watch: bool,
 }
@@ -84,6 +84,8 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     }
     runtime()?.block_on(async {
         let mut shown = HashSet::new();
+        // Watching: what is held now, to tell how each one ended.
+        let mut held: HashSet<String> = HashSet::new();
         loop {
             let Some(pending) = pending_of(args.session.as_deref()).await? else {
                 // Only --session can name what is not there.
@@ -101,6 +103,20 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                 (true, false) => println!("{}", serde_json::to_string_pretty(&pending)?),
                 (true, true) => new.iter().for_each(|p| println!("{p}")),
                 (false, _) => new.iter().for_each(|p| print!("{}", describe(p))),
+            }
+            if args.watch {
+                let now: HashSet<String> = pending
+                    .iter()
+                    .filter_map(|p| p["id"].as_str().map(str::to_owned))
+                    .collect();
+                for id in held.difference(&now) {
+                    let ended = ended(id).await;
+                    match args.json {
+                        true => println!("{ended}"),
+                        false => print!("{}", describe_ended(id, &ended)),
+                    }
+                }
+                held = now;
             }
             if !args.watch {
                 if pending.is_empty() && !args.json {
@@ -195,6 +211,51 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// How a request that is no longer held ended, as its session's API says
+/// (`{"decided": ...}`), or `{"gone": ID}` when no running session knows it
+/// any more (its session ended).
+async fn ended(id: &str) -> Value {
+    let answer = match ApprovalId::parse(id) {
+        Some(id) => client::show(&id).await.ok(),
+        None => None,
+    };
+    match answer {
+        Some(answer) if !answer["decided"].is_null() => json!({ "decided": answer["decided"] }),
+        _ => json!({ "gone": id }),
+    }
+}
+
+/// A watcher's line for a request that is no longer held: who decided what,
+/// or that it expired.
+fn describe_ended(id: &str, ended: &Value) -> String {
+    let decided = &ended["decided"];
+    let text = |key: &str| escape::text(decided[key].as_str().unwrap_or_default()).into_owned();
+    let id = escape::text(id);
+    if decided.is_null() {
+        return format!("{id}  no longer held: its session ended\n\n");
+    }
+    let scope = match decided["scope"].as_str() {
+        Some("session") => " for this session",
+        Some("once") => " once",
+        _ => "",
+    };
+    let how = match (decided["outcome"].as_str(), decided["by"].as_str()) {
+        (Some("expired"), _) => "expired: nobody decided in time".to_owned(),
+        (Some(outcome), Some(by)) => format!("{outcome}{scope} by {}", escape::text(by)),
+        (Some(outcome), None) => format!("{outcome}{scope}"),
+        (None, _) => "decided".to_owned(),
+    };
+    let note = match decided["note"].as_str() {
+        Some(note) => format!("; note: {}", escape::text(note)),
+        None => String::new(),
+    };
+    format!(
+        "{id}  {} {}\n  {how}{note}\n\n",
+        text("method"),
+        text("url")
+    )
 }
 
 /// Every pending request, oldest first, of the sessions `session` picks;
