@@ -268,9 +268,10 @@ async fn a_request_an_ask_rule_would_hold_shows_as_ask_and_exits_1() {
         changed.contains(&"blocked http GET /b → ask".to_owned()),
         "{changed:?}"
     );
-    // /c was reported and is now allowed by the default: a change, not a block.
+    // /c was reported and is now allowed by the default: would now be
+    // allowed, not a block.
     assert!(
-        changed.contains(&"other http GET /c → allow".to_owned()),
+        changed.contains(&"now_allowed http GET /c → allow".to_owned()),
         "{changed:?}"
     );
 }
@@ -1063,7 +1064,7 @@ async fn a_policy_suggested_from_pip_and_git_lets_them_run_again_enforced() {
     assert_eq!(all.len(), 6, "{report:#}");
     assert!(
         all.iter()
-            .all(|c| c.starts_with("other http ") && c.ends_with(" → allow")),
+            .all(|c| c.starts_with("now_allowed http ") && c.ends_with(" → allow")),
         "{report:#}"
     );
     assert!(
