@@ -815,7 +815,7 @@ async fn an_approved_request_goes_out_once_a_person_approves_it() {
     let decided = approve(&id, &["--note", "invoice 7 checked"]).await;
     assert_eq!(
         decided.stdout,
-        format!("approved once: POST {url} (approval {id}, by {ROOT})\n"),
+        format!("approved once: POST {url} (approval {id}, by {ROOT}); note: invoice 7 checked\n"),
         "{decided:?}"
     );
     let out = run.finish().await;
@@ -963,7 +963,7 @@ print(r.text)
     let decided = deny(&id, note).await;
     assert_eq!(
         decided.stdout,
-        format!("denied: POST {url} (approval {id}, by {ROOT})\n"),
+        format!("denied: POST {url} (approval {id}, by {ROOT}); note: {note}\n"),
         "{decided:?}"
     );
 
@@ -2723,4 +2723,49 @@ async fn watching_shows_each_decision_and_expiry_as_it_happens() {
     env.put("stop", "");
     let out = run.finish().await;
     assert_eq!(out.status, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_exec_says_which_request_is_held_and_how_to_decide_it_while_it_waits() {
+    use tokio::io::AsyncBufReadExt;
+    let env = Env::new().await;
+    let m = marker("exec-holds");
+    let mut session = Session::start(&env, &m).await;
+    env.put("body.json", "{}");
+    let url = env.url(&format!("/echo/pay/{m}"));
+    let mut step = session.sh(&curl_post(&url, "body.json"));
+    let mut stderr = tokio::io::BufReader::new(step.stderr.take().unwrap()).lines();
+    // The line comes while the request waits, before anyone decides.
+    let line = tokio::time::timeout(PATIENCE, stderr.next_line())
+        .await
+        .expect("session exec says the request is held")
+        .unwrap()
+        .expect("a line");
+    let view = await_one(&m).await;
+    let id = id_of(&view);
+    assert_eq!(
+        line,
+        format!(
+            "airlock: holding POST {url} for a person's approval (rule {}: {REASON}); decide with `airlock approve {id}` or `airlock deny {id}` within {}",
+            env.ask_rule(),
+            line.rsplit_once("within ").unwrap().1
+        )
+    );
+    let within = line.rsplit_once("within ").unwrap().1;
+    assert!(
+        within.ends_with('s') && within.len() <= 3,
+        "about a minute left: {within}"
+    );
+    approve(&id, &[]).await;
+    let mut rest = Vec::new();
+    while let Ok(Ok(Some(more))) = tokio::time::timeout(PATIENCE, stderr.next_line()).await {
+        rest.push(more);
+    }
+    assert!(
+        !rest.iter().any(|l| l.contains("holding")),
+        "said once, not again: {rest:?}"
+    );
+    let out = output_of(step).await;
+    assert_eq!(status_and_body(&out.stdout).0, 200, "{out:?}");
+    session.stop().await;
 }
