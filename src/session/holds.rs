@@ -1,6 +1,7 @@
 //! Telling a step's client which of its requests an `[[ask]]` rule holds,
 //! while it waits: the same line `airlock run` prints, with the commands
-//! that decide it. The session's server has no terminal of the client's, so
+//! that decide it (`session exec` prints it; `airlock mcp` puts it in the
+//! tool's result). The session's server has no terminal of the client's, so
 //! the client asks the session's approvals socket (the one `airlock
 //! approvals` reads) for the requests its step sent.
 
@@ -17,6 +18,12 @@ const LOOK_EVERY: Duration = Duration::from_millis(300);
 /// Until aborted: print a line for each request of `step` (every step when
 /// unknown) in `session` as it is held.
 pub async fn announce(session: String, step: Option<u64>) {
+    watch(session, step, |line| crate::terminal::eprint_line(&line)).await;
+}
+
+/// Until aborted: `tell` the line of each request of `step` (every step
+/// when unknown) in `session` once, as it is held.
+pub async fn watch(session: String, step: Option<u64>, mut tell: impl FnMut(String)) {
     let mut told: HashSet<String> = HashSet::new();
     loop {
         if let Ok(listed) = crate::approvals::client::list().await {
@@ -28,7 +35,7 @@ pub async fn announce(session: String, step: Option<u64>) {
                 let mine = step.is_none_or(|s| p["sender"]["step"].as_u64() == Some(s));
                 let Some(id) = p["id"].as_str() else { continue };
                 if mine && told.insert(id.to_owned()) {
-                    crate::terminal::eprint_line(&line(id, &p));
+                    tell(line(id, &p));
                 }
             }
         }

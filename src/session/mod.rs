@@ -13,7 +13,7 @@
 
 pub mod client;
 mod denials;
-mod holds;
+pub(crate) mod holds;
 mod io;
 mod live;
 pub mod protocol;
