@@ -124,8 +124,8 @@ pub fn begin(
         None => crate::paths::default_audit_key()?,
     };
     check_free_space(db)?;
-    let store = AuditStore::open(db, SigningKeySource::KeyFile(key))
-        .with_context(|| format!("opening the audit database {}", db.display()))?;
+    // Every error of opening names the file it concerns.
+    let store = AuditStore::open(db, SigningKeySource::KeyFile(key))?;
     for cred in credentials {
         for secret in &cred.secrets {
             store

@@ -73,6 +73,52 @@ impl AuditOptions {
     }
 }
 
+/// A value Rust would parse with its own words ("invalid float literal",
+/// "invalid digit found in string"), refused instead by saying what the
+/// option wants and showing one.
+fn value<T: std::str::FromStr>(s: &str, what: &str, example: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("not {what}; write one like {example}"))
+}
+
+/// `--cpus`: a positive number of cores, fractions allowed.
+pub fn parse_cpus(s: &str) -> Result<f64, String> {
+    let what = "a number of CPU cores above zero";
+    match value::<f64>(s, what, "0.5 or 2")? {
+        cpus if cpus.is_finite() && cpus > 0.0 && cpus <= 65536.0 => Ok(cpus),
+        _ => Err(format!("not {what}; write one like 0.5 or 2")),
+    }
+}
+
+/// `--pids`: a whole number of processes, at least one.
+pub fn parse_pids(s: &str) -> Result<u64, String> {
+    let what = "a whole number of processes above zero";
+    match value::<u64>(s, what, "64")? {
+        0 => Err(format!("not {what}; write one like 64")),
+        n => Ok(n),
+    }
+}
+
+/// A TCP or UDP port.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    value(s, "a port number (0 to 65535)", "15001")
+}
+
+/// A process id (a container's main process).
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    value(
+        s,
+        "a process id",
+        "$(podman inspect -f '{{.State.Pid}}' CONTAINER)",
+    )
+}
+
+/// An address to listen on or to reach: IP and port.
+pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    value(s, "an IP address and port", "127.0.0.1:8080 or [::1]:8080")
+}
+
 /// What every duration option accepts, for its error message.
 const DURATION_FORMS: &str = "use seconds (1.5) or a number with a unit (500ms, 1.5s, 2m, 1h30m)";
 

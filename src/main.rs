@@ -21,6 +21,7 @@ mod serve;
 mod session;
 mod sidecar;
 mod terminal;
+mod usage_error;
 
 use std::process::ExitCode;
 
@@ -78,8 +79,17 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
+        // `airlock` or `airlock policy` alone: the help, as clap prints it.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => {
+            let args: Vec<_> = std::env::args_os().collect();
+            eprintln!(
+                "{}",
+                usage_error::one_line(&e, &<Cli as clap::CommandFactory>::command(), &args)
+            );
             let run = std::env::args_os()
                 .nth(1)
                 .is_some_and(|a| a == "run" || a == "session" || a == "mcp");

@@ -113,21 +113,46 @@ impl EventSink for DenialNotices {
             } => {
                 let n = self.held.fetch_add(1, Ordering::Relaxed);
                 if n < MAX_NOTICES {
-                    let reason = match reason {
-                        Some(reason) => format!(": {}", escape::text(reason)),
-                        None => String::new(),
-                    };
-                    crate::terminal::eprint_line(&format!(
-                        "airlock: holding {} {} for a person's approval (rule {}{reason}); decide with `airlock approve {approval}` or `airlock deny {approval}` within {}",
-                        escape::text(method),
-                        escape::text(url.split('?').next().unwrap_or(url)),
-                        escape::text(rule),
-                        humantime::format_duration(std::time::Duration::from_secs(timeout_ms / 1000)),
-                    ));
+                    crate::terminal::eprint_line(&holding_line(&Held {
+                        approval: &approval.to_string(),
+                        method,
+                        url,
+                        rule,
+                        reason: reason.as_deref(),
+                        within: std::time::Duration::from_millis(*timeout_ms),
+                    }));
                 }
             }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// A request an `[[ask]]` rule holds, as its notice names it.
+pub struct Held<'a> {
+    pub approval: &'a str,
+    pub method: &'a str,
+    pub url: &'a str,
+    pub rule: &'a str,
+    pub reason: Option<&'a str>,
+    /// How long until it is denied unless decided.
+    pub within: std::time::Duration,
+}
+
+/// The line that tells the caller a request is held and how to decide it:
+/// the same for `airlock run` and a live session's `session exec`.
+pub fn holding_line(held: &Held<'_>) -> String {
+    let reason = match held.reason {
+        Some(reason) => format!(": {}", escape::text(reason)),
+        None => String::new(),
+    };
+    let approval = escape::text(held.approval);
+    format!(
+        "airlock: holding {} {} for a person's approval (rule {}{reason}); decide with `airlock approve {approval}` or `airlock deny {approval}` within {}",
+        escape::text(held.method),
+        escape::text(held.url.split('?').next().unwrap_or(held.url)),
+        escape::text(held.rule),
+        humantime::format_duration(std::time::Duration::from_secs(held.within.as_secs())),
+    )
 }

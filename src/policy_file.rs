@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use airlock_policy::{LoadError, Loaded, Policy};
-use anyhow::Context;
+use anyhow::{Context, bail};
 
 pub fn load(path: &Path) -> anyhow::Result<Policy> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading policy {}", path.display()))?;
+    let text = read_top(path)?;
     let top = path.display().to_string();
     // The name each file got, by canonical path: a file reached by two
     // spellings is one file, so cycles and diamonds are seen as such.
@@ -30,6 +29,33 @@ pub fn load(path: &Path) -> anyhow::Result<Policy> {
         Ok(Loaded { name, text })
     };
     Policy::parse_layered(&top, &text, load_base).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The policy file named on the command line. A missing one is named as
+/// the user wrote it, where that led (absolute), and the directory it was
+/// relative to: the usual mistake is starting from another directory.
+fn read_top(path: &Path) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+            let relative_to = match path.is_relative() {
+                true => std::env::current_dir()
+                    .map(|d| format!(" (relative to the current directory {})", d.display()))
+                    .unwrap_or_default(),
+                false => String::new(),
+            };
+            bail!(
+                "the policy file {} does not exist: looked for {}{relative_to}; give the path of an existing policy file (docs/policy.md says how to write one; `airlock policy suggest` writes one from a recorded session)",
+                path.display(),
+                absolute.display()
+            )
+        }
+        Err(e) => Err(e).with_context(|| {
+            let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+            format!("reading the policy file {}", absolute.display())
+        }),
+    }
 }
 
 /// The files a policy was read from, to watch for changes.

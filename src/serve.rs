@@ -84,9 +84,11 @@ pub fn reload(proxy: &Proxy, path: &Path) -> bool {
 }
 
 pub async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("{flag} {addr}: cannot listen (is another process using it?)"))?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!(
+            "{flag} {addr}: cannot listen ({e}); another process may be using it: pick another address with {flag}"
+        )
+    })?;
     widen_backlog(&listener)?;
     Ok(listener)
 }

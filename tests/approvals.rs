@@ -815,7 +815,7 @@ async fn an_approved_request_goes_out_once_a_person_approves_it() {
     let decided = approve(&id, &["--note", "invoice 7 checked"]).await;
     assert_eq!(
         decided.stdout,
-        format!("approved once: POST {url} (approval {id}, by {ROOT})\n"),
+        format!("approved once: POST {url} (approval {id}, by {ROOT}); note: invoice 7 checked\n"),
         "{decided:?}"
     );
     let out = run.finish().await;
@@ -885,7 +885,7 @@ async fn approved_for_the_session_the_same_request_passes_and_another_path_still
     assert!(
         decided
             .stdout
-            .starts_with(&format!("approved session: POST {first}")),
+            .starts_with(&format!("approved for this session: POST {first}")),
         "{decided:?}"
     );
     let out = output_of(step).await;
@@ -963,7 +963,7 @@ print(r.text)
     let decided = deny(&id, note).await;
     assert_eq!(
         decided.stdout,
-        format!("denied: POST {url} (approval {id}, by {ROOT})\n"),
+        format!("denied: POST {url} (approval {id}, by {ROOT}); note: {note}\n"),
         "{decided:?}"
     );
 
@@ -2523,4 +2523,249 @@ async fn a_session_approval_races_two_held_requests_and_each_is_decided_once() {
         assert_eq!(decisions, 1, "{id}: {}", record.brief());
     }
     env.assert_verifies(&record);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_a_session_that_does_not_exist_says_so_and_fails() {
+    let env = Env::new().await;
+    let m = marker("nosuch");
+    let mut session = Session::start(&env, &m).await;
+    // The session exists: nothing waits, and that is a success.
+    for given in [m.as_str(), session.id.as_str(), &session.id[..8]] {
+        let out = airlock(&["approvals", "--session", given]).await;
+        assert_eq!(out.status, 0, "{given}: {out:?}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            "airlock: no request is waiting for approval"
+        );
+    }
+    // A name no running session has, in each form of the listing.
+    let missing = format!("{m}-gone");
+    for extra in [&[][..], &["--json"][..], &["--watch"][..]] {
+        let mut args = vec!["approvals", "--session", missing.as_str()];
+        args.extend_from_slice(extra);
+        let out = tokio::time::timeout(PATIENCE, airlock(&args))
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} kept running"));
+        assert_eq!(out.status, 1, "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "airlock: no running session matches {missing:?}; `airlock session ls` lists live sessions, and `airlock approvals` without --session what every running airlock holds"
+            ),
+            "{args:?}"
+        );
+    }
+    // Once stopped, the session's own name does not exist any more either.
+    session.stop().await;
+    let out = airlock(&["approvals", "--session", &m]).await;
+    assert_eq!(out.status, 1, "{out:?}");
+    assert!(out.stderr.contains("no running session matches"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_approver_sees_the_senders_argv_quoted_and_the_steps_label_and_each_decision_echoes_its_note()
+ {
+    let env = Env::new().await;
+    let m = marker("label");
+    let mut session = Session::start(&env, &m).await;
+    env.put("body.json", "{\"amount\": 5}");
+    let url = env.url(&format!("/echo/pay/{m}/a"));
+    let step = |label: &str| {
+        tokio::process::Command::new(AIRLOCK)
+            .args([
+                "session",
+                "exec",
+                &session.id,
+                "--label",
+                label,
+                "--timeout",
+                "100s",
+                "--",
+            ])
+            .args(["sh", "-c", &curl_post(&url, "body.json")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let first = step("call_7");
+    let view = await_listed(&["--session", &m], &url, 1).await.remove(0);
+    let id = id_of(&view);
+    assert_eq!(view["sender"]["label"], "call_7", "{view:#}");
+    let listed = airlock(&["approvals", "--session", &m]).await;
+    assert_eq!(listed.status, 0, "{listed:?}");
+    let sent_by = listed
+        .stdout
+        .lines()
+        .find(|l| l.contains("sent by "))
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    // One argument with a space is one quoted word, as a shell takes it.
+    assert!(
+        sent_by.contains(
+            "sent by curl -sS --max-time 100 -X POST -H 'content-type: application/json' --data-binary @body.json "
+        ),
+        "{sent_by}"
+    );
+    let exec = view["sender"]["exec"].as_str().unwrap();
+    assert!(
+        sent_by.ends_with(&format!(" {url} (exec {exec}, step call_7)")),
+        "{sent_by}"
+    );
+    // Denied with a note: the note is said back.
+    let note = "not during the change freeze";
+    let decided = deny(&id, note).await;
+    assert_eq!(
+        decided.stdout,
+        format!("denied: POST {url} (approval {id}, by {ROOT}); note: {note}\n"),
+        "{decided:?}"
+    );
+    assert_eq!(status_and_body(&output_of(first).await.stdout).0, 403);
+    // Approved for the session, in words that say so.
+    let second = step("call_8");
+    let view = await_listed(&["--session", &m], &url, 1).await.remove(0);
+    let id = id_of(&view);
+    assert_eq!(view["sender"]["label"], "call_8", "{view:#}");
+    let decided = approve(&id, &["--scope", "session", "--note", "refunds ok today"]).await;
+    assert_eq!(
+        decided.stdout,
+        format!(
+            "approved for this session: POST {url} (approval {id}, by {ROOT}); note: refunds ok today\n"
+        ),
+        "{decided:?}"
+    );
+    assert_eq!(status_and_body(&output_of(second).await.stdout).0, 200);
+    session.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watching_shows_each_decision_and_expiry_as_it_happens() {
+    use tokio::io::AsyncBufReadExt;
+    let env = Env::with_ask("timeout = \"3s\"\n").await;
+    let m = marker("watch-ends");
+    env.put("body.json", "{}");
+    let mut watch = tokio::process::Command::new(AIRLOCK)
+        .args(["approvals", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let (approved_url, expired_url) = (
+        env.url(&format!("/echo/pay/{m}/approved")),
+        env.url(&format!("/echo/pay/{m}/expires")),
+    );
+    let script = format!(
+        "{} > 1.txt & {} > 2.txt & wait; while [ ! -e stop ]; do sleep 0.05; done",
+        curl_post(&approved_url, "body.json"),
+        curl_post(&expired_url, "body.json"),
+    );
+    let run = env.run(&[], &script);
+    // Each of the watcher's request lines ("ID  POST URL", not indented)
+    // with the line after it.
+    let mut previous = String::new();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut next_pair = async || -> Option<(String, String)> {
+        let until = Instant::now() + PATIENCE;
+        while Instant::now() < until {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = tokio::time::timeout(left, lines.next_line()).await.ok()?;
+            let line = line.unwrap().expect("watching goes on");
+            let pair = (!previous.starts_with(' ') && previous.contains(&m))
+                .then(|| (previous.clone(), line.clone()));
+            previous = line;
+            if pair.is_some() {
+                return pair;
+            }
+        }
+        None
+    };
+    // Both held and shown, then one approved and the other left to expire.
+    while pairs
+        .iter()
+        .filter(|(_, l)| l.starts_with("  session "))
+        .count()
+        < 2
+    {
+        pairs.push(next_pair().await.expect("both requests shown"));
+    }
+    let id = pairs
+        .iter()
+        .find(|(h, _)| h.ends_with(&format!("  POST {approved_url}")))
+        .map(|(h, _)| h.split_whitespace().next().unwrap().to_owned())
+        .unwrap();
+    approve(&id, &["--note", "looks fine"]).await;
+    let mut ends: Vec<(String, String)> = Vec::new();
+    while ends.len() < 2 {
+        let pair = next_pair().await.expect("each end shown");
+        if !pair.1.starts_with("  session ") {
+            ends.push(pair);
+        }
+    }
+    let end_of = |url: &str| {
+        ends.iter()
+            .find(|(h, _)| h.ends_with(&format!("  POST {url}")))
+            .map(|(h, l)| (h.clone(), l.clone()))
+            .unwrap_or_else(|| panic!("{url}: {ends:#?}"))
+    };
+    assert_eq!(
+        end_of(&approved_url),
+        (
+            format!("{id}  POST {approved_url}"),
+            format!("  approved once by {ROOT}; note: looks fine")
+        )
+    );
+    assert_eq!(end_of(&expired_url).1, "  expired: nobody decided in time");
+    env.put("stop", "");
+    let out = run.finish().await;
+    assert_eq!(out.status, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_exec_says_which_request_is_held_and_how_to_decide_it_while_it_waits() {
+    use tokio::io::AsyncBufReadExt;
+    let env = Env::new().await;
+    let m = marker("exec-holds");
+    let mut session = Session::start(&env, &m).await;
+    env.put("body.json", "{}");
+    let url = env.url(&format!("/echo/pay/{m}"));
+    let mut step = session.sh(&curl_post(&url, "body.json"));
+    let mut stderr = tokio::io::BufReader::new(step.stderr.take().unwrap()).lines();
+    // The line comes while the request waits, before anyone decides.
+    let line = tokio::time::timeout(PATIENCE, stderr.next_line())
+        .await
+        .expect("session exec says the request is held")
+        .unwrap()
+        .expect("a line");
+    let view = await_one(&m).await;
+    let id = id_of(&view);
+    assert_eq!(
+        line,
+        format!(
+            "airlock: holding POST {url} for a person's approval (rule {}: {REASON}); decide with `airlock approve {id}` or `airlock deny {id}` within {}",
+            env.ask_rule(),
+            line.rsplit_once("within ").unwrap().1
+        )
+    );
+    let within = line.rsplit_once("within ").unwrap().1;
+    assert!(
+        within.ends_with('s') && within.len() <= 3,
+        "about a minute left: {within}"
+    );
+    approve(&id, &[]).await;
+    let mut rest = Vec::new();
+    while let Ok(Ok(Some(more))) = tokio::time::timeout(PATIENCE, stderr.next_line()).await {
+        rest.push(more);
+    }
+    assert!(
+        !rest.iter().any(|l| l.contains("holding")),
+        "said once, not again: {rest:?}"
+    );
+    let out = output_of(step).await;
+    assert_eq!(status_and_body(&out.stdout).0, 200, "{out:?}");
+    session.stop().await;
 }

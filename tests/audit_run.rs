@@ -703,3 +703,30 @@ fn file_size_cap_and_secret_looking_variables() {
         );
     }
 }
+
+#[test]
+fn the_timeline_says_which_exec_ended_and_how_without_an_id_that_reads_as_a_code() {
+    let s = Session::run(
+        &[],
+        &["sh", "-c", "sh -c 'exit 3'; sh -c 'kill -TERM $$'; exit 0"],
+        &[],
+    );
+    assert_eq!(s.status, 0);
+    let out = s.audit(&["timeline", &s.id]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let exits: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("exit  ").map(|(_, rest)| rest))
+        .collect();
+    assert_eq!(
+        exits,
+        vec![
+            "exec 2 exited 3",
+            "exec 3 killed by signal 15",
+            "exec 1 exited 0"
+        ],
+        "{text}"
+    );
+    assert!(!text.contains(" status "), "{text}");
+}

@@ -357,3 +357,81 @@ async fn a_live_session_step_is_found_by_its_command_its_request_and_its_file() 
     let file = workspace.join("step-output.txt");
     assert!(!hits(&db, &["--file", file.to_str().unwrap()]).is_empty());
 }
+
+/// The paths of the file events `search --json --file FILE` finds, run
+/// from `cwd`.
+fn files_found(db: &Path, cwd: &Path, file: &str) -> BTreeSet<String> {
+    let out = std::process::Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args(["audit", "search", "--json", "--file", file, "--audit-db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{file}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect(l);
+            v["event"]["path"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_file_is_found_by_a_relative_path_or_by_its_bare_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let db = root.join("audit/audit.db");
+    let out = std::process::Command::new(AIRLOCK)
+        .current_dir(&ws)
+        .args(["run", "--audit-db"])
+        .arg(&db)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo a > notes.txt; mkdir sub; echo b > sub/notes.txt; echo c > /tmp/notes.txt; echo d > notes.txt.bak; echo e > mynotes.txt",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let path = |p: &str| p.replace("WS", ws.to_str().unwrap());
+    let set = |paths: &[&str]| paths.iter().map(|p| path(p)).collect::<BTreeSet<_>>();
+    let sub = ws.join("sub");
+    for (cwd, file, expected) in [
+        // A bare name: that name in every directory, and nothing longer.
+        (
+            &ws,
+            "notes.txt",
+            set(&["WS/notes.txt", "WS/sub/notes.txt", "/tmp/notes.txt"]),
+        ),
+        (
+            &root,
+            "notes.txt",
+            set(&["WS/notes.txt", "WS/sub/notes.txt", "/tmp/notes.txt"]),
+        ),
+        (&ws, "mynotes.txt", set(&["WS/mynotes.txt"])),
+        // Relative paths, from where the user stands.
+        (&ws, "./notes.txt", set(&["WS/notes.txt"])),
+        (&ws, "sub/notes.txt", set(&["WS/sub/notes.txt"])),
+        (&sub, "../notes.txt", set(&["WS/notes.txt"])),
+        (&sub, "./notes.txt", set(&["WS/sub/notes.txt"])),
+        (&root, "ws/./sub/../notes.txt", set(&["WS/notes.txt"])),
+        (&root, "ws/sub/", set(&["WS/sub/", "WS/sub/notes.txt"])),
+        // Absolute paths, as before.
+        (&root, "/tmp/notes.txt", set(&["/tmp/notes.txt"])),
+        (&root, &path("WS/notes.txt"), set(&["WS/notes.txt"])),
+        // A relative path from elsewhere names another file.
+        (&root, "./notes.txt", set(&[])),
+    ] {
+        assert_eq!(
+            files_found(&db, cwd, file),
+            expected,
+            "--file {file} from {}",
+            cwd.display()
+        );
+    }
+}

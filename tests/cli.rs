@@ -376,3 +376,407 @@ fn the_audit_database_can_be_named_by_airlock_audit_db() {
     assert_eq!(sessions.as_array().map(Vec::len), Some(1), "{sessions}");
     assert_eq!(sessions[0]["mode"], "proxy", "{sessions}");
 }
+
+#[test]
+fn a_missing_policy_file_is_named_with_where_it_was_looked_for_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let ws = cwd.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let fix = "give the path of an existing policy file (docs/policy.md says how to write one; `airlock policy suggest` writes one from a recorded session)";
+    for (args, code) in [
+        (
+            &[
+                "run",
+                "--policy",
+                "policy.toml",
+                "--workspace",
+                "ws",
+                "--",
+                "true",
+            ][..],
+            125,
+        ),
+        (
+            &[
+                "session",
+                "start",
+                "--policy",
+                "policy.toml",
+                "--workspace",
+                "ws",
+            ][..],
+            125,
+        ),
+        (
+            &["mcp", "--policy", "policy.toml", "--workspace", "ws"][..],
+            125,
+        ),
+        (
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--policy",
+                "policy.toml",
+            ][..],
+            2,
+        ),
+        (&["policy", "check", "policy.toml"][..], 2),
+        (
+            &[
+                "policy",
+                "test",
+                "policy.toml",
+                "GET",
+                "https://example.com/",
+            ][..],
+            2,
+        ),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .current_dir(&cwd)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {msg}");
+        assert_eq!(
+            msg.trim_end(),
+            format!(
+                "airlock: the policy file policy.toml does not exist: looked for {} (relative to the current directory {}); {fix}",
+                cwd.join("policy.toml").display(),
+                cwd.display()
+            ),
+            "{args:?}"
+        );
+    }
+    // An absolute path needs no directory to be relative to.
+    let missing = cwd.join("nowhere/policy.toml");
+    let out = airlock(&["policy", "check", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out).trim_end(),
+        format!(
+            "airlock: the policy file {0} does not exist: looked for {0}; {fix}",
+            missing.display()
+        )
+    );
+}
+
+/// stderr of `airlock ARGS` in `cwd`, its exit status, and that it is one
+/// line with airlock's prefix and no panic.
+fn one_line_error(cwd: &std::path::Path, args: &[&str]) -> (String, Option<i32>) {
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("AIRLOCK_AUDIT_DB")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("airlock: "), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    (stderr.trim_end().to_owned(), out.status.code())
+}
+
+#[test]
+fn a_damaged_or_foreign_audit_database_is_named_for_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    std::fs::create_dir_all(cwd.join("ws")).unwrap();
+    let db = cwd.join("audit.db");
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args(["run", "--workspace", "ws", "--audit-db"])
+        .arg(&db)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let whole = std::fs::read(&db).unwrap();
+    // Cut short, as by an interrupted copy.
+    std::fs::write(cwd.join("trunc.db"), &whole[..whole.len() / 2]).unwrap();
+    std::fs::write(cwd.join("text.db"), "hello\n").unwrap();
+    std::fs::write(cwd.join("empty.db"), "").unwrap();
+    let damaged = "airlock: the audit database trunc.db is damaged (database disk image is malformed): it begins as one but cannot be read whole, as when a copy was cut short; check it with `sqlite3 trunc.db 'PRAGMA integrity_check'`, restore it from a backup, or pass another --audit-db";
+    for args in [
+        &["audit", "sessions", "--audit-db", "trunc.db"][..],
+        &["audit", "timeline", "x", "--audit-db", "trunc.db"][..],
+        &["audit", "verify", "x", "--audit-db", "trunc.db"][..],
+        &["audit", "search", "--file", "x", "--audit-db", "trunc.db"][..],
+    ] {
+        assert_eq!(
+            one_line_error(cwd, args),
+            (damaged.to_owned(), Some(2)),
+            "{args:?}"
+        );
+    }
+    // Recording into it says the same, with the path as it was resolved.
+    let (msg, code) = one_line_error(
+        cwd,
+        &[
+            "run",
+            "--workspace",
+            "ws",
+            "--audit-db",
+            "trunc.db",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, Some(125));
+    assert!(
+        msg.starts_with(&format!(
+            "airlock: the audit database {} is damaged",
+            cwd.join("trunc.db").display()
+        )),
+        "{msg}"
+    );
+    assert_eq!(
+        one_line_error(cwd, &["audit", "sessions", "--audit-db", "text.db"]),
+        (
+            "airlock: text.db is not an SQLite database, so not an airlock audit database; pass the right --audit-db".to_owned(),
+            Some(2)
+        )
+    );
+    assert_eq!(
+        one_line_error(cwd, &["audit", "sessions", "--audit-db", "empty.db"]),
+        (
+            "airlock: empty.db is empty, so it holds no airlock record; pass the right --audit-db"
+                .to_owned(),
+            Some(2)
+        )
+    );
+    // The audit commands' own errors carry the same prefix as the rest.
+    for args in [
+        &["audit", "timeline", "abcdef"][..],
+        &["audit", "verify", "abcdef"][..],
+        &["audit", "files", "abcdef"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--audit-db", "audit.db"]);
+        assert_eq!(
+            one_line_error(cwd, &args),
+            (
+                "airlock: no audit session matches \"abcdef\"; list them with `airlock audit sessions`".to_owned(),
+                Some(2)
+            ),
+            "{args:?}"
+        );
+    }
+    // Never a Rust value.
+    for name in ["trunc.db", "text.db", "empty.db"] {
+        let (msg, _) = one_line_error(cwd, &["audit", "sessions", "--audit-db", name]);
+        assert!(!msg.contains("None") && !msg.contains("Some("), "{msg}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_one_airlock_line_naming_the_option_and_an_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    for (args, code, expected) in [
+        // A misspelt flag: the suggestion, and no usage line implying that
+        // --policy is required.
+        (
+            &["run", "--polcy", "p.toml", "--", "true"][..],
+            125,
+            "airlock: unexpected argument '--polcy' found (a similar argument exists: '--policy') (to pass '--polcy' as a value, use '-- --polcy'); see `airlock run --help`",
+        ),
+        (
+            &["session", "start", "--bogus"][..],
+            125,
+            "airlock: unexpected argument '--bogus' found; see `airlock session start --help`",
+        ),
+        (
+            &["audit", "verify"][..],
+            2,
+            "airlock: the following required arguments were not provided: <SESSION>; see `airlock audit verify --help`",
+        ),
+        (
+            &["run", "--cpus", "abc", "--", "true"][..],
+            125,
+            "airlock: invalid value 'abc' for '--cpus <N>': not a number of CPU cores above zero; write one like 0.5 or 2; see `airlock run --help`",
+        ),
+        (
+            &["run", "--cpus", "0", "--", "true"][..],
+            125,
+            "airlock: invalid value '0' for '--cpus <N>': not a number of CPU cores above zero; write one like 0.5 or 2; see `airlock run --help`",
+        ),
+        (
+            &["session", "start", "--pids", "many"][..],
+            125,
+            "airlock: invalid value 'many' for '--pids <N>': not a whole number of processes above zero; write one like 64; see `airlock session start --help`",
+        ),
+        (
+            &["proxy", "--listen", "localhost:80"][..],
+            2,
+            "airlock: invalid value 'localhost:80' for '--listen <LISTEN>': not an IP address and port; write one like 127.0.0.1:8080 or [::1]:8080; see `airlock proxy --help`",
+        ),
+        (
+            &["sidecar", "--dns-port", "70000"][..],
+            2,
+            "airlock: invalid value '70000' for '--dns-port <PORT>': not a port number (0 to 65535); write one like 15001; see `airlock sidecar --help`",
+        ),
+        (
+            &["audit", "serve", "--listen", ":8080"][..],
+            2,
+            "airlock: invalid value ':8080' for '--listen <ADDR>': not an IP address and port; write one like 127.0.0.1:8080 or [::1]:8080; see `airlock audit serve --help`",
+        ),
+    ] {
+        let (msg, status) = one_line_error(cwd, args);
+        assert_eq!(status, Some(code), "{args:?}: {msg}");
+        assert_eq!(msg, expected, "{args:?}");
+        assert!(!msg.contains("Usage:"), "{msg}");
+    }
+}
+
+#[test]
+fn a_busy_port_is_one_line_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    std::fs::create_dir_all(cwd.join("ws")).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = Command::new(AIRLOCK)
+        .current_dir(cwd)
+        .args([
+            "run",
+            "--workspace",
+            "ws",
+            "--audit-db",
+            "audit.db",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The console says it once.
+    let (msg, code) = one_line_error(
+        cwd,
+        &[
+            "audit",
+            "serve",
+            "--listen",
+            &addr,
+            "--audit-db",
+            "audit.db",
+        ],
+    );
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        msg,
+        format!(
+            "airlock: cannot listen on {addr}: Address already in use (os error 98); pick another address with --listen"
+        )
+    );
+    // The proxy binds before it creates its CA or begins a record, on
+    // every address it is given.
+    std::fs::write(cwd.join("policy.toml"), "version = 1\n").unwrap();
+    let home = cwd.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for (flag, args) in [
+        ("--listen", vec!["--listen", addr.as_str()]),
+        (
+            "--admin-listen",
+            vec!["--listen", "127.0.0.1:0", "--admin-listen", addr.as_str()],
+        ),
+        (
+            "--transparent-listen",
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--transparent-listen",
+                addr.as_str(),
+            ],
+        ),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .current_dir(cwd)
+            .env("HOME", &home)
+            .env_remove("XDG_DATA_HOME")
+            .arg("proxy")
+            .args(&args)
+            .args(["--policy", "policy.toml", "--audit-db", "proxy/audit.db"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "airlock: {flag} {addr}: cannot listen (Address already in use (os error 98)); another process may be using it: pick another address with {flag}"
+            )
+        );
+        assert!(
+            !home.join(".local/share/airlock/ca").exists(),
+            "{flag}: a CA was created before the bind failed"
+        );
+        assert!(
+            !cwd.join("proxy/audit.db").exists(),
+            "{flag}: a record was begun before the bind failed"
+        );
+    }
+    drop(busy);
+}
+
+#[test]
+fn policy_check_catches_typos_in_values_and_says_which_ports_a_rule_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |body: &str, extra: &[&str]| {
+        let policy = write_policy(&dir, body);
+        let mut args = vec!["policy", "check"];
+        args.extend_from_slice(extra);
+        args.push(&policy);
+        let out = airlock(&args);
+        let msg = text(&out).replace(&policy, "P");
+        assert!(!msg.contains("panicked"), "{msg}");
+        (msg, out.status.code())
+    };
+    // A method no client sends: a warning naming the one meant.
+    assert_eq!(
+        check("version = 1\n[[allow]]\nhost = \"a.com\"\nmethods = [\"GTE\"]\n", &[]),
+        (
+            "P:2:1: warning: method \"GTE\" is not a standard HTTP method, so this rule matches only a client that sends exactly that; did you mean \"GET\"?\nP: ok (1 warning)\n".to_owned(),
+            Some(0)
+        )
+    );
+    // A misspelt value: one line, the suggestion, exit 2.
+    assert_eq!(
+        check("version = 1\ndefault = \"dney\"\n", &[]),
+        (
+            "airlock: P:2:11: unknown value \"dney\" for `default`; did you mean \"deny\"? (one of: deny, allow, report)\n".to_owned(),
+            Some(2)
+        )
+    );
+    // A quoted port.
+    assert_eq!(
+        check("version = 1\n[[allow]]\nhost = \"a.com\"\nports = [\"443\"]\n", &[]),
+        (
+            "airlock: P:4:10: \"443\" is a string, and a number is expected here: write 443 without quotes\n".to_owned(),
+            Some(2)
+        )
+    );
+    // What a rule without `ports` covers, spelt out on request.
+    assert_eq!(
+        check(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nmethods = [\"GET\"]\n[[allow]]\nhost = \"other.test\"\nports = [8443]\npaths = [\"/v1/**\"]\n[[deny]]\nhost = \"*.evil.test\"\n",
+            &["--explain"]
+        ),
+        (
+            "P:2: allow api.test, ports 80, 443 only (the default without `ports`: https://HOST:8443 is not covered; add ports = [80, 443, 8443] for it); GET; any path\n\
+             P:5: allow other.test, port 8443; any method; /v1/**\n\
+             P:9: deny *.evil.test, every port; any method; any path\n\
+             default: deny for whatever no rule covers\n\
+             P: ok (0 warnings)\n"
+                .to_owned(),
+            Some(0)
+        )
+    );
+}

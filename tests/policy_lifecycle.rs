@@ -162,7 +162,7 @@ async fn replaying_a_session_under_the_policy_that_recorded_it_changes_nothing()
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
-        stdout.contains("0 newly blocked, 0 undecidable, 0 other changes,"),
+        stdout.contains("0 newly blocked, 0 would now be allowed, 0 undecidable, 0 other changes,"),
         "{stdout}"
     );
     let (code, report) = s.replay_json(REPORT_POLICY);
@@ -176,6 +176,43 @@ async fn replaying_a_session_under_the_policy_that_recorded_it_changes_nothing()
     assert!(
         report["replayed"]["tcp"].as_u64().unwrap() >= 1,
         "{report:#}"
+    );
+}
+
+#[tokio::test]
+async fn what_report_mode_flagged_and_a_new_rule_allows_is_grouped_as_would_now_be_allowed() {
+    let s = Recorded::new().await;
+    // Enforced, with a rule for /c, which report mode only reported.
+    let enforced = REPORT_POLICY
+        .replace("default = \"report\"", "default = \"deny\"")
+        .replace("[\"/a/**\", \"/b\"]", "[\"/a/**\", \"/b\", \"/c\"]");
+    let (code, report) = s.replay_json(&enforced);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        changes(&report),
+        ["now_allowed http GET /c → allow"],
+        "{report:#}"
+    );
+    assert_eq!(report["changes"][0]["was"]["decision"], "report");
+    assert_eq!(report["now_allowed"], 1, "{report:#}");
+    assert_eq!(report["other"], 0, "{report:#}");
+    let out = s.replay(&enforced, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("allowed     ")
+            && first.ends_with(
+                " http GET https://api.test:{port}/c"
+                    .replace("{port}", &s.port.to_string())
+                    .as_str()
+            ),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains(": 0 newly blocked, 1 would now be allowed, 0 undecidable, 0 other changes,"),
+        "{stdout}"
     );
 }
 
@@ -231,9 +268,10 @@ async fn a_request_an_ask_rule_would_hold_shows_as_ask_and_exits_1() {
         changed.contains(&"blocked http GET /b → ask".to_owned()),
         "{changed:?}"
     );
-    // /c was reported and is now allowed by the default: a change, not a block.
+    // /c was reported and is now allowed by the default: would now be
+    // allowed, not a block.
     assert!(
-        changed.contains(&"other http GET /c → allow".to_owned()),
+        changed.contains(&"now_allowed http GET /c → allow".to_owned()),
         "{changed:?}"
     );
 }
@@ -502,7 +540,7 @@ async fn a_request_that_was_held_for_approval_replays_as_ask() {
     assert_eq!(code, 0, "{report:#}");
     let changed = changes(&report);
     assert!(
-        changed.contains(&"other http GET /b → allow".to_owned()),
+        changed.contains(&"now_allowed http GET /b → allow".to_owned()),
         "{changed:?}"
     );
     let b = report["changes"]
@@ -1026,7 +1064,7 @@ async fn a_policy_suggested_from_pip_and_git_lets_them_run_again_enforced() {
     assert_eq!(all.len(), 6, "{report:#}");
     assert!(
         all.iter()
-            .all(|c| c.starts_with("other http ") && c.ends_with(" → allow")),
+            .all(|c| c.starts_with("now_allowed http ") && c.ends_with(" → allow")),
         "{report:#}"
     );
     assert!(

@@ -1175,7 +1175,7 @@ async fn limits_and_exit_status() {
     assert_eq!(bad_memory.status, 125, "{bad_memory:?}");
     let first = bad_memory.stderr.lines().next().unwrap_or("");
     assert!(
-        first.starts_with("error:") && first.contains("lots") && first.contains("--memory"),
+        first.starts_with("airlock: ") && first.contains("lots") && first.contains("--memory"),
         "{bad_memory:?}"
     );
 

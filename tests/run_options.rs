@@ -100,6 +100,50 @@ fn the_environment_is_clean_and_holds_only_what_was_asked_for() {
 }
 
 #[test]
+fn the_sandbox_gets_a_fixed_path_and_the_hosts_only_when_passed() {
+    let ws = tempfile::tempdir().unwrap();
+    let fixed = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let host_path = "/root/.pyenv/shims:/opt/host-only/bin:/usr/local/bin:/usr/bin:/bin";
+    let path_of = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(AIRLOCK)
+            .current_dir(ws.path())
+            .args(["run", "--no-audit", "--timeout", "60s"])
+            .args(args)
+            .args(["--", "/usr/bin/env"])
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let out = ClientOutput::from(out);
+        assert_eq!(out.status, 0, "{out:?}");
+        let paths: Vec<String> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("PATH="))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(paths.len(), 1, "{out:?}");
+        paths[0].clone()
+    };
+    // The host's PATH, whatever it holds, stays outside.
+    assert_eq!(path_of(&[], &[("PATH", host_path)]), fixed);
+    // So does its absence.
+    assert_eq!(path_of(&[], &[]), fixed);
+    // Passed when asked for, in either spelling.
+    assert_eq!(
+        path_of(&["--pass-env", "PATH"], &[("PATH", host_path)]),
+        format!("PATH={host_path}")
+    );
+    assert_eq!(
+        path_of(
+            &["--env", "PATH=/opt/mine/bin:/usr/bin"],
+            &[("PATH", host_path)]
+        ),
+        "PATH=/opt/mine/bin:/usr/bin"
+    );
+}
+
+#[test]
 fn defaults_are_the_current_directory_and_no_network() {
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
     // No --workspace: the current directory is the workspace and the working

@@ -245,3 +245,165 @@ fn a_workspace_that_must_stay_hidden_is_refused_with_the_path_why_and_fix() {
         "{stderr}"
     );
 }
+
+/// `airlock SUBCOMMAND ARGS` in `cwd`, stdin empty, with the audit store out
+/// of the sandbox's reach: what matters here is the policy.
+fn airlock_start(cwd: &Path, db: &Path, subcommand: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(AIRLOCK);
+    cmd.current_dir(cwd)
+        .env_remove("AIRLOCK_AUDIT_DB")
+        .arg(subcommand)
+        .args(args)
+        .arg("--audit-db")
+        .arg(db)
+        .stdin(std::process::Stdio::null());
+    if subcommand == "run" {
+        cmd.args(["--", "true"]);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_policy_the_sandbox_could_rewrite_is_refused_at_start_in_every_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let grant = root.join("grant");
+    let safe = root.join("safe");
+    for d in [&ws, &grant, &safe] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let db = root.join("db/audit.db");
+    let deny = "version = 1\ndefault = \"deny\"\n";
+    std::fs::write(ws.join("policy.toml"), deny).unwrap();
+    std::fs::write(ws.join("base.toml"), deny).unwrap();
+    std::fs::write(grant.join("policy.toml"), deny).unwrap();
+    std::fs::write(ws.join("token"), "t0ken\n").unwrap();
+    std::fs::write(
+        safe.join("extends.toml"),
+        "version = 1\nextends = [\"../ws/base.toml\"]\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(ws.join("policy.toml"), safe.join("link.toml")).unwrap();
+    std::fs::write(
+        safe.join("credential.toml"),
+        format!(
+            "version = 1\n[[credential]]\nname = \"gh\"\nhosts = [\"api.github.com\"]\nheader = \"Authorization\"\nvalue = \"Bearer ${{file:{}}}\"\n",
+            ws.join("token").display()
+        ),
+    )
+    .unwrap();
+    let ws_arg = ws.to_str().unwrap();
+    let grant_arg = grant.to_str().unwrap();
+    // (cwd, options, the file named, the writable path named)
+    let attempts: Vec<(&Path, Vec<&str>, String, &Path)> = vec![
+        // The default workspace is the current directory.
+        (
+            &ws,
+            vec!["--policy", "policy.toml"],
+            ws.join("policy.toml").display().to_string(),
+            &ws,
+        ),
+        (
+            &root,
+            vec!["--policy", "ws/policy.toml", "--workspace", "ws"],
+            ws.join("policy.toml").display().to_string(),
+            &ws,
+        ),
+        (
+            &root,
+            vec!["--policy", "./ws/../ws/policy.toml", "--workspace", ws_arg],
+            ws.join("policy.toml").display().to_string(),
+            &ws,
+        ),
+        // A base it extends.
+        (
+            &root,
+            vec!["--policy", "safe/extends.toml", "--workspace", ws_arg],
+            "base.toml".into(),
+            &ws,
+        ),
+        // A link outside that leads inside.
+        (
+            &root,
+            vec!["--policy", "safe/link.toml", "--workspace", ws_arg],
+            format!("(a link to {})", ws.join("policy.toml").display()),
+            &ws,
+        ),
+        // A --rw grant is as writable as the workspace.
+        (
+            &root,
+            vec![
+                "--policy",
+                "grant/policy.toml",
+                "--workspace",
+                "safe",
+                "--rw",
+                grant_arg,
+            ],
+            grant.join("policy.toml").display().to_string(),
+            &grant,
+        ),
+    ];
+    for subcommand in ["run", "session", "mcp"] {
+        for (cwd, options, named, writable) in &attempts {
+            let mut args: Vec<&str> = Vec::new();
+            if subcommand == "session" {
+                args.push("start");
+            }
+            args.extend(options);
+            let sub = if subcommand == "session" {
+                "session"
+            } else {
+                subcommand
+            };
+            let out = airlock_start(cwd, &db, sub, &args);
+            let (stdout, stderr) = text(&out);
+            let what = format!("airlock {subcommand} {options:?}: {stderr}");
+            assert_eq!(out.status.code(), Some(125), "{what}");
+            assert!(stdout.is_empty(), "{what} / {stdout}");
+            assert_eq!(stderr.lines().count(), 1, "{what}");
+            assert!(stderr.starts_with("airlock: the policy file "), "{what}");
+            assert!(stderr.contains(named), "{what}");
+            assert!(
+                stderr.contains(&format!(
+                    "is inside {}, which the sandbox can write (and so could rewrite its own policy): move it outside",
+                    writable.display()
+                )) && stderr.contains("--policy"),
+                "{what}"
+            );
+            assert!(!stderr.contains("panicked"), "{what}");
+        }
+        // A credential read from a file the sandbox can write (and read).
+        let mut args: Vec<&str> = Vec::new();
+        if subcommand == "session" {
+            args.push("start");
+        }
+        args.extend(["--policy", "safe/credential.toml", "--workspace", ws_arg]);
+        let sub = if subcommand == "session" {
+            "session"
+        } else {
+            subcommand
+        };
+        let out = airlock_start(&root, &db, sub, &args);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(125), "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "airlock: credential gh: its file {} is inside {}, which the sandbox can write (and so could read or replace the secret): move the file outside it and name that path in ${{file:...}}",
+                ws.join("token").display(),
+                ws.display()
+            )
+        );
+    }
+    // The same policy outside every writable path starts.
+    std::fs::copy(ws.join("policy.toml"), safe.join("policy.toml")).unwrap();
+    let out = airlock_start(
+        &root,
+        &db,
+        "run",
+        &["--policy", "safe/policy.toml", "--workspace", ws_arg],
+    );
+    assert!(out.status.success(), "{out:?}");
+}

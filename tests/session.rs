@@ -1433,3 +1433,47 @@ async fn one_session_reaches_nothing_of_another() {
         "only the proxy (15001) and the resolver (53) listen: {listening:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_sessions_lists_a_live_session_by_its_name_or_first_step_not_its_serve_line() {
+    let env = Env::new().await;
+    let name = format!("live-demo-{}", std::process::id());
+    let mut named = env.start(&["--name", &name]);
+    let mut unnamed = env.start(&[]);
+    // Before any step: the name, or the mode alone.
+    for s in [&named, &unnamed] {
+        let out = s.exec(&["--label", "call_1"], &["echo", "first step"]);
+        assert!(out.status.success(), "{}", show(&out));
+    }
+    named.sh("true");
+    let (named_audit, unnamed_audit) = (named.audit_session(), unnamed.audit_session());
+    named.stop();
+    unnamed.stop();
+    let out = audit_cli(&env.db(), &["sessions"]);
+    assert!(out.status.success(), "{}", show(&out));
+    let text = stdout(&out);
+    let line_of = |audit: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&audit[..14]))
+            .unwrap_or_else(|| panic!("{audit} listed:\n{text}"))
+            .to_owned()
+    };
+    let named_line = line_of(&named_audit);
+    assert!(
+        named_line.ends_with(&format!("  [session {name}, 2 steps]")),
+        "{named_line}"
+    );
+    let unnamed_line = line_of(&unnamed_audit);
+    assert!(
+        unnamed_line.ends_with("  [session, 1 step] echo 'first step'"),
+        "{unnamed_line}"
+    );
+    assert!(!text.contains("session serve"), "{text}");
+    // The serve line stays in the session's details.
+    let out = audit_cli(&env.db(), &["timeline", &named_audit]);
+    assert!(
+        stdout(&out).contains("session serve --id"),
+        "{}",
+        show(&out)
+    );
+}

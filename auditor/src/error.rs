@@ -5,12 +5,24 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("cannot open audit database {path}: {source}; check the path exists and is writable")]
+    #[error("cannot open audit database {path}: {cause}; check the path exists and is writable")]
     Open {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
+
+    #[error(
+        "the audit database {path} is damaged ({cause}): it begins as one but cannot be read whole, as when a copy was cut short; check it with `sqlite3 {path} 'PRAGMA integrity_check'`, restore it from a backup, or pass another --audit-db"
+    )]
+    Damaged {
+        path: PathBuf,
+        cause: rusqlite::Error,
+    },
+
+    #[error(
+        "{path} is not an SQLite database, so not an airlock audit database; pass the right --audit-db"
+    )]
+    NotSqlite { path: PathBuf },
 
     #[error("audit database error while {context}: {source}")]
     Db {
@@ -20,11 +32,19 @@ pub enum AuditError {
     },
 
     #[error(
-        "{path} is not an airlock audit database (schema version {found:?}, expected {expected}); pass the right --audit-db"
+        "{path} is an SQLite database but not an airlock audit database (it has no airlock schema version); pass the right --audit-db"
+    )]
+    NotAirlock { path: PathBuf },
+
+    #[error("{path} is empty, so it holds no airlock record; pass the right --audit-db")]
+    Empty { path: PathBuf },
+
+    #[error(
+        "the audit database {path} has schema version {found}, and this airlock reads version {expected}; read it with the airlock that wrote it, or pass another --audit-db"
     )]
     Schema {
         path: PathBuf,
-        found: Option<String>,
+        found: String,
         expected: u32,
     },
 

@@ -95,26 +95,22 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// (WAL commits survive a process crash; `sync()` upgrades to FULL when the
 /// caller needs power-loss durability).
 pub(crate) fn open_rw(path: &Path) -> Result<Connection, AuditError> {
-    let open_err = |source| AuditError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
+    let open_err = |cause| unreadable(path, cause);
     let conn = Connection::open(path).map_err(open_err)?;
     configure(&conn).map_err(open_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(open_err)?;
+    // A database with tables but no `meta` is someone else's: refused
+    // before the schema adds airlock's tables to it.
+    if !has_table(&conn, "meta").map_err(open_err)? && has_table(&conn, "%").map_err(open_err)? {
+        return Err(AuditError::NotAirlock {
+            path: path.to_path_buf(),
+        });
+    }
     conn.execute_batch(SCHEMA).map_err(open_err)?;
-    let found: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(open_err)?;
-    match found {
+    match schema_version(&conn).map_err(open_err)? {
         None => {
             conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)",
@@ -122,44 +118,76 @@ pub(crate) fn open_rw(path: &Path) -> Result<Connection, AuditError> {
             )
             .map_err(open_err)?;
         }
-        Some(v) if v == SCHEMA_VERSION.to_string() => {}
-        Some(v) => {
-            return Err(AuditError::Schema {
-                path: path.to_path_buf(),
-                found: Some(v),
-                expected: SCHEMA_VERSION,
-            });
-        }
+        Some(found) => check_version(path, found)?,
     }
     Ok(conn)
 }
 
 /// Opens an existing database without ever writing to it (readers, verify).
 pub(crate) fn open_ro(path: &Path) -> Result<Connection, AuditError> {
-    let open_err = |source| AuditError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
+    let open_err = |cause| unreadable(path, cause);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(open_err)?;
     configure(&conn).map_err(open_err)?;
-    let found: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .unwrap_or(None);
-    if found.as_deref() != Some(&SCHEMA_VERSION.to_string()) {
-        return Err(AuditError::Schema {
+    if !has_table(&conn, "meta").map_err(open_err)? {
+        let path = path.to_path_buf();
+        return Err(match std::fs::metadata(&path).map(|m| m.len()) {
+            Ok(0) => AuditError::Empty { path },
+            _ => AuditError::NotAirlock { path },
+        });
+    }
+    match schema_version(&conn).map_err(open_err)? {
+        Some(found) => check_version(path, found)?,
+        None => {
+            return Err(AuditError::NotAirlock {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(conn)
+}
+
+/// Whether a table named like `pattern` exists. The first read of a file:
+/// where a damaged or foreign one shows.
+fn has_table(conn: &Connection, pattern: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name LIKE ?1)",
+        [pattern],
+        |r| r.get(0),
+    )
+}
+
+fn schema_version(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        "SELECT value FROM meta WHERE key = 'schema_version'",
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+fn check_version(path: &Path, found: String) -> Result<(), AuditError> {
+    match found == SCHEMA_VERSION.to_string() {
+        true => Ok(()),
+        false => Err(AuditError::Schema {
             path: path.to_path_buf(),
             found,
             expected: SCHEMA_VERSION,
-        });
+        }),
     }
-    Ok(conn)
+}
+
+/// What SQLite's refusal means for the user: a file cut short or
+/// overwritten (damaged), one that is no SQLite database at all, or a
+/// path that cannot be opened.
+fn unreadable(path: &Path, cause: rusqlite::Error) -> AuditError {
+    let path = path.to_path_buf();
+    match cause.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => AuditError::Damaged { path, cause },
+        Some(rusqlite::ErrorCode::NotADatabase) => AuditError::NotSqlite { path },
+        _ => AuditError::Open { path, cause },
+    }
 }

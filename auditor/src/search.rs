@@ -39,7 +39,8 @@ pub struct SearchQuery {
     /// DNS query was decided.
     pub verdict: Option<String>,
     /// A file's path as seen inside the sandbox (either path of a rename),
-    /// or a directory ending in `/` for every file under it.
+    /// a directory ending in `/` for every file under it, or a bare name
+    /// (no `/`) for every file of that name in any directory.
     pub file: Option<String>,
     /// Text an exec's path or argv (joined by spaces) contains, or a live
     /// session step's command (case-sensitive).
@@ -183,6 +184,20 @@ impl SearchQuery {
                         Value::Text(format!("{dir}0")),
                     ],
                 ),
+                // A bare name is a final component, wherever it is: the
+                // path ends in "/NAME". A scan of the paths alone (the
+                // index holds nothing else), since no index sorts by end.
+                None if !file.contains('/') => {
+                    let tail = format!("/{file}");
+                    push(
+                        &mut f,
+                        "path IS NOT NULL AND substr(path, -?) = ?",
+                        vec![
+                            Value::Integer(tail.chars().count() as i64),
+                            Value::Text(tail),
+                        ],
+                    );
+                }
                 None => push(&mut f, "path = ?", vec![Value::Text(file)]),
             }
         }

@@ -261,6 +261,25 @@ impl AuditStore {
         self.read_events(session, -1, kinds)
     }
 
+    /// What a live session is listed by ([`crate::timeline::session_title`]):
+    /// none needed for another mode or a named session, else its first
+    /// step's command, once it has one.
+    pub fn first_step_command(
+        &self,
+        summary: &SessionSummary,
+    ) -> Result<Option<Vec<String>>, AuditError> {
+        if summary.info.mode != SessionMode::Session
+            || crate::timeline::session_name(&summary.info.command).is_some()
+        {
+            return Ok(None);
+        }
+        let steps = self.events(&summary.id, Some(&[EventKind::StepStart]))?;
+        Ok(steps.into_iter().find_map(|e| match e.event {
+            AuditEvent::StepStart { command, .. } => Some(command),
+            _ => None,
+        }))
+    }
+
     /// A session's events after `after`, in seq order: what a reader
     /// following a running session has not seen yet.
     pub fn events_after(

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use crate::escape;
 use crate::export::jsonl;
 use crate::humanize;
-use crate::{AuditEvent, EventKind, ExecId, FileOp, Seq, SessionMode, SessionSummary, StoredEvent};
+use crate::{
+    AuditEvent, EventKind, ExecId, FileOp, OsText, Seq, SessionMode, SessionSummary, StoredEvent,
+};
 
 mod approvals;
 pub mod steps;
@@ -123,9 +125,11 @@ pub fn describe(event: &AuditEvent) -> String {
             status,
             signal,
         } => match (status, signal) {
-            (Some(s), _) => format!("exit  {exec_id} status {s}"),
-            (None, Some(sig)) => format!("exit  {exec_id} killed by signal {sig}"),
-            (None, None) => format!("exit  {exec_id}"),
+            // "exec 1 exited 0": the id named as one, so that it does not
+            // read as an exit code.
+            (Some(s), _) => format!("exit  exec {exec_id} exited {s}"),
+            (None, Some(sig)) => format!("exit  exec {exec_id} killed by signal {sig}"),
+            (None, None) => format!("exit  exec {exec_id} ended"),
         },
         AuditEvent::File {
             path,
@@ -373,19 +377,40 @@ fn step_count(steps: Option<u64>) -> String {
     }
 }
 
-/// The command a session ran, as the sessions list shows it: a live
-/// session's is prefixed with its mode and step count.
-pub fn session_title(summary: &SessionSummary) -> String {
-    let command = command_line(&summary.info.command);
+/// The command a session ran, as the sessions list shows it. A live
+/// session's own command line is airlock's internal `session serve --id
+/// ...`, which says nothing to a reader: it is shown by its mode, step
+/// count and name (`--name`), or without one by its first step's command
+/// when the caller has it; the serve line stays in the session's details.
+pub fn session_title(summary: &SessionSummary, first_step: Option<&[String]>) -> String {
     if summary.info.mode != SessionMode::Session {
-        return command;
+        return command_line(&summary.info.command);
     }
     let steps = step_count(summary.steps);
-    if command.is_empty() {
-        format!("[session, {steps}]")
-    } else {
-        format!("[session, {steps}] {command}")
+    match (session_name(&summary.info.command), first_step) {
+        (Some(name), _) => format!("[session {}, {steps}]", quote(name.as_bytes())),
+        (None, Some(first)) if !first.is_empty() => {
+            format!("[session, {steps}] {}", command_line(first))
+        }
+        _ => format!("[session, {steps}]"),
     }
+}
+
+/// A live session's `--name`, from its recorded command line.
+pub fn session_name(command: &[OsText]) -> Option<OsText> {
+    // Only airlock's own options: a `--` would start a command.
+    let own = command.iter().take_while(|a| **a != "--");
+    let mut next_is_name = false;
+    for arg in own {
+        if std::mem::take(&mut next_is_name) {
+            return Some(arg.clone());
+        }
+        match arg.as_bytes().strip_prefix(b"--name=") {
+            Some(name) => return Some(OsText::from(name)),
+            None => next_is_name = *arg == "--name",
+        }
+    }
+    None
 }
 
 /// The human timeline. `events` must be all of the session's events (the

@@ -97,7 +97,7 @@ fn legacy_timeline_jsonl_and_asciicast_render_exactly_as_before() {
         read("legacy_session.cast")
     );
     assert_eq!(
-        timeline::session_title(&summary),
+        timeline::session_title(&summary, None),
         "sh -c 'make test'",
         "the sessions list shows the command alone"
     );

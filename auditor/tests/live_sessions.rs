@@ -271,7 +271,7 @@ fn the_timeline_groups_a_live_session_by_step_with_background_work_under_its_ste
         "/tmp/server.log",
         "api.example.com/from-server",
         "exec  gzip server.log",
-        "exit  s1bg killed by signal 15",
+        "exit  exec s1bg killed by signal 15",
     ] {
         let at = position(&text, needle);
         assert!(end1 < at && at < step2, "{needle} is not step 1's:\n{text}");
@@ -368,14 +368,14 @@ fn a_live_session_verifies_and_lists_as_a_session_with_its_step_count() {
     let live = list.iter().find(|s| s.id == id).unwrap();
     assert_eq!(live.info.mode, SessionMode::Session);
     assert_eq!(live.steps, Some(3));
-    assert_eq!(timeline::session_title(live), "[session, 3 steps]");
+    assert_eq!(timeline::session_title(live, None), "[session, 3 steps]");
     assert_eq!(
         serde_json::to_value(live.info.mode).unwrap(),
         serde_json::json!("session")
     );
     let other = list.iter().find(|s| s.id == run).unwrap();
     assert_eq!(other.steps, None);
-    assert_eq!(timeline::session_title(other), "python3 x.py");
+    assert_eq!(timeline::session_title(other, None), "python3 x.py");
 }
 
 #[test]

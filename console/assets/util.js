@@ -165,8 +165,11 @@ function quoteArg(a) {
 }
 
 /** What ran in the sandbox: the argv after airlock's own `--`, or the
- * whole command line when there is none (proxy, sidecar). */
+ * whole command line when there is none (proxy, sidecar). A live session
+ * is shown by the server's title (its name or first step): its own
+ * command line is airlock's internal serve line, kept in the details. */
 export function sandboxedCommand(row) {
+  if (row.mode === 'session' && row.title) return row.title;
   const argv = Array.isArray(row.command) ? row.command : null;
   if (argv) {
     const i = argv.indexOf('--');

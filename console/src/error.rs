@@ -5,11 +5,12 @@ use http::StatusCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
-    #[error("cannot listen on {addr}: {source}; pick another address with --listen")]
+    // The io error is in the message, not a source: the binary joins
+    // sources onto the line, which would say it twice.
+    #[error("cannot listen on {addr}: {cause}; pick another address with --listen")]
     Listen {
         addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("cannot make an access token: {0}")]
     Token(String),

@@ -72,15 +72,15 @@ impl Console {
         let listener =
             TcpListener::bind(config.listen)
                 .await
-                .map_err(|source| ConsoleError::Listen {
+                .map_err(|cause| ConsoleError::Listen {
                     addr: config.listen,
-                    source,
+                    cause,
                 })?;
         let addr = listener
             .local_addr()
-            .map_err(|source| ConsoleError::Listen {
+            .map_err(|cause| ConsoleError::Listen {
                 addr: config.listen,
-                source,
+                cause,
             })?;
         let state = State {
             store: config.store,

@@ -265,6 +265,7 @@ fn deny_rule(
             map.name().clone(),
             &canonical,
         ),
+        span: table,
         hosts,
         ports,
         methods,

@@ -136,6 +136,8 @@ impl SourceMap {
             .explain_unknown_field(&message, span.start)
             .or_else(|| self.explain_missing_field(&message, span.start))
             .or_else(|| self.explain_constraint_type(&message, span.start))
+            .or_else(|| self.explain_unknown_variant(&message, span.start))
+            .or_else(|| explain_quoted_number(&message))
             .unwrap_or(message);
         self.error(span, friendly_types(&message))
     }
@@ -151,6 +153,31 @@ impl SourceMap {
         }
         if !valid.is_empty() {
             out.push_str(&format!(" (valid fields: {})", valid.join(", ")));
+        }
+        Some(out)
+    }
+
+    /// "unknown variant `dney`, expected one of `deny`, `allow`, `report`":
+    /// the key it was written for, and the same did-you-mean as for fields.
+    fn explain_unknown_variant(&self, message: &str, offset: usize) -> Option<String> {
+        let rest = message.strip_prefix("unknown variant `")?;
+        let (value, expected) = rest.split_once('`')?;
+        let valid: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        let key = self
+            .key_before(offset)
+            .map_or_else(String::new, |key| format!(" for `{key}`"));
+        let mut out = format!("unknown value \"{value}\"{key}");
+        if let Some(best) = closest(value, &valid).or_else(|| {
+            // A different case is the same word: "Deny" means "deny".
+            valid
+                .iter()
+                .find(|v| v.eq_ignore_ascii_case(value))
+                .copied()
+        }) {
+            out.push_str(&format!("; did you mean \"{best}\"?"));
+        }
+        if !valid.is_empty() {
+            out.push_str(&format!(" (one of: {})", valid.join(", ")));
         }
         Some(out)
     }
@@ -274,6 +301,25 @@ const ASK_KEYS: [&str; 11] = [
     "approvers",
     "description",
 ];
+
+/// A number written as a string: `ports = ["443"]` is refused by serde as
+/// `invalid type: string "443", expected u16`.
+fn explain_quoted_number(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("invalid type: string \"")?;
+    let (text, expected) = rest.split_once("\", expected ")?;
+    let numeric = matches!(
+        expected,
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i8" | "i16" | "i32" | "i64" | "f32" | "f64"
+    ) || expected.contains("number")
+        || expected.contains("integer");
+    if !numeric || text.trim().parse::<f64>().is_err() {
+        return None;
+    }
+    Some(format!(
+        "\"{text}\" is a string, and a number is expected here: write {} without quotes",
+        text.trim()
+    ))
+}
 
 /// Replaces serde's internal type names with what the user should write.
 fn friendly_types(message: &str) -> String {

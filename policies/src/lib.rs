@@ -57,6 +57,7 @@ mod decimal;
 mod decision;
 mod duration;
 mod error;
+mod explain;
 mod form;
 mod glob;
 mod host;

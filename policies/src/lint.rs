@@ -8,6 +8,56 @@ use crate::glob::PathGlob;
 use crate::host::HostPattern;
 use crate::rule::{AllowRule, AskRule, DenyRule, Transport};
 
+/// The methods of IANA's HTTP Method Registry (RFC 9110, RFC 5789's PATCH,
+/// WebDAV and its kin, QUERY). A method outside it is almost always a typo,
+/// which would match nothing a client sends.
+const REGISTERED_METHODS: [&str; 40] = [
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "DELETE",
+    "CONNECT",
+    "OPTIONS",
+    "TRACE",
+    "PATCH",
+    "ACL",
+    "BASELINE-CONTROL",
+    "BIND",
+    "CHECKIN",
+    "CHECKOUT",
+    "COPY",
+    "LABEL",
+    "LINK",
+    "LOCK",
+    "MERGE",
+    "MKACTIVITY",
+    "MKCALENDAR",
+    "MKCOL",
+    "MKREDIRECTREF",
+    "MKWORKSPACE",
+    "MOVE",
+    "ORDERPATCH",
+    "PRI",
+    "PROPFIND",
+    "PROPPATCH",
+    "QUERY",
+    "REBIND",
+    "REPORT",
+    "SEARCH",
+    "UNBIND",
+    "UNCHECKOUT",
+    "UNLINK",
+    "UNLOCK",
+    "UPDATE",
+    "UPDATEREDIRECTREF",
+    "VERSION-CONTROL",
+];
+/// The methods a typo is most likely of.
+const STANDARD_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
 /// Methods that normally carry no request body (RFC 9110 §9.3).
 const BODILESS_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
 
@@ -71,6 +121,19 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
                 .map(|message| map.lint(rule.span.clone(), message)),
         );
     }
+    let methods = policy
+        .allow
+        .iter()
+        .map(|r| (&r.span, &r.methods))
+        .chain(policy.deny.iter().map(|r| (&r.span, &r.methods)))
+        .chain(policy.ask.iter().map(|r| (&r.span, &r.methods)));
+    for (span, methods) in methods {
+        for method in methods.iter().flatten() {
+            if let Some(message) = unregistered_method(method) {
+                lints.push(map.lint(span.clone(), message));
+            }
+        }
+    }
     for (credential, span) in policy.credentials.iter().zip(&policy.credential_spans) {
         if credential.value.reference_count() == 0 {
             lints.push(map.lint(
@@ -110,6 +173,25 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
         }
     }
     lints
+}
+
+/// A method no registry knows, with the standard one it is probably a typo
+/// of.
+fn unregistered_method(method: &str) -> Option<String> {
+    if REGISTERED_METHODS.contains(&method) {
+        return None;
+    }
+    let mut message = format!(
+        "method \"{method}\" is not a standard HTTP method, so this rule matches only a client that sends exactly that"
+    );
+    match crate::error::closest(method, &STANDARD_METHODS) {
+        Some(best) => message.push_str(&format!("; did you mean \"{best}\"?")),
+        None => message.push_str(&format!(
+            " (standard methods: {})",
+            STANDARD_METHODS.join(", ")
+        )),
+    }
+    Some(message)
 }
 
 /// Warnings about one ask rule; `earlier` are the ask rules before it.

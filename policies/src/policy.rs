@@ -154,6 +154,13 @@ impl Policy {
         crate::layers::lint(&self.0.layers, &self.0.compiled)
     }
 
+    /// Each rule as the proxy reads it, one line each (`policy check
+    /// --explain`): the ports a rule covers without `ports`, any method
+    /// and any path spelt out; then the default.
+    pub fn explain(&self) -> Vec<String> {
+        crate::explain::explain(&self.0.compiled)
+    }
+
     pub fn credentials(&self) -> &[Credential] {
         &self.0.compiled.credentials
     }

@@ -232,6 +232,8 @@ fn path_listed(paths: Option<&[PathGlob]>, path: &NormalPath) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct DenyRule {
     pub rule_ref: RuleRef,
+    /// Span of the rule's table, for lints.
+    pub span: Range<usize>,
     pub hosts: Vec<HostPattern>,
     /// None = every port.
     pub ports: Option<Vec<u16>>,

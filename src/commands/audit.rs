@@ -157,8 +157,7 @@ struct SearchArgs {
     /// How a request, connection or DNS query was decided.
     #[arg(long, value_enum)]
     verdict: Option<Verdict>,
-    /// A file path inside the sandbox, or DIR/ for every file under DIR.
-    /// Any bytes, as the file was named, or as the timeline prints the name.
+    /// A file path inside the sandbox (a relative one is taken from the current directory, as the workspace is mounted at its own path), DIR/ for every file under DIR, or a bare NAME for every file of that name. Any bytes, as the file was named, or as the timeline prints the name.
     #[arg(long, value_name = "PATH")]
     file: Option<std::ffi::OsString>,
     /// Text an executed command line (or the program's path) contains.
@@ -216,9 +215,43 @@ fn open(db: &DbArg) -> Result<AuditStore> {
     Ok(AuditStore::open_readonly(&path)?)
 }
 
+/// `--file` as the record spells paths: a relative path with a directory
+/// in it (`./notes.txt`, `src/main.rs`, `../x/`) is taken from the current
+/// directory, as every CLI takes it, since the workspace is mounted at its
+/// own path; `.` and `..` are resolved by name, as the sandbox saw them. A
+/// bare name stays one: it matches a file of that name anywhere.
+fn sandbox_path(given: &std::ffi::OsStr) -> OsText {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = given.as_bytes();
+    if bytes.starts_with(b"/") || !bytes.contains(&b'/') {
+        return OsText::from(given);
+    }
+    let Ok(cwd) = std::env::current_dir() else {
+        return OsText::from(given);
+    };
+    let mut parts: Vec<&[u8]> = cwd
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(p) => Some(p.as_bytes()),
+            _ => None,
+        })
+        .collect();
+    for part in bytes.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop();
+            }
+            name => parts.push(name),
+        }
+    }
+    let dir: &[u8] = if bytes.ends_with(b"/") { b"/" } else { b"" };
+    OsText::from([&b"/"[..], &parts.join(&b'/'), dir].concat())
+}
+
 /// Prints a usage-type error and returns exit status 2.
 fn usage(err: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {err}");
+    eprintln!("airlock: {err}");
     ExitCode::from(USAGE)
 }
 
@@ -334,7 +367,8 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
         }),
         file: args
             .file
-            .map(|f| OsText::from(f).text_or_escaped().into_owned()),
+            .as_deref()
+            .map(|f| sandbox_path(f).text_or_escaped().into_owned()),
         command: args.command,
         since_us,
         until_us,
@@ -456,7 +490,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
             duration,
             exit,
             s.events,
-            timeline::session_title(s)
+            timeline::session_title(s, store.first_step_command(s)?.as_deref())
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -499,7 +533,7 @@ fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitC
     let trust = default_trust(None)?;
     let check = store.verify(id, &trust)?;
     if !check.is_intact() {
-        eprintln!("warning: {}", check.summary());
+        eprintln!("airlock: warning: {}", check.summary());
     }
     let report = restore::restore(store, id, dir)?;
     let mut out = std::io::stdout().lock();

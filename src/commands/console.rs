@@ -21,7 +21,7 @@ pub struct ServeArgs {
     db: DbArg,
     /// Where to listen. Loopback by default, on a free port; anything else
     /// shows the record to whoever can reach it and holds the token.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = crate::cli::parse_addr)]
     listen: SocketAddr,
     /// Trusted key for the verification badges: the audit key file or a
     /// public key file [default: the local audit key, if it exists].

@@ -14,7 +14,7 @@ use airlock_auditor::{SessionEnd, SessionMode};
 use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
-use crate::cli::{AuditOptions, UpstreamOptions};
+use crate::cli::{AuditOptions, UpstreamOptions, parse_addr};
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -27,7 +27,7 @@ use crate::{policy_file, secrets};
 )))]
 pub struct ProxyArgs {
     /// Address of the explicit forward proxy (HTTP_PROXY / HTTPS_PROXY). Port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     listen: SocketAddr,
     /// The policy file (TOML). Reloaded on SIGHUP.
     #[arg(long)]
@@ -38,10 +38,10 @@ pub struct ProxyArgs {
     #[command(flatten)]
     upstream: UpstreamOptions,
     /// Also accept connections redirected here by nftables (SO_ORIGINAL_DST).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     transparent_listen: Option<SocketAddr>,
     /// Also answer DNS (UDP and TCP) here: allowed names get synthetic addresses, others NXDOMAIN.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     dns_listen: Option<SocketAddr>,
     /// Where to write decision events as JSON lines ("-" for stdout).
     #[arg(long, value_name = "FILE", default_value = "-")]
@@ -51,7 +51,7 @@ pub struct ProxyArgs {
     #[command(flatten)]
     approvals: ApprovalOptions,
     /// Serve /healthz, /readyz, /metrics here (and the approvals API, with --approval-token-file).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     admin_listen: Option<SocketAddr>,
     /// Serve the approvals API on the admin listener to bearers of these tokens (NAME:TOKEN per line, mode 0600).
     #[arg(long, value_name = "FILE", requires = "admin_listen")]
@@ -68,6 +68,9 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(&args.policy)?;
     let credentials = secrets::resolve_all(policy.credentials())?;
     let worker_threads = crate::serve::worker_threads()?;
+    // Every address is bound before anything is created or recorded: a
+    // busy port leaves no new CA behind and no audit session that never ran.
+    let listeners = Listeners::bind(&args).await?;
     announce_placeholders(&credentials);
     let (ca, ca_dir) = load_or_create_ca(args.ca_dir.as_deref())?;
     let ca = Arc::new(ca);
@@ -109,7 +112,12 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = tokio::task::JoinSet::new();
-    let explicit = bind_tcp(args.listen, "--listen").await?;
+    let Listeners {
+        explicit,
+        admin,
+        transparent,
+        dns,
+    } = listeners;
     eprintln!(
         "airlock: proxy listening on {} (policy {}, CA {})",
         explicit.local_addr()?,
@@ -118,8 +126,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     let p = proxy.clone();
     servers.spawn(async move { p.serve_explicit(explicit).await });
-    if let Some(addr) = args.admin_listen {
-        let listener = bind_tcp(addr, "--admin-listen").await?;
+    if let Some(listener) = admin {
         eprintln!(
             "airlock: admin endpoint on http://{}",
             listener.local_addr()?
@@ -128,8 +135,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         state.set_ready(true);
         servers.spawn(admin::serve(listener, state));
     }
-    if let Some(addr) = args.transparent_listen {
-        let listener = bind_tcp(addr, "--transparent-listen").await?;
+    if let Some(listener) = transparent {
         eprintln!(
             "airlock: transparent listener on {}",
             listener.local_addr()?
@@ -137,8 +143,7 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         let p = proxy.clone();
         servers.spawn(async move { p.serve_transparent(listener).await });
     }
-    if let Some(addr) = args.dns_listen {
-        let (udp, tcp) = bind_dns(addr, "--dns-listen").await?;
+    if let Some((udp, tcp)) = dns {
         eprintln!("airlock: DNS on {} (UDP and TCP)", udp.local_addr()?);
         let p = proxy.clone();
         servers.spawn(async move { p.serve_dns_udp(udp).await });
@@ -165,6 +170,38 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         eprintln!("airlock: {reason}");
     }
     Ok(ExitCode::from(code))
+}
+
+/// The proxy's sockets, bound before anything else happens.
+struct Listeners {
+    explicit: tokio::net::TcpListener,
+    admin: Option<tokio::net::TcpListener>,
+    transparent: Option<tokio::net::TcpListener>,
+    dns: Option<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
+}
+
+impl Listeners {
+    async fn bind(args: &ProxyArgs) -> anyhow::Result<Listeners> {
+        let explicit = bind_tcp(args.listen, "--listen").await?;
+        let admin = match args.admin_listen {
+            Some(addr) => Some(bind_tcp(addr, "--admin-listen").await?),
+            None => None,
+        };
+        let transparent = match args.transparent_listen {
+            Some(addr) => Some(bind_tcp(addr, "--transparent-listen").await?),
+            None => None,
+        };
+        let dns = match args.dns_listen {
+            Some(addr) => Some(bind_dns(addr, "--dns-listen").await?),
+            None => None,
+        };
+        Ok(Listeners {
+            explicit,
+            admin,
+            transparent,
+            dns,
+        })
+    }
 }
 
 /// An explicit `--ca-dir` must hold a CA; the default one is created on first use.

@@ -53,7 +53,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let plan = Plan::new(&args.sandbox, purpose)?;
     let spawned = plan.spawn()?;
-    let wired = spawned.wire(None, None)?;
+    let wired = spawned.wire(None, None, None)?;
     release_and_finish(wired)
 }
 

@@ -54,21 +54,21 @@ pub struct SidecarArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "pid")]
     netns: Option<PathBuf>,
     /// Join the network namespace of this process (e.g. a container's main process).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = crate::cli::parse_pid)]
     pid: Option<u32>,
     /// Directory of the CA (`airlock ca init --dir DIR`); the app must trust its ca.pem.
     #[arg(long, value_name = "DIR", required_unless_present = "wait_ready")]
     ca_dir: Option<PathBuf>,
     /// Admin endpoint (/healthz, /readyz, /metrics), inside the namespace.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15021")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:15021", value_parser = crate::cli::parse_addr)]
     admin: SocketAddr,
     #[command(flatten)]
     upstream: UpstreamOptions,
     /// Port of the transparent listener on 127.0.0.1 (names the nft table too).
-    #[arg(long, value_name = "PORT", default_value_t = 15001)]
+    #[arg(long, value_name = "PORT", default_value_t = 15001, value_parser = crate::cli::parse_port)]
     transparent_port: u16,
     /// Port of the DNS resolver (UDP and TCP) on 127.0.0.1.
-    #[arg(long, value_name = "PORT", default_value_t = 15053)]
+    #[arg(long, value_name = "PORT", default_value_t = 15053, value_parser = crate::cli::parse_port)]
     dns_port: u16,
     /// SO_MARK on airlock's own sockets; marked packets are not captured [default: 0x4149524c].
     #[arg(long, value_name = "MARK", value_parser = parse_mark)]
@@ -90,7 +90,7 @@ pub struct SidecarArgs {
     #[arg(long)]
     keep_rules: bool,
     /// Instead of running a sidecar, wait until the one whose admin endpoint is ADDR is ready, then exit 0.
-    #[arg(long, value_name = "ADDR", conflicts_with_all = ["policy", "ca_dir", "netns", "pid"])]
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["policy", "ca_dir", "netns", "pid"], value_parser = crate::cli::parse_addr)]
     wait_ready: Option<SocketAddr>,
     /// How long --wait-ready waits, e.g. 30s or 2m.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]

@@ -31,10 +31,10 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory: Option<u64>,
     /// Maximum number of processes.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_pids)]
     pub pids: Option<u64>,
     /// CPU limit in cores, e.g. 0.5 or 2.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_cpus)]
     pub cpus: Option<f64>,
     /// Kill the whole sandbox after this long, e.g. 30s or 5m (exit status 124).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]

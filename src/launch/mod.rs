@@ -13,7 +13,8 @@
 mod args;
 mod plan;
 mod wire;
+mod writable;
 
 pub use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
-pub(crate) use wire::{Stop, Wired, store_failure};
+pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};

@@ -21,6 +21,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::SandboxArgs;
 use super::wire::Spawned;
+use super::writable::Writable;
 use crate::observe::{self, Terminal, TerminalReaders};
 use crate::{audit, policy_file, secrets};
 
@@ -42,6 +43,10 @@ const ROOT_ONLY_SECRETS: [&str; 9] = [
 const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Default size of the sandbox's private /tmp.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+/// The sandbox's PATH unless `--pass-env PATH` or `--env PATH=...` says
+/// otherwise: Debian's default for root, which also covers every user.
+pub(crate) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Variables that name the session's CA bundle for common clients.
 const CA_VARIABLES: [&str; 6] = [
     "SSL_CERT_FILE",
@@ -140,13 +145,16 @@ impl Plan {
             Some(path) => policy_file::load(path)?,
             None => Policy::deny_all(),
         };
+        let workspace = workspace(args)?;
+        if args.policy.is_some() {
+            Writable::new(&workspace, &args.rw).refuse_policy(&policy)?;
+        }
         let credentials = secrets::resolve_all(policy.credentials())?;
         let worker_threads = crate::serve::worker_threads()?;
         let ca = match &args.ca_dir {
             Some(dir) => CertificateAuthority::load(dir)?,
             None => CertificateAuthority::ephemeral()?,
         };
-        let workspace = workspace(args)?;
         let env = sandbox_env(args, &credentials)?;
         let audit = audit_paths(args, &workspace)?;
         let writable_dirs = writable_dirs(&workspace, &args.rw);
@@ -339,7 +347,7 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
         .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
     let key = std::path::absolute(&key)
         .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
-    refuse_if_writable_inside(&db, workspace, &args.rw)?;
+    Writable::new(workspace, &args.rw).refuse_audit_db(&db)?;
     Ok(Some(AuditPaths { db, key }))
 }
 
@@ -424,7 +432,7 @@ fn ca_bundle(ca: &CertificateAuthority) -> Vec<u8> {
     bundle
 }
 
-/// A clean environment: PATH, HOME, LANG, TERM, the CA variables, the
+/// A clean environment: a fixed PATH, HOME, LANG, TERM, the CA variables, the
 /// credential placeholders, and only what the caller passes explicitly.
 fn sandbox_env(
     args: &SandboxArgs,
@@ -435,10 +443,10 @@ fn sandbox_env(
         env.retain(|(k, _)| k != key);
         env.push((key.to_owned(), value));
     };
-    set(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-    );
+    // Fixed, not the caller's: the host's PATH names directories of its
+    // user (~/.cargo/bin, pyenv shims) that the sandbox hides anyway, and
+    // would put them in the record. `--pass-env PATH` passes it.
+    set("PATH", SANDBOX_PATH.into());
     // The caller's home is hidden; the private /tmp is writable for caches.
     set("HOME", "/tmp".into());
     for key in ["LANG", "LC_ALL", "TERM"] {
@@ -508,27 +516,6 @@ fn refuse_secret(key: &str, value: &str, secrets: &[(&str, &str)]) -> anyhow::Re
         bail!(
             "{key} carries the secret of credential {name}; secrets never enter the sandbox (use the credential's placeholder instead)"
         );
-    }
-    Ok(())
-}
-
-/// The sandbox must not be able to write the audit database.
-fn refuse_if_writable_inside(db: &Path, workspace: &Path, rw: &[PathBuf]) -> anyhow::Result<()> {
-    let db_dir = db
-        .parent()
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
-        .unwrap_or_default();
-    for writable in std::iter::once(workspace).chain(rw.iter().map(PathBuf::as_path)) {
-        let writable = writable
-            .canonicalize()
-            .unwrap_or_else(|_| writable.to_owned());
-        if db_dir.starts_with(&writable) {
-            bail!(
-                "the audit database {} is inside {}, which the sandbox can write (and so could move or delete the record): pass --audit-db (or set AIRLOCK_AUDIT_DB) with a path outside it",
-                db.display(),
-                writable.display()
-            );
-        }
     }
     Ok(())
 }

@@ -52,10 +52,13 @@ impl Spawned {
     /// the pty relay starts before the command is released. Held requests
     /// are decided on an approvals socket; `session` names them to
     /// approvers (default: the audit session's id).
+    /// `labels`: a live session's step labels, to name the step that sent
+    /// a held request.
     pub(crate) fn wire(
         self,
         listener: Option<Arc<dyn EventSink>>,
         session: Option<String>,
+        labels: Option<StepLabels>,
     ) -> anyhow::Result<Wired> {
         let Spawned {
             env,
@@ -85,7 +88,8 @@ impl Spawned {
         let session = session
             .or_else(|| recorder.as_ref().map(|r| r.session_id().to_string()))
             .unwrap_or_else(|| format!("unrecorded-{}", std::process::id()));
-        let proxy = plan.into_proxy(events, session, sandbox.attributor().map(sender_finder))?;
+        let find_sender = sandbox.attributor().map(|a| sender_finder(a, labels));
+        let proxy = plan.into_proxy(events, session, find_sender)?;
         let pty = match (sandbox.take_terminal(), pty_size) {
             (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
             _ => None,
@@ -130,16 +134,34 @@ impl Spawned {
 
 /// Which command sent a held request, for its approver: the process that
 /// owns the connection's sandbox-side socket.
-fn sender_finder(attributor: airlock_shim::Attributor) -> FindSender {
+fn sender_finder(attributor: airlock_shim::Attributor, labels: Option<StepLabels>) -> FindSender {
     Arc::new(move |peer| {
+        let step = attributor.step_for_peer(peer, false).map(|step| step.0);
         Some(Sender {
             command: attributor.command_of_peer(peer, false)?,
             exec: attributor
                 .exec_for_peer(peer, false)
                 .map(|exec| observe::exec_id(exec).to_string()),
-            step: attributor.step_for_peer(peer, false).map(|step| step.0),
+            step,
+            label: step.zip(labels.as_ref()).and_then(|(step, l)| l.get(step)),
         })
     })
+}
+
+/// A live session's step labels by step number, filled as steps begin.
+#[derive(Clone, Default)]
+pub(crate) struct StepLabels(Arc<std::sync::Mutex<std::collections::HashMap<u64, String>>>);
+
+impl StepLabels {
+    pub(crate) fn insert(&self, step: u64, label: String) {
+        if let Ok(mut labels) = self.0.lock() {
+            labels.insert(step, label);
+        }
+    }
+
+    fn get(&self, step: u64) -> Option<String> {
+        self.0.lock().ok()?.get(&step).cloned()
+    }
 }
 
 /// The proxy's front doors on the sandbox's sockets (transparent TCP and DNS).

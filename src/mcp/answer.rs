@@ -25,6 +25,13 @@ pub fn ran(ran: &Ran) -> CallToolResult {
             _ => text.push_str(&format!("\n--- {name} ---\n{}", stream.text())),
         }
     }
+    if !ran.held.is_empty() {
+        text.push_str("\n--- held for a person's approval ---\n");
+        for line in &ran.held {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
     if !ran.report.denials.is_empty() {
         text.push_str("\n--- refused by the policy (only the user can change it) ---\n");
         text.push_str(&denials_text(&ran.report.denials));
@@ -35,6 +42,7 @@ pub fn ran(ran: &Ran) -> CallToolResult {
         "stdout": ran.stdout.text(),
         "stderr": ran.stderr.text(),
         "denials": ran.report.denials,
+        "held": ran.held,
     });
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);

@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -48,6 +49,8 @@ pub struct Ran {
     pub timeout: Option<Duration>,
     pub stdout: Bounded,
     pub stderr: Bounded,
+    /// The holding line of each of its requests an `[[ask]]` rule held.
+    pub held: Vec<String>,
 }
 
 impl Session {
@@ -125,6 +128,20 @@ impl Session {
         let opened =
             tokio::time::timeout_at(until, client::open_step(&self.registry, &self.id, request));
         let (mut stream, mut writer) = opened.await.map_err(|_| not_answering())??;
+        // What an [[ask]] rule held of this step, for the result.
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let holds = {
+            let held = held.clone();
+            tokio::spawn(crate::session::holds::watch(
+                self.id.clone(),
+                stream.step,
+                move |line| {
+                    if let Ok(mut held) = held.lock() {
+                        held.push(line);
+                    }
+                },
+            ))
+        };
         let mut stdout = Bounded::new(LIMIT);
         let mut stderr = Bounded::new(LIMIT);
         let collect = async {
@@ -152,14 +169,16 @@ impl Session {
                 never = feed => match never {},
             }
         };
-        let report = tokio::time::timeout_at(until, step_ends)
-            .await
-            .map_err(|_| not_answering())??;
+        let report = tokio::time::timeout_at(until, step_ends).await;
+        holds.abort();
+        let report = report.map_err(|_| not_answering())??;
+        let held = held.lock().map(|h| h.clone()).unwrap_or_default();
         Ok(Ran {
             report,
             timeout: step.timeout,
             stdout,
             stderr,
+            held,
         })
     }
 

@@ -286,6 +286,8 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
     });
     tokio::spawn(pump_stdin(frames.clone()));
+    // What an [[ask]] rule holds of this step, said as `airlock run` says it.
+    let holds = tokio::spawn(super::holds::announce(id.clone(), step.step));
     let (quit, mut quit_rx) = mpsc::channel(1);
     tokio::spawn(signals.forward(frames, tty.is_some(), quit));
     let mut out = std::io::stdout();
@@ -319,6 +321,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
             }.into()),
         }
     };
+    holds.abort();
     drop(raw);
     let report = match ended {
         Ok(report) => report,
@@ -388,6 +391,8 @@ fn gave_up(e: anyhow::Error, id: &str, timeout: Option<Duration>) -> anyhow::Res
 /// went away, and kills the step.
 pub struct StepStream {
     id: String,
+    /// The step's number, as the session's first answer gives it.
+    pub step: Option<u64>,
     /// Buffered: the answer line and the frames after it.
     reader: tokio::io::BufReader<OwnedReadHalf>,
 }
@@ -418,6 +423,7 @@ pub async fn open_step(
     }
     let step = StepStream {
         id: id.to_owned(),
+        step: reply.step,
         reader,
     };
     Ok((step, writer))

@@ -18,6 +18,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::denials::DenialLog;
 use super::protocol::{ExecRequest, ExitReport};
+use crate::launch::StepLabels;
 
 /// A session that takes steps.
 pub struct Live {
@@ -35,6 +36,8 @@ pub struct Live {
     pub(super) activity: Notify,
     /// What the policy refused, for each step's report and `denials`.
     pub denials: Arc<DenialLog>,
+    /// Each step's label, for approvers of the requests it sends.
+    labels: StepLabels,
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
@@ -61,6 +64,7 @@ impl Live {
         credentials: Vec<ResolvedCredential>,
         init: i32,
         denials: Arc<DenialLog>,
+        labels: StepLabels,
     ) -> Live {
         Live {
             control,
@@ -79,6 +83,7 @@ impl Live {
             not_answering: AtomicBool::new(false),
             activity: Notify::new(),
             denials,
+            labels,
         }
     }
 
@@ -142,6 +147,9 @@ impl Live {
             counts.last_activity = Instant::now();
             step
         };
+        if let Some(label) = &request.label {
+            self.labels.insert(step.0, label.clone());
+        }
         if let Some(recorder) = &self.recorder {
             let recorded = recorder.record(AuditEvent::StepStart {
                 step: StepNo(step.0),

@@ -13,6 +13,7 @@
 
 pub mod client;
 mod denials;
+pub(crate) mod holds;
 mod io;
 mod live;
 pub mod protocol;

@@ -165,7 +165,12 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(&args.sandbox, Purpose::Session)?;
     let spawned = plan.spawn()?;
     let denials = DenialLog::new(spawned.policy().source_name(), spawned.attributor());
-    let wired = spawned.wire(Some(denials.clone()), Some(id.to_owned()))?;
+    let labels = crate::launch::StepLabels::default();
+    let wired = spawned.wire(
+        Some(denials.clone()),
+        Some(id.to_owned()),
+        Some(labels.clone()),
+    )?;
     let Wired {
         mut sandbox,
         recorder,
@@ -187,6 +192,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         credentials,
         sandbox.pid(),
         denials,
+        labels,
     ));
     let (ended_tx, ended_rx) = oneshot::channel::<Result<Outcome, airlock_shim::ShimError>>();
     let events = live.clone();

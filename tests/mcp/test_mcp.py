@@ -565,3 +565,88 @@ def test_hostile_paths_names_and_outputs_stay_what_they_are(env):
     assert len(stdout) < 70_000, len(stdout)
     assert "bytes" in stdout and "cut" in stdout, stdout[32_000:33_000]
     assert took < 60, f"took {took:.1f}s"
+
+
+def test_a_client_that_stops_reading_is_the_end_of_the_connection_not_an_error(env):
+    """A client that goes away without closing stdin first (its end of our
+    stdout closed, a tool call still running): `airlock mcp` ends as for
+    the end of stdin, stops the session, and prints no error."""
+    with server_without_client(env) as (proc, session):
+        def send(message):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        send({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "leaving", "version": "1"},
+            },
+        })
+        assert b'"id":1' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_command", "arguments": {"command": "sleep 1; echo done"}},
+        })
+        proc.stdout.close()
+        # stdin stays open: only the broken pipe says the client is gone.
+        assert proc.wait(timeout=20) == 0
+        stops_by_itself(session)
+        stderr = proc.stderr.read().decode()
+        assert stderr == "", stderr
+
+
+def test_a_request_held_for_approval_is_named_in_the_result_with_how_to_decide_it(env):
+    """An `[[ask]]` rule holds a request of a tool call: once decided, the
+    result carries the line `airlock run` prints, with the commands that
+    decide it, as text and as structured content."""
+    policy = env.dir / "ask.toml"
+    policy.write_text(
+        (env.dir / "policy.toml").read_text()
+        + "\n[[ask]]\nhost = \"api.test\"\n"
+        f"port = {env.upstream.port}\nmethods = [\"POST\"]\npaths = [\"/echo/pay/**\"]\n"
+        "reason = \"payments need a person\"\n"
+    )
+    args = [str(policy) if a == str(env.dir / "policy.toml") else a for a in env.args()]
+    marker = f"mcp-held-{os.getpid()}-{time.monotonic_ns()}"
+    url = f"{env.base}/echo/pay/{marker}"
+
+    def approve_when_held() -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                [airlock_bin(), "approvals", "--json"], capture_output=True, text=True, check=True
+            )
+            held = [p for p in json.loads(out.stdout) if marker in p["url"]]
+            if held:
+                # A person reads it first: the server looks every 0.3 s.
+                time.sleep(1)
+                subprocess.run([airlock_bin(), "approve", held[0]["id"]], check=True, capture_output=True)
+                return held[0]["id"]
+            time.sleep(0.2)
+        raise AssertionError("the request was never held")
+
+    async def main():
+        params = StdioServerParameters(command=airlock_bin(), args=args)
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await asyncio.wait_for(client.initialize(), 60)
+                call = asyncio.create_task(client.call_tool(
+                    "run_command",
+                    {"argv": ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-d", "{}", url]},
+                ))
+                approval = await asyncio.to_thread(approve_when_held)
+                return approval, await asyncio.wait_for(call, 60)
+
+    approval, result = asyncio.run(main())
+    assert not result.is_error, text(result)
+    line = (
+        f"airlock: holding POST {url} for a person's approval (rule {policy}:"
+    )
+    [held] = result.structured_content["held"]
+    assert held.startswith(line), held
+    assert f"decide with `airlock approve {approval}` or `airlock deny {approval}` within " in held
+    assert "--- held for a person's approval ---\n" + held in text(result)
+    # The upstream answered the approved request (it serves GET only).
+    assert result.structured_content["stdout"] == "501", text(result)

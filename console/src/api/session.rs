@@ -24,6 +24,7 @@ pub(super) fn detail(state: &State, id: &str) -> Result<Response<Body>, ConsoleE
         "mode": s.info.mode,
         "command": s.info.command,
         "command_line": timeline::command_line(&s.info.command),
+        "title": timeline::session_title(&s, state.store.first_step_command(&s)?.as_deref()),
         "policy_name": s.info.policy_name,
         "policy_sha256": s.info.policy_sha256(),
         "policy_text": s.info.policy_text,

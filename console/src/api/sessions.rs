@@ -22,6 +22,10 @@ struct Row {
     mode: airlock_auditor::SessionMode,
     command: Vec<String>,
     command_line: String,
+    /// What the list shows: the sandboxed command, or for a live session
+    /// its name or first step (its own command line is airlock's internal
+    /// serve line, kept in `command_line`).
+    title: String,
     policy_name: String,
     end: Option<String>,
     exit_status: Option<i32>,
@@ -50,16 +54,18 @@ pub(super) fn list(state: &State, params: &Params) -> Result<Response<Body>, Con
         if filter.denied && denied == 0 {
             continue;
         }
-        rows.push(row(summary, denied, badge));
+        let first_step = state.store.first_step_command(&summary)?;
+        rows.push(row(summary, denied, badge, first_step.as_deref()));
     }
     Ok(respond::json(&serde_json::json!({ "sessions": rows })))
 }
 
-fn row(s: SessionSummary, denials: u64, verification: Badge) -> Row {
+fn row(s: SessionSummary, denials: u64, verification: Badge, first_step: Option<&[String]>) -> Row {
     let end = s.end.as_ref();
     Row {
         duration_ms: duration_ms(s.started_us, s.ended_us),
         command_line: timeline::command_line(&s.info.command),
+        title: timeline::session_title(&s, first_step),
         id: s.id,
         started_us: s.started_us,
         ended_us: s.ended_us,

@@ -125,7 +125,7 @@ fn pypi_example_names_the_real_run_command() {
     assert!(
         EXAMPLES[0]
             .1
-            .contains("airlock run --policy policies/examples/pypi.toml -- pip install requests")
+            .contains("airlock run --policy policies/examples/pypi.toml --workspace \"$(mktemp -d)\" -- pip install requests")
     );
 }
 

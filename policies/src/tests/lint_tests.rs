@@ -158,3 +158,40 @@ fn ask_rules_count_as_restrictions_and_as_users_of_credentials() {
     // A credential for a host only an ask rule covers is injected once approved.
     assert!(lints("version = 1\n[[ask]]\nhost = \"a.com\"\n[[credential]]\nname = \"n\"\nhosts = [\"a.com\"]\nheader = \"X\"\nvalue = \"${env:X}\"\n").is_empty());
 }
+
+#[test]
+fn a_method_no_registry_knows_is_a_warning_with_the_standard_one_it_resembles() {
+    for (written, best) in [
+        ("GTE", "GET"),
+        ("gte", "GET"),
+        ("POTS", "POST"),
+        ("DELET", "DELETE"),
+        ("PTACH", "PATCH"),
+    ] {
+        for kind in ["allow", "deny", "ask"] {
+            let l = lints(&format!(
+                "version = 1\n[[{kind}]]\nhost = \"a.com\"\nmethods = [\"GET\", \"{written}\"]\n"
+            ));
+            let upper = written.to_ascii_uppercase();
+            assert!(
+                l.contains(&format!(
+                    "policy.toml:2:1: warning: method \"{upper}\" is not a standard HTTP method, so this rule matches only a client that sends exactly that; did you mean \"{best}\"?"
+                )),
+                "{kind} {written}: {l:?}"
+            );
+        }
+    }
+    // Nothing close: the standard methods are listed instead.
+    let l = lints("version = 1\n[[allow]]\nhost = \"a.com\"\nmethods = [\"FROBNICATE\"]\n");
+    assert_eq!(
+        l,
+        vec![
+            "policy.toml:2:1: warning: method \"FROBNICATE\" is not a standard HTTP method, so this rule matches only a client that sends exactly that (standard methods: GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH)"
+        ]
+    );
+    // Registered methods, WebDAV's included, and lower case: no warning.
+    assert!(
+        lints("version = 1\n[[allow]]\nhost = \"a.com\"\nmethods = [\"get\", \"PATCH\", \"PROPFIND\", \"MKCOL\", \"QUERY\", \"VERSION-CONTROL\"]\n")
+            .is_empty()
+    );
+}

@@ -251,3 +251,62 @@ fn rule_descriptions_are_looked_up_by_reference() {
     let other = policy("version = 1\n[[allow]]\nhost = \"b.com\"\n");
     assert_eq!(other.rule_description(&rule), None);
 }
+
+#[test]
+fn an_unknown_value_gets_the_same_did_you_mean_as_an_unknown_field() {
+    for (text, expected) in [
+        (
+            "version = 1\ndefault = \"dney\"\n",
+            "policy.toml:2:11: unknown value \"dney\" for `default`; did you mean \"deny\"? (one of: deny, allow, report)",
+        ),
+        (
+            "version = 1\ndefault = \"Deny\"\n",
+            "policy.toml:2:11: unknown value \"Deny\" for `default`; did you mean \"deny\"? (one of: deny, allow, report)",
+        ),
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\nprotocol = \"htp\"\n",
+            "policy.toml:4:12: unknown value \"htp\" for `protocol`; did you mean \"http\"? (one of: http, tcp)",
+        ),
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\ntls = \"passthru\"\n",
+            "policy.toml:4:7: unknown value \"passthru\" for `tls`; did you mean \"passthrough\"? (one of: intercept, passthrough)",
+        ),
+        // Nothing close: the values alone.
+        (
+            "version = 1\ndefault = \"maybe\"\n",
+            "policy.toml:2:11: unknown value \"maybe\" for `default` (one of: deny, allow, report)",
+        ),
+    ] {
+        assert_eq!(parse_error(text), expected, "{text}");
+    }
+}
+
+#[test]
+fn a_number_written_as_a_string_says_to_drop_the_quotes() {
+    for (text, expected) in [
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\nports = [\"443\"]\n",
+            "policy.toml:4:10: \"443\" is a string, and a number is expected here: write 443 without quotes",
+        ),
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\nports = [443, \"8443\"]\n",
+            "policy.toml:4:15: \"8443\" is a string, and a number is expected here: write 8443 without quotes",
+        ),
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\nport = \"8443\"\n",
+            "policy.toml:4:8: \"8443\" is a string, and a number is expected here: write 8443 without quotes",
+        ),
+        (
+            "version = 1\n[[allow]]\nhost = \"a.com\"\nmax_requests = \"10\"\n",
+            "policy.toml:4:16: \"10\" is a string, and a number is expected here: write 10 without quotes",
+        ),
+    ] {
+        assert_eq!(parse_error(text), expected, "{text}");
+    }
+    // A string that is no number keeps the type error, in the user's words.
+    let err = parse_error("version = 1\n[[allow]]\nhost = \"a.com\"\nports = [\"https\"]\n");
+    assert!(
+        err.contains("\"https\"") && !err.contains("without quotes"),
+        "{err}"
+    );
+}

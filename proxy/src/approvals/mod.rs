@@ -36,6 +36,8 @@ pub struct Sender {
     /// Its exec in the record, and its live-session step.
     pub exec: Option<String>,
     pub step: Option<u64>,
+    /// The step's label (an agent's tool-call id), when it has one.
+    pub label: Option<String>,
 }
 
 /// Finds what sent a request from the client address the proxy saw.

@@ -29,7 +29,7 @@ pub struct ListArgs {
     /// One JSON object per request (with --watch, one line each as they come).
     #[arg(long)]
     json: bool,
-    /// Keep watching, and show each new request as it is held (Ctrl-C ends).
+    /// Keep watching: each new request as it is held, then how it ended (decided, expired) as it happens (Ctrl-C ends).
     #[arg(long)]
     watch: bool,
 }
@@ -84,8 +84,17 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     }
     runtime()?.block_on(async {
         let mut shown = HashSet::new();
+        // Watching: what is held now, to tell how each one ended.
+        let mut held: HashSet<String> = HashSet::new();
         loop {
-            let pending = pending_of(args.session.as_deref()).await?;
+            let Some(pending) = pending_of(args.session.as_deref()).await? else {
+                // Only --session can name what is not there.
+                let given = args.session.as_deref().unwrap_or_default();
+                eprintln!(
+                    "airlock: no running session matches {given:?}; `airlock session ls` lists live sessions, and `airlock approvals` without --session what every running airlock holds"
+                );
+                return Ok(ExitCode::from(1));
+            };
             let new: Vec<&Value> = pending
                 .iter()
                 .filter(|p| shown.insert(p["id"].as_str().unwrap_or_default().to_owned()))
@@ -94,6 +103,20 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                 (true, false) => println!("{}", serde_json::to_string_pretty(&pending)?),
                 (true, true) => new.iter().for_each(|p| println!("{p}")),
                 (false, _) => new.iter().for_each(|p| print!("{}", describe(p))),
+            }
+            if args.watch {
+                let now: HashSet<String> = pending
+                    .iter()
+                    .filter_map(|p| p["id"].as_str().map(str::to_owned))
+                    .collect();
+                for id in held.difference(&now) {
+                    let ended = ended(id).await;
+                    match args.json {
+                        true => println!("{ended}"),
+                        false => print!("{}", describe_ended(id, &ended)),
+                    }
+                }
+                held = now;
             }
             if !args.watch {
                 if pending.is_empty() && !args.json {
@@ -166,11 +189,17 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
         Ok(decided) => {
             let outcome = decided["outcome"].as_str().unwrap_or("decided");
             let scope = match decided["scope"].as_str() {
+                Some("session") => " for this session".to_owned(),
                 Some(scope) => format!(" {scope}"),
                 None => String::new(),
             };
+            // The note, as the client's 403 (or the record) carries it.
+            let note = match decision["note"].as_str() {
+                Some(note) => format!("; note: {}", escape::text(note)),
+                None => String::new(),
+            };
             println!(
-                "{outcome}{scope}: {} {} (approval {id}, by {})",
+                "{outcome}{scope}: {} {} (approval {id}, by {}){note}",
                 escape::text(decided["method"].as_str().unwrap_or_default()),
                 escape::text(decided["url"].as_str().unwrap_or_default()),
                 decided["by"].as_str().unwrap_or("you"),
@@ -184,8 +213,54 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Every pending request, oldest first, of the sessions `session` picks.
-async fn pending_of(session: Option<&str>) -> anyhow::Result<Vec<Value>> {
+/// How a request that is no longer held ended, as its session's API says
+/// (`{"decided": ...}`), or `{"gone": ID}` when no running session knows it
+/// any more (its session ended).
+async fn ended(id: &str) -> Value {
+    let answer = match ApprovalId::parse(id) {
+        Some(id) => client::show(&id).await.ok(),
+        None => None,
+    };
+    match answer {
+        Some(answer) if !answer["decided"].is_null() => json!({ "decided": answer["decided"] }),
+        _ => json!({ "gone": id }),
+    }
+}
+
+/// A watcher's line for a request that is no longer held: who decided what,
+/// or that it expired.
+fn describe_ended(id: &str, ended: &Value) -> String {
+    let decided = &ended["decided"];
+    let text = |key: &str| escape::text(decided[key].as_str().unwrap_or_default()).into_owned();
+    let id = escape::text(id);
+    if decided.is_null() {
+        return format!("{id}  no longer held: its session ended\n\n");
+    }
+    let scope = match decided["scope"].as_str() {
+        Some("session") => " for this session",
+        Some("once") => " once",
+        _ => "",
+    };
+    let how = match (decided["outcome"].as_str(), decided["by"].as_str()) {
+        (Some("expired"), _) => "expired: nobody decided in time".to_owned(),
+        (Some(outcome), Some(by)) => format!("{outcome}{scope} by {}", escape::text(by)),
+        (Some(outcome), None) => format!("{outcome}{scope}"),
+        (None, _) => "decided".to_owned(),
+    };
+    let note = match decided["note"].as_str() {
+        Some(note) => format!("; note: {}", escape::text(note)),
+        None => String::new(),
+    };
+    format!(
+        "{id}  {} {}\n  {how}{note}\n\n",
+        text("method"),
+        text("url")
+    )
+}
+
+/// Every pending request, oldest first, of the sessions `session` picks;
+/// None when it picks no running session.
+async fn pending_of(session: Option<&str>) -> anyhow::Result<Option<Vec<Value>>> {
     // A live session's name is resolved to its id, which is what its
     // approvals socket answers with; anything else (a `run`'s or a proxy's
     // record id, or a prefix of one) is matched as given.
@@ -199,14 +274,17 @@ async fn pending_of(session: Option<&str>) -> anyhow::Result<Vec<Value>> {
         None => None,
     };
     let session = resolved.as_deref();
-    let mut pending: Vec<Value> = client::list()
+    let picked: Vec<client::Listed> = client::list()
         .await?
         .into_iter()
         .filter(|l| session.is_none_or(|s| l.session == s || l.session.starts_with(s)))
-        .flat_map(|l| l.pending)
         .collect();
+    if session.is_some() && picked.is_empty() {
+        return Ok(None);
+    }
+    let mut pending: Vec<Value> = picked.into_iter().flat_map(|l| l.pending).collect();
     pending.sort_by_key(|p| p["requested_at_us"].as_u64().unwrap_or_default());
-    Ok(pending)
+    Ok(Some(pending))
 }
 
 /// A few lines a person reads before deciding. Everything the sandbox
@@ -236,21 +314,28 @@ fn describe(p: &Value) -> String {
     let sender = &p["sender"];
     let sent_by = match sender["command"].as_array() {
         Some(argv) => {
+            // Quoted as a shell would take it (and escaped: the sandbox
+            // chose it), so that `-H content-type: application/json` reads
+            // as the one argument it was.
             let argv: Vec<String> = argv
                 .iter()
                 .filter_map(Value::as_str)
-                .map(|a| escape::text(a).into_owned())
+                .map(str::to_owned)
                 .collect();
+            let argv = airlock_auditor::timeline::command_line(&argv);
             let mut place = Vec::new();
             if let Some(exec) = sender["exec"].as_str() {
                 place.push(format!("exec {}", escape::text(exec)));
             }
-            if let Some(step) = sender["step"].as_u64() {
-                place.push(format!("step {step}"));
+            // A step by its label (an agent's tool-call id) when it has one.
+            match (sender["label"].as_str(), sender["step"].as_u64()) {
+                (Some(label), _) => place.push(format!("step {}", escape::text(label))),
+                (None, Some(step)) => place.push(format!("step {step}")),
+                (None, None) => {}
             }
             match place.is_empty() {
-                true => argv.join(" "),
-                false => format!("{} ({})", argv.join(" "), place.join(", ")),
+                true => argv,
+                false => format!("{argv} ({})", place.join(", ")),
             }
         }
         None => format!("{} (command unknown)", text("client")),

@@ -18,7 +18,12 @@ use crate::policy_file;
 #[derive(clap::Subcommand)]
 pub enum PolicyCommand {
     /// Parse and lint a policy: errors name line, column and fix; warnings flag rules that never match.
-    Check { file: PathBuf },
+    Check {
+        file: PathBuf,
+        /// Also print each rule as the proxy reads it: its hosts, the ports it covers (80 and 443 when it names none), methods and paths.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Show the decision for one request and the rule (file:line) that made it. Exit 0 allow, 1 deny, 3 ask (held for a person's approval; reason, timeout and approvers follow).
     /// With --cases, run a table of requests and expected decisions instead: exit 0 all passed, 1 any failed.
     Test {
@@ -47,7 +52,7 @@ pub enum PolicyCommand {
 
 pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Check { file, explain } => check(&file, explain),
         PolicyCommand::Test {
             file,
             method,
@@ -71,8 +76,13 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn check(file: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn check(file: &std::path::Path, explain: bool) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(file)?;
+    if explain {
+        for line in policy.explain() {
+            println!("{line}");
+        }
+    }
     let lints = policy.lint();
     for lint in &lints {
         println!("{lint}");

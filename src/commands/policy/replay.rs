@@ -51,8 +51,24 @@ enum Change {
     Blocked,
     /// A body constraint applies but the body on record was cut short.
     Undecidable,
-    /// Any other different decision (e.g. deny → allow).
+    /// Refused, reported or held, and would now be allowed: what turning a
+    /// report-mode session into rules is for.
+    #[serde(rename = "now_allowed")]
+    NowAllowed,
+    /// Any other different decision (e.g. allow → report, ask → deny).
     Other,
+}
+
+impl Change {
+    /// The word the text report starts the change's line with.
+    fn label(self) -> &'static str {
+        match self {
+            Change::Blocked => "blocked",
+            Change::Undecidable => "undecidable",
+            Change::NowAllowed => "allowed",
+            Change::Other => "other",
+        }
+    }
 }
 
 /// A replayed record whose decision would differ.
@@ -100,6 +116,7 @@ struct Report {
     hosts: Vec<HostCount>,
     blocked: u64,
     undecidable: u64,
+    now_allowed: u64,
     other: u64,
     unchanged: u64,
 }
@@ -114,6 +131,7 @@ impl Report {
         match change {
             Change::Blocked => self.blocked += 1,
             Change::Undecidable => self.undecidable += 1,
+            Change::NowAllowed => self.now_allowed += 1,
             Change::Other => self.other += 1,
         }
         self.changes.push(Changed {
@@ -140,6 +158,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         hosts: Vec::new(),
         blocked: 0,
         undecidable: 0,
+        now_allowed: 0,
         other: 0,
         unchanged: 0,
     };
@@ -437,6 +456,8 @@ fn classify(was: &str, would_be: &str) -> Option<Change> {
     let stopped = matches!(would_be, "deny" | "ask");
     Some(if went_through && stopped {
         Change::Blocked
+    } else if would_be == "allow" {
+        Change::NowAllowed
     } else {
         Change::Other
     })
@@ -475,7 +496,7 @@ fn render_text(report: &Report) -> String {
         let short: String = c.session.chars().take(8).collect();
         out.push_str(&format!(
             "{:<11} {short} #{} {} {}\n            {} → {}\n",
-            format!("{:?}", c.change).to_lowercase(),
+            c.change.label(),
             c.seq,
             c.kind,
             escape::text(&c.what),
@@ -498,7 +519,7 @@ fn render_text(report: &Report) -> String {
     let r = &report.replayed;
     let n = report.sessions.len();
     out.push_str(&format!(
-        "replayed {} records ({} dns, {} tcp, {} http) of {n} session{} under {}: {} newly blocked, {} undecidable, {} other changes, {} unchanged\n",
+        "replayed {} records ({} dns, {} tcp, {} http) of {n} session{} under {}: {} newly blocked, {} would now be allowed, {} undecidable, {} other changes, {} unchanged\n",
         r.dns + r.tcp + r.http,
         r.dns,
         r.tcp,
@@ -506,6 +527,7 @@ fn render_text(report: &Report) -> String {
         if n == 1 { "" } else { "s" },
         report.policy,
         report.blocked,
+        report.now_allowed,
         report.undecidable,
         report.other,
         report.unchanged,
@@ -525,7 +547,9 @@ mod tests {
         assert_eq!(classify("report", "deny"), Some(Change::Blocked));
         assert_eq!(classify("allow", "ask"), Some(Change::Blocked));
         assert_eq!(classify("ask", "deny"), Some(Change::Other));
-        assert_eq!(classify("deny", "allow"), Some(Change::Other));
+        assert_eq!(classify("deny", "allow"), Some(Change::NowAllowed));
+        assert_eq!(classify("report", "allow"), Some(Change::NowAllowed));
+        assert_eq!(classify("ask", "allow"), Some(Change::NowAllowed));
         assert_eq!(classify("allow", "report"), Some(Change::Other));
         assert_eq!(classify("allow", "undecidable"), Some(Change::Undecidable));
     }
