@@ -22,14 +22,14 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
-use nix::fcntl::{OFlag, openat, readlinkat};
-use nix::sys::stat::Mode;
+use nix::fcntl::{OFlag, readlinkat};
 
 use super::files::{FileKey, FileRecord};
+use super::reconcile::open_at;
 use super::{acl, name, xattrs};
 use crate::capture::{self, Captured};
 use crate::observation::{ExecSeq, FileChange, XattrChange};
@@ -197,15 +197,4 @@ impl Originals {
             ..FileRecord::now(exec, path.to_vec(), FileChange::Original)
         })
     }
-}
-
-fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
-    openat(
-        dir.as_fd(),
-        name,
-        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
-    .map(|fd: OwnedFd| File::from(fd))
 }

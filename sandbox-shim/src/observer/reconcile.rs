@@ -40,7 +40,8 @@ fn ctime(meta: &std::fs::Metadata) -> SystemTime {
     UNIX_EPOCH + Duration::new(secs, nanos)
 }
 
-fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
+/// `name` in `dir`, never through a symlink.
+pub(super) fn open_at(dir: &File, name: &OsStr, flags: OFlag) -> Option<File> {
     openat(
         dir.as_fd(),
         name,
