@@ -401,7 +401,7 @@ pub(crate) fn setup(plan: &Plan) -> Result<()> {
     let airlock_run = run.join("airlock");
     mkdir_p(&airlock_run)?;
     let resolv = airlock_run.join("resolv.conf");
-    let dns_ip = DNS_ADDR.split(':').next().unwrap_or("127.0.0.53");
+    let dns_ip = DNS_ADDR.ip();
     write_file(
         &resolv,
         format!("nameserver {dns_ip}\noptions edns0\n").as_bytes(),

@@ -4,7 +4,7 @@
 //! everything else is rejected. See network_namespaces(7), nft(8).
 
 use std::io::Write;
-use std::net::{TcpListener, UdpSocket};
+use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -29,10 +29,8 @@ pub(crate) struct Sockets {
 /// `lo`: that loopback belongs to this namespace alone (the host's is not in
 /// it), so programs that talk to a local server they started keep working.
 fn ruleset() -> String {
-    let (dns_ip, dns_port) = DNS_ADDR.split_once(':').unwrap_or(("127.0.0.53", "53"));
-    let (lst_ip, lst_port) = TRANSPARENT_ADDR
-        .split_once(':')
-        .unwrap_or(("127.0.0.1", "15001"));
+    let (dns_ip, dns_port) = (DNS_ADDR.ip(), DNS_ADDR.port());
+    let (lst_ip, lst_port) = (TRANSPARENT_ADDR.ip(), TRANSPARENT_ADDR.port());
     format!(
         "table inet airlock {{
   chain nat_out {{
@@ -72,7 +70,7 @@ pub(crate) enum NetError {
     Bind {
         /// "" for the transparent listener, "udp " or "tcp " for DNS.
         what: &'static str,
-        addr: &'static str,
+        addr: SocketAddrV4,
         #[source]
         source: std::io::Error,
     },

@@ -520,9 +520,7 @@ pub(crate) fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
 }
 
 fn network_handles(t: OwnedFd, u: OwnedFd, d: OwnedFd) -> Result<NetworkHandles, ShimError> {
-    let transparent_addr = TRANSPARENT_ADDR
-        .parse()
-        .map_err(|_| ShimError::Setup("bad built-in transparent address".into()))?;
+    let transparent_addr = TRANSPARENT_ADDR.into();
     Ok(NetworkHandles {
         transparent: TcpListener::from(t),
         dns_udp: UdpSocket::from(u),

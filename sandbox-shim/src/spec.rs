@@ -1,6 +1,7 @@
 //! What the caller asks for: the command, its filesystem view, limits and identity.
 
 use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,10 +16,10 @@ use crate::observation::ObserveSpec;
 pub const CA_BUNDLE_PATH: &str = "/run/airlock/ca-bundle.pem";
 
 /// Address of the DNS sockets inside the sandbox; `/etc/resolv.conf` points here.
-pub const DNS_ADDR: &str = "127.0.0.53:53";
+pub const DNS_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53);
 
 /// Address of the transparent TCP listener inside the sandbox.
-pub const TRANSPARENT_ADDR: &str = "127.0.0.1:15001";
+pub const TRANSPARENT_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 15001);
 
 /// Everything needed to run one command in a sandbox.
 ///
