@@ -9,6 +9,7 @@ mod audit_sink;
 mod certs;
 mod cli;
 mod commands;
+mod exit;
 mod launch;
 mod mcp;
 mod notices;
@@ -26,13 +27,6 @@ mod usage_error;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// Exit status for bad input: a usage, configuration or policy error.
-pub const EXIT_USAGE: u8 = 2;
-/// Exit status of `airlock run` when airlock itself failed, bad arguments
-/// included, so it cannot be mistaken for the command's own status (as for
-/// `env`, `timeout` and `docker run`).
-pub const EXIT_RUN_FAILED: u8 = 125;
 
 #[derive(Parser)]
 #[command(
@@ -82,7 +76,7 @@ fn main() -> ExitCode {
         // `airlock` or `airlock policy` alone: the help, as clap prints it.
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
+            return ExitCode::from(exit::USAGE);
         }
         Err(e) => {
             let args: Vec<_> = std::env::args_os().collect();
@@ -93,7 +87,7 @@ fn main() -> ExitCode {
             let run = std::env::args_os()
                 .nth(1)
                 .is_some_and(|a| a == "run" || a == "session" || a == "mcp");
-            return ExitCode::from(if run { EXIT_RUN_FAILED } else { EXIT_USAGE });
+            return ExitCode::from(if run { exit::RUN_FAILED } else { exit::USAGE });
         }
     };
     init_tracing();
@@ -114,7 +108,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("airlock: {}", one_line(&e));
-            ExitCode::from(EXIT_USAGE)
+            ExitCode::from(exit::USAGE)
         }
     }
 }

@@ -23,7 +23,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 /// Exit status for usage errors (bad arguments, unknown session), as for
 /// clap's own argument errors.
-const USAGE: u8 = 2;
+use crate::exit::USAGE;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -430,7 +430,7 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
         }
     }
     Ok(if results.hits.is_empty() {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::REFUSED)
     } else {
         ExitCode::SUCCESS
     })
@@ -645,6 +645,6 @@ fn verify(
     Ok(if reports.iter().all(|r| r.is_intact()) {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::REFUSED)
     })
 }

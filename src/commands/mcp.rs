@@ -21,6 +21,6 @@ pub fn run(_args: McpArgs) -> anyhow::Result<ExitCode> {
         .collect();
     Ok(crate::mcp::serve(&options).unwrap_or_else(|e| {
         eprintln!("airlock: {}", crate::one_line(&e));
-        ExitCode::from(crate::EXIT_RUN_FAILED)
+        ExitCode::from(crate::exit::RUN_FAILED)
     }))
 }

@@ -11,7 +11,7 @@ use airlock_auditor::{SessionEnd, SessionRecorder};
 use anyhow::Context;
 
 use crate::launch::{Plan, Purpose, SandboxArgs, Stop, Wired, store_failure};
-use crate::{EXIT_RUN_FAILED, one_line};
+use crate::{exit, one_line};
 
 #[derive(clap::Args)]
 #[command(trailing_var_arg = true)]
@@ -36,7 +36,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(code) => Ok(code),
         Err(e) => {
             eprintln!("airlock: {}", one_line(&e));
-            Ok(ExitCode::from(EXIT_RUN_FAILED))
+            Ok(ExitCode::from(exit::RUN_FAILED))
         }
     }
 }
@@ -111,7 +111,7 @@ fn conclude(
         eprintln!("{message}");
     }
     Ok(ExitCode::from(
-        u8::try_from(outcome.exit_code()).unwrap_or(EXIT_RUN_FAILED),
+        u8::try_from(outcome.exit_code()).unwrap_or(exit::RUN_FAILED),
     ))
 }
 

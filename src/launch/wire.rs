@@ -16,9 +16,9 @@ use airlock_shim::{NetworkHandles, Sandbox};
 use anyhow::Context;
 
 use super::plan::ProxyPlan;
-use crate::EXIT_RUN_FAILED;
 use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
+use crate::exit;
 use crate::notices::DenialNotices;
 use crate::observe;
 use crate::terminal::PtyRelay;
@@ -283,7 +283,7 @@ impl Stop {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Stop::Signal(n, _) => 128 + *n as u8,
-            Stop::AuditFailed => EXIT_RUN_FAILED,
+            Stop::AuditFailed => exit::RUN_FAILED,
         }
     }
 }

@@ -84,7 +84,7 @@ impl Session {
                 .code()
                 .and_then(|c| u8::try_from(c).ok())
                 .filter(|c| *c != 0)
-                .unwrap_or(crate::EXIT_RUN_FAILED);
+                .unwrap_or(crate::exit::RUN_FAILED);
             return Ok(Start::Refused(ExitCode::from(code)));
         }
         let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();

@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 
 use super::protocol::{self, Denial, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
 use super::registry::Registry;
-use crate::EXIT_RUN_FAILED;
 use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
+use crate::exit;
 
 /// How long `start` waits for the server to be ready (the shim's own setup
 /// bound is 20 s; this covers a slow audit store on top).
@@ -38,7 +38,7 @@ const SIGNAL_GRACE: Duration = Duration::from_millis(500);
 /// Say why airlock failed, on one line, and exit 125.
 fn failed(e: &anyhow::Error) -> ExitCode {
     eprintln!("airlock: {}", crate::one_line(e));
-    ExitCode::from(EXIT_RUN_FAILED)
+    ExitCode::from(exit::RUN_FAILED)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -114,7 +114,7 @@ fn start_server() -> anyhow::Result<ExitCode> {
             .code()
             .and_then(|c| u8::try_from(c).ok())
             .filter(|c| *c != 0)
-            .unwrap_or(EXIT_RUN_FAILED),
+            .unwrap_or(exit::RUN_FAILED),
     ))
 }
 
@@ -340,7 +340,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::from(
-        u8::try_from(report.exit_code).unwrap_or(EXIT_RUN_FAILED),
+        u8::try_from(report.exit_code).unwrap_or(exit::RUN_FAILED),
     ))
 }
 
@@ -378,7 +378,7 @@ fn gave_up(e: anyhow::Error, id: &str, timeout: Option<Duration>) -> anyhow::Res
             eprintln!(
                 "airlock: session {id} is not answering: {waited}; stop the session with `airlock session stop {id}`"
             );
-            Ok(ExitCode::from(EXIT_RUN_FAILED))
+            Ok(ExitCode::from(exit::RUN_FAILED))
         }
         None => Err(e),
     }

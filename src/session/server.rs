@@ -37,7 +37,7 @@ pub fn serve(args: StartArgs, id: String) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("airlock: {}", crate::one_line(&e));
-            ExitCode::from(crate::EXIT_RUN_FAILED)
+            ExitCode::from(crate::exit::RUN_FAILED)
         }
     }
 }
@@ -281,7 +281,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     control_rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
     finished?;
     Ok(match stop {
-        Some(Stop::AuditFailed) => ExitCode::from(crate::EXIT_RUN_FAILED),
+        Some(Stop::AuditFailed) => ExitCode::from(crate::exit::RUN_FAILED),
         _ => ExitCode::SUCCESS,
     })
 }

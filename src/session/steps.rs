@@ -23,7 +23,6 @@ use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
-const EXIT_TIMED_OUT: i32 = 124;
 /// How long a killed step's end may take to be confirmed by the sandbox
 /// (init kills a step's processes in milliseconds) before airlock reports
 /// the step ended anyway and the session as not answering: the caller's
@@ -293,7 +292,11 @@ fn exit_report(
         ExitKind::Signaled(sig) => (128 + sig, None, Some(sig)),
     };
     ExitReport {
-        exit_code: if timed_out { EXIT_TIMED_OUT } else { code },
+        exit_code: if timed_out {
+            i32::from(crate::exit::TIMED_OUT)
+        } else {
+            code
+        },
         status,
         signal,
         timed_out,
@@ -305,7 +308,7 @@ fn exit_report(
 
 fn failed_report(begun: Instant, why: &str) -> ExitReport {
     ExitReport {
-        exit_code: i32::from(crate::EXIT_RUN_FAILED),
+        exit_code: i32::from(crate::exit::RUN_FAILED),
         status: None,
         signal: None,
         timed_out: false,

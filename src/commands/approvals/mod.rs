@@ -93,7 +93,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
                 eprintln!(
                     "airlock: no running session matches {given:?}; `airlock session ls` lists live sessions, and `airlock approvals` without --session what every running airlock holds"
                 );
-                return Ok(ExitCode::from(1));
+                return Ok(ExitCode::from(crate::exit::REFUSED));
             };
             let new: Vec<&Value> = pending
                 .iter()
@@ -136,13 +136,13 @@ fn show_one(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             "airlock: {:?} is not an approval id; copy one from `airlock approvals`",
             args.id
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::exit::USAGE));
     };
     let answer = match runtime()?.block_on(client::show(&id)) {
         Ok(answer) => answer,
         Err(e) => {
             eprintln!("airlock: {}", crate::one_line(&e));
-            return Ok(ExitCode::from(1));
+            return Ok(ExitCode::from(crate::exit::REFUSED));
         }
     };
     if args.json {
@@ -208,7 +208,7 @@ fn decide(id: &str, decision: &Value) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             eprintln!("airlock: {}", crate::one_line(&e));
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(crate::exit::REFUSED))
         }
     }
 }

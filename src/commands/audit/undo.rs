@@ -14,7 +14,7 @@ use super::{USAGE, default_trust};
 
 /// Exit status when undo refused or could not finish: nothing wrong with the
 /// command line, but the workspace is not (all) back.
-const REFUSED: u8 = 1;
+use crate::exit::REFUSED;
 
 pub(super) fn run(
     store: &AuditStore,

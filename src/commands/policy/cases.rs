@@ -45,7 +45,7 @@ pub fn run(file: &Path, cases_file: &Path) -> anyhow::Result<ExitCode> {
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::REFUSED)
     })
 }
 

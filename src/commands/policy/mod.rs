@@ -164,11 +164,11 @@ fn test(
                 |r| r.to_string(),
             );
             println!("deny: {} (decided by {by})", d.reason);
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(crate::exit::REFUSED))
         }
         Decision::Ask(ask) => {
             print_ask(&ask);
-            Ok(ExitCode::from(3))
+            Ok(ExitCode::from(crate::exit::WOULD_ASK))
         }
     }
 }

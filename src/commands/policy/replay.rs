@@ -179,7 +179,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     Ok(if report.blocked == 0 {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::REFUSED)
     })
 }
 
