@@ -353,3 +353,80 @@ printf '\033[32mdone\033[0m\n'
     );
     drop(console);
 }
+
+/// A live session (`airlock session`) as a new user first meets it in the
+/// console (tests/console/live-session.test.mjs): the header counts its
+/// steps as they start, the search box is above the sessions list, and the
+/// stopped session's End reads `airlock session stop` as code on one line.
+#[tokio::test]
+async fn a_live_sessions_header_counts_its_steps_and_its_stop_reads_as_one_line_under_the_search_box()
+ {
+    let test_dir = browser_test_dir();
+    check_prerequisites(&test_dir);
+    let artifacts = artifacts_dir();
+    let setup = Setup::new().await;
+    let ws = setup.dir.path().join("live-session");
+    std::fs::create_dir_all(&ws).unwrap();
+    let started = Command::new(AIRLOCK)
+        .args(["session", "start", "--name", "first-hour"])
+        .arg("--policy")
+        .arg(&setup.policy)
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--upstream-ca")
+        .arg(&setup.ca)
+        .args(["--resolve", "api.test:127.0.0.1"])
+        .arg("--audit-db")
+        .arg(setup.db())
+        .arg("--audit-key")
+        .arg(setup.key())
+        .env("API_TOKEN", SECRET)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(started.status.code(), Some(0), "{started:?}");
+    let live = String::from_utf8(started.stdout).unwrap().trim().to_owned();
+    let first = Command::new(AIRLOCK)
+        .args(["session", "exec", &live, "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+
+    let console = Console::start(AIRLOCK, &setup.db(), &setup.key()).await;
+    let node = Command::new("node")
+        .arg("live-session.test.mjs")
+        .current_dir(&test_dir)
+        .env("CONSOLE_URL", &console.url)
+        .env("LIVE_ID", &live)
+        .env("LIVE_NAME", "first-hour")
+        .env("AIRLOCK", AIRLOCK)
+        .env("ARTIFACTS", &artifacts)
+        .env("CHROMIUM", CHROMIUM)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let node = tokio::time::timeout(NODE_TIMEOUT, node)
+        .await
+        .expect("the browser test ran over its time")
+        .unwrap();
+    // Whatever the browser found, the session does not outlive the test.
+    let _ = std::process::Command::new(AIRLOCK)
+        .args(["session", "stop", &live])
+        .output();
+    let node_log = format!(
+        "--- node stdout ---\n{}\n--- node stderr ---\n{}",
+        String::from_utf8_lossy(&node.stdout),
+        String::from_utf8_lossy(&node.stderr)
+    );
+    println!("{node_log}");
+    assert_eq!(
+        node.status.code(),
+        Some(0),
+        "the browser test failed (screenshots in {}):\n{node_log}",
+        artifacts.display()
+    );
+    drop(console);
+}

@@ -3,7 +3,7 @@
 // pages.
 
 import {
-  h, enc, sandboxedCommand, fmtTime, fmtDuration, verificationBadge, kvTable, mono, shortHash,
+  h, enc, sandboxedCommand, fmtTime, fmtDuration, verificationBadge, kvTable, mono, shortHash, endText,
 } from './util.js';
 
 export function sessionHeader(s) {
@@ -21,7 +21,7 @@ export function sessionHeader(s) {
     endNode = h('span', { class: 'live-indicator', testid: 'session-running' }, 'running');
   } else {
     const failed = s.exit_status !== 0 && s.exit_status !== undefined;
-    endNode = h('span', { class: failed ? 'mono end-failed' : 'mono', testid: 'session-end' }, s.end);
+    endNode = h('span', { class: failed ? 'mono end-failed' : 'mono', testid: 'session-end' }, endText(s.end));
   }
 
   const rows = [
@@ -30,7 +30,7 @@ export function sessionHeader(s) {
     ['Started', h('span', null, `${fmtTime(s.started_us)} UTC`)],
     ['Duration', h('span', { testid: 'session-duration' }, running ? 'still running' : fmtDuration(s.duration_ms))],
     ['End', endNode],
-    ['Mode', h('span', null, s.mode || '—', s.steps !== null && s.steps !== undefined ? ` (${s.steps} steps)` : '')],
+    ['Mode', h('span', { testid: 'session-mode' }, modeText(s))],
     ['Host', mono(`${s.host || '—'}`)],
     ['Signed by', h('span', { class: 'mono muted', title: s.key_fingerprint || '' }, s.key_fingerprint ? `key ${shortHash(s.key_fingerprint.replace(/^[^:]*:/, ''))}…` : '—',
       s.verification && s.verification.key_trust && s.verification.key_trust.status === 'trusted'
@@ -54,6 +54,13 @@ export function sessionHeader(s) {
     vText ? h('p', { class: 'muted small', testid: 'verification-summary' }, vText) : null,
     trustNote(v),
     kvTable(rows, { class: 'kv session-meta' }));
+}
+
+/** "session (3 steps)": a live session's page keeps it current as its
+ * steps start (session.js). */
+export function modeText(s) {
+  const steps = s.steps !== null && s.steps !== undefined ? ` (${s.steps} ${s.steps === 1 ? 'step' : 'steps'})` : '';
+  return `${s.mode || '—'}${steps}`;
 }
 
 /** Whose signature the badge checked: a green badge over an unchecked

@@ -4,7 +4,7 @@
 import {
   h, append, fill, api, enc, fmtOffset, fmtClock, fmtDuration, argvLine, basename, verdictBadge, errorBox, clear,
 } from './util.js';
-import { sessionHeader, sessionTabs } from './header.js';
+import { sessionHeader, sessionTabs, modeText } from './header.js';
 import { followLive } from './live.js';
 
 const ROW_LIMIT = 2000;
@@ -325,6 +325,16 @@ export async function renderSession(page, id, ctx) {
         } catch (_) { /* the next exec or exit retries */ }
       }, 150);
     };
+    // A live session's step count, as its steps start: the count the page
+    // loaded with is that of the moment it loaded.
+    const countSteps = () => {
+      if (s.steps === null || s.steps === undefined) return;
+      const seen = state.events.filter((x) => x.kind === 'step_start').length;
+      s.steps = Math.max(s.steps, seen);
+      const el = header.querySelector('[data-testid=session-mode]');
+      if (el) el.textContent = modeText(s);
+    };
+    countSteps();
     const stop = followLive(id, () => state.lastSeq, {
       indicator: liveBox,
       onEvent(e) {
@@ -356,6 +366,7 @@ export async function renderSession(page, id, ctx) {
           tbody.appendChild(emptyRow());
         }
         drawStatus(shownCount);
+        if (e.kind === 'step_start') countSteps();
         if (e.kind === 'exec' || e.kind === 'exit') refreshTree();
         else if (e.verdict === 'deny') drawTree();
       },

@@ -2,7 +2,7 @@
 // search (`airlock audit search`), whose hits link to their events.
 
 import {
-  h, append, fill, clear, api, query, enc, fmtTime, fmtDuration, shortId, verificationBadge, errorBox, fmtClock, sandboxedCommand,
+  h, append, fill, clear, api, query, enc, fmtTime, fmtDuration, shortId, verificationBadge, errorBox, fmtClock, sandboxedCommand, endText, endWords,
 } from './util.js';
 
 const FILTERS = ['since', 'until', 'mode', 'command', 'host', 'denied', 'verification'];
@@ -29,7 +29,8 @@ function verificationRank(v) {
 function endCell(r) {
   if (r.end === null || r.end === undefined) return h('span', { class: 'muted' }, 'running');
   const failed = r.exit_status !== 0;
-  return h('span', { class: failed ? 'mono end-failed' : 'mono' }, r.end);
+  // One line, cut with an ellipsis; the whole of it in the title.
+  return h('span', { class: ['end-cell', failed ? 'end-failed' : ''], testid: 'session-end-cell', title: endWords(r.end) }, endText(r.end));
 }
 
 export async function renderSessions(page, ctx) {
@@ -97,16 +98,17 @@ export async function renderSessions(page, ctx) {
       h('button', { type: 'button', class: 'btn btn-primary', testid: 'search-run', onclick: () => runSearch() }, 'Search')));
   const searchResults = h('div', { class: 'search-results', testid: 'search-results' });
 
-  append(page, 
-    h('section', { class: 'card' },
-      h('div', { class: 'card-head' }, h('h1', null, 'Sessions'), status),
-      filterBar,
-      listBox),
-    h('section', { class: 'card' },
+  // The search first: under a long list nobody would find it.
+  append(page,
+    h('section', { class: 'card', testid: 'search-card' },
       h('div', { class: 'card-head' }, h('h2', null, 'Search every session'),
         h('p', { class: 'muted' }, 'The same search as ', h('code', null, 'airlock audit search'), ': every filter given must match.')),
       searchBar,
-      searchResults));
+      searchResults),
+    h('section', { class: 'card' },
+      h('div', { class: 'card-head' }, h('h1', null, 'Sessions'), status),
+      filterBar,
+      listBox));
 
   function currentFilters() {
     const f = {};

@@ -238,3 +238,19 @@ export function errorBox(err, what) {
 export function mono(text, attrs) {
   return h('code', Object.assign({ class: 'mono' }, attrs || {}), text);
 }
+
+/** How a session ended, as airlock words it ("stopped by `airlock session
+ * stop`"): its `code` spans shown as code, not as backticks. Text only:
+ * the words are airlock's, but a reason may quote the sandbox. */
+export function endText(text) {
+  const parts = String(text ?? '').split('`');
+  // An odd number of backticks leaves the last one as it is.
+  if (parts.length % 2 === 0) return String(text ?? '');
+  return parts.map((part, i) => (i % 2 ? h('code', null, part) : part)).filter((p) => p !== '');
+}
+
+/** `endText` as plain words, for a title. */
+export function endWords(text) {
+  const s = String(text ?? '');
+  return s.split('`').length % 2 ? s.replaceAll('`', '') : s;
+}

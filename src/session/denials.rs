@@ -1,6 +1,8 @@
 //! What the policy refused in a live session, kept so that whoever drives a
 //! step (the CLI, the SDK, the MCP server, an agent) learns what it was
-//! missing and the rule that would allow it, without reading the record.
+//! missing and the rule that would allow it, without reading the record;
+//! and, the same way, which of its requests an `[[ask]]` rule held for a
+//! person, how that ended and how long it waited.
 //!
 //! Each refusal is attributed to the step whose process owned the socket.
 //! The proxy hands its events over once it has answered (proxy/src/outlet.rs),
@@ -21,7 +23,7 @@ use std::time::Instant;
 use airlock_proxy::events::{ConnId, Event, EventSink, SinkError, Verdict};
 use airlock_shim::{Attributor, StepId};
 
-use super::protocol::{Denial, DenialKind};
+use super::protocol::{Denial, DenialKind, Held};
 
 impl DenialKind {
     /// Of the refusals one attempt can cause, which says the most.
@@ -60,6 +62,10 @@ struct State {
     connections: HashMap<ConnId, Option<u64>>,
     kept: Vec<Kept>,
     dropped: u64,
+    /// The `[[ask]]` rule of each request still held, by approval id.
+    asking: HashMap<String, String>,
+    /// Requests whose wait is over, oldest first, at most [`MAX_KEPT`].
+    held: Vec<(Held, Instant)>,
 }
 
 struct Kept {
@@ -103,6 +109,21 @@ impl DenialLog {
         let mut reported = most_specific(&of_step);
         reported.truncate(MAX_PER_STEP);
         reported
+    }
+
+    /// The held requests of `step` whose wait is over, attributed as
+    /// [`DenialLog::of_step`] attributes refusals.
+    pub fn held_of_step(&self, step: StepId, since: Instant) -> Vec<Held> {
+        self.state()
+            .held
+            .iter()
+            .filter(|(h, at)| match h.step {
+                Some(s) => s == step.0,
+                None => *at >= since,
+            })
+            .map(|(h, _)| h.clone())
+            .take(MAX_PER_STEP)
+            .collect()
     }
 
     pub fn all(&self) -> Refusals {
@@ -190,6 +211,45 @@ impl EventSink for DenialLog {
                         count: 1,
                     });
                 }
+            }
+            Event::ApprovalRequested { approval, rule, .. } => {
+                let mut state = self.state();
+                // Bounded as the proxy bounds what it holds at once.
+                if state.asking.len() < MAX_KEPT {
+                    state.asking.insert(approval, bounded(rule));
+                }
+            }
+            Event::ApprovalDecided {
+                conn,
+                approval,
+                outcome,
+                scope,
+                by,
+                note,
+                waited_ms,
+                method,
+                url,
+                ..
+            } => {
+                let mut state = self.state();
+                let step = state.connections.get(&conn).copied().flatten();
+                let rule = state.asking.remove(&approval);
+                if state.held.len() >= MAX_KEPT {
+                    state.held.remove(0);
+                }
+                let held = Held {
+                    approval: bounded(approval),
+                    method: bounded(method),
+                    url: bounded(url.split('?').next().unwrap_or(&url).to_owned()),
+                    rule,
+                    outcome,
+                    scope,
+                    by: by.map(bounded),
+                    note: note.map(bounded),
+                    waited_ms,
+                    step,
+                };
+                state.held.push((held, Instant::now()));
             }
             Event::ConnectionClosed { conn, .. } => {
                 self.state().connections.remove(&conn);
@@ -317,6 +377,61 @@ mod tests {
             rules[0]["host"].as_str(),
             Some("evil\"\n[[allow]]\nhost = \"*")
         );
+    }
+
+    #[test]
+    fn a_held_request_is_kept_with_its_rule_and_wait_and_what_is_kept_is_bounded() {
+        use airlock_proxy::events::{ConnId, RequestId, TimestampUs};
+        let log = DenialLog::new("p.toml", None);
+        let asked = |approval: String| Event::ApprovalRequested {
+            ts: TimestampUs(0),
+            conn: ConnId(1),
+            request: RequestId(1),
+            approval,
+            method: "POST".into(),
+            url: "https://api.test/pay?card=4242".into(),
+            headers: Vec::new(),
+            body_bytes: 0,
+            body_sha256: String::new(),
+            rule: "p.toml:3".into(),
+            reason: None,
+            timeout_ms: 1000,
+            approvers: Vec::new(),
+        };
+        let decided = |approval: String| Event::ApprovalDecided {
+            ts: TimestampUs(0),
+            conn: ConnId(1),
+            request: RequestId(1),
+            approval,
+            outcome: "denied".into(),
+            scope: None,
+            by: Some("root".into()),
+            note: Some("no".into()),
+            waited_ms: 1500,
+            body_sha256: String::new(),
+            method: "POST".into(),
+            url: "https://api.test/pay?card=4242".into(),
+        };
+        let since = Instant::now();
+        log.emit(asked("a1".into())).unwrap();
+        log.emit(decided("a1".into())).unwrap();
+        let held = log.held_of_step(StepId(1), since);
+        assert_eq!(held.len(), 1);
+        let h = &held[0];
+        assert_eq!(
+            (h.approval.as_str(), h.url.as_str(), h.rule.as_deref()),
+            ("a1", "https://api.test/pay", Some("p.toml:3")),
+            "the query stays in the record"
+        );
+        assert_eq!(
+            (h.outcome.as_str(), h.waited_ms, h.step),
+            ("denied", 1500, None)
+        );
+        for i in 0..MAX_KEPT + 5 {
+            log.emit(decided(format!("n{i}"))).unwrap();
+        }
+        assert_eq!(log.state().held.len(), MAX_KEPT);
+        assert_eq!(log.held_of_step(StepId(1), since).len(), MAX_PER_STEP);
     }
 
     #[test]

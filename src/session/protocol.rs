@@ -142,6 +142,35 @@ pub struct ExitReport {
     /// What the policy refused this step's processes while it ran.
     #[serde(default)]
     pub denials: Vec<Denial>,
+    /// Each request of this step an `[[ask]]` rule held for a person, once
+    /// decided (or expired): what it was, how it ended, how long it waited.
+    #[serde(default)]
+    pub held: Vec<Held>,
+}
+
+/// A request an `[[ask]]` rule held, as a step's caller learns of it once
+/// its wait is over (the record has the rest: headers, body hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The approval's id, as `airlock approve`/`deny` took it.
+    pub approval: String,
+    pub method: String,
+    /// Its URL without the query.
+    pub url: String,
+    /// The `[[ask]]` rule that held it.
+    pub rule: Option<String>,
+    /// "approved", "denied", "expired" or "abandoned".
+    pub outcome: String,
+    /// "once" or "session" when approved.
+    pub scope: Option<String>,
+    /// Who decided; None when nobody did.
+    pub by: Option<String>,
+    /// The decider's note (a denial's reason).
+    pub note: Option<String>,
+    /// How long it waited for the decision.
+    pub waited_ms: u64,
+    /// The step whose process sent it, when known.
+    pub step: Option<u64>,
 }
 
 /// One refusal, as a step's caller learns of it: what was refused, why,

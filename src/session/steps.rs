@@ -262,6 +262,7 @@ impl Started {
             Err(_) => failed_report(begun, "the session lost track of the step"),
         };
         report.denials = live.denials.of_step(step, begun);
+        report.held = live.denials.held_of_step(step, begun);
         live.end_step(step, &report);
         let frame = match report.exit_code {
             125 if report.status.is_none() && report.signal.is_none() => (
@@ -303,6 +304,7 @@ fn exit_report(
         duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
         reason,
         denials: Vec::new(),
+        held: Vec::new(),
     }
 }
 
@@ -315,6 +317,7 @@ fn failed_report(begun: Instant, why: &str) -> ExitReport {
         duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
         reason: Some(why.to_owned()),
         denials: Vec::new(),
+        held: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@ state, timeouts, teardown and errors."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from conftest import Upstream, alive, eventually, listed_sessions
@@ -284,3 +285,93 @@ def test_the_async_sandbox_does_not_hang_on_a_session_that_stops_answering(optio
 
     took = asyncio.run(main())
     assert took < 6, f"took {took:.1f}s"
+
+
+def test_a_request_held_for_approval_comes_back_in_the_result_with_its_outcome_and_wait(
+    options: Dict[str, Any], upstream: Upstream, airlock_bin: str
+) -> None:
+    """An `[[ask]]` rule holds a request of a step: the step's result names
+    it (approval id, method, URL, rule), how it ended and how long it
+    waited, whether a person approved or denied it; a step running beside
+    it, and a later one, hold nothing."""
+    policy = Path(options["policy"])
+    policy.write_text(
+        policy.read_text() + f'\n[[ask]]\nhost = "api.test"\nport = {upstream.port}\nmethods = ["GET"]\n'
+        'paths = ["/held/**"]\nreason = "a person looks first"\n'
+    )
+
+    with airlock.Sandbox(**options) as sb, concurrent.futures.ThreadPoolExecutor(3) as pool:
+        marker = f"held/ok-{os.getpid()}"
+        step = pool.submit(sb.run, ["curl", "-sS", f"{upstream.base}/{marker}?token=x"], label="call_7")
+        beside = pool.submit(sb.run, ["sleep", "1.5"])
+        approval = decide_when_held(airlock_bin, marker, ["approve", "--note", "looks fine"])
+        r = step.result(timeout=30)
+        assert (r.exit_code, r.stdout) == (0, f"hello from /{marker}?token=x"), r
+        [held] = r.held
+        assert held == airlock.Held(
+            approval=approval,
+            method="GET",
+            url=f"{upstream.base}/{marker}",
+            outcome="approved",
+            waited=held.waited,
+            rule=held.rule,
+            scope="once",
+            by=held.by,
+            note="looks fine",
+            step=r.step,
+        )
+        assert held.waited >= 0.5, held
+        assert held.rule and str(policy) in held.rule, held
+        assert held.by, "who approved it"
+        assert beside.result(timeout=30).held == [], "a step running beside it held nothing"
+
+        marker = f"held/no-{os.getpid()}"
+        curl = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", f"{upstream.base}/{marker}"]
+        step = pool.submit(sb.run, curl)
+        approval = decide_when_held(airlock_bin, marker, ["deny", "--note", "not today"])
+        r = step.result(timeout=30)
+        assert r.stdout == "403", r
+        [held] = r.held
+        assert (held.approval, held.outcome, held.note) == (approval, "denied", "not today"), held
+        assert held.step == r.step, held
+        assert f"/{marker}" not in upstream.paths, "the denied request never left"
+
+        assert sb.run(["true"]).held == [], "a later step holds nothing of the earlier ones"
+
+
+def test_the_async_sandbox_reports_a_held_request_too(
+    options: Dict[str, Any], upstream: Upstream, airlock_bin: str
+) -> None:
+    policy = Path(options["policy"])
+    policy.write_text(
+        policy.read_text()
+        + f'\n[[ask]]\nhost = "api.test"\nport = {upstream.port}\nmethods = ["GET"]\npaths = ["/held/**"]\n'
+    )
+    marker = f"held/async-{os.getpid()}"
+
+    async def main() -> Tuple[str, airlock.RunResult]:
+        async with airlock.AsyncSandbox(**options) as sb:
+            step = asyncio.ensure_future(sb.run(["curl", "-sS", f"{upstream.base}/{marker}"]))
+            approval = await asyncio.to_thread(decide_when_held, airlock_bin, marker, ["approve"])
+            return approval, await asyncio.wait_for(step, 30)
+
+    approval, r = asyncio.run(main())
+    assert r.stdout == f"hello from /{marker}", r
+    assert [(h.approval, h.outcome, h.step) for h in r.held] == [(approval, "approved", r.step)]
+
+
+def decide_when_held(airlock_bin: str, marker: str, verb: List[str]) -> str:
+    """Once a request to a URL holding ``marker`` is held, decide it with
+    ``airlock VERB... ID`` after half a second (a person reads it first):
+    its approval id."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = subprocess.run([airlock_bin, "approvals", "--json"], capture_output=True, text=True)
+        assert out.returncode == 0, out
+        held = [p for p in json.loads(out.stdout) if marker in p["url"]]
+        if held:
+            time.sleep(0.5)
+            subprocess.run([airlock_bin, *verb, held[0]["id"]], check=True, capture_output=True)
+            return str(held[0]["id"])
+        time.sleep(0.1)
+    raise AssertionError(f"the request to {marker} was never held")

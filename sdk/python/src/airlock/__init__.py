@@ -16,13 +16,14 @@ from .errors import (
     SessionStartError,
     StepError,
 )
-from .result import Denial, RunResult, SessionDenials
+from .result import Denial, Held, RunResult, SessionDenials
 from .sandbox import Sandbox
 
 __all__ = [
     "AirlockError",
     "AsyncSandbox",
     "Denial",
+    "Held",
     "OutputLimitError",
     "RunResult",
     "Sandbox",

@@ -13,7 +13,7 @@ import struct
 from typing import Any, Dict, Iterator, Optional, Tuple, Type
 
 from .errors import AirlockError, OutputLimitError, SessionGoneError, StepError
-from .result import RunResult, denials_from_json
+from .result import RunResult, denials_from_json, held_from_json
 
 MAX_FRAME = 1 << 20
 HEADER_SIZE = 5
@@ -153,6 +153,7 @@ class StepCollector:
             signal=report.get("signal"),
             reason=report.get("reason"),
             denials=denials_from_json(report.get("denials")),
+            held=held_from_json(report.get("held")),
         )
 
 

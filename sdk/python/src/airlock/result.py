@@ -53,6 +53,54 @@ def denials_from_json(items: Any) -> List[Denial]:
     return [Denial.from_json(item) for item in items or []]
 
 
+@dataclass(frozen=True)
+class Held:
+    """A request of the step that an ``[[ask]]`` rule held for a person's
+    decision (``airlock approve ID`` / ``airlock deny ID``), once its wait
+    was over: what it was, how it ended and how long it waited."""
+
+    approval: str
+    """The approval's id, as ``airlock approvals`` listed it."""
+    method: str
+    url: str
+    """Without its query."""
+    outcome: str
+    """``"approved"``, ``"denied"``, ``"expired"`` or ``"abandoned"``."""
+    waited: float
+    """Seconds it waited for the decision."""
+    rule: Optional[str] = None
+    """The ``[[ask]]`` rule that held it."""
+    scope: Optional[str] = None
+    """``"once"`` or ``"session"`` when approved."""
+    by: Optional[str] = None
+    """Who decided; ``None`` when nobody did."""
+    note: Optional[str] = None
+    """The decider's note (a denial's reason)."""
+    step: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Held":
+        """Build one from the protocol's JSON object; fields this version
+        does not know are ignored."""
+        return cls(
+            approval=str(data.get("approval") or ""),
+            method=str(data.get("method") or ""),
+            url=str(data.get("url") or ""),
+            outcome=str(data.get("outcome") or ""),
+            waited=float(data.get("waited_ms") or 0) / 1000,
+            rule=data.get("rule"),
+            scope=data.get("scope"),
+            by=data.get("by"),
+            note=data.get("note"),
+            step=data.get("step"),
+        )
+
+
+def held_from_json(items: Any) -> List[Held]:
+    """The protocol's ``held`` array (absent, from an older server → none)."""
+    return [Held.from_json(item) for item in items or []]
+
+
 class SessionDenials(List[Denial]):
     """Every refusal of a session so far. The session keeps a bounded number
     of distinct ones; ``dropped`` counts those past it, not listed."""
@@ -87,6 +135,9 @@ class RunResult:
     """Why airlock ended the step, when it did."""
     denials: List[Denial] = field(default_factory=list)
     """What the policy refused during this step."""
+    held: List[Held] = field(default_factory=list)
+    """Each request of this step an ``[[ask]]`` rule held for a person:
+    how it ended and how long it waited."""
 
     @property
     def stdout(self) -> str:
