@@ -238,6 +238,23 @@ impl Sandbox {
         Ok(sandbox)
     }
 
+    /// How the supervisor ended, once it closed its end of the channel
+    /// during setup: it is on its way out, so wait for it briefly. A death
+    /// by signal says what no message of its own could.
+    fn how_the_supervisor_ended(&self) -> String {
+        for _ in 0..50 {
+            match sys::wait_any(Some(self.supervisor), true) {
+                Ok(Some((_, s))) if libc::WIFSIGNALED(s) => {
+                    return format!("killed by signal {}", libc::WTERMSIG(s));
+                }
+                Ok(Some((_, s))) => return format!("exit status {}", libc::WEXITSTATUS(s)),
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => break,
+            }
+        }
+        "its end is unknown".into()
+    }
+
     fn await_ready(&mut self) -> Result<(), ShimError> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
         loop {
@@ -251,9 +268,10 @@ impl Sandbox {
             let msg = match recv_within(&self.chan, Some(left))? {
                 Received::Nothing => continue,
                 Received::Eof => {
-                    return Err(ShimError::Setup(
-                        "sandbox helper exited during setup: see stderr above".into(),
-                    ));
+                    return Err(ShimError::Setup(format!(
+                        "sandbox helper exited during setup ({}): see stderr above",
+                        self.how_the_supervisor_ended()
+                    )));
                 }
                 Received::Malformed(e) => return Err(ShimError::Setup(e.to_string())),
                 Received::Message(msg) => msg,
