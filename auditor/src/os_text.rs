@@ -80,6 +80,11 @@ impl OsText {
         self.0.strip_prefix(prefix.as_bytes())
     }
 
+    /// Whether a JSON object is the stored form of a name that is not UTF-8.
+    pub(crate) fn is_escaped_form(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+        map.len() == 1 && map.get("escaped").is_some_and(serde_json::Value::is_string)
+    }
+
     /// This followed by `suffix`.
     pub fn with_suffix(&self, suffix: &[u8]) -> OsText {
         OsText([self.as_bytes(), suffix].concat())
@@ -179,13 +184,6 @@ impl Serialize for OsText {
             }
             .serialize(s),
         }
-    }
-}
-
-impl OsText {
-    /// Whether a JSON object is the stored form of a name that is not UTF-8.
-    pub(crate) fn is_escaped_form(map: &serde_json::Map<String, serde_json::Value>) -> bool {
-        map.len() == 1 && map.get("escaped").is_some_and(serde_json::Value::is_string)
     }
 }
 
