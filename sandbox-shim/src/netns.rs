@@ -146,3 +146,35 @@ pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
         dns_tcp,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// Today's ruleset, pinned before it moves into one module with the sidecar's.
+    #[test]
+    fn the_sandbox_ruleset_is_pinned() {
+        assert_eq!(super::ruleset(), SANDBOX);
+    }
+
+    const SANDBOX: &str = r#"table inet airlock {
+  chain nat_out {
+    type nat hook output priority -100; policy accept;
+    meta nfproto ipv4 ip daddr 127.0.0.53 udp dport 53 accept
+    meta nfproto ipv4 ip daddr 127.0.0.53 tcp dport 53 accept
+    meta nfproto ipv4 udp dport 53 dnat ip to 127.0.0.53:53
+    meta nfproto ipv4 tcp dport 53 dnat ip to 127.0.0.53:53
+    meta nfproto ipv4 ip daddr 127.0.0.0/8 accept
+    meta nfproto ipv4 meta l4proto tcp redirect to :15001
+  }
+  chain filter_out {
+    type filter hook output priority 0; policy drop;
+    ct state established,related accept
+    meta nfproto ipv4 ip daddr 127.0.0.0/8 accept
+    meta nfproto ipv4 ip daddr 127.0.0.1 tcp dport 15001 accept
+    meta nfproto ipv4 ip daddr 127.0.0.53 udp dport 53 accept
+    meta nfproto ipv4 ip daddr 127.0.0.53 tcp dport 53 accept
+    meta l4proto tcp reject with tcp reset
+    reject with icmpx type admin-prohibited
+  }
+}
+"#;
+}

@@ -179,4 +179,32 @@ mod tests {
             "table inet airlock_sidecar_15001\ndelete table inet airlock_sidecar_15001\n"
         ));
     }
+
+    #[test]
+    fn the_sidecar_ruleset_is_pinned() {
+        assert_eq!(rules().install_script(), SIDECAR);
+    }
+
+    const SIDECAR: &str = r#"table inet airlock_sidecar_15001
+delete table inet airlock_sidecar_15001
+table inet airlock_sidecar_15001 {
+  chain nat_output {
+    type nat hook output priority -110; policy accept;
+    meta mark 0x4149524c return
+    meta nfproto ipv4 udp dport 53 redirect to :15053
+    meta nfproto ipv4 tcp dport 53 redirect to :15053
+    ip daddr 127.0.0.0/8 return
+    meta nfproto ipv4 meta l4proto tcp redirect to :15001
+  }
+  chain filter_output {
+    type filter hook output priority 0; policy accept;
+    meta mark 0x4149524c accept
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    ct state established,related accept
+    meta l4proto tcp reject with tcp reset
+    reject with icmpx type admin-prohibited
+  }
+}
+"#;
 }
