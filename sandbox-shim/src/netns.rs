@@ -10,7 +10,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
-use crate::capture_rules::{CaptureRules, Namespace, NatPriority, Nft, NftError, TableName};
+use crate::capture_rules::{CaptureRules, Nft, NftError};
 use crate::route::RouteError;
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 use crate::sys;
@@ -43,22 +43,6 @@ pub(crate) enum NetError {
     Nft(#[from] NftError),
 }
 
-/// Redirect everything TCP to the listener, DNS to 127.0.0.53, reject the rest
-/// (UDP incl. QUIC, ICMP, IPv6). Replies from the handed-over sockets are
-/// `established` and pass. Traffic to 127.0.0.0/8 stays on the sandbox's own
-/// `lo`: that loopback belongs to this namespace alone (the host's is not in
-/// it), so programs that talk to a local server they started keep working.
-fn capture_rules() -> CaptureRules {
-    CaptureRules {
-        table: TableName::sandbox(),
-        namespace: Namespace::Private,
-        nat_priority: NatPriority::DSTNAT,
-        exempt_mark: None,
-        dns: DNS_ADDR,
-        transparent: TRANSPARENT_ADDR,
-    }
-}
-
 /// IPv6 goes nowhere: no addresses at all (the nft rules reject it too).
 fn disable_ipv6() {
     for conf in ["all", "default", "lo"] {
@@ -83,7 +67,7 @@ pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
     let transparent = TcpListener::bind(TRANSPARENT_ADDR).map_err(bind("", TRANSPARENT_ADDR))?;
     let dns_udp = UdpSocket::bind(DNS_ADDR).map_err(bind("udp ", DNS_ADDR))?;
     let dns_tcp = TcpListener::bind(DNS_ADDR).map_err(bind("tcp ", DNS_ADDR))?;
-    Nft::new(nft).load(&capture_rules().script())?;
+    Nft::new(nft).load(&CaptureRules::sandbox().script())?;
     Ok(Sockets {
         transparent,
         dns_udp,
