@@ -10,6 +10,7 @@
 
 mod attribution;
 mod capture;
+pub mod capture_rules;
 mod cgroup;
 mod channel;
 mod child;

@@ -1,4 +1,6 @@
-//! The capture rules a sidecar installs in the app's network namespace.
+//! The capture rules a sidecar installs in the app's network namespace: the
+//! sandbox's builder and `nft` runner (`airlock_shim::capture_rules`), with
+//! the sidecar's table, mark, priority and ports.
 //!
 //! One nftables table per sidecar, `inet airlock_sidecar_<transparent port>`:
 //! a restarted sidecar with the same configuration replaces its own table in
@@ -25,28 +27,14 @@
 //! dies: a redirect to a port nobody listens on is answered with a reset
 //! (UDP: port unreachable), so traffic fails instead of bypassing the proxy.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+pub use airlock_shim::capture_rules::TableName;
+use airlock_shim::capture_rules::{self, Namespace, NatPriority, Nft, NftError, SocketMark};
 
 /// The sidecar's socket mark unless `--socket-mark` says otherwise ("AIRL").
 pub const DEFAULT_MARK: u32 = 0x4149_524c;
-
-/// Newtype for an nftables table name, so it is never confused with other strings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName(String);
-
-impl TableName {
-    pub fn for_port(transparent_port: u16) -> Self {
-        Self(format!("airlock_sidecar_{transparent_port}"))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
 
 /// Everything the ruleset depends on.
 #[derive(Debug, Clone)]
@@ -61,34 +49,7 @@ pub struct CaptureRules {
 impl CaptureRules {
     /// The whole table, as one atomic batch that replaces an older copy of itself.
     pub fn install_script(&self) -> String {
-        let table = self.table.as_str();
-        let mark = self.mark;
-        let dns = self.dns_port;
-        let tp = self.transparent_port;
-        format!(
-            "table inet {table}
-delete table inet {table}
-table inet {table} {{
-  chain nat_output {{
-    type nat hook output priority -110; policy accept;
-    meta mark {mark:#x} return
-    meta nfproto ipv4 udp dport 53 redirect to :{dns}
-    meta nfproto ipv4 tcp dport 53 redirect to :{dns}
-    ip daddr 127.0.0.0/8 return
-    meta nfproto ipv4 meta l4proto tcp redirect to :{tp}
-  }}
-  chain filter_output {{
-    type filter hook output priority 0; policy accept;
-    meta mark {mark:#x} accept
-    ip daddr 127.0.0.0/8 accept
-    ip6 daddr ::1 accept
-    ct state established,related accept
-    meta l4proto tcp reject with tcp reset
-    reject with icmpx type admin-prohibited
-  }}
-}}
-"
-        )
+        self.capture().script()
     }
 
     /// Install (or atomically replace) the table.
@@ -98,44 +59,36 @@ table inet {table} {{
 
     /// Delete the table this sidecar installed; nothing else is touched.
     pub fn remove(&self) -> anyhow::Result<()> {
-        self.run(&format!("delete table inet {}\n", self.table.as_str()))
+        self.run(&self.capture().removal_script())
+    }
+
+    /// The listeners are on 127.0.0.1 (see `--transparent-port`, `--dns-port`).
+    fn capture(&self) -> capture_rules::CaptureRules {
+        capture_rules::CaptureRules {
+            table: self.table.clone(),
+            namespace: Namespace::Shared,
+            nat_priority: NatPriority::BEFORE_DSTNAT,
+            exempt_mark: Some(SocketMark(self.mark)),
+            dns: SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.dns_port),
+            transparent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.transparent_port),
+        }
     }
 
     fn run(&self, script: &str) -> anyhow::Result<()> {
-        run_nft(&self.nft, script)
+        Nft::new(&self.nft)
+            .load(script)
+            .map_err(|e| anyhow::anyhow!("{e}; {}", fix(&e)))
     }
 }
 
-fn run_nft(nft: &Path, script: &str) -> anyhow::Result<()> {
-    let cannot_run = || {
-        format!(
-            "cannot run {}; install nftables (the `nft` command) or pass --nft PATH",
-            nft.display()
-        )
-    };
-    let mut child = Command::new(nft)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(cannot_run)?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .with_context(cannot_run)?;
+/// What the operator can do about a failed `nft` run.
+fn fix(e: &NftError) -> &'static str {
+    match e {
+        NftError::Refused { .. } => "the namespace needs nf_tables and airlock CAP_NET_ADMIN in it",
+        NftError::Spawn { .. } | NftError::Feed(_) | NftError::Wait(_) => {
+            "install nftables (the `nft` command) or pass --nft PATH"
+        }
     }
-    let out = child.wait_with_output().with_context(cannot_run)?;
-    if !out.status.success() {
-        bail!(
-            "nft refused the sidecar rules ({}): {}; the namespace needs nf_tables and airlock CAP_NET_ADMIN in it",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .trim()
-                .replace('\n', " ")
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -179,4 +132,32 @@ mod tests {
             "table inet airlock_sidecar_15001\ndelete table inet airlock_sidecar_15001\n"
         ));
     }
+
+    #[test]
+    fn the_sidecar_ruleset_is_pinned() {
+        assert_eq!(rules().install_script(), SIDECAR);
+    }
+
+    const SIDECAR: &str = r#"table inet airlock_sidecar_15001
+delete table inet airlock_sidecar_15001
+table inet airlock_sidecar_15001 {
+  chain nat_output {
+    type nat hook output priority -110; policy accept;
+    meta mark 0x4149524c return
+    meta nfproto ipv4 udp dport 53 redirect to :15053
+    meta nfproto ipv4 tcp dport 53 redirect to :15053
+    ip daddr 127.0.0.0/8 return
+    meta nfproto ipv4 meta l4proto tcp redirect to :15001
+  }
+  chain filter_output {
+    type filter hook output priority 0; policy accept;
+    meta mark 0x4149524c accept
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    ct state established,related accept
+    meta l4proto tcp reject with tcp reset
+    reject with icmpx type admin-prohibited
+  }
+}
+"#;
 }
