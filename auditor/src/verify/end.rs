@@ -7,6 +7,8 @@ use super::context::Verification;
 use super::walk::Walk;
 
 impl Verification<'_> {
+    /// Checks where the walk stopped against the checkpoints and the end
+    /// record.
     pub(super) fn check_end(&mut self, walk: &Walk, checkpoints: &Checkpoints) {
         if !walk.chain_ok {
             return;
