@@ -1,0 +1,64 @@
+//! The session's signing key: that the stored key is well formed and is the
+//! one its stored fingerprint names, and whether it is the trusted key.
+
+use ed25519_dalek::VerifyingKey;
+
+use super::KeyTrust;
+use super::context::Verification;
+use crate::AuditError;
+use crate::keys::{KeyFingerprint, resolve_anchor};
+
+/// The key the session says it was signed with, and the fingerprint the
+/// report names it by ("invalid key" when it does not parse).
+pub(super) struct Signer {
+    pub(super) key: Option<VerifyingKey>,
+    pub(super) fingerprint: String,
+}
+
+impl Verification<'_> {
+    /// Parses the stored public key and checks it against the stored
+    /// fingerprint, which is what a reader is shown and compares.
+    pub(super) fn check_key(&mut self) -> Signer {
+        let key = <[u8; 32]>::try_from(self.stored.public_key.as_slice())
+            .ok()
+            .and_then(|b| VerifyingKey::from_bytes(&b).ok());
+        let fingerprint = key
+            .as_ref()
+            .map(|k| KeyFingerprint::of(k).0)
+            .unwrap_or_else(|| "invalid key".into());
+        let stored_fp = &self.stored.stored_fp;
+        if key.is_none() {
+            self.problems
+                .add(None, "the session's public key is malformed".into());
+        } else if fingerprint != *stored_fp {
+            self.problems.add(
+                None,
+                format!("the session's key fingerprint {stored_fp} does not match its public key ({fingerprint})"),
+            );
+        }
+        Signer { key, fingerprint }
+    }
+
+    /// Compares the signer with the trust anchor. Without an anchor only
+    /// internal consistency is proven: whoever rewrote the log could have
+    /// re-signed it with a key of their own.
+    pub(super) fn check_trust(&mut self, signer: &Signer) -> Result<KeyTrust, AuditError> {
+        Ok(match (resolve_anchor(self.trust)?, signer.key.as_ref()) {
+            (None, _) => KeyTrust::Unchecked,
+            (Some(t), Some(k)) if t == *k => KeyTrust::Trusted,
+            (Some(t), _) => {
+                let tf = KeyFingerprint::of(&t).0;
+                self.problems.add(
+                    None,
+                    format!(
+                        "signed by an untrusted key {} (trusted key is {tf}): the log may have been rewritten and re-signed",
+                        signer.fingerprint
+                    ),
+                );
+                KeyTrust::Untrusted {
+                    trusted_fingerprint: tf,
+                }
+            }
+        })
+    }
+}
