@@ -308,7 +308,7 @@ trait DupFd {
     fn as_fd_owned(&self) -> std::io::Result<OwnedFd>;
 }
 
-impl<T: std::os::fd::AsFd> DupFd for T {
+impl<T: AsFd> DupFd for T {
     fn as_fd_owned(&self) -> std::io::Result<OwnedFd> {
         self.as_fd().try_clone_to_owned()
     }

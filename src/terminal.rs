@@ -113,7 +113,7 @@ impl PtyRelay {
         master: OwnedFd,
         size: WindowSize,
         recorder: Option<SessionRecorder>,
-    ) -> anyhow::Result<PtyRelay> {
+    ) -> anyhow::Result<Self> {
         pty::set_window_size(&master, size).context("setting the terminal's window size")?;
         // Only the relay writes to it; a full input queue must not stop the
         // relay from draining the command's output (the command may be
@@ -139,7 +139,7 @@ impl PtyRelay {
                 .spawn(move || relay(&master, input, recorder.as_ref()))
                 .context("starting the terminal relay")?
         };
-        Ok(PtyRelay {
+        Ok(Self {
             master,
             recorder,
             relay: Some(relay),

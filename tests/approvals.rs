@@ -65,18 +65,18 @@ struct Env {
 
 impl Env {
     /// The ask rule waits 60 s unless decided.
-    async fn new() -> Env {
+    async fn new() -> Self {
         Self::with_ask("timeout = \"60s\"\n").await
     }
 
     /// `more`: the ask rule's lines besides host, port, methods, paths and
     /// reason (its timeout, its approvers).
-    async fn with_ask(more: &str) -> Env {
+    async fn with_ask(more: &str) -> Self {
         Self::with_rules(more, "").await
     }
 
     /// As [`Env::with_ask`], with `rules` after the ask rule.
-    async fn with_rules(more: &str, rules: &str) -> Env {
+    async fn with_rules(more: &str, rules: &str) -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
         let dir = tempfile::tempdir().unwrap();
@@ -92,7 +92,7 @@ impl Env {
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         std::fs::create_dir_all(dir.path().join("audit")).unwrap();
         let ca = pki.ca_pem.clone();
-        Env {
+        Self {
             _pki: pki,
             upstream,
             dir,
@@ -337,14 +337,14 @@ struct Session {
 
 impl Session {
     /// Started with `--name NAME`.
-    async fn start(env: &Env, name: &str) -> Session {
+    async fn start(env: &Env, name: &str) -> Self {
         let mut args = vec!["session".to_owned(), "start".to_owned()];
         args.extend(env.sandbox_args());
         args.extend(["--name".to_owned(), name.to_owned()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = airlock(&args).await;
         assert_eq!(out.status, 0, "session start: {out:?}");
-        Session {
+        Self {
             id: out.stdout.trim().to_owned(),
             stopped: false,
         }
@@ -421,7 +421,7 @@ struct Receiver {
 }
 
 impl Receiver {
-    async fn start(fail_first: usize) -> Receiver {
+    async fn start(fail_first: usize) -> Self {
         let got: Arc<Mutex<Vec<Hook>>> = Arc::default();
         let log = got.clone();
         let server = TestServer::tcp(move |tcp| {
@@ -460,7 +460,7 @@ impl Receiver {
             })
         })
         .await;
-        Receiver { got, server }
+        Self { got, server }
     }
 
     fn url(&self) -> String {

@@ -39,7 +39,7 @@ fn airlock_run(workspace: &Path, db: &Path, key: &Path) -> Command {
 
 impl Session {
     /// Run `command` under `airlock run` with a private audit database.
-    fn run(extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Session {
+    fn run(extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         std::fs::create_dir(&workspace).unwrap();
@@ -52,7 +52,7 @@ impl Session {
             .envs(env.iter().copied())
             .output()
             .unwrap();
-        Session {
+        Self {
             id: first_session_id(AIRLOCK, &db, &out),
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -33,7 +33,7 @@ struct LaxUpstream {
 }
 
 impl LaxUpstream {
-    async fn start(pki: &TestPki) -> LaxUpstream {
+    async fn start(pki: &TestPki) -> Self {
         let seen: Seen = Arc::default();
         let log = seen.clone();
         let server = TestServer::tls(pki.server_config(&["api.test"]), move |tls| {
@@ -41,7 +41,7 @@ impl LaxUpstream {
             serve_http(tls, move |req: Request<Incoming>| handle(req, log.clone()))
         })
         .await;
-        LaxUpstream {
+        Self {
             port: server.port(),
             seen,
             _server: server,
@@ -155,7 +155,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new() -> Fixture {
+    async fn new() -> Self {
         let pki = TestPki::new();
         let upstream = LaxUpstream::start(&pki).await;
         let port = upstream.port;
@@ -183,7 +183,7 @@ amount = {{ max = 1000 }}
         opts.upstream_ca = Some(&pki.ca_pem);
         opts.resolve = vec!["api.test:127.0.0.1".into()];
         let proxy = AirlockProxy::start(AIRLOCK, opts);
-        Fixture {
+        Self {
             _pki: pki,
             upstream,
             proxy,

@@ -113,14 +113,14 @@ struct Setup {
 }
 
 impl Setup {
-    async fn new() -> Setup {
+    async fn new() -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy.toml");
         std::fs::write(&policy, policy_text(upstream.port())).unwrap();
         let ca = pki.ca_pem.clone();
-        Setup {
+        Self {
             _pki: pki,
             upstream,
             dir,

@@ -119,9 +119,9 @@ struct Host {
 }
 
 impl Host {
-    fn new() -> Host {
+    fn new() -> Self {
         use std::os::unix::fs::PermissionsExt;
-        let host = Host {
+        let host = Self {
             dir: tempfile::tempdir().unwrap(),
             pki: TestPki::new(),
         };

@@ -45,12 +45,12 @@ paths = ["/upload"]
 "#;
 
 impl Recorded {
-    async fn new() -> Recorded {
-        Recorded::under(REPORT_POLICY).await
+    async fn new() -> Self {
+        Self::under(REPORT_POLICY).await
     }
 
     /// The same requests recorded under `policy` (PORT replaced).
-    async fn under(policy_text: &str) -> Recorded {
+    async fn under(policy_text: &str) -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
         let port = upstream.port();
@@ -99,7 +99,7 @@ impl Recorded {
         assert!(out.status.success(), "airlock run: {out:?}");
         let id = first_session_id(AIRLOCK, &db, &out);
         drop(upstream);
-        Recorded { dir, db, id, port }
+        Self { dir, db, id, port }
     }
 
     /// `airlock policy replay` of this session under `policy` (PORT replaced).
@@ -575,19 +575,19 @@ const REFUSED_SCRIPT: &str =
     "curl -sS -o /dev/null --path-as-is https://api.test:PORT/users/../admin";
 
 impl Lab {
-    async fn new() -> Lab {
-        Lab::with(Extra::default()).await
+    async fn new() -> Self {
+        Self::with(Extra::default()).await
     }
 
     /// The upstream also serving `extra` (an index's files, a git root).
-    async fn with(extra: Extra) -> Lab {
+    async fn with(extra: Extra) -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start_with(
             Some(pki.server_config(&["api.test", "pypi.test", "git.test"])),
             extra,
         )
         .await;
-        Lab {
+        Self {
             pki,
             upstream,
             dir: tempfile::tempdir().unwrap(),

@@ -26,10 +26,10 @@ struct Env {
 }
 
 impl Env {
-    fn new() -> Env {
+    fn new() -> Self {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
-        Env { dir }
+        Self { dir }
     }
 
     fn workspace(&self) -> PathBuf {

@@ -125,7 +125,7 @@ struct Session {
 }
 
 impl Session {
-    fn run() -> Session {
+    fn run() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         std::fs::create_dir(&workspace).unwrap();
@@ -143,7 +143,7 @@ impl Session {
             .output()
             .unwrap();
         assert!(run.status.success(), "{run:?}");
-        Session {
+        Self {
             id: first_session_id(AIRLOCK, &db, &run),
             dir,
             db,

@@ -271,8 +271,8 @@ fn probe(user: Option<&str>) -> Probe {
         .unwrap_or_else(|e| panic!("probe report: {e}: {out:?}"));
 
     let db: OsString = audit.join("audit.db").into();
-    let id = first_session_id(AIRLOCK, std::path::Path::new(&db), &"the probe run");
-    let events = export_jsonl(AIRLOCK, std::path::Path::new(&db), &id);
+    let id = first_session_id(AIRLOCK, Path::new(&db), &"the probe run");
+    let events = export_jsonl(AIRLOCK, Path::new(&db), &id);
     Probe {
         report,
         events,

@@ -27,11 +27,11 @@ struct Bench {
 }
 
 impl Bench {
-    fn new() -> Bench {
+    fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         std::fs::create_dir(&ws).unwrap();
-        Bench {
+        Self {
             db: dir.path().join("audit/audit.db"),
             key: dir.path().join("audit/audit.key"),
             ws,

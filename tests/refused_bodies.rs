@@ -44,7 +44,7 @@ impl Run {
     /// `files` are written into the workspace first (payloads stay out of
     /// the command line, so only the proxy's record could hold them); PORT
     /// in the rules, the script and `.py` files is the upstream's port.
-    async fn start(rules: &str, files: &[(&str, Vec<u8>)], script: &str) -> Run {
+    async fn start(rules: &str, files: &[(&str, Vec<u8>)], script: &str) -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start(Some(pki.server_config(&["api.test", "other.test"]))).await;
         let dir = tempfile::tempdir().unwrap();
@@ -99,7 +99,7 @@ impl Run {
         let elapsed = started.elapsed();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert_eq!(out.status.code(), Some(0), "{out:?}");
-        Run {
+        Self {
             id: first_session_id(AIRLOCK, &db(dir.path()), &out),
             dir,
             upstream,

@@ -23,12 +23,12 @@ struct Pane {
 }
 
 impl Pane {
-    fn start(airlock_args: &[&str], command: &[&str]) -> Pane {
-        Pane::start_as(None, airlock_args, command)
+    fn start(airlock_args: &[&str], command: &[&str]) -> Self {
+        Self::start_as(None, airlock_args, command)
     }
 
     /// As `start`, with airlock run by `user` (through runuser) when given.
-    fn start_as(user: Option<&str>, airlock_args: &[&str], command: &[&str]) -> Pane {
+    fn start_as(user: Option<&str>, airlock_args: &[&str], command: &[&str]) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let socket = format!(
             "airlock-tty-{}-{}",
@@ -73,7 +73,7 @@ impl Pane {
         );
         let script_path = dir.path().join("pane.sh");
         std::fs::write(&script_path, script).unwrap();
-        let pane = Pane { socket, dir };
+        let pane = Self { socket, dir };
         let out = pane.tmux(&[
             "new-session",
             "-d",

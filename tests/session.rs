@@ -26,7 +26,7 @@ struct Env {
 }
 
 impl Env {
-    async fn new() -> Env {
+    async fn new() -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
         let dir = tempfile::tempdir().unwrap();
@@ -38,7 +38,7 @@ impl Env {
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         std::fs::create_dir_all(dir.path().join("audit")).unwrap();
         let ca = pki.ca_pem.clone();
-        Env {
+        Self {
             _pki: pki,
             upstream,
             dir,
@@ -1308,7 +1308,7 @@ struct Frozen {
 }
 
 impl Frozen {
-    fn sandbox_of(init: i32) -> Frozen {
+    fn sandbox_of(init: i32) -> Self {
         let root = Path::new("/sys/fs/cgroup/freezer");
         assert!(
             root.join("cgroup.procs").exists(),
@@ -1332,7 +1332,7 @@ impl Frozen {
         eventually("the sandbox is frozen", Duration::from_secs(5), || {
             std::fs::read_to_string(dir.join("freezer.state")).unwrap_or_default() == "FROZEN\n"
         });
-        Frozen { dir }
+        Self { dir }
     }
 }
 

@@ -91,7 +91,7 @@ impl Drop for Pod {
 impl Pod {
     fn new(tag: &str) -> Self {
         let id = std::process::id();
-        let pod = Pod {
+        let pod = Self {
             name: format!("alsc-{tag}-{id}"),
             net: format!("alsn-{tag}-{id}"),
             dir: tempfile::tempdir().unwrap(),

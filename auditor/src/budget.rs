@@ -24,8 +24,8 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    pub(crate) fn new(limit: u64) -> Budget {
-        Budget {
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
             limit,
             used: 0,
             spent: false,

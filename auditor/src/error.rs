@@ -102,12 +102,12 @@ pub enum AuditError {
 }
 
 impl AuditError {
-    pub(crate) fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> AuditError {
-        move |source| AuditError::Db { context, source }
+    pub(crate) fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> Self {
+        move |source| Self::Db { context, source }
     }
 
-    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AuditError {
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
-        move |source| AuditError::Io { context, source }
+        move |source| Self::Io { context, source }
     }
 }

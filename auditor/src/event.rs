@@ -394,38 +394,38 @@ pub struct FileIdentity {
 impl AuditEvent {
     pub fn kind(&self) -> EventKind {
         match self {
-            AuditEvent::Exec { .. } => EventKind::Exec,
-            AuditEvent::Exit { .. } => EventKind::Exit,
-            AuditEvent::File { .. } => EventKind::File,
-            AuditEvent::Dns { .. } => EventKind::Dns,
-            AuditEvent::Tcp { .. } => EventKind::Tcp,
-            AuditEvent::Http { .. } => EventKind::Http,
-            AuditEvent::Output { .. } => EventKind::Output,
-            AuditEvent::Note { .. } => EventKind::Note,
-            AuditEvent::Untraced { .. } => EventKind::Untraced,
-            AuditEvent::Resize { .. } => EventKind::Resize,
-            AuditEvent::StepStart { .. } => EventKind::StepStart,
-            AuditEvent::StepEnd { .. } => EventKind::StepEnd,
-            AuditEvent::ApprovalRequested { .. } => EventKind::ApprovalRequested,
-            AuditEvent::ApprovalDecided { .. } => EventKind::ApprovalDecided,
+            Self::Exec { .. } => EventKind::Exec,
+            Self::Exit { .. } => EventKind::Exit,
+            Self::File { .. } => EventKind::File,
+            Self::Dns { .. } => EventKind::Dns,
+            Self::Tcp { .. } => EventKind::Tcp,
+            Self::Http { .. } => EventKind::Http,
+            Self::Output { .. } => EventKind::Output,
+            Self::Note { .. } => EventKind::Note,
+            Self::Untraced { .. } => EventKind::Untraced,
+            Self::Resize { .. } => EventKind::Resize,
+            Self::StepStart { .. } => EventKind::StepStart,
+            Self::StepEnd { .. } => EventKind::StepEnd,
+            Self::ApprovalRequested { .. } => EventKind::ApprovalRequested,
+            Self::ApprovalDecided { .. } => EventKind::ApprovalDecided,
         }
     }
 
     pub fn exec_id(&self) -> Option<&ExecId> {
         match self {
-            AuditEvent::Exec { exec_id, .. } | AuditEvent::Exit { exec_id, .. } => Some(exec_id),
-            AuditEvent::File { exec_id, .. }
-            | AuditEvent::Dns { exec_id, .. }
-            | AuditEvent::Tcp { exec_id, .. }
-            | AuditEvent::Http { exec_id, .. }
-            | AuditEvent::ApprovalRequested { exec_id, .. }
-            | AuditEvent::ApprovalDecided { exec_id, .. }
-            | AuditEvent::Untraced { exec_id, .. } => exec_id.as_ref(),
-            AuditEvent::Output { .. }
-            | AuditEvent::Note { .. }
-            | AuditEvent::Resize { .. }
-            | AuditEvent::StepStart { .. }
-            | AuditEvent::StepEnd { .. } => None,
+            Self::Exec { exec_id, .. } | Self::Exit { exec_id, .. } => Some(exec_id),
+            Self::File { exec_id, .. }
+            | Self::Dns { exec_id, .. }
+            | Self::Tcp { exec_id, .. }
+            | Self::Http { exec_id, .. }
+            | Self::ApprovalRequested { exec_id, .. }
+            | Self::ApprovalDecided { exec_id, .. }
+            | Self::Untraced { exec_id, .. } => exec_id.as_ref(),
+            Self::Output { .. }
+            | Self::Note { .. }
+            | Self::Resize { .. }
+            | Self::StepStart { .. }
+            | Self::StepEnd { .. } => None,
         }
     }
 
@@ -433,18 +433,18 @@ impl AuditEvent {
     /// belong to the step of their exec (see [`crate::timeline::steps`]).
     pub fn step(&self) -> Option<StepNo> {
         match self {
-            AuditEvent::Exec { step, .. } | AuditEvent::Output { step, .. } => *step,
-            AuditEvent::StepStart { step, .. } | AuditEvent::StepEnd { step, .. } => Some(*step),
-            AuditEvent::Exit { .. }
-            | AuditEvent::File { .. }
-            | AuditEvent::Dns { .. }
-            | AuditEvent::Tcp { .. }
-            | AuditEvent::Http { .. }
-            | AuditEvent::ApprovalRequested { .. }
-            | AuditEvent::ApprovalDecided { .. }
-            | AuditEvent::Note { .. }
-            | AuditEvent::Untraced { .. }
-            | AuditEvent::Resize { .. } => None,
+            Self::Exec { step, .. } | Self::Output { step, .. } => *step,
+            Self::StepStart { step, .. } | Self::StepEnd { step, .. } => Some(*step),
+            Self::Exit { .. }
+            | Self::File { .. }
+            | Self::Dns { .. }
+            | Self::Tcp { .. }
+            | Self::Http { .. }
+            | Self::ApprovalRequested { .. }
+            | Self::ApprovalDecided { .. }
+            | Self::Note { .. }
+            | Self::Untraced { .. }
+            | Self::Resize { .. } => None,
         }
     }
 }
@@ -534,15 +534,15 @@ pub enum FileOp {
 impl FileOp {
     pub fn as_str(self) -> &'static str {
         match self {
-            FileOp::Create => "create",
-            FileOp::Modify => "modify",
-            FileOp::Truncate => "truncate",
-            FileOp::Rename => "rename",
-            FileOp::Delete => "delete",
-            FileOp::Chmod => "chmod",
-            FileOp::Xattr => "xattr",
-            FileOp::Image => "image",
-            FileOp::Original => "original",
+            Self::Create => "create",
+            Self::Modify => "modify",
+            Self::Truncate => "truncate",
+            Self::Rename => "rename",
+            Self::Delete => "delete",
+            Self::Chmod => "chmod",
+            Self::Xattr => "xattr",
+            Self::Image => "image",
+            Self::Original => "original",
         }
     }
 
@@ -550,7 +550,7 @@ impl FileOp {
     pub fn carries_content(self) -> bool {
         matches!(
             self,
-            FileOp::Create | FileOp::Modify | FileOp::Truncate | FileOp::Original
+            Self::Create | Self::Modify | Self::Truncate | Self::Original
         )
     }
 }
@@ -582,44 +582,44 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 14] = [
-        EventKind::Exec,
-        EventKind::Exit,
-        EventKind::File,
-        EventKind::Dns,
-        EventKind::Tcp,
-        EventKind::Http,
-        EventKind::Output,
-        EventKind::Note,
-        EventKind::Resize,
-        EventKind::StepStart,
-        EventKind::StepEnd,
-        EventKind::ApprovalRequested,
-        EventKind::ApprovalDecided,
-        EventKind::Untraced,
+    pub const ALL: [Self; 14] = [
+        Self::Exec,
+        Self::Exit,
+        Self::File,
+        Self::Dns,
+        Self::Tcp,
+        Self::Http,
+        Self::Output,
+        Self::Note,
+        Self::Resize,
+        Self::StepStart,
+        Self::StepEnd,
+        Self::ApprovalRequested,
+        Self::ApprovalDecided,
+        Self::Untraced,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            EventKind::Exec => "exec",
-            EventKind::Exit => "exit",
-            EventKind::File => "file",
-            EventKind::Dns => "dns",
-            EventKind::Tcp => "tcp",
-            EventKind::Http => "http",
-            EventKind::Output => "output",
-            EventKind::Note => "note",
-            EventKind::Resize => "resize",
-            EventKind::StepStart => "step_start",
-            EventKind::StepEnd => "step_end",
-            EventKind::ApprovalRequested => "approval_requested",
-            EventKind::ApprovalDecided => "approval_decided",
-            EventKind::Untraced => "untraced",
+            Self::Exec => "exec",
+            Self::Exit => "exit",
+            Self::File => "file",
+            Self::Dns => "dns",
+            Self::Tcp => "tcp",
+            Self::Http => "http",
+            Self::Output => "output",
+            Self::Note => "note",
+            Self::Resize => "resize",
+            Self::StepStart => "step_start",
+            Self::StepEnd => "step_end",
+            Self::ApprovalRequested => "approval_requested",
+            Self::ApprovalDecided => "approval_decided",
+            Self::Untraced => "untraced",
         }
     }
 
-    pub fn parse(text: &str) -> Option<EventKind> {
-        EventKind::ALL
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL
             .into_iter()
             .find(|k| k.as_str().eq_ignore_ascii_case(text.trim()))
     }
@@ -695,7 +695,7 @@ pub const DEFAULT_MAX_SESSION_BYTES: u64 = 256 << 20;
 
 impl Default for SessionInfo {
     fn default() -> Self {
-        SessionInfo {
+        Self {
             command: Vec::new(),
             policy_name: String::new(),
             policy_text: String::new(),

@@ -16,28 +16,28 @@ use crate::AuditError;
 pub struct SessionId(String);
 
 impl SessionId {
-    pub(crate) fn generate(now_ms: u64) -> Result<SessionId, AuditError> {
+    pub(crate) fn generate(now_ms: u64) -> Result<Self, AuditError> {
         let mut random = [0u8; 10];
         getrandom::fill(&mut random).map_err(|e| AuditError::Random(e.to_string()))?;
         let mut s = format!("{:012x}", now_ms & 0xffff_ffff_ffff);
         for b in random {
             s.push_str(&format!("{b:02x}"));
         }
-        Ok(SessionId(s))
+        Ok(Self(s))
     }
 
     /// Accepts a full id or a prefix as typed by a user; only checks the
     /// characters (resolution against the database is [`crate::AuditStore::resolve_session`]).
-    pub fn parse(text: &str) -> Result<SessionId, AuditError> {
+    pub fn parse(text: &str) -> Result<Self, AuditError> {
         let t = text.trim().to_ascii_lowercase();
         if t.is_empty() || t.len() > 32 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(AuditError::BadSessionId(text.to_string()));
         }
-        Ok(SessionId(t))
+        Ok(Self(t))
     }
 
-    pub(crate) fn from_db(text: String) -> SessionId {
-        SessionId(text)
+    pub(crate) fn from_db(text: String) -> Self {
+        Self(text)
     }
 
     pub fn as_str(&self) -> &str {
@@ -59,8 +59,8 @@ impl fmt::Display for SessionId {
 pub struct ExecId(pub String);
 
 impl ExecId {
-    pub fn new(id: impl Into<String>) -> ExecId {
-        ExecId(id.into())
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
     }
     pub fn as_str(&self) -> &str {
         &self.0

@@ -47,9 +47,9 @@ pub enum TrustAnchor {
 pub struct KeyFingerprint(pub String);
 
 impl KeyFingerprint {
-    pub fn of(key: &VerifyingKey) -> KeyFingerprint {
+    pub fn of(key: &VerifyingKey) -> Self {
         let digest = Sha256::digest(key.as_bytes());
-        KeyFingerprint(format!("SHA256:{}", hex(&digest[..16])))
+        Self(format!("SHA256:{}", hex(&digest[..16])))
     }
 }
 

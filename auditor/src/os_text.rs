@@ -76,7 +76,7 @@ impl OsText {
     }
 
     /// What follows `prefix`, when this starts with it.
-    pub fn strip_prefix(&self, prefix: &OsText) -> Option<&[u8]> {
+    pub fn strip_prefix(&self, prefix: &Self) -> Option<&[u8]> {
         self.0.strip_prefix(prefix.as_bytes())
     }
 
@@ -86,8 +86,8 @@ impl OsText {
     }
 
     /// This followed by `suffix`.
-    pub fn with_suffix(&self, suffix: &[u8]) -> OsText {
-        OsText([self.as_bytes(), suffix].concat())
+    pub fn with_suffix(&self, suffix: &[u8]) -> Self {
+        Self([self.as_bytes(), suffix].concat())
     }
 }
 
@@ -111,37 +111,37 @@ impl AsRef<[u8]> for OsText {
 
 impl From<Vec<u8>> for OsText {
     fn from(bytes: Vec<u8>) -> Self {
-        OsText(bytes)
+        Self(bytes)
     }
 }
 
 impl From<&[u8]> for OsText {
     fn from(bytes: &[u8]) -> Self {
-        OsText(bytes.to_vec())
+        Self(bytes.to_vec())
     }
 }
 
 impl From<String> for OsText {
     fn from(s: String) -> Self {
-        OsText(s.into_bytes())
+        Self(s.into_bytes())
     }
 }
 
 impl From<&str> for OsText {
     fn from(s: &str) -> Self {
-        OsText(s.as_bytes().to_vec())
+        Self(s.as_bytes().to_vec())
     }
 }
 
 impl From<OsString> for OsText {
     fn from(s: OsString) -> Self {
-        OsText(s.into_vec())
+        Self(s.into_vec())
     }
 }
 
 impl From<&OsStr> for OsText {
     fn from(s: &OsStr) -> Self {
-        OsText(s.as_bytes().to_vec())
+        Self(s.as_bytes().to_vec())
     }
 }
 

@@ -251,7 +251,7 @@ pub(crate) fn now_us() -> i64 {
 }
 
 impl SessionRecorder {
-    pub(crate) fn start(setup: WriterSetup) -> Result<SessionRecorder, AuditError> {
+    pub(crate) fn start(setup: WriterSetup) -> Result<Self, AuditError> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let health = Arc::new(Health::default());
         let writer = Writer {
@@ -272,7 +272,7 @@ impl SessionRecorder {
             ))
             .spawn(move || writer.run(rx))
             .map_err(AuditError::io("cannot start the audit writer thread"))?;
-        Ok(SessionRecorder {
+        Ok(Self {
             inner: Arc::new(Inner {
                 session: setup.session,
                 gate: Mutex::new(Gate {

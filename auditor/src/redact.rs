@@ -24,8 +24,8 @@ struct Secret {
 }
 
 impl Redactor {
-    pub fn new() -> Redactor {
-        Redactor::default()
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Registers `value` so that any occurrence is replaced by

@@ -37,8 +37,8 @@ struct FileState {
 }
 
 impl FileState {
-    fn attributes_only() -> FileState {
-        FileState {
+    fn attributes_only() -> Self {
+        Self {
             data: Data::AttributesOnly,
             mode: None,
             xattrs: BTreeMap::new(),

@@ -36,7 +36,7 @@ impl std::fmt::Debug for AuditStore {
 impl AuditStore {
     /// Opens or creates the database (and its directory, mode 0700) for
     /// recording, loading or creating the signing key.
-    pub fn open(db: &Path, key: SigningKeySource) -> Result<AuditStore, AuditError> {
+    pub fn open(db: &Path, key: SigningKeySource) -> Result<Self, AuditError> {
         if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty())
             && !dir.exists()
         {
@@ -51,7 +51,7 @@ impl AuditStore {
         }
         let signing = obtain_signing_key(&key)?;
         let conn = schema::open_rw(db)?;
-        Ok(AuditStore {
+        Ok(Self {
             path: db.to_path_buf(),
             conn: Mutex::new(conn),
             key: Some(signing),
@@ -60,12 +60,12 @@ impl AuditStore {
     }
 
     /// Opens an existing database for reading and verification only.
-    pub fn open_readonly(db: &Path) -> Result<AuditStore, AuditError> {
+    pub fn open_readonly(db: &Path) -> Result<Self, AuditError> {
         if !db.exists() {
             return Err(AuditError::NoDatabase(db.to_path_buf()));
         }
         let conn = schema::open_ro(db)?;
-        Ok(AuditStore {
+        Ok(Self {
             path: db.to_path_buf(),
             conn: Mutex::new(conn),
             key: None,

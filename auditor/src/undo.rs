@@ -93,7 +93,7 @@ struct Content {
 }
 
 impl Content {
-    fn of(ev: &AuditEvent) -> Content {
+    fn of(ev: &AuditEvent) -> Self {
         let AuditEvent::File {
             op,
             size,
@@ -105,7 +105,7 @@ impl Content {
             ..
         } = ev
         else {
-            return Content::unknown();
+            return Self::unknown();
         };
         let empty = *op == FileOp::Truncate && *size == Some(0) && sha256.is_none();
         let sha256 = match empty {
@@ -126,7 +126,7 @@ impl Content {
             _ if *content_over_cap => Some("content past the size cap (--audit-max-file)"),
             _ => Some("content not on record"),
         };
-        Content {
+        Self {
             sha256,
             size: if empty { Some(0) } else { *size },
             stored,
@@ -135,8 +135,8 @@ impl Content {
         }
     }
 
-    fn unknown() -> Content {
-        Content {
+    fn unknown() -> Self {
+        Self {
             sha256: None,
             size: None,
             stored: None,
@@ -208,8 +208,8 @@ struct Story {
 }
 
 impl Story {
-    fn of(events: &[StoredEvent]) -> Story {
-        let mut s = Story::default();
+    fn of(events: &[StoredEvent]) -> Self {
+        let mut s = Self::default();
         for ev in events {
             let AuditEvent::File {
                 path,

@@ -12,7 +12,7 @@ use airlock_test_support::skip_or_fail;
 struct Mount(PathBuf);
 
 impl Mount {
-    fn tmpfs(at: &Path, size: &str) -> Option<Mount> {
+    fn tmpfs(at: &Path, size: &str) -> Option<Self> {
         std::fs::create_dir_all(at).ok()?;
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -20,10 +20,10 @@ impl Mount {
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
-        ok.then(|| Mount(at.to_path_buf()))
+        ok.then(|| Self(at.to_path_buf()))
     }
 
-    fn bind_readonly(from: &Path, at: &Path) -> Option<Mount> {
+    fn bind_readonly(from: &Path, at: &Path) -> Option<Self> {
         std::fs::create_dir_all(at).ok()?;
         let ok = Command::new("mount")
             .args(["--bind", "-o", "ro"])
@@ -32,7 +32,7 @@ impl Mount {
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
-        ok.then(|| Mount(at.to_path_buf()))
+        ok.then(|| Self(at.to_path_buf()))
     }
 }
 

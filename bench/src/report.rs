@@ -140,19 +140,19 @@ enum Target {
 impl Target {
     fn met(self, value: f64, base: Option<f64>) -> Option<bool> {
         Some(match self {
-            Target::RatioAtLeast(r) => value / base.filter(|b| *b > 0.0)? >= r,
-            Target::AddedBelow(a) => value - base? < a,
-            Target::Below(x) => value < x,
-            Target::AtLeast(x) => value >= x,
+            Self::RatioAtLeast(r) => value / base.filter(|b| *b > 0.0)? >= r,
+            Self::AddedBelow(a) => value - base? < a,
+            Self::Below(x) => value < x,
+            Self::AtLeast(x) => value >= x,
         })
     }
 
     fn text(self, unit: &str) -> String {
         match self {
-            Target::RatioAtLeast(r) => format!("≥ {r} × baseline"),
-            Target::AddedBelow(a) => format!("< {} {unit} added", fmt(a)),
-            Target::Below(x) => format!("< {} {unit}", fmt(x)),
-            Target::AtLeast(x) => format!("≥ {} {unit}", fmt(x)),
+            Self::RatioAtLeast(r) => format!("≥ {r} × baseline"),
+            Self::AddedBelow(a) => format!("< {} {unit} added", fmt(a)),
+            Self::Below(x) => format!("< {} {unit}", fmt(x)),
+            Self::AtLeast(x) => format!("≥ {} {unit}", fmt(x)),
         }
     }
 }

@@ -22,10 +22,10 @@ use crate::ConsoleError;
 pub(crate) struct Token(String);
 
 impl Token {
-    pub(crate) fn random() -> Result<Token, ConsoleError> {
+    pub(crate) fn random() -> Result<Self, ConsoleError> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes).map_err(|e| ConsoleError::Token(e.to_string()))?;
-        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+        Ok(Self(bytes.iter().map(|b| format!("{b:02x}")).collect()))
     }
 
     pub(crate) fn as_str(&self) -> &str {

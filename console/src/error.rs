@@ -30,15 +30,13 @@ impl ConsoleError {
     /// The HTTP status a request that failed this way gets.
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            ConsoleError::BadRequest(_)
-            | ConsoleError::Audit(
+            Self::BadRequest(_)
+            | Self::Audit(
                 AuditError::Query(_)
                 | AuditError::BadSessionId(_)
                 | AuditError::AmbiguousSession { .. },
             ) => StatusCode::BAD_REQUEST,
-            ConsoleError::NotFound(_) | ConsoleError::Audit(AuditError::UnknownSession(_)) => {
-                StatusCode::NOT_FOUND
-            }
+            Self::NotFound(_) | Self::Audit(AuditError::UnknownSession(_)) => StatusCode::NOT_FOUND,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -25,8 +25,8 @@ pub(crate) struct Listed {
 }
 
 impl Listed {
-    pub(crate) fn of(ev: &StoredEvent, depths: &mut Depths) -> Listed {
-        Listed {
+    pub(crate) fn of(ev: &StoredEvent, depths: &mut Depths) -> Self {
+        Self {
             seq: ev.seq.get(),
             ts_us: ev.ts_us,
             kind: ev.kind.as_str(),

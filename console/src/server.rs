@@ -68,7 +68,7 @@ impl std::fmt::Debug for State {
 
 impl Console {
     /// Binds the listener and makes the access token.
-    pub async fn bind(config: ConsoleConfig) -> Result<Console, ConsoleError> {
+    pub async fn bind(config: ConsoleConfig) -> Result<Self, ConsoleError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -90,7 +90,7 @@ impl Console {
             rule_to_add: config.rule_to_add,
             verification: Cache::default(),
         };
-        Ok(Console {
+        Ok(Self {
             listener,
             addr,
             state: Arc::new(state),

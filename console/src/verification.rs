@@ -35,8 +35,8 @@ pub(crate) struct Badge {
 }
 
 impl Badge {
-    pub(crate) fn of(report: &VerifyReport) -> Badge {
-        Badge {
+    pub(crate) fn of(report: &VerifyReport) -> Self {
+        Self {
             outcome: report.outcome,
             first_bad_seq: report.first_bad_seq,
             summary: report.summary(),

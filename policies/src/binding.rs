@@ -28,10 +28,10 @@ pub(crate) enum Source {
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Source::Query => "the query string",
-            Source::JsonBody => "the JSON body",
-            Source::FormBody => "the form body",
-            Source::JsonBodyAsForm => "the JSON body read as a form",
+            Self::Query => "the query string",
+            Self::JsonBody => "the JSON body",
+            Self::FormBody => "the form body",
+            Self::JsonBodyAsForm => "the JSON body read as a form",
         })
     }
 }
@@ -45,8 +45,8 @@ pub(crate) struct FieldPath {
 }
 
 impl FieldPath {
-    pub(crate) fn new(name: &str) -> FieldPath {
-        FieldPath {
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
             folded: name.split('.').map(fold).collect(),
             php_folded: fold(&php_mangle(name)),
         }

@@ -53,9 +53,9 @@ enum Literal {
 impl std::fmt::Display for Literal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Literal::Str(s) => write!(f, "{s:?}"),
-            Literal::Num(_, text) => f.write_str(text),
-            Literal::Bool(b) => write!(f, "{b}"),
+            Self::Str(s) => write!(f, "{s:?}"),
+            Self::Num(_, text) => f.write_str(text),
+            Self::Bool(b) => write!(f, "{b}"),
         }
     }
 }
@@ -73,7 +73,7 @@ impl BodyConstraints {
     /// Validates the `[allow.body]` table.
     pub(crate) fn compile(
         table: &BTreeMap<String, toml::Spanned<TableOnly<RawConstraint>>>,
-    ) -> Result<BodyConstraints, SpanError> {
+    ) -> Result<Self, SpanError> {
         let mut fields = Vec::new();
         for (name, raw) in table {
             let span = raw.span();
@@ -129,7 +129,7 @@ impl BodyConstraints {
                 optional: raw.optional.unwrap_or(false),
             });
         }
-        Ok(BodyConstraints { fields })
+        Ok(Self { fields })
     }
 
     /// A canonical text of the constraints, for rule keys.
@@ -211,7 +211,7 @@ struct Readings {
 }
 
 impl Readings {
-    fn read(format: BodyFormat, text: &str, query: Option<&str>) -> Result<Readings, DenyReason> {
+    fn read(format: BodyFormat, text: &str, query: Option<&str>) -> Result<Self, DenyReason> {
         let query = query.map(form::parse_lenient).unwrap_or_default();
         match format {
             BodyFormat::Json => {
@@ -220,7 +220,7 @@ impl Readings {
                 let Json::Object(_) = doc else {
                     return Err(unparseable("the JSON body is not an object".to_owned()));
                 };
-                Ok(Readings {
+                Ok(Self {
                     declared: Source::JsonBody,
                     json: Some(doc),
                     body_pairs: form::parse_lenient(text),
@@ -236,7 +236,7 @@ impl Readings {
                             .to_owned(),
                     ));
                 }
-                Ok(Readings {
+                Ok(Self {
                     declared: Source::FormBody,
                     json: None,
                     body_pairs: form::parse_strict(text).map_err(|e| unparseable(e.to_string()))?,
@@ -421,14 +421,14 @@ impl BodyFormat {
     /// type or a charset other than UTF-8 cannot be checked; two headers,
     /// or one listing several values, are ambiguous (RFC 9110 §8.3 allows
     /// one media type; servers take the first, the last, or both).
-    fn declared(content_types: &[&str]) -> Result<BodyFormat, DenyReason> {
+    fn declared(content_types: &[&str]) -> Result<Self, DenyReason> {
         match content_types {
             [] => Err(unparseable(
                 "no Content-Type; send application/json or application/x-www-form-urlencoded"
                     .to_owned(),
             )),
             [one] if !one.contains(',') => {
-                BodyFormat::from_content_type(one).map_err(|e| unparseable(e.to_string()))
+                Self::from_content_type(one).map_err(|e| unparseable(e.to_string()))
             }
             several => Err(ambiguous(format!(
                 "{} Content-Type values ({}); servers disagree on which one counts: send exactly one",
@@ -442,7 +442,7 @@ impl BodyFormat {
         }
     }
 
-    fn from_content_type(content_type: &str) -> Result<BodyFormat, UncheckableType> {
+    fn from_content_type(content_type: &str) -> Result<Self, UncheckableType> {
         let mut parts = content_type.split(';');
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
         let mut charsets = 0;
@@ -462,9 +462,9 @@ impl BodyFormat {
         if media == "application/json"
             || (media.starts_with("application/") && media.ends_with("+json"))
         {
-            Ok(BodyFormat::Json)
+            Ok(Self::Json)
         } else if media == "application/x-www-form-urlencoded" {
-            Ok(BodyFormat::Form)
+            Ok(Self::Form)
         } else {
             Err(UncheckableType::Media(media))
         }
@@ -565,19 +565,19 @@ impl Check {
     fn apply(&self, value: &FieldValue<'_>) -> Result<(), CheckFailure> {
         let shown = quote(value);
         match self {
-            Check::Max(Literal::Num(max, text)) | Check::Min(Literal::Num(max, text)) => {
+            Self::Max(Literal::Num(max, text)) | Self::Min(Literal::Num(max, text)) => {
                 let Some(number) = value.as_number() else {
                     return Err(CheckFailure::NotANumber(shown));
                 };
                 let limit = text.clone();
                 match self {
-                    Check::Max(_) if number > *max => Err(CheckFailure::AboveMax { shown, limit }),
-                    Check::Min(_) if number < *max => Err(CheckFailure::BelowMin { shown, limit }),
+                    Self::Max(_) if number > *max => Err(CheckFailure::AboveMax { shown, limit }),
+                    Self::Min(_) if number < *max => Err(CheckFailure::BelowMin { shown, limit }),
                     _ => Ok(()),
                 }
             }
-            Check::Max(_) | Check::Min(_) => Err(CheckFailure::NonNumericLimit),
-            Check::OneOf(options) => {
+            Self::Max(_) | Self::Min(_) => Err(CheckFailure::NonNumericLimit),
+            Self::OneOf(options) => {
                 if options.iter().any(|o| value.equals(o)) {
                     Ok(())
                 } else {
@@ -585,7 +585,7 @@ impl Check {
                     Err(CheckFailure::NotOneOf { shown, options })
                 }
             }
-            Check::Equals(expected) => {
+            Self::Equals(expected) => {
                 if value.equals(expected) {
                     Ok(())
                 } else {
@@ -593,7 +593,7 @@ impl Check {
                     Err(CheckFailure::NotEqual { shown, expected })
                 }
             }
-            Check::MaxLength(max) => match value.as_str() {
+            Self::MaxLength(max) => match value.as_str() {
                 Some(s) if s.chars().count() as u64 <= *max => Ok(()),
                 Some(_) => Err(CheckFailure::TooLong(*max)),
                 None => Err(CheckFailure::NotAString(shown)),

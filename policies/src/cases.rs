@@ -21,9 +21,9 @@ pub enum Expect {
 impl Expect {
     pub fn as_str(self) -> &'static str {
         match self {
-            Expect::Allow => "allow",
-            Expect::Deny => "deny",
-            Expect::Ask => "ask",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Ask => "ask",
         }
     }
 }

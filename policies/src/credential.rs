@@ -61,7 +61,7 @@ pub enum SecretTemplateError {
 
 impl SecretTemplate {
     /// Parses "Bearer ${env:TOKEN}". `$` not followed by `{` is literal.
-    pub fn parse(text: &str) -> Result<SecretTemplate, SecretTemplateError> {
+    pub fn parse(text: &str) -> Result<Self, SecretTemplateError> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -101,7 +101,7 @@ impl SecretTemplate {
         if !literal.is_empty() {
             parts.push(TemplatePart::Literal(literal));
         }
-        Ok(SecretTemplate { parts })
+        Ok(Self { parts })
     }
 
     /// How many `${...}` references the template has.

@@ -20,7 +20,7 @@ pub(crate) struct Decimal {
 impl Decimal {
     /// Parses JSON number syntax (RFC 8259 §6), also accepting a leading
     /// '+' and leading zeros as form fields may carry them.
-    pub(crate) fn parse(text: &str) -> Option<Decimal> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         let bytes = text.as_bytes();
         let mut i = 0;
         let mut negative = false;
@@ -78,32 +78,32 @@ impl Decimal {
         if i != bytes.len() {
             return None;
         }
-        Some(Decimal::normalized(negative, digits, exponent))
+        Some(Self::normalized(negative, digits, exponent))
     }
 
     /// The exact value of an i64.
-    pub(crate) fn from_i64(value: i64) -> Decimal {
-        Decimal::parse(&value.to_string()).unwrap_or_else(Decimal::zero)
+    pub(crate) fn from_i64(value: i64) -> Self {
+        Self::parse(&value.to_string()).unwrap_or_else(Self::zero)
     }
 
     /// The decimal a user wrote for a TOML float: Rust prints the shortest
     /// text that round-trips, which is what the user meant.
-    pub(crate) fn from_f64(value: f64) -> Option<Decimal> {
+    pub(crate) fn from_f64(value: f64) -> Option<Self> {
         if !value.is_finite() {
             return None;
         }
-        Decimal::parse(&format!("{value}"))
+        Self::parse(&format!("{value}"))
     }
 
-    fn zero() -> Decimal {
-        Decimal {
+    fn zero() -> Self {
+        Self {
             negative: false,
             digits: Vec::new(),
             exponent: 0,
         }
     }
 
-    fn normalized(negative: bool, mut digits: Vec<u8>, mut exponent: i64) -> Decimal {
+    fn normalized(negative: bool, mut digits: Vec<u8>, mut exponent: i64) -> Self {
         while digits.last() == Some(&0) {
             digits.pop();
             exponent += 1;
@@ -111,9 +111,9 @@ impl Decimal {
         let leading = digits.iter().take_while(|d| **d == 0).count();
         digits.drain(..leading);
         if digits.is_empty() {
-            return Decimal::zero();
+            return Self::zero();
         }
-        Decimal {
+        Self {
             negative,
             digits,
             exponent,
@@ -125,7 +125,7 @@ impl Decimal {
         self.exponent + self.digits.len() as i64 - 1
     }
 
-    fn cmp_abs(&self, other: &Decimal) -> Ordering {
+    fn cmp_abs(&self, other: &Self) -> Ordering {
         match (self.digits.is_empty(), other.digits.is_empty()) {
             (true, true) => return Ordering::Equal,
             (true, false) => return Ordering::Less,
@@ -147,7 +147,7 @@ impl Decimal {
 }
 
 impl Ord for Decimal {
-    fn cmp(&self, other: &Decimal) -> Ordering {
+    fn cmp(&self, other: &Self) -> Ordering {
         let self_neg = self.negative && !self.digits.is_empty();
         let other_neg = other.negative && !other.digits.is_empty();
         match (self_neg, other_neg) {
@@ -160,7 +160,7 @@ impl Ord for Decimal {
 }
 
 impl PartialOrd for Decimal {
-    fn partial_cmp(&self, other: &Decimal) -> Option<Ordering> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }

@@ -92,7 +92,7 @@ pub enum Decision {
 impl Decision {
     /// Whether the request may proceed.
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Decision::Allow(_))
+        matches!(self, Self::Allow(_))
     }
 }
 

@@ -72,8 +72,8 @@ pub(crate) struct SourceMap {
 }
 
 impl SourceMap {
-    pub(crate) fn new(name: Arc<str>, text: Arc<str>) -> SourceMap {
-        SourceMap { name, text }
+    pub(crate) fn new(name: Arc<str>, text: Arc<str>) -> Self {
+        Self { name, text }
     }
 
     pub(crate) fn name(&self) -> &Arc<str> {

@@ -33,8 +33,8 @@ enum Token {
 
 impl PathGlob {
     /// Compiles an already-normalized pattern starting with '/'.
-    pub(crate) fn new(pattern: &str) -> PathGlob {
-        PathGlob {
+    pub(crate) fn new(pattern: &str) -> Self {
+        Self {
             source: pattern.to_owned(),
             segments: segments(pattern),
             routed: segments(&strip_params(pattern)),

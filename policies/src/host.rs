@@ -25,8 +25,8 @@ pub struct HostError {
 }
 
 impl HostError {
-    fn new(input: &str, problem: impl Into<String>) -> HostError {
-        HostError {
+    fn new(input: &str, problem: impl Into<String>) -> Self {
+        Self {
             input: input.to_owned(),
             problem: problem.into(),
         }
@@ -40,7 +40,7 @@ impl HostError {
 
 impl Host {
     /// Parses and normalizes a host name or IP literal ("[::1]" and "::1" both work).
-    pub fn parse(s: &str) -> Result<Host, HostError> {
+    pub fn parse(s: &str) -> Result<Self, HostError> {
         if s.is_empty() {
             return Err(HostError::new(s, "empty host"));
         }
@@ -49,7 +49,7 @@ impl Host {
             .and_then(|rest| rest.strip_suffix(']'))
             .unwrap_or(s);
         if let Ok(ip) = unbracketed.parse::<IpAddr>() {
-            return Ok(Host(ip.to_string()));
+            return Ok(Self(ip.to_string()));
         }
         if unbracketed.len() != s.len() {
             return Err(HostError::new(s, "brackets are only for IPv6 literals"));
@@ -70,7 +70,7 @@ impl Host {
         let ascii = idna::domain_to_ascii(without_dot)
             .map_err(|_| HostError::new(s, "not a valid internationalized domain name"))?;
         validate_dns_name(s, &ascii)?;
-        Ok(Host(ascii))
+        Ok(Self(ascii))
     }
 
     /// The normalized text.
@@ -136,8 +136,8 @@ impl fmt::Display for Host {
 
 impl FromStr for Host {
     type Err = HostError;
-    fn from_str(s: &str) -> Result<Host, HostError> {
-        Host::parse(s)
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        Self::parse(s)
     }
 }
 
@@ -149,7 +149,7 @@ pub(crate) struct IpNet {
 }
 
 impl IpNet {
-    fn parse(input: &str, addr: &str, prefix: &str) -> Result<IpNet, HostError> {
+    fn parse(input: &str, addr: &str, prefix: &str) -> Result<Self, HostError> {
         let addr: IpAddr = addr
             .parse()
             .map_err(|_| HostError::new(input, "the part before '/' is not an IP address"))?;
@@ -159,7 +159,7 @@ impl IpNet {
             .ok()
             .filter(|p| *p <= max)
             .ok_or_else(|| HostError::new(input, format!("prefix length must be 0..={max}")))?;
-        let net = IpNet { addr, prefix };
+        let net = Self { addr, prefix };
         if net.network() != addr {
             return Err(HostError::new(
                 input,
@@ -180,7 +180,7 @@ impl IpNet {
     }
 
     fn mask(&self) -> u128 {
-        let (_, width) = IpNet::bits(self.addr);
+        let (_, width) = Self::bits(self.addr);
         let host_bits = u32::from(width - self.prefix);
         let all = if width == 32 {
             u128::from(u32::MAX)
@@ -191,7 +191,7 @@ impl IpNet {
     }
 
     fn network(&self) -> IpAddr {
-        let (bits, _) = IpNet::bits(self.addr);
+        let (bits, _) = Self::bits(self.addr);
         let net = bits & self.mask();
         match self.addr {
             IpAddr::V4(_) => IpAddr::V4(u32::try_from(net).unwrap_or(0).into()),
@@ -206,13 +206,13 @@ impl IpNet {
         if ip.is_ipv4() != self.addr.is_ipv4() {
             return false;
         }
-        let (bits, _) = IpNet::bits(ip);
-        let (net, _) = IpNet::bits(self.addr);
+        let (bits, _) = Self::bits(ip);
+        let (net, _) = Self::bits(self.addr);
         bits & self.mask() == net
     }
 
     /// Whether every address of `other` is inside this network.
-    pub(crate) fn contains_net(&self, other: &IpNet) -> bool {
+    pub(crate) fn contains_net(&self, other: &Self) -> bool {
         other.prefix >= self.prefix && self.contains(other.addr)
     }
 }
@@ -241,18 +241,16 @@ enum PatternKind {
 
 impl HostPattern {
     /// Parses "api.example.com", "*.example.com", "*", "10.1.2.3", "::1" or "10.0.0.0/8".
-    pub fn parse(s: &str) -> Result<HostPattern, HostError> {
+    pub fn parse(s: &str) -> Result<Self, HostError> {
         if s == "*" {
-            return Ok(HostPattern(PatternKind::Any));
+            return Ok(Self(PatternKind::Any));
         }
         if let Some((addr, prefix)) = s.split_once('/') {
             let addr = addr
                 .strip_prefix('[')
                 .and_then(|a| a.strip_suffix(']'))
                 .unwrap_or(addr);
-            return Ok(HostPattern(PatternKind::Cidr(IpNet::parse(
-                s, addr, prefix,
-            )?)));
+            return Ok(Self(PatternKind::Cidr(IpNet::parse(s, addr, prefix)?)));
         }
         if let Some(parent) = s.strip_prefix("*.") {
             let parent = Host::parse(parent).map_err(|e| HostError::new(s, e.problem))?;
@@ -262,9 +260,9 @@ impl HostPattern {
                     "\"*.\" cannot prefix an IP address; use CIDR like \"10.0.0.0/8\"",
                 ));
             }
-            return Ok(HostPattern(PatternKind::Subdomains(parent)));
+            return Ok(Self(PatternKind::Subdomains(parent)));
         }
-        Ok(HostPattern(PatternKind::Exact(Host::parse(s)?)))
+        Ok(Self(PatternKind::Exact(Host::parse(s)?)))
     }
 
     /// Whether `host` is matched by this pattern.
@@ -318,7 +316,7 @@ impl HostPattern {
     }
 
     /// Whether every host this pattern can match is also matched by `self`.
-    pub fn covers(&self, other: &HostPattern) -> bool {
+    pub fn covers(&self, other: &Self) -> bool {
         match (&self.0, &other.0) {
             (PatternKind::Any, _) => true,
             (_, PatternKind::Any) => false,
@@ -332,7 +330,7 @@ impl HostPattern {
     }
 
     /// Whether some host could be matched by both patterns.
-    pub fn overlaps(&self, other: &HostPattern) -> bool {
+    pub fn overlaps(&self, other: &Self) -> bool {
         self.covers(other)
             || other.covers(self)
             || match (&self.0, &other.0) {
@@ -357,7 +355,7 @@ impl fmt::Display for HostPattern {
 
 impl FromStr for HostPattern {
     type Err = HostError;
-    fn from_str(s: &str) -> Result<HostPattern, HostError> {
-        HostPattern::parse(s)
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        Self::parse(s)
     }
 }

@@ -15,8 +15,8 @@ pub(crate) enum Json {
     /// The number exactly as written.
     Number(String),
     String(String),
-    Array(Vec<Json>),
-    Object(BTreeMap<String, Json>),
+    Array(Vec<Self>),
+    Object(BTreeMap<String, Self>),
 }
 
 /// Why a document was refused. Display is a short description ending with

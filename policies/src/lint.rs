@@ -396,7 +396,7 @@ struct Reach<'a> {
 }
 
 impl<'a> Reach<'a> {
-    fn of_allow(rule: &'a AllowRule) -> Reach<'a> {
+    fn of_allow(rule: &'a AllowRule) -> Self {
         Reach {
             hosts: &rule.hosts,
             ports: Some(&rule.ports),
@@ -405,7 +405,7 @@ impl<'a> Reach<'a> {
         }
     }
 
-    fn of_deny(rule: &'a DenyRule) -> Reach<'a> {
+    fn of_deny(rule: &'a DenyRule) -> Self {
         Reach {
             hosts: &rule.hosts,
             ports: rule.ports.as_deref(),
@@ -417,7 +417,7 @@ impl<'a> Reach<'a> {
         }
     }
 
-    fn of_ask(rule: &'a AskRule) -> Reach<'a> {
+    fn of_ask(rule: &'a AskRule) -> Self {
         Reach {
             hosts: &rule.hosts,
             ports: Some(&rule.ports),

@@ -62,7 +62,7 @@ enum Verdict<'a> {
 impl Policy {
     /// Parses and validates a policy. Errors read
     /// "policy.toml:12:5: unknown field `hots` in [[allow]]; did you mean `host`? (...)".
-    pub fn parse(source_name: &str, text: &str) -> Result<Policy, PolicyError> {
+    pub fn parse(source_name: &str, text: &str) -> Result<Self, PolicyError> {
         let text: Arc<str> = text.into();
         let map = SourceMap::new(source_name.into(), text.clone());
         let raw: RawPolicy = toml::from_str(&text).map_err(|e| map.toml_error(&e))?;
@@ -73,7 +73,7 @@ impl Policy {
             ));
         }
         let compiled = compile(&map, raw)?;
-        Ok(Policy(Arc::new(Inner {
+        Ok(Self(Arc::new(Inner {
             map,
             text,
             compiled,
@@ -91,12 +91,12 @@ impl Policy {
         source_name: &str,
         text: &str,
         mut load: impl FnMut(&str, &str) -> Result<Loaded, LoadError>,
-    ) -> Result<Policy, PolicyError> {
+    ) -> Result<Self, PolicyError> {
         let layers = read_layers(source_name, text, &mut load)?;
         let compiled = merge(&layers)?;
         let top = layers.last().map(|l| l.map.clone());
         let map = top.unwrap_or_else(|| SourceMap::new(source_name.into(), text.into()));
-        Ok(Policy(Arc::new(Inner {
+        Ok(Self(Arc::new(Inner {
             map,
             text: text.into(),
             compiled,
@@ -115,9 +115,9 @@ impl Policy {
     }
 
     /// Version 1, default deny, no rules.
-    pub fn deny_all() -> Policy {
+    pub fn deny_all() -> Self {
         let text: Arc<str> = "version = 1\ndefault = \"deny\"\n".into();
-        Policy(Arc::new(Inner {
+        Self(Arc::new(Inner {
             map: SourceMap::new(DENY_ALL_NAME.into(), text.clone()),
             text,
             compiled: Compiled::empty(DefaultAction::Deny),

@@ -44,13 +44,13 @@ impl RuleRef {
         line: u32,
         source: Arc<str>,
         canonical: &str,
-    ) -> RuleRef {
+    ) -> Self {
         let prefix = match kind {
             RuleKind::Allow => "allow",
             RuleKind::Deny => "deny",
             RuleKind::Ask => "ask",
         };
-        RuleRef {
+        Self {
             kind,
             index,
             line,
@@ -61,7 +61,7 @@ impl RuleRef {
 
     /// The same reference at another position among rules of its kind:
     /// layering merges several files' rules into one list.
-    pub(crate) fn reindexed(mut self, index: usize) -> RuleRef {
+    pub(crate) fn reindexed(mut self, index: usize) -> Self {
         self.index = index;
         self
     }

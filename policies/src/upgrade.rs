@@ -31,12 +31,12 @@ pub enum UpgradeToken {
 
 impl UpgradeProtocol {
     /// Every grantable protocol, for messages that list the allowed values.
-    pub const ALL: [UpgradeProtocol; 1] = [UpgradeProtocol::WebSocket];
+    pub const ALL: [Self; 1] = [Self::WebSocket];
 
     /// The lower-case token a policy and an `Upgrade` header use.
     pub fn token(self) -> &'static str {
         match self {
-            UpgradeProtocol::WebSocket => "websocket",
+            Self::WebSocket => "websocket",
         }
     }
 
@@ -49,7 +49,7 @@ impl UpgradeProtocol {
         if token.eq_ignore_ascii_case("h2c") {
             return UpgradeToken::H2c;
         }
-        UpgradeProtocol::ALL
+        Self::ALL
             .into_iter()
             .find(|p| p.token().eq_ignore_ascii_case(token))
             .map_or_else(
@@ -60,7 +60,7 @@ impl UpgradeProtocol {
 
     /// `"websocket"` (quoted, comma-separated) for messages.
     pub fn allowed_values() -> String {
-        UpgradeProtocol::ALL
+        Self::ALL
             .iter()
             .map(|p| format!("\"{}\"", p.token()))
             .collect::<Vec<_>>()

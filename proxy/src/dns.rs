@@ -81,17 +81,14 @@ pub fn answer_packet(
     packet: &[u8],
 ) -> Option<Answered> {
     let reply_only = |reply: Option<Vec<u8>>| Answered { reply, query: None };
-    let request = match Message::from_vec(packet) {
-        Ok(m) => m,
-        Err(_) => {
-            // Echo the id if there is one so the client stops waiting.
-            let id = packet.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
-            return Some(reply_only(
-                Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
-                    .to_vec()
-                    .ok(),
-            ));
-        }
+    let Ok(request) = Message::from_vec(packet) else {
+        // Echo the id if there is one so the client stops waiting.
+        let id = packet.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
+        return Some(reply_only(
+            Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                .to_vec()
+                .ok(),
+        ));
     };
     if request.metadata.message_type != MessageType::Query {
         return None;

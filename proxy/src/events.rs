@@ -106,8 +106,8 @@ impl WsDirection {
     /// The serialized name.
     pub fn as_str(self) -> &'static str {
         match self {
-            WsDirection::ToUpstream => "to_upstream",
-            WsDirection::ToClient => "to_client",
+            Self::ToUpstream => "to_upstream",
+            Self::ToClient => "to_client",
         }
     }
 }
@@ -130,24 +130,24 @@ impl WsOpcode {
     /// The serialized name.
     pub fn as_str(self) -> &'static str {
         match self {
-            WsOpcode::Continuation => "continuation",
-            WsOpcode::Text => "text",
-            WsOpcode::Binary => "binary",
-            WsOpcode::Close => "close",
-            WsOpcode::Ping => "ping",
-            WsOpcode::Pong => "pong",
+            Self::Continuation => "continuation",
+            Self::Text => "text",
+            Self::Binary => "binary",
+            Self::Close => "close",
+            Self::Ping => "ping",
+            Self::Pong => "pong",
         }
     }
 
     /// The opcode's number on the wire.
     pub fn code(self) -> u8 {
         match self {
-            WsOpcode::Continuation => 0x0,
-            WsOpcode::Text => 0x1,
-            WsOpcode::Binary => 0x2,
-            WsOpcode::Close => 0x8,
-            WsOpcode::Ping => 0x9,
-            WsOpcode::Pong => 0xA,
+            Self::Continuation => 0x0,
+            Self::Text => 0x1,
+            Self::Binary => 0x2,
+            Self::Close => 0x8,
+            Self::Ping => 0x9,
+            Self::Pong => 0xA,
         }
     }
 }
@@ -166,9 +166,9 @@ impl WsPeer {
     /// The serialized name.
     pub fn as_str(self) -> &'static str {
         match self {
-            WsPeer::Client => "client",
-            WsPeer::Upstream => "upstream",
-            WsPeer::Airlock => "airlock",
+            Self::Client => "client",
+            Self::Upstream => "upstream",
+            Self::Airlock => "airlock",
         }
     }
 }

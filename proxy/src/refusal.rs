@@ -56,8 +56,8 @@ pub(crate) enum NotApproved {
 impl Refusal {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            Refusal::AuditUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Refusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::AuditUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::FORBIDDEN,
         }
     }
@@ -65,19 +65,19 @@ impl Refusal {
     /// One line for logs, events and the `X-Airlock-Reason` header.
     pub(crate) fn reason(&self) -> String {
         match self {
-            Refusal::Policy(d) => d.reason.to_string(),
-            Refusal::Quota { max, .. } => {
+            Self::Policy(d) => d.reason.to_string(),
+            Self::Quota { max, .. } => {
                 format!("the rule's quota of {max} requests per session is used up")
             }
-            Refusal::HostMismatch { named, connection } => format!(
+            Self::HostMismatch { named, connection } => format!(
                 "request names host {named} but the connection is to {connection} (domain fronting refused)"
             ),
-            Refusal::NestedConnect => "CONNECT inside an intercepted connection".into(),
-            Refusal::NonPublicAddress(why) => why.clone(),
-            Refusal::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
-            Refusal::BadRequest(why) => why.clone(),
-            Refusal::Upgrade(why) => why.to_string(),
-            Refusal::NotApproved { why, .. } => match why {
+            Self::NestedConnect => "CONNECT inside an intercepted connection".into(),
+            Self::NonPublicAddress(why) => why.clone(),
+            Self::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
+            Self::BadRequest(why) => why.clone(),
+            Self::Upgrade(why) => why.to_string(),
+            Self::NotApproved { why, .. } => match why {
                 NotApproved::Denied { id, by, note } => match note {
                     Some(note) => format!("{by} denied it (approval {id}): {note}"),
                     None => format!("{by} denied it (approval {id})"),
@@ -97,8 +97,8 @@ impl Refusal {
 
     pub(crate) fn rule(&self) -> Option<&RuleRef> {
         match self {
-            Refusal::Policy(d) => d.rule.as_ref(),
-            Refusal::Quota { rule, .. } | Refusal::NotApproved { rule, .. } => Some(rule),
+            Self::Policy(d) => d.rule.as_ref(),
+            Self::Quota { rule, .. } | Self::NotApproved { rule, .. } => Some(rule),
             _ => None,
         }
     }
@@ -108,11 +108,11 @@ impl Refusal {
     /// body or path was ambiguous, or airlock itself refused it.
     pub(crate) fn rule_to_add<'s>(&self, suggestion: Option<&'s str>) -> Option<&'s str> {
         match self {
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason: DenyReason::DeniedByRule,
                 rule: Some(rule),
             }) if rule.kind == RuleKind::Deny => None,
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason:
                     DenyReason::BodyConstraint { .. }
                     | DenyReason::BodyMissing
@@ -122,7 +122,7 @@ impl Refusal {
                     | DenyReason::AmbiguousPath { .. },
                 ..
             }) => None,
-            Refusal::Policy(_) => suggestion,
+            Self::Policy(_) => suggestion,
             _ => None,
         }
     }
@@ -132,21 +132,21 @@ impl Refusal {
         let policy_name = policy.source_name();
         let builtin = policy.is_builtin();
         match self {
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason: DenyReason::DeniedByRule,
                 rule: Some(rule),
             }) if rule.kind == RuleKind::Deny && *rule.source != *policy_name => format!(
                 "It matches the [[deny]] rule at {rule}, and deny rules override allow rules.\n\
                  That rule is in a base policy {policy_name} extends: only that file can narrow it."
             ),
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason: DenyReason::DeniedByRule,
                 rule: Some(rule),
             }) if rule.kind == RuleKind::Deny => format!(
                 "It matches the [[deny]] rule at {rule}, and deny rules override allow rules.\n\
                  To allow it, narrow or remove that rule."
             ),
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason:
                     DenyReason::BodyConstraint { .. }
                     | DenyReason::BodyMissing
@@ -159,19 +159,19 @@ impl Refusal {
                 rule.as_ref()
                     .map_or_else(|| policy_name.to_owned(), ToString::to_string)
             ),
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason: DenyReason::AmbiguousBody { .. },
                 ..
             }) => "Servers may read this request differently from the policy, so it is refused.\n\
                    Send each constrained field once, in the body, with one Content-Type that matches the body."
                 .into(),
-            Refusal::Policy(Denial {
+            Self::Policy(Denial {
                 reason: DenyReason::AmbiguousPath { .. },
                 ..
             }) => "Servers may read this path differently from the policy, so it is refused.\n\
                    Send the path in its plain form (no dot segments, encoded slashes or backslashes)."
                 .into(),
-            Refusal::Policy(_) => match (self.rule_to_add(suggestion), builtin) {
+            Self::Policy(_) => match (self.rule_to_add(suggestion), builtin) {
                 (Some(rule), false) => {
                     format!("To allow it, add this rule to {policy_name}:\n\n{rule}")
                 }
@@ -183,24 +183,24 @@ impl Refusal {
                 }
                 (None, true) => "To allow it, pass --policy FILE with an [[allow]] rule for it.".into(),
             },
-            Refusal::Quota { rule, max } => format!(
+            Self::Quota { rule, max } => format!(
                 "The rule at {rule} allows {max} requests per session (max_requests), all used.\n\
                  Raise max_requests in that rule to allow more."
             ),
-            Refusal::HostMismatch { .. } => {
+            Self::HostMismatch { .. } => {
                 "Send the request on a connection to the host it names.".into()
             }
-            Refusal::NestedConnect => "Open the tunnel with the proxy directly.".into(),
-            Refusal::NonPublicAddress(_) => {
+            Self::NestedConnect => "Open the tunnel with the proxy directly.".into(),
+            Self::NonPublicAddress(_) => {
                 "Pin the host with --resolve HOST:IP, or add an [[allow]] rule naming the address."
                     .into()
             }
-            Refusal::AuditUnavailable(_) => {
+            Self::AuditUnavailable(_) => {
                 "Airlock refuses to forward anything it cannot record. Fix the audit store (disk space, permissions) and restart.".into()
             }
-            Refusal::BadRequest(_) => "Fix the request and try again.".into(),
-            Refusal::Upgrade(why) => why.advice(),
-            Refusal::NotApproved { rule, why } => match why {
+            Self::BadRequest(_) => "Fix the request and try again.".into(),
+            Self::Upgrade(why) => why.advice(),
+            Self::NotApproved { rule, why } => match why {
                 NotApproved::Denied { .. } => format!(
                     "The [[ask]] rule at {rule} held it for a person, who said no.\n\
                      Do not retry it as it is: ask them, or change what you send."
@@ -233,22 +233,22 @@ impl Refusal {
             },
             (
                 None,
-                Refusal::Policy(Denial {
+                Self::Policy(Denial {
                     reason: DenyReason::AmbiguousPath { .. },
                     ..
                 }),
             ) => "airlock (ambiguous paths are refused whatever the policy says)".to_owned(),
-            (None, Refusal::Upgrade(_)) => {
+            (None, Self::Upgrade(_)) => {
                 "airlock (only upgrades a rule can grant are forwarded)".to_owned()
             }
             (
                 None,
-                Refusal::Policy(Denial {
+                Self::Policy(Denial {
                     reason: DenyReason::UpgradeNotGranted { .. },
                     ..
                 }),
             ) => format!("{policy_name} (upgrades need a rule that grants them)"),
-            (None, Refusal::Policy(_)) => format!("{policy_name} (default: deny)"),
+            (None, Self::Policy(_)) => format!("{policy_name} (default: deny)"),
             (None, _) => "airlock".to_owned(),
         };
         let text = format!(

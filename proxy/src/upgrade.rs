@@ -52,19 +52,19 @@ impl UpgradeRefusal {
     /// What the user can do about it (for the 403 body).
     pub(crate) fn advice(&self) -> String {
         match self {
-            UpgradeRefusal::H2c => {
+            Self::H2c => {
                 "Airlock speaks HTTP/2 with both sides itself (negotiated with ALPN over TLS); \
                  after an h2c switch the connection would carry requests the policy never sees, \
                  so no rule can grant it. Send the request without `Upgrade: h2c` \
                  (e.g. curl --http1.1, or an https:// URL, where HTTP/2 is negotiated with ALPN)."
                     .to_owned()
             }
-            UpgradeRefusal::Unknown(_) => format!(
+            Self::Unknown(_) => format!(
                 "Airlock relays only upgrades it can keep inspecting ({}), so no rule can grant this one. \
                  Send the request without the Upgrade header.",
                 UpgradeProtocol::allowed_values()
             ),
-            UpgradeRefusal::Several(_) | UpgradeRefusal::Empty => {
+            Self::Several(_) | Self::Empty => {
                 "Name exactly one protocol, e.g. `Upgrade: websocket`, on a rule that grants it \
                  (upgrade = [\"websocket\"])."
                     .to_owned()

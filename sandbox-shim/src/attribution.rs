@@ -100,8 +100,8 @@ fn holds_socket(pid: Pid, local: SocketAddr, udp: bool) -> bool {
 }
 
 impl Attributor {
-    pub(crate) fn new(init: Pid, shared: SharedState) -> Attributor {
-        Attributor { init, shared }
+    pub(crate) fn new(init: Pid, shared: SharedState) -> Self {
+        Self { init, shared }
     }
 
     /// The exec that owns the sandbox socket at `peer` (the address the proxy

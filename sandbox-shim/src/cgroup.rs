@@ -140,7 +140,7 @@ impl Cgroup {
     pub(crate) fn create(
         limits: &Limits,
         id: &str,
-    ) -> Result<(Option<Cgroup>, Unenforced), ShimError> {
+    ) -> Result<(Option<Self>, Unenforced), ShimError> {
         let want = wanted(limits);
         let mut missing = Unenforced {
             memory: limits.memory_bytes.is_some(),
@@ -187,7 +187,7 @@ impl Cgroup {
         if dirs.is_empty() {
             return Ok((None, missing));
         }
-        let cg = Cgroup {
+        let cg = Self {
             version: Version::V1,
             dirs,
         };
@@ -204,7 +204,7 @@ impl Cgroup {
         own: &[(String, String)],
         want: &[&str],
         id: &str,
-    ) -> Result<Option<Cgroup>, ShimError> {
+    ) -> Result<Option<Self>, ShimError> {
         let Some(root) = &m.v2 else { return Ok(None) };
         let rel = own
             .iter()
@@ -235,7 +235,7 @@ impl Cgroup {
             path: dir.display().to_string(),
             reason: e.to_string(),
         })?;
-        Ok(Some(Cgroup {
+        Ok(Some(Self {
             version: Version::V2,
             dirs: vec![(String::new(), dir)],
         }))

@@ -65,11 +65,11 @@ impl Failure {
     /// The same failure with its text shortened, visibly, to what one message
     /// holds: an error worth reporting is better cut with a marker than lost
     /// to [`ChannelError::TooLong`].
-    pub(crate) fn fitted(self) -> Failure {
+    pub(crate) fn fitted(self) -> Self {
         let fit = |text| fit_text(text, MAX_MSG - 2);
         match self {
-            Failure::UserNamespaces(t) => Failure::UserNamespaces(fit(t)),
-            Failure::Setup(t) => Failure::Setup(fit(t)),
+            Self::UserNamespaces(t) => Self::UserNamespaces(fit(t)),
+            Self::Setup(t) => Self::Setup(fit(t)),
         }
     }
 }
@@ -174,10 +174,10 @@ pub enum ChannelError {
 }
 
 impl From<ChannelError> for std::io::Error {
-    fn from(e: ChannelError) -> std::io::Error {
+    fn from(e: ChannelError) -> Self {
         match e {
             ChannelError::Io(e) => e,
-            other => std::io::Error::other(other),
+            other => Self::other(other),
         }
     }
 }
@@ -378,7 +378,7 @@ pub(crate) fn send(fd: &OwnedFd, msg: &Message) -> Result<(), ChannelError> {
     }
     let iov = [IoSlice::new(&bytes)];
     let cmsg = [ControlMessage::ScmRights(&fds)];
-    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     sendmsg::<()>(fd.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
         .map(|_| ())
         .map_err(|e| ChannelError::Io(e.into()))

@@ -71,7 +71,7 @@ impl SetupError {
     /// has its own remedy), everything else is a setup failure with its text.
     pub(crate) fn failure(&self) -> Failure {
         match self {
-            SetupError::UserNamespaces(_) => Failure::UserNamespaces(self.to_string()),
+            Self::UserNamespaces(_) => Failure::UserNamespaces(self.to_string()),
             _ => Failure::Setup(self.to_string()),
         }
     }

@@ -53,11 +53,9 @@ impl CommandError {
     /// it is not there (the codes of sh(1), "Exit Status", and of env(1)).
     fn exit_code(&self) -> i32 {
         match self {
-            CommandError::Setup(_) | CommandError::Cwd { .. } => 125,
-            CommandError::CannotExecute { .. } | CommandError::ExecReturned { .. } => 126,
-            CommandError::NotFound { .. }
-            | CommandError::NotInPath { .. }
-            | CommandError::NulInPath => 127,
+            Self::Setup(_) | Self::Cwd { .. } => 125,
+            Self::CannotExecute { .. } | Self::ExecReturned { .. } => 126,
+            Self::NotFound { .. } | Self::NotInPath { .. } | Self::NulInPath => 127,
         }
     }
 }
@@ -128,7 +126,7 @@ impl<'a> Launch<'a> {
         plan: &'a Plan,
         observe: Option<&'a OwnedFd>,
         terminal: Option<&'a OwnedFd>,
-    ) -> Launch<'a> {
+    ) -> Self {
         Launch {
             argv: &plan.argv,
             envp: &plan.envp,

@@ -36,7 +36,7 @@ pub enum ShimError {
 
 impl ShimError {
     pub(crate) fn io(context: &'static str, source: impl Into<std::io::Error>) -> Self {
-        ShimError::Io {
+        Self::Io {
             context,
             source: source.into(),
         }

@@ -35,23 +35,23 @@ impl Report {
 
     fn bytes(self) -> Vec<u8> {
         match self {
-            Report::Command(pid) => [&[Self::COMMAND][..], &pid.as_raw().to_le_bytes()].concat(),
-            Report::Done => vec![Self::DONE],
+            Self::Command(pid) => [&[Self::COMMAND][..], &pid.as_raw().to_le_bytes()].concat(),
+            Self::Done => vec![Self::DONE],
         }
     }
 
     /// The reports in what one read returned (anything else ends it).
-    pub(crate) fn parse(mut bytes: &[u8]) -> Vec<Report> {
+    pub(crate) fn parse(mut bytes: &[u8]) -> Vec<Self> {
         let mut out = Vec::new();
         loop {
             match bytes {
                 [Self::COMMAND, a, b, c, d, rest @ ..] => {
                     let pid = i32::from_le_bytes([*a, *b, *c, *d]);
-                    out.push(Report::Command(nix::unistd::Pid::from_raw(pid)));
+                    out.push(Self::Command(nix::unistd::Pid::from_raw(pid)));
                     bytes = rest;
                 }
                 [Self::DONE, rest @ ..] => {
-                    out.push(Report::Done);
+                    out.push(Self::Done);
                     bytes = rest;
                 }
                 _ => return out,

@@ -179,9 +179,8 @@ impl Launcher<'_> {
     /// Serve until airlock is gone; the exit code.
     fn serve(&mut self) -> i32 {
         loop {
-            let ready = match self.poll() {
-                Ok(ready) => ready,
-                Err(_) => return 125,
+            let Ok(ready) = self.poll() else {
+                return 125;
             };
             self.reap_ended();
             for r in ready {
@@ -510,7 +509,7 @@ impl Launcher<'_> {
         if let Ok(signal) = Signal::try_from(signal) {
             // ESRCH: the command has not made its own group yet (it calls
             // setsid(2) right after the fork); then it alone is the target.
-            if nix::sys::signal::killpg(pgid, signal) == Err(nix::errno::Errno::ESRCH) {
+            if nix::sys::signal::killpg(pgid, signal) == Err(Errno::ESRCH) {
                 let _ = nix::sys::signal::kill(pgid, signal);
             }
         }

@@ -53,21 +53,21 @@ pub(crate) enum Step {
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Step::MakePrivate => f.write_str("make private"),
-            Step::MakeReadOnly => f.write_str("make read-only (recursively)"),
-            Step::Statvfs => f.write_str("statvfs"),
-            Step::Remount => f.write_str("remount"),
-            Step::MountTmpfs => f.write_str("mount tmpfs on"),
-            Step::MountDevpts => f.write_str("mount devpts on"),
-            Step::MountProc => f.write_str("mount proc on"),
-            Step::Bind(source) => write!(f, "bind {} on", source.display()),
-            Step::MoveDev => f.write_str("move staging dev onto"),
-            Step::Create => f.write_str("create"),
-            Step::Write => f.write_str("write"),
-            Step::Mkdir => f.write_str("mkdir"),
-            Step::Symlink => f.write_str("symlink"),
-            Step::Open => f.write_str("open"),
-            Step::Chdir => f.write_str("chdir"),
+            Self::MakePrivate => f.write_str("make private"),
+            Self::MakeReadOnly => f.write_str("make read-only (recursively)"),
+            Self::Statvfs => f.write_str("statvfs"),
+            Self::Remount => f.write_str("remount"),
+            Self::MountTmpfs => f.write_str("mount tmpfs on"),
+            Self::MountDevpts => f.write_str("mount devpts on"),
+            Self::MountProc => f.write_str("mount proc on"),
+            Self::Bind(source) => write!(f, "bind {} on", source.display()),
+            Self::MoveDev => f.write_str("move staging dev onto"),
+            Self::Create => f.write_str("create"),
+            Self::Write => f.write_str("write"),
+            Self::Mkdir => f.write_str("mkdir"),
+            Self::Symlink => f.write_str("symlink"),
+            Self::Open => f.write_str("open"),
+            Self::Chdir => f.write_str("chdir"),
         }
     }
 }
@@ -529,9 +529,6 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes_are_decoded() {
-        assert_eq!(
-            super::unescape("/a\\040b\\134c"),
-            std::path::PathBuf::from("/a b\\c")
-        );
+        assert_eq!(super::unescape("/a\\040b\\134c"), PathBuf::from("/a b\\c"));
     }
 }

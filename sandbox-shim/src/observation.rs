@@ -17,7 +17,7 @@ pub struct ObserveSpec {
 
 impl Default for ObserveSpec {
     fn default() -> Self {
-        ObserveSpec {
+        Self {
             max_file_bytes: 1 << 20,
         }
     }
@@ -71,15 +71,15 @@ pub enum FileChange {
 impl FileChange {
     pub fn as_str(self) -> &'static str {
         match self {
-            FileChange::Create => "create",
-            FileChange::Modify => "modify",
-            FileChange::Truncate => "truncate",
-            FileChange::Rename => "rename",
-            FileChange::Delete => "delete",
-            FileChange::Chmod => "chmod",
-            FileChange::Xattr => "xattr",
-            FileChange::Image => "image",
-            FileChange::Original => "original",
+            Self::Create => "create",
+            Self::Modify => "modify",
+            Self::Truncate => "truncate",
+            Self::Rename => "rename",
+            Self::Delete => "delete",
+            Self::Chmod => "chmod",
+            Self::Xattr => "xattr",
+            Self::Image => "image",
+            Self::Original => "original",
         }
     }
 }
@@ -111,9 +111,9 @@ pub enum ImageKind {
 impl ImageKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            ImageKind::File => "file",
-            ImageKind::Memfd => "memfd",
-            ImageKind::Deleted => "deleted",
+            Self::File => "file",
+            Self::Memfd => "memfd",
+            Self::Deleted => "deleted",
         }
     }
 }

@@ -10,9 +10,9 @@ pub enum ExitKind {
 impl ExitKind {
     pub(crate) fn from_raw(status: i32) -> Self {
         if libc::WIFSIGNALED(status) {
-            ExitKind::Signaled(libc::WTERMSIG(status))
+            Self::Signaled(libc::WTERMSIG(status))
         } else {
-            ExitKind::Exited(libc::WEXITSTATUS(status))
+            Self::Exited(libc::WEXITSTATUS(status))
         }
     }
 }

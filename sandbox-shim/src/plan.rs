@@ -130,7 +130,7 @@ fn existing(path: &Path) -> Option<PathBuf> {
 }
 
 impl Plan {
-    pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Plan, ShimError> {
+    pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Self, ShimError> {
         if spec.session {
             if !spec.command.is_empty() {
                 return Err(ShimError::InvalidSpec(
@@ -269,7 +269,7 @@ impl Plan {
             }
         };
 
-        Ok(Plan {
+        Ok(Self {
             argv,
             envp,
             search_path,

@@ -76,14 +76,14 @@ impl std::fmt::Debug for RawMode {
 }
 
 impl RawMode {
-    pub fn enter(tty: BorrowedFd<'_>) -> io::Result<RawMode> {
+    pub fn enter(tty: BorrowedFd<'_>) -> io::Result<Self> {
         let tty = tty.try_clone_to_owned()?;
         let saved = tcgetattr(&tty).map_err(io::Error::from)?;
         let mut raw = saved.clone();
         cfmakeraw(&mut raw);
         // TCSADRAIN: what airlock printed before is not lost to the switch.
         tcsetattr(&tty, SetArg::TCSADRAIN, &raw).map_err(io::Error::from)?;
-        Ok(RawMode { tty, saved })
+        Ok(Self { tty, saved })
     }
 }
 

@@ -130,7 +130,7 @@ impl Sandbox {
     ///
     /// Any thread may call it: the sandbox dies when the airlock *process* dies
     /// (EOF on the control channel), not when the calling thread exits.
-    pub fn spawn(mut spec: SandboxSpec) -> Result<Sandbox, ShimError> {
+    pub fn spawn(mut spec: SandboxSpec) -> Result<Self, ShimError> {
         let stdio = match (spec.terminal, spec.session, spec.stdio.take()) {
             // The helpers (and the command until it attaches the pty) get
             // /dev/null: no descriptor of the caller's terminal enters the sandbox.
@@ -199,7 +199,7 @@ impl Sandbox {
         drop(obs_theirs);
         // The command holds the only copies now (EOF reaches the recorder when it ends).
         drop(stdio);
-        let mut sandbox = Sandbox {
+        let mut sandbox = Self {
             supervisor,
             init: Pid::from_raw(0),
             chan: Arc::new(ours),

@@ -439,7 +439,7 @@ mod tests {
     fn filter_fits_in_a_bpf_program() {
         let prog = super::filter_with(false, false);
         assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
-        assert_eq!(prog.last().map(|i| i.k), Some(super::RET_ALLOW));
+        assert_eq!(prog.last().map(|i| i.k), Some(RET_ALLOW));
         let observed = super::filter_with(true, false);
         assert!(observed.len() > prog.len() && observed.len() < 4096);
     }

@@ -79,7 +79,7 @@ const DEFAULT_TMP_BYTES: u64 = 256 << 20;
 
 impl Default for SandboxSpec {
     fn default() -> Self {
-        SandboxSpec {
+        Self {
             command: Vec::new(),
             workspace: PathBuf::new(),
             ro: Vec::new(),
@@ -113,7 +113,7 @@ impl Clone for SandboxSpec {
                 c.try_clone().ok()?,
             ])
         });
-        SandboxSpec {
+        Self {
             command: self.command.clone(),
             workspace: self.workspace.clone(),
             ro: self.ro.clone(),

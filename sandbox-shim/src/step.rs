@@ -123,8 +123,8 @@ pub struct StepControl {
 }
 
 impl StepControl {
-    pub(crate) fn new(chan: Arc<OwnedFd>) -> StepControl {
-        StepControl { chan }
+    pub(crate) fn new(chan: Arc<OwnedFd>) -> Self {
+        Self { chan }
     }
 
     /// Run `request` in the sandbox. Returns once the request is handed over;

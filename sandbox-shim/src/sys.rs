@@ -280,14 +280,14 @@ pub(crate) fn kill_group(pgid: Pid, sig: i32) {
 pub(crate) struct ChildSignals(nix::sys::signalfd::SignalFd);
 
 impl ChildSignals {
-    pub(crate) fn open() -> io::Result<ChildSignals> {
+    pub(crate) fn open() -> io::Result<Self> {
         use nix::sys::signal::{SigSet, Signal};
         use nix::sys::signalfd::{SfdFlags, SignalFd};
         let mut set = SigSet::empty();
         set.add(Signal::SIGCHLD);
         set.thread_block()?;
         let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
-        Ok(ChildSignals(fd))
+        Ok(Self(fd))
     }
 
     /// Read every pending SIGCHLD (what ended is found by waitpid(2)).
@@ -362,7 +362,7 @@ pub(crate) fn make_tree_readonly(path: &std::ffi::CStr) -> io::Result<()> {
             path.as_ptr(),
             libc::AT_RECURSIVE,
             &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
+            size_of::<libc::mount_attr>(),
         )
     };
     if rc != 0 {

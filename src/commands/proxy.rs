@@ -181,7 +181,7 @@ struct Listeners {
 }
 
 impl Listeners {
-    async fn bind(args: &ProxyArgs) -> anyhow::Result<Listeners> {
+    async fn bind(args: &ProxyArgs) -> anyhow::Result<Self> {
         let explicit = bind_tcp(args.listen, "--listen").await?;
         let admin = match args.admin_listen {
             Some(addr) => Some(bind_tcp(addr, "--admin-listen").await?),
@@ -195,7 +195,7 @@ impl Listeners {
             Some(addr) => Some(bind_dns(addr, "--dns-listen").await?),
             None => None,
         };
-        Ok(Listeners {
+        Ok(Self {
             explicit,
             admin,
             transparent,

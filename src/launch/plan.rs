@@ -139,7 +139,7 @@ pub(crate) enum Purpose {
 }
 
 impl Plan {
-    pub(crate) fn new(args: &SandboxArgs, purpose: Purpose) -> anyhow::Result<Plan> {
+    pub(crate) fn new(args: &SandboxArgs, purpose: Purpose) -> anyhow::Result<Self> {
         airlock_shim::check_prerequisites()?;
         let policy = match &args.policy {
             Some(path) => policy_file::load(path)?,
@@ -203,7 +203,7 @@ impl Plan {
             worker_threads,
             approvals,
         };
-        Ok(Plan {
+        Ok(Self {
             proxy,
             audit,
             mode,
@@ -222,7 +222,7 @@ impl Plan {
     /// audit store opens: the two are independent until the command is
     /// released (step 6), and both take milliseconds.
     pub(crate) fn spawn(self) -> anyhow::Result<Spawned> {
-        let Plan {
+        let Self {
             proxy,
             audit,
             mode,

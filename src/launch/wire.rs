@@ -60,7 +60,7 @@ impl Spawned {
         session: Option<String>,
         labels: Option<StepLabels>,
     ) -> anyhow::Result<Wired> {
-        let Spawned {
+        let Self {
             env,
             proxy: plan,
             pty_size,
@@ -262,9 +262,9 @@ struct StopSignals {
 
 impl StopSignals {
     /// Needs the runtime entered.
-    fn install() -> std::io::Result<StopSignals> {
+    fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(StopSignals {
+        Ok(Self {
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
             int: signal(SignalKind::interrupt())?,
@@ -275,15 +275,15 @@ impl StopSignals {
 impl Stop {
     pub(crate) fn describe(&self) -> String {
         match self {
-            Stop::Signal(_, name) => format!("airlock: stopped the sandbox on {name}"),
-            Stop::AuditFailed => "airlock: the audit store failed, so the session was stopped rather than run unaudited: free disk space or fix the audit database's permissions, then run again".into(),
+            Self::Signal(_, name) => format!("airlock: stopped the sandbox on {name}"),
+            Self::AuditFailed => "airlock: the audit store failed, so the session was stopped rather than run unaudited: free disk space or fix the audit database's permissions, then run again".into(),
         }
     }
 
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
-            Stop::Signal(n, _) => 128 + *n as u8,
-            Stop::AuditFailed => exit::RUN_FAILED,
+            Self::Signal(n, _) => 128 + *n as u8,
+            Self::AuditFailed => exit::RUN_FAILED,
         }
     }
 }

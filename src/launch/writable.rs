@@ -13,12 +13,12 @@ use anyhow::bail;
 pub(crate) struct Writable(Vec<PathBuf>);
 
 impl Writable {
-    pub(crate) fn new(workspace: &Path, rw: &[PathBuf]) -> Writable {
+    pub(crate) fn new(workspace: &Path, rw: &[PathBuf]) -> Self {
         let paths = std::iter::once(workspace)
             .chain(rw.iter().map(PathBuf::as_path))
             .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_owned()))
             .collect();
-        Writable(paths)
+        Self(paths)
     }
 
     /// The writable path that holds `path`, if any. Both spellings count:

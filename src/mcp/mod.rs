@@ -107,8 +107,8 @@ struct ToldToEnd {
 }
 
 impl ToldToEnd {
-    fn catch() -> std::io::Result<ToldToEnd> {
-        Ok(ToldToEnd {
+    fn catch() -> std::io::Result<Self> {
+        Ok(Self {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
         })

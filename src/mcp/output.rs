@@ -20,8 +20,8 @@ pub struct Bounded {
 }
 
 impl Bounded {
-    pub fn new(limit: usize) -> Bounded {
-        Bounded {
+    pub fn new(limit: usize) -> Self {
+        Self {
             half: limit / 2,
             head: Vec::new(),
             tail: VecDeque::new(),

@@ -25,7 +25,7 @@ pub enum PathError {
 }
 
 impl WorkspacePath {
-    pub fn parse(given: &str) -> Result<WorkspacePath, PathError> {
+    pub fn parse(given: &str) -> Result<Self, PathError> {
         if given.is_empty() {
             return Err(PathError::Empty);
         }
@@ -50,7 +50,7 @@ impl WorkspacePath {
         if parts.is_empty() {
             return Err(PathError::Workspace(given.to_owned()));
         }
-        Ok(WorkspacePath(parts.join("/")))
+        Ok(Self(parts.join("/")))
     }
 
     /// As a command's argument: `./` first, so that a name such as `-`

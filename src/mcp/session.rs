@@ -91,7 +91,7 @@ impl Session {
         if id.len() != 16 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             bail!("`airlock session start` printed {id:?}, not a session id");
         }
-        Ok(Start::Live(Session { registry, id }))
+        Ok(Start::Live(Self { registry, id }))
     }
 
     pub fn id(&self) -> &str {

@@ -74,8 +74,8 @@ struct WriteFile {
 
 #[tool_router]
 impl Tools {
-    pub fn new(session: Arc<Session>) -> Tools {
-        Tools { session }
+    pub fn new(session: Arc<Session>) -> Self {
+        Self { session }
     }
 
     #[tool(

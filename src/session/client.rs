@@ -86,17 +86,14 @@ fn start_server() -> anyhow::Result<ExitCode> {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = match rx.recv_timeout(START_TIMEOUT) {
-        Ok(line) => line,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "the session did not come up within {}s: check system load, and its log in {}",
-                START_TIMEOUT.as_secs(),
-                Registry::open()?.dir().display()
-            );
-        }
+    let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!(
+            "the session did not come up within {}s: check system load, and its log in {}",
+            START_TIMEOUT.as_secs(),
+            Registry::open()?.dir().display()
+        );
     };
     let said = relay.join().unwrap_or_default();
     eprint!("{said}");
@@ -512,9 +509,9 @@ struct Signals {
 }
 
 impl Signals {
-    fn install() -> std::io::Result<Signals> {
+    fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
+        Ok(Self {
             winch: signal(SignalKind::window_change())?,
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,

@@ -29,9 +29,9 @@ impl DenialKind {
     /// Of the refusals one attempt can cause, which says the most.
     fn specificity(self) -> u8 {
         match self {
-            DenialKind::Dns => 0,
-            DenialKind::Connection => 1,
-            DenialKind::Request => 2,
+            Self::Dns => 0,
+            Self::Connection => 1,
+            Self::Request => 2,
         }
     }
 }
@@ -81,8 +81,8 @@ pub struct Refusals {
 }
 
 impl DenialLog {
-    pub fn new(policy_name: &str, attributor: Option<Attributor>) -> Arc<DenialLog> {
-        Arc::new(DenialLog {
+    pub fn new(policy_name: &str, attributor: Option<Attributor>) -> Arc<Self> {
+        Arc::new(Self {
             default_decider: format!("{policy_name} (default: deny)"),
             attributor,
             state: Mutex::new(State::default()),

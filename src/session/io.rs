@@ -15,7 +15,7 @@ use tokio::net::unix::pipe;
 pub struct Reader(pipe::Receiver);
 
 impl Reader {
-    pub fn new(fd: OwnedFd) -> io::Result<Reader> {
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
         pipe::Receiver::from_owned_fd_unchecked(nonblocking(fd)?).map(Reader)
     }
 
@@ -70,9 +70,9 @@ fn eio_is_end(read: io::Result<usize>) -> io::Result<usize> {
 pub struct Writer(tokio::sync::Mutex<pipe::Sender>);
 
 impl Writer {
-    pub fn new(fd: OwnedFd) -> io::Result<Writer> {
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
         pipe::Sender::from_owned_fd_unchecked(nonblocking(fd)?)
-            .map(|s| Writer(tokio::sync::Mutex::new(s)))
+            .map(|s| Self(tokio::sync::Mutex::new(s)))
     }
 
     pub async fn write_all(&self, data: &[u8]) -> io::Result<()> {

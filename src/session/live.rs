@@ -65,8 +65,8 @@ impl Live {
         init: i32,
         denials: Arc<DenialLog>,
         labels: StepLabels,
-    ) -> Live {
-        Live {
+    ) -> Self {
+        Self {
             control,
             recorder,
             env,

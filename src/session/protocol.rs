@@ -103,8 +103,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn ok() -> Reply {
-        Reply {
+    pub fn ok() -> Self {
+        Self {
             ok: true,
             error: None,
             step: None,
@@ -114,11 +114,11 @@ impl Reply {
         }
     }
 
-    pub fn error(text: impl Into<String>) -> Reply {
-        Reply {
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
             ok: false,
             error: Some(text.into()),
-            ..Reply::ok()
+            ..Self::ok()
         }
     }
 }
@@ -229,7 +229,7 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    fn from_byte(b: u8) -> Option<FrameType> {
+    fn from_byte(b: u8) -> Option<Self> {
         use FrameType::*;
         [Stdin, StdinEof, Resize, Signal, Stdout, Stderr, Exit, Error]
             .into_iter()

@@ -23,8 +23,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn open() -> anyhow::Result<Registry> {
-        Ok(Registry {
+    pub fn open() -> anyhow::Result<Self> {
+        Ok(Self {
             dir: crate::paths::session_dir()?,
         })
     }

@@ -71,7 +71,7 @@ struct Started {
 }
 
 impl Started {
-    async fn begin(live: &Arc<Live>, request: &ExecRequest) -> anyhow::Result<Started> {
+    async fn begin(live: &Arc<Live>, request: &ExecRequest) -> anyhow::Result<Self> {
         if request.argv.is_empty() {
             bail!("no command given: pass one after `--`");
         }
@@ -133,7 +133,7 @@ impl Started {
             },
             None => None,
         };
-        Ok(Started {
+        Ok(Self {
             step,
             begun,
             stdin,
@@ -151,7 +151,7 @@ impl Started {
         writer: OwnedWriteHalf,
         request: &ExecRequest,
     ) {
-        let Started {
+        let Self {
             step,
             begun,
             stdin,
@@ -362,9 +362,8 @@ impl Input {
     /// broke the protocol), false when it merely has nothing more to say.
     async fn run(mut self, reader: &mut ConnReader) -> bool {
         loop {
-            let frame = match protocol::read_frame(reader).await {
-                Ok(Some(frame)) => frame,
-                Ok(None) | Err(_) => return true,
+            let Ok(Some(frame)) = protocol::read_frame(reader).await else {
+                return true;
             };
             match frame {
                 (FrameType::Stdin, data) => {
@@ -449,10 +448,10 @@ struct Terminal {
 }
 
 impl Terminal {
-    fn new(master: OwnedFd) -> anyhow::Result<Terminal> {
+    fn new(master: OwnedFd) -> anyhow::Result<Self> {
         let output = Reader::new(master.try_clone()?)?;
         let input = Writer::new(master.try_clone()?)?;
-        Ok(Terminal {
+        Ok(Self {
             master,
             output,
             input,
@@ -468,8 +467,8 @@ enum Output {
 impl Output {
     fn end(&self) -> &Reader {
         match self {
-            Output::Pipe(end) => end,
-            Output::Terminal(terminal) => &terminal.output,
+            Self::Pipe(end) => end,
+            Self::Terminal(terminal) => &terminal.output,
         }
     }
 }

@@ -20,7 +20,7 @@ pub struct ClientOutput {
 
 impl From<std::process::Output> for ClientOutput {
     fn from(out: std::process::Output) -> Self {
-        ClientOutput {
+        Self {
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -19,7 +19,7 @@ pub struct Console {
 
 impl Console {
     /// Starts `airlock audit serve` on `db`, with `key` as the trust anchor.
-    pub async fn start(airlock: &str, db: &Path, key: &Path) -> Console {
+    pub async fn start(airlock: &str, db: &Path, key: &Path) -> Self {
         let mut child = Command::new(airlock)
             .args(["audit", "serve", "--listen", "127.0.0.1:0"])
             .arg("--audit-db")
@@ -61,7 +61,7 @@ impl Console {
                 }
             });
         }
-        Console { child, url }
+        Self { child, url }
     }
 
     /// `127.0.0.1:PORT`.

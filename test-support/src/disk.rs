@@ -47,7 +47,7 @@ pub struct Tmpfs {
 }
 
 impl Tmpfs {
-    pub fn mount(size: &str) -> Tmpfs {
+    pub fn mount(size: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ok = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -56,7 +56,7 @@ impl Tmpfs {
             .unwrap()
             .success();
         assert!(ok, "mount tmpfs (needs root)");
-        Tmpfs { dir }
+        Self { dir }
     }
 
     pub fn path(&self) -> PathBuf {

@@ -195,7 +195,7 @@ pub struct Container {
 
 impl Container {
     /// `podman run -d --name NAME ARGS...`, with the ulimits this host needs.
-    pub fn run(tag: &str, args: &[&str]) -> Container {
+    pub fn run(tag: &str, args: &[&str]) -> Self {
         let name = unique(tag);
         let rm = remove_on_drop(&["rm", "-f", "-t", "0", &name]);
         let mut argv: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.clone()];
@@ -203,7 +203,7 @@ impl Container {
         argv.extend(args.iter().map(|s| s.to_string()));
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         pod_ok(&argv);
-        Container { name, _rm: rm }
+        Self { name, _rm: rm }
     }
 
     pub fn pid(&self) -> String {
@@ -269,7 +269,7 @@ pub struct Net {
 }
 
 impl Net {
-    pub fn new(tag: &str) -> Net {
+    pub fn new(tag: &str) -> Self {
         let name = unique(tag);
         pod_ok(&["network", "create", "--disable-dns", &name]);
         let rm = remove_on_drop(&["network", "rm", "-f", &name]);
@@ -281,7 +281,7 @@ impl Net {
             "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}}{{end}}",
         ]);
         let (bridge, gateway) = info.split_once(' ').unwrap();
-        Net {
+        Self {
             gateway: gateway.to_owned(),
             bridge: bridge.to_owned(),
             name,

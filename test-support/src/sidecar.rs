@@ -30,7 +30,7 @@ impl Drop for Sidecar {
 impl Sidecar {
     /// Starts `cmd` (an `airlock sidecar` command line) with its output
     /// collected.
-    pub fn spawn(mut cmd: Command) -> Sidecar {
+    pub fn spawn(mut cmd: Command) -> Self {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -57,7 +57,7 @@ impl Sidecar {
                 }
             });
         }
-        Sidecar {
+        Self {
             child,
             stderr,
             stdout,

@@ -31,7 +31,7 @@ impl IndexRow {
     /// The same row, with the host compared as search compares it (without
     /// case): versions before 2026-11-25 lower-cased a host before scrubbing
     /// it, so a `[secret:NAME]` in a host they indexed is in lower case.
-    fn matches(&self, other: &IndexRow) -> bool {
+    fn matches(&self, other: &Self) -> bool {
         let (a, b) = (&self.terms, &other.terms);
         self.seq == other.seq
             && self.ts_us == other.ts_us
@@ -71,7 +71,7 @@ pub(crate) struct IndexCursor<'s> {
 }
 
 impl<'s> IndexCursor<'s> {
-    pub(crate) fn new(rows: Rows<'s>) -> IndexCursor<'s> {
+    pub(crate) fn new(rows: Rows<'s>) -> Self {
         IndexCursor {
             rows,
             peeked: None,

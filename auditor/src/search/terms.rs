@@ -32,7 +32,7 @@ impl Terms {
     /// index must never hold what the record does not. Done on the values
     /// as recorded, before [`Self::normalized`]: a secret lower-cased or
     /// with its labels reversed would no longer be found by the redactor.
-    fn scrubbed(mut self, redactor: &Redactor) -> Terms {
+    fn scrubbed(mut self, redactor: &Redactor) -> Self {
         if redactor.is_empty() {
             return self;
         }
@@ -54,7 +54,7 @@ impl Terms {
 
     /// The forms search compares: the host keyed (see [`host_key`]), the
     /// method upper-case, the verdict lower-case.
-    fn normalized(mut self) -> Terms {
+    fn normalized(mut self) -> Self {
         self.host = self.host.map(|h| host_key(&h));
         self.method = self.method.map(|m| m.to_ascii_uppercase());
         self.verdict = self.verdict.map(|v| v.to_ascii_lowercase());

@@ -22,13 +22,13 @@ pub(super) struct SessionRow {
 }
 
 impl SessionRow {
-    fn read(conn: &Connection, sid: i64) -> Result<SessionRow, AuditError> {
+    fn read(conn: &Connection, sid: i64) -> Result<Self, AuditError> {
         conn.query_row(
             "SELECT started_us, info_json, public_key, key_fingerprint, ended_us, end_json, final_seq
              FROM sessions WHERE sid = ?1",
             [sid],
             |r| {
-                Ok(SessionRow {
+                Ok(Self {
                     started_us: r.get(0)?,
                     info_json: r.get(1)?,
                     public_key: r.get(2)?,
@@ -84,7 +84,7 @@ impl<'a> Verification<'a> {
         sid: i64,
         session: &'a SessionId,
         trust: &'a TrustAnchor,
-    ) -> Result<Verification<'a>, AuditError> {
+    ) -> Result<Self, AuditError> {
         Ok(Verification {
             conn,
             sid,

@@ -37,9 +37,9 @@ struct EventRow {
 }
 
 impl EventRow {
-    fn read(r: &Row<'_>) -> Result<EventRow, AuditError> {
+    fn read(r: &Row<'_>) -> Result<Self, AuditError> {
         let db = || AuditError::db("verifying");
-        Ok(EventRow {
+        Ok(Self {
             seq: u64::try_from(r.get::<_, i64>(0).map_err(db())?).unwrap_or(0),
             ts_us: r.get(1).map_err(db())?,
             kind: r.get(2).map_err(db())?,
@@ -51,8 +51,8 @@ impl EventRow {
 }
 
 impl Walk {
-    fn from_genesis(genesis: Hash) -> Walk {
-        Walk {
+    fn from_genesis(genesis: Hash) -> Self {
+        Self {
             prev: genesis,
             expected: 1,
             events: 0,

@@ -52,7 +52,7 @@ struct Attribute {
 
 impl From<Xattr> for Attribute {
     fn from(x: Xattr) -> Self {
-        Attribute {
+        Self {
             name: x.name.to_string(),
             removed: x.removed,
             acl: x.acl,

@@ -85,13 +85,13 @@ fn resolve(state: &State, id: &str) -> Result<SessionId, ConsoleError> {
 pub(crate) struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn parse(query: &str) -> Params {
+    fn parse(query: &str) -> Self {
         let decode = |s: &str| {
             percent_decode_str(&s.replace('+', " "))
                 .decode_utf8_lossy()
                 .into_owned()
         };
-        Params(
+        Self(
             query
                 .split('&')
                 .filter(|p| !p.is_empty())

@@ -114,7 +114,7 @@ struct Filter {
 }
 
 impl Filter {
-    fn from_params(state: &State, params: &Params) -> Result<Filter, ConsoleError> {
+    fn from_params(state: &State, params: &Params) -> Result<Self, ConsoleError> {
         let sessions_matching = |query: SearchQuery| -> Result<HashSet<SessionId>, ConsoleError> {
             Ok(state
                 .store
@@ -158,7 +158,7 @@ impl Filter {
                 "unknown mode {m:?}; use run, session, proxy or sidecar"
             )));
         }
-        Ok(Filter {
+        Ok(Self {
             since_us: params.time("since")?,
             until_us: params.time("until")?,
             mode,

@@ -54,8 +54,8 @@ pub struct Draft {
 }
 
 impl Draft {
-    pub fn new() -> Draft {
-        Draft::default()
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// A request that went through (`upgrade`: it asked for a WebSocket).

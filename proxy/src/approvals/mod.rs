@@ -95,8 +95,8 @@ impl Decider {
     /// The name `approvers` lists.
     fn name(&self) -> Option<&str> {
         match self {
-            Decider::User { name, .. } => name.as_deref(),
-            Decider::Token { name } => Some(name),
+            Self::User { name, .. } => name.as_deref(),
+            Self::Token { name } => Some(name),
         }
     }
 }
@@ -104,12 +104,12 @@ impl Decider {
 impl std::fmt::Display for Decider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Decider::User {
+            Self::User {
                 uid,
                 name: Some(name),
             } => write!(f, "{name} (uid {uid})"),
-            Decider::User { uid, name: None } => write!(f, "uid {uid}"),
-            Decider::Token { name } => write!(f, "token {name}"),
+            Self::User { uid, name: None } => write!(f, "uid {uid}"),
+            Self::Token { name } => write!(f, "token {name}"),
         }
     }
 }
@@ -128,8 +128,8 @@ pub enum Scope {
 impl Scope {
     pub fn as_str(self) -> &'static str {
         match self {
-            Scope::Once => "once",
-            Scope::Session => "session",
+            Self::Once => "once",
+            Self::Session => "session",
         }
     }
 }
@@ -174,9 +174,9 @@ impl DecideError {
     /// The HTTP status the API answers with.
     pub fn status(&self) -> u16 {
         match self {
-            DecideError::Unknown(_) => 404,
-            DecideError::AlreadyDecided { .. } => 409,
-            DecideError::NotAnApprover { .. } | DecideError::NotTheOwner { .. } => 403,
+            Self::Unknown(_) => 404,
+            Self::AlreadyDecided { .. } => 409,
+            Self::NotAnApprover { .. } | Self::NotTheOwner { .. } => 403,
         }
     }
 }

@@ -102,8 +102,8 @@ impl RequestBody {
     /// The body no byte of which was read yet, taken out; None (and left
     /// as it is) when reading has begun.
     fn take_unread(&mut self) -> Option<Incoming> {
-        match std::mem::replace(self, RequestBody::Forwarded) {
-            RequestBody::Streamed(incoming) => Some(incoming),
+        match std::mem::replace(self, Self::Forwarded) {
+            Self::Streamed(incoming) => Some(incoming),
             other => {
                 *self = other;
                 None

@@ -73,7 +73,7 @@ impl std::str::FromStr for PinnedHost {
             .split_once(':')
             .ok_or_else(|| PinnedHostError::NoColon(s.to_owned()))?;
         let ip = ip.trim_start_matches('[').trim_end_matches(']');
-        Ok(PinnedHost {
+        Ok(Self {
             host: Host::parse(host).map_err(|source| PinnedHostError::Host {
                 input: s.to_owned(),
                 source,

@@ -61,16 +61,16 @@ pub(super) enum FrameError {
 impl FrameError {
     /// True when the peer broke the protocol (rather than the connection failing).
     pub(super) fn is_protocol(&self) -> bool {
-        !matches!(self, FrameError::Io(_))
+        !matches!(self, Self::Io(_))
     }
 }
 
 impl From<std::io::Error> for FrameError {
     fn from(e: std::io::Error) -> Self {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            FrameError::Truncated
+            Self::Truncated
         } else {
-            FrameError::Io(e)
+            Self::Io(e)
         }
     }
 }

@@ -74,8 +74,8 @@ pub(super) struct FileRecord {
 }
 
 impl FileRecord {
-    pub(super) fn now(exec_id: Option<ExecSeq>, path: Vec<u8>, op: FileChange) -> FileRecord {
-        FileRecord {
+    pub(super) fn now(exec_id: Option<ExecSeq>, path: Vec<u8>, op: FileChange) -> Self {
+        Self {
             exec_id,
             path,
             op,
@@ -131,8 +131,8 @@ pub(super) fn renamed(name: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl Files {
-    pub(super) fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Files {
-        Files {
+    pub(super) fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Self {
+        Self {
             tracked: HashMap::new(),
             by_name: BTreeMap::new(),
             held_by: HashMap::new(),

@@ -37,8 +37,8 @@ pub(super) struct Procs {
 }
 
 impl Procs {
-    pub(super) fn new(shared: SharedState, init: Pid) -> Procs {
-        Procs {
+    pub(super) fn new(shared: SharedState, init: Pid) -> Self {
+        Self {
             procs: HashMap::new(),
             threads: HashMap::new(),
             next_exec: 1,

@@ -82,8 +82,8 @@ struct TaskStatus {
 }
 
 impl TaskStatus {
-    fn parse(text: &str) -> Option<TaskStatus> {
-        let mut st = TaskStatus {
+    fn parse(text: &str) -> Option<Self> {
+        let mut st = Self {
             comm: Vec::new(),
             state: '?',
             tracer: -1,
@@ -108,8 +108,8 @@ impl TaskStatus {
         (st.tracer >= 0).then_some(st)
     }
 
-    fn read(tgid: Pid, tid: Pid) -> Option<TaskStatus> {
-        let mut st = TaskStatus::parse(&procfs::status_text(&format!(
+    fn read(tgid: Pid, tid: Pid) -> Option<Self> {
+        let mut st = Self::parse(&procfs::status_text(&format!(
             "/proc/{tgid}/task/{tid}/status"
         ))?)?;
         if let Ok(mut comm) = std::fs::read(format!("/proc/{tgid}/task/{tid}/comm")) {
@@ -150,8 +150,8 @@ impl Sweep {
         tracer: Pid,
         shared: SharedState,
         tx: Sender<Observation>,
-    ) -> Option<Sweep> {
-        Some(Sweep {
+    ) -> Option<Self> {
+        Some(Self {
             ns: pid_ns_of(init)?,
             init,
             tracer,
@@ -265,7 +265,7 @@ pub(super) struct Backstop {
 
 impl Backstop {
     /// Sweep every [`PERIOD`] on a thread of its own until `finish`.
-    pub(super) fn start(mut sweep: Sweep) -> std::io::Result<Backstop> {
+    pub(super) fn start(mut sweep: Sweep) -> std::io::Result<Self> {
         let (stop, stopped) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("airlock-backstop".into())
@@ -274,7 +274,7 @@ impl Backstop {
                 wait_and_sweep(&mut sweep, &stopped);
                 sweep
             })?;
-        Ok(Backstop { stop, thread })
+        Ok(Self { stop, thread })
     }
 
     /// Stop sweeping, then sweep once more: a task that outlived every

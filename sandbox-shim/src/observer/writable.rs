@@ -116,14 +116,14 @@ fn trim_leading_slashes(path: &[u8]) -> &[u8] {
 
 impl Mounts {
     /// The writable mounts of the sandbox whose init is `init` (host pid).
-    pub(super) fn open(init: Pid) -> Mounts {
+    pub(super) fn open(init: Pid) -> Self {
         let Ok(text) = std::fs::read(format!("/proc/{init}/mountinfo")) else {
-            return Mounts::default();
+            return Self::default();
         };
         let Ok(root) = File::open(format!("/proc/{init}/root")) else {
-            return Mounts::default();
+            return Self::default();
         };
-        let mut out = Mounts::default();
+        let mut out = Self::default();
         for line in text.split(|&b| b == b'\n') {
             let Some((point, rw, fstype)) = parse_line(line) else {
                 continue;

@@ -63,10 +63,10 @@ impl Change {
     /// The word the text report starts the change's line with.
     fn label(self) -> &'static str {
         match self {
-            Change::Blocked => "blocked",
-            Change::Undecidable => "undecidable",
-            Change::NowAllowed => "allowed",
-            Change::Other => "other",
+            Self::Blocked => "blocked",
+            Self::Undecidable => "undecidable",
+            Self::NowAllowed => "allowed",
+            Self::Other => "other",
         }
     }
 }

@@ -38,7 +38,7 @@ pub enum UrlError {
 }
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Target, UrlError> {
+    pub fn parse(url: &str) -> Result<Self, UrlError> {
         let uri: http::Uri = url.parse().map_err(|source| UrlError::Invalid {
             url: url.into(),
             source,
@@ -61,7 +61,7 @@ impl Target {
             Scheme::Http => 80,
         });
         let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-        Ok(Target {
+        Ok(Self {
             scheme,
             host,
             port,
@@ -97,11 +97,11 @@ pub enum Outcome {
 impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Allow => "allow",
-            Outcome::Report => "report",
-            Outcome::Deny => "deny",
-            Outcome::Ask => "ask",
-            Outcome::Undecidable => "undecidable",
+            Self::Allow => "allow",
+            Self::Report => "report",
+            Self::Deny => "deny",
+            Self::Ask => "ask",
+            Self::Undecidable => "undecidable",
         }
     }
 }
@@ -121,8 +121,8 @@ pub struct Decided {
 }
 
 impl Decided {
-    fn new(outcome: Outcome, rule: Option<RuleRef>, reason: Option<String>) -> Decided {
-        Decided {
+    fn new(outcome: Outcome, rule: Option<RuleRef>, reason: Option<String>) -> Self {
+        Self {
             outcome,
             rule,
             reason,

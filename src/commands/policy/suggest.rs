@@ -227,7 +227,7 @@ struct RecordedUrl<'a> {
 }
 
 impl<'a> RecordedUrl<'a> {
-    fn split(url: &'a str) -> Option<RecordedUrl<'a>> {
+    fn split(url: &'a str) -> Option<Self> {
         let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
             (Scheme::Https, rest)
         } else {
@@ -442,7 +442,7 @@ mod tests {
             assert!(text.contains(expected), "{expected:?} in {text}");
         }
         assert!(!text.contains("token=x"), "{text}");
-        let policy = airlock_policy::Policy::parse("s.toml", &text).unwrap();
+        let policy = Policy::parse("s.toml", &text).unwrap();
         assert_eq!(policy.lint(), Vec::new(), "{text}");
     }
 

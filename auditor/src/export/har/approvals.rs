@@ -170,8 +170,8 @@ pub(super) struct Approvals<'a> {
 }
 
 impl<'a> Approvals<'a> {
-    pub(super) fn collect(events: &'a [StoredEvent]) -> Approvals<'a> {
-        let mut by_id: HashMap<&str, Approval> = HashMap::new();
+    pub(super) fn collect(events: &'a [StoredEvent]) -> Self {
+        let mut by_id: HashMap<&str, Approval<'_>> = HashMap::new();
         for ev in events {
             match &ev.event {
                 AuditEvent::ApprovalRequested { approval, .. } => {

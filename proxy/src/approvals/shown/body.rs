@@ -31,7 +31,7 @@ pub struct Bound {
 impl Bound {
     /// What `airlock approvals`, the API's listing and the webhook show:
     /// generous enough for any form or JSON document a person can read.
-    pub const LISTING: Bound = Bound {
+    pub const LISTING: Self = Self {
         chars: 64 * 1024,
         items: 500,
         value_chars: 4 * 1024,
@@ -39,7 +39,7 @@ impl Bound {
     };
     /// Everything (`airlock approvals show ID`); a held body is at most
     /// 1 MiB.
-    pub const WHOLE: Bound = Bound {
+    pub const WHOLE: Self = Self {
         chars: usize::MAX,
         items: usize::MAX,
         value_chars: usize::MAX,

@@ -14,8 +14,8 @@ pub(super) enum Node {
     Bool(bool),
     Number(String),
     Str(String),
-    Array(Vec<Node>),
-    Object(Vec<(String, Node)>),
+    Array(Vec<Self>),
+    Object(Vec<(String, Self)>),
 }
 
 impl<'de> Deserialize<'de> for Node {
