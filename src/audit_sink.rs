@@ -5,6 +5,7 @@
 //! unrecorded) and when its response ends. A connection likewise when it is
 //! decided and when it closes. The auditor's readers show the latest record.
 
+use airlock_auditor::{ApprovalDecided, ApprovalRequested, DnsQuery, HttpExchange, TcpConnection};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -112,7 +113,7 @@ impl EventSink for AuditSink {
                 answers,
                 reason,
                 ..
-            } => self.record(AuditEvent::Dns {
+            } => self.record(AuditEvent::Dns(DnsQuery {
                 exec_id: self
                     .exec_for(client, true)
                     .or_else(|| self.exec_for(client, false)),
@@ -121,7 +122,7 @@ impl EventSink for AuditSink {
                 answer: answers.iter().map(ToString::to_string).collect(),
                 decision: verdict(v),
                 rule: reason,
-            }),
+            })),
             Event::Connection {
                 conn,
                 client,
@@ -197,7 +198,7 @@ impl EventSink for AuditSink {
                     rule,
                     reason,
                 };
-                let event = AuditEvent::Http {
+                let event = AuditEvent::Http(HttpExchange {
                     exec_id: self.exec_of_connection(conn),
                     exchange: Some(request.0),
                     method: pending.method.clone(),
@@ -219,7 +220,7 @@ impl EventSink for AuditSink {
                     rule: pending.rule.clone(),
                     reason: pending.reason.clone(),
                     websocket: None,
-                };
+                });
                 if refused_status.is_none()
                     && let Ok(mut map) = self.requests.lock()
                 {
@@ -249,7 +250,7 @@ impl EventSink for AuditSink {
                     return Ok(());
                 };
                 let started = i64::try_from(ts.0.saturating_sub(total_us)).ok();
-                let event = AuditEvent::Http {
+                let event = AuditEvent::Http(HttpExchange {
                     exec_id: self.exec_of_connection(conn),
                     exchange: Some(request.0),
                     method: p.method,
@@ -271,7 +272,7 @@ impl EventSink for AuditSink {
                     rule: p.rule,
                     reason: error.or(p.reason),
                     websocket: None,
-                };
+                });
                 if status == 101
                     && let Ok(mut map) = self.upgraded.lock()
                 {
@@ -317,7 +318,7 @@ impl EventSink for AuditSink {
                 timeout_ms,
                 approvers,
                 ..
-            } => self.record(AuditEvent::ApprovalRequested {
+            } => self.record(AuditEvent::ApprovalRequested(ApprovalRequested {
                 approval,
                 exec_id: self.exec_of_connection(conn),
                 exchange: Some(request.0),
@@ -330,7 +331,7 @@ impl EventSink for AuditSink {
                 reason,
                 timeout_ms,
                 approvers,
-            }),
+            })),
             Event::ApprovalDecided {
                 conn,
                 request,
@@ -344,7 +345,7 @@ impl EventSink for AuditSink {
                 method,
                 url,
                 ..
-            } => self.record(AuditEvent::ApprovalDecided {
+            } => self.record(AuditEvent::ApprovalDecided(ApprovalDecided {
                 approval,
                 exec_id: self.exec_of_connection(conn),
                 exchange: Some(request.0),
@@ -356,7 +357,7 @@ impl EventSink for AuditSink {
                 body_sha256,
                 method,
                 url,
-            }),
+            })),
             Event::WebSocketEnd {
                 request,
                 closed_by,
@@ -385,7 +386,7 @@ impl EventSink for AuditSink {
                 record.bytes_to_client = to_client.bytes;
                 record.ms_total = Some(duration_us as f64 / 1000.0);
                 record.error = error;
-                if let AuditEvent::Http { websocket, .. } = &mut event {
+                if let AuditEvent::Http(HttpExchange { websocket, .. }) = &mut event {
                     *websocket = Some(Box::new(record));
                 }
                 self.record(event)
@@ -411,7 +412,7 @@ fn tcp_event(
     bytes_down: u64,
     duration_ms: Option<f64>,
 ) -> AuditEvent {
-    AuditEvent::Tcp {
+    AuditEvent::Tcp(TcpConnection {
         exec_id: record.exec.clone(),
         connection: Some(conn.0),
         dst: record.dst.clone(),
@@ -423,7 +424,7 @@ fn tcp_event(
         bytes_up,
         bytes_down,
         duration_ms,
-    }
+    })
 }
 
 /// Sends every event to several sinks; fails if any of them fails.

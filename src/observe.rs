@@ -2,6 +2,7 @@
 //! it writes, and its terminal output. The shim observes; this module turns
 //! its observations into audit records.
 
+use airlock_auditor::{Exec, Exit, FileChange, Output, Untraced};
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
@@ -53,7 +54,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             env_values_nonsecret,
             step,
             ..
-        } => AuditEvent::Exec {
+        } => AuditEvent::Exec(Exec {
             exec_id: exec_id(id),
             parent_exec_id: parent.map(exec_id),
             pid,
@@ -71,17 +72,17 @@ fn to_audit(observation: Observation) -> AuditEvent {
                 .collect(),
             step: step.map(|s| airlock_auditor::StepNo(s.0)),
             image: exec_image(image),
-        },
+        }),
         Observation::Exit {
             exec_id: id,
             status,
             signal,
             ..
-        } => AuditEvent::Exit {
+        } => AuditEvent::Exit(Exit {
             exec_id: exec_id(id),
             status,
             signal,
-        },
+        }),
         Observation::File {
             exec_id: id,
             path,
@@ -96,7 +97,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
             reconciled,
             xattr,
             ..
-        } => AuditEvent::File {
+        } => AuditEvent::File(FileChange {
             exec_id: id.map(exec_id),
             path: path.into(),
             op: file_op(op),
@@ -119,7 +120,7 @@ fn to_audit(observation: Observation) -> AuditEvent {
                 removed: x.removed,
                 acl: x.acl,
             }),
-        },
+        }),
         Observation::UntracedKilled {
             pid,
             ppid,
@@ -127,13 +128,13 @@ fn to_audit(observation: Observation) -> AuditEvent {
             uid,
             exec_id: id,
             ..
-        } => AuditEvent::Untraced {
+        } => AuditEvent::Untraced(Untraced {
             exec_id: id.map(exec_id),
             pid,
             ppid,
             uid,
             comm: comm.into(),
-        },
+        }),
     }
 }
 
@@ -239,11 +240,11 @@ fn copy_and_record(fd: OwnedFd, stream: OutputStream, recorder: Option<&SessionR
             OutputStream::Stderr => std::io::stderr().lock().write_all(data),
         };
         if let Some(recorder) = recorder {
-            let _ = recorder.record(AuditEvent::Output {
+            let _ = recorder.record(AuditEvent::Output(Output {
                 stream,
                 data: data.to_vec(),
                 step: None,
-            });
+            }));
         }
     }
 }

@@ -9,6 +9,7 @@
 //! push keystrokes into it (TIOCSTI), change its settings or read from it
 //! once airlock is done.
 
+use airlock_auditor::{Output, Resize};
 use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -172,10 +173,10 @@ impl PtyRelay {
                 }
                 last = Some(size);
                 if let Some(r) = &recorder {
-                    let _ = r.record(AuditEvent::Resize {
+                    let _ = r.record(AuditEvent::Resize(Resize {
                         cols: size.cols,
                         rows: size.rows,
-                    });
+                    }));
                 }
             }
         })
@@ -284,11 +285,11 @@ fn copy_output(master: &OwnedFd, buf: &mut [u8], recorder: Option<&SessionRecord
         let _ = out.write_all(data).and_then(|()| out.flush());
         drop(out);
         if let Some(r) = recorder {
-            let _ = r.record(AuditEvent::Output {
+            let _ = r.record(AuditEvent::Output(Output {
                 stream: OutputStream::Stdout,
                 data: data.to_vec(),
                 step: None,
-            });
+            }));
         }
     }
 }

@@ -5,6 +5,7 @@
 //!
 //! KEY defaults to DB with the extension `.key`.
 
+use airlock_auditor::{DnsQuery, Exec, Exit, FileChange, HttpExchange, Output};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -28,33 +29,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SessionInfo::default()
     })?;
     let pause = || std::thread::sleep(std::time::Duration::from_millis(15));
-    let ex = |id: &str, parent: Option<&str>, argv: &[&str]| AuditEvent::Exec {
-        exec_id: ExecId::new(id),
-        parent_exec_id: parent.map(ExecId::new),
-        pid: 2,
-        ppid: 1,
-        uid: 1000,
-        path: format!("/usr/bin/{}", argv[0]).into(),
-        argv: argv.iter().map(|&s| s.into()).collect(),
-        cwd: "/work".into(),
-        env_names: vec!["PATH".into()],
-        env_values_nonsecret: BTreeMap::new(),
-        step: None,
-        image: Default::default(),
+    let ex = |id: &str, parent: Option<&str>, argv: &[&str]| {
+        AuditEvent::Exec(Exec {
+            exec_id: ExecId::new(id),
+            parent_exec_id: parent.map(ExecId::new),
+            pid: 2,
+            ppid: 1,
+            uid: 1000,
+            path: format!("/usr/bin/{}", argv[0]).into(),
+            argv: argv.iter().map(|&s| s.into()).collect(),
+            cwd: "/work".into(),
+            env_names: vec!["PATH".into()],
+            env_values_nonsecret: BTreeMap::new(),
+            step: None,
+            image: Default::default(),
+        })
     };
     rec.record(ex("1:1", None, &["sh", "-c", "python3 fetch.py"]))?;
     pause();
     rec.record(ex("2:1", Some("1:1"), &["python3", "fetch.py"]))?;
-    rec.record(AuditEvent::Dns {
+    rec.record(AuditEvent::Dns(DnsQuery {
         exec_id: Some(ExecId::new("2:1")),
         name: "api.github.com".into(),
         qtype: "A".into(),
         answer: vec!["140.82.121.6".into()],
         decision: "allow".into(),
         rule: Some("policy.toml:4".into()),
-    })?;
+    }))?;
     pause();
-    rec.record(AuditEvent::Http {
+    rec.record(AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id: Some(ExecId::new("2:1")),
         method: "GET".into(),
@@ -76,8 +79,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rule: Some("policy.toml:4".into()),
         reason: None,
         websocket: None,
-    })?;
-    rec.record(AuditEvent::File {
+    }))?;
+    rec.record(AuditEvent::File(FileChange {
         exec_id: Some(ExecId::new("2:1")),
         path: "/work/out/repo.json".into(),
         op: FileOp::Create,
@@ -91,8 +94,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         content_over_budget: false,
         identity: Default::default(),
         xattr: None,
-    })?;
-    rec.record(AuditEvent::Http {
+    }))?;
+    rec.record(AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id: Some(ExecId::new("2:1")),
         method: "POST".into(),
@@ -114,17 +117,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rule: None,
         reason: Some("no rule allows host paste.example.net".into()),
         websocket: None,
-    })?;
-    rec.record(AuditEvent::Output {
+    }))?;
+    rec.record(AuditEvent::Output(Output {
         stream: OutputStream::Stdout,
         data: b"saved repo.json\r\n".to_vec(),
         step: None,
-    })?;
-    rec.record(AuditEvent::Exit {
+    }))?;
+    rec.record(AuditEvent::Exit(Exit {
         exec_id: ExecId::new("2:1"),
         status: Some(0),
         signal: None,
-    })?;
+    }))?;
     let id = rec.session_id().clone();
     rec.finish(SessionEnd {
         exit_status: Some(0),

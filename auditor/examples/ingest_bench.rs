@@ -4,6 +4,7 @@
 //!
 //!     cargo run --release -p airlock-auditor --example ingest_bench -- [EVENTS] [DB]
 
+use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, TcpConnection};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -14,7 +15,7 @@ use airlock_auditor::{
 fn event(i: u64) -> AuditEvent {
     let exec_id = Some(ExecId::new(format!("{}:{}", 1000 + i % 7, 12345)));
     match i % 5 {
-        0 => AuditEvent::Exec {
+        0 => AuditEvent::Exec(Exec {
             exec_id: ExecId::new(format!("{}:{}", 1000 + i, 12345)),
             parent_exec_id: exec_id,
             pid: (1000 + i % 30000) as i32,
@@ -33,16 +34,16 @@ fn event(i: u64) -> AuditEvent {
             env_values_nonsecret: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
             step: None,
             image: Default::default(),
-        },
-        1 => AuditEvent::Dns {
+        }),
+        1 => AuditEvent::Dns(DnsQuery {
             exec_id,
             name: format!("host{}.pypi.org", i % 100),
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into(), "151.101.64.223".into()],
             decision: "allow".into(),
             rule: Some("policy.toml:12".into()),
-        },
-        2 => AuditEvent::Tcp {
+        }),
+        2 => AuditEvent::Tcp(TcpConnection {
             connection: None,
             exec_id,
             dst: "151.101.0.223:443".into(),
@@ -54,8 +55,8 @@ fn event(i: u64) -> AuditEvent {
             bytes_up: 1200 + i % 500,
             bytes_down: 50_000 + i % 9000,
             duration_ms: Some(42.0),
-        },
-        3 => AuditEvent::Http {
+        }),
+        3 => AuditEvent::Http(HttpExchange {
             exchange: None,
             exec_id,
             method: "GET".into(),
@@ -83,8 +84,8 @@ fn event(i: u64) -> AuditEvent {
             rule: Some("policy.toml:12".into()),
             reason: None,
             websocket: None,
-        },
-        _ => AuditEvent::File {
+        }),
+        _ => AuditEvent::File(FileChange {
             exec_id,
             path: format!(
                 "/work/.venv/lib/python3.12/site-packages/pkg/mod{}.py",
@@ -102,7 +103,7 @@ fn event(i: u64) -> AuditEvent {
             content_over_budget: false,
             identity: Default::default(),
             xattr: None,
-        },
+        }),
     }
 }
 

@@ -8,6 +8,7 @@
 //!     cargo run --release -p airlock-auditor --example replay_corpus -- N DB
 
 use airlock_auditor::{AuditEvent, AuditStore, SessionEnd, SessionInfo, SigningKeySource};
+use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
 
 fn request(i: u64) -> AuditEvent {
     let (method, url, body) = match i % 4 {
@@ -46,7 +47,7 @@ fn request(i: u64) -> AuditEvent {
             ),
         ),
     };
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exec_id: None,
         exchange: Some(i),
         method: method.into(),
@@ -71,20 +72,20 @@ fn request(i: u64) -> AuditEvent {
         rule: Some("policy.toml:4".into()),
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 fn lookup_and_connect(i: u64) -> [AuditEvent; 2] {
     [
-        AuditEvent::Dns {
+        AuditEvent::Dns(DnsQuery {
             exec_id: None,
             name: "pypi.org".into(),
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into()],
             decision: "allow".into(),
             rule: None,
-        },
-        AuditEvent::Tcp {
+        }),
+        AuditEvent::Tcp(TcpConnection {
             exec_id: None,
             connection: Some(i),
             dst: "151.101.0.223:443".into(),
@@ -96,7 +97,7 @@ fn lookup_and_connect(i: u64) -> [AuditEvent; 2] {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: None,
-        },
+        }),
     ]
 }
 

@@ -10,6 +10,7 @@
 //! A DB that already holds the sessions is reused rather than generated
 //! again, so repeated runs time only the searches.
 
+use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, TcpConnection};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -30,7 +31,7 @@ fn event(session: u64, i: u64) -> AuditEvent {
     let exec_id = Some(ExecId::new(format!("{}:{}", 1000 + i % 7, session)));
     let host = format!("pkg{}.pypi.org", (session + i) % 200);
     match i % 5 {
-        0 => AuditEvent::Exec {
+        0 => AuditEvent::Exec(Exec {
             exec_id: ExecId::new(format!("{}:{}", 1000 + i, session)),
             parent_exec_id: exec_id,
             pid: (1000 + i % 30000) as i32,
@@ -49,16 +50,16 @@ fn event(session: u64, i: u64) -> AuditEvent {
             env_values_nonsecret: BTreeMap::from([("LANG".into(), "C.UTF-8".into())]),
             step: None,
             image: Default::default(),
-        },
-        1 => AuditEvent::Dns {
+        }),
+        1 => AuditEvent::Dns(DnsQuery {
             exec_id,
             name: host,
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into()],
             decision: "allow".into(),
             rule: Some("policy.toml:12".into()),
-        },
-        2 => AuditEvent::Tcp {
+        }),
+        2 => AuditEvent::Tcp(TcpConnection {
             connection: None,
             exec_id,
             dst: "151.101.0.223:443".into(),
@@ -75,12 +76,12 @@ fn event(session: u64, i: u64) -> AuditEvent {
             bytes_up: 1200,
             bytes_down: 50_000,
             duration_ms: Some(42.0),
-        },
+        }),
         3 => http(
             exec_id,
             &format!("https://{host}/simple/package-{}/", i % 1000),
         ),
-        _ => AuditEvent::File {
+        _ => AuditEvent::File(FileChange {
             exec_id,
             path: format!(
                 "/work/.venv/lib/python3.12/site-packages/pkg{}/mod{}.py",
@@ -99,12 +100,12 @@ fn event(session: u64, i: u64) -> AuditEvent {
             content_over_budget: false,
             identity: Default::default(),
             xattr: None,
-        },
+        }),
     }
 }
 
 fn http(exec_id: Option<ExecId>, url: &str) -> AuditEvent {
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id,
         method: "GET".into(),
@@ -126,25 +127,25 @@ fn http(exec_id: Option<ExecId>, url: &str) -> AuditEvent {
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 /// The needles: a lookup, a connection, a request and the key written.
 fn needles() -> Vec<AuditEvent> {
     let exec_id = Some(ExecId::new("666:1"));
     let mut file = event(0, 4);
-    if let AuditEvent::File { path, .. } = &mut file {
+    if let AuditEvent::File(FileChange { path, .. }) = &mut file {
         *path = NEEDLE_FILE.into();
     }
     vec![
-        AuditEvent::Dns {
+        AuditEvent::Dns(DnsQuery {
             exec_id: exec_id.clone(),
             name: NEEDLE_HOST.into(),
             qtype: "A".into(),
             answer: vec!["203.0.113.9".into()],
             decision: "allow".into(),
             rule: None,
-        },
+        }),
         http(exec_id, &format!("https://{NEEDLE_HOST}/upload")),
         file,
     ]

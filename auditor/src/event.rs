@@ -23,305 +23,367 @@ use crate::{ExecId, OsText, Seq, SessionId, StepNo};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AuditEvent {
-    Exec {
-        exec_id: ExecId,
-        #[serde(default)]
-        parent_exec_id: Option<ExecId>,
-        pid: i32,
-        ppid: i32,
-        uid: u32,
-        path: OsText,
-        argv: Vec<OsText>,
-        cwd: OsText,
-        #[serde(default)]
-        env_names: Vec<OsText>,
-        /// Keyed by names that are UTF-8 (a JSON object's keys are text):
-        /// a variable whose name is not keeps only its name in `env_names`.
-        #[serde(default)]
-        env_values_nonsecret: BTreeMap<String, OsText>,
-        /// In a live session, the step whose exec tree this exec is in (the
-        /// observer knows: it descends from the step's first process). Left
-        /// out when absent, so records made before steps existed verify
-        /// unchanged.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step: Option<StepNo>,
-        /// What the kernel executed, beyond `path` (empty for records made
-        /// before 2026-11-25).
-        #[serde(default, flatten)]
-        image: ExecImage,
-    },
-    Exit {
-        exec_id: ExecId,
-        /// Exit code when the process exited normally.
-        #[serde(default)]
-        status: Option<i32>,
-        /// Signal number when the process was killed by a signal.
-        #[serde(default)]
-        signal: Option<i32>,
-    },
-    File {
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        /// Absolute path as seen inside the sandbox.
-        path: OsText,
-        op: FileOp,
-        #[serde(default)]
-        size: Option<u64>,
-        /// SHA-256 (hex) of the file's content after the operation, as
-        /// observed by the producer. Computed from `content` when absent.
-        #[serde(default)]
-        sha256: Option<String>,
-        /// The content after the operation, if the producer captured it. The
-        /// store moves it to a deduplicated content table (so it is `None` in
-        /// events read back) and drops it when larger than the session's
-        /// `max_file_bytes`.
-        #[serde(default, with = "opt_b64", skip_serializing_if = "Option::is_none")]
-        content: Option<Vec<u8>>,
-        #[serde(default)]
-        rename_to: Option<OsText>,
-        #[serde(default)]
-        mode: Option<u32>,
-        /// Set by the store: SHA-256 of the stored content blob. Differs from
-        /// `sha256` only when redaction had to change the bytes.
-        #[serde(default)]
-        stored_content: Option<String>,
-        /// Set by the store: content was captured but exceeded the cap, so
-        /// only its hash is kept.
-        #[serde(default)]
-        content_over_cap: bool,
-        /// Set by the store: the session's record budget
-        /// (`SessionInfo::max_session_bytes`) was spent, so only the hash and
-        /// size are kept. Left out when false, so older records verify
-        /// unchanged.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        content_over_budget: bool,
-        /// Which file the kernel wrote, and how the record learnt of it.
-        #[serde(default, flatten)]
-        identity: FileIdentity,
-        /// For op `xattr`: which extended attribute. `size`, `sha256` and
-        /// the content are then the attribute's value (kept like file
-        /// content: the same cap, budget and store), and `mode`, for a
-        /// POSIX ACL, the mode the file had after it. Left out otherwise,
-        /// so older records verify unchanged.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        xattr: Option<Xattr>,
-    },
-    Dns {
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        name: String,
-        qtype: String,
-        #[serde(default)]
-        answer: Vec<String>,
-        decision: String,
-        #[serde(default)]
-        rule: Option<String>,
-    },
-    Tcp {
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        /// Links the record made when the connection was decided to the one
-        /// made when it closed (with byte counts); readers show the latest.
-        #[serde(default)]
-        connection: Option<u64>,
-        /// Destination address as "ip:port".
-        dst: String,
-        #[serde(default)]
-        host: Option<String>,
-        port: u16,
-        decision: String,
-        #[serde(default)]
-        rule: Option<String>,
-        /// Why a refused connection was refused. Left out when absent, so
-        /// records written before the field existed verify unchanged.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-        #[serde(default)]
-        bytes_up: u64,
-        #[serde(default)]
-        bytes_down: u64,
-        #[serde(default)]
-        duration_ms: Option<f64>,
-    },
-    Http {
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        /// Links the records of one exchange: the proxy records the decision
-        /// before forwarding (so nothing goes out unrecorded, even if airlock
-        /// dies mid-request) and the completed exchange when the response
-        /// ends. Readers show the latest record of each exchange.
-        #[serde(default)]
-        exchange: Option<u64>,
-        method: String,
-        url: String,
-        http_version: String,
-        #[serde(default)]
-        request_headers: Vec<(String, String)>,
-        #[serde(default, with = "opt_b64")]
-        request_body: Option<Vec<u8>>,
-        #[serde(default)]
-        request_body_truncated: bool,
-        #[serde(default)]
-        status: Option<u16>,
-        #[serde(default)]
-        response_headers: Vec<(String, String)>,
-        #[serde(default, with = "opt_b64")]
-        response_body: Option<Vec<u8>>,
-        #[serde(default)]
-        response_body_truncated: bool,
-        #[serde(default)]
-        bytes_up: u64,
-        #[serde(default)]
-        bytes_down: u64,
-        /// When the request started (µs since the epoch); defaults to the
-        /// event's own timestamp.
-        #[serde(default)]
-        started_us: Option<i64>,
-        /// Milliseconds from request start to response headers.
-        #[serde(default)]
-        ms_to_headers: Option<f64>,
-        /// Milliseconds from request start to the end of the response.
-        #[serde(default)]
-        ms_total: Option<f64>,
-        /// "allow" | "deny" | "report".
-        decision: String,
-        /// The policy rule that decided, e.g. "policy.toml:12".
-        #[serde(default)]
-        rule: Option<String>,
-        #[serde(default)]
-        reason: Option<String>,
-        /// An upgraded (101) exchange's WebSocket messages and how it ended;
-        /// set on the record made when the relay ended.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        websocket: Option<Box<WebSocketRecord>>,
-    },
+    Exec(Exec),
+    Exit(Exit),
+    File(FileChange),
+    Dns(DnsQuery),
+    Tcp(TcpConnection),
+    Http(HttpExchange),
     /// Terminal output, for asciicast export.
-    Output {
-        stream: OutputStream,
-        #[serde(with = "b64")]
-        data: Vec<u8>,
-        /// In a live session, the step whose stdout or stderr this is. Left
-        /// out when absent (as for `Exec::step`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step: Option<StepNo>,
-    },
+    Output(Output),
     /// A session-level note from airlock itself (e.g. "policy reloaded").
-    Note { text: String },
+    Note(Note),
     /// A task in the sandbox that the observer did not trace, so nothing it
     /// ran is on record: airlock killed its process when it found it.
-    Untraced {
-        /// The exec responsible for it (its parent's; a thread's own
-        /// process's), when that one was traced.
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        /// Its pid (a thread's tid) inside the sandbox.
-        pid: i32,
-        /// Its parent's pid inside the sandbox; 0 for a parent outside it.
-        ppid: i32,
-        uid: u32,
-        /// Its name (/proc/PID/comm), as it set it.
-        comm: OsText,
-    },
+    Untraced(Untraced),
     /// The command's terminal got a new window size (the caller resized
     /// theirs), for asciicast export.
-    Resize { cols: u16, rows: u16 },
+    Resize(Resize),
+    #[serde(rename = "approval_requested")]
     /// A request an `[[ask]]` rule held for a person's decision. Recorded
     /// before anyone is asked, so no one can be asked off the record.
-    #[serde(rename = "approval_requested")]
-    ApprovalRequested {
-        /// The approval's id (what `airlock approve ID` takes), e.g. "k3v9q2xa".
-        approval: String,
-        /// Filled by the binary's attribution, as for `Http`.
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        /// The exchange of the held request: links this record to the
-        /// `Http` records of the same exchange (see `Http::exchange`).
-        #[serde(default)]
-        exchange: Option<u64>,
-        method: String,
-        /// Secrets already redacted by the producer.
-        url: String,
-        #[serde(default)]
-        request_headers: Vec<(String, String)>,
-        body_bytes: u64,
-        /// SHA-256 (hex) of the exact body held: what the person was shown
-        /// is what is forwarded if they approve.
-        body_sha256: String,
-        /// The `[[ask]]` rule, e.g. "policy.toml:12".
-        rule: String,
-        /// The rule's reason text, shown to the approver.
-        #[serde(default)]
-        reason: Option<String>,
-        timeout_ms: u64,
-        /// Who may decide; empty means the session's owner.
-        #[serde(default)]
-        approvers: Vec<String>,
-    },
-    /// The end of a held request's wait: a person's decision, or none in time.
+    ApprovalRequested(ApprovalRequested),
     #[serde(rename = "approval_decided")]
-    ApprovalDecided {
-        approval: String,
-        #[serde(default)]
-        exec_id: Option<ExecId>,
-        #[serde(default)]
-        exchange: Option<u64>,
-        /// "approved", "denied", "expired" (nobody decided within the
-        /// timeout) or "abandoned" (the client went away or the session
-        /// ended first).
-        outcome: String,
-        /// "once" or "session" when approved.
-        #[serde(default)]
-        scope: Option<String>,
-        /// Who decided, e.g. "alice (uid 1000)" or "token ci-bot"; `None`
-        /// when expired or abandoned.
-        #[serde(default)]
-        by: Option<String>,
-        #[serde(default)]
-        note: Option<String>,
-        waited_ms: u64,
-        /// Repeated from the request, so the decision names the exact body
-        /// it let through even when read alone.
-        body_sha256: String,
-        method: String,
-        url: String,
-    },
+    /// The end of a held request's wait: a person's decision, or none in time.
+    ApprovalDecided(ApprovalDecided),
+    #[serde(rename = "step_start")]
     /// A live session (`airlock session exec`) began a step: one command
     /// run in the session's sandbox, with the caller's label (an agent's
     /// tool-call id or turn number; untrusted text, like everything the
     /// caller chooses).
-    #[serde(rename = "step_start")]
-    StepStart {
-        step: StepNo,
-        #[serde(default)]
-        label: Option<String>,
-        command: Vec<String>,
-        #[serde(default)]
-        cwd: Option<String>,
-        /// The command ran on a pty.
-        #[serde(default)]
-        tty: bool,
-    },
+    StepStart(StepStart),
+    #[serde(rename = "step_end")]
     /// A step's command ended. Processes it left in the background may
     /// still run; their events stay the step's (they are in its exec tree).
-    #[serde(rename = "step_end")]
-    StepEnd {
-        step: StepNo,
-        /// Exit code when the command exited normally.
-        #[serde(default)]
-        exit_status: Option<i32>,
-        /// Signal number when the command was killed by a signal.
-        #[serde(default)]
-        signal: Option<i32>,
-        /// The step's own timeout killed it.
-        #[serde(default)]
-        timed_out: bool,
-        /// From the step's start to its end.
-        duration_ms: f64,
-        /// Why airlock ended it, if it did (e.g. "killed: the client
-        /// disconnected").
-        #[serde(default)]
-        reason: Option<String>,
-    },
+    StepEnd(StepEnd),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exec {
+    pub exec_id: ExecId,
+    #[serde(default)]
+    pub parent_exec_id: Option<ExecId>,
+    pub pid: i32,
+    pub ppid: i32,
+    pub uid: u32,
+    pub path: OsText,
+    pub argv: Vec<OsText>,
+    pub cwd: OsText,
+    #[serde(default)]
+    pub env_names: Vec<OsText>,
+    /// Keyed by names that are UTF-8 (a JSON object's keys are text):
+    /// a variable whose name is not keeps only its name in `env_names`.
+    #[serde(default)]
+    pub env_values_nonsecret: BTreeMap<String, OsText>,
+    /// In a live session, the step whose exec tree this exec is in (the
+    /// observer knows: it descends from the step's first process). Left
+    /// out when absent, so records made before steps existed verify
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepNo>,
+    /// What the kernel executed, beyond `path` (empty for records made
+    /// before 2026-11-25).
+    #[serde(default, flatten)]
+    pub image: ExecImage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    pub exec_id: ExecId,
+    /// Exit code when the process exited normally.
+    #[serde(default)]
+    pub status: Option<i32>,
+    /// Signal number when the process was killed by a signal.
+    #[serde(default)]
+    pub signal: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileChange {
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    /// Absolute path as seen inside the sandbox.
+    pub path: OsText,
+    pub op: FileOp,
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// SHA-256 (hex) of the file's content after the operation, as
+    /// observed by the producer. Computed from `content` when absent.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// The content after the operation, if the producer captured it. The
+    /// store moves it to a deduplicated content table (so it is `None` in
+    /// events read back) and drops it when larger than the session's
+    /// `max_file_bytes`.
+    #[serde(default, with = "opt_b64", skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<u8>>,
+    #[serde(default)]
+    pub rename_to: Option<OsText>,
+    #[serde(default)]
+    pub mode: Option<u32>,
+    /// Set by the store: SHA-256 of the stored content blob. Differs from
+    /// `sha256` only when redaction had to change the bytes.
+    #[serde(default)]
+    pub stored_content: Option<String>,
+    /// Set by the store: content was captured but exceeded the cap, so
+    /// only its hash is kept.
+    #[serde(default)]
+    pub content_over_cap: bool,
+    /// Set by the store: the session's record budget
+    /// (`SessionInfo::max_session_bytes`) was spent, so only the hash and
+    /// size are kept. Left out when false, so older records verify
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub content_over_budget: bool,
+    /// Which file the kernel wrote, and how the record learnt of it.
+    #[serde(default, flatten)]
+    pub identity: FileIdentity,
+    /// For op `xattr`: which extended attribute. `size`, `sha256` and
+    /// the content are then the attribute's value (kept like file
+    /// content: the same cap, budget and store), and `mode`, for a
+    /// POSIX ACL, the mode the file had after it. Left out otherwise,
+    /// so older records verify unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattr: Option<Xattr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DnsQuery {
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    pub name: String,
+    pub qtype: String,
+    #[serde(default)]
+    pub answer: Vec<String>,
+    pub decision: String,
+    #[serde(default)]
+    pub rule: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpConnection {
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    /// Links the record made when the connection was decided to the one
+    /// made when it closed (with byte counts); readers show the latest.
+    #[serde(default)]
+    pub connection: Option<u64>,
+    /// Destination address as "ip:port".
+    pub dst: String,
+    #[serde(default)]
+    pub host: Option<String>,
+    pub port: u16,
+    pub decision: String,
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// Why a refused connection was refused. Left out when absent, so
+    /// records written before the field existed verify unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub bytes_up: u64,
+    #[serde(default)]
+    pub bytes_down: u64,
+    #[serde(default)]
+    pub duration_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HttpExchange {
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    /// Links the records of one exchange: the proxy records the decision
+    /// before forwarding (so nothing goes out unrecorded, even if airlock
+    /// dies mid-request) and the completed exchange when the response
+    /// ends. Readers show the latest record of each exchange.
+    #[serde(default)]
+    pub exchange: Option<u64>,
+    pub method: String,
+    pub url: String,
+    pub http_version: String,
+    #[serde(default)]
+    pub request_headers: Vec<(String, String)>,
+    #[serde(default, with = "opt_b64")]
+    pub request_body: Option<Vec<u8>>,
+    #[serde(default)]
+    pub request_body_truncated: bool,
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub response_headers: Vec<(String, String)>,
+    #[serde(default, with = "opt_b64")]
+    pub response_body: Option<Vec<u8>>,
+    #[serde(default)]
+    pub response_body_truncated: bool,
+    #[serde(default)]
+    pub bytes_up: u64,
+    #[serde(default)]
+    pub bytes_down: u64,
+    /// When the request started (µs since the epoch); defaults to the
+    /// event's own timestamp.
+    #[serde(default)]
+    pub started_us: Option<i64>,
+    /// Milliseconds from request start to response headers.
+    #[serde(default)]
+    pub ms_to_headers: Option<f64>,
+    /// Milliseconds from request start to the end of the response.
+    #[serde(default)]
+    pub ms_total: Option<f64>,
+    /// "allow" | "deny" | "report".
+    pub decision: String,
+    /// The policy rule that decided, e.g. "policy.toml:12".
+    #[serde(default)]
+    pub rule: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// An upgraded (101) exchange's WebSocket messages and how it ended;
+    /// set on the record made when the relay ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<Box<WebSocketRecord>>,
+}
+
+/// Terminal output, for asciicast export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    pub stream: OutputStream,
+    #[serde(with = "b64")]
+    pub data: Vec<u8>,
+    /// In a live session, the step whose stdout or stderr this is. Left
+    /// out when absent (as for `Exec::step`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepNo>,
+}
+
+/// A session-level note from airlock itself (e.g. "policy reloaded").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    pub text: String,
+}
+
+/// A task in the sandbox that the observer did not trace, so nothing it
+/// ran is on record: airlock killed its process when it found it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Untraced {
+    /// The exec responsible for it (its parent's; a thread's own
+    /// process's), when that one was traced.
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    /// Its pid (a thread's tid) inside the sandbox.
+    pub pid: i32,
+    /// Its parent's pid inside the sandbox; 0 for a parent outside it.
+    pub ppid: i32,
+    pub uid: u32,
+    /// Its name (/proc/PID/comm), as it set it.
+    pub comm: OsText,
+}
+
+/// The command's terminal got a new window size (the caller resized
+/// theirs), for asciicast export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// A request an `[[ask]]` rule held for a person's decision. Recorded
+/// before anyone is asked, so no one can be asked off the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequested {
+    /// The approval's id (what `airlock approve ID` takes), e.g. "k3v9q2xa".
+    pub approval: String,
+    /// Filled by the binary's attribution, as for `Http`.
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    /// The exchange of the held request: links this record to the
+    /// `Http` records of the same exchange (see `Http::exchange`).
+    #[serde(default)]
+    pub exchange: Option<u64>,
+    pub method: String,
+    /// Secrets already redacted by the producer.
+    pub url: String,
+    #[serde(default)]
+    pub request_headers: Vec<(String, String)>,
+    pub body_bytes: u64,
+    /// SHA-256 (hex) of the exact body held: what the person was shown
+    /// is what is forwarded if they approve.
+    pub body_sha256: String,
+    /// The `[[ask]]` rule, e.g. "policy.toml:12".
+    pub rule: String,
+    /// The rule's reason text, shown to the approver.
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub timeout_ms: u64,
+    /// Who may decide; empty means the session's owner.
+    #[serde(default)]
+    pub approvers: Vec<String>,
+}
+
+/// The end of a held request's wait: a person's decision, or none in time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecided {
+    pub approval: String,
+    #[serde(default)]
+    pub exec_id: Option<ExecId>,
+    #[serde(default)]
+    pub exchange: Option<u64>,
+    /// "approved", "denied", "expired" (nobody decided within the
+    /// timeout) or "abandoned" (the client went away or the session
+    /// ended first).
+    pub outcome: String,
+    /// "once" or "session" when approved.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// Who decided, e.g. "alice (uid 1000)" or "token ci-bot"; `None`
+    /// when expired or abandoned.
+    #[serde(default)]
+    pub by: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    pub waited_ms: u64,
+    /// Repeated from the request, so the decision names the exact body
+    /// it let through even when read alone.
+    pub body_sha256: String,
+    pub method: String,
+    pub url: String,
+}
+
+/// A live session (`airlock session exec`) began a step: one command
+/// run in the session's sandbox, with the caller's label (an agent's
+/// tool-call id or turn number; untrusted text, like everything the
+/// caller chooses).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStart {
+    pub step: StepNo,
+    #[serde(default)]
+    pub label: Option<String>,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The command ran on a pty.
+    #[serde(default)]
+    pub tty: bool,
+}
+
+/// A step's command ended. Processes it left in the background may
+/// still run; their events stay the step's (they are in its exec tree).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEnd {
+    pub step: StepNo,
+    /// Exit code when the command exited normally.
+    #[serde(default)]
+    pub exit_status: Option<i32>,
+    /// Signal number when the command was killed by a signal.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// The step's own timeout killed it.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// From the step's start to its end.
+    pub duration_ms: f64,
+    /// Why airlock ended it, if it did (e.g. "killed: the client
+    /// disconnected").
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A file an exec involved besides its image (a `#!` script, the program
@@ -394,38 +456,38 @@ pub struct FileIdentity {
 impl AuditEvent {
     pub fn kind(&self) -> EventKind {
         match self {
-            Self::Exec { .. } => EventKind::Exec,
-            Self::Exit { .. } => EventKind::Exit,
-            Self::File { .. } => EventKind::File,
-            Self::Dns { .. } => EventKind::Dns,
-            Self::Tcp { .. } => EventKind::Tcp,
-            Self::Http { .. } => EventKind::Http,
-            Self::Output { .. } => EventKind::Output,
-            Self::Note { .. } => EventKind::Note,
-            Self::Untraced { .. } => EventKind::Untraced,
-            Self::Resize { .. } => EventKind::Resize,
-            Self::StepStart { .. } => EventKind::StepStart,
-            Self::StepEnd { .. } => EventKind::StepEnd,
-            Self::ApprovalRequested { .. } => EventKind::ApprovalRequested,
-            Self::ApprovalDecided { .. } => EventKind::ApprovalDecided,
+            Self::Exec(Exec { .. }) => EventKind::Exec,
+            Self::Exit(Exit { .. }) => EventKind::Exit,
+            Self::File(FileChange { .. }) => EventKind::File,
+            Self::Dns(DnsQuery { .. }) => EventKind::Dns,
+            Self::Tcp(TcpConnection { .. }) => EventKind::Tcp,
+            Self::Http(HttpExchange { .. }) => EventKind::Http,
+            Self::Output(Output { .. }) => EventKind::Output,
+            Self::Note(Note { .. }) => EventKind::Note,
+            Self::Untraced(Untraced { .. }) => EventKind::Untraced,
+            Self::Resize(Resize { .. }) => EventKind::Resize,
+            Self::StepStart(StepStart { .. }) => EventKind::StepStart,
+            Self::StepEnd(StepEnd { .. }) => EventKind::StepEnd,
+            Self::ApprovalRequested(ApprovalRequested { .. }) => EventKind::ApprovalRequested,
+            Self::ApprovalDecided(ApprovalDecided { .. }) => EventKind::ApprovalDecided,
         }
     }
 
     pub fn exec_id(&self) -> Option<&ExecId> {
         match self {
-            Self::Exec { exec_id, .. } | Self::Exit { exec_id, .. } => Some(exec_id),
-            Self::File { exec_id, .. }
-            | Self::Dns { exec_id, .. }
-            | Self::Tcp { exec_id, .. }
-            | Self::Http { exec_id, .. }
-            | Self::ApprovalRequested { exec_id, .. }
-            | Self::ApprovalDecided { exec_id, .. }
-            | Self::Untraced { exec_id, .. } => exec_id.as_ref(),
-            Self::Output { .. }
-            | Self::Note { .. }
-            | Self::Resize { .. }
-            | Self::StepStart { .. }
-            | Self::StepEnd { .. } => None,
+            Self::Exec(Exec { exec_id, .. }) | Self::Exit(Exit { exec_id, .. }) => Some(exec_id),
+            Self::File(FileChange { exec_id, .. })
+            | Self::Dns(DnsQuery { exec_id, .. })
+            | Self::Tcp(TcpConnection { exec_id, .. })
+            | Self::Http(HttpExchange { exec_id, .. })
+            | Self::ApprovalRequested(ApprovalRequested { exec_id, .. })
+            | Self::ApprovalDecided(ApprovalDecided { exec_id, .. })
+            | Self::Untraced(Untraced { exec_id, .. }) => exec_id.as_ref(),
+            Self::Output(Output { .. })
+            | Self::Note(Note { .. })
+            | Self::Resize(Resize { .. })
+            | Self::StepStart(StepStart { .. })
+            | Self::StepEnd(StepEnd { .. }) => None,
         }
     }
 
@@ -433,18 +495,20 @@ impl AuditEvent {
     /// belong to the step of their exec (see [`crate::timeline::steps`]).
     pub fn step(&self) -> Option<StepNo> {
         match self {
-            Self::Exec { step, .. } | Self::Output { step, .. } => *step,
-            Self::StepStart { step, .. } | Self::StepEnd { step, .. } => Some(*step),
-            Self::Exit { .. }
-            | Self::File { .. }
-            | Self::Dns { .. }
-            | Self::Tcp { .. }
-            | Self::Http { .. }
-            | Self::ApprovalRequested { .. }
-            | Self::ApprovalDecided { .. }
-            | Self::Note { .. }
-            | Self::Untraced { .. }
-            | Self::Resize { .. } => None,
+            Self::Exec(Exec { step, .. }) | Self::Output(Output { step, .. }) => *step,
+            Self::StepStart(StepStart { step, .. }) | Self::StepEnd(StepEnd { step, .. }) => {
+                Some(*step)
+            }
+            Self::Exit(Exit { .. })
+            | Self::File(FileChange { .. })
+            | Self::Dns(DnsQuery { .. })
+            | Self::Tcp(TcpConnection { .. })
+            | Self::Http(HttpExchange { .. })
+            | Self::ApprovalRequested(ApprovalRequested { .. })
+            | Self::ApprovalDecided(ApprovalDecided { .. })
+            | Self::Note(Note { .. })
+            | Self::Untraced(Untraced { .. })
+            | Self::Resize(Resize { .. }) => None,
         }
     }
 }
@@ -768,13 +832,13 @@ pub struct StoredEvent {
 pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
     // Exchanges and connections are numbered apart, so key by kind too.
     let exchange = |ev: &StoredEvent| match &ev.event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             exchange: Some(id), ..
-        } => Some((EventKind::Http, *id)),
-        AuditEvent::Tcp {
+        }) => Some((EventKind::Http, *id)),
+        AuditEvent::Tcp(TcpConnection {
             connection: Some(id),
             ..
-        } => Some((EventKind::Tcp, *id)),
+        }) => Some((EventKind::Tcp, *id)),
         _ => None,
     };
     let mut last = std::collections::HashMap::new();

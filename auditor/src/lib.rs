@@ -43,9 +43,11 @@ mod verify;
 
 pub use error::AuditError;
 pub use event::{
-    AuditEvent, DEFAULT_MAX_SESSION_BYTES, EventKind, ExecFile, ExecImage, FileIdentity, FileOp,
-    OutputStream, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
-    WebSocketMessage, WebSocketRecord, WritableDir, Xattr, collapse_exchanges,
+    ApprovalDecided, ApprovalRequested, AuditEvent, DEFAULT_MAX_SESSION_BYTES, DnsQuery, EventKind,
+    Exec, ExecFile, ExecImage, Exit, FileChange, FileIdentity, FileOp, HttpExchange, Note, Output,
+    OutputStream, Resize, SessionEnd, SessionInfo, SessionMode, SessionSummary, StepEnd, StepStart,
+    StoredEvent, TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, WritableDir, Xattr,
+    collapse_exchanges,
 };
 pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};

@@ -7,6 +7,7 @@
 //! writer extends the hash chain, inserts whatever has queued up in one
 //! transaction (group commit) and signs checkpoints.
 
+use crate::{FileChange, HttpExchange, Note, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -143,18 +144,18 @@ struct Encoded {
 /// Whether the event may carry content the record budget counts.
 fn carries_content(event: &AuditEvent) -> bool {
     match event {
-        AuditEvent::File { content, .. } => content.is_some(),
-        AuditEvent::Http {
+        AuditEvent::File(FileChange { content, .. }) => content.is_some(),
+        AuditEvent::Http(HttpExchange {
             request_body,
             response_body,
             websocket,
             ..
-        } => {
+        }) => {
             request_body.is_some()
                 || response_body.is_some()
                 || websocket.as_ref().is_some_and(|w| !w.messages.is_empty())
         }
-        AuditEvent::Output { data, .. } => !data.is_empty(),
+        AuditEvent::Output(Output { data, .. }) => !data.is_empty(),
         _ => false,
     }
 }
@@ -166,26 +167,26 @@ fn carries_content(event: &AuditEvent) -> bool {
 fn drop_inline_content(event: &mut AuditEvent, budget: &mut Budget) -> bool {
     let len = |b: &Option<Vec<u8>>| b.as_ref().map_or(0, |b| b.len() as u64);
     let (bytes, drop): (u64, fn(&mut AuditEvent)) = match event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             request_body,
             response_body,
             websocket,
             ..
-        } => (
+        }) => (
             len(request_body)
                 + len(response_body)
                 + websocket.as_ref().map_or(0, |w| {
                     w.messages.iter().map(|m| m.payload.len() as u64).sum()
                 }),
             |event| {
-                if let AuditEvent::Http {
+                if let AuditEvent::Http(HttpExchange {
                     request_body,
                     request_body_truncated,
                     response_body,
                     response_body_truncated,
                     websocket,
                     ..
-                } = event
+                }) = event
                 {
                     *request_body_truncated |= request_body.take().is_some();
                     *response_body_truncated |= response_body.take().is_some();
@@ -195,8 +196,8 @@ fn drop_inline_content(event: &mut AuditEvent, budget: &mut Budget) -> bool {
                 }
             },
         ),
-        AuditEvent::Output { data, .. } => (data.len() as u64, |event| {
-            if let AuditEvent::Output { data, .. } = event {
+        AuditEvent::Output(Output { data, .. }) => (data.len() as u64, |event| {
+            if let AuditEvent::Output(Output { data, .. }) = event {
                 data.clear();
             }
         }),
@@ -328,10 +329,10 @@ impl SessionRecorder {
         if first_drop {
             let limit = budget.as_deref().map_or(0, Budget::limit);
             let used = budget.as_deref().map_or(0, Budget::used);
-            let notice = AuditEvent::Note {
+            let notice = AuditEvent::Note(Note {
                 // The event after the notice is the first without content.
                 text: budget_notice(gate.next_seq + 1, limit, used),
-            };
+            });
             let notice = self.encode(notice)?;
             self.send(&mut gate, notice, None)?;
         }
@@ -413,7 +414,7 @@ impl SessionRecorder {
         budget: Option<&mut Budget>,
         first_drop: &mut bool,
     ) -> Option<(String, Vec<u8>)> {
-        let AuditEvent::File {
+        let AuditEvent::File(FileChange {
             op,
             content,
             sha256,
@@ -422,7 +423,7 @@ impl SessionRecorder {
             content_over_cap,
             content_over_budget,
             ..
-        } = event
+        }) = event
         else {
             return None;
         };

@@ -2,6 +2,7 @@
 //! catches what they missed, before anything is hashed or stored, so a secret
 //! can never reach the database file.
 
+use crate::{FileChange, HttpExchange, Output};
 use std::sync::{Arc, RwLock};
 
 use memchr::memmem;
@@ -95,12 +96,12 @@ impl Redactor {
     /// output). String fields are scrubbed on the JSON form by [`Self::scrub_json`].
     pub(crate) fn scrub_event_bytes(&self, event: &mut AuditEvent) {
         match event {
-            AuditEvent::Http {
+            AuditEvent::Http(HttpExchange {
                 request_body,
                 response_body,
                 websocket,
                 ..
-            } => {
+            }) => {
                 for body in [request_body, response_body].into_iter().flatten() {
                     self.scrub_bytes(body);
                 }
@@ -108,12 +109,12 @@ impl Redactor {
                     self.scrub_bytes(&mut message.payload);
                 }
             }
-            AuditEvent::File {
+            AuditEvent::File(FileChange {
                 content: Some(c), ..
-            } => {
+            }) => {
                 self.scrub_bytes(c);
             }
-            AuditEvent::Output { data, .. } => {
+            AuditEvent::Output(Output { data, .. }) => {
                 self.scrub_bytes(data);
             }
             _ => {}

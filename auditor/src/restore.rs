@@ -1,6 +1,7 @@
 //! Rebuilds the files a session wrote, as they were when it ended, by
 //! replaying its file events in seq order into a directory.
 
+use crate::FileChange;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
@@ -75,7 +76,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
     let mut files: BTreeMap<OsText, FileState> = BTreeMap::new();
     let mut deleted = BTreeSet::new();
     for ev in events {
-        let AuditEvent::File {
+        let AuditEvent::File(FileChange {
             exec_id,
             path,
             op,
@@ -87,7 +88,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
             content_over_budget,
             xattr,
             ..
-        } = &ev.event
+        }) = &ev.event
         else {
             continue;
         };

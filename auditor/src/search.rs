@@ -18,6 +18,7 @@
 pub(crate) mod consistency;
 pub(crate) mod terms;
 
+use crate::{HttpExchange, TcpConnection};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -424,13 +425,13 @@ fn read_hits(conn: &Connection, keys: &[(i64, i64)]) -> Result<Vec<SearchHit>, A
 /// connection, as the timeline does (see [`crate::collapse_exchanges`]).
 fn collapse(hits: &mut Vec<SearchHit>) {
     let key = |h: &SearchHit| match &h.event.event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             exchange: Some(id), ..
-        } => Some((h.session.clone(), EventKind::Http, *id)),
-        AuditEvent::Tcp {
+        }) => Some((h.session.clone(), EventKind::Http, *id)),
+        AuditEvent::Tcp(TcpConnection {
             connection: Some(id),
             ..
-        } => Some((h.session.clone(), EventKind::Tcp, *id)),
+        }) => Some((h.session.clone(), EventKind::Tcp, *id)),
         _ => None,
     };
     let mut last = std::collections::HashMap::new();

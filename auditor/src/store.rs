@@ -1,5 +1,6 @@
 //! The audit database: opening it, starting sessions, and reading back.
 
+use crate::StepStart;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -275,7 +276,7 @@ impl AuditStore {
         }
         let steps = self.events(&summary.id, Some(&[EventKind::StepStart]))?;
         Ok(steps.into_iter().find_map(|e| match e.event {
-            AuditEvent::StepStart { command, .. } => Some(command),
+            AuditEvent::StepStart(StepStart { command, .. }) => Some(command),
             _ => None,
         }))
     }

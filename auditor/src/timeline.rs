@@ -5,6 +5,10 @@
 //! names, URLs and reasons come from (or are steered by) the sandboxed
 //! program, and printed raw they could rewrite the reader's screen.
 
+use crate::{
+    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, Note,
+    Output, Resize, StepEnd, StepStart, TcpConnection, Untraced,
+};
 use std::collections::HashMap;
 
 use crate::escape;
@@ -35,11 +39,11 @@ impl Depths {
     /// The depth of `event`, which follows every event given before.
     pub fn next(&mut self, event: &AuditEvent) -> usize {
         match event {
-            AuditEvent::Exec {
+            AuditEvent::Exec(Exec {
                 exec_id,
                 parent_exec_id,
                 ..
-            } => {
+            }) => {
                 let d = parent_exec_id
                     .as_ref()
                     .and_then(|p| self.exec_depth.get(p))
@@ -94,14 +98,14 @@ fn short_hash(h: &str) -> String {
 /// A one-line description of an event (without time or indentation).
 pub fn describe(event: &AuditEvent) -> String {
     match event {
-        AuditEvent::Exec {
+        AuditEvent::Exec(Exec {
             argv,
             path,
             pid,
             cwd,
             image,
             ..
-        } => {
+        }) => {
             let cmd = if argv.is_empty() {
                 quote(path.as_bytes())
             } else {
@@ -120,18 +124,18 @@ pub fn describe(event: &AuditEvent) -> String {
             s.push_str(&format!(", cwd {})", cwd.escaped()));
             s
         }
-        AuditEvent::Exit {
+        AuditEvent::Exit(Exit {
             exec_id,
             status,
             signal,
-        } => match (status, signal) {
+        }) => match (status, signal) {
             // "exec 1 exited 0": the id named as one, so that it does not
             // read as an exit code.
             (Some(s), _) => format!("exit  exec {exec_id} exited {s}"),
             (None, Some(sig)) => format!("exit  exec {exec_id} killed by signal {sig}"),
             (None, None) => format!("exit  exec {exec_id} ended"),
         },
-        AuditEvent::File {
+        AuditEvent::File(FileChange {
             path,
             op,
             size,
@@ -143,7 +147,7 @@ pub fn describe(event: &AuditEvent) -> String {
             identity,
             xattr,
             ..
-        } => {
+        }) => {
             let mut s = format!("file  {:<8} {}", op.as_str(), path.escaped());
             if let Some(to) = rename_to {
                 s.push_str(&format!(" -> {}", to.escaped()));
@@ -194,14 +198,14 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             s
         }
-        AuditEvent::Dns {
+        AuditEvent::Dns(DnsQuery {
             name,
             qtype,
             answer,
             decision: d,
             rule,
             ..
-        } => {
+        }) => {
             let ans = if answer.is_empty() {
                 "-".to_string()
             } else {
@@ -214,7 +218,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 decision(d, rule)
             )
         }
-        AuditEvent::Tcp {
+        AuditEvent::Tcp(TcpConnection {
             dst,
             host,
             decision: d,
@@ -223,7 +227,7 @@ pub fn describe(event: &AuditEvent) -> String {
             bytes_up,
             bytes_down,
             ..
-        } => {
+        }) => {
             let host = host
                 .as_ref()
                 .map(|h| format!(" ({})", escape::text(h)))
@@ -240,7 +244,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 humanize::size(*bytes_down)
             )
         }
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             method,
             url,
             status,
@@ -252,7 +256,7 @@ pub fn describe(event: &AuditEvent) -> String {
             ms_total,
             websocket,
             ..
-        } => {
+        }) => {
             let status = status.map_or("-".to_string(), |s| s.to_string());
             let mut s = format!(
                 "http  {} {} -> {status}  {}  up {} down {}",
@@ -273,7 +277,7 @@ pub fn describe(event: &AuditEvent) -> String {
             }
             s
         }
-        AuditEvent::Output { stream, data, .. } => {
+        AuditEvent::Output(Output { stream, data, .. }) => {
             let line = data.split(|b| *b == b'\n').next().unwrap_or_default();
             format!(
                 "out   {} {}: {}",
@@ -285,26 +289,30 @@ pub fn describe(event: &AuditEvent) -> String {
                 escape::preview(line, PREVIEW_CHARS)
             )
         }
-        AuditEvent::Note { text } => format!("note  {}", escape::text(text)),
-        AuditEvent::Untraced {
+        AuditEvent::Note(Note { text }) => format!("note  {}", escape::text(text)),
+        AuditEvent::Untraced(Untraced {
             pid,
             ppid,
             uid,
             comm,
             ..
-        } => format!(
+        }) => format!(
             "kill  untraced task pid {pid} ({}) uid {uid}, parent {ppid}: the observer did not trace it, so nothing it ran is on record",
             comm.escaped()
         ),
-        AuditEvent::Resize { cols, rows } => format!("term  resized to {cols}x{rows}"),
-        AuditEvent::StepStart { step, .. } => {
+        AuditEvent::Resize(Resize { cols, rows }) => format!("term  resized to {cols}x{rows}"),
+        AuditEvent::StepStart(StepStart { step, .. }) => {
             format!("step  {step} start  {}", steps::start_text(event))
         }
-        AuditEvent::StepEnd { step, .. } => {
+        AuditEvent::StepEnd(StepEnd { step, .. }) => {
             format!("step  {step} end: {}", steps::outcome(event))
         }
-        AuditEvent::ApprovalRequested { .. } => format!("ask   {}", approvals::requested(event)),
-        AuditEvent::ApprovalDecided { .. } => format!("ask   {}", approvals::decided(event)),
+        AuditEvent::ApprovalRequested(ApprovalRequested { .. }) => {
+            format!("ask   {}", approvals::requested(event))
+        }
+        AuditEvent::ApprovalDecided(ApprovalDecided { .. }) => {
+            format!("ask   {}", approvals::decided(event))
+        }
     }
 }
 

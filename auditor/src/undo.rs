@@ -19,6 +19,7 @@
 //! none. `force` goes ahead anyway, overwriting the later changes and
 //! leaving the unrestorable files as the session left them, listed.
 
+use crate::FileChange;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
@@ -94,7 +95,7 @@ struct Content {
 
 impl Content {
     fn of(ev: &AuditEvent) -> Self {
-        let AuditEvent::File {
+        let AuditEvent::File(FileChange {
             op,
             size,
             sha256,
@@ -103,7 +104,7 @@ impl Content {
             content_over_budget,
             mode,
             ..
-        } = ev
+        }) = ev
         else {
             return Self::unknown();
         };
@@ -169,13 +170,13 @@ fn is_under(path: &OsText, dir: &OsText) -> bool {
 
 /// The state an `original` record describes.
 fn original_state(ev: &AuditEvent) -> State {
-    let AuditEvent::File {
+    let AuditEvent::File(FileChange {
         path,
         size,
         sha256,
         mode,
         ..
-    } = ev
+    }) = ev
     else {
         return State::Unknown;
     };
@@ -211,14 +212,14 @@ impl Story {
     fn of(events: &[StoredEvent]) -> Self {
         let mut s = Self::default();
         for ev in events {
-            let AuditEvent::File {
+            let AuditEvent::File(FileChange {
                 path,
                 op,
                 rename_to,
                 mode,
                 xattr,
                 ..
-            } = &ev.event
+            }) = &ev.event
             else {
                 continue;
             };
@@ -962,7 +963,7 @@ mod tests {
             ts_us: 0,
             kind: EventKind::File,
             exec_id: None,
-            event: AuditEvent::File {
+            event: AuditEvent::File(FileChange {
                 exec_id: None,
                 path: path.into(),
                 op,
@@ -976,7 +977,7 @@ mod tests {
                 content_over_budget: false,
                 identity: Default::default(),
                 xattr: None,
-            },
+            }),
         }
     }
 
@@ -1004,7 +1005,7 @@ mod tests {
     #[test]
     fn a_missed_original_is_never_taken_for_a_file_that_did_not_exist() {
         let mut missed = file("/ws/a", FileOp::Original, None, None);
-        if let AuditEvent::File { mode, .. } = &mut missed.event {
+        if let AuditEvent::File(FileChange { mode, .. }) = &mut missed.event {
             *mode = None;
         }
         let story = Story::of(&[missed, file("/ws/a", FileOp::Modify, Some("aa"), None)]);
@@ -1014,7 +1015,7 @@ mod tests {
     #[test]
     fn changed_attributes_of_a_file_that_existed_are_known() {
         let mut xattr = file("/ws/a", FileOp::Xattr, Some("vv"), None);
-        if let AuditEvent::File { mode, .. } = &mut xattr.event {
+        if let AuditEvent::File(FileChange { mode, .. }) = &mut xattr.event {
             *mode = None;
         }
         let story = Story::of(&[file("/ws/a", FileOp::Original, Some("aa"), None), xattr]);

@@ -4,6 +4,7 @@
 //! the JSONL the way a responder needs them.
 
 use airlock_auditor::export::{har, jsonl};
+use airlock_auditor::{ApprovalDecided, ApprovalRequested, Exec, StepStart};
 use airlock_auditor::{
     AuditEvent, AuditStore, EventKind, ExecId, SessionEnd, SessionId, SessionInfo, SessionMode,
     StepNo, TrustAnchor, VerifyOutcome, escape, timeline,
@@ -13,7 +14,7 @@ use airlock_test_support::audit_store::*;
 const BODY_SHA: &str = "3a7bd3e2360a3d29eea436fcfb7e44c735d117c42d1c1835420b6b9942dd4f1b";
 
 fn requested(id: &str, exchange: u64, url: &str, reason: Option<&str>) -> AuditEvent {
-    AuditEvent::ApprovalRequested {
+    AuditEvent::ApprovalRequested(ApprovalRequested {
         approval: id.into(),
         exec_id: Some(ExecId::new("e2")),
         exchange: Some(exchange),
@@ -29,7 +30,7 @@ fn requested(id: &str, exchange: u64, url: &str, reason: Option<&str>) -> AuditE
         reason: reason.map(str::to_string),
         timeout_ms: 120_000,
         approvers: vec![],
-    }
+    })
 }
 
 fn decided(
@@ -41,7 +42,7 @@ fn decided(
     note: Option<&str>,
     waited_ms: u64,
 ) -> AuditEvent {
-    AuditEvent::ApprovalDecided {
+    AuditEvent::ApprovalDecided(ApprovalDecided {
         approval: id.into(),
         exec_id: Some(ExecId::new("e2")),
         exchange: Some(exchange),
@@ -53,7 +54,7 @@ fn decided(
         body_sha256: BODY_SHA.into(),
         method: "POST".into(),
         url: url.into(),
-    }
+    })
 }
 
 /// The proxy's record of exchange `exchange`: forwarded (200) or refused
@@ -248,9 +249,9 @@ fn hostile_text_in_approval_records_cannot_control_the_readers_terminal() {
     let store = e.store();
     let evil_url = format!("https://api.example.com/{EVIL}");
     let mut held = requested("k3v9q2xa", 1, &evil_url, Some(EVIL));
-    if let AuditEvent::ApprovalRequested {
+    if let AuditEvent::ApprovalRequested(ApprovalRequested {
         method, approvers, ..
-    } = &mut held
+    }) = &mut held
     {
         *method = EVIL.into();
         *approvers = vec![EVIL.into()];
@@ -264,7 +265,7 @@ fn hostile_text_in_approval_records_cannot_control_the_readers_terminal() {
         Some(EVIL),
         10,
     );
-    if let AuditEvent::ApprovalDecided { scope, .. } = &mut answer {
+    if let AuditEvent::ApprovalDecided(ApprovalDecided { scope, .. }) = &mut answer {
         *scope = Some(EVIL.into());
     }
     let id = record(&store, info(&["sh"]), vec![held, answer]);
@@ -422,15 +423,17 @@ fn the_jsonl_export_carries_both_approval_records_with_every_field() {
 fn a_held_request_belongs_to_the_step_of_the_exec_that_sent_it() {
     let e = env();
     let store = e.store();
-    let step = |n| AuditEvent::StepStart {
-        step: StepNo(n),
-        label: Some(format!("call-{n}")),
-        command: vec!["python3".into(), "pay.py".into()],
-        cwd: None,
-        tty: false,
+    let step = |n| {
+        AuditEvent::StepStart(StepStart {
+            step: StepNo(n),
+            label: Some(format!("call-{n}")),
+            command: vec!["python3".into(), "pay.py".into()],
+            cwd: None,
+            tty: false,
+        })
     };
     let mut e2 = exec("e2", None, &["python3", "pay.py"]);
-    if let AuditEvent::Exec { step, .. } = &mut e2 {
+    if let AuditEvent::Exec(Exec { step, .. }) = &mut e2 {
         *step = Some(StepNo(2));
     }
     let id = record(
@@ -480,14 +483,14 @@ fn optional_approval_fields_may_be_absent_from_a_record() {
             "waited_ms":120000,"body_sha256":"00","method":"GET","url":"https://x/"}"#,
     )
     .unwrap();
-    let AuditEvent::ApprovalDecided {
+    let AuditEvent::ApprovalDecided(ApprovalDecided {
         exec_id,
         exchange,
         scope,
         by,
         note,
         ..
-    } = &ev
+    }) = &ev
     else {
         panic!("{ev:?}");
     };
@@ -514,9 +517,9 @@ fn a_registered_secret_in_an_approval_record_never_reaches_the_database() {
     let store = e.store();
     store.redactor().add("STRIPE_KEY", SECRET).unwrap();
     let mut held = requested("k3v9q2xa", 1, &format!("{CHARGES}?key={SECRET}"), None);
-    if let AuditEvent::ApprovalRequested {
+    if let AuditEvent::ApprovalRequested(ApprovalRequested {
         request_headers, ..
-    } = &mut held
+    }) = &mut held
     {
         request_headers.push(("x-api-key".into(), SECRET.into()));
     }
@@ -539,7 +542,7 @@ fn a_registered_secret_in_an_approval_record_never_reaches_the_database() {
         "secret found in the database files"
     );
     let back = store.events(&id, None).unwrap();
-    let AuditEvent::ApprovalDecided { note, url, .. } = &back[1].event else {
+    let AuditEvent::ApprovalDecided(ApprovalDecided { note, url, .. }) = &back[1].event else {
         panic!("{back:?}");
     };
     assert_eq!(

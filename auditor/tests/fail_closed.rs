@@ -1,6 +1,7 @@
 //! Fail closed: when the store cannot be written, record() errors and
 //! healthy() turns false instead of silently dropping events.
 
+use airlock_auditor::HttpExchange;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -43,7 +44,7 @@ impl Drop for Mount {
 }
 
 fn big_http(i: usize) -> AuditEvent {
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id: None,
         method: "POST".into(),
@@ -65,7 +66,7 @@ fn big_http(i: usize) -> AuditEvent {
         rule: None,
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 #[test]

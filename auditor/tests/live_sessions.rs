@@ -7,6 +7,7 @@ use airlock_auditor::{
     AuditEvent, AuditStore, EventKind, ExecId, FileOp, OutputStream, SessionEnd, SessionId,
     SessionInfo, SessionMode, StepNo, TrustAnchor, VerifyOutcome, restore, timeline,
 };
+use airlock_auditor::{Exec, Exit, FileChange, HttpExchange, Note, Output, StepEnd, StepStart};
 use airlock_test_support::audit_store::*;
 
 fn live_info() -> SessionInfo {
@@ -17,30 +18,30 @@ fn live_info() -> SessionInfo {
 }
 
 fn step_start(n: u64, label: Option<&str>, command: &[&str], tty: bool) -> AuditEvent {
-    AuditEvent::StepStart {
+    AuditEvent::StepStart(StepStart {
         step: StepNo(n),
         label: label.map(str::to_string),
         command: command.iter().map(|s| s.to_string()).collect(),
         cwd: Some("/work".into()),
         tty,
-    }
+    })
 }
 
 fn step_end(n: u64, exit_status: Option<i32>, signal: Option<i32>) -> AuditEvent {
-    AuditEvent::StepEnd {
+    AuditEvent::StepEnd(StepEnd {
         step: StepNo(n),
         exit_status,
         signal,
         timed_out: false,
         duration_ms: 120.0,
         reason: None,
-    }
+    })
 }
 
 /// An exec in step `step` (None: left for its parent's step to decide).
 fn step_exec(id: &str, parent: Option<&str>, step: Option<u64>, argv: &[&str]) -> AuditEvent {
     let mut ev = exec(id, parent, argv);
-    if let AuditEvent::Exec { step: s, .. } = &mut ev {
+    if let AuditEvent::Exec(Exec { step: s, .. }) = &mut ev {
         *s = step.map(StepNo);
     }
     ev
@@ -49,7 +50,8 @@ fn step_exec(id: &str, parent: Option<&str>, step: Option<u64>, argv: &[&str]) -
 fn by(exec_id: &str, ev: AuditEvent) -> AuditEvent {
     let mut ev = ev;
     match &mut ev {
-        AuditEvent::File { exec_id: e, .. } | AuditEvent::Http { exec_id: e, .. } => {
+        AuditEvent::File(FileChange { exec_id: e, .. })
+        | AuditEvent::Http(HttpExchange { exec_id: e, .. }) => {
             *e = Some(ExecId::new(exec_id));
         }
         _ => {}
@@ -58,15 +60,15 @@ fn by(exec_id: &str, ev: AuditEvent) -> AuditEvent {
 }
 
 fn step_output(step: u64, data: &[u8]) -> AuditEvent {
-    AuditEvent::Output {
+    AuditEvent::Output(Output {
         stream: OutputStream::Stdout,
         data: data.to_vec(),
         step: Some(StepNo(step)),
-    }
+    })
 }
 
 fn http(exec_id: &str, url: &str, status: u16) -> AuditEvent {
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exec_id: Some(ExecId::new(exec_id)),
         exchange: None,
         method: "GET".into(),
@@ -88,23 +90,23 @@ fn http(exec_id: &str, url: &str, status: u16) -> AuditEvent {
         rule: Some("policy.toml:3".into()),
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 fn exit(exec_id: &str, status: Option<i32>, signal: Option<i32>) -> AuditEvent {
-    AuditEvent::Exit {
+    AuditEvent::Exit(Exit {
         exec_id: ExecId::new(exec_id),
         status,
         signal,
-    }
+    })
 }
 
 /// Step 1 of every session here: starts a server in the background.
 fn step_one() -> Vec<AuditEvent> {
     vec![
-        AuditEvent::Note {
+        AuditEvent::Note(Note {
             text: "session started".into(),
-        },
+        }),
         step_exec("init", None, None, &["airlock-init"]),
         step_start(
             1,
@@ -178,17 +180,17 @@ fn three_steps(store: &AuditStore) -> SessionId {
         ),
         http("s3", "https://api.example.com/three", 200),
         exit("s3", None, Some(9)),
-        AuditEvent::StepEnd {
+        AuditEvent::StepEnd(StepEnd {
             step: StepNo(3),
             exit_status: None,
             signal: Some(9),
             timed_out: true,
             duration_ms: 10_000.0,
             reason: Some("killed: its timeout (10s) passed".into()),
-        },
-        AuditEvent::Note {
+        }),
+        AuditEvent::Note(Note {
             text: "session stopping".into(),
-        },
+        }),
         exit("s1bg", None, Some(15)),
     ]);
     for ev in events {
@@ -603,14 +605,14 @@ fn a_secret_in_a_steps_label_command_or_reason_is_redacted() {
         false,
     ))
     .unwrap();
-    rec.record(AuditEvent::StepEnd {
+    rec.record(AuditEvent::StepEnd(StepEnd {
         step: StepNo(1),
         exit_status: None,
         signal: Some(9),
         timed_out: false,
         duration_ms: 1.0,
         reason: Some(format!("killed: {SECRET}")),
-    })
+    }))
     .unwrap();
     let id = rec.session_id().clone();
     rec.finish(SessionEnd::default()).unwrap();
@@ -629,7 +631,7 @@ fn a_secret_in_a_steps_label_command_or_reason_is_redacted() {
         assert!(p.contains("[secret:GITHUB_TOKEN]"), "{p}");
     }
     let events = store.events(&id, None).unwrap();
-    let AuditEvent::StepStart { label, command, .. } = &events[0].event else {
+    let AuditEvent::StepStart(StepStart { label, command, .. }) = &events[0].event else {
         panic!("{events:?}");
     };
     assert_eq!(label.as_deref(), Some("call with [secret:GITHUB_TOKEN]"));

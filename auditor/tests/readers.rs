@@ -1,6 +1,7 @@
 //! Reading a session back: timeline, HAR, JSONL, asciicast and file restore,
 //! checked the way a user would check them.
 
+use airlock_auditor::{Exit, FileChange, HttpExchange, Resize, TcpConnection};
 use std::collections::BTreeMap;
 
 use airlock_auditor::export::{cast, har, jsonl};
@@ -11,7 +12,7 @@ use airlock_auditor::{
 use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
 
 fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEvent {
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id: Some(ExecId::new("e2")),
         method: "POST".into(),
@@ -37,7 +38,7 @@ fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEve
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 fn with(ev: AuditEvent, f: impl FnOnce(&mut AuditEvent)) -> AuditEvent {
@@ -47,13 +48,13 @@ fn with(ev: AuditEvent, f: impl FnOnce(&mut AuditEvent)) -> AuditEvent {
 }
 
 fn set_rename(ev: &mut AuditEvent, to: &str) {
-    if let AuditEvent::File { rename_to, .. } = ev {
+    if let AuditEvent::File(FileChange { rename_to, .. }) = ev {
         *rename_to = Some(to.into());
     }
 }
 
 fn set_mode(ev: &mut AuditEvent, m: u32) {
-    if let AuditEvent::File { mode, .. } = ev {
+    if let AuditEvent::File(FileChange { mode, .. }) = ev {
         *mode = Some(m);
     }
 }
@@ -97,7 +98,7 @@ fn session(store: &AuditStore) -> SessionId {
             Some(b"root::0:0::/:/bin/sh\n"),
         ),
         file("/work/empty.txt", FileOp::Create, Some(b"data")),
-        AuditEvent::File {
+        AuditEvent::File(FileChange {
             exec_id: None,
             path: "/work/empty.txt".into(),
             op: FileOp::Truncate,
@@ -111,9 +112,9 @@ fn session(store: &AuditStore) -> SessionId {
             content_over_budget: false,
             identity: Default::default(),
             xattr: None,
-        },
+        }),
         dns("api.example.com"),
-        AuditEvent::Tcp {
+        AuditEvent::Tcp(TcpConnection {
             connection: None,
             exec_id: Some(ExecId::new("e2")),
             dst: "93.184.216.34:443".into(),
@@ -125,7 +126,7 @@ fn session(store: &AuditStore) -> SessionId {
             bytes_up: 2048,
             bytes_down: 4096,
             duration_ms: Some(30.0),
-        },
+        }),
         http(
             "https://api.example.com/v1/items?limit=10&sort=asc",
             Some(200),
@@ -139,11 +140,11 @@ fn session(store: &AuditStore) -> SessionId {
             "deny",
         ),
         output(OutputStream::Stderr, b"warning: done\r\n"),
-        AuditEvent::Exit {
+        AuditEvent::Exit(Exit {
             exec_id: ExecId::new("e2"),
             status: Some(0),
             signal: None,
-        },
+        }),
     ];
     for ev in events {
         rec.record(ev).unwrap();
@@ -305,10 +306,10 @@ fn asciicast_and_timeline_show_terminal_resizes_in_order() {
         .unwrap();
     for ev in [
         output(OutputStream::Stdout, b"30 100\r\n"),
-        AuditEvent::Resize {
+        AuditEvent::Resize(Resize {
             cols: 120,
             rows: 40,
-        },
+        }),
         output(OutputStream::Stdout, b"40 120\r\n"),
     ] {
         rec.record(ev).unwrap();

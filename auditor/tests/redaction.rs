@@ -2,6 +2,7 @@
 //! in an event.
 
 use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream};
+use airlock_auditor::{Exec, HttpExchange};
 use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
 
 const SECRET: &str = "ghp_S3cr3tT0kenValue42";
@@ -19,16 +20,16 @@ fn registered_secret_never_appears_in_the_database_bytes() {
         ]))
         .unwrap();
     let mut ex = exec("e1", None, &["curl", "-H", &format!("token {SECRET}")]);
-    if let AuditEvent::Exec {
+    if let AuditEvent::Exec(Exec {
         env_values_nonsecret,
         ..
-    } = &mut ex
+    }) = &mut ex
     {
         env_values_nonsecret.insert("LEAKY".into(), format!("x{SECRET}y").into());
         env_values_nonsecret.insert(SECRET.into(), "as a key".into());
     }
     rec.record(ex).unwrap();
-    rec.record(AuditEvent::Http {
+    rec.record(AuditEvent::Http(HttpExchange {
         exchange: None,
         exec_id: Some(ExecId::new("e1")),
         method: "GET".into(),
@@ -50,7 +51,7 @@ fn registered_secret_never_appears_in_the_database_bytes() {
         rule: None,
         reason: None,
         websocket: None,
-    })
+    }))
     .unwrap();
     rec.record(file(
         "/work/.env",

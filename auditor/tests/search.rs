@@ -2,6 +2,7 @@
 //! mode recorded them, found through the index for new sessions and by a
 //! scan for sessions recorded before it, without writing to the database.
 
+use airlock_auditor::{FileChange, HttpExchange, StepStart, TcpConnection};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ fn http(exchange: u64, method: &str, url: &str, decision: &str) -> AuditEvent {
 }
 
 fn tcp(host: Option<&str>, dst: &str, decision: &str) -> AuditEvent {
-    AuditEvent::Tcp {
+    AuditEvent::Tcp(TcpConnection {
         exec_id: Some(ExecId::new("e2")),
         connection: Some(1),
         dst: dst.into(),
@@ -35,12 +36,12 @@ fn tcp(host: Option<&str>, dst: &str, decision: &str) -> AuditEvent {
         bytes_up: 0,
         bytes_down: 0,
         duration_ms: None,
-    }
+    })
 }
 
 fn rename(from: &str, to: &str) -> AuditEvent {
     let mut event = file(from, FileOp::Rename, None);
-    if let AuditEvent::File { rename_to, .. } = &mut event {
+    if let AuditEvent::File(FileChange { rename_to, .. }) = &mut event {
         *rename_to = Some(to.into());
     }
     event
@@ -110,13 +111,13 @@ fn world() -> World {
         &writer,
         SessionMode::Session,
         vec![
-            AuditEvent::StepStart {
+            AuditEvent::StepStart(StepStart {
                 step: airlock_auditor::StepNo(1),
                 label: Some("tool-call-1".into()),
                 command: vec!["pip".into(), "install".into(), "requests".into()],
                 cwd: None,
                 tty: false,
-            },
+            }),
             exec("e9", None, &["pip", "install", "requests"]),
             dns("files.pythonhosted.org"),
             file("/work/.venv/lib/requests/api.py", FileOp::Create, None),
@@ -240,7 +241,7 @@ fn verdicts_methods_and_url_text_narrow_to_the_refused_request() {
     );
     assert_eq!(reported.hits.len(), 1);
     assert!(matches!(&reported.hits[0].event.event,
-        AuditEvent::Http { url, .. } if url == "https://pastebin.com/raw/abc"));
+        AuditEvent::Http(HttpExchange { url, .. }) if url == "https://pastebin.com/raw/abc"));
 }
 
 #[test]
@@ -257,7 +258,7 @@ fn a_file_is_found_by_exact_path_by_either_side_of_a_rename_or_by_directory() {
         .hits
         .iter()
         .map(|h| match &h.event.event {
-            AuditEvent::File { op, .. } => *op,
+            AuditEvent::File(FileChange { op, .. }) => *op,
             other => panic!("not a file event: {other:?}"),
         })
         .collect();

@@ -4,6 +4,7 @@
 //! is markup. Bodies and file contents come out as pretty JSON, text, or a
 //! hex dump, whichever reads best, and say when the record was cut short.
 
+use airlock_auditor::{ApprovalDecided, DnsQuery, HttpExchange, TcpConnection};
 use std::fmt::Write as _;
 
 use airlock_auditor::timeline::{self, Depths};
@@ -42,23 +43,25 @@ impl Listed {
 /// How a request, connection or name lookup was decided.
 pub(crate) fn verdict(event: &AuditEvent) -> Option<&str> {
     match event {
-        AuditEvent::Http { decision, .. }
-        | AuditEvent::Tcp { decision, .. }
-        | AuditEvent::Dns { decision, .. } => Some(decision),
-        AuditEvent::ApprovalDecided { outcome, .. } if outcome != "approved" => Some("deny"),
+        AuditEvent::Http(HttpExchange { decision, .. })
+        | AuditEvent::Tcp(TcpConnection { decision, .. })
+        | AuditEvent::Dns(DnsQuery { decision, .. }) => Some(decision),
+        AuditEvent::ApprovalDecided(ApprovalDecided { outcome, .. }) if outcome != "approved" => {
+            Some("deny")
+        }
         _ => None,
     }
 }
 
 fn key(event: &AuditEvent) -> Option<String> {
     match event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             exchange: Some(id), ..
-        } => Some(format!("http:{id}")),
-        AuditEvent::Tcp {
+        }) => Some(format!("http:{id}")),
+        AuditEvent::Tcp(TcpConnection {
             connection: Some(id),
             ..
-        } => Some(format!("tcp:{id}")),
+        }) => Some(format!("tcp:{id}")),
         _ => None,
     }
 }

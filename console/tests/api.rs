@@ -3,6 +3,7 @@
 //! writes, badges recomputed after tampering, inert downloads, and a live
 //! stream that shows new records within a second.
 
+use airlock_auditor::HttpExchange;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -166,7 +167,7 @@ fn recorded_session(store: &AuditStore) -> SessionId {
 }
 
 fn refused_request() -> airlock_auditor::AuditEvent {
-    airlock_auditor::AuditEvent::Http {
+    airlock_auditor::AuditEvent::Http(HttpExchange {
         exec_id: Some(airlock_auditor::ExecId::new("e1")),
         exchange: Some(1),
         method: "POST".into(),
@@ -188,7 +189,7 @@ fn refused_request() -> airlock_auditor::AuditEvent {
         rule: None,
         reason: Some("no rule allows this host".into()),
         websocket: None,
-    }
+    })
 }
 
 /// Every path the page and the API serve for `id`.

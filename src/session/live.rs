@@ -3,6 +3,7 @@
 //! counts `ls` and the idle timeout read, and where the sandbox's word on
 //! each running step is delivered.
 
+use airlock_auditor::{Note, StepStart};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -92,12 +93,12 @@ impl Live {
     pub fn not_answering(&self, step: StepId) {
         self.not_answering.store(true, Ordering::SeqCst);
         if let Some(recorder) = &self.recorder {
-            let _ = recorder.record(AuditEvent::Note {
+            let _ = recorder.record(AuditEvent::Note(Note {
                 text: format!(
                     "the session is not answering: the sandbox did not confirm the end of step {} after it was killed",
                     step.0
                 ),
-            });
+            }));
         }
     }
 
@@ -151,13 +152,13 @@ impl Live {
             self.labels.insert(step.0, label.clone());
         }
         if let Some(recorder) = &self.recorder {
-            let recorded = recorder.record(AuditEvent::StepStart {
+            let recorded = recorder.record(AuditEvent::StepStart(StepStart {
                 step: StepNo(step.0),
                 label: request.label.clone(),
                 command: request.argv.clone(),
                 cwd: request.cwd.clone(),
                 tty: request.tty.is_some(),
-            });
+            }));
             if let Err(e) = recorded {
                 // Nothing runs unrecorded: the step does not start.
                 self.counts().running -= 1;
@@ -182,14 +183,14 @@ impl Live {
     /// Record the step's end and count it done.
     pub fn end_step(&self, step: StepId, report: &ExitReport) {
         if let Some(recorder) = &self.recorder {
-            let _ = recorder.record(AuditEvent::StepEnd {
+            let _ = recorder.record(AuditEvent::StepEnd(airlock_auditor::StepEnd {
                 step: StepNo(step.0),
                 exit_status: report.status,
                 signal: report.signal,
                 timed_out: report.timed_out,
                 duration_ms: report.duration_ms,
                 reason: report.reason.clone(),
-            });
+            }));
         }
         let mut counts = self.counts();
         counts.running = counts.running.saturating_sub(1);

@@ -4,6 +4,7 @@
 //! the background keeps its output pipes, which are read (and recorded)
 //! until it ends, so that it never blocks or dies of SIGPIPE.
 
+use airlock_auditor::Note;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -571,11 +572,11 @@ async fn emit(
         // record() waits when the store's queue is full: never with the
         // runtime's worker, which serves every other step and request.
         tokio::task::block_in_place(|| {
-            let _ = recorder.record(AuditEvent::Output {
+            let _ = recorder.record(AuditEvent::Output(airlock_auditor::Output {
                 stream,
                 data: data.to_vec(),
                 step: Some(StepNo(step.0)),
-            });
+            }));
         });
     }
 }
@@ -587,12 +588,12 @@ fn note_output_cut(live: &Live, step: StepId, stream: OutputStream) {
             OutputStream::Stdout => "stdout",
             OutputStream::Stderr => "stderr",
         };
-        let _ = recorder.record(AuditEvent::Note {
+        let _ = recorder.record(AuditEvent::Note(Note {
             text: format!(
                 "step {}: what it left running wrote more than {} MiB to {stream} after the step ended; the rest is not recorded",
                 step.0,
                 BACKGROUND_OUTPUT_RECORDED >> 20
             ),
-        });
+        }));
     }
 }

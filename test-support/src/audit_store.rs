@@ -2,6 +2,7 @@
 //! temp dirs, a separate rusqlite connection for tampering, and events of
 //! every kind.
 
+use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, Output};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -52,7 +53,7 @@ pub fn info(command: &[&str]) -> SessionInfo {
 
 /// An exec of `/usr/bin/ARGV0` with id `id`, child of `parent`.
 pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
-    AuditEvent::Exec {
+    AuditEvent::Exec(Exec {
         exec_id: ExecId::new(id),
         parent_exec_id: parent.map(ExecId::new),
         pid: 100,
@@ -65,24 +66,24 @@ pub fn exec(id: &str, parent: Option<&str>, argv: &[&str]) -> AuditEvent {
         env_values_nonsecret: BTreeMap::from([("PATH".into(), "/usr/bin".into())]),
         image: Default::default(),
         step: None,
-    }
+    })
 }
 
 /// An allowed DNS query for `name`.
 pub fn dns(name: &str) -> AuditEvent {
-    AuditEvent::Dns {
+    AuditEvent::Dns(DnsQuery {
         exec_id: None,
         name: name.into(),
         qtype: "A".into(),
         answer: vec!["93.184.216.34".into()],
         decision: "allow".into(),
         rule: Some("policy.toml:3".into()),
-    }
+    })
 }
 
 /// A file event of exec `e1`, with `content` if given.
 pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
-    AuditEvent::File {
+    AuditEvent::File(FileChange {
         exec_id: Some(ExecId::new("e1")),
         path: path.into(),
         op,
@@ -96,7 +97,7 @@ pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
         content_over_budget: false,
         identity: Default::default(),
         xattr: None,
-    }
+    })
 }
 
 /// What the proxy records of exchange `exchange` of exec `e2`: `method url`,
@@ -109,7 +110,7 @@ pub fn http_exchange(
     status: Option<u16>,
     decision: &str,
 ) -> AuditEvent {
-    AuditEvent::Http {
+    AuditEvent::Http(HttpExchange {
         exec_id: Some(ExecId::new("e2")),
         exchange: Some(exchange),
         method: method.into(),
@@ -131,16 +132,16 @@ pub fn http_exchange(
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,
-    }
+    })
 }
 
 /// Terminal output on `stream`.
 pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
-    AuditEvent::Output {
+    AuditEvent::Output(Output {
         stream,
         data: data.to_vec(),
         step: None,
-    }
+    })
 }
 
 /// A session with 30 dns events and checkpoints at seq 10, 20 and 30

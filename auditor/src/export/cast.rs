@@ -4,6 +4,7 @@
 //! start (when the command ran on a pty) and "r" events its resizes; a
 //! live session's steps begin with "m" (marker) events.
 
+use crate::{Output, Resize, StepStart};
 use std::io::Write;
 
 use crate::{AuditError, AuditEvent, SessionSummary, StoredEvent};
@@ -42,16 +43,16 @@ pub fn write(
     for ev in events {
         let t = (ev.ts_us.saturating_sub(summary.started_us)).max(0) as f64 / 1e6;
         let frame = match &ev.event {
-            AuditEvent::Output { data, .. } => {
+            AuditEvent::Output(Output { data, .. }) => {
                 serde_json::json!([t, "o", String::from_utf8_lossy(data)])
             }
             // "r" (resize) events, data "COLSxROWS" (asciicast v2).
-            AuditEvent::Resize { cols, rows } => {
+            AuditEvent::Resize(Resize { cols, rows }) => {
                 serde_json::json!([t, "r", format!("{cols}x{rows}")])
             }
             // A live session's steps as "m" (marker) events, which players
             // offer as chapters; the output between them is the steps'.
-            AuditEvent::StepStart { step, label, .. } => {
+            AuditEvent::StepStart(StepStart { step, label, .. }) => {
                 let text = match label {
                     Some(l) => format!("step {step}: {l}"),
                     None => format!("step {step}"),

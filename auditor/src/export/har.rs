@@ -4,6 +4,7 @@
 //! underscore-prefixed custom fields, which the spec reserves for exactly
 //! that.
 
+use crate::{ApprovalDecided, ApprovalRequested, HttpExchange};
 use std::collections::HashSet;
 use std::io::Write;
 
@@ -107,7 +108,7 @@ fn body_text(body: &[u8]) -> (String, Option<&'static str>) {
 }
 
 fn entry(ev: &StoredEvent) -> Option<Value> {
-    let AuditEvent::Http {
+    let AuditEvent::Http(HttpExchange {
         method,
         url,
         http_version,
@@ -126,7 +127,7 @@ fn entry(ev: &StoredEvent) -> Option<Value> {
         reason,
         websocket,
         ..
-    } = &ev.event
+    }) = &ev.event
     else {
         return None;
     };
@@ -253,16 +254,16 @@ pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
     let with_http: HashSet<u64> = events
         .iter()
         .filter_map(|ev| match &ev.event {
-            AuditEvent::Http {
+            AuditEvent::Http(HttpExchange {
                 exchange: Some(x), ..
-            } => Some(*x),
+            }) => Some(*x),
             _ => None,
         })
         .collect();
     let mut entries = Vec::new();
     for ev in &events {
         match &ev.event {
-            AuditEvent::Http { exchange, .. } => {
+            AuditEvent::Http(HttpExchange { exchange, .. }) => {
                 let Some(mut e) = entry(ev) else { continue };
                 if let (Some(a), Some(obj)) = (
                     exchange.and_then(|x| approvals.for_exchange(x)),
@@ -272,7 +273,8 @@ pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
                 }
                 entries.push(e);
             }
-            AuditEvent::ApprovalRequested { .. } | AuditEvent::ApprovalDecided { .. } => {
+            AuditEvent::ApprovalRequested(ApprovalRequested { .. })
+            | AuditEvent::ApprovalDecided(ApprovalDecided { .. }) => {
                 let Some(a) = approvals.of(ev) else { continue };
                 let recorded = a.exchange().is_some_and(|x| with_http.contains(&x));
                 if !recorded

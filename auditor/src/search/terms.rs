@@ -1,6 +1,10 @@
 //! What an event can be searched by: the values `airlock audit search`
 //! matches (`event_terms` rows), taken from the event as it is stored.
 
+use crate::{
+    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, Note,
+    Output, Resize, StepEnd, StepStart, TcpConnection, Untraced,
+};
 use crate::{AuditEvent, EventKind, FileOp, OsText, Redactor};
 
 /// A name as the index holds it: the text itself when it is UTF-8 (as every
@@ -80,7 +84,7 @@ pub(crate) fn is_indexed_kind(kind: EventKind) -> bool {
 /// nothing searches by, such as terminal output).
 pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
     let rows = match event {
-        AuditEvent::Exec { path, argv, .. } => vec![Terms {
+        AuditEvent::Exec(Exec { path, argv, .. }) => vec![Terms {
             command: Some(format!(
                 "{}\n{}",
                 term(path),
@@ -88,16 +92,16 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             )),
             ..Terms::default()
         }],
-        AuditEvent::StepStart { command, .. } => vec![Terms {
+        AuditEvent::StepStart(StepStart { command, .. }) => vec![Terms {
             command: Some(command.join(" ")),
             ..Terms::default()
         }],
-        AuditEvent::File {
+        AuditEvent::File(FileChange {
             path,
             op,
             rename_to,
             ..
-        } => {
+        }) => {
             let mut rows = vec![Terms {
                 path: Some(term(path)),
                 ..Terms::default()
@@ -110,46 +114,46 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             }
             rows
         }
-        AuditEvent::Dns { name, decision, .. } => vec![Terms {
+        AuditEvent::Dns(DnsQuery { name, decision, .. }) => vec![Terms {
             host: Some(name.clone()),
             verdict: Some(decision.clone()),
             ..Terms::default()
         }],
-        AuditEvent::Tcp {
+        AuditEvent::Tcp(TcpConnection {
             host,
             dst,
             decision,
             ..
-        } => vec![Terms {
+        }) => vec![Terms {
             host: Some(host.as_deref().unwrap_or_else(|| dst_ip(dst)).to_owned()),
             verdict: Some(decision.clone()),
             ..Terms::default()
         }],
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             method,
             url,
             decision,
             ..
-        } => vec![Terms {
+        }) => vec![Terms {
             host: url_host(url).map(str::to_owned),
             method: Some(method.clone()),
             verdict: Some(decision.clone()),
             url: Some(url.clone()),
             ..Terms::default()
         }],
-        AuditEvent::ApprovalRequested { method, url, .. }
-        | AuditEvent::ApprovalDecided { method, url, .. } => vec![Terms {
+        AuditEvent::ApprovalRequested(ApprovalRequested { method, url, .. })
+        | AuditEvent::ApprovalDecided(ApprovalDecided { method, url, .. }) => vec![Terms {
             host: url_host(url).map(str::to_owned),
             method: Some(method.clone()),
             url: Some(url.clone()),
             ..Terms::default()
         }],
-        AuditEvent::Exit { .. }
-        | AuditEvent::Output { .. }
-        | AuditEvent::Note { .. }
-        | AuditEvent::Untraced { .. }
-        | AuditEvent::Resize { .. }
-        | AuditEvent::StepEnd { .. } => Vec::new(),
+        AuditEvent::Exit(Exit { .. })
+        | AuditEvent::Output(Output { .. })
+        | AuditEvent::Note(Note { .. })
+        | AuditEvent::Untraced(Untraced { .. })
+        | AuditEvent::Resize(Resize { .. })
+        | AuditEvent::StepEnd(StepEnd { .. }) => Vec::new(),
     };
     rows.into_iter()
         .map(|t| t.scrubbed(redactor).normalized())

@@ -8,6 +8,7 @@
 //! note) is quoted in full with [`escape::preview`], so a `"` or newline in
 //! it cannot end the quote and forge the rest of the line.
 
+use crate::{ApprovalDecided, ApprovalRequested};
 use crate::{AuditEvent, escape, humanize};
 
 /// A recorded millisecond count as a duration, however large.
@@ -23,7 +24,7 @@ fn quoted(text: &str) -> String {
 /// `approval ID requested: POST URL (rule FILE:LINE: "reason") — waits up
 /// to 2m00s[ for APPROVERS]`.
 pub(super) fn requested(event: &AuditEvent) -> String {
-    let AuditEvent::ApprovalRequested {
+    let AuditEvent::ApprovalRequested(ApprovalRequested {
         approval,
         method,
         url,
@@ -32,7 +33,7 @@ pub(super) fn requested(event: &AuditEvent) -> String {
         timeout_ms,
         approvers,
         ..
-    } = event
+    }) = event
     else {
         return String::new();
     };
@@ -62,7 +63,7 @@ pub(super) fn requested(event: &AuditEvent) -> String {
 /// `approval ID approved once by WHO after 4.2s: "note"`, `... denied by
 /// WHO after ...`, `... expired after 2m00s: nobody decided`.
 pub(super) fn decided(event: &AuditEvent) -> String {
-    let AuditEvent::ApprovalDecided {
+    let AuditEvent::ApprovalDecided(ApprovalDecided {
         approval,
         outcome,
         scope,
@@ -70,7 +71,7 @@ pub(super) fn decided(event: &AuditEvent) -> String {
         note,
         waited_ms,
         ..
-    } = event
+    }) = event
     else {
         return String::new();
     };

@@ -8,6 +8,7 @@
 //! the background stays in that step's tree, so its later events are
 //! grouped under that step even when they happen during another one.
 
+use crate::{Exec, StepEnd, StepStart};
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{AuditEvent, EventKind, ExecId, SessionSummary, StepNo, StoredEvent, escape, humanize};
@@ -42,12 +43,12 @@ pub fn step_of_each(events: &[StoredEvent]) -> Vec<Option<StepNo>> {
     let mut out = Vec::with_capacity(events.len());
     for ev in events {
         let step = match &ev.event {
-            AuditEvent::Exec {
+            AuditEvent::Exec(Exec {
                 exec_id,
                 parent_exec_id,
                 step,
                 ..
-            } => {
+            }) => {
                 let step = step.or_else(|| {
                     parent_exec_id
                         .as_ref()
@@ -103,14 +104,14 @@ fn label(text: &str) -> String {
 
 /// "exit 0 after 1.2s", "timed out, killed by signal 9 after 10.0s (...)".
 pub(super) fn outcome(end: &AuditEvent) -> String {
-    let AuditEvent::StepEnd {
+    let AuditEvent::StepEnd(StepEnd {
         exit_status,
         signal,
         timed_out,
         duration_ms,
         reason,
         ..
-    } = end
+    }) = end
     else {
         return String::new();
     };
@@ -133,13 +134,13 @@ pub(super) fn outcome(end: &AuditEvent) -> String {
 
 /// `"label"  $ command  (cwd DIR, tty)`, each part only when recorded.
 pub(super) fn start_text(start: &AuditEvent) -> String {
-    let AuditEvent::StepStart {
+    let AuditEvent::StepStart(StepStart {
         label: l,
         command,
         cwd,
         tty,
         ..
-    } = start
+    }) = start
     else {
         return String::new();
     };
@@ -250,13 +251,13 @@ fn summary_json(
             .map(|s| (s.ts_us.saturating_sub(started_us)) as f64 / 1e6)
             .into(),
     );
-    if let Some(AuditEvent::StepStart {
+    if let Some(AuditEvent::StepStart(StepStart {
         label,
         command,
         cwd,
         tty,
         ..
-    }) = start.map(|s| &s.event)
+    })) = start.map(|s| &s.event)
     {
         obj.insert("label".into(), label.clone().into());
         obj.insert("command".into(), command.clone().into());
@@ -265,14 +266,14 @@ fn summary_json(
     }
     let end = group.end.map(|i| &events[i]);
     obj.insert("ended".into(), end.is_some().into());
-    if let Some(AuditEvent::StepEnd {
+    if let Some(AuditEvent::StepEnd(StepEnd {
         exit_status,
         signal,
         timed_out,
         duration_ms,
         reason,
         ..
-    }) = end.map(|e| &e.event)
+    })) = end.map(|e| &e.event)
     {
         obj.insert("exit_status".into(), (*exit_status).into());
         obj.insert("signal".into(), (*signal).into());

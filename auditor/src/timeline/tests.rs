@@ -1,4 +1,8 @@
 use super::*;
+use crate::{
+    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, FileChange, HttpExchange, Note, Output,
+    StepEnd, StepStart, TcpConnection, Untraced,
+};
 use crate::{FileOp, OutputStream, WebSocketMessage, WebSocketRecord};
 
 /// What a hostile program would put in a field: erase the line, retitle
@@ -29,7 +33,7 @@ fn assert_clean(line: &str) {
 fn every_field_from_the_sandbox_is_escaped() {
     let id = || Some(ExecId::new("e1"));
     let events = [
-        AuditEvent::Exec {
+        AuditEvent::Exec(Exec {
             exec_id: ExecId::new("e1"),
             parent_exec_id: None,
             pid: 1,
@@ -42,8 +46,8 @@ fn every_field_from_the_sandbox_is_escaped() {
             env_values_nonsecret: Default::default(),
             step: None,
             image: Default::default(),
-        },
-        AuditEvent::File {
+        }),
+        AuditEvent::File(FileChange {
             exec_id: id(),
             path: s().into(),
             op: FileOp::Rename,
@@ -57,16 +61,16 @@ fn every_field_from_the_sandbox_is_escaped() {
             content_over_budget: false,
             identity: Default::default(),
             xattr: None,
-        },
-        AuditEvent::Dns {
+        }),
+        AuditEvent::Dns(DnsQuery {
             exec_id: id(),
             name: s(),
             qtype: s(),
             answer: vec![s()],
             decision: s(),
             rule: Some(s()),
-        },
-        AuditEvent::Tcp {
+        }),
+        AuditEvent::Tcp(TcpConnection {
             exec_id: id(),
             connection: None,
             dst: s(),
@@ -78,8 +82,8 @@ fn every_field_from_the_sandbox_is_escaped() {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: None,
-        },
-        AuditEvent::Http {
+        }),
+        AuditEvent::Http(HttpExchange {
             exec_id: id(),
             exchange: None,
             method: s(),
@@ -120,21 +124,21 @@ fn every_field_from_the_sandbox_is_escaped() {
                 ms_total: None,
                 error: Some(s()),
             })),
-        },
-        AuditEvent::Output {
+        }),
+        AuditEvent::Output(Output {
             stream: OutputStream::Stdout,
             data: EVIL.as_bytes().to_vec(),
             step: None,
-        },
-        AuditEvent::Note { text: s() },
+        }),
+        AuditEvent::Note(Note { text: s() }),
         // A task's name is whatever it set with prctl(PR_SET_NAME).
-        AuditEvent::Untraced {
+        AuditEvent::Untraced(Untraced {
             exec_id: None,
             pid: 5,
             ppid: 0,
             uid: 0,
             comm: s().into(),
-        },
+        }),
     ];
     for ev in &events {
         let line = describe(ev);
@@ -149,25 +153,25 @@ fn every_field_from_the_sandbox_is_escaped() {
 
 #[test]
 fn step_records_from_the_caller_are_escaped() {
-    let start = AuditEvent::StepStart {
+    let start = AuditEvent::StepStart(StepStart {
         step: crate::StepNo(1),
         label: Some(s()),
         command: vec![s()],
         cwd: Some(s()),
         tty: true,
-    };
+    });
     let line = describe(&start);
     assert_clean(&line);
     // Label, command and cwd, each escaped.
     assert_eq!(line.matches(SHOWN).count(), 3, "{line}");
-    let end = AuditEvent::StepEnd {
+    let end = AuditEvent::StepEnd(StepEnd {
         step: crate::StepNo(1),
         exit_status: None,
         signal: Some(9),
         timed_out: true,
         duration_ms: f64::NAN,
         reason: Some(s()),
-    };
+    });
     let line = describe(&end);
     assert_clean(&line);
     assert!(
@@ -180,7 +184,7 @@ fn step_records_from_the_caller_are_escaped() {
 fn approval_records_are_escaped() {
     // The method and URL are the sandbox's; the note and the decider's name
     // whoever answered; the rest the policy's. All are escaped.
-    let requested = AuditEvent::ApprovalRequested {
+    let requested = AuditEvent::ApprovalRequested(ApprovalRequested {
         approval: s(),
         exec_id: None,
         exchange: None,
@@ -193,13 +197,13 @@ fn approval_records_are_escaped() {
         reason: Some(s()),
         timeout_ms: u64::MAX,
         approvers: vec![s()],
-    };
+    });
     let line = describe(&requested);
     assert_clean(&line);
     // Id, method, URL, rule, reason and approvers (headers and the body's
     // hash are not shown).
     assert_eq!(line.matches(SHOWN).count(), 6, "{line}");
-    let decided = AuditEvent::ApprovalDecided {
+    let decided = AuditEvent::ApprovalDecided(ApprovalDecided {
         approval: s(),
         exec_id: None,
         exchange: None,
@@ -211,7 +215,7 @@ fn approval_records_are_escaped() {
         body_sha256: s(),
         method: s(),
         url: s(),
-    };
+    });
     let line = describe(&decided);
     assert_clean(&line);
     // Id, outcome, scope, decider and note.

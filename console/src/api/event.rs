@@ -1,6 +1,7 @@
 //! One event; for an HTTP exchange, the request page.
 
 use airlock_auditor::{AuditEvent, StoredEvent, timeline};
+use airlock_auditor::{DnsQuery, Exec, HttpExchange, TcpConnection};
 use http::Response;
 use serde_json::{Value, json};
 
@@ -22,14 +23,14 @@ pub(super) fn detail(state: &State, id: &str, seq: &str) -> Result<Response<Body
         .ok_or_else(|| ConsoleError::NotFound(format!("session {id} has no event {seq}")))?;
     let exec = ev.event.exec_id().and_then(|exec_id| {
         events.iter().find_map(|e| match &e.event {
-            AuditEvent::Exec {
+            AuditEvent::Exec(Exec {
                 exec_id: this,
                 argv,
                 path,
                 cwd,
                 pid,
                 ..
-            } if this == exec_id => Some(json!({
+            }) if this == exec_id => Some(json!({
                 "exec_id": this, "argv": argv, "path": path, "cwd": cwd, "pid": pid,
                 "seq": e.seq,
             })),
@@ -53,11 +54,11 @@ pub(super) fn detail(state: &State, id: &str, seq: &str) -> Result<Response<Body
 /// The record, minus the bodies (shown rendered, beside it).
 fn without_bodies(ev: &StoredEvent) -> Result<Value, ConsoleError> {
     let mut event = ev.event.clone();
-    if let AuditEvent::Http {
+    if let AuditEvent::Http(HttpExchange {
         request_body,
         response_body,
         ..
-    } = &mut event
+    }) = &mut event
     {
         *request_body = None;
         *response_body = None;
@@ -68,13 +69,13 @@ fn without_bodies(ev: &StoredEvent) -> Result<Value, ConsoleError> {
 
 fn bodies(event: &AuditEvent) -> Value {
     match event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             request_body,
             request_body_truncated,
             response_body,
             response_body_truncated,
             ..
-        } => json!({
+        }) => json!({
             "request": render::bytes(request_body.as_deref(), *request_body_truncated),
             "response": render::bytes(response_body.as_deref(), *response_body_truncated),
         }),
@@ -87,20 +88,20 @@ fn bodies(event: &AuditEvent) -> Value {
 /// change about the rule that refused it.
 fn advice(state: &State, event: &AuditEvent) -> (Option<String>, Option<String>) {
     let (rule, reason) = match event {
-        AuditEvent::Http {
+        AuditEvent::Http(HttpExchange {
             decision,
             rule,
             reason,
             ..
-        }
-        | AuditEvent::Tcp {
+        })
+        | AuditEvent::Tcp(TcpConnection {
             decision,
             rule,
             reason,
             ..
-        } if decision == "deny" => (rule, reason.as_deref()),
+        }) if decision == "deny" => (rule, reason.as_deref()),
         // A lookup's `rule` names the rule, or says why none applied.
-        AuditEvent::Dns { decision, rule, .. } if decision == "deny" => {
+        AuditEvent::Dns(DnsQuery { decision, rule, .. }) if decision == "deny" => {
             let why = rule
                 .as_deref()
                 .map(|r| format!(" ({r})"))
@@ -116,15 +117,17 @@ fn advice(state: &State, event: &AuditEvent) -> (Option<String>, Option<String>)
     };
     let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
     match (event, rule) {
-        (AuditEvent::Http { method, url, .. }, None) => match (state.rule_to_add)(method, url) {
-            Some(rule) => (Some(rule), None),
-            None => (
-                None,
-                Some(format!(
-                    "No rule allows it{why}. Add an [[allow]] rule for it to the policy."
-                )),
-            ),
-        },
+        (AuditEvent::Http(HttpExchange { method, url, .. }), None) => {
+            match (state.rule_to_add)(method, url) {
+                Some(rule) => (Some(rule), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "No rule allows it{why}. Add an [[allow]] rule for it to the policy."
+                    )),
+                ),
+            }
+        }
         (_, Some(rule)) => (
             None,
             Some(format!(

@@ -1,5 +1,6 @@
 //! Files written: every version, its content, and diffs between versions.
 
+use airlock_auditor::FileChange;
 use std::collections::HashMap;
 
 use airlock_auditor::{AuditEvent, EventKind, FileOp, OsText, SessionId, Xattr};
@@ -87,7 +88,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
         })
     };
     for ev in state.store.events(&id, Some(&[EventKind::File]))? {
-        let AuditEvent::File {
+        let AuditEvent::File(FileChange {
             exec_id,
             path,
             op,
@@ -100,7 +101,7 @@ pub(super) fn list(state: &State, id: &str) -> Result<Response<Body>, ConsoleErr
             mode,
             xattr,
             ..
-        } = ev.event
+        }) = ev.event
         else {
             continue;
         };
@@ -170,7 +171,7 @@ fn blob(state: &State, id: &SessionId, sha: &str) -> Result<Vec<u8>, ConsoleErro
         .events(id, Some(&[EventKind::File]))?
         .iter()
         .any(
-            |ev| matches!(&ev.event, AuditEvent::File { stored_content: Some(s), .. } if s == sha),
+            |ev| matches!(&ev.event, AuditEvent::File(FileChange { stored_content: Some(s), .. }) if s == sha),
         );
     let missing = || ConsoleError::NotFound(format!("session {id} recorded no content {sha}"));
     if !recorded_here {

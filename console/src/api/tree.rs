@@ -1,5 +1,6 @@
 //! The process tree: every exec with its parent, start and end.
 
+use airlock_auditor::{Exec, Exit};
 use std::collections::HashMap;
 
 use airlock_auditor::{AuditEvent, EventKind};
@@ -40,7 +41,7 @@ pub(super) fn of(state: &State, id: &str) -> Result<Response<Body>, ConsoleError
     let mut index: HashMap<String, usize> = HashMap::new();
     for ev in &events {
         match &ev.event {
-            AuditEvent::Exec {
+            AuditEvent::Exec(Exec {
                 exec_id,
                 parent_exec_id,
                 pid,
@@ -49,7 +50,7 @@ pub(super) fn of(state: &State, id: &str) -> Result<Response<Body>, ConsoleError
                 cwd,
                 step,
                 ..
-            } => {
+            }) => {
                 index.insert(exec_id.as_str().to_owned(), nodes.len());
                 nodes.push(Node {
                     exec_id: exec_id.as_str().to_owned(),
@@ -67,11 +68,11 @@ pub(super) fn of(state: &State, id: &str) -> Result<Response<Body>, ConsoleError
                     step: step.map(|s| s.get()),
                 });
             }
-            AuditEvent::Exit {
+            AuditEvent::Exit(Exit {
                 exec_id,
                 status,
                 signal,
-            } => {
+            }) => {
                 if let Some(node) = index.get(exec_id.as_str()).map(|&i| &mut nodes[i]) {
                     node.ended_us = Some(ev.ts_us);
                     node.duration_ms = Some((ev.ts_us - node.started_us) as f64 / 1000.0);

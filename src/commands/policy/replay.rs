@@ -5,6 +5,7 @@
 //! Text output prints recorded strings through `escape::text`: the program
 //! under audit chose them. `--json` leaves them as data.
 
+use airlock_auditor::{ApprovalRequested, DnsQuery, HttpExchange, TcpConnection};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
@@ -212,36 +213,36 @@ impl<'a> Session<'a> {
         let asked: HashSet<u64> = events
             .iter()
             .filter_map(|e| match &e.event {
-                AuditEvent::ApprovalRequested { exchange, .. } => *exchange,
+                AuditEvent::ApprovalRequested(ApprovalRequested { exchange, .. }) => *exchange,
                 _ => None,
             })
             .collect();
         // The record keeps two records per exchange and connection; the latest counts.
         for event in collapse_exchanges(events) {
             let replayed = match &event.event {
-                AuditEvent::Dns {
+                AuditEvent::Dns(DnsQuery {
                     name,
                     qtype,
                     decision,
                     ..
-                } => {
+                }) => {
                     report.replayed.dns += 1;
                     self.dns(name, qtype, decision)
                 }
-                AuditEvent::Tcp {
+                AuditEvent::Tcp(TcpConnection {
                     host,
                     dst,
                     port,
                     decision,
                     rule,
                     ..
-                } => {
+                }) => {
                     report.replayed.tcp += 1;
                     // Older records may lack the host: the address ("ip:port") stands in.
                     let host = host.as_deref().unwrap_or_else(|| address_of(dst));
                     self.tcp(host, *port, decision, rule)
                 }
-                AuditEvent::Http {
+                AuditEvent::Http(HttpExchange {
                     exchange,
                     method,
                     url,
@@ -253,7 +254,7 @@ impl<'a> Session<'a> {
                     http_version,
                     websocket,
                     ..
-                } => {
+                }) => {
                     report.replayed.http += 1;
                     let was = if exchange.is_some_and(|x| asked.contains(&x)) {
                         "ask"

@@ -3,6 +3,7 @@
 //! file only reads (the record opened read-only, or a JSON-lines events
 //! file); the shaping is `airlock_policy::Draft`'s.
 
+use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -91,7 +92,7 @@ fn read_session(
 ) {
     let mut http: HashSet<(String, u16)> = HashSet::new();
     for event in events {
-        if let AuditEvent::Http {
+        if let AuditEvent::Http(HttpExchange {
             method,
             url,
             request_headers,
@@ -100,7 +101,7 @@ fn read_session(
             http_version,
             websocket,
             ..
-        } = &event.event
+        }) = &event.event
         {
             let seen = Seen {
                 method,
@@ -116,7 +117,7 @@ fn read_session(
     }
     for event in events {
         match &event.event {
-            AuditEvent::Tcp {
+            AuditEvent::Tcp(TcpConnection {
                 host,
                 dst,
                 port,
@@ -124,7 +125,7 @@ fn read_session(
                 reason,
                 bytes_up,
                 ..
-            } => {
+            }) => {
                 let host = host.as_deref().unwrap_or_else(|| address_of(dst));
                 if decision == "deny" {
                     draft.refuse(refusal(
@@ -150,13 +151,13 @@ fn read_session(
                     draft.tunnel(&h, *port, tunnel);
                 }
             }
-            AuditEvent::Dns {
+            AuditEvent::Dns(DnsQuery {
                 name,
                 qtype,
                 decision,
                 rule,
                 ..
-            } => dns(draft, name, qtype, decision, rule.as_deref()),
+            }) => dns(draft, name, qtype, decision, rule.as_deref()),
             _ => {}
         }
     }

@@ -3,6 +3,7 @@
 //! exchange it held. A request the proxy refused after the wait is still an
 //! `Http` record (decision deny), so it has an entry to carry this too.
 
+use crate::{ApprovalDecided, ApprovalRequested};
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
@@ -30,8 +31,8 @@ impl Approval<'_> {
             .into_iter()
             .flatten()
             .find_map(|ev| match &ev.event {
-                AuditEvent::ApprovalRequested { exchange, .. }
-                | AuditEvent::ApprovalDecided { exchange, .. } => *exchange,
+                AuditEvent::ApprovalRequested(ApprovalRequested { exchange, .. })
+                | AuditEvent::ApprovalDecided(ApprovalDecided { exchange, .. }) => *exchange,
                 _ => None,
             })
     }
@@ -51,20 +52,20 @@ impl Approval<'_> {
             "rule": Value::Null,
             "reason": Value::Null,
         });
-        if let Some(AuditEvent::ApprovalRequested {
+        if let Some(AuditEvent::ApprovalRequested(ApprovalRequested {
             approval,
             body_sha256,
             rule,
             reason,
             ..
-        }) = self.requested.map(|ev| &ev.event)
+        })) = self.requested.map(|ev| &ev.event)
         {
             v["id"] = approval.as_str().into();
             v["body_sha256"] = body_sha256.as_str().into();
             v["rule"] = rule.as_str().into();
             v["reason"] = reason.clone().into();
         }
-        if let Some(AuditEvent::ApprovalDecided {
+        if let Some(AuditEvent::ApprovalDecided(ApprovalDecided {
             approval,
             outcome,
             scope,
@@ -73,7 +74,7 @@ impl Approval<'_> {
             waited_ms,
             body_sha256,
             ..
-        }) = self.decided.map(|ev| &ev.event)
+        })) = self.decided.map(|ev| &ev.event)
         {
             v["id"] = approval.as_str().into();
             v["outcome"] = outcome.as_str().into();
@@ -95,7 +96,7 @@ impl Approval<'_> {
         // What the request was: in full from the request's record, else the
         // method and URL the decision repeats.
         let (method, url, headers, body_bytes, rule, reason) = match &first.event {
-            AuditEvent::ApprovalRequested {
+            AuditEvent::ApprovalRequested(ApprovalRequested {
                 method,
                 url,
                 request_headers,
@@ -103,7 +104,7 @@ impl Approval<'_> {
                 rule,
                 reason,
                 ..
-            } => (
+            }) => (
                 method,
                 url,
                 &request_headers[..],
@@ -111,13 +112,15 @@ impl Approval<'_> {
                 Some(rule),
                 reason.as_ref(),
             ),
-            AuditEvent::ApprovalDecided { method, url, .. } => {
+            AuditEvent::ApprovalDecided(ApprovalDecided { method, url, .. }) => {
                 (method, url, &[][..], 0, None, None)
             }
             _ => return None,
         };
         let waited = match self.decided.map(|ev| &ev.event) {
-            Some(AuditEvent::ApprovalDecided { waited_ms, .. }) => *waited_ms as f64,
+            Some(AuditEvent::ApprovalDecided(ApprovalDecided { waited_ms, .. })) => {
+                *waited_ms as f64
+            }
             _ => 0.0,
         };
         Some(json!({
@@ -174,10 +177,10 @@ impl<'a> Approvals<'a> {
         let mut by_id: HashMap<&str, Approval<'_>> = HashMap::new();
         for ev in events {
             match &ev.event {
-                AuditEvent::ApprovalRequested { approval, .. } => {
+                AuditEvent::ApprovalRequested(ApprovalRequested { approval, .. }) => {
                     by_id.entry(approval).or_default().requested = Some(ev);
                 }
-                AuditEvent::ApprovalDecided { approval, .. } => {
+                AuditEvent::ApprovalDecided(ApprovalDecided { approval, .. }) => {
                     by_id.entry(approval).or_default().decided = Some(ev);
                 }
                 _ => {}
@@ -205,8 +208,10 @@ impl<'a> Approvals<'a> {
     /// The approval `ev` is a record of.
     pub(super) fn of(&self, ev: &StoredEvent) -> Option<&Approval<'a>> {
         match &ev.event {
-            AuditEvent::ApprovalRequested { approval, .. }
-            | AuditEvent::ApprovalDecided { approval, .. } => self.by_id.get(approval.as_str()),
+            AuditEvent::ApprovalRequested(ApprovalRequested { approval, .. })
+            | AuditEvent::ApprovalDecided(ApprovalDecided { approval, .. }) => {
+                self.by_id.get(approval.as_str())
+            }
             _ => None,
         }
     }
