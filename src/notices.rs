@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use airlock_auditor::escape;
+use airlock_auditor::{HttpExchange, RuleRef, escape};
 use airlock_policy::Policy;
 use airlock_proxy::events::{Event, EventSink, SinkError, Verdict};
 
@@ -72,25 +72,23 @@ impl DenialNotices {
 impl EventSink for DenialNotices {
     fn emit(&self, event: Event) -> Result<(), SinkError> {
         match &event {
-            Event::Dns {
-                name,
-                verdict: Verdict::Deny,
-                ..
-            } => self.once(format!("dns {name}"), || {
-                let name = escape::text(name);
+            Event::Dns { query, .. } if query.decision == Verdict::Deny => {
+                self.once(format!("dns {}", query.name), || {
+                let name = escape::text(&query.name);
                 format!(
                     "airlock: no rule allows {name}: connections to it are refused; to allow it, add [[allow]] host = \"{name}\" {}",
                     self.add_to
                 )
-            }),
-            Event::Request {
-                method,
-                url,
-                verdict: Verdict::Deny,
-                rule,
-                reason,
-                ..
-            } => {
+            })
+            }
+            Event::Request { exchange, .. } if exchange.decision == Verdict::Deny => {
+                let HttpExchange {
+                    method,
+                    url,
+                    rule,
+                    reason,
+                    ..
+                } = exchange.as_ref();
                 let base = url.split('?').next().unwrap_or(url);
                 self.once(format!("http {method} {base}"), || {
                     format!(
@@ -98,28 +96,20 @@ impl EventSink for DenialNotices {
                         escape::text(method),
                         escape::text(base),
                         escape::text(reason.as_deref().unwrap_or("denied")),
-                        escape::text(rule.as_deref().unwrap_or(&self.policy_name))
+                        escape::text(rule.as_ref().map_or(self.policy_name.as_str(), RuleRef::as_str))
                     )
                 })
             }
-            Event::ApprovalRequested {
-                approval,
-                method,
-                url,
-                rule,
-                reason,
-                timeout_ms,
-                ..
-            } => {
+            Event::ApprovalRequested { held, .. } => {
                 let n = self.held.fetch_add(1, Ordering::Relaxed);
                 if n < MAX_NOTICES {
                     crate::terminal::eprint_line(&holding_line(&Held {
-                        approval: &approval.to_string(),
-                        method,
-                        url,
-                        rule,
-                        reason: reason.as_deref(),
-                        within: std::time::Duration::from_millis(*timeout_ms),
+                        approval: &held.approval,
+                        method: &held.method,
+                        url: &held.url,
+                        rule: held.rule.as_str(),
+                        reason: held.reason.as_deref(),
+                        within: std::time::Duration::from_millis(held.timeout_ms),
                     }));
                 }
             }

@@ -1,169 +1,32 @@
 //! Recording what happens inside a sandbox: the programs it runs, the files
-//! it writes, and its terminal output. The shim observes; this module turns
-//! its observations into audit records.
+//! it writes (the shim's observer sends them as record events), and its
+//! terminal output.
 
-use airlock_auditor::{Exec, Exit, FileChange, Output, Untraced};
+use airlock_auditor::Output;
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
-use airlock_auditor::{
-    AuditEvent, ExecFile, ExecId, ExecImage, FileIdentity, FileOp, OsText, OutputStream,
-    SessionRecorder, Xattr,
-};
-use airlock_shim::Observation;
+use airlock_auditor::{AuditEvent, OutputStream, SessionRecorder};
 use anyhow::Context;
 
-/// The auditor's id for one of the shim's execs: its sequence number in the
-/// sandbox, as text ("7").
-pub fn exec_id(id: airlock_shim::ExecSeq) -> ExecId {
-    ExecId::new(id.0.to_string())
-}
-
-/// Record every observation until the sandbox ends (the channel closes).
+/// Record every event the observer sends until the sandbox ends (the
+/// channel closes).
 pub fn record_observations(
-    observations: Receiver<Observation>,
+    observations: Receiver<AuditEvent>,
     recorder: SessionRecorder,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("airlock-observe".into())
         .spawn(move || {
-            for observation in observations {
+            for event in observations {
                 // A failing store stops the session elsewhere (fail closed);
                 // here there is nothing better to do than keep draining.
-                let _ = recorder.record(to_audit(observation));
+                let _ = recorder.record(event);
             }
         })
         .unwrap_or_else(|_| std::thread::spawn(|| ()))
-}
-
-fn to_audit(observation: Observation) -> AuditEvent {
-    match observation {
-        Observation::Exec {
-            exec_id: id,
-            parent,
-            pid,
-            ppid,
-            uid,
-            path,
-            image,
-            argv,
-            cwd,
-            env_names,
-            env_values_nonsecret,
-            step,
-            ..
-        } => AuditEvent::Exec(Exec {
-            exec_id: exec_id(id),
-            parent_exec_id: parent.map(exec_id),
-            pid,
-            ppid,
-            uid,
-            path: path.into(),
-            argv: argv.into_iter().map(OsText::from).collect(),
-            cwd: cwd.into(),
-            env_names: env_names.into_iter().map(OsText::from).collect(),
-            // A JSON object's keys are text: a variable whose name is not
-            // UTF-8 keeps its name (in env_names) and not its value.
-            env_values_nonsecret: env_values_nonsecret
-                .into_iter()
-                .filter_map(|(k, v)| Some((String::from_utf8(k).ok()?, v.into())))
-                .collect(),
-            step: step.map(|s| airlock_auditor::StepNo(s.0)),
-            image: exec_image(image),
-        }),
-        Observation::Exit {
-            exec_id: id,
-            status,
-            signal,
-            ..
-        } => AuditEvent::Exit(Exit {
-            exec_id: exec_id(id),
-            status,
-            signal,
-        }),
-        Observation::File {
-            exec_id: id,
-            path,
-            op,
-            size,
-            sha256,
-            content,
-            rename_to,
-            mode,
-            inode,
-            names,
-            reconciled,
-            xattr,
-            ..
-        } => AuditEvent::File(FileChange {
-            exec_id: id.map(exec_id),
-            path: path.into(),
-            op: file_op(op),
-            size,
-            sha256,
-            content,
-            rename_to: rename_to.map(OsText::from),
-            mode,
-            stored_content: None,
-            content_over_cap: false,
-            content_over_budget: false,
-            identity: FileIdentity {
-                dev: inode.map(|(dev, _)| dev),
-                ino: inode.map(|(_, ino)| ino),
-                names: names.into_iter().map(OsText::from).collect(),
-                reconciled,
-            },
-            xattr: xattr.map(|x| Xattr {
-                name: x.name.into(),
-                removed: x.removed,
-                acl: x.acl,
-            }),
-        }),
-        Observation::UntracedKilled {
-            pid,
-            ppid,
-            comm,
-            uid,
-            exec_id: id,
-            ..
-        } => AuditEvent::Untraced(Untraced {
-            exec_id: id.map(exec_id),
-            pid,
-            ppid,
-            uid,
-            comm: comm.into(),
-        }),
-    }
-}
-
-/// The auditor's name for what happened to a file.
-fn file_op(change: airlock_shim::FileChange) -> FileOp {
-    match change {
-        airlock_shim::FileChange::Create => FileOp::Create,
-        airlock_shim::FileChange::Modify => FileOp::Modify,
-        airlock_shim::FileChange::Truncate => FileOp::Truncate,
-        airlock_shim::FileChange::Rename => FileOp::Rename,
-        airlock_shim::FileChange::Delete => FileOp::Delete,
-        airlock_shim::FileChange::Chmod => FileOp::Chmod,
-        airlock_shim::FileChange::Xattr => FileOp::Xattr,
-        airlock_shim::FileChange::Image => FileOp::Image,
-        airlock_shim::FileChange::Original => FileOp::Original,
-    }
-}
-
-fn exec_image(image: airlock_shim::ExecImage) -> ExecImage {
-    let file = |f: airlock_shim::FileRef| ExecFile {
-        path: f.path.into(),
-        sha256: f.sha256,
-    };
-    ExecImage {
-        sha256: image.sha256,
-        image: Some(image.kind.as_str().to_string()),
-        script: image.script.map(file),
-        loaded: image.loaded.map(file),
-    }
 }
 
 /// The command's stdout and stderr go through pipes that airlock copies to

@@ -945,7 +945,7 @@ async fn dns_exfiltration_and_malformed_packets() {
     let events = fx.proxy.events();
     let denied = events
         .iter()
-        .filter(|e| e["kind"] == "dns" && e["verdict"] == "deny")
+        .filter(|e| e["kind"] == "dns" && e["decision"] == "deny")
         .count();
     assert!(denied >= 8, "DNS denials not recorded: {denied}");
     fx.survives().await;

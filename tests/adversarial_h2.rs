@@ -417,7 +417,7 @@ async fn authority_mismatch_on_a_shared_session() {
         .iter()
         .filter(|e| {
             e["kind"] == "request"
-                && e["verdict"] == "deny"
+                && e["decision"] == "deny"
                 && e["reason"]
                     .as_str()
                     .is_some_and(|r| r.contains("evil.test"))

@@ -2086,7 +2086,7 @@ async fn in_report_mode_an_ask_is_recorded_and_nothing_is_held() {
         .iter()
         .find(|e| e["kind"] == "request" && e["url"] == url.as_str())
         .unwrap_or_else(|| panic!("{events:#?}"));
-    assert_eq!(request["verdict"], "report", "{request}");
+    assert_eq!(request["decision"], "report", "{request}");
     assert_eq!(
         request["reason"], "an [[ask]] rule holds this request for a person's approval",
         "{request}"

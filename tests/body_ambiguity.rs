@@ -215,7 +215,7 @@ amount = {{ max = 1000 }}
             .iter()
             .filter(|e| {
                 e["kind"] == "request"
-                    && e["verdict"] == "deny"
+                    && e["decision"] == "deny"
                     && e["reason"].as_str().is_some_and(|r| r.contains(needle))
             })
             .count()

@@ -80,7 +80,7 @@ async fn allowed_request_over_http1_and_http2() {
     let events = s.proxy.events();
     let allowed: Vec<_> = events
         .iter()
-        .filter(|e| e["kind"] == "request" && e["verdict"] == "allow")
+        .filter(|e| e["kind"] == "request" && e["decision"] == "allow")
         .collect();
     assert_eq!(allowed.len(), 3, "{events:#?}");
     assert!(
@@ -395,12 +395,13 @@ for name in sys.argv[2:]:
     let events = s.proxy.events();
     assert!(events.iter().any(|e| e["kind"] == "dns"
         && e["name"] == "exfil-c2VjcmV0.unlisted.test"
-        && e["verdict"] == "deny"
-        && e["reason"] == "no rule allows this name"));
+        && e["decision"] == "deny"
+        // The record keeps a query's reason as its `rule`.
+        && e["rule"] == "no rule allows this name"));
     assert!(
         events
             .iter()
-            .any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["verdict"] == "allow")
+            .any(|e| e["kind"] == "dns" && e["name"] == "api.test" && e["decision"] == "allow")
     );
 }
 
@@ -645,7 +646,7 @@ async fn report_mode_allows_and_records_what_deny_would_block() {
         .proxy
         .events()
         .into_iter()
-        .filter(|e| e["kind"] == "request" && e["verdict"] == "report")
+        .filter(|e| e["kind"] == "request" && e["decision"] == "report")
         .collect();
     assert_eq!(reports.len(), 2, "{reports:#?}");
     assert!(reports[0]["reason"].as_str().unwrap().contains("quota"));

@@ -114,13 +114,13 @@ async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
         .iter()
         .find(|e| e["target"] == format!("git.test:{}", ssh.port()))
         .unwrap_or_else(|| panic!("no connection event for the tunnel: {events:?}"));
-    assert_eq!(allowed["verdict"], "allow", "{allowed}");
+    assert_eq!(allowed["decision"], "allow", "{allowed}");
     assert_eq!(allowed["handling"], "tunnel", "{allowed}");
     let denied = events
         .iter()
         .find(|e| e["target"] == format!("git.test:{}", other.port()))
         .unwrap_or_else(|| panic!("no connection event for the other port: {events:?}"));
-    assert_eq!(denied["verdict"], "deny", "{denied}");
+    assert_eq!(denied["decision"], "deny", "{denied}");
 }
 
 #[tokio::test]
@@ -234,7 +234,7 @@ async fn passthrough_keeps_the_upstreams_own_certificate() {
     assert!(
         events
             .iter()
-            .all(|e| e["handling"] == "passthrough" && e["verdict"] == "allow"),
+            .all(|e| e["handling"] == "passthrough" && e["decision"] == "allow"),
         "{events:?}"
     );
     // The close is recorded when the proxy's side of the connection ends,

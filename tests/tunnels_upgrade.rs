@@ -358,8 +358,8 @@ fn refusal_recorded(events: &[serde_json::Value], path: &str) -> bool {
         e["kind"] == "request"
             && e["method"] == "GET"
             && e["url"].as_str().is_some_and(|u| u.ends_with(path))
-            && e["verdict"] == "deny"
-            && e["refused_status"] == 403
+            && e["decision"] == "deny"
+            && e["status"] == 403
     })
 }
 
@@ -571,13 +571,8 @@ async fn after_a_granted_upgrade_only_websocket_frames_reach_the_upstream() {
     assert!(!raw.contains("permessage-deflate"), "{raw}");
     s.hostile.assert_nothing_smuggled();
 
-    let events = s
-        .events_when(|e| e.iter().filter(|e| e["kind"] == "websocket_end").count() == 2)
-        .await;
-    let ends: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "websocket_end")
-        .collect();
+    let events = s.events_when(|e| websocket_ends(e).len() == 2).await;
+    let ends = websocket_ends(&events);
     assert_eq!(ends.len(), 2, "{events:#?}");
     let broken = ends
         .iter()
@@ -592,19 +587,48 @@ async fn after_a_granted_upgrade_only_websocket_frames_reach_the_upstream() {
         "{broken}"
     );
     // The smuggled frame is in the record as what it was: a binary message.
-    assert!(events.iter().any(|e| {
-        e["kind"] == "websocket_message"
-            && e["direction"] == "to_upstream"
-            && e["opcode"] == "binary"
-            && e["payload"]["captured"]
-                .as_str()
-                .is_some_and(|p| p.starts_with(SMUGGLED))
-    }));
+    assert!(
+        websocket_messages(&events)
+            .iter()
+            .any(|(d, o, p, _)| { d == "to_upstream" && o == "binary" && p.starts_with(SMUGGLED) })
+    );
     assert_last_word_is_the_end(&events);
 }
 
-/// For every upgraded exchange (a recorded 101), the last event naming it
-/// is its `websocket_end`.
+/// How each upgraded exchange's relay ended: its one `response` event
+/// carries it, once the relay is over.
+fn websocket_ends(events: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "response" && e["websocket"].is_object())
+        .map(|e| &e["websocket"])
+        .collect()
+}
+
+/// Every message relayed, in order: (direction, opcode, payload as lossy
+/// text, fragments).
+fn websocket_messages(events: &[serde_json::Value]) -> Vec<(String, String, String, u64)> {
+    use base64::Engine;
+    websocket_ends(events)
+        .into_iter()
+        .flat_map(|end| end["messages"].as_array().cloned().unwrap_or_default())
+        .map(|m| {
+            let payload = base64::engine::general_purpose::STANDARD
+                .decode(m["payload"].as_str().unwrap())
+                .unwrap();
+            (
+                m["direction"].as_str().unwrap().to_owned(),
+                m["opcode"].as_str().unwrap().to_owned(),
+                String::from_utf8_lossy(&payload).into_owned(),
+                m["fragments"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Every upgraded exchange ends exactly once: one `response` event, made
+/// when its relay ended, with the 101 and how the relay ended. Nothing
+/// about it comes after.
 fn assert_last_word_is_the_end(events: &[serde_json::Value]) {
     let upgraded: Vec<&serde_json::Value> = events
         .iter()
@@ -613,12 +637,18 @@ fn assert_last_word_is_the_end(events: &[serde_json::Value]) {
         .collect();
     assert!(!upgraded.is_empty());
     for request in upgraded {
+        let ends: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["kind"] == "response" && &e["request"] == request)
+            .collect();
+        assert_eq!(ends.len(), 1, "{request}: {events:#?}");
+        assert!(ends[0]["websocket"].is_object(), "{request}: {events:#?}");
         let last = events
             .iter()
             .rev()
             .find(|e| &e["request"] == request)
             .unwrap();
-        assert_eq!(last["kind"], "websocket_end", "{request}: {events:#?}");
+        assert_eq!(last, ends[0], "{request}: {events:#?}");
     }
 }
 
@@ -681,26 +711,14 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
     assert_eq!(u16::from(close.code), 1000);
     assert_eq!(close.reason.as_str(), "[secret:ws]");
 
-    let events = s
-        .events_when(|e| e.iter().any(|e| e["kind"] == "websocket_end"))
-        .await;
-    let text = serde_json::to_string(&events).unwrap();
+    let events = s.events_when(|e| !websocket_ends(e).is_empty()).await;
+    let messages = websocket_messages(&events);
+    let text = format!("{}{messages:?}", serde_json::to_string(&events).unwrap());
     assert!(!text.contains(SECRET), "the record holds the secret");
-    let messages: Vec<(String, String, String)> = events
-        .iter()
-        .filter(|e| e["kind"] == "websocket_message")
-        .map(|e| {
-            (
-                e["direction"].as_str().unwrap().to_owned(),
-                e["opcode"].as_str().unwrap().to_owned(),
-                e["payload"]["captured"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
     let has = |direction: &str, opcode: &str, payload: &str| {
         messages
             .iter()
-            .any(|(d, o, p)| d == direction && o == opcode && p == payload)
+            .any(|(d, o, p, _)| d == direction && o == opcode && p == payload)
     };
     assert!(
         has("to_client", "text", "token=[secret:ws]"),
@@ -714,26 +732,20 @@ async fn a_granted_websocket_works_is_recorded_and_never_shows_the_secret() {
         has("to_upstream", "binary", "\u{0}\u{1}\u{2}\u{FFFD}"),
         "{messages:#?}"
     );
-    let fragmented = events
+    let fragmented = messages
         .iter()
-        .any(|e| e["kind"] == "websocket_message" && e["opcode"] == "text" && e["fragments"] == 2);
+        .any(|(_, o, _, fragments)| o == "text" && *fragments == 2);
     assert!(fragmented, "{messages:#?}");
     assert!(
-        messages.iter().any(|(_, o, _)| o == "close"),
+        messages.iter().any(|(_, o, _, _)| o == "close"),
         "{messages:#?}"
     );
-    let end = events
-        .iter()
-        .find(|e| e["kind"] == "websocket_end")
-        .unwrap();
+    let end = websocket_ends(&events)[0];
     assert_eq!(end["closed_by"], "upstream", "{end}");
     assert_eq!(end["close_code"], 1000, "{end}");
     assert_eq!(end["close_reason"], "[secret:ws]", "{end}");
     assert_eq!(end["error"], serde_json::Value::Null, "{end}");
-    assert!(
-        end["to_upstream"]["messages"].as_u64().unwrap() >= 5,
-        "{end}"
-    );
+    assert!(end["messages_to_upstream"].as_u64().unwrap() >= 5, "{end}");
     assert_last_word_is_the_end(&events);
 
     // The audit store keeps the exchange, its messages and its end; the
@@ -821,13 +833,8 @@ async fn an_upstream_that_stops_speaking_websocket_gets_the_connection_closed() 
         !got.iter().any(|m| m.to_string().contains("hello")),
         "{got:?}"
     );
-    let events = s
-        .events_when(|e| e.iter().any(|e| e["kind"] == "websocket_end"))
-        .await;
-    let end = events
-        .iter()
-        .find(|e| e["kind"] == "websocket_end")
-        .unwrap();
+    let events = s.events_when(|e| !websocket_ends(e).is_empty()).await;
+    let end = websocket_ends(&events)[0];
     assert_eq!(end["closed_by"], "airlock", "{end}");
     assert!(
         end["error"]

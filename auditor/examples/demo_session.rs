@@ -5,6 +5,7 @@
 //!
 //! KEY defaults to DB with the extension `.key`.
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{DnsQuery, Exec, Exit, FileChange, HttpExchange, Output};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -53,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         name: "api.github.com".into(),
         qtype: "A".into(),
         answer: vec!["140.82.121.6".into()],
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:4".into()),
     }))?;
     pause();
@@ -75,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         started_us: None,
         ms_to_headers: Some(80.0),
         ms_total: Some(95.0),
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:4".into()),
         reason: None,
         websocket: None,
@@ -113,7 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         started_us: None,
         ms_to_headers: Some(1.0),
         ms_total: Some(1.0),
-        decision: "deny".into(),
+        decision: Verdict::Deny,
         rule: None,
         reason: Some("no rule allows host paste.example.net".into()),
         websocket: None,

@@ -4,6 +4,7 @@
 //!
 //!     cargo run --release -p airlock-auditor --example ingest_bench -- [EVENTS] [DB]
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, TcpConnection};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -40,7 +41,7 @@ fn event(i: u64) -> AuditEvent {
             name: format!("host{}.pypi.org", i % 100),
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into(), "151.101.64.223".into()],
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: Some("policy.toml:12".into()),
         }),
         2 => AuditEvent::Tcp(TcpConnection {
@@ -49,7 +50,7 @@ fn event(i: u64) -> AuditEvent {
             dst: "151.101.0.223:443".into(),
             host: Some("pypi.org".into()),
             port: 443,
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: Some("policy.toml:12".into()),
             reason: None,
             bytes_up: 1200 + i % 500,
@@ -80,7 +81,7 @@ fn event(i: u64) -> AuditEvent {
             started_us: None,
             ms_to_headers: Some(20.0),
             ms_total: Some(25.0),
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: Some("policy.toml:12".into()),
             reason: None,
             websocket: None,

@@ -7,6 +7,7 @@
 //!
 //!     cargo run --release -p airlock-auditor --example replay_corpus -- N DB
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{AuditEvent, AuditStore, SessionEnd, SessionInfo, SigningKeySource};
 use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
 
@@ -49,7 +50,7 @@ fn request(i: u64) -> AuditEvent {
     };
     AuditEvent::Http(HttpExchange {
         exec_id: None,
-        exchange: Some(i),
+        exchange: Some(airlock_auditor::ExchangeId(i)),
         method: method.into(),
         url,
         http_version: "HTTP/1.1".into(),
@@ -68,7 +69,7 @@ fn request(i: u64) -> AuditEvent {
         started_us: None,
         ms_to_headers: Some(20.0),
         ms_total: Some(25.0),
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:4".into()),
         reason: None,
         websocket: None,
@@ -82,16 +83,16 @@ fn lookup_and_connect(i: u64) -> [AuditEvent; 2] {
             name: "pypi.org".into(),
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into()],
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: None,
         }),
         AuditEvent::Tcp(TcpConnection {
             exec_id: None,
-            connection: Some(i),
+            connection: Some(airlock_auditor::ConnectionId(i)),
             dst: "151.101.0.223:443".into(),
             host: Some("pypi.org".into()),
             port: 443,
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: None,
             reason: None,
             bytes_up: 0,

@@ -10,6 +10,7 @@
 //! A DB that already holds the sessions is reused rather than generated
 //! again, so repeated runs time only the searches.
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, TcpConnection};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -56,7 +57,7 @@ fn event(session: u64, i: u64) -> AuditEvent {
             name: host,
             qtype: "A".into(),
             answer: vec!["151.101.0.223".into()],
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: Some("policy.toml:12".into()),
         }),
         2 => AuditEvent::Tcp(TcpConnection {
@@ -66,11 +67,10 @@ fn event(session: u64, i: u64) -> AuditEvent {
             host: Some(host),
             port: 443,
             decision: if i.is_multiple_of(97) {
-                "deny"
+                Verdict::Deny
             } else {
-                "allow"
-            }
-            .into(),
+                Verdict::Allow
+            },
             rule: Some("policy.toml:12".into()),
             reason: None,
             bytes_up: 1200,
@@ -123,7 +123,7 @@ fn http(exec_id: Option<ExecId>, url: &str) -> AuditEvent {
         started_us: None,
         ms_to_headers: Some(20.0),
         ms_total: Some(25.0),
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,
@@ -143,7 +143,7 @@ fn needles() -> Vec<AuditEvent> {
             name: NEEDLE_HOST.into(),
             qtype: "A".into(),
             answer: vec!["203.0.113.9".into()],
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: None,
         }),
         http(exec_id, &format!("https://{NEEDLE_HOST}/upload")),

@@ -84,17 +84,7 @@ pub(crate) fn checkpoint_message(
     m
 }
 
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
-}
+pub(crate) use airlock_record::{hex, sha256_hex};
 
 pub(crate) fn to_hash(bytes: &[u8]) -> Option<Hash> {
     bytes.try_into().ok()

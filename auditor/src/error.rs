@@ -111,3 +111,9 @@ impl AuditError {
         move |source| Self::Io { context, source }
     }
 }
+
+impl From<airlock_record::BadSessionId> for AuditError {
+    fn from(e: airlock_record::BadSessionId) -> Self {
+        Self::BadSessionId(e.0)
+    }
+}

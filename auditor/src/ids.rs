@@ -1,110 +1,12 @@
-//! Identifier newtypes: sessions, processes, event sequence numbers and
-//! the steps of a live session.
+//! New session ids: the record's model has no I/O, so the random bits are
+//! drawn here.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
+use airlock_record::SessionId;
 
 use crate::AuditError;
 
-/// A session id: 48 bits of milliseconds since the epoch followed by 80
-/// random bits, as 32 lowercase hex characters. The time prefix makes ids
-/// sort by start time, which keeps `airlock audit sessions` readable and lets
-/// users type short unique prefixes (like git).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SessionId(String);
-
-impl SessionId {
-    pub(crate) fn generate(now_ms: u64) -> Result<Self, AuditError> {
-        let mut random = [0u8; 10];
-        getrandom::fill(&mut random).map_err(|e| AuditError::Random(e.to_string()))?;
-        let mut s = format!("{:012x}", now_ms & 0xffff_ffff_ffff);
-        for b in random {
-            s.push_str(&format!("{b:02x}"));
-        }
-        Ok(Self(s))
-    }
-
-    /// Accepts a full id or a prefix as typed by a user; only checks the
-    /// characters (resolution against the database is [`crate::AuditStore::resolve_session`]).
-    pub fn parse(text: &str) -> Result<Self, AuditError> {
-        let t = text.trim().to_ascii_lowercase();
-        if t.is_empty() || t.len() > 32 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(AuditError::BadSessionId(text.to_string()));
-        }
-        Ok(Self(t))
-    }
-
-    pub(crate) fn from_db(text: String) -> Self {
-        Self(text)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Identifies one exec'd program image inside a session. The producer picks
-/// the format (airlock's is the shim's per-sandbox exec sequence number as
-/// text, e.g. "7"); the auditor only compares them.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ExecId(pub String);
-
-impl ExecId {
-    pub fn new(id: impl Into<String>) -> Self {
-        Self(id.into())
-    }
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for ExecId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Per-session event sequence number, starting at 1 with no gaps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Seq(pub u64);
-
-impl Seq {
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for Seq {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// A step of a live session (`airlock session exec`): one command run in
-/// the session's sandbox, numbered from 1 in the order the steps began.
-/// Serialised as a bare number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct StepNo(pub u64);
-
-impl StepNo {
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for StepNo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
+pub(crate) fn new_session_id(now_ms: u64) -> Result<SessionId, AuditError> {
+    let mut random = [0u8; 10];
+    getrandom::fill(&mut random).map_err(|e| AuditError::Random(e.to_string()))?;
+    Ok(SessionId::new(now_ms, random))
 }

@@ -21,16 +21,12 @@
 
 mod budget;
 mod chain;
-mod codec;
 pub mod diff;
 mod error;
-pub mod escape;
-mod event;
 pub mod export;
 pub mod humanize;
 mod ids;
 mod keys;
-mod os_text;
 mod recorder;
 mod redact;
 pub mod restore;
@@ -42,16 +38,16 @@ pub mod undo;
 mod verify;
 
 pub use error::AuditError;
-pub use event::{
-    ApprovalDecided, ApprovalRequested, AuditEvent, DEFAULT_MAX_SESSION_BYTES, DnsQuery, EventKind,
-    Exec, ExecFile, ExecImage, Exit, FileChange, FileIdentity, FileOp, HttpExchange, Note, Output,
-    OutputStream, Resize, SessionEnd, SessionInfo, SessionMode, SessionSummary, StepEnd, StepStart,
-    StoredEvent, TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, WritableDir, Xattr,
-    collapse_exchanges,
+// The record's model, re-exported: readers of the record need only this crate.
+pub use airlock_record::{
+    ApprovalDecided, ApprovalRequested, AuditEvent, ConnectionId, DEFAULT_MAX_SESSION_BYTES,
+    DnsQuery, EventKind, ExchangeId, Exec, ExecFile, ExecId, ExecImage, Exit, FileChange,
+    FileIdentity, FileOp, HttpExchange, Note, OsText, Output, OutputStream, Resize, RuleRef, Seq,
+    SessionEnd, SessionId, SessionInfo, SessionMode, SessionSummary, StepEnd, StepNo, StepStart,
+    StoredEvent, TcpConnection, Untraced, Verdict, WebSocketMessage, WebSocketRecord, WritableDir,
+    Xattr, collapse_exchanges, escape,
 };
-pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
-pub use os_text::OsText;
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use search::{SearchHit, SearchQuery, SearchResults};

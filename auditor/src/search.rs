@@ -408,7 +408,7 @@ fn read_hits(conn: &Connection, keys: &[(i64, i64)]) -> Result<Vec<SearchHit>, A
                 problem: e.to_string(),
             })?;
         hits.push(SearchHit {
-            session: SessionId::from_db(id),
+            session: SessionId::from_stored(id),
             event: StoredEvent {
                 seq: Seq(seq),
                 ts_us,
@@ -427,11 +427,11 @@ fn collapse(hits: &mut Vec<SearchHit>) {
     let key = |h: &SearchHit| match &h.event.event {
         AuditEvent::Http(HttpExchange {
             exchange: Some(id), ..
-        }) => Some((h.session.clone(), EventKind::Http, *id)),
+        }) => Some((h.session.clone(), EventKind::Http, id.0)),
         AuditEvent::Tcp(TcpConnection {
             connection: Some(id),
             ..
-        }) => Some((h.session.clone(), EventKind::Tcp, *id)),
+        }) => Some((h.session.clone(), EventKind::Tcp, id.0)),
         _ => None,
     };
     let mut last = std::collections::HashMap::new();

@@ -97,7 +97,7 @@ impl AuditStore {
         let key = self.key.clone().ok_or(AuditError::ReadOnly)?;
         let public = key.verifying_key();
         let started_us = now_us();
-        let id = SessionId::generate(u64::try_from(started_us / 1000).unwrap_or(0))?;
+        let id = crate::ids::new_session_id(u64::try_from(started_us / 1000).unwrap_or(0))?;
         let mut info_value = serde_json::to_value(&info)?;
         self.redactor.scrub_json(&mut info_value);
         let info_json = serde_json::to_string(&info_value)?;
@@ -187,7 +187,7 @@ impl AuditStore {
                 None
             };
             out.push(SessionSummary {
-                id: SessionId::from_db(id),
+                id: SessionId::from_stored(id),
                 started_us,
                 ended_us,
                 end: end_json.and_then(|j| serde_json::from_str::<SessionEnd>(&j).ok()),
@@ -222,7 +222,7 @@ impl AuditStore {
             .map_err(AuditError::db("looking up the session"))?;
         match ids.len() {
             0 => Err(AuditError::UnknownSession(text.to_string())),
-            1 => Ok(SessionId::from_db(
+            1 => Ok(SessionId::from_stored(
                 ids.into_iter().next().unwrap_or_default(),
             )),
             _ => {

@@ -7,7 +7,7 @@
 
 use crate::{
     ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, Note,
-    Output, Resize, StepEnd, StepStart, TcpConnection, Untraced,
+    Output, Resize, RuleRef, StepEnd, StepStart, TcpConnection, Untraced, Verdict,
 };
 use std::collections::HashMap;
 
@@ -83,8 +83,7 @@ pub fn command_line<T: AsRef<[u8]>>(argv: &[T]) -> String {
         .join(" ")
 }
 
-fn decision(decision: &str, rule: &Option<String>) -> String {
-    let decision = escape::text(decision);
+fn decision(decision: Verdict, rule: Option<&str>) -> String {
     match rule {
         Some(r) => format!("[{decision} by {}]", escape::text(r)),
         None => format!("[{decision}]"),
@@ -215,7 +214,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 "dns   {} {} -> {ans}  {}",
                 escape::text(name),
                 escape::text(qtype),
-                decision(d, rule)
+                decision(*d, rule.as_deref())
             )
         }
         AuditEvent::Tcp(TcpConnection {
@@ -239,7 +238,7 @@ pub fn describe(event: &AuditEvent) -> String {
             format!(
                 "tcp   {}{host}  {}  up {} down {}{reason}",
                 escape::text(dst),
-                decision(d, rule),
+                decision(*d, rule.as_ref().map(RuleRef::as_str)),
                 humanize::size(*bytes_up),
                 humanize::size(*bytes_down)
             )
@@ -262,7 +261,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 "http  {} {} -> {status}  {}  up {} down {}",
                 escape::text(method),
                 escape::text(url),
-                decision(d, rule),
+                decision(*d, rule.as_ref().map(RuleRef::as_str)),
                 humanize::size(*bytes_up),
                 humanize::size(*bytes_down)
             );

@@ -4,7 +4,7 @@
 //! the JSONL the way a responder needs them.
 
 use airlock_auditor::export::{har, jsonl};
-use airlock_auditor::{ApprovalDecided, ApprovalRequested, Exec, StepStart};
+use airlock_auditor::{ApprovalDecided, ApprovalRequested, ExchangeId, Exec, StepStart};
 use airlock_auditor::{
     AuditEvent, AuditStore, EventKind, ExecId, SessionEnd, SessionId, SessionInfo, SessionMode,
     StepNo, TrustAnchor, VerifyOutcome, escape, timeline,
@@ -17,7 +17,7 @@ fn requested(id: &str, exchange: u64, url: &str, reason: Option<&str>) -> AuditE
     AuditEvent::ApprovalRequested(ApprovalRequested {
         approval: id.into(),
         exec_id: Some(ExecId::new("e2")),
-        exchange: Some(exchange),
+        exchange: Some(ExchangeId(exchange)),
         method: "POST".into(),
         url: url.into(),
         request_headers: vec![
@@ -45,7 +45,7 @@ fn decided(
     AuditEvent::ApprovalDecided(ApprovalDecided {
         approval: id.into(),
         exec_id: Some(ExecId::new("e2")),
-        exchange: Some(exchange),
+        exchange: Some(ExchangeId(exchange)),
         outcome: outcome.into(),
         scope: (outcome == "approved").then(|| "once".to_string()),
         by: by.map(str::to_string),
@@ -60,7 +60,13 @@ fn decided(
 /// The proxy's record of exchange `exchange`: forwarded (200) or refused
 /// after the wait (403, decision deny).
 fn http(exchange: u64, url: &str, status: u16, decision: &str) -> AuditEvent {
-    http_exchange(exchange, "POST", url, Some(status), decision)
+    http_exchange(
+        exchange,
+        "POST",
+        url,
+        Some(status),
+        decision.parse().unwrap(),
+    )
 }
 
 const CHARGES: &str = "https://api.stripe.com/v1/charges";

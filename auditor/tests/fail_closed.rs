@@ -2,6 +2,7 @@
 //! healthy() turns false instead of silently dropping events.
 
 use airlock_auditor::HttpExchange;
+use airlock_auditor::Verdict;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -62,7 +63,7 @@ fn big_http(i: usize) -> AuditEvent {
         started_us: None,
         ms_to_headers: Some(3.0),
         ms_total: Some(4.0),
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: None,
         reason: None,
         websocket: None,

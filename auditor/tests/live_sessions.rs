@@ -2,6 +2,7 @@
 //! real SQLite store and read back the way a responder would: the timeline
 //! grouped by step, verification, the sessions list and the exports.
 
+use airlock_auditor::Verdict;
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
     AuditEvent, AuditStore, EventKind, ExecId, FileOp, OutputStream, SessionEnd, SessionId,
@@ -86,7 +87,7 @@ fn http(exec_id: &str, url: &str, status: u16) -> AuditEvent {
         started_us: None,
         ms_to_headers: None,
         ms_total: Some(3.0),
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:3".into()),
         reason: None,
         websocket: None,

@@ -1,6 +1,7 @@
 //! Reading a session back: timeline, HAR, JSONL, asciicast and file restore,
 //! checked the way a user would check them.
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{Exit, FileChange, HttpExchange, Resize, TcpConnection};
 use std::collections::BTreeMap;
 
@@ -34,7 +35,7 @@ fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEve
         started_us: None,
         ms_to_headers: Some(12.5),
         ms_total: Some(20.0),
-        decision: decision.into(),
+        decision: decision.parse().unwrap(),
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,
@@ -120,7 +121,7 @@ fn session(store: &AuditStore) -> SessionId {
             dst: "93.184.216.34:443".into(),
             host: Some("api.example.com".into()),
             port: 443,
-            decision: "allow".into(),
+            decision: Verdict::Allow,
             rule: Some("policy.toml:3".into()),
             reason: None,
             bytes_up: 2048,

@@ -1,6 +1,7 @@
 //! A registered secret never reaches the database file, wherever it appears
 //! in an event.
 
+use airlock_auditor::Verdict;
 use airlock_auditor::{AuditEvent, ExecId, FileOp, OutputStream};
 use airlock_auditor::{Exec, HttpExchange};
 use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
@@ -47,7 +48,7 @@ fn registered_secret_never_appears_in_the_database_bytes() {
         started_us: None,
         ms_to_headers: None,
         ms_total: None,
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: None,
         reason: None,
         websocket: None,

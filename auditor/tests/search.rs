@@ -2,7 +2,7 @@
 //! mode recorded them, found through the index for new sessions and by a
 //! scan for sessions recorded before it, without writing to the database.
 
-use airlock_auditor::{FileChange, HttpExchange, StepStart, TcpConnection};
+use airlock_auditor::{ConnectionId, FileChange, HttpExchange, StepStart, TcpConnection};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -19,18 +19,18 @@ fn http(exchange: u64, method: &str, url: &str, decision: &str) -> AuditEvent {
         method,
         url,
         (decision != "deny").then_some(200),
-        decision,
+        decision.parse().unwrap(),
     )
 }
 
 fn tcp(host: Option<&str>, dst: &str, decision: &str) -> AuditEvent {
     AuditEvent::Tcp(TcpConnection {
         exec_id: Some(ExecId::new("e2")),
-        connection: Some(1),
+        connection: Some(ConnectionId(1)),
         dst: dst.into(),
         host: host.map(Into::into),
         port: 443,
-        decision: decision.into(),
+        decision: decision.parse().unwrap(),
         rule: None,
         reason: None,
         bytes_up: 0,

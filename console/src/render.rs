@@ -45,7 +45,7 @@ pub(crate) fn verdict(event: &AuditEvent) -> Option<&str> {
     match event {
         AuditEvent::Http(HttpExchange { decision, .. })
         | AuditEvent::Tcp(TcpConnection { decision, .. })
-        | AuditEvent::Dns(DnsQuery { decision, .. }) => Some(decision),
+        | AuditEvent::Dns(DnsQuery { decision, .. }) => Some(decision.as_str()),
         AuditEvent::ApprovalDecided(ApprovalDecided { outcome, .. }) if outcome != "approved" => {
             Some("deny")
         }

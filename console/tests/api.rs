@@ -4,6 +4,7 @@
 //! stream that shows new records within a second.
 
 use airlock_auditor::HttpExchange;
+use airlock_auditor::Verdict;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -169,7 +170,7 @@ fn recorded_session(store: &AuditStore) -> SessionId {
 fn refused_request() -> airlock_auditor::AuditEvent {
     airlock_auditor::AuditEvent::Http(HttpExchange {
         exec_id: Some(airlock_auditor::ExecId::new("e1")),
-        exchange: Some(1),
+        exchange: Some(airlock_auditor::ExchangeId(1)),
         method: "POST".into(),
         url: "https://paste.example/upload".into(),
         http_version: "HTTP/1.1".into(),
@@ -185,7 +186,7 @@ fn refused_request() -> airlock_auditor::AuditEvent {
         started_us: None,
         ms_to_headers: None,
         ms_total: None,
-        decision: "deny".into(),
+        decision: Verdict::Deny,
         rule: None,
         reason: Some("no rule allows this host".into()),
         websocket: None,

@@ -14,6 +14,8 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsAcceptor;
 
+use airlock_record::{ExecId, RuleRef, TcpConnection};
+
 use crate::client_hello::{MAX_CLIENT_HELLO, Peek, peek};
 use crate::engine::{
     ConnInfo, Engine, HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_H2_STREAMS, MAX_HEADER_BYTES,
@@ -82,12 +84,35 @@ pub(crate) struct Origin {
     pub client: SocketAddr,
     /// The address the client dialled (transparent mode).
     pub original_dst: Option<SocketAddr>,
+    /// The exec that opened it, when the sink can tell (see
+    /// `EventSink::attribute`): every record about it names that exec.
+    pub exec: Option<ExecId>,
+}
+
+impl Origin {
+    /// A connection from `client`, attributed once, as it arrives.
+    pub(crate) fn new(
+        engine: &Engine,
+        front: FrontDoor,
+        client: SocketAddr,
+        original_dst: Option<SocketAddr>,
+    ) -> Self {
+        Self {
+            id: engine.next_conn_id(),
+            front,
+            client,
+            original_dst,
+            exec: engine.events.attribute(client, false),
+        }
+    }
 }
 
 /// What to do with a connection: how to handle it, and the refusal every
 /// request on it gets when the policy refused the connection as a whole.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
+    /// The connection's record as decided; its end completes it.
+    pub record: Box<TcpConnection>,
     pub handling: Handling,
     pub refusal: Option<Refusal>,
 }
@@ -116,6 +141,21 @@ pub(crate) async fn decide(engine: &Engine, origin: &Origin, target: &Target) ->
     } else {
         Verdict::Allow
     };
+    let record = Box::new(TcpConnection {
+        exec_id: origin.exec.clone(),
+        connection: Some(origin.id),
+        dst: origin
+            .original_dst
+            .map_or_else(|| target.to_string(), |d| d.to_string()),
+        host: Some(target.host.to_string()),
+        port: target.port,
+        decision: verdict,
+        rule: rule.as_ref().map(|r| RuleRef::new(r.to_string())),
+        reason: refusal.as_ref().map(Refusal::reason),
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: None,
+    });
     let recorded = engine
         .record(Event::Connection {
             ts: TimestampUs::now(),
@@ -123,19 +163,21 @@ pub(crate) async fn decide(engine: &Engine, origin: &Origin, target: &Target) ->
             front: origin.front,
             client: origin.client,
             target: target.to_string(),
-            original_dst: origin.original_dst,
             handling,
-            verdict,
-            rule: rule.as_ref().map(ToString::to_string),
-            reason: refusal.as_ref().map(Refusal::reason),
+            connection: record.clone(),
         })
         .await;
     match recorded {
         Err(e) => Plan {
+            record,
             handling: Handling::Refused,
             refusal: Some(Refusal::AuditUnavailable(e.to_string())),
         },
-        Ok(()) => Plan { handling, refusal },
+        Ok(()) => Plan {
+            record,
+            handling,
+            refusal,
+        },
     }
 }
 
@@ -160,13 +202,15 @@ where
         tracing::debug!(conn = origin.id.0, target = %target, "connection ended: {e}");
     }
     let (up, down) = meter.totals();
+    let mut record = plan.record;
+    record.bytes_up = up;
+    record.bytes_down = down;
+    record.duration_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
     engine.record_lossy(Event::ConnectionClosed {
         ts: TimestampUs::now(),
         conn: origin.id,
-        bytes_up: up,
-        bytes_down: down,
-        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         error: result.err().map(|e| e.to_string()),
+        connection: record,
     });
 }
 
@@ -228,6 +272,7 @@ where
     let conn = |scheme| {
         Arc::new(ConnInfo {
             id: origin.id,
+            exec: origin.exec.clone(),
             client: origin.client,
             front: origin.front,
             scheme,

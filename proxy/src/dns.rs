@@ -24,6 +24,8 @@ use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use airlock_record::DnsQuery;
+
 use crate::engine::Engine;
 use crate::events::{Event, TimestampUs, Verdict};
 use crate::synthetic::SyntheticAddresses;
@@ -38,18 +40,27 @@ pub fn answer(engine: &Engine, packet: &[u8], client: SocketAddr) -> Option<Vec<
     let rules = engine.rules.load();
     let answered = answer_packet(&rules.policy, &engine.synthetic, packet)?;
     if let Some(query) = answered.query {
-        engine.record_lossy(Event::Dns {
-            ts: TimestampUs::now(),
-            client,
+        // A name is looked up over UDP, or over TCP when the answer is long.
+        let exec_id = engine
+            .events
+            .attribute(client, true)
+            .or_else(|| engine.events.attribute(client, false));
+        let record = DnsQuery {
+            exec_id,
             name: query.name,
             qtype: query.qtype,
-            verdict: if query.allowed {
+            answer: query.answers.iter().map(ToString::to_string).collect(),
+            decision: if query.allowed {
                 Verdict::Allow
             } else {
                 Verdict::Deny
             },
-            answers: query.answers,
-            reason: query.reason,
+            rule: query.reason,
+        };
+        engine.record_lossy(Event::Dns {
+            ts: TimestampUs::now(),
+            client,
+            query: Box::new(record),
         });
     }
     answered.reply

@@ -41,6 +41,8 @@ pub(crate) const MAX_H2_STREAMS: u32 = 256;
 #[derive(Debug)]
 pub(crate) struct ConnInfo {
     pub id: ConnId,
+    /// The exec that opened it, when the sink can tell.
+    pub exec: Option<airlock_record::ExecId>,
     pub client: SocketAddr,
     pub front: FrontDoor,
     /// `Https` when TLS was intercepted.

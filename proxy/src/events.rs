@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,15 +15,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-/// Identifies one accepted client connection for the lifetime of the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct ConnId(pub u64);
-
-/// Identifies one HTTP exchange; a request and its response share it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct RequestId(pub u64);
+/// One accepted client connection, for the lifetime of the proxy.
+pub use airlock_record::ConnectionId as ConnId;
+/// One HTTP exchange; its decided and ended events share it.
+pub use airlock_record::ExchangeId as RequestId;
+pub use airlock_record::Verdict;
+use airlock_record::{
+    ApprovalDecided, ApprovalRequested, AuditEvent, DnsQuery, ExecId, HttpExchange, TcpConnection,
+};
 
 /// Hands out process-unique ids.
 #[derive(Debug, Default)]
@@ -49,16 +48,6 @@ impl TimestampUs {
     }
 }
 
-/// The outcome the proxy applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Allow,
-    Deny,
-    /// Allowed because the policy's default is `report`; deny would have blocked it.
-    Report,
-}
-
 /// How the front door received the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -82,12 +71,11 @@ pub enum Handling {
 }
 
 /// A prefix of a body as it crossed the proxy, for the record.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BodyCapture {
     /// Total bytes that crossed, which may exceed `captured.len()`.
     pub bytes: u64,
     /// The first bytes, up to the proxy's capture cap.
-    #[serde(with = "lossy_bytes")]
     pub captured: Vec<u8>,
     pub truncated: bool,
 }
@@ -181,123 +169,71 @@ pub struct WsTotals {
     pub bytes: u64,
 }
 
-/// JSON-lines sinks show captured bodies as (lossy) UTF-8 text; consumers that
-/// need the exact bytes, like the auditor, read `BodyCapture::captured` itself.
-mod lossy_bytes {
-    use serde::Serializer;
-    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&String::from_utf8_lossy(bytes))
-    }
-}
-
-/// One thing the proxy decided or observed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One thing the proxy decided or observed: a record of the record's model
+/// (`airlock_record`, `exec_id` already attributed through
+/// [`EventSink::attribute`]) with what only the proxy knows about it.
+///
+/// An exchange is one lifecycle: [`Event::Request`] when it is decided
+/// (before anything is forwarded; the record that fails closed), then
+/// exactly one [`Event::Response`] carrying its whole outcome (the
+/// response, or the error that ended it, and for an upgraded exchange the
+/// WebSocket relay, once the relay ends). A refusal is decided and ended at
+/// once: its [`Event::Request`] carries Airlock's own answer and is its only
+/// event. A connection is the same: [`Event::Connection`] when decided,
+/// [`Event::ConnectionClosed`] with its byte counts when it ends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     Dns {
         ts: TimestampUs,
         client: SocketAddr,
-        name: String,
-        qtype: String,
-        verdict: Verdict,
-        answers: Vec<IpAddr>,
-        reason: Option<String>,
+        #[serde(flatten)]
+        query: Box<DnsQuery>,
     },
     Connection {
         ts: TimestampUs,
         conn: ConnId,
         front: FrontDoor,
         client: SocketAddr,
-        /// `host:port` the connection was for (a name when known, else the address).
+        /// `host:port` the connection was for (a name when known, else the
+        /// address), as a URL's authority spells it.
         target: String,
-        /// The address the client dialled, in transparent mode.
-        original_dst: Option<SocketAddr>,
         handling: Handling,
-        verdict: Verdict,
-        rule: Option<String>,
-        reason: Option<String>,
+        #[serde(flatten)]
+        connection: Box<TcpConnection>,
     },
     ConnectionClosed {
         ts: TimestampUs,
         conn: ConnId,
-        bytes_up: u64,
-        bytes_down: u64,
-        duration_us: u64,
         error: Option<String>,
+        #[serde(flatten)]
+        connection: Box<TcpConnection>,
     },
     Request {
         ts: TimestampUs,
         conn: ConnId,
         request: RequestId,
-        method: String,
-        url: String,
-        http_version: String,
-        headers: Vec<(String, String)>,
-        verdict: Verdict,
-        rule: Option<String>,
-        reason: Option<String>,
         /// Names of credentials injected into this request.
         credentials: Vec<String>,
-        /// The status Airlock answered with itself (refusals); None when forwarded.
-        refused_status: Option<u16>,
         /// For a refusal that a new rule would lift: that rule, as the 403
         /// shows it (TOML). None when forwarded, or when adding a rule would
         /// not help (a `[[deny]]` rule matched, a body constraint failed).
         #[serde(skip_serializing_if = "Option::is_none")]
         rule_to_add: Option<String>,
-        /// For a refusal: the body the client sent, read for the record only
-        /// (never forwarded), up to the capture cap and scrubbed of every
-        /// form of every credential's secret. `bytes` is the declared
-        /// Content-Length when there was one, else what was read. None when
-        /// forwarded: the response's record carries that body.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        request_body: Option<BodyCapture>,
+        /// As decided. For a refusal, also as ended: `status` is Airlock's
+        /// own answer and `request_body` the body the client sent, read for
+        /// the record only (never forwarded), up to the capture cap and
+        /// scrubbed of every form of every credential's secret.
+        #[serde(flatten)]
+        exchange: Box<HttpExchange>,
     },
     Response {
         ts: TimestampUs,
         conn: ConnId,
         request: RequestId,
-        status: u16,
-        http_version: String,
-        headers: Vec<(String, String)>,
-        request_body: BodyCapture,
-        response_body: BodyCapture,
-        /// From the request reaching the proxy to the response head arriving.
-        time_to_headers_us: u64,
-        /// From the request reaching the proxy to the end of the response body.
-        total_us: u64,
-        error: Option<String>,
-    },
-    /// One WebSocket message relayed on an upgraded exchange. Recorded for
-    /// the first messages of each direction; payloads up to the capture cap
-    /// per direction (what the client got, i.e. after scrubbing).
-    #[serde(rename = "websocket_message")]
-    WebSocketMessage {
-        ts: TimestampUs,
-        conn: ConnId,
-        request: RequestId,
-        direction: WsDirection,
-        opcode: WsOpcode,
-        /// Frames the message arrived in (1 unless fragmented).
-        fragments: u32,
-        payload: BodyCapture,
-    },
-    /// The end of an upgraded exchange: always the last event about it.
-    #[serde(rename = "websocket_end")]
-    WebSocketEnd {
-        ts: TimestampUs,
-        conn: ConnId,
-        request: RequestId,
-        closed_by: WsPeer,
-        /// The status code of the first close frame (RFC 6455 §7.4), if any.
-        close_code: Option<u16>,
-        close_reason: Option<String>,
-        to_upstream: WsTotals,
-        to_client: WsTotals,
-        duration_us: u64,
-        /// Why the connection ended other than by a closing handshake, e.g.
-        /// "the client stopped speaking WebSocket: unmasked frame (RFC 6455 §5.1)".
-        error: Option<String>,
+        /// The whole exchange as it ended.
+        #[serde(flatten)]
+        exchange: Box<HttpExchange>,
     },
     /// An `[[ask]]` rule held a request for a person's decision. Recorded
     /// before anyone is asked (and fails closed like a request's record).
@@ -306,16 +242,8 @@ pub enum Event {
         ts: TimestampUs,
         conn: ConnId,
         request: RequestId,
-        approval: String,
-        method: String,
-        url: String,
-        headers: Vec<(String, String)>,
-        body_bytes: u64,
-        body_sha256: String,
-        rule: String,
-        reason: Option<String>,
-        timeout_ms: u64,
-        approvers: Vec<String>,
+        #[serde(flatten)]
+        held: Box<ApprovalRequested>,
     },
     /// The end of a held request's wait.
     #[serde(rename = "approval_decided")]
@@ -323,19 +251,26 @@ pub enum Event {
         ts: TimestampUs,
         conn: ConnId,
         request: RequestId,
-        approval: String,
-        /// "approved", "denied", "expired" or "abandoned".
-        outcome: String,
-        /// "once" or "session" when approved.
-        scope: Option<String>,
-        /// Who decided; None when nobody did.
-        by: Option<String>,
-        note: Option<String>,
-        waited_ms: u64,
-        body_sha256: String,
-        method: String,
-        url: String,
+        #[serde(flatten)]
+        decided: Box<ApprovalDecided>,
     },
+}
+
+impl Event {
+    /// What goes into the record: every event is one record.
+    pub fn into_record(self) -> AuditEvent {
+        match self {
+            Self::Dns { query, .. } => AuditEvent::Dns(*query),
+            Self::Connection { connection, .. } | Self::ConnectionClosed { connection, .. } => {
+                AuditEvent::Tcp(*connection)
+            }
+            Self::Request { exchange, .. } | Self::Response { exchange, .. } => {
+                AuditEvent::Http(*exchange)
+            }
+            Self::ApprovalRequested { held, .. } => AuditEvent::ApprovalRequested(*held),
+            Self::ApprovalDecided { decided, .. } => AuditEvent::ApprovalDecided(*decided),
+        }
+    }
 }
 
 /// Why a sink refused an event. The proxy fails closed on it: the request that
@@ -350,6 +285,14 @@ pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + S
 /// `sync` resolves once everything emitted so far is durable.
 pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: Event) -> Result<(), SinkError>;
+
+    /// The exec that owns the sandbox-side socket `client` (a UDP one when
+    /// `udp`), if this sink can tell. The proxy asks once, when a
+    /// connection or query arrives, and puts the answer in every record
+    /// about it.
+    fn attribute(&self, _client: SocketAddr, _udp: bool) -> Option<ExecId> {
+        None
+    }
 
     /// Emit several events in order: all of them, even after one fails.
     fn emit_all(&self, events: Vec<Event>) -> Result<(), SinkError> {
@@ -438,5 +381,33 @@ impl EventSink for MemorySink {
             .map_err(|_| SinkError("memory sink poisoned".into()))?
             .push(event);
         Ok(())
+    }
+}
+
+/// A decided GET of `url`, for tests of what reads events.
+#[cfg(test)]
+pub(crate) fn test_exchange(url: &str, decision: Verdict) -> HttpExchange {
+    HttpExchange {
+        exec_id: None,
+        exchange: Some(RequestId(1)),
+        method: "GET".into(),
+        url: url.into(),
+        http_version: "HTTP/1.1".into(),
+        request_headers: Vec::new(),
+        request_body: None,
+        request_body_truncated: false,
+        status: None,
+        response_headers: Vec::new(),
+        response_body: None,
+        response_body_truncated: false,
+        bytes_up: 0,
+        bytes_down: 0,
+        started_us: None,
+        ms_to_headers: None,
+        ms_total: None,
+        decision,
+        rule: None,
+        reason: None,
+        websocket: None,
     }
 }

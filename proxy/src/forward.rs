@@ -53,10 +53,10 @@ async fn front(
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let id = engine.next_conn_id();
     if req.method() != Method::CONNECT {
         let conn = Arc::new(ConnInfo {
-            id,
+            id: engine.next_conn_id(),
+            exec: engine.events.attribute(client, false),
             client,
             front: FrontDoor::Explicit,
             scheme: airlock_policy::Scheme::Http,
@@ -80,12 +80,7 @@ async fn front(
             return Ok(refusal.response("CONNECT", &shown, &rules.policy, None));
         }
     };
-    let origin = Origin {
-        id,
-        front: FrontDoor::Explicit,
-        client,
-        original_dst: None,
-    };
+    let origin = Origin::new(&engine, FrontDoor::Explicit, client, None);
     let plan = connection::decide(&engine, &origin, &target).await;
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {

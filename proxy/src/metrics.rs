@@ -147,25 +147,30 @@ impl Metrics {
     pub fn observe(&self, event: &Event) {
         self.events.fetch_add(1, Ordering::Relaxed);
         match event {
-            Event::Dns { verdict, .. } => self.dns.add(*verdict),
-            Event::Connection { verdict, .. } => {
-                self.connections.add(*verdict);
+            Event::Dns { query, .. } => self.dns.add(query.decision),
+            Event::Connection { connection, .. } => {
+                self.connections.add(connection.decision);
                 self.connections_open.fetch_add(1, Ordering::Relaxed);
             }
             Event::ConnectionClosed { .. } => {
                 self.connections_open.fetch_sub(1, Ordering::Relaxed);
             }
-            Event::Request { url, verdict, .. } => self.count_request(*verdict, host_of(url)),
-            Event::Response { total_us, .. } => self.latency.observe(*total_us),
+            Event::Request { exchange, .. } => {
+                self.count_request(exchange.decision, host_of(&exchange.url));
+            }
+            Event::Response { exchange, .. } => {
+                // Until the response ended (an upgrade's: until its 101).
+                let total_ms = exchange.ms_total.unwrap_or_default();
+                self.latency.observe((total_ms * 1000.0) as u64);
+            }
             Event::ApprovalRequested { .. } => {
                 self.approvals.requested.fetch_add(1, Ordering::Relaxed);
             }
-            Event::ApprovalDecided { outcome, .. } => {
-                if let Some(at) = APPROVAL_OUTCOMES.iter().position(|o| o == outcome) {
+            Event::ApprovalDecided { decided, .. } => {
+                if let Some(at) = APPROVAL_OUTCOMES.iter().position(|o| *o == decided.outcome) {
                     self.approvals.ended[at].fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Event::WebSocketMessage { .. } | Event::WebSocketEnd { .. } => {}
         }
     }
 
@@ -389,24 +394,16 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{BodyCapture, ConnId, RequestId, TimestampUs};
+    use crate::events::{ConnId, RequestId, TimestampUs, test_exchange};
 
     fn request(url: &str, verdict: Verdict) -> Event {
         Event::Request {
             ts: TimestampUs(0),
             conn: ConnId(1),
             request: RequestId(1),
-            method: "GET".into(),
-            url: url.into(),
-            http_version: "HTTP/1.1".into(),
-            headers: Vec::new(),
-            verdict,
-            rule: None,
-            reason: None,
             credentials: Vec::new(),
-            refused_status: None,
             rule_to_add: None,
-            request_body: None,
+            exchange: Box::new(test_exchange(url, verdict)),
         }
     }
 
@@ -440,18 +437,14 @@ mod tests {
     fn latency_histogram_is_cumulative() {
         let m = Metrics::default();
         for total_us in [500, 20_000, 20_000_000] {
+            let mut exchange = test_exchange("https://example.com/", Verdict::Allow);
+            exchange.status = Some(200);
+            exchange.ms_total = Some(total_us as f64 / 1000.0);
             m.observe(&Event::Response {
                 ts: TimestampUs(0),
                 conn: ConnId(1),
                 request: RequestId(1),
-                status: 200,
-                http_version: "HTTP/1.1".into(),
-                headers: Vec::new(),
-                request_body: BodyCapture::default(),
-                response_body: BodyCapture::default(),
-                time_to_headers_us: 0,
-                total_us,
-                error: None,
+                exchange: Box::new(exchange),
             });
         }
         let text = m.render();

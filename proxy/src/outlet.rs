@@ -13,8 +13,11 @@
 //! decision is durable before its request is forwarded.
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use airlock_record::ExecId;
 
 use crate::events::{Event, EventSink, SinkError};
 
@@ -42,6 +45,11 @@ impl Outlet {
             sink,
             failed: AtomicBool::new(false),
         })
+    }
+
+    /// The exec that owns a sandbox-side socket, if the sink can tell.
+    pub(crate) fn attribute(&self, client: SocketAddr, udp: bool) -> Option<ExecId> {
+        self.sink.attribute(client, udp)
     }
 
     /// True once the sink has failed.
@@ -136,10 +144,20 @@ mod tests {
         Event::ConnectionClosed {
             ts: crate::events::TimestampUs(0),
             conn: ConnId(id),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_us: 0,
             error: None,
+            connection: Box::new(airlock_record::TcpConnection {
+                exec_id: None,
+                connection: Some(ConnId(id)),
+                dst: "192.0.2.1:443".into(),
+                host: None,
+                port: 443,
+                decision: crate::events::Verdict::Allow,
+                rule: None,
+                reason: None,
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: None,
+            }),
         }
     }
 

@@ -11,6 +11,8 @@ use airlock_policy::Host;
 use nix::sys::socket::{getsockopt, sockopt};
 use tokio::net::{TcpListener, TcpStream};
 
+use airlock_record::TcpConnection;
+
 use crate::accept::accept_loop;
 use crate::connection::{self, Origin};
 use crate::engine::Engine;
@@ -56,12 +58,7 @@ async fn handle(engine: Arc<Engine>, stream: TcpStream, client: SocketAddr, own:
         host,
         port: dst.port(),
     };
-    let origin = Origin {
-        id: engine.next_conn_id(),
-        front: FrontDoor::Transparent,
-        client,
-        original_dst: Some(dst),
-    };
+    let origin = Origin::new(&engine, FrontDoor::Transparent, client, Some(dst));
     let plan = connection::decide(&engine, &origin, &target).await;
     connection::serve(engine, origin, target, plan, stream).await;
 }
@@ -75,17 +72,27 @@ fn refuse_unmapped(engine: &Engine, client: SocketAddr, dst: SocketAddr) {
         synthetic::CAPACITY
     );
     tracing::debug!(%client, %dst, "{reason}; closed");
+    let origin = Origin::new(engine, FrontDoor::Transparent, client, Some(dst));
     engine.record_lossy(Event::Connection {
         ts: TimestampUs::now(),
-        conn: engine.next_conn_id(),
-        front: FrontDoor::Transparent,
+        conn: origin.id,
+        front: origin.front,
         client,
         target: dst.to_string(),
-        original_dst: Some(dst),
         handling: Handling::Refused,
-        verdict: Verdict::Deny,
-        rule: None,
-        reason: Some(reason),
+        connection: Box::new(TcpConnection {
+            exec_id: origin.exec,
+            connection: Some(origin.id),
+            dst: dst.to_string(),
+            host: Some(dst.ip().to_string()),
+            port: dst.port(),
+            decision: Verdict::Deny,
+            rule: None,
+            reason: Some(reason),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: None,
+        }),
     });
 }
 

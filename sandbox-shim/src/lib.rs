@@ -37,10 +37,7 @@ mod sys;
 
 pub use attribution::Attributor;
 pub use error::ShimError;
-pub use observation::{
-    ExecImage, ExecSeq, FileChange, FileRef, ImageKind, Observation, ObserveSpec, XattrChange,
-    is_secret_name,
-};
+pub use observation::{ExecSeq, FileOp, ImageKind, ObserveSpec, is_secret_name};
 pub use outcome::{ExitKind, Outcome};
 pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};

@@ -22,7 +22,6 @@ use crate::cgroup::Cgroup;
 use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
 use crate::child;
 use crate::error::ShimError;
-use crate::observation::Observation;
 use crate::observer::{self, SharedState};
 use crate::outcome::{ExitKind, Outcome, human_bytes};
 use crate::plan::{Identity, Plan};
@@ -30,6 +29,7 @@ use crate::prereq;
 use crate::spec::{SandboxSpec, TRANSPARENT_ADDR};
 use crate::step::{StepControl, StepEvent};
 use crate::sys::{self, Forked};
+use airlock_record::AuditEvent;
 
 /// How long setup (namespaces, nft, mounts) may take before we give up.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -66,7 +66,7 @@ pub struct Sandbox {
     memory_limit: Option<u64>,
     timeout: Option<Duration>,
     finished: bool,
-    observations: Option<Receiver<Observation>>,
+    observations: Option<Receiver<AuditEvent>>,
     observer: Option<JoinHandle<()>>,
     attribution: Option<SharedState>,
     terminal: Option<OwnedFd>,
@@ -303,7 +303,7 @@ impl Sandbox {
     /// exactly once, and only when `SandboxSpec::observe` was set. The channel
     /// disconnects once everything is reported; after [`Sandbox::wait`] has
     /// returned it holds every record.
-    pub fn take_observations(&mut self) -> Option<Receiver<Observation>> {
+    pub fn take_observations(&mut self) -> Option<Receiver<AuditEvent>> {
         self.observations.take()
     }
 

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use airlock_shim::{ExecSeq, FileChange, Observation, ObserveSpec, Sandbox, SandboxSpec};
+use airlock_record::{AuditEvent, ExecId};
+use airlock_shim::{ExecSeq, FileOp, ObserveSpec, Sandbox, SandboxSpec};
 use airlock_test_support::shim::{os, python, read, run, spec, workspace};
 use airlock_test_support::skip_or_fail;
 
@@ -16,7 +17,7 @@ fn kernel_path(p: impl AsRef<std::path::Path>) -> String {
     std::fs::canonicalize(p).unwrap().display().to_string()
 }
 
-fn observe(mut s: SandboxSpec, max_file_bytes: u64) -> (i32, Vec<Observation>) {
+fn observe(mut s: SandboxSpec, max_file_bytes: u64) -> (i32, Vec<AuditEvent>) {
     s.observe = Some(ObserveSpec { max_file_bytes });
     let mut sb = Sandbox::spawn(s).expect("spawn sandbox");
     let rx = sb.take_observations().expect("observations");
@@ -27,41 +28,30 @@ fn observe(mut s: SandboxSpec, max_file_bytes: u64) -> (i32, Vec<Observation>) {
 }
 
 struct Exec {
-    id: ExecSeq,
-    parent: Option<ExecSeq>,
+    id: ExecId,
+    parent: Option<ExecId>,
     path: String,
     argv: Vec<String>,
 }
 
-fn execs(obs: &[Observation]) -> Vec<Exec> {
+fn execs(obs: &[AuditEvent]) -> Vec<Exec> {
     obs.iter()
         .filter_map(|o| match o {
-            Observation::Exec {
-                exec_id,
-                parent,
-                path,
-                argv,
-                ..
-            } => Some(Exec {
-                id: *exec_id,
-                parent: *parent,
-                path: text(path),
-                argv: argv.iter().map(|a| text(a)).collect(),
+            AuditEvent::Exec(e) => Some(Exec {
+                id: e.exec_id.clone(),
+                parent: e.parent_exec_id.clone(),
+                path: text(e.path.as_bytes()),
+                argv: e.argv.iter().map(|a| text(a.as_bytes())).collect(),
             }),
             _ => None,
         })
         .collect()
 }
 
-fn exits(obs: &[Observation]) -> HashMap<ExecSeq, (Option<i32>, Option<i32>)> {
+fn exits(obs: &[AuditEvent]) -> HashMap<ExecId, (Option<i32>, Option<i32>)> {
     obs.iter()
         .filter_map(|o| match o {
-            Observation::Exit {
-                exec_id,
-                status,
-                signal,
-                ..
-            } => Some((*exec_id, (*status, *signal))),
+            AuditEvent::Exit(e) => Some((e.exec_id.clone(), (e.status, e.signal))),
             _ => None,
         })
         .collect()
@@ -73,9 +63,9 @@ fn text(bytes: &[u8]) -> String {
 }
 
 struct FileRec {
-    exec: Option<ExecSeq>,
+    exec: Option<ExecId>,
     path: String,
-    op: FileChange,
+    op: FileOp,
     size: Option<u64>,
     sha256: Option<String>,
     content: Option<Vec<u8>>,
@@ -83,28 +73,18 @@ struct FileRec {
     mode: Option<u32>,
 }
 
-fn files(obs: &[Observation]) -> Vec<FileRec> {
+fn files(obs: &[AuditEvent]) -> Vec<FileRec> {
     obs.iter()
         .filter_map(|o| match o {
-            Observation::File {
-                exec_id,
-                path,
-                op,
-                size,
-                sha256,
-                content,
-                rename_to,
-                mode,
-                ..
-            } => Some(FileRec {
-                exec: *exec_id,
-                path: text(path),
-                op: *op,
-                size: *size,
-                sha256: sha256.clone(),
-                content: content.clone(),
-                rename_to: rename_to.as_deref().map(text),
-                mode: *mode,
+            AuditEvent::File(f) => Some(FileRec {
+                exec: f.exec_id.clone(),
+                path: text(f.path.as_bytes()),
+                op: f.op,
+                size: f.size,
+                sha256: f.sha256.clone(),
+                content: f.content.clone(),
+                rename_to: f.rename_to.as_ref().map(|r| text(r.as_bytes())),
+                mode: f.mode,
             }),
             _ => None,
         })
@@ -159,7 +139,7 @@ fn two_hundred_execs_and_files_are_all_recorded() {
     assert_eq!(trues.len(), 200);
     for (i, t) in trues.iter().enumerate() {
         assert_eq!(t.argv, vec!["/bin/true".to_string(), (i + 1).to_string()]);
-        assert_eq!(t.parent, Some(sh.id), "/bin/true is a child of sh");
+        assert_eq!(t.parent, Some(sh.id.clone()), "/bin/true is a child of sh");
     }
     let ex = exits(&obs);
     assert!(
@@ -178,8 +158,8 @@ fn two_hundred_execs_and_files_are_all_recorded() {
             .find(|r| r.path == path)
             .unwrap_or_else(|| panic!("no record for {path}"));
         let want = format!("{i}\n");
-        assert_eq!(r.op, FileChange::Create);
-        assert_eq!(r.exec, Some(sh.id));
+        assert_eq!(r.op, FileOp::Create);
+        assert_eq!(r.exec, Some(sh.id.clone()));
         assert_eq!(r.content.as_deref(), Some(want.as_bytes()));
         assert_eq!(r.size, Some(want.len() as u64));
         assert_eq!(
@@ -209,8 +189,8 @@ fn nested_shells_build_a_tree_and_exit_status_is_recorded() {
         .iter()
         .find(|e| e.path == kernel_path(&py))
         .expect("python exec");
-    assert_eq!(inner.parent, Some(outer.id));
-    assert_eq!(pyexec.parent, Some(inner.id));
+    assert_eq!(inner.parent, Some(outer.id.clone()));
+    assert_eq!(pyexec.parent, Some(inner.id.clone()));
     assert_eq!(
         pyexec.argv,
         vec![py.display().to_string(), "-c".into(), "pass".into()]
@@ -237,7 +217,7 @@ fn exec_details_pid_cwd_env_and_secrets() {
     let ws_real = real(ws.path());
     let mut found = false;
     for o in &obs {
-        if let Observation::Exec {
+        if let AuditEvent::Exec(airlock_record::Exec {
             path,
             pid,
             ppid,
@@ -246,18 +226,21 @@ fn exec_details_pid_cwd_env_and_secrets() {
             env_values_nonsecret,
             uid,
             ..
-        } = o
+        }) = o
         {
-            assert!(env_names.contains(&b"GITHUB_TOKEN".to_vec()));
-            assert!(env_names.contains(&b"PATH".to_vec()));
+            assert!(env_names.iter().any(|n| n == "GITHUB_TOKEN"));
+            assert!(env_names.iter().any(|n| n == "PATH"));
             assert!(
                 !env_values_nonsecret
-                    .iter()
-                    .any(|(_, v)| text(v).contains("supersecret"))
+                    .values()
+                    .any(|v| text(v.as_bytes()).contains("supersecret"))
             );
-            assert!(env_values_nonsecret.contains(&(b"LANG".to_vec(), b"C.UTF-8".to_vec())));
+            assert_eq!(
+                env_values_nonsecret.get("LANG").map(|v| v.as_bytes()),
+                Some(&b"C.UTF-8"[..])
+            );
             assert_eq!(*uid, 0);
-            let (path, cwd) = (text(path), text(cwd));
+            let (path, cwd) = (text(path.as_bytes()), text(cwd.as_bytes()));
             if path == kernel_path("/usr/bin/sh") {
                 // pids as the command sees them: sh is a child of init (PID 1).
                 assert_eq!(pid.to_string(), read(ws.path(), "pid").trim());
@@ -275,7 +258,7 @@ fn exec_details_pid_cwd_env_and_secrets() {
     let recs = files(&obs);
     assert!(
         recs.iter()
-            .any(|r| r.path == format!("{ws_real}/d/") && r.op == FileChange::Create)
+            .any(|r| r.path == format!("{ws_real}/d/") && r.op == FileOp::Create)
     );
     assert!(!recs.iter().any(|r| r.path.starts_with("/dev")));
 }
@@ -293,35 +276,36 @@ fn rename_delete_chmod_are_attributed_to_the_right_exec() {
     assert_eq!(code, 0);
     let w = real(ws.path());
     let all = execs(&obs);
-    let by_name = |n: &str| all.iter().find(|e| e.path.ends_with(n)).map(|e| e.id);
+    let by_name = |n: &str| {
+        all.iter()
+            .find(|e| e.path.ends_with(n))
+            .map(|e| e.id.clone())
+    };
     let recs = files(&obs);
-    let find = |op: FileChange, path: &str| {
+    let find = |op: FileOp, path: &str| {
         recs.iter()
             .find(|r| r.op == op && r.path == path)
             .unwrap_or_else(|| panic!("no {op:?} of {path}"))
     };
-    let mv = find(FileChange::Rename, &format!("{w}/a"));
+    let mv = find(FileOp::Rename, &format!("{w}/a"));
     assert_eq!(mv.rename_to.as_deref(), Some(format!("{w}/b").as_str()));
     assert_eq!(mv.exec, by_name("/mv"));
-    let chmod = find(FileChange::Chmod, &format!("{w}/b"));
+    let chmod = find(FileOp::Chmod, &format!("{w}/b"));
     assert_eq!(chmod.mode, Some(0o600));
     assert_eq!(chmod.exec, by_name("/chmod"));
-    assert_eq!(
-        find(FileChange::Delete, &format!("{w}/b")).exec,
-        by_name("/rm")
-    );
+    assert_eq!(find(FileOp::Delete, &format!("{w}/b")).exec, by_name("/rm"));
     // `echo a > a` then rename: the pending write follows the file to its new
     // name, which is deleted before sh exits: recorded without content.
-    let link = find(FileChange::Create, &format!("{w}/s"));
+    let link = find(FileOp::Create, &format!("{w}/s"));
     assert_eq!(link.content.as_deref(), Some(&b"k"[..]), "symlink target");
     assert_eq!(link.exec, by_name("/ln"));
-    let tr = find(FileChange::Truncate, &format!("{w}/t"));
+    let tr = find(FileOp::Truncate, &format!("{w}/t"));
     assert_eq!(tr.exec, by_name("/truncate"));
     assert_eq!(tr.size, Some(3));
     assert_eq!(tr.content.as_deref(), Some(&[0u8, 0, 0][..]));
-    let keep = find(FileChange::Create, &format!("{w}/k"));
+    let keep = find(FileOp::Create, &format!("{w}/k"));
     assert_eq!(keep.content.as_deref(), Some(&b"keep\n"[..]));
-    assert_eq!(keep.exec, Some(all[0].id));
+    assert_eq!(keep.exec, Some(all[0].id.clone()));
 }
 
 #[test]
@@ -415,12 +399,12 @@ open("r", "w").write(s.recv(10).decode())
     assert_eq!(out.exit_code(), 0);
     let (exec, took) = proxy.join().unwrap();
     assert_eq!(read(ws.path(), "r"), "ok");
-    let obs: Vec<Observation> = rx.try_iter().collect();
+    let obs: Vec<AuditEvent> = rx.try_iter().collect();
     let pyexec = execs(&obs)
         .into_iter()
         .find(|e| e.path == kernel_path(&py))
         .expect("python exec");
-    assert_eq!(exec, Some(pyexec.id));
+    assert_eq!(exec.map(ExecSeq::id), Some(pyexec.id));
     eprintln!("exec_for_peer took {took:?}");
     // ~0.1-0.2 ms in a release build; generous for debug builds on a busy machine.
     assert!(took < Duration::from_millis(100), "{took:?}");
@@ -459,8 +443,8 @@ open("r", "w").write(s.recvfrom(10)[0].decode())
     assert_eq!(sb.wait().unwrap().exit_code(), 0);
     let (exec, wrong_kind) = dns.join().unwrap();
     assert_eq!(read(ws.path(), "r"), "a");
-    let obs: Vec<Observation> = rx.try_iter().collect();
-    assert_eq!(exec, Some(execs(&obs)[0].id));
+    let obs: Vec<AuditEvent> = rx.try_iter().collect();
+    assert_eq!(exec.map(ExecSeq::id), Some(execs(&obs)[0].id.clone()));
     assert_eq!(wrong_kind, None, "a UDP source is no TCP connection");
 }
 
@@ -555,7 +539,7 @@ fn exec_replacing_its_image_nests_under_the_previous_exec() {
     assert_eq!(code, 4);
     let all = execs(&obs);
     assert_eq!(all.len(), 2);
-    assert_eq!(all[1].parent, Some(all[0].id));
+    assert_eq!(all[1].parent, Some(all[0].id.clone()));
     let ex = exits(&obs);
     assert_eq!(ex.get(&all[0].id), Some(&(Some(4), None)));
     assert_eq!(ex.get(&all[1].id), Some(&(Some(4), None)));

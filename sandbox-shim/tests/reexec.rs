@@ -291,29 +291,29 @@ fn helper_unprivileged_observe() {
     let rx = sb.take_observations().unwrap();
     sb.release().unwrap();
     assert_eq!(sb.wait().unwrap().exit_code(), 5);
-    let obs: Vec<airlock_shim::Observation> = rx.try_iter().collect();
+    let obs: Vec<airlock_record::AuditEvent> = rx.try_iter().collect();
     let uid = nix::unistd::getuid().as_raw();
     let mut trues = 0;
     let mut files = Vec::new();
     let mut sh_exit = None;
     for o in &obs {
         match o {
-            airlock_shim::Observation::Exec {
+            airlock_record::AuditEvent::Exec(airlock_record::Exec {
                 path, argv, uid: u, ..
-            } => {
+            }) => {
                 assert_eq!(*u, uid);
-                if path.ends_with(b"/true") {
+                if path.as_bytes().ends_with(b"/true") {
                     trues += 1;
                     assert_eq!(argv.len(), 2);
                 }
             }
-            airlock_shim::Observation::Exit {
+            airlock_record::AuditEvent::Exit(airlock_record::Exit {
                 exec_id, status, ..
-            } if exec_id.0 == 1 => {
+            }) if exec_id.as_str() == "1" => {
                 sh_exit = *status;
             }
-            airlock_shim::Observation::File { path, content, .. } => {
-                files.push((path.clone(), content.clone()));
+            airlock_record::AuditEvent::File(f) => {
+                files.push((f.path.as_bytes().to_vec(), f.content.clone()));
             }
             _ => {}
         }
@@ -354,9 +354,7 @@ fn helper_unprivileged_session() {
     if helper_mode().as_deref() != Some("unpriv-session") {
         return;
     }
-    use airlock_shim::{
-        ExitKind, Observation, ObserveSpec, StepEvent, StepId, StepRequest, StepStdio,
-    };
+    use airlock_shim::{ExitKind, ObserveSpec, StepEvent, StepId, StepRequest, StepStdio};
     let ws = PathBuf::from(std::env::var("WS").unwrap());
     let mut s = spec(&ws, "");
     s.command.clear();
@@ -405,7 +403,7 @@ fn helper_unprivileged_session() {
     let steps: Vec<Option<StepId>> = observations
         .try_iter()
         .filter_map(|o| match o {
-            Observation::Exec { step, .. } => Some(step),
+            airlock_record::AuditEvent::Exec(e) => Some(e.step.map(|s| StepId(s.get()))),
             _ => None,
         })
         .collect();

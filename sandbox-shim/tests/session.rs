@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{
-    ExitKind, Observation, ObserveSpec, Outcome, Sandbox, ShimError, StepControl, StepEvent,
-    StepId, StepRequest, StepStdio,
+    ExitKind, ObserveSpec, Outcome, Sandbox, ShimError, StepControl, StepEvent, StepId,
+    StepRequest, StepStdio,
 };
 use airlock_test_support::shim::*;
 use nix::unistd::Pid;
@@ -29,7 +29,7 @@ struct Live {
     init: i32,
     cgroups: Vec<std::path::PathBuf>,
     waiter: Option<JoinHandle<Result<Outcome, ShimError>>>,
-    observations: Option<Receiver<Observation>>,
+    observations: Option<Receiver<airlock_record::AuditEvent>>,
     _ws: tempfile::TempDir,
 }
 
@@ -349,11 +349,12 @@ fn execs_are_tagged_with_their_step_down_to_grandchildren() {
     let execs: Vec<(Vec<String>, Option<StepId>)> = observations
         .try_iter()
         .filter_map(|o| match o {
-            Observation::Exec { argv, step, .. } => Some((
-                argv.iter()
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
+            airlock_record::AuditEvent::Exec(e) => Some((
+                e.argv
+                    .iter()
+                    .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned())
                     .collect(),
-                step,
+                e.step.map(|s| StepId(s.get())),
             )),
             _ => None,
         })

@@ -8,7 +8,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_shim::{Observation, ObserveSpec, Sandbox};
+use airlock_record::AuditEvent;
+use airlock_shim::{ObserveSpec, Sandbox};
 use airlock_test_support::shim::{spec, workspace};
 
 /// One UntracedKilled record.
@@ -20,20 +21,14 @@ struct Killed {
     traced_exec: bool,
 }
 
-fn killed(obs: &[Observation]) -> Vec<Killed> {
+fn killed(obs: &[AuditEvent]) -> Vec<Killed> {
     obs.iter()
         .filter_map(|o| match o {
-            Observation::UntracedKilled {
-                pid,
-                ppid,
-                comm,
-                exec_id,
-                ..
-            } => Some(Killed {
-                pid: *pid,
-                ppid: *ppid,
-                comm: String::from_utf8_lossy(comm).into_owned(),
-                traced_exec: exec_id.is_some(),
+            AuditEvent::Untraced(u) => Some(Killed {
+                pid: u.pid,
+                ppid: u.ppid,
+                comm: String::from_utf8_lossy(u.comm.as_bytes()).into_owned(),
+                traced_exec: u.exec_id.is_some(),
             }),
             _ => None,
         })
@@ -49,7 +44,7 @@ struct Intruder {
 /// Runs `script` observed; while it runs, `intruder` (argv), if any, enters
 /// the sandbox's PID namespace through nsenter. Returns how the intruder
 /// ended and every observation.
-fn observe(script: &str, intruder: Option<&[&str]>) -> (Option<Intruder>, Vec<Observation>) {
+fn observe(script: &str, intruder: Option<&[&str]>) -> (Option<Intruder>, Vec<AuditEvent>) {
     let ws = workspace();
     let mut s = spec(ws.path(), script);
     s.observe = Some(ObserveSpec {
@@ -62,7 +57,7 @@ fn observe(script: &str, intruder: Option<&[&str]>) -> (Option<Intruder>, Vec<Ob
     let first = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("first record");
-    assert!(matches!(first, Observation::Exec { .. }), "{first:?}");
+    assert!(matches!(first, AuditEvent::Exec(_)), "{first:?}");
     let intruder = intruder.map(|argv| {
         let started = Instant::now();
         let mut child = Command::new("nsenter")

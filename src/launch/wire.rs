@@ -12,7 +12,7 @@ use airlock_auditor::SessionRecorder;
 use airlock_proxy::approvals::{FindSender, Sender};
 use airlock_proxy::{EventSink, Proxy, ResolvedCredential};
 use airlock_shim::pty::WindowSize;
-use airlock_shim::{NetworkHandles, Sandbox};
+use airlock_shim::{ExecSeq, NetworkHandles, Sandbox};
 use anyhow::Context;
 
 use super::plan::ProxyPlan;
@@ -20,7 +20,6 @@ use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::exit;
 use crate::notices::DenialNotices;
-use crate::observe;
 use crate::terminal::PtyRelay;
 
 /// A spawned sandbox, its command not yet released.
@@ -70,7 +69,7 @@ impl Spawned {
             network,
         } = self;
         let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
-            Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(observe::exec_id)) as Attribute
+            Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(ExecSeq::id)) as Attribute
         });
         let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&plan.policy));
         let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
@@ -141,7 +140,7 @@ fn sender_finder(attributor: airlock_shim::Attributor, labels: Option<StepLabels
             command: attributor.command_of_peer(peer, false)?,
             exec: attributor
                 .exec_for_peer(peer, false)
-                .map(|exec| observe::exec_id(exec).to_string()),
+                .map(|exec| exec.id().to_string()),
             step,
             label: step.zip(labels.as_ref()).and_then(|(step, l)| l.get(step)),
         })

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use airlock_auditor::{ApprovalDecided, DnsQuery, HttpExchange, TcpConnection};
 use airlock_proxy::events::{ConnId, Event, EventSink, SinkError, Verdict};
 use airlock_shim::{Attributor, StepId};
 
@@ -189,21 +190,26 @@ impl EventSink for DenialLog {
                 conn,
                 client,
                 target,
-                verdict,
-                rule,
-                reason,
+                connection,
                 ..
             } => {
                 let step = self.step_of(client, false);
                 self.state().connections.insert(conn, step);
-                if verdict == Verdict::Deny {
+                let TcpConnection {
+                    decision,
+                    rule,
+                    reason,
+                    ..
+                } = *connection;
+                if decision == Verdict::Deny {
                     self.keep(Denial {
                         kind: DenialKind::Connection,
                         method: None,
                         url: None,
                         host: target,
                         reason: reason.unwrap_or_else(|| "denied".into()),
-                        decided_by: rule.unwrap_or_else(|| self.default_decider.clone()),
+                        decided_by: rule
+                            .map_or_else(|| self.default_decider.clone(), |r| r.to_string()),
                         // What a connection needs depends on its protocol;
                         // the reason says it (e.g. a `protocol = "tcp"` rule).
                         rule: None,
@@ -212,25 +218,27 @@ impl EventSink for DenialLog {
                     });
                 }
             }
-            Event::ApprovalRequested { approval, rule, .. } => {
+            Event::ApprovalRequested { held, .. } => {
                 let mut state = self.state();
                 // Bounded as the proxy bounds what it holds at once.
                 if state.asking.len() < MAX_KEPT {
-                    state.asking.insert(approval, bounded(rule));
+                    state
+                        .asking
+                        .insert(held.approval, bounded(held.rule.to_string()));
                 }
             }
-            Event::ApprovalDecided {
-                conn,
-                approval,
-                outcome,
-                scope,
-                by,
-                note,
-                waited_ms,
-                method,
-                url,
-                ..
-            } => {
+            Event::ApprovalDecided { conn, decided, .. } => {
+                let ApprovalDecided {
+                    approval,
+                    outcome,
+                    scope,
+                    by,
+                    note,
+                    waited_ms,
+                    method,
+                    url,
+                    ..
+                } = *decided;
                 let mut state = self.state();
                 let step = state.connections.get(&conn).copied().flatten();
                 let rule = state.asking.remove(&approval);
@@ -256,14 +264,17 @@ impl EventSink for DenialLog {
             }
             Event::Request {
                 conn,
-                method,
-                url,
-                verdict: Verdict::Deny,
-                rule,
-                reason,
                 rule_to_add,
+                exchange,
                 ..
-            } => {
+            } if exchange.decision == Verdict::Deny => {
+                let HttpExchange {
+                    method,
+                    url,
+                    rule,
+                    reason,
+                    ..
+                } = *exchange;
                 let step = self.state().connections.get(&conn).copied().flatten();
                 self.keep(Denial {
                     kind: DenialKind::Request,
@@ -273,29 +284,29 @@ impl EventSink for DenialLog {
                     // send; the record has it, the caller needs only where.
                     url: Some(url.split('?').next().unwrap_or(&url).to_owned()),
                     reason: reason.unwrap_or_else(|| "denied".into()),
-                    decided_by: rule.unwrap_or_else(|| self.default_decider.clone()),
+                    decided_by: rule
+                        .map_or_else(|| self.default_decider.clone(), |r| r.to_string()),
                     rule: rule_to_add,
                     step,
                     count: 1,
                 });
             }
-            Event::Dns {
-                client,
-                name,
-                verdict: Verdict::Deny,
-                reason,
-                ..
-            } => self.keep(Denial {
-                kind: DenialKind::Dns,
-                method: None,
-                url: None,
-                rule: Some(allow_host_rule(&name)),
-                reason: reason.unwrap_or_else(|| "no rule allows this name".into()),
-                decided_by: self.default_decider.clone(),
-                step: self.step_of(client, true),
-                host: name,
-                count: 1,
-            }),
+            Event::Dns { client, query, .. } if query.decision == Verdict::Deny => {
+                let DnsQuery {
+                    name, rule: reason, ..
+                } = *query;
+                self.keep(Denial {
+                    kind: DenialKind::Dns,
+                    method: None,
+                    url: None,
+                    rule: Some(allow_host_rule(&name)),
+                    reason: reason.unwrap_or_else(|| "no rule allows this name".into()),
+                    decided_by: self.default_decider.clone(),
+                    step: self.step_of(client, true),
+                    host: name,
+                    count: 1,
+                });
+            }
             _ => {}
         }
         Ok(())
@@ -387,30 +398,38 @@ mod tests {
             ts: TimestampUs(0),
             conn: ConnId(1),
             request: RequestId(1),
-            approval,
-            method: "POST".into(),
-            url: "https://api.test/pay?card=4242".into(),
-            headers: Vec::new(),
-            body_bytes: 0,
-            body_sha256: String::new(),
-            rule: "p.toml:3".into(),
-            reason: None,
-            timeout_ms: 1000,
-            approvers: Vec::new(),
+            held: Box::new(airlock_auditor::ApprovalRequested {
+                approval,
+                exec_id: None,
+                exchange: Some(RequestId(1)),
+                method: "POST".into(),
+                url: "https://api.test/pay?card=4242".into(),
+                request_headers: Vec::new(),
+                body_bytes: 0,
+                body_sha256: String::new(),
+                rule: "p.toml:3".into(),
+                reason: None,
+                timeout_ms: 1000,
+                approvers: Vec::new(),
+            }),
         };
         let decided = |approval: String| Event::ApprovalDecided {
             ts: TimestampUs(0),
             conn: ConnId(1),
             request: RequestId(1),
-            approval,
-            outcome: "denied".into(),
-            scope: None,
-            by: Some("root".into()),
-            note: Some("no".into()),
-            waited_ms: 1500,
-            body_sha256: String::new(),
-            method: "POST".into(),
-            url: "https://api.test/pay?card=4242".into(),
+            decided: Box::new(ApprovalDecided {
+                approval,
+                exec_id: None,
+                exchange: Some(RequestId(1)),
+                outcome: "denied".into(),
+                scope: None,
+                by: Some("root".into()),
+                note: Some("no".into()),
+                waited_ms: 1500,
+                body_sha256: String::new(),
+                method: "POST".into(),
+                url: "https://api.test/pay?card=4242".into(),
+            }),
         };
         let since = Instant::now();
         log.emit(asked("a1".into())).unwrap();
@@ -440,11 +459,14 @@ mod tests {
         let dns = |name: String| Event::Dns {
             ts: airlock_proxy::events::TimestampUs(0),
             client: "10.0.0.2:5353".parse().unwrap(),
-            name,
-            qtype: "A".into(),
-            verdict: Verdict::Deny,
-            answers: Vec::new(),
-            reason: None,
+            query: Box::new(DnsQuery {
+                exec_id: None,
+                name,
+                qtype: "A".into(),
+                answer: Vec::new(),
+                decision: Verdict::Deny,
+                rule: None,
+            }),
         };
         log.emit(dns("a.test".into())).unwrap();
         log.emit(dns("a.test".into())).unwrap();

@@ -3,6 +3,7 @@
 //! every kind.
 
 use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, Output};
+use airlock_auditor::{ExchangeId, Verdict};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -76,7 +77,7 @@ pub fn dns(name: &str) -> AuditEvent {
         name: name.into(),
         qtype: "A".into(),
         answer: vec!["93.184.216.34".into()],
-        decision: "allow".into(),
+        decision: Verdict::Allow,
         rule: Some("policy.toml:3".into()),
     })
 }
@@ -108,11 +109,11 @@ pub fn http_exchange(
     method: &str,
     url: &str,
     status: Option<u16>,
-    decision: &str,
+    decision: Verdict,
 ) -> AuditEvent {
     AuditEvent::Http(HttpExchange {
         exec_id: Some(ExecId::new("e2")),
-        exchange: Some(exchange),
+        exchange: Some(ExchangeId(exchange)),
         method: method.into(),
         url: url.into(),
         http_version: "HTTP/1.1".into(),
@@ -128,7 +129,7 @@ pub fn http_exchange(
         started_us: None,
         ms_to_headers: None,
         ms_total: Some(5.0),
-        decision: decision.into(),
+        decision,
         rule: Some("policy.toml:12".into()),
         reason: None,
         websocket: None,

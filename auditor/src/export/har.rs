@@ -10,9 +10,9 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use crate::codec::b64_encode;
 use crate::humanize;
 use crate::{AuditError, AuditEvent, SessionSummary, StoredEvent};
+use airlock_record::codec::b64_encode;
 
 mod approvals;
 
@@ -251,7 +251,7 @@ fn websocket_messages(ws: &crate::WebSocketRecord) -> Value {
 pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
     let events = crate::collapse_exchanges(events);
     let approvals = approvals::Approvals::collect(&events);
-    let with_http: HashSet<u64> = events
+    let with_http: HashSet<crate::ExchangeId> = events
         .iter()
         .filter_map(|ev| match &ev.event {
             AuditEvent::Http(HttpExchange {

@@ -116,7 +116,7 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         }
         AuditEvent::Dns(DnsQuery { name, decision, .. }) => vec![Terms {
             host: Some(name.clone()),
-            verdict: Some(decision.clone()),
+            verdict: Some(decision.as_str().to_owned()),
             ..Terms::default()
         }],
         AuditEvent::Tcp(TcpConnection {
@@ -126,7 +126,7 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
             ..
         }) => vec![Terms {
             host: Some(host.as_deref().unwrap_or_else(|| dst_ip(dst)).to_owned()),
-            verdict: Some(decision.clone()),
+            verdict: Some(decision.as_str().to_owned()),
             ..Terms::default()
         }],
         AuditEvent::Http(HttpExchange {
@@ -137,7 +137,7 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         }) => vec![Terms {
             host: url_host(url).map(str::to_owned),
             method: Some(method.clone()),
-            verdict: Some(decision.clone()),
+            verdict: Some(decision.as_str().to_owned()),
             url: Some(url.clone()),
             ..Terms::default()
         }],

@@ -38,8 +38,8 @@ pub(super) fn requested(event: &AuditEvent) -> String {
         return String::new();
     };
     let rule = match reason {
-        Some(r) => format!("rule {}: {}", escape::text(rule), quoted(r)),
-        None => format!("rule {}", escape::text(rule)),
+        Some(r) => format!("rule {}: {}", escape::text(rule.as_str()), quoted(r)),
+        None => format!("rule {}", escape::text(rule.as_str())),
     };
     let mut s = format!(
         "approval {} requested: {} {} ({rule}) — waits up to {}",

@@ -67,7 +67,7 @@ fn every_field_from_the_sandbox_is_escaped() {
             name: s(),
             qtype: s(),
             answer: vec![s()],
-            decision: s(),
+            decision: Verdict::Deny,
             rule: Some(s()),
         }),
         AuditEvent::Tcp(TcpConnection {
@@ -76,7 +76,7 @@ fn every_field_from_the_sandbox_is_escaped() {
             dst: s(),
             host: Some(s()),
             port: 1,
-            decision: s(),
+            decision: Verdict::Deny,
             rule: None,
             reason: Some(s()),
             bytes_up: 0,
@@ -101,8 +101,8 @@ fn every_field_from_the_sandbox_is_escaped() {
             started_us: None,
             ms_to_headers: None,
             ms_total: None,
-            decision: s(),
-            rule: Some(s()),
+            decision: Verdict::Deny,
+            rule: Some(s().into()),
             reason: Some(s()),
             websocket: Some(Box::new(WebSocketRecord {
                 messages: vec![WebSocketMessage {
@@ -193,7 +193,7 @@ fn approval_records_are_escaped() {
         request_headers: vec![(s(), s())],
         body_bytes: 0,
         body_sha256: s(),
-        rule: s(),
+        rule: s().into(),
         reason: Some(s()),
         timeout_ms: u64::MAX,
         approvers: vec![s()],

@@ -10,6 +10,8 @@ use bytes::Bytes;
 use http::request::Parts;
 use ring::digest::{SHA256, digest};
 
+use airlock_record::{ApprovalDecided, ApprovalRequested, RuleRef};
+
 use crate::approvals::shown::Redactor;
 use crate::approvals::{ApprovalId, Approvals, Choice, HoldError, HoldRequest, Resolution, Ticket};
 use crate::events::{Event, TimestampUs};
@@ -208,16 +210,20 @@ impl Wait<'_> {
             ts: TimestampUs::now(),
             conn: self.exchange.conn.id,
             request: self.exchange.id,
-            approval: self.id.to_string(),
-            method: request.method.clone(),
-            url: request.url.clone(),
-            headers: request.headers.clone(),
-            body_bytes: request.body.len() as u64,
-            body_sha256: request.body_sha256.clone(),
-            rule: request.rule.clone(),
-            reason: request.reason.clone(),
-            timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
-            approvers: request.approvers.clone(),
+            held: Box::new(ApprovalRequested {
+                approval: self.id.to_string(),
+                exec_id: self.exchange.conn.exec.clone(),
+                exchange: Some(self.exchange.id),
+                method: request.method.clone(),
+                url: request.url.clone(),
+                request_headers: request.headers.clone(),
+                body_bytes: request.body.len() as u64,
+                body_sha256: request.body_sha256.clone(),
+                rule: RuleRef::new(request.rule.clone()),
+                reason: request.reason.clone(),
+                timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
+                approvers: request.approvers.clone(),
+            }),
         }
     }
 
@@ -233,15 +239,19 @@ impl Wait<'_> {
             ts: TimestampUs::now(),
             conn: self.exchange.conn.id,
             request: self.exchange.id,
-            approval: self.id.to_string(),
-            outcome: outcome.to_owned(),
-            scope: scope.map(str::to_owned),
-            by: by.map(str::to_owned),
-            note,
-            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-            body_sha256: self.request.body_sha256.clone(),
-            method: self.request.method.clone(),
-            url: self.request.url.clone(),
+            decided: Box::new(ApprovalDecided {
+                approval: self.id.to_string(),
+                exec_id: self.exchange.conn.exec.clone(),
+                exchange: Some(self.exchange.id),
+                outcome: outcome.to_owned(),
+                scope: scope.map(str::to_owned),
+                by: by.map(str::to_owned),
+                note,
+                waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                body_sha256: self.request.body_sha256.clone(),
+                method: self.request.method.clone(),
+                url: self.request.url.clone(),
+            }),
         }
     }
 }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use http::header::HeaderMap;
 use http::request::Parts;
-use http::{Response, StatusCode, Version};
+use http::{Response, StatusCode};
+
+use airlock_record::{HttpExchange, RuleRef};
 
 use crate::body::{CaptureHandle, ProxyBody};
 use crate::engine::{ConnInfo, Engine};
@@ -57,15 +59,13 @@ pub(super) struct Refused {
 /// A response head as it goes into the record.
 pub(super) struct RecordedHead {
     pub(super) status: StatusCode,
-    pub(super) version: Version,
     pub(super) headers: Vec<(String, String)>,
 }
 
 impl RecordedHead {
-    pub(super) fn new(status: StatusCode, version: Version, headers: &HeaderMap) -> Self {
+    pub(super) fn new(status: StatusCode, headers: &HeaderMap) -> Self {
         Self {
             status,
-            version,
             headers: header_pairs(headers),
         }
     }
@@ -98,23 +98,28 @@ impl Exchange {
         refusal: Refusal,
     ) -> Early {
         let method = head.method.as_str();
+        let mut exchange = self.decided(
+            head,
+            &head.headers,
+            url,
+            Ruling {
+                verdict: Verdict::Deny,
+                rule: refusal.rule().map(|r| RuleRef::new(r.to_string())),
+                reason: Some(refusal.reason()),
+            },
+        );
+        // Decided and ended at once: Airlock's own answer is the outcome.
+        exchange.status = Some(refusal.status().as_u16());
+        exchange.request_body = Some(Vec::new());
         let event = Event::Request {
             ts: TimestampUs::now(),
             conn: self.conn.id,
             request: self.id,
-            method: method.to_owned(),
-            url: self.rules.credentials.redact(url),
-            http_version: format!("{:?}", head.version),
-            headers: self.record_headers(&head.headers),
-            verdict: Verdict::Deny,
-            rule: refusal.rule().map(ToString::to_string),
-            reason: Some(refusal.reason()),
             credentials: Vec::new(),
-            refused_status: Some(refusal.status().as_u16()),
             rule_to_add: refusal
                 .rule_to_add(suggestion)
                 .map(|rule| self.rules.credentials.redact(rule)),
-            request_body: None,
+            exchange: Box::new(exchange),
         };
         tracing::info!(client = %self.conn.client, front = ?self.conn.front, method, url, reason = %refusal.reason(), "denied");
         let response = refusal.response(method, url, &self.rules.policy, suggestion);
@@ -135,41 +140,107 @@ impl Exchange {
         } = refused;
         // Nothing more can be recorded once the audit failed: no reason to wait.
         if !self.engine.events.failed()
-            && let Event::Request { request_body, .. } = &mut event
+            && let Event::Request { exchange, .. } = &mut event
         {
             let for_record = ForRecord {
                 cap: self.engine.capture_cap,
                 scrub: self.rules.credentials.scrub_set().map(AsRef::as_ref),
                 declared,
             };
-            *request_body = for_record.capture(body).await;
+            let body = for_record.capture(body).await.unwrap_or_default();
+            exchange.bytes_up = body.bytes;
+            exchange.request_body_truncated = body.truncated;
+            exchange.request_body = Some(body.captured);
         }
         self.engine.record_lossy(event);
         response
     }
 
-    /// Record the response to this request (best effort: the request's own
-    /// record, made before forwarding, is the one that fails closed).
+    /// This request's record as decided: what was asked, and what the
+    /// policy said. `headers` are the ones that go upstream (or would have).
+    pub(super) fn decided(
+        &self,
+        head: &Parts,
+        headers: &HeaderMap,
+        url: &str,
+        ruling: Ruling,
+    ) -> HttpExchange {
+        HttpExchange {
+            exec_id: self.conn.exec.clone(),
+            exchange: Some(self.id),
+            method: head.method.as_str().to_owned(),
+            url: self.rules.credentials.redact(url),
+            http_version: format!("{:?}", head.version),
+            request_headers: self.record_headers(headers),
+            request_body: None,
+            request_body_truncated: false,
+            status: None,
+            response_headers: Vec::new(),
+            response_body: None,
+            response_body_truncated: false,
+            bytes_up: 0,
+            bytes_down: 0,
+            started_us: i64::try_from(TimestampUs::now().0).ok(),
+            ms_to_headers: None,
+            ms_total: None,
+            decision: ruling.verdict,
+            rule: ruling.rule,
+            reason: ruling.reason,
+            websocket: None,
+        }
+    }
+
+    /// The exchange `decided` as it ended: the response (or the error that
+    /// ended it) and what crossed, as captured.
+    pub(super) fn ended(
+        &self,
+        mut decided: HttpExchange,
+        head: RecordedHead,
+        bodies: Captured<'_>,
+        headers_at: Instant,
+        error: Option<String>,
+    ) -> HttpExchange {
+        let request = bodies.request.snapshot();
+        let response = bodies.response.snapshot();
+        let total = self.started.elapsed();
+        decided.status = Some(head.status.as_u16());
+        decided.response_headers = head.headers;
+        decided.bytes_up = request.bytes;
+        decided.request_body_truncated = request.truncated;
+        decided.request_body = Some(request.captured);
+        decided.bytes_down = response.bytes;
+        decided.response_body_truncated = response.truncated;
+        decided.response_body = Some(response.captured);
+        decided.started_us = i64::try_from(TimestampUs::now().0.saturating_sub(micros(total))).ok();
+        decided.ms_to_headers = Some(millis(headers_at.duration_since(self.started)));
+        decided.ms_total = Some(millis(total));
+        if error.is_some() {
+            decided.reason = error;
+        }
+        decided
+    }
+
+    /// Record how this exchange ended: its one end event (best effort: the
+    /// decided record, made before forwarding, is the one that fails closed).
+    pub(super) fn record_end(&self, ended: HttpExchange) {
+        self.engine.record_lossy(Event::Response {
+            ts: TimestampUs::now(),
+            conn: self.conn.id,
+            request: self.id,
+            exchange: Box::new(ended),
+        });
+    }
+
+    /// [`Exchange::ended`], recorded.
     pub(super) fn record_response(
         &self,
+        decided: HttpExchange,
         head: RecordedHead,
         bodies: Captured<'_>,
         headers_at: Instant,
         error: Option<String>,
     ) {
-        self.engine.record_lossy(Event::Response {
-            ts: TimestampUs::now(),
-            conn: self.conn.id,
-            request: self.id,
-            status: head.status.as_u16(),
-            http_version: format!("{:?}", head.version),
-            headers: head.headers,
-            request_body: bodies.request.snapshot(),
-            response_body: bodies.response.snapshot(),
-            time_to_headers_us: micros(headers_at.duration_since(self.started)),
-            total_us: micros(self.started.elapsed()),
-            error,
-        });
+        self.record_end(self.ended(decided, head, bodies, headers_at, error));
     }
 
     /// Request headers as they go into the record: every secret replaced by
@@ -201,4 +272,17 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Milliseconds, as the record keeps durations.
+fn millis(d: Duration) -> f64 {
+    micros(d) as f64 / 1000.0
+}
+
+/// What the policy said about a request.
+pub(super) struct Ruling {
+    pub(super) verdict: Verdict,
+    pub(super) rule: Option<RuleRef>,
+    /// Why, for a refusal or a request that report mode let through.
+    pub(super) reason: Option<String>,
 }

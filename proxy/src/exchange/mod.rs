@@ -30,11 +30,13 @@ use airlock_policy::{
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Request, Response, StatusCode, Uri};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
+
+use airlock_record::{HttpExchange, RuleRef};
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Injected, ResponseScrub};
@@ -48,7 +50,7 @@ use crate::websocket::{self, RelayContext};
 
 use self::body_prefix::read_prefix;
 use self::codings::unscrubbable_coding;
-use self::context::{Captured, Early, Exchange, RecordedHead};
+use self::context::{Captured, Early, Exchange, RecordedHead, Ruling};
 use self::hop_by_hop::strip_hop_by_hop;
 use self::request_target::{display_url, request_target};
 
@@ -125,6 +127,8 @@ struct Allowed {
 
 /// A request on its way upstream: what its response needs.
 struct Sent {
+    /// The request's record as decided; its end completes it.
+    decided: HttpExchange,
     injected: Injected,
     upgrade: Option<UpgradeProtocol>,
     /// The forwarded request's headers when upgrading (the 101 must answer
@@ -384,21 +388,23 @@ impl Exchange {
                 HeaderValue::from_static("identity"),
             );
         }
+        let decided = self.decided(
+            &head,
+            &headers,
+            url,
+            Ruling {
+                verdict: allowed.verdict,
+                rule: allowed.rule.map(RuleRef::new),
+                reason: allowed.report_reason,
+            },
+        );
         let request_event = Event::Request {
             ts: TimestampUs::now(),
             conn: self.conn.id,
             request: self.id,
-            method: method.clone(),
-            url: self.rules.credentials.redact(url),
-            http_version: format!("{:?}", head.version),
-            headers: self.record_headers(&headers),
-            verdict: allowed.verdict,
-            rule: allowed.rule,
-            reason: allowed.report_reason,
             credentials: injected.names.clone(),
-            refused_status: None,
             rule_to_add: None,
-            request_body: None,
+            exchange: Box::new(decided.clone()),
         };
         if let Err(e) = self.engine.record(request_event).await {
             let refusal = Refusal::AuditUnavailable(e.to_string());
@@ -451,7 +457,8 @@ impl Exchange {
                     _ => bad_gateway(&method, url, &why),
                 };
                 self.record_response(
-                    RecordedHead::new(response.status(), Version::HTTP_11, &HeaderMap::new()),
+                    decided,
+                    RecordedHead::new(response.status(), &HeaderMap::new()),
                     Captured {
                         request: &request_capture,
                         response: &CaptureHandle::default(),
@@ -463,6 +470,7 @@ impl Exchange {
             }
         };
         let sent = Sent {
+            decided,
             injected,
             upgrade: allowed.upgrade,
             upgrade_request,
@@ -501,8 +509,8 @@ impl Exchange {
             // The refused head is recorded scrubbed, like any other.
             let (mut parts, _) = response.into_parts();
             scrub.iter().for_each(|s| s.head(&mut parts));
-            let recorded = RecordedHead::new(reply.status(), parts.version, &parts.headers);
-            self.record_response(recorded, bodies(), headers_at, Some(why));
+            let recorded = RecordedHead::new(reply.status(), &parts.headers);
+            self.record_response(sent.decided, recorded, bodies(), headers_at, Some(why));
             return Err(reply.into());
         }
         if let Some(client_upgrade) = sent.client_upgrade
@@ -511,13 +519,15 @@ impl Exchange {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let (mut parts, _) = response.into_parts();
             scrub.iter().for_each(|s| s.head(&mut parts));
-            let recorded = RecordedHead::new(parts.status, parts.version, &parts.headers);
-            self.record_response(recorded, bodies(), headers_at, None);
-            // Recorded after the 101, and always ends with its own end event.
+            let recorded = RecordedHead::new(parts.status, &parts.headers);
+            // The exchange ends with the relay: its end event carries the
+            // 101 and everything the relay saw.
             let relay = RelayContext {
                 engine: self.engine.clone(),
                 conn: self.conn.id,
                 request: self.id,
+                upgraded: self.ended(sent.decided, recorded, bodies(), headers_at, None),
+                messages: Default::default(),
                 injected: sent.injected.clone(),
             };
             tokio::spawn(websocket::relay(relay, client_upgrade, upstream_upgrade));
@@ -532,7 +542,11 @@ impl Exchange {
                 let why = format!(
                     "upstream sent a {encoding}-encoded response to a request carrying a credential although identity was requested; Airlock cannot check it for the secret"
                 );
-                return Err(bad_gateway(method, url, &why).into());
+                let reply = bad_gateway(method, url, &why);
+                // Its head is not recorded: it was never scrubbed.
+                let recorded = RecordedHead::new(reply.status(), &HeaderMap::new());
+                self.record_response(sent.decided, recorded, bodies(), headers_at, Some(why));
+                return Err(reply.into());
             }
             scrub.head(&mut parts);
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -546,14 +560,15 @@ impl Exchange {
         }
         let on_end = {
             let exchange = self.clone();
-            let head = RecordedHead::new(parts.status, parts.version, &parts.headers);
+            let head = RecordedHead::new(parts.status, &parts.headers);
             let request_capture = sent.request_capture;
+            let decided = sent.decided;
             move |error: Option<String>| {
                 let bodies = Captured {
                     request: &request_capture,
                     response: &response_capture,
                 };
-                exchange.record_response(head, bodies, headers_at, error);
+                exchange.record_response(decided, head, bodies, headers_at, error);
             }
         };
         Ok(Response::from_parts(

@@ -31,6 +31,7 @@ use crate::engine::Engine;
 use crate::events::{
     BodyCapture, ConnId, Event, RequestId, TimestampUs, WsDirection, WsOpcode, WsPeer, WsTotals,
 };
+use airlock_record::{HttpExchange, WebSocketMessage, WebSocketRecord};
 use frame::{FrameError, Sender};
 
 /// Payload bytes read (and re-framed) at a time, so that a huge frame is
@@ -49,6 +50,11 @@ pub(crate) struct RelayContext {
     pub engine: Arc<Engine>,
     pub conn: ConnId,
     pub request: RequestId,
+    /// The exchange's record as the 101 ended its HTTP part: the relay's
+    /// end completes it, and records it as the exchange's one end event.
+    pub upgraded: HttpExchange,
+    /// The messages recorded so far, both directions in the order relayed.
+    pub messages: std::sync::Mutex<Vec<WebSocketMessage>>,
     /// Secrets injected into the upgrade request: scrubbed from every
     /// payload the upstream sends (data, close reasons, pings and pongs).
     pub injected: Injected,
@@ -210,20 +216,40 @@ struct Ending {
 }
 
 impl RelayContext {
-    fn record_end(&self, ending: Ending) {
+    /// Record the exchange's end, with everything the relay saw.
+    fn record_end(self, ending: Ending) {
         let [to_upstream, to_client] = ending.totals;
-        self.engine.record_lossy(Event::WebSocketEnd {
+        let messages = self
+            .messages
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut exchange = self.upgraded;
+        exchange.websocket = Some(Box::new(WebSocketRecord {
+            messages,
+            closed_by: ending.closed_by.as_str().to_owned(),
+            close_code: ending.close.0,
+            close_reason: ending.close.1,
+            messages_to_upstream: to_upstream.messages,
+            bytes_to_upstream: to_upstream.bytes,
+            messages_to_client: to_client.messages,
+            bytes_to_client: to_client.bytes,
+            ms_total: Some(ending.started.elapsed().as_secs_f64() * 1000.0),
+            error: ending.error,
+        }));
+        self.engine.record_lossy(Event::Response {
             ts: TimestampUs::now(),
             conn: self.conn,
             request: self.request,
-            closed_by: ending.closed_by,
-            close_code: ending.close.0,
-            close_reason: ending.close.1,
-            to_upstream,
-            to_client,
-            duration_us: u64::try_from(ending.started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            error: ending.error,
+            exchange: Box::new(exchange),
         });
+    }
+
+    /// Keep one message for the record.
+    fn keep(&self, message: WebSocketMessage) {
+        self.messages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(message);
     }
 }
 
@@ -435,14 +461,14 @@ impl<'a> Pump<'a> {
             return;
         }
         self.recorded += 1;
-        self.ctx.engine.record_lossy(Event::WebSocketMessage {
-            ts: TimestampUs::now(),
-            conn: self.ctx.conn,
-            request: self.ctx.request,
-            direction: self.direction,
-            opcode,
+        self.ctx.keep(WebSocketMessage {
+            ts_us: i64::try_from(TimestampUs::now().0).unwrap_or(i64::MAX),
+            direction: self.direction.as_str().to_owned(),
+            opcode: opcode.as_str().to_owned(),
             fragments,
-            payload,
+            bytes: payload.bytes,
+            payload: payload.captured,
+            truncated: payload.truncated,
         });
     }
 }

@@ -14,7 +14,9 @@ use std::os::unix::fs::MetadataExt;
 
 use super::resolve::{self, Viewer};
 use crate::capture::{self, Captured};
-use crate::observation::{ExecImage, FileRef, ImageKind};
+use airlock_record::{ExecFile, ExecImage};
+
+use crate::observation::ImageKind;
 use crate::procfs::{self, Status};
 
 /// auxv entry holding the filename execve(2) was given (getauxval(3)).
@@ -155,7 +157,7 @@ fn may_be_script(argv: &[Vec<u8>], filename: &[u8]) -> bool {
 }
 
 /// A file the tracee named, resolved in its view and hashed.
-fn file_ref(viewer: Viewer, name: &[u8], hashes: &mut Hashes) -> Option<(FileRef, File)> {
+fn file_ref(viewer: Viewer, name: &[u8], hashes: &mut Hashes) -> Option<(ExecFile, File)> {
     let resolved = resolve::resolve(viewer, libc::AT_FDCWD, name, true)?;
     let handle = resolved.open()?;
     let file = File::open(format!(
@@ -165,8 +167,8 @@ fn file_ref(viewer: Viewer, name: &[u8], hashes: &mut Hashes) -> Option<(FileRef
     .ok()?;
     let (sha256, _) = hashes.sha256(&file, 0);
     Some((
-        FileRef {
-            path: resolved.path,
+        ExecFile {
+            path: resolved.path.into(),
             sha256,
         },
         file,
@@ -236,7 +238,7 @@ pub(super) fn read(tgid: Pid, max_content: u64, hashes: &mut Hashes) -> Option<E
     Some(Executed {
         status,
         image: ExecImage {
-            kind,
+            image: Some(kind.as_str().to_owned()),
             sha256,
             script,
             loaded,

@@ -24,7 +24,9 @@ use super::writable::Mounts;
 use super::xattrs::MODE_BITS;
 use super::{name, reconcile};
 use crate::capture::{self, Captured};
-use crate::observation::{ExecSeq, FileChange, Observation, XattrChange};
+use airlock_record::{AuditEvent, FileChange, FileIdentity, OsText, Xattr};
+
+use crate::observation::{ExecSeq, FileOp};
 
 /// (device, inode number).
 pub(super) type FileKey = (u64, u64);
@@ -40,8 +42,7 @@ struct Tracked {
     name: Vec<u8>,
     /// Every name it had, oldest first.
     names: Vec<Vec<u8>>,
-    op: FileChange,
-    ts: SystemTime,
+    op: FileOp,
     seq: u64,
     holders: HashSet<Pid>,
     reader: Option<File>,
@@ -61,20 +62,19 @@ pub(super) struct Opened {
 pub(super) struct FileRecord {
     pub exec_id: Option<ExecSeq>,
     pub path: Vec<u8>,
-    pub op: FileChange,
+    pub op: FileOp,
     pub captured: Captured,
     pub rename_to: Option<Vec<u8>>,
     pub mode: Option<u32>,
     pub inode: Option<FileKey>,
     pub names: Vec<Vec<u8>>,
     pub reconciled: bool,
-    /// For `FileChange::Xattr`: which attribute.
-    pub xattr: Option<XattrChange>,
-    pub ts: SystemTime,
+    /// For `FileOp::Xattr`: which attribute.
+    pub xattr: Option<Xattr>,
 }
 
 impl FileRecord {
-    pub(super) fn now(exec_id: Option<ExecSeq>, path: Vec<u8>, op: FileChange) -> Self {
+    pub(super) fn now(exec_id: Option<ExecSeq>, path: Vec<u8>, op: FileOp) -> Self {
         Self {
             exec_id,
             path,
@@ -86,7 +86,6 @@ impl FileRecord {
             names: Vec::new(),
             reconciled: false,
             xattr: None,
-            ts: SystemTime::now(),
         }
     }
 }
@@ -104,7 +103,7 @@ pub(super) struct Files {
     max_content: u64,
     seq: u64,
     readers: usize,
-    tx: Sender<Observation>,
+    tx: Sender<AuditEvent>,
 }
 
 fn key_of(meta: &std::fs::Metadata) -> FileKey {
@@ -131,7 +130,7 @@ pub(super) fn renamed(name: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl Files {
-    pub(super) fn new(mounts: Mounts, max_content: u64, tx: Sender<Observation>) -> Self {
+    pub(super) fn new(mounts: Mounts, max_content: u64, tx: Sender<AuditEvent>) -> Self {
         Self {
             tracked: HashMap::new(),
             by_name: BTreeMap::new(),
@@ -158,21 +157,27 @@ impl Files {
 
     pub(super) fn emit(&mut self, r: FileRecord) {
         self.view.apply(&r);
-        let _ = self.tx.send(Observation::File {
-            exec_id: r.exec_id,
-            path: r.path,
+        let _ = self.tx.send(AuditEvent::File(FileChange {
+            exec_id: r.exec_id.map(ExecSeq::id),
+            path: r.path.into(),
             op: r.op,
             size: r.captured.size,
             sha256: r.captured.sha256,
             content: r.captured.content,
-            rename_to: r.rename_to,
+            rename_to: r.rename_to.map(OsText::from),
             mode: r.mode,
-            inode: r.inode,
-            names: r.names,
-            reconciled: r.reconciled,
+            // The store fills these in.
+            stored_content: None,
+            content_over_cap: false,
+            content_over_budget: false,
+            identity: FileIdentity {
+                dev: r.inode.map(|(dev, _)| dev),
+                ino: r.inode.map(|(_, ino)| ino),
+                names: r.names.into_iter().map(OsText::from).collect(),
+                reconciled: r.reconciled,
+            },
             xattr: r.xattr,
-            ts: r.ts,
-        });
+        }));
     }
 
     /// `exec` changed the file named `path` that `file` refers to: opened
@@ -186,7 +191,7 @@ impl Files {
         exec: Option<ExecSeq>,
         path: Vec<u8>,
         file: Opened,
-        op: FileChange,
+        op: FileOp,
     ) {
         let Ok(meta) = file.file.metadata() else {
             return;
@@ -195,7 +200,7 @@ impl Files {
             return;
         }
         let key = key_of(&meta);
-        if op == FileChange::Create {
+        if op == FileOp::Create {
             self.originals.created(key);
         } else if let Some(missed) = self.originals.missed(exec, &path, key) {
             self.emit(missed);
@@ -211,7 +216,6 @@ impl Files {
             name: path.clone(),
             names: vec![path.clone()],
             op,
-            ts: SystemTime::now(),
             seq,
             holders: HashSet::new(),
             reader: None,
@@ -219,8 +223,7 @@ impl Files {
         if entry.exec != exec {
             entry.exec = exec;
             entry.op = op;
-            entry.ts = SystemTime::now();
-        } else if entry.op == FileChange::Modify && op == FileChange::Truncate {
+        } else if entry.op == FileOp::Modify && op == FileOp::Truncate {
             // Create stays Create; an explicit truncate outranks a plain write.
             entry.op = op;
         }
@@ -407,13 +410,12 @@ impl Files {
                 inode: Some(key),
                 mode: Some(meta.mode() & MODE_BITS),
                 names,
-                ts: t.ts,
                 ..FileRecord::now(t.exec, t.name.clone(), t.op)
             });
         }
         if keep_tracking {
             self.seq += 1;
-            t.op = FileChange::Modify;
+            t.op = FileOp::Modify;
             t.seq = self.seq;
             self.tracked.insert(key, t);
         } else {

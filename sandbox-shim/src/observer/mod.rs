@@ -37,6 +37,7 @@ mod writable;
 mod xattrs;
 
 use nix::unistd::Pid;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::Sender;
@@ -44,7 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::channel;
-use crate::observation::{ExecSeq, FileChange, Observation, is_secret_name};
+use airlock_record::{AuditEvent, Exec, Exit, OsText, StepNo};
+
+use crate::observation::{ExecSeq, FileOp, is_secret_name};
 use crate::step::StepId;
 use crate::sys;
 use files::{FileRecord, Files};
@@ -80,7 +83,7 @@ pub(crate) struct Config {
 /// The observer's state: one value, owned by its thread.
 struct Observer {
     cfg: Config,
-    tx: Sender<Observation>,
+    tx: Sender<AuditEvent>,
     procs: Procs,
     files: Files,
     hashes: exec::Hashes,
@@ -95,7 +98,7 @@ struct Observer {
 pub(crate) fn spawn(
     chan: OwnedFd,
     cfg: Config,
-    tx: Sender<Observation>,
+    tx: Sender<AuditEvent>,
     shared: SharedState,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     // Before the command can run: the writable mounts are held from here on.
@@ -219,14 +222,12 @@ impl Observer {
         let Some((tgid, proc)) = self.procs.exited(tid) else {
             return;
         };
-        let ts = SystemTime::now();
         for exec_id in proc.chain.iter().rev() {
-            let _ = self.tx.send(Observation::Exit {
-                exec_id: *exec_id,
+            let _ = self.tx.send(AuditEvent::Exit(Exit {
+                exec_id: exec_id.id(),
                 status,
                 signal,
-                ts,
-            });
+            }));
         }
         self.files.process_gone(tgid);
     }
@@ -262,7 +263,6 @@ impl Observer {
         // Close-on-exec descriptors are gone now.
         self.files.check_holder(tgid);
         let (exec_id, parent) = self.procs.exec_started(tgid, former);
-        let ts = SystemTime::now();
         let Some(done) = exec::read(tgid, self.cfg.max_file_bytes, &mut self.hashes) else {
             return;
         };
@@ -274,37 +274,40 @@ impl Observer {
                 .unwrap_or(0)
         };
         let mut env_names = Vec::with_capacity(done.env.len());
-        let mut env_values_nonsecret = Vec::new();
+        let mut env_values_nonsecret = BTreeMap::new();
         for kv in &done.env {
             let (k, v) = match kv.iter().position(|&b| b == b'=') {
                 Some(i) => (&kv[..i], &kv[i + 1..]),
                 None => (kv.as_slice(), &b""[..]),
             };
-            if !is_secret_name(k) {
-                env_values_nonsecret.push((k.to_vec(), v.to_vec()));
+            // A JSON object's keys are text: a variable whose name is not
+            // UTF-8 keeps its name (in env_names) and not its value.
+            if !is_secret_name(k)
+                && let Ok(name) = std::str::from_utf8(k)
+            {
+                env_values_nonsecret.insert(name.to_owned(), OsText::from(v));
             }
             env_names.push(k.to_vec());
         }
         let path = done.path.clone();
-        let _ = self.tx.send(Observation::Exec {
-            exec_id,
-            parent,
+        let _ = self.tx.send(AuditEvent::Exec(Exec {
+            exec_id: exec_id.id(),
+            parent_exec_id: parent.map(ExecSeq::id),
             pid: done.status.ns_pid,
             ppid,
             uid: done.status.uid,
-            path: done.path,
-            image: done.image,
-            argv: done.argv,
-            cwd: done.cwd,
-            env_names,
+            path: done.path.into(),
+            argv: done.argv.into_iter().map(OsText::from).collect(),
+            cwd: done.cwd.into(),
+            env_names: env_names.into_iter().map(OsText::from).collect(),
             env_values_nonsecret,
-            step: self.procs.step_of(tgid),
-            ts,
-        });
+            step: self.procs.step_of(tgid).map(|s| StepNo(s.0)),
+            image: done.image,
+        }));
         if let Some(captured) = done.pathless {
             self.files.emit(FileRecord {
                 captured,
-                ..FileRecord::now(Some(exec_id), path, FileChange::Image)
+                ..FileRecord::now(Some(exec_id), path, FileOp::Image)
             });
         }
     }

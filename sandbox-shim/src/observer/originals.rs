@@ -32,7 +32,9 @@ use super::files::{FileKey, FileRecord};
 use super::reconcile::open_at;
 use super::{acl, name, xattrs};
 use crate::capture::{self, Captured};
-use crate::observation::{ExecSeq, FileChange, XattrChange};
+use airlock_record::Xattr;
+
+use crate::observation::{ExecSeq, FileOp};
 
 /// What a call about to change files named, for their originals.
 #[derive(Debug)]
@@ -95,14 +97,14 @@ impl Originals {
         let attributes = xattrs::all(handle)
             .into_iter()
             .map(|(name, value)| FileRecord {
-                xattr: Some(XattrChange {
+                xattr: Some(Xattr {
                     acl: acl::is_acl(&name).then(|| acl::describe(&value)).flatten(),
-                    name,
+                    name: name.into(),
                     removed: false,
                 }),
                 captured: capture::bytes(value, max_content),
                 inode,
-                ..FileRecord::now(exec, named.clone(), FileChange::Original)
+                ..FileRecord::now(exec, named.clone(), FileOp::Original)
             });
         std::iter::once(file).chain(attributes).collect()
     }
@@ -140,7 +142,7 @@ impl Originals {
             captured,
             mode: Some(meta.mode()),
             inode: Some(key),
-            ..FileRecord::now(exec, named(path, ft.is_dir()), FileChange::Original)
+            ..FileRecord::now(exec, named(path, ft.is_dir()), FileOp::Original)
         })
     }
 
@@ -194,7 +196,7 @@ impl Originals {
         self.kept.insert(key);
         Some(FileRecord {
             inode: Some(key),
-            ..FileRecord::now(exec, path.to_vec(), FileChange::Original)
+            ..FileRecord::now(exec, path.to_vec(), FileOp::Original)
         })
     }
 }

@@ -32,7 +32,7 @@ use super::view::{Known, View};
 use super::writable::{Mounts, is_under};
 use super::xattrs::{self, MODE_BITS};
 use crate::capture::{self, Captured};
-use crate::observation::FileChange;
+use crate::observation::FileOp;
 
 fn ctime(meta: &std::fs::Metadata) -> SystemTime {
     let secs = u64::try_from(meta.ctime()).unwrap_or(0);
@@ -98,9 +98,9 @@ impl Walk<'_> {
         let mode = meta.mode() & MODE_BITS;
         if !same {
             let op = if recorded.is_some() {
-                FileChange::Modify
+                FileOp::Modify
             } else {
-                FileChange::Create
+                FileOp::Create
             };
             self.out.push(FileRecord {
                 captured,
@@ -135,7 +135,7 @@ impl Walk<'_> {
             mode: Some(meta.mode() & MODE_BITS),
             inode: Some((meta.dev(), meta.ino())),
             reconciled: true,
-            ..FileRecord::now(None, path.to_vec(), FileChange::Chmod)
+            ..FileRecord::now(None, path.to_vec(), FileOp::Chmod)
         });
     }
 
@@ -227,7 +227,7 @@ pub(super) fn run(
     for path in gone {
         out.push(FileRecord {
             reconciled: true,
-            ..FileRecord::now(None, path.clone(), FileChange::Delete)
+            ..FileRecord::now(None, path.clone(), FileOp::Delete)
         });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));

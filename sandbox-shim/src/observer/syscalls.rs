@@ -16,7 +16,7 @@ use super::name;
 use super::originals::Original;
 use super::resolve::{self, Resolved, Viewer};
 use super::xattrs;
-use crate::observation::{ExecSeq, FileChange};
+use crate::observation::{ExecSeq, FileOp};
 use crate::procfs;
 
 const AT_FDCWD: i32 = libc::AT_FDCWD;
@@ -438,7 +438,7 @@ fn chmod_record(files: &Files, exec: Option<ExecSeq>, path: Vec<u8>, asked: u32)
     };
     FileRecord {
         mode: Some(mode),
-        ..FileRecord::now(exec, path, FileChange::Chmod)
+        ..FileRecord::now(exec, path, FileOp::Chmod)
     }
 }
 
@@ -474,9 +474,9 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
         Call::Open { existed } => {
             if let Some((path, file)) = fd_file(who.tid, value) {
                 let op = if existed {
-                    FileChange::Modify
+                    FileOp::Modify
                 } else {
-                    FileChange::Create
+                    FileOp::Create
                 };
                 files.wrote(Some(who.tgid), exec, path, file, op);
             }
@@ -484,7 +484,7 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
         }
         Call::Ftruncate => {
             if let Some((path, file)) = fd_file(who.tid, args[0] as i64) {
-                files.wrote(Some(who.tgid), exec, path, file, FileChange::Truncate);
+                files.wrote(Some(who.tgid), exec, path, file, FileOp::Truncate);
             }
             return;
         }
@@ -494,7 +494,7 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
                     file,
                     readable: false,
                 };
-                files.wrote(None, exec, path.path, opened, FileChange::Truncate);
+                files.wrote(None, exec, path.path, opened, FileOp::Truncate);
             }
             return;
         }
@@ -505,19 +505,19 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
             files.renamed(&from, &to);
             FileRecord {
                 rename_to: Some(to),
-                ..FileRecord::now(exec, from, FileChange::Rename)
+                ..FileRecord::now(exec, from, FileOp::Rename)
             }
         }
         Call::Delete { path, dir } => {
             let path = if dir { name::dir_form(&path) } else { path };
-            FileRecord::now(exec, path, FileChange::Delete)
+            FileRecord::now(exec, path, FileOp::Delete)
         }
         Call::Mkdir { path, mode } => {
             files.made(&path);
             FileRecord {
                 // As made: the umask and the parent's default ACL apply.
                 mode: Some(files.mode_of(&path).map_or(mode, |(m, _)| m)),
-                ..FileRecord::now(exec, name::dir_form(&path), FileChange::Create)
+                ..FileRecord::now(exec, name::dir_form(&path), FileOp::Create)
             }
         }
         Call::Link { from, to } => {
@@ -527,7 +527,7 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
                 captured,
                 inode,
                 mode,
-                ..FileRecord::now(exec, to, FileChange::Create)
+                ..FileRecord::now(exec, to, FileOp::Create)
             }
         }
         Call::Symlink { path } => {
@@ -545,7 +545,7 @@ pub(super) fn succeeded(files: &mut Files, who: Caller, call: Call, value: i64, 
                     sha256: None,
                     content: target,
                 },
-                ..FileRecord::now(exec, path.path, FileChange::Create)
+                ..FileRecord::now(exec, path.path, FileOp::Create)
             }
         }
         Call::Chmod { path, mode } => chmod_record(files, exec, path, mode),

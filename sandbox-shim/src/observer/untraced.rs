@@ -33,10 +33,12 @@ use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use airlock_record::{AuditEvent, Untraced};
 
 use super::SharedState;
-use crate::observation::Observation;
+use crate::observation::ExecSeq;
 use crate::{procfs, sys};
 
 /// How often the sandbox is swept: how long a task that got past the
@@ -136,7 +138,7 @@ pub(super) struct Sweep {
     /// The observer thread's tid: the TracerPid of every traced task.
     tracer: Pid,
     shared: SharedState,
-    tx: Sender<Observation>,
+    tx: Sender<AuditEvent>,
     /// Tasks (host tids) seen traced by the observer.
     traced: HashSet<Pid>,
     /// Processes (host pids) seen outside the sandbox's PID namespace.
@@ -149,7 +151,7 @@ impl Sweep {
         init: Pid,
         tracer: Pid,
         shared: SharedState,
-        tx: Sender<Observation>,
+        tx: Sender<AuditEvent>,
     ) -> Option<Self> {
         Some(Self {
             ns: pid_ns_of(init)?,
@@ -246,14 +248,13 @@ impl Sweep {
             .lock()
             .ok()
             .and_then(|s| s.procs.get(&responsible).map(|p| p.exec));
-        let _ = self.tx.send(Observation::UntracedKilled {
+        let _ = self.tx.send(AuditEvent::Untraced(Untraced {
+            exec_id: exec_id.map(ExecSeq::id),
             pid: st.ns_pid,
             ppid,
-            comm: st.comm.clone(),
             uid: st.uid,
-            exec_id,
-            ts: SystemTime::now(),
-        });
+            comm: st.comm.clone().into(),
+        }));
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::files::{FileRecord, renamed, under};
 use super::name;
 use super::xattrs::MODE_BITS;
-use crate::observation::FileChange;
+use crate::observation::FileOp;
 
 /// What the record says of one path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,14 +37,14 @@ impl View {
     /// Take record `r` into account.
     pub(super) fn apply(&mut self, r: &FileRecord) {
         match r.op {
-            FileChange::Create | FileChange::Modify | FileChange::Truncate => {
+            FileOp::Create | FileOp::Modify | FileOp::Truncate => {
                 let known = self.0.entry(r.path.clone()).or_default();
                 known.content = Some(r.captured.sha256.clone());
                 if r.mode.is_some() {
                     known.mode = r.mode;
                 }
             }
-            FileChange::Delete => {
+            FileOp::Delete => {
                 let gone = name::trim_slashes(&r.path);
                 self.0.remove(gone);
                 self.0.remove(&r.path);
@@ -53,7 +53,7 @@ impl View {
                     self.0.remove(&below);
                 }
             }
-            FileChange::Rename => {
+            FileOp::Rename => {
                 if let Some(to) = &r.rename_to {
                     let mut moved = under(&self.0, &r.path);
                     moved.push(r.path.clone());
@@ -66,34 +66,34 @@ impl View {
                     }
                 }
             }
-            FileChange::Chmod => {
+            FileOp::Chmod => {
                 self.0.entry(r.path.clone()).or_default().mode = r.mode;
             }
-            FileChange::Xattr => {
+            FileOp::Xattr => {
                 let known = self.0.entry(r.path.clone()).or_default();
                 if let Some(x) = &r.xattr {
                     let value = (!x.removed).then(|| r.captured.sha256.clone()).flatten();
-                    known.xattrs.insert(x.name.clone(), value);
+                    known.xattrs.insert(x.name.as_bytes().to_vec(), value);
                 }
                 if r.mode.is_some() {
                     known.mode = r.mode;
                 }
             }
-            FileChange::Original => {
+            FileOp::Original => {
                 // What the path held before the session, unless the record
                 // already says what it holds now.
                 let known = self.0.entry(r.path.clone()).or_default();
                 if let Some(x) = &r.xattr {
                     known
                         .xattrs
-                        .entry(x.name.clone())
+                        .entry(x.name.as_bytes().to_vec())
                         .or_insert_with(|| r.captured.sha256.clone());
                 } else if known.content.is_none() {
                     known.content = Some(r.captured.sha256.clone());
                     known.mode = known.mode.or(r.mode.map(|m| m & MODE_BITS));
                 }
             }
-            FileChange::Image => {}
+            FileOp::Image => {}
         }
     }
 }
@@ -101,13 +101,14 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::View;
-    use crate::observation::{FileChange, XattrChange};
+    use crate::observation::FileOp;
     use crate::observer::files::FileRecord;
+    use airlock_record::Xattr;
 
     fn xattr(path: &str, name: &str, sha: Option<&str>) -> FileRecord {
-        let mut r = FileRecord::now(None, path.into(), FileChange::Xattr);
+        let mut r = FileRecord::now(None, path.into(), FileOp::Xattr);
         r.captured.sha256 = sha.map(str::to_owned);
-        r.xattr = Some(XattrChange {
+        r.xattr = Some(Xattr {
             name: name.into(),
             removed: sha.is_none(),
             acl: None,
@@ -118,15 +119,15 @@ mod tests {
     #[test]
     fn attributes_follow_new_content_and_renames_and_go_with_deletes() {
         let mut v = View::default();
-        let mut created = FileRecord::now(None, "/ws/d/f".into(), FileChange::Create);
+        let mut created = FileRecord::now(None, "/ws/d/f".into(), FileOp::Create);
         created.captured.sha256 = Some("c1".into());
         created.mode = Some(0o644);
         v.apply(&created);
         v.apply(&xattr("/ws/d/f", "user.a", Some("x1")));
-        let mut chmod = FileRecord::now(None, "/ws/d/".into(), FileChange::Chmod);
+        let mut chmod = FileRecord::now(None, "/ws/d/".into(), FileOp::Chmod);
         chmod.mode = Some(0o700);
         v.apply(&chmod);
-        let mut rewritten = FileRecord::now(None, "/ws/d/f".into(), FileChange::Modify);
+        let mut rewritten = FileRecord::now(None, "/ws/d/f".into(), FileOp::Modify);
         rewritten.captured.sha256 = Some("c2".into());
         v.apply(&rewritten);
         let f = v.get(b"/ws/d/f").unwrap();
@@ -137,14 +138,14 @@ mod tests {
             Some("x1".into()),
             "and the attributes"
         );
-        let mut mv = FileRecord::now(None, "/ws/d".into(), FileChange::Rename);
+        let mut mv = FileRecord::now(None, "/ws/d".into(), FileOp::Rename);
         mv.rename_to = Some("/ws/e".into());
         v.apply(&mv);
         assert!(v.get(b"/ws/d/f").is_none());
         assert_eq!(v.get(b"/ws/e/").and_then(|d| d.mode), Some(0o700));
         v.apply(&xattr("/ws/e/f", "user.a", None));
         assert_eq!(v.get(b"/ws/e/f").unwrap().xattrs[&b"user.a"[..]], None);
-        v.apply(&FileRecord::now(None, "/ws/e/".into(), FileChange::Delete));
+        v.apply(&FileRecord::now(None, "/ws/e/".into(), FileOp::Delete));
         assert_eq!(v.paths().count(), 0);
     }
 }

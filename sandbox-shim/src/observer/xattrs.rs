@@ -13,7 +13,9 @@ use std::os::unix::fs::MetadataExt;
 use super::acl;
 use super::files::FileRecord;
 use crate::capture;
-use crate::observation::{ExecSeq, FileChange, XattrChange};
+use airlock_record::Xattr;
+
+use crate::observation::{ExecSeq, FileOp};
 
 /// XATTR_SIZE_MAX and XATTR_LIST_MAX (include/uapi/linux/limits.h): no
 /// value and no list of names is longer.
@@ -82,15 +84,15 @@ pub(super) fn described(
     FileRecord {
         mode: is_acl.then_some(meta.mode() & MODE_BITS),
         inode: Some((meta.dev(), meta.ino())),
-        xattr: Some(XattrChange {
+        xattr: Some(Xattr {
             removed: now.is_none(),
             acl: now.as_deref().filter(|_| is_acl).and_then(acl::describe),
-            name,
+            name: name.into(),
         }),
         captured: now
             .map(|v| capture::bytes(v, max_content))
             .unwrap_or_default(),
-        ..FileRecord::now(exec, path, FileChange::Xattr)
+        ..FileRecord::now(exec, path, FileOp::Xattr)
     }
 }
 

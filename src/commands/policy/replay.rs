@@ -5,7 +5,9 @@
 //! Text output prints recorded strings through `escape::text`: the program
 //! under audit chose them. `--json` leaves them as data.
 
-use airlock_auditor::{ApprovalRequested, DnsQuery, HttpExchange, TcpConnection};
+use airlock_auditor::{
+    ApprovalRequested, DnsQuery, ExchangeId, HttpExchange, RuleRef, TcpConnection,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
@@ -210,7 +212,7 @@ impl<'a> Session<'a> {
 
     fn replay(&mut self, events: &[StoredEvent], report: &mut Report) {
         // A held request's Http record says how the wait ended; it was an ask.
-        let asked: HashSet<u64> = events
+        let asked: HashSet<ExchangeId> = events
             .iter()
             .filter_map(|e| match &e.event {
                 AuditEvent::ApprovalRequested(ApprovalRequested { exchange, .. }) => *exchange,
@@ -227,7 +229,7 @@ impl<'a> Session<'a> {
                     ..
                 }) => {
                     report.replayed.dns += 1;
-                    self.dns(name, qtype, decision)
+                    self.dns(name, qtype, decision.as_str())
                 }
                 AuditEvent::Tcp(TcpConnection {
                     host,
@@ -240,7 +242,7 @@ impl<'a> Session<'a> {
                     report.replayed.tcp += 1;
                     // Older records may lack the host: the address ("ip:port") stands in.
                     let host = host.as_deref().unwrap_or_else(|| address_of(dst));
-                    self.tcp(host, *port, decision, rule)
+                    self.tcp(host, *port, decision.as_str(), rule.as_ref())
                 }
                 AuditEvent::Http(HttpExchange {
                     exchange,
@@ -268,7 +270,7 @@ impl<'a> Session<'a> {
                         upgrade: websocket.is_some()
                             || asks_websocket(http_version, request_headers),
                     };
-                    self.http(method, url, &body, was, rule)
+                    self.http(method, url, &body, was, rule.as_ref())
                 }
                 _ => continue,
             };
@@ -296,7 +298,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn tcp(&self, host: &str, port: u16, was: &str, rule: &Option<String>) -> Replayed {
+    fn tcp(&self, host: &str, port: u16, was: &str, rule: Option<&RuleRef>) -> Replayed {
         let would_be = match Host::parse(host) {
             Ok(h) => match self.policy.connection(&h, port) {
                 airlock_policy::ConnectionDecision::Deny(d) => side(
@@ -314,7 +316,7 @@ impl<'a> Session<'a> {
         };
         let was = Side {
             decision: was.to_owned(),
-            rule: rule.clone(),
+            rule: rule.map(RuleRef::to_string),
             reason: None,
         };
         Replayed {
@@ -331,11 +333,11 @@ impl<'a> Session<'a> {
         url: &str,
         body: &RecordedBody<'_>,
         was: &str,
-        rule: &Option<String>,
+        rule: Option<&RuleRef>,
     ) -> Replayed {
         let was = Side {
             decision: was.to_owned(),
-            rule: rule.clone(),
+            rule: rule.map(RuleRef::to_string),
             reason: None,
         };
         let what = format!("{method} {url}");

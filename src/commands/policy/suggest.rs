@@ -106,7 +106,7 @@ fn read_session(
             let seen = Seen {
                 method,
                 url,
-                decision,
+                decision: decision.as_str(),
                 reason: reason.as_deref(),
                 upgrade: websocket.is_some() || asks_websocket(http_version, request_headers),
             };
@@ -157,7 +157,7 @@ fn read_session(
                 decision,
                 rule,
                 ..
-            }) => dns(draft, name, qtype, decision, rule.as_deref()),
+            }) => dns(draft, name, qtype, decision.as_str(), rule.as_deref()),
             _ => {}
         }
     }
@@ -309,11 +309,18 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
         })?;
         let str_of = |k: &str| event.get(k).and_then(Value::as_str).unwrap_or_default();
         let opt = |k: &str| event.get(k).and_then(Value::as_str).map(str::to_owned);
+        // The record's names, or the ones files written before 2026-11-27 used.
+        let decision = event
+            .get("decision")
+            .or_else(|| event.get("verdict"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let conn = event.get("conn").and_then(Value::as_u64);
         match str_of("kind") {
             "request" => {
                 let headers: Vec<(String, String)> = event
-                    .get("headers")
+                    .get("request_headers")
+                    .or_else(|| event.get("headers"))
                     .and_then(|h| serde_json::from_value(h.clone()).ok())
                     .unwrap_or_default();
                 let (method, url) = (str_of("method"), str_of("url"));
@@ -321,7 +328,7 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
                 Seen {
                     method,
                     url,
-                    decision: str_of("verdict"),
+                    decision,
                     reason: reason.as_deref(),
                     upgrade: asks_websocket(str_of("http_version"), &headers),
                 }
@@ -342,7 +349,7 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
                 let entry = conns.entry(c).or_default();
                 entry.target = split_target(str_of("target"));
                 entry.handling = str_of("handling").to_owned();
-                entry.verdict = str_of("verdict").to_owned();
+                entry.verdict = decision.to_owned();
                 entry.reason = opt("reason");
             }
             "connection_closed" => {
@@ -355,8 +362,9 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
                 draft,
                 str_of("name"),
                 str_of("qtype"),
-                str_of("verdict"),
-                opt("reason").as_deref(),
+                decision,
+                // The record keeps a query's reason as its `rule`.
+                opt("rule").or_else(|| opt("reason")).as_deref(),
             ),
             "" => bail!(
                 "{name}:{}: an event without `kind`; expected the JSON lines of `airlock proxy --events`",

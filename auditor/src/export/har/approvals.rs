@@ -3,7 +3,7 @@
 //! exchange it held. A request the proxy refused after the wait is still an
 //! `Http` record (decision deny), so it has an entry to carry this too.
 
-use crate::{ApprovalDecided, ApprovalRequested};
+use crate::{ApprovalDecided, ApprovalRequested, ExchangeId};
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
@@ -26,7 +26,7 @@ impl Approval<'_> {
     }
 
     /// The exchange it held, as its records name it.
-    pub(super) fn exchange(&self) -> Option<u64> {
+    pub(super) fn exchange(&self) -> Option<ExchangeId> {
         [self.requested, self.decided]
             .into_iter()
             .flatten()
@@ -169,7 +169,7 @@ pub(super) struct Approvals<'a> {
     by_id: HashMap<&'a str, Approval<'a>>,
     /// The id of the approval that held each exchange (the latest, should
     /// a producer ever hold one twice).
-    by_exchange: HashMap<u64, &'a str>,
+    by_exchange: HashMap<ExchangeId, &'a str>,
 }
 
 impl<'a> Approvals<'a> {
@@ -186,7 +186,7 @@ impl<'a> Approvals<'a> {
                 _ => {}
             }
         }
-        let mut latest: HashMap<u64, (Option<Seq>, &str)> = HashMap::new();
+        let mut latest: HashMap<ExchangeId, (Option<Seq>, &str)> = HashMap::new();
         for (&id, a) in &by_id {
             if let Some(x) = a.exchange() {
                 let this = (a.first_seq(), id);
@@ -201,7 +201,7 @@ impl<'a> Approvals<'a> {
     }
 
     /// The approval that held `exchange`.
-    pub(super) fn for_exchange(&self, exchange: u64) -> Option<&Approval<'a>> {
+    pub(super) fn for_exchange(&self, exchange: ExchangeId) -> Option<&Approval<'a>> {
         self.by_id.get(self.by_exchange.get(&exchange)?)
     }
 

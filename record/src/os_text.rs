@@ -81,7 +81,7 @@ impl OsText {
     }
 
     /// Whether a JSON object is the stored form of a name that is not UTF-8.
-    pub(crate) fn is_escaped_form(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+    pub fn is_escaped_form(map: &serde_json::Map<String, serde_json::Value>) -> bool {
         map.len() == 1 && map.get("escaped").is_some_and(serde_json::Value::is_string)
     }
 

@@ -4,7 +4,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-pub(crate) fn b64_encode(bytes: &[u8]) -> String {
+pub fn b64_encode(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
 }
 

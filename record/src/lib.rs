@@ -1,0 +1,39 @@
+//! The record's model: what Airlock records, with no I/O.
+//!
+//! The proxy, the sandbox shim, the auditor and the console all speak these
+//! types: ids and values ([`SessionId`], [`ExecId`], [`ExchangeId`],
+//! [`Verdict`], [`RuleRef`], [`FileOp`]) and every event as a named struct,
+//! wrapped by [`AuditEvent`]. The serialized form of each event is the
+//! record's stored form (the hash chain covers it), so it only ever grows by
+//! fields that are left out when absent: records written before a field
+//! existed read and verify unchanged.
+#![forbid(unsafe_code)]
+
+mod approval;
+pub mod codec;
+mod digest;
+pub mod escape;
+mod event;
+mod exec;
+mod file;
+mod ids;
+mod network;
+mod os_text;
+mod session;
+mod step;
+mod values;
+
+pub use approval::{ApprovalDecided, ApprovalRequested};
+pub use digest::{hex, sha256_hex};
+pub use event::{AuditEvent, EventKind};
+pub use exec::{Exec, ExecFile, ExecImage, Exit, Untraced};
+pub use file::{FileChange, FileIdentity, FileOp, Xattr};
+pub use ids::{BadSessionId, ExecId, Seq, SessionId, StepNo};
+pub use network::{DnsQuery, HttpExchange, TcpConnection, WebSocketMessage, WebSocketRecord};
+pub use os_text::OsText;
+pub use session::{
+    DEFAULT_MAX_SESSION_BYTES, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
+    WritableDir, collapse_exchanges,
+};
+pub use step::{Note, Output, OutputStream, Resize, StepEnd, StepStart};
+pub use values::{ConnectionId, ExchangeId, RuleRef, UnknownVerdict, Verdict};

@@ -1,0 +1,181 @@
+//! A session: what it was started with, how it ended, and its events as
+//! a store hands them back.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AuditEvent, EventKind, ExecId, HttpExchange, OsText, Seq, SessionId, TcpConnection};
+
+/// How airlock was running; tells a reader which event kinds could be seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionMode {
+    #[default]
+    Run,
+    Sidecar,
+    Proxy,
+    /// A live session (`airlock session start`): one sandbox, many
+    /// commands, each a step (`step_start`/`step_end` events).
+    Session,
+}
+
+/// Metadata recorded when a session starts. It is bound into the hash chain
+/// (the chain's genesis hash covers it), so editing it later is detected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// Airlock's own command line: bytes, as it was given (see [`OsText`]).
+    pub command: Vec<OsText>,
+    pub policy_name: String,
+    pub policy_text: String,
+    pub limits: serde_json::Value,
+    pub airlock_version: String,
+    pub host: String,
+    pub mode: SessionMode,
+    /// What this session can and cannot see, e.g. "exec and file events not
+    /// visible" in proxy mode.
+    pub capabilities_note: Option<String>,
+    /// File contents larger than this are recorded by hash only.
+    pub max_file_bytes: u64,
+    /// Terminal size for asciicast export (columns, rows).
+    pub terminal: Option<(u16, u16)>,
+    /// The session's record budget: bytes of content (file versions, HTTP
+    /// bodies and WebSocket messages, output) it may keep; past it only
+    /// hashes and sizes. `None` in records made before the budget existed
+    /// (left out then, so they verify unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_session_bytes: Option<u64>,
+    /// The host directories the sandbox could write and kept (the
+    /// workspace first, then each `--rw` grant), and where the sandbox saw
+    /// them: what `audit files --undo` maps recorded paths back through.
+    /// Empty in records made before undo existed (left out then, so they
+    /// verify unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_dirs: Vec<WritableDir>,
+}
+
+/// A host directory mounted writable in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritableDir {
+    /// Where the sandbox saw it.
+    pub sandbox: OsText,
+    /// The host directory.
+    pub host: OsText,
+    /// The session's workspace (`--workspace`), not a `--rw` grant.
+    #[serde(default)]
+    pub workspace: bool,
+}
+
+/// The record budget of a session that does not choose one: fits a laptop.
+pub const DEFAULT_MAX_SESSION_BYTES: u64 = 256 << 20;
+
+impl Default for SessionInfo {
+    fn default() -> Self {
+        Self {
+            command: Vec::new(),
+            policy_name: String::new(),
+            policy_text: String::new(),
+            limits: serde_json::Value::Null,
+            airlock_version: String::new(),
+            host: String::new(),
+            mode: SessionMode::Run,
+            capabilities_note: None,
+            max_file_bytes: 1024 * 1024,
+            terminal: None,
+            max_session_bytes: Some(DEFAULT_MAX_SESSION_BYTES),
+            writable_dirs: Vec::new(),
+        }
+    }
+}
+
+impl SessionInfo {
+    /// SHA-256 (hex) of the policy text the session ran under: compare it
+    /// with a policy file to know whether that is the one that was in force.
+    pub fn policy_sha256(&self) -> String {
+        crate::sha256_hex(self.policy_text.as_bytes())
+    }
+
+    /// The limits that were set, as `name=value` pairs (unset ones left out).
+    pub fn limits_summary(&self) -> String {
+        match self.limits.as_object() {
+            Some(limits) => limits
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => String::new(),
+        }
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SessionEnd {
+    pub exit_status: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why airlock stopped it, if it did (e.g. "time limit", "audit store failed").
+    pub reason: Option<String>,
+}
+
+impl SessionEnd {
+    pub fn describe(&self) -> String {
+        match (self.exit_status, self.signal) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => self.reason.clone().unwrap_or_else(|| "ended".into()),
+        }
+    }
+}
+
+/// One event as read back from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub seq: Seq,
+    /// Microseconds since the Unix epoch, UTC.
+    pub ts_us: i64,
+    pub kind: EventKind,
+    pub exec_id: Option<ExecId>,
+    pub event: AuditEvent,
+}
+
+/// The events with each HTTP exchange and TCP connection reduced to its
+/// latest record (see `AuditEvent::Http::exchange`), in order. Verification uses the raw events.
+pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
+    // Exchanges and connections are numbered apart, so key by kind too.
+    let exchange = |ev: &StoredEvent| match &ev.event {
+        AuditEvent::Http(HttpExchange {
+            exchange: Some(id), ..
+        }) => Some((EventKind::Http, id.0)),
+        AuditEvent::Tcp(TcpConnection {
+            connection: Some(id),
+            ..
+        }) => Some((EventKind::Tcp, id.0)),
+        _ => None,
+    };
+    let mut last = std::collections::HashMap::new();
+    for (i, ev) in events.iter().enumerate() {
+        if let Some(id) = exchange(ev) {
+            last.insert(id, i);
+        }
+    }
+    events
+        .iter()
+        .enumerate()
+        .filter(|(i, ev)| exchange(ev).is_none_or(|id| last.get(&id) == Some(i)))
+        .map(|(_, ev)| ev.clone())
+        .collect()
+}
+
+/// One row of `airlock audit sessions`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    pub id: SessionId,
+    pub started_us: i64,
+    pub ended_us: Option<i64>,
+    pub end: Option<SessionEnd>,
+    pub info: SessionInfo,
+    pub events: u64,
+    /// For a live session (mode `session`), how many steps it began; `None`
+    /// for other modes.
+    pub steps: Option<u64>,
+    pub key_fingerprint: String,
+}
