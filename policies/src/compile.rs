@@ -11,11 +11,11 @@ use crate::credential::{Credential, SecretTemplate, TemplatePart, is_token};
 use crate::decision::DefaultAction;
 use crate::duration::{DurationError, duration_text, parse_duration};
 use crate::error::{PolicyError, SourceMap};
-use crate::glob::PathGlob;
-use crate::host::HostPattern;
-use crate::path::{loosen_pattern, normalize_glob_text};
-use crate::raw::{Protocol, RawAllow, RawAsk, RawBody, RawCredential, RawDeny, RawPolicy, TlsMode};
-use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleRef, Transport};
+use crate::matcher::{RequestMatcher, host_patterns};
+use crate::raw::{
+    Protocol, RawAllow, RawAsk, RawBody, RawCredential, RawDeny, RawPolicy, Strings, TlsMode,
+};
+use crate::rule::{AllowRule, AskRule, DenyRule, RuleKind, RuleSite, Transport};
 use crate::upgrade::{UpgradeProtocol, UpgradeToken};
 
 /// Ports an HTTP allow rule covers when it names none.
@@ -68,24 +68,9 @@ pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, Polic
             ),
         ));
     }
-    let allow = raw
-        .allow
-        .iter()
-        .enumerate()
-        .map(|(index, rule)| allow_rule(map, index, rule))
-        .collect::<Result<Vec<_>, _>>()?;
-    let deny = raw
-        .deny
-        .iter()
-        .enumerate()
-        .map(|(index, rule)| deny_rule(map, index, rule))
-        .collect::<Result<Vec<_>, _>>()?;
-    let ask = raw
-        .ask
-        .iter()
-        .enumerate()
-        .map(|(index, rule)| ask_rule(map, index, rule))
-        .collect::<Result<Vec<_>, _>>()?;
+    let allow = rules(map, RuleKind::Allow, &raw.allow, allow_rule)?;
+    let deny = rules(map, RuleKind::Deny, &raw.deny, deny_rule)?;
+    let ask = rules(map, RuleKind::Ask, &raw.ask, ask_rule)?;
     let mut credentials: Vec<Credential> = Vec::new();
     for raw_credential in &raw.credential {
         let credential = credential(map, raw_credential)?;
@@ -114,17 +99,70 @@ pub(crate) fn compile(map: &SourceMap, raw: RawPolicy) -> Result<Compiled, Polic
     })
 }
 
-type Strings = Option<Spanned<Vec<Spanned<String>>>>;
-type Ports = Option<Spanned<Vec<Spanned<u16>>>>;
-
-fn allow_rule(
+/// The rules of one kind, in file order, each compiled by `one`.
+fn rules<Raw, Rule>(
     map: &SourceMap,
-    index: usize,
-    spanned: &Spanned<RawAllow>,
-) -> Result<AllowRule, PolicyError> {
-    let raw = spanned.get_ref();
-    let table = spanned.span();
-    let hosts = host_patterns(map, &table, "[[allow]]", &raw.host, &raw.hosts)?;
+    kind: RuleKind,
+    written: &[Spanned<Raw>],
+    one: fn(RuleSite<'_>, &Raw) -> Result<Rule, PolicyError>,
+) -> Result<Vec<Rule>, PolicyError> {
+    written
+        .iter()
+        .enumerate()
+        .map(|(index, rule)| {
+            let site = RuleSite {
+                map,
+                kind,
+                index,
+                table: rule.span(),
+            };
+            one(site, rule.get_ref())
+        })
+        .collect()
+}
+
+fn allow_rule(site: RuleSite<'_>, raw: &RawAllow) -> Result<AllowRule, PolicyError> {
+    let map = site.map;
+    let transport = transport(&site, raw)?;
+    let default_ports: &[u16] = match transport {
+        Transport::Http => &DEFAULT_HTTP_PORTS,
+        Transport::Passthrough => &DEFAULT_PASSTHROUGH_PORTS,
+        // `transport` refused a tcp rule without ports; none matches none.
+        Transport::Tcp => &[],
+    };
+    let matcher = RequestMatcher::compile(&site, raw.request(), Some(default_ports))?;
+    let upgrade = upgrades(map, raw.upgrade.as_ref())?;
+    let body = body(map, &raw.body)?;
+    let max_requests = raw.max_requests.as_ref().map(|m| *m.get_ref());
+    let mut canonical = format!(
+        "{}|{transport:?}|{max_requests:?}|{}",
+        matcher.key(),
+        body.as_ref()
+            .map_or(String::new(), BodyConstraints::canonical),
+    );
+    // Only when set, so that the keys of rules without it stay as they were.
+    if !upgrade.is_empty() {
+        let tokens: Vec<&str> = upgrade.iter().map(|p| p.token()).collect();
+        canonical.push_str(&format!("|upgrade={}", tokens.join(",")));
+    }
+    Ok(AllowRule {
+        rule_ref: site.rule_ref(&canonical),
+        span: site.table,
+        matcher,
+        max_requests,
+        body,
+        transport,
+        upgrade,
+        description: raw.description.clone(),
+    })
+}
+
+/// How an allow rule's traffic is carried, and what that rules out. It is
+/// checked before the request fields: a tcp rule needs a port, and a tcp
+/// or passthrough rule can have no field the proxy could only enforce on
+/// requests it sees.
+fn transport(site: &RuleSite<'_>, raw: &RawAllow) -> Result<Transport, PolicyError> {
+    let map = site.map;
     let transport = match (&raw.protocol, &raw.tls) {
         (Some(p), Some(t))
             if *p.get_ref() == Protocol::Tcp && *t.get_ref() == TlsMode::Passthrough =>
@@ -138,18 +176,12 @@ fn allow_rule(
         (_, Some(t)) if *t.get_ref() == TlsMode::Passthrough => Transport::Passthrough,
         _ => Transport::Http,
     };
-    let ports = ports(map, &raw.port, &raw.ports)?;
-    let ports = match (transport, ports) {
-        (_, Some(ports)) => ports,
-        (Transport::Tcp, None) => {
-            return Err(map.error(
-                table,
-                "a `protocol = \"tcp\"` rule needs `port = N` or `ports = [..]`; there is no default port for raw TCP",
-            ));
-        }
-        (Transport::Passthrough, None) => DEFAULT_PASSTHROUGH_PORTS.to_vec(),
-        (Transport::Http, None) => DEFAULT_HTTP_PORTS.to_vec(),
-    };
+    if transport == Transport::Tcp && raw.port.is_none() && raw.ports.is_none() {
+        return Err(map.error(
+            site.table.clone(),
+            "a `protocol = \"tcp\"` rule needs `port = N` or `ports = [..]`; there is no default port for raw TCP",
+        ));
+    }
     if transport != Transport::Http {
         let what = if transport == Transport::Tcp {
             "`protocol = \"tcp\"`"
@@ -170,46 +202,14 @@ fn allow_rule(
             ));
         }
     }
-    let methods = methods(map, &raw.methods)?;
-    let paths = paths(map, &raw.paths)?;
-    let upgrade = upgrades(map, &raw.upgrade)?;
-    let body = body(map, &raw.body)?;
-    let max_requests = raw.max_requests.as_ref().map(|m| *m.get_ref());
-    let mut canonical = format!(
-        "{}|{ports:?}|{methods:?}|{}|{transport:?}|{max_requests:?}|{}",
-        joined(&hosts),
-        joined_paths(paths.iter().flatten()),
-        body.as_ref()
-            .map_or(String::new(), BodyConstraints::canonical),
-    );
-    // Only when set, so that the keys of rules without it stay as they were.
-    if !upgrade.is_empty() {
-        let tokens: Vec<&str> = upgrade.iter().map(|p| p.token()).collect();
-        canonical.push_str(&format!("|upgrade={}", tokens.join(",")));
-    }
-    Ok(AllowRule {
-        rule_ref: RuleRef::new(
-            RuleKind::Allow,
-            index,
-            map.line(table.start),
-            map.name().clone(),
-            &canonical,
-        ),
-        span: table,
-        hosts,
-        ports,
-        methods,
-        paths,
-        max_requests,
-        body,
-        transport,
-        upgrade,
-        description: raw.description.clone(),
-    })
+    Ok(transport)
 }
 
 /// `upgrade = [...]`: known protocols only, lower-cased, each once.
-fn upgrades(map: &SourceMap, upgrade: &Strings) -> Result<Vec<UpgradeProtocol>, PolicyError> {
+fn upgrades(
+    map: &SourceMap,
+    upgrade: Option<&Strings>,
+) -> Result<Vec<UpgradeProtocol>, PolicyError> {
     let Some(list) = upgrade else {
         return Ok(Vec::new());
     };
@@ -241,50 +241,19 @@ fn upgrades(map: &SourceMap, upgrade: &Strings) -> Result<Vec<UpgradeProtocol>, 
     Ok(out)
 }
 
-fn deny_rule(
-    map: &SourceMap,
-    index: usize,
-    spanned: &Spanned<RawDeny>,
-) -> Result<DenyRule, PolicyError> {
-    let raw = spanned.get_ref();
-    let table = spanned.span();
-    let hosts = host_patterns(map, &table, "[[deny]]", &raw.host, &raw.hosts)?;
-    let ports = ports(map, &raw.port, &raw.ports)?;
-    let methods = methods(map, &raw.methods)?;
-    let paths = paths(map, &raw.paths)?.map(with_loose_forms);
-    let canonical = format!(
-        "{}|{ports:?}|{methods:?}|{}",
-        joined(&hosts),
-        joined_paths(paths.iter().flatten().map(|(g, _)| g)),
-    );
+fn deny_rule(site: RuleSite<'_>, raw: &RawDeny) -> Result<DenyRule, PolicyError> {
+    let matcher = RequestMatcher::compile(&site, raw.request(), None)?;
     Ok(DenyRule {
-        rule_ref: RuleRef::new(
-            RuleKind::Deny,
-            index,
-            map.line(table.start),
-            map.name().clone(),
-            &canonical,
-        ),
-        span: table,
-        hosts,
-        ports,
-        methods,
-        paths,
+        rule_ref: site.rule_ref(&matcher.key()),
+        span: site.table,
+        matcher,
         description: raw.description.clone(),
     })
 }
 
-fn ask_rule(
-    map: &SourceMap,
-    index: usize,
-    spanned: &Spanned<RawAsk>,
-) -> Result<AskRule, PolicyError> {
-    let raw = spanned.get_ref();
-    let table = spanned.span();
-    let hosts = host_patterns(map, &table, "[[ask]]", &raw.host, &raw.hosts)?;
-    let ports = ports(map, &raw.port, &raw.ports)?.unwrap_or_else(|| DEFAULT_HTTP_PORTS.to_vec());
-    let methods = methods(map, &raw.methods)?;
-    let paths = paths(map, &raw.paths)?.map(with_loose_forms);
+fn ask_rule(site: RuleSite<'_>, raw: &RawAsk) -> Result<AskRule, PolicyError> {
+    let map = site.map;
+    let matcher = RequestMatcher::compile(&site, raw.request(), Some(&DEFAULT_HTTP_PORTS))?;
     let body = body(map, &raw.body)?;
     let reason = reason(map, raw.reason.as_ref())?;
     let timeout = match &raw.timeout {
@@ -293,9 +262,8 @@ fn ask_rule(
     };
     let approvers = approvers(map, raw.approvers.as_ref())?;
     let mut canonical = format!(
-        "{}|{ports:?}|{methods:?}|{}|{}",
-        joined(&hosts),
-        joined_paths(paths.iter().flatten().map(|(g, _)| g)),
+        "{}|{}",
+        matcher.key(),
         body.as_ref()
             .map_or(String::new(), BodyConstraints::canonical),
     );
@@ -306,18 +274,9 @@ fn ask_rule(
         canonical.push_str(&format!("|approvers={names:?}"));
     }
     Ok(AskRule {
-        rule_ref: RuleRef::new(
-            RuleKind::Ask,
-            index,
-            map.line(table.start),
-            map.name().clone(),
-            &canonical,
-        ),
-        span: table,
-        hosts,
-        ports,
-        methods,
-        paths,
+        rule_ref: site.rule_ref(&canonical),
+        span: site.table,
+        matcher,
         body,
         reason,
         timeout,
@@ -377,10 +336,7 @@ fn ask_timeout(map: &SourceMap, timeout: &Spanned<toml::Value>) -> Result<Durati
 
 /// `approvers = [...]`: names as the approval service knows them. An
 /// empty list would read as "nobody", which is not what omitting it means.
-fn approvers(
-    map: &SourceMap,
-    approvers: Option<&Spanned<Vec<Spanned<String>>>>,
-) -> Result<Vec<String>, PolicyError> {
+fn approvers(map: &SourceMap, approvers: Option<&Strings>) -> Result<Vec<String>, PolicyError> {
     let Some(list) = approvers else {
         return Ok(Vec::new());
     };
@@ -428,164 +384,6 @@ fn body(map: &SourceMap, body: &RawBody) -> Result<Option<BodyConstraints>, Poli
         .transpose()
 }
 
-/// Each glob with the form deny and ask rules also match: lower-cased,
-/// fully decoded, without `;params` (section 6 of docs/policy.md).
-fn with_loose_forms(globs: Vec<PathGlob>) -> Vec<(PathGlob, PathGlob)> {
-    globs
-        .into_iter()
-        .map(|g| {
-            let loose = PathGlob::new(&loosen_pattern(g.as_str()));
-            (g, loose)
-        })
-        .collect()
-}
-
-/// "*" when a rule names no paths, for rule keys.
-fn joined_paths<'a>(globs: impl Iterator<Item = &'a PathGlob>) -> String {
-    let globs: Vec<&str> = globs.map(PathGlob::as_str).collect();
-    if globs.is_empty() {
-        "*".to_owned()
-    } else {
-        globs.join(",")
-    }
-}
-
-fn joined(hosts: &[HostPattern]) -> String {
-    hosts
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn host_patterns(
-    map: &SourceMap,
-    table: &Range<usize>,
-    kind: &str,
-    host: &Option<Spanned<String>>,
-    hosts: &Strings,
-) -> Result<Vec<HostPattern>, PolicyError> {
-    let list: Vec<&Spanned<String>> = match (host, hosts) {
-        (Some(_), Some(hosts)) => {
-            return Err(map.error(
-                hosts.span(),
-                format!("{kind} has both `host` and `hosts`; keep one"),
-            ));
-        }
-        (Some(host), None) => vec![host],
-        (None, Some(hosts)) if hosts.get_ref().is_empty() => {
-            return Err(map.error(hosts.span(), "`hosts` is empty; list at least one host"));
-        }
-        (None, Some(hosts)) => hosts.get_ref().iter().collect(),
-        (None, None) => {
-            return Err(map.error(
-                table.clone(),
-                format!(
-                    "{kind} needs `host = \"...\"` or `hosts = [...]` (use \"*\" for any host)"
-                ),
-            ));
-        }
-    };
-    list.into_iter()
-        .map(|h| HostPattern::parse(h.get_ref()).map_err(|e| map.error(h.span(), e.to_string())))
-        .collect()
-}
-
-fn ports(
-    map: &SourceMap,
-    port: &Option<Spanned<u16>>,
-    ports: &Ports,
-) -> Result<Option<Vec<u16>>, PolicyError> {
-    let list: Vec<&Spanned<u16>> = match (port, ports) {
-        (Some(_), Some(ports)) => {
-            return Err(map.error(ports.span(), "both `port` and `ports` are set; keep one"));
-        }
-        (Some(port), None) => vec![port],
-        (None, Some(ports)) if ports.get_ref().is_empty() => {
-            return Err(map.error(
-                ports.span(),
-                "`ports` is empty; list at least one port or remove it",
-            ));
-        }
-        (None, Some(ports)) => ports.get_ref().iter().collect(),
-        (None, None) => return Ok(None),
-    };
-    let mut out = Vec::new();
-    for port in list {
-        if *port.get_ref() == 0 {
-            return Err(map.error(port.span(), "port 0 is not a real port; use 1..=65535"));
-        }
-        if !out.contains(port.get_ref()) {
-            out.push(*port.get_ref());
-        }
-    }
-    Ok(Some(out))
-}
-
-fn methods(map: &SourceMap, methods: &Strings) -> Result<Option<Vec<String>>, PolicyError> {
-    let Some(methods) = methods else {
-        return Ok(None);
-    };
-    if methods.get_ref().is_empty() {
-        return Err(map.error(methods.span(), "`methods` is empty, so nothing could match; list methods or remove the key to allow any"));
-    }
-    methods
-        .get_ref()
-        .iter()
-        .map(|m| {
-            // "*" is a valid token, so it would be taken as a method literally
-            // named "*" and silently never match.
-            if m.get_ref() == "*" {
-                Err(map.error(
-                    m.span(),
-                    "\"*\" is not an HTTP method and would never match; omit `methods` to allow any method",
-                ))
-            } else if is_token(m.get_ref()) {
-                Ok(m.get_ref().to_ascii_uppercase())
-            } else {
-                Err(map.error(
-                    m.span(),
-                    format!(
-                        "{:?} is not an HTTP method; write methods like \"GET\" or \"POST\"",
-                        m.get_ref()
-                    ),
-                ))
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
-fn paths(map: &SourceMap, paths: &Strings) -> Result<Option<Vec<PathGlob>>, PolicyError> {
-    let Some(paths) = paths else {
-        return Ok(None);
-    };
-    if paths.get_ref().is_empty() {
-        return Err(map.error(
-            paths.span(),
-            "`paths` is empty, so nothing could match; list paths or remove the key to allow any",
-        ));
-    }
-    paths
-        .get_ref()
-        .iter()
-        .map(|p| {
-            let text = p.get_ref();
-            normalize_glob_text(text)
-                .map(|normal| PathGlob::new(&normal))
-                .map_err(|problem| {
-                    map.error(
-                        p.span(),
-                        format!(
-                            "invalid path pattern: {problem}; paths look like \"/v1/items/**\""
-                        ),
-                    )
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
 fn credential(
     map: &SourceMap,
     spanned: &Spanned<RawCredential>,
@@ -599,7 +397,13 @@ fn credential(
             "credential `name` is empty; give it a name like \"github\"",
         ));
     }
-    let hosts = host_patterns(map, &table, "[[credential]]", &raw.host, &raw.hosts)?;
+    let hosts = host_patterns(
+        map,
+        &table,
+        "[[credential]]",
+        raw.host.as_ref(),
+        raw.hosts.as_ref(),
+    )?;
     // A secret must only ever reach hosts someone named: refuse patterns
     // that hand it to a range of machines or a whole TLD.
     let written: Vec<&Spanned<String>> = match (&raw.host, &raw.hosts) {

@@ -5,8 +5,7 @@
 
 use crate::compile::{Compiled, DEFAULT_HTTP_PORTS, DEFAULT_PASSTHROUGH_PORTS};
 use crate::decision::DefaultAction;
-use crate::glob::PathGlob;
-use crate::host::HostPattern;
+use crate::matcher::RequestMatcher;
 use crate::rule::{RuleRef, Transport};
 
 pub(crate) fn explain(policy: &Compiled) -> Vec<String> {
@@ -21,14 +20,7 @@ pub(crate) fn explain(policy: &Compiled) -> Vec<String> {
             Transport::Passthrough => &DEFAULT_PASSTHROUGH_PORTS[..],
             _ => &DEFAULT_HTTP_PORTS[..],
         };
-        let mut text = line(
-            &rule.rule_ref,
-            what,
-            &rule.hosts,
-            ports(Some(&rule.ports), default),
-            rule.methods.as_deref(),
-            rule.paths.as_ref().map(|p| p.iter().collect()),
-        );
+        let mut text = line(&rule.rule_ref, what, &rule.matcher, default);
         if rule.transport != Transport::Http {
             // Bytes, not requests: there is no method or path to see.
             text.truncate(text.find("; any method; any path").unwrap_or(text.len()));
@@ -40,25 +32,12 @@ pub(crate) fn explain(policy: &Compiled) -> Vec<String> {
         lines.push(line(
             &rule.rule_ref,
             "ask",
-            &rule.hosts,
-            ports(Some(&rule.ports), &DEFAULT_HTTP_PORTS),
-            rule.methods.as_deref(),
-            rule.paths
-                .as_ref()
-                .map(|p| p.iter().map(|(g, _)| g).collect()),
+            &rule.matcher,
+            &DEFAULT_HTTP_PORTS,
         ));
     }
     for rule in &policy.deny {
-        lines.push(line(
-            &rule.rule_ref,
-            "deny",
-            &rule.hosts,
-            ports(rule.ports.as_deref(), &[]),
-            rule.methods.as_deref(),
-            rule.paths
-                .as_ref()
-                .map(|p| p.iter().map(|(g, _)| g).collect()),
-        ));
+        lines.push(line(&rule.rule_ref, "deny", &rule.matcher, &[]));
     }
     let default = match policy.default {
         DefaultAction::Deny => "deny",
@@ -85,17 +64,14 @@ fn ports(ports: Option<&[u16]>, default: &[u16]) -> String {
     text
 }
 
-fn line(
-    rule: &RuleRef,
-    what: &str,
-    hosts: &[HostPattern],
-    ports: String,
-    methods: Option<&[String]>,
-    paths: Option<Vec<&PathGlob>>,
-) -> String {
-    let hosts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
-    let methods = methods.map_or_else(|| "any method".to_owned(), |m| m.join(", "));
-    let paths = paths.map_or_else(
+/// One rule; `default_ports` is what its kind covers without `ports`.
+fn line(rule: &RuleRef, what: &str, matcher: &RequestMatcher, default_ports: &[u16]) -> String {
+    let hosts: Vec<String> = matcher.hosts().iter().map(ToString::to_string).collect();
+    let ports = ports(matcher.ports(), default_ports);
+    let methods = matcher
+        .methods()
+        .map_or_else(|| "any method".to_owned(), |m| m.join(", "));
+    let paths = matcher.path_globs().map_or_else(
         || "any path".to_owned(),
         |p| p.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "),
     );

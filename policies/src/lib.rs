@@ -64,6 +64,7 @@ mod host;
 mod json;
 mod layers;
 mod lint;
+mod matcher;
 mod path;
 mod policy;
 mod raw;

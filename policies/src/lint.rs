@@ -6,6 +6,7 @@ use crate::decision::DefaultAction;
 use crate::error::{Lint, SourceMap};
 use crate::glob::PathGlob;
 use crate::host::HostPattern;
+use crate::matcher::RequestMatcher;
 use crate::rule::{AllowRule, AskRule, DenyRule, Transport};
 
 /// The methods of IANA's HTTP Method Registry (RFC 9110, RFC 5789's PATCH,
@@ -99,7 +100,7 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
         if let Some(message) = tunnelled(&policy.allow, rule) {
             lints.push(map.lint(rule.span.clone(), message));
         }
-        if !rule.upgrade.is_empty() && !rule.matches_method("GET") {
+        if !rule.upgrade.is_empty() && !rule.matcher.matches_method("GET") {
             // RFC 6455 §4.1: the opening handshake is a GET; HTTP/1.1
             // upgrades in practice are too.
             lints.push(map.lint(
@@ -107,7 +108,7 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
                 "`upgrade` on a rule that does not allow GET: a WebSocket handshake is a GET request (RFC 6455 §4.1), so the upgrade is never granted; add \"GET\" to `methods`",
             ));
         }
-        if rule.body.is_some() && takes_bodiless(rule.methods.as_deref()) {
+        if rule.body.is_some() && takes_bodiless(rule.matcher.methods()) {
             lints.push(map.lint(
                 rule.span.clone(),
                 "`body` constraints on a rule that allows methods without a body (or any method): such requests are denied as BodyMissing; set `methods`, e.g. [\"POST\"]",
@@ -124,11 +125,11 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
     let methods = policy
         .allow
         .iter()
-        .map(|r| (&r.span, &r.methods))
-        .chain(policy.deny.iter().map(|r| (&r.span, &r.methods)))
-        .chain(policy.ask.iter().map(|r| (&r.span, &r.methods)));
-    for (span, methods) in methods {
-        for method in methods.iter().flatten() {
+        .map(|r| (&r.span, &r.matcher))
+        .chain(policy.deny.iter().map(|r| (&r.span, &r.matcher)))
+        .chain(policy.ask.iter().map(|r| (&r.span, &r.matcher)));
+    for (span, matcher) in methods {
+        for method in matcher.methods().into_iter().flatten() {
             if let Some(message) = unregistered_method(method) {
                 lints.push(map.lint(span.clone(), message));
             }
@@ -152,11 +153,12 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
                     // A request an ask rule holds is forwarded once approved,
                     // with the credential.
                     !whole.allow.iter().any(|r| {
-                        r.transport == Transport::Http && r.hosts.iter().any(|a| a.overlaps(h))
+                        r.transport == Transport::Http
+                            && r.matcher.hosts().iter().any(|a| a.overlaps(h))
                     }) && !whole
                         .ask
                         .iter()
-                        .any(|r| r.hosts.iter().any(|a| a.overlaps(h)))
+                        .any(|r| r.matcher.hosts().iter().any(|a| a.overlaps(h)))
                 })
                 .collect();
             if !unused.is_empty() {
@@ -197,11 +199,10 @@ fn unregistered_method(method: &str) -> Option<String> {
 /// Warnings about one ask rule; `earlier` are the ask rules before it.
 fn ask_lints(policy: &Compiled, earlier: &[AskRule], rule: &AskRule) -> Vec<String> {
     let mut out = Vec::new();
-    let reach = Reach::of_ask(rule);
     if let Some(deny) = policy
         .deny
         .iter()
-        .find(|d| Reach::of_deny(d).covers(&reach))
+        .find(|d| covers(&d.matcher, &rule.matcher))
     {
         out.push(format!(
             "this ask rule can never match: the deny rule at line {} refuses every request it covers (deny rules come first); narrow or remove one of them",
@@ -209,7 +210,7 @@ fn ask_lints(policy: &Compiled, earlier: &[AskRule], rule: &AskRule) -> Vec<Stri
         ));
     } else if let Some(first) = earlier
         .iter()
-        .find(|e| e.body.is_none() && Reach::of_ask(e).covers(&reach))
+        .find(|e| e.body.is_none() && covers(&e.matcher, &rule.matcher))
     {
         out.push(format!(
             "this ask rule can never match: the ask rule at line {} already holds every request it does (the first matching ask rule decides); merge the two or remove this one",
@@ -224,7 +225,7 @@ fn ask_lints(policy: &Compiled, earlier: &[AskRule], rule: &AskRule) -> Vec<Stri
             "`approvers` lists {name:?} more than once; list each name once"
         ));
     }
-    if rule.body.is_some() && takes_bodiless(rule.methods.as_deref()) {
+    if rule.body.is_some() && takes_bodiless(rule.matcher.methods()) {
         out.push("`body` constraints on an ask rule that matches methods without a body (or any method): such requests are always held, since a missing body cannot be judged; set `methods`, e.g. [\"POST\"]".to_owned());
     }
     out
@@ -234,18 +235,57 @@ fn ask_lints(policy: &Compiled, earlier: &[AskRule], rule: &AskRule) -> Vec<Stri
 /// proxy inspects those connections so that the ask rule can hold their
 /// requests, so the tunnel never happens (fail closed).
 fn inspected_instead(rules: &[AllowRule], ask: &AskRule) -> Option<String> {
-    [(Transport::Tcp, "tcp"), (Transport::Passthrough, "passthrough")]
-        .into_iter()
-        .find_map(|(transport, kind)| {
-            rules.iter().filter(|t| t.transport == transport).find_map(|tunnel| {
-                let port = ask.ports.iter().find(|p| tunnel.ports.contains(p))?;
-                let host = shared_host(&ask.hosts, &tunnel.hosts)?;
-                Some(format!(
-                    "the {kind} rule at line {} would tunnel {host}:{port}, but this ask rule must see requests there, so those connections are inspected and never tunnelled; narrow the hosts or ports of one of the two rules",
-                    tunnel.rule_ref.line,
-                ))
+    let shared = tunnel_sharing(rules, &ask.matcher)?;
+    Some(format!(
+        "the {} rule at line {} would tunnel {}:{}, but this ask rule must see requests there, so those connections are inspected and never tunnelled; narrow the hosts or ports of one of the two rules",
+        shared.kind, shared.tunnel.rule_ref.line, shared.host, shared.port,
+    ))
+}
+
+/// A tcp or passthrough rule and the host and port it shares with another
+/// rule.
+struct SharedTunnel<'a> {
+    /// "tcp" or "passthrough".
+    kind: &'static str,
+    tunnel: &'a AllowRule,
+    /// The narrower of the two rules' overlapping patterns.
+    host: &'a HostPattern,
+    port: u16,
+}
+
+/// The first tcp rule, else the first passthrough rule, that tunnels a
+/// host and port `matcher` covers (in that order, as the proxy decides).
+fn tunnel_sharing<'a>(
+    rules: &'a [AllowRule],
+    matcher: &'a RequestMatcher,
+) -> Option<SharedTunnel<'a>> {
+    [
+        (Transport::Tcp, "tcp"),
+        (Transport::Passthrough, "passthrough"),
+    ]
+    .into_iter()
+    .find_map(|(transport, kind)| {
+        rules
+            .iter()
+            .filter(|t| t.transport == transport)
+            .find_map(|tunnel| {
+                // Neither is a deny rule, so both list their ports.
+                let theirs = tunnel.matcher.ports().unwrap_or_default();
+                let port = matcher
+                    .ports()
+                    .unwrap_or_default()
+                    .iter()
+                    .copied()
+                    .find(|p| theirs.contains(p))?;
+                let host = shared_host(matcher.hosts(), tunnel.matcher.hosts())?;
+                Some(SharedTunnel {
+                    kind,
+                    tunnel,
+                    host,
+                    port,
+                })
             })
-        })
+    })
 }
 
 /// Name the narrower of two overlapping patterns, if any overlap: that is
@@ -292,8 +332,8 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
         return None;
     }
     let fields: Vec<&str> = [
-        ("methods", rule.methods.is_some()),
-        ("paths", rule.paths.is_some()),
+        ("methods", rule.matcher.methods().is_some()),
+        ("paths", rule.matcher.path_globs().is_some()),
         ("body", rule.body.is_some()),
         ("max_requests", rule.max_requests.is_some()),
         ("upgrade", !rule.upgrade.is_empty()),
@@ -304,27 +344,21 @@ fn tunnelled(rules: &[AllowRule], rule: &AllowRule) -> Option<String> {
     if fields.is_empty() {
         return None;
     }
-    [(Transport::Tcp, "tcp"), (Transport::Passthrough, "passthrough")]
-        .into_iter()
-        .find_map(|(transport, kind)| {
-            rules.iter().filter(|t| t.transport == transport).find_map(|tunnel| {
-                let port = rule.ports.iter().find(|p| tunnel.ports.contains(p))?;
-                // The part of this rule that really is tunnelled.
-                let host = shared_host(&rule.hosts, &tunnel.hosts)?;
-                let verb = if fields.len() == 1
-                    && matches!(fields[0], "body" | "max_requests" | "upgrade")
-                {
-                    "is"
-                } else {
-                    "are"
-                };
-                Some(format!(
-                    "the {kind} rule at line {} tunnels {host}:{port} without inspection, so this rule's {} {verb} never enforced",
-                    tunnel.rule_ref.line,
-                    fields.join("/"),
-                ))
-            })
-        })
+    // The shared host is the part of this rule that really is tunnelled.
+    let shared = tunnel_sharing(rules, &rule.matcher)?;
+    let verb = if fields.len() == 1 && matches!(fields[0], "body" | "max_requests" | "upgrade") {
+        "is"
+    } else {
+        "are"
+    };
+    Some(format!(
+        "the {} rule at line {} tunnels {}:{} without inspection, so this rule's {} {verb} never enforced",
+        shared.kind,
+        shared.tunnel.rule_ref.line,
+        shared.host,
+        shared.port,
+        fields.join("/"),
+    ))
 }
 
 /// Allow and ask rules of a file that a base's deny rule overrides, in
@@ -335,12 +369,11 @@ pub(crate) fn overridden(
     policy: &Compiled,
 ) -> Vec<(std::ops::Range<usize>, String)> {
     let mut out = Vec::new();
-    let mut check = |kind: &str, span: &std::ops::Range<usize>, reach: Reach<'_>| {
+    let mut check = |kind: &str, span: &std::ops::Range<usize>, matcher: &RequestMatcher| {
         for deny in base_denies {
-            let deny_reach = Reach::of_deny(deny);
-            let extent = if deny_reach.covers(&reach) {
+            let extent = if covers(&deny.matcher, matcher) {
                 "every request"
-            } else if deny_reach.overlaps(&reach) {
+            } else if overlaps(&deny.matcher, matcher) {
                 "some requests"
             } else {
                 continue;
@@ -355,10 +388,10 @@ pub(crate) fn overridden(
         }
     };
     for rule in &policy.allow {
-        check("allow", &rule.span, Reach::of_allow(rule));
+        check("allow", &rule.span, &rule.matcher);
     }
     for rule in &policy.ask {
-        check("ask", &rule.span, Reach::of_ask(rule));
+        check("ask", &rule.span, &rule.matcher);
     }
     out
 }
@@ -367,7 +400,7 @@ pub(crate) fn overridden(
 /// deny with methods or paths cannot reach into tcp or passthrough rules,
 /// and the message speaks of hosts and ports.)
 fn blocks(deny: &DenyRule, rule: &AllowRule) -> bool {
-    deny.is_host_wide() && Reach::of_deny(deny).covers(&Reach::of_allow(rule))
+    deny.matcher.is_host_wide() && covers(&deny.matcher, &rule.matcher)
 }
 
 /// An earlier rule without quota or body constraints that matches every
@@ -379,99 +412,51 @@ fn shadows(earlier: &AllowRule, later: &AllowRule) -> bool {
         && earlier.body.is_none()
         && earlier.max_requests.is_none()
         && earlier.transport == later.transport
-        && Reach::of_allow(earlier).covers(&Reach::of_allow(later))
+        && covers(&earlier.matcher, &later.matcher)
 }
 
-/// The request conditions of a rule of any kind, to compare two rules.
-/// Methods are upper-cased in every kind; paths are compared by their
-/// exact globs (a deny or ask rule's loose form follows from its exact one).
-struct Reach<'a> {
-    hosts: &'a [HostPattern],
-    /// None = every port.
-    ports: Option<&'a [u16]>,
-    /// None = any method.
-    methods: Option<&'a [String]>,
-    /// None = any path.
-    paths: Option<Vec<&'a PathGlob>>,
+/// Whether every request `other` matches is matched by `wide` too
+/// (conservatively: unsure means no). Methods are upper-cased in every
+/// kind; paths are compared by their globs as written (a deny or ask
+/// rule's loose form follows from them).
+fn covers(wide: &RequestMatcher, other: &RequestMatcher) -> bool {
+    other
+        .hosts()
+        .iter()
+        .all(|h| wide.hosts().iter().any(|s| s.covers(h)))
+        && match (wide.ports(), other.ports()) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(s), Some(o)) => o.iter().all(|p| s.contains(p)),
+        }
+        && match (wide.methods(), other.methods()) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(s), Some(o)) => o.iter().all(|m| s.contains(m)),
+        }
+        && match (wide.path_globs(), other.path_globs()) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(s), Some(o)) => o.iter().all(|p| s.iter().any(|g| glob_covers(g, p))),
+        }
 }
 
-impl<'a> Reach<'a> {
-    fn of_allow(rule: &'a AllowRule) -> Self {
-        Reach {
-            hosts: &rule.hosts,
-            ports: Some(&rule.ports),
-            methods: rule.methods.as_deref(),
-            paths: rule.paths.as_ref().map(|p| p.iter().collect()),
+/// Whether some request could match both (conservatively: unsure means
+/// no, since this feeds an error).
+fn overlaps(one: &RequestMatcher, other: &RequestMatcher) -> bool {
+    shared_host(one.hosts(), other.hosts()).is_some()
+        && match (one.ports(), other.ports()) {
+            (None, _) | (_, None) => true,
+            (Some(s), Some(o)) => o.iter().any(|p| s.contains(p)),
         }
-    }
-
-    fn of_deny(rule: &'a DenyRule) -> Self {
-        Reach {
-            hosts: &rule.hosts,
-            ports: rule.ports.as_deref(),
-            methods: rule.methods.as_deref(),
-            paths: rule
-                .paths
-                .as_ref()
-                .map(|p| p.iter().map(|(g, _)| g).collect()),
+        && match (one.methods(), other.methods()) {
+            (None, _) | (_, None) => true,
+            (Some(s), Some(o)) => o.iter().any(|m| s.contains(m)),
         }
-    }
-
-    fn of_ask(rule: &'a AskRule) -> Self {
-        Reach {
-            hosts: &rule.hosts,
-            ports: Some(&rule.ports),
-            methods: rule.methods.as_deref(),
-            paths: rule
-                .paths
-                .as_ref()
-                .map(|p| p.iter().map(|(g, _)| g).collect()),
+        && match (one.path_globs(), other.path_globs()) {
+            (None, _) | (_, None) => true,
+            (Some(s), Some(o)) => s.iter().any(|a| o.iter().any(|b| glob_overlaps(a, b))),
         }
-    }
-
-    /// Whether every request `other` matches is matched by `self` too
-    /// (conservatively: unsure means no).
-    fn covers(&self, other: &Reach<'_>) -> bool {
-        other
-            .hosts
-            .iter()
-            .all(|h| self.hosts.iter().any(|s| s.covers(h)))
-            && match (self.ports, other.ports) {
-                (None, _) => true,
-                (Some(_), None) => false,
-                (Some(s), Some(o)) => o.iter().all(|p| s.contains(p)),
-            }
-            && match (self.methods, other.methods) {
-                (None, _) => true,
-                (Some(_), None) => false,
-                (Some(s), Some(o)) => o.iter().all(|m| s.contains(m)),
-            }
-            && match (&self.paths, &other.paths) {
-                (None, _) => true,
-                (Some(_), None) => false,
-                (Some(s), Some(o)) => o.iter().all(|p| s.iter().any(|g| glob_covers(g, p))),
-            }
-    }
-}
-
-impl Reach<'_> {
-    /// Whether some request could match both (conservatively: unsure
-    /// means no, since this feeds an error).
-    fn overlaps(&self, other: &Reach<'_>) -> bool {
-        shared_host(self.hosts, other.hosts).is_some()
-            && match (self.ports, other.ports) {
-                (None, _) | (_, None) => true,
-                (Some(s), Some(o)) => o.iter().any(|p| s.contains(p)),
-            }
-            && match (self.methods, other.methods) {
-                (None, _) | (_, None) => true,
-                (Some(s), Some(o)) => o.iter().any(|m| s.contains(m)),
-            }
-            && match (&self.paths, &other.paths) {
-                (None, _) | (_, None) => true,
-                (Some(s), Some(o)) => s.iter().any(|a| o.iter().any(|b| glob_overlaps(a, b))),
-            }
-    }
 }
 
 /// Whether two path globs share a path: one covers the other, or one

@@ -190,14 +190,20 @@ impl Policy {
             return true;
         }
         let denied = self.deny_rules().iter().any(|d| {
-            d.is_host_wide() && d.ports.is_none() && d.hosts.iter().any(|p| p.matches(name))
+            d.matcher.is_host_wide() && d.matcher.ports().is_none() && d.matcher.matches_host(name)
         });
         if denied {
             return false;
         }
         default == DefaultAction::Allow
-            || self.allow_rules().iter().any(|r| r.matches_host(name))
-            || self.ask_rules().iter().any(|r| r.matches_host(name))
+            || self
+                .allow_rules()
+                .iter()
+                .any(|r| r.matcher.matches_host(name))
+            || self
+                .ask_rules()
+                .iter()
+                .any(|r| r.matcher.matches_host(name))
     }
 
     /// Connection-level decision for a new TCP connection to host:port.
@@ -207,7 +213,7 @@ impl Policy {
             && let Some(deny) = self
                 .deny_rules()
                 .iter()
-                .find(|d| d.is_host_wide() && d.matches_host_port(host, port))
+                .find(|d| d.matcher.is_host_wide() && d.matcher.matches_host_port(host, port))
         {
             return ConnectionDecision::Deny(Denial {
                 rule: Some(deny.rule_ref.clone()),
@@ -220,14 +226,14 @@ impl Policy {
         if self
             .ask_rules()
             .iter()
-            .any(|r| r.matches_host_port(host, port))
+            .any(|r| r.matcher.matches_host_port(host, port))
         {
             return ConnectionDecision::Inspect;
         }
         let on_port = |transport: Transport| {
-            self.allow_rules().iter().find(|r| {
-                r.transport == transport && r.matches_host(host) && r.ports.contains(&port)
-            })
+            self.allow_rules()
+                .iter()
+                .find(|r| r.transport == transport && r.matcher.matches_host_port(host, port))
         };
         if let Some(rule) = on_port(Transport::Tcp) {
             return ConnectionDecision::Tunnel {
@@ -242,7 +248,11 @@ impl Policy {
         if on_port(Transport::Http).is_some() || default != DefaultAction::Deny {
             return ConnectionDecision::Inspect;
         }
-        let reason = if self.allow_rules().iter().any(|r| r.matches_host(host)) {
+        let reason = if self
+            .allow_rules()
+            .iter()
+            .any(|r| r.matcher.matches_host(host))
+        {
             DenyReason::PortNotAllowed
         } else {
             DenyReason::NoRuleForHost
@@ -271,13 +281,7 @@ impl Policy {
     fn candidates(&self, req: &RequestInfo<'_>, path: &NormalPath) -> Vec<&AllowRule> {
         self.allow_rules()
             .iter()
-            .filter(|r| {
-                r.transport == Transport::Http
-                    && r.matches_host(req.host)
-                    && r.ports.contains(&req.port)
-                    && r.matches_method(req.method)
-                    && r.matches_path(path)
-            })
+            .filter(|r| r.transport == Transport::Http && r.matcher.matches(req, path))
             .collect()
     }
 
@@ -286,11 +290,9 @@ impl Policy {
         req: &RequestInfo<'_>,
         path: &NormalPath,
     ) -> Option<&'a DenyRule> {
-        self.deny_rules().iter().find(|d| {
-            d.matches_host_port(req.host, req.port)
-                && d.matches_method(req.method)
-                && d.matches_path(path)
-        })
+        self.deny_rules()
+            .iter()
+            .find(|d| d.matcher.matches(req, path))
     }
 
     /// The first ask rule that holds this request, body included.
@@ -303,7 +305,7 @@ impl Policy {
         let query = query_of(req);
         self.ask_rules()
             .iter()
-            .find(|r| r.matches_head(req, path) && r.holds_body(query, body))
+            .find(|r| r.matcher.matches(req, path) && r.holds_body(query, body))
     }
 
     /// Some(limit) if the proxy must buffer up to `limit` body bytes before
@@ -318,7 +320,11 @@ impl Policy {
         {
             return None;
         }
-        if self.ask_rules().iter().any(|r| r.matches_head(req, &path)) {
+        if self
+            .ask_rules()
+            .iter()
+            .any(|r| r.matcher.matches(req, &path))
+        {
             return Some(MAX_BODY_BYTES);
         }
         let candidates = self.candidates(req, &path);
@@ -480,26 +486,26 @@ impl Policy {
         let for_host: Vec<&AllowRule> = self
             .allow_rules()
             .iter()
-            .filter(|r| r.transport == Transport::Http && r.matches_host(req.host))
+            .filter(|r| r.transport == Transport::Http && r.matcher.matches_host(req.host))
             .collect();
         if for_host.is_empty() {
             return DenyReason::NoRuleForHost;
         }
         let on_port: Vec<&&AllowRule> = for_host
             .iter()
-            .filter(|r| r.ports.contains(&req.port))
+            .filter(|r| r.matcher.matches_port(req.port))
             .collect();
         if on_port.is_empty() {
             return DenyReason::PortNotAllowed;
         }
         let with_method: Vec<&&&AllowRule> = on_port
             .iter()
-            .filter(|r| r.matches_method(req.method))
+            .filter(|r| r.matcher.matches_method(req.method))
             .collect();
         if with_method.is_empty() {
             return DenyReason::MethodNotAllowed;
         }
-        debug_assert!(with_method.iter().all(|r| !r.matches_path(path)));
+        debug_assert!(with_method.iter().all(|r| !r.matcher.matches_path(path)));
         DenyReason::PathNotAllowed
     }
 
@@ -528,8 +534,8 @@ impl Policy {
     /// approved request must be able to go where its rule says).
     pub fn allows_private_address(&self, ip: IpAddr) -> bool {
         let named = |hosts: &[HostPattern]| hosts.iter().any(|p| p.names_ip(ip));
-        self.allow_rules().iter().any(|r| named(&r.hosts))
-            || self.ask_rules().iter().any(|r| named(&r.hosts))
+        self.allow_rules().iter().any(|r| named(r.matcher.hosts()))
+            || self.ask_rules().iter().any(|r| named(r.matcher.hosts()))
     }
 
     /// The TOML a user would add to allow this request.

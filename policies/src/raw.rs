@@ -226,6 +226,43 @@ pub(crate) struct RawAsk {
     pub description: Option<String>,
 }
 
+/// A list of strings as written, each with its span.
+pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
+
+/// The request fields every kind of rule has, borrowed, for their one
+/// compiler (`RequestMatcher::compile`). They are written out in each
+/// struct because serde's `flatten` does not work with
+/// `deny_unknown_fields`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawRequest<'a> {
+    pub host: Option<&'a Spanned<String>>,
+    pub hosts: Option<&'a Strings>,
+    pub port: Option<&'a Spanned<u16>>,
+    pub ports: Option<&'a Spanned<Vec<Spanned<u16>>>>,
+    pub methods: Option<&'a Strings>,
+    pub paths: Option<&'a Strings>,
+}
+
+/// `request()` for each kind of rule: the same six fields in each.
+macro_rules! request_fields {
+    ($($rule:ty),+) => {$(
+        impl $rule {
+            pub(crate) fn request(&self) -> RawRequest<'_> {
+                RawRequest {
+                    host: self.host.as_ref(),
+                    hosts: self.hosts.as_ref(),
+                    port: self.port.as_ref(),
+                    ports: self.ports.as_ref(),
+                    methods: self.methods.as_ref(),
+                    paths: self.paths.as_ref(),
+                }
+            }
+        }
+    )+};
+}
+
+request_fields!(RawAllow, RawDeny, RawAsk);
+
 /// The `body` table of an allow or ask rule, as written.
 pub(crate) type RawBody = Option<Spanned<BTreeMap<String, Spanned<TableOnly<RawConstraint>>>>>;
 

@@ -8,10 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::body::BodyConstraints;
-use crate::decision::{Ask, BodyInput, RequestInfo};
-use crate::glob::PathGlob;
-use crate::host::{Host, HostPattern};
-use crate::path::NormalPath;
+use crate::decision::{Ask, BodyInput};
+use crate::error::SourceMap;
+use crate::matcher::RequestMatcher;
 use crate::upgrade::UpgradeProtocol;
 
 /// Which list a rule is in.
@@ -21,6 +20,44 @@ pub enum RuleKind {
     Allow,
     Deny,
     Ask,
+}
+
+impl RuleKind {
+    /// "allow", "deny" or "ask": the name of the rule's table, and the
+    /// prefix of its key.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Ask => "ask",
+        }
+    }
+}
+
+/// Where a rule is written: what its compiler needs to point errors at it
+/// and to name it.
+#[derive(Debug)]
+pub(crate) struct RuleSite<'a> {
+    pub map: &'a SourceMap,
+    pub kind: RuleKind,
+    /// 0-based among rules of that kind.
+    pub index: usize,
+    /// Span of the rule's table.
+    pub table: Range<usize>,
+}
+
+impl RuleSite<'_> {
+    /// The reference decisions carry; `canonical` is the rule's matching
+    /// content as text, which its key is a hash of.
+    pub(crate) fn rule_ref(&self, canonical: &str) -> RuleRef {
+        RuleRef::new(
+            self.kind,
+            self.index,
+            self.map.line(self.table.start),
+            self.map.name().clone(),
+            canonical,
+        )
+    }
 }
 
 /// Points at one rule of a policy.
@@ -38,18 +75,8 @@ pub struct RuleRef {
 }
 
 impl RuleRef {
-    pub(crate) fn new(
-        kind: RuleKind,
-        index: usize,
-        line: u32,
-        source: Arc<str>,
-        canonical: &str,
-    ) -> Self {
-        let prefix = match kind {
-            RuleKind::Allow => "allow",
-            RuleKind::Deny => "deny",
-            RuleKind::Ask => "ask",
-        };
+    fn new(kind: RuleKind, index: usize, line: u32, source: Arc<str>, canonical: &str) -> Self {
+        let prefix = kind.name();
         Self {
             kind,
             index,
@@ -109,12 +136,8 @@ pub(crate) struct AllowRule {
     pub rule_ref: RuleRef,
     /// Span of the rule's table, for lints.
     pub span: Range<usize>,
-    pub hosts: Vec<HostPattern>,
-    pub ports: Vec<u16>,
-    /// Upper-cased; None = any.
-    pub methods: Option<Vec<String>>,
-    /// None = any.
-    pub paths: Option<Vec<PathGlob>>,
+    /// Read narrowly: a grant.
+    pub matcher: RequestMatcher,
     pub max_requests: Option<u64>,
     pub body: Option<BodyConstraints>,
     pub transport: Transport,
@@ -124,39 +147,21 @@ pub(crate) struct AllowRule {
 }
 
 impl AllowRule {
-    pub(crate) fn matches_host(&self, host: &Host) -> bool {
-        any_host(&self.hosts, host)
-    }
-
-    pub(crate) fn matches_method(&self, method: &str) -> bool {
-        method_listed(self.methods.as_deref(), method)
-    }
-
     pub(crate) fn grants_upgrade(&self, protocol: UpgradeProtocol) -> bool {
         self.upgrade.contains(&protocol)
     }
-
-    pub(crate) fn matches_path(&self, path: &NormalPath) -> bool {
-        path_listed(self.paths.as_deref(), path)
-    }
 }
 
-/// A validated `[[ask]]`. Like a deny rule it restricts, so it matches
-/// as broadly as one: methods in any case, paths in their loose form and
-/// without a trailing `/`, and a body it cannot judge exactly. Otherwise a
-/// client could write the request differently (`post`, `/v1/charges/`)
-/// to skip the approval and reach a broader allow rule.
+/// A validated `[[ask]]`. Like a deny rule it restricts, so its matcher
+/// reads requests as broadly as a deny rule's, and it holds a body it
+/// cannot judge exactly.
 #[derive(Debug, Clone)]
 pub(crate) struct AskRule {
     pub rule_ref: RuleRef,
     /// Span of the rule's table, for lints.
     pub span: Range<usize>,
-    pub hosts: Vec<HostPattern>,
-    pub ports: Vec<u16>,
-    /// Upper-cased; None = any.
-    pub methods: Option<Vec<String>>,
-    /// (exact, loosened) globs; None = any.
-    pub paths: Option<Vec<(PathGlob, PathGlob)>>,
+    /// Read broadly: a restriction.
+    pub matcher: RequestMatcher,
     pub body: Option<BodyConstraints>,
     pub reason: Option<String>,
     pub timeout: Duration,
@@ -166,24 +171,6 @@ pub(crate) struct AskRule {
 }
 
 impl AskRule {
-    pub(crate) fn matches_host(&self, host: &Host) -> bool {
-        any_host(&self.hosts, host)
-    }
-
-    pub(crate) fn matches_host_port(&self, host: &Host, port: u16) -> bool {
-        self.matches_host(host) && self.ports.contains(&port)
-    }
-
-    /// Host, port, method and path: everything but the body. Cheapest
-    /// first: every request of the session is checked against every ask
-    /// rule, and most fail on the port or the method.
-    pub(crate) fn matches_head(&self, req: &RequestInfo<'_>, path: &NormalPath) -> bool {
-        self.ports.contains(&req.port)
-            && method_listed_any_case(self.methods.as_deref(), req.method)
-            && self.matches_host(req.host)
-            && path_listed_loosely(self.paths.as_deref(), path)
-    }
-
     /// Whether the body puts the request in this rule's hands. Only a body
     /// every server reads the same way, and outside the constraints, lets
     /// it go by: otherwise a client could send a body it knows to be
@@ -212,88 +199,13 @@ impl AskRule {
     }
 }
 
-fn any_host(patterns: &[HostPattern], host: &Host) -> bool {
-    patterns.iter().any(|p| p.matches(host))
-}
-
-/// Allow rules compare methods exactly (RFC 9110 §9.1): "get" is not a
-/// GET to them.
-fn method_listed(methods: Option<&[String]>, method: &str) -> bool {
-    methods.is_none_or(|methods| methods.iter().any(|m| m == method))
-}
-
-/// Allow rules match the exact normalized path, case-sensitively, and the
-/// path as a server that strips `;params` routes it.
-fn path_listed(paths: Option<&[PathGlob]>, path: &NormalPath) -> bool {
-    paths.is_none_or(|paths| paths.iter().any(|g| g.allows(path)))
-}
-
 /// A validated `[[deny]]`.
 #[derive(Debug, Clone)]
 pub(crate) struct DenyRule {
     pub rule_ref: RuleRef,
     /// Span of the rule's table, for lints.
     pub span: Range<usize>,
-    pub hosts: Vec<HostPattern>,
-    /// None = every port.
-    pub ports: Option<Vec<u16>>,
-    /// Upper-cased; None = any.
-    pub methods: Option<Vec<String>>,
-    /// (exact, loosened) globs; None = any.
-    pub paths: Option<Vec<(PathGlob, PathGlob)>>,
+    /// Read broadly: a restriction. Without `ports`, every port.
+    pub matcher: RequestMatcher,
     pub description: Option<String>,
-}
-
-impl DenyRule {
-    pub(crate) fn matches_host_port(&self, host: &Host, port: u16) -> bool {
-        self.hosts.iter().any(|p| p.matches(host))
-            && self
-                .ports
-                .as_ref()
-                .is_none_or(|ports| ports.contains(&port))
-    }
-
-    /// Host-wide: no method or path condition (ports may still apply).
-    pub(crate) fn is_host_wide(&self) -> bool {
-        self.methods.is_none() && self.paths.is_none()
-    }
-
-    pub(crate) fn matches_method(&self, method: &str) -> bool {
-        method_listed_any_case(self.methods.as_deref(), method)
-    }
-
-    pub(crate) fn matches_path(&self, path: &NormalPath) -> bool {
-        path_listed_loosely(self.paths.as_deref(), path)
-    }
-}
-
-/// Deny and ask rules match methods case-insensitively: a server that
-/// accepts "delete" must not get past a DELETE deny.
-fn method_listed_any_case(methods: Option<&[String]>, method: &str) -> bool {
-    methods.is_none_or(|methods| methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
-}
-
-/// Deny and ask rules match the exact path or its loosened form, each also
-/// without a trailing `/`: most servers route "/admin/" to "/admin", so a
-/// deny on "/admin" must not be dodged by adding a slash.
-fn path_listed_loosely(paths: Option<&[(PathGlob, PathGlob)]>, path: &NormalPath) -> bool {
-    paths.is_none_or(|paths| {
-        let exact = [
-            Some(path.exact.as_str()),
-            without_trailing_slash(&path.exact),
-        ];
-        let loose = [
-            Some(path.loose.as_str()),
-            without_trailing_slash(&path.loose),
-        ];
-        paths.iter().any(|(exact_glob, loose_glob)| {
-            exact.iter().flatten().any(|p| exact_glob.matches(p))
-                || loose.iter().flatten().any(|p| loose_glob.matches(p))
-        })
-    })
-}
-
-/// "/admin/" → "/admin"; None for "/" itself and paths without one.
-fn without_trailing_slash(path: &str) -> Option<&str> {
-    path.strip_suffix('/').filter(|rest| !rest.is_empty())
 }

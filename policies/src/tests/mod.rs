@@ -9,6 +9,7 @@ mod example_tests;
 mod host_tests;
 mod layer_tests;
 mod lint_tests;
+mod matcher_tests;
 mod parse_tests;
 mod path_tests;
 mod review_tests;
