@@ -6,8 +6,8 @@
 //! program, and printed raw they could rewrite the reader's screen.
 
 use crate::{
-    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, Note,
-    Output, Resize, RuleRef, StepEnd, StepStart, TcpConnection, Untraced, Verdict,
+    DnsQuery, Exec, Exit, FileChange, HttpExchange, Note, Output, Resize, RuleRef, StepEnd,
+    StepStart, TcpConnection, Untraced, Verdict,
 };
 use std::collections::HashMap;
 
@@ -306,11 +306,9 @@ pub fn describe(event: &AuditEvent) -> String {
         AuditEvent::StepEnd(StepEnd { step, .. }) => {
             format!("step  {step} end: {}", steps::outcome(event))
         }
-        AuditEvent::ApprovalRequested(ApprovalRequested { .. }) => {
-            format!("ask   {}", approvals::requested(event))
-        }
-        AuditEvent::ApprovalDecided(ApprovalDecided { .. }) => {
-            format!("ask   {}", approvals::decided(event))
+        AuditEvent::ApprovalRequested(held) => format!("ask   {}", approvals::requested(held)),
+        AuditEvent::ApprovalDecided(decision) => {
+            format!("ask   {}", approvals::decided(decision))
         }
     }
 }

@@ -388,26 +388,7 @@ impl EventSink for MemorySink {
 #[cfg(test)]
 pub(crate) fn test_exchange(url: &str, decision: Verdict) -> HttpExchange {
     HttpExchange {
-        exec_id: None,
         exchange: Some(RequestId(1)),
-        method: "GET".into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: Vec::new(),
-        request_body: None,
-        request_body_truncated: false,
-        status: None,
-        response_headers: Vec::new(),
-        response_body: None,
-        response_body_truncated: false,
-        bytes_up: 0,
-        bytes_down: 0,
-        started_us: None,
-        ms_to_headers: None,
-        ms_total: None,
-        decision,
-        rule: None,
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided("GET".into(), url.into(), "HTTP/1.1".into(), decision)
     }
 }

@@ -160,3 +160,33 @@ impl WebSocketMessage {
         }
     }
 }
+
+impl HttpExchange {
+    /// An exchange as decided, before anything crossed: what was asked and
+    /// what the policy said; the rest is filled in as it ends.
+    pub fn decided(method: String, url: String, http_version: String, decision: Verdict) -> Self {
+        Self {
+            exec_id: None,
+            exchange: None,
+            method,
+            url,
+            http_version,
+            request_headers: Vec::new(),
+            request_body: None,
+            request_body_truncated: false,
+            status: None,
+            response_headers: Vec::new(),
+            response_body: None,
+            response_body_truncated: false,
+            bytes_up: 0,
+            bytes_down: 0,
+            started_us: None,
+            ms_to_headers: None,
+            ms_total: None,
+            decision,
+            rule: None,
+            reason: None,
+            websocket: None,
+        }
+    }
+}

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use airlock_auditor::{ApprovalDecided, DnsQuery, HttpExchange, TcpConnection};
+use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
 use airlock_proxy::events::{ConnId, Event, EventSink, SinkError, Verdict};
 use airlock_shim::{Attributor, StepId};
 
@@ -228,33 +228,23 @@ impl EventSink for DenialLog {
                 }
             }
             Event::ApprovalDecided { conn, decided, .. } => {
-                let ApprovalDecided {
-                    approval,
-                    outcome,
-                    scope,
-                    by,
-                    note,
-                    waited_ms,
-                    method,
-                    url,
-                    ..
-                } = *decided;
+                let d = *decided;
                 let mut state = self.state();
                 let step = state.connections.get(&conn).copied().flatten();
-                let rule = state.asking.remove(&approval);
+                let rule = state.asking.remove(&d.approval);
                 if state.held.len() >= MAX_KEPT {
                     state.held.remove(0);
                 }
                 let held = Held {
-                    approval: bounded(approval),
-                    method: bounded(method),
-                    url: bounded(url.split('?').next().unwrap_or(&url).to_owned()),
+                    approval: bounded(d.approval),
+                    method: bounded(d.method),
+                    url: bounded(d.url.split('?').next().unwrap_or(&d.url).to_owned()),
                     rule,
-                    outcome,
-                    scope,
-                    by: by.map(bounded),
-                    note: note.map(bounded),
-                    waited_ms,
+                    outcome: d.outcome,
+                    scope: d.scope,
+                    by: d.by.map(bounded),
+                    note: d.note.map(bounded),
+                    waited_ms: d.waited_ms,
                     step,
                 };
                 state.held.push((held, Instant::now()));
@@ -417,7 +407,7 @@ mod tests {
             ts: TimestampUs(0),
             conn: ConnId(1),
             request: RequestId(1),
-            decided: Box::new(ApprovalDecided {
+            decided: Box::new(airlock_auditor::ApprovalDecided {
                 approval,
                 exec_id: None,
                 exchange: Some(RequestId(1)),

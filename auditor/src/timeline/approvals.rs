@@ -8,8 +8,7 @@
 //! note) is quoted in full with [`escape::preview`], so a `"` or newline in
 //! it cannot end the quote and forge the rest of the line.
 
-use crate::{ApprovalDecided, ApprovalRequested};
-use crate::{AuditEvent, escape, humanize};
+use crate::{ApprovalDecided, ApprovalRequested, escape, humanize};
 
 /// A recorded millisecond count as a duration, however large.
 fn duration_ms(ms: u64) -> String {
@@ -23,8 +22,8 @@ fn quoted(text: &str) -> String {
 
 /// `approval ID requested: POST URL (rule FILE:LINE: "reason") — waits up
 /// to 2m00s[ for APPROVERS]`.
-pub(super) fn requested(event: &AuditEvent) -> String {
-    let AuditEvent::ApprovalRequested(ApprovalRequested {
+pub(super) fn requested(held: &ApprovalRequested) -> String {
+    let ApprovalRequested {
         approval,
         method,
         url,
@@ -33,10 +32,7 @@ pub(super) fn requested(event: &AuditEvent) -> String {
         timeout_ms,
         approvers,
         ..
-    }) = event
-    else {
-        return String::new();
-    };
+    } = held;
     let rule = match reason {
         Some(r) => format!("rule {}: {}", escape::text(rule.as_str()), quoted(r)),
         None => format!("rule {}", escape::text(rule.as_str())),
@@ -62,8 +58,8 @@ pub(super) fn requested(event: &AuditEvent) -> String {
 
 /// `approval ID approved once by WHO after 4.2s: "note"`, `... denied by
 /// WHO after ...`, `... expired after 2m00s: nobody decided`.
-pub(super) fn decided(event: &AuditEvent) -> String {
-    let AuditEvent::ApprovalDecided(ApprovalDecided {
+pub(super) fn decided(decision: &ApprovalDecided) -> String {
+    let ApprovalDecided {
         approval,
         outcome,
         scope,
@@ -71,10 +67,7 @@ pub(super) fn decided(event: &AuditEvent) -> String {
         note,
         waited_ms,
         ..
-    }) = event
-    else {
-        return String::new();
-    };
+    } = decision;
     let mut s = format!(
         "approval {} {}",
         escape::text(approval),

@@ -168,25 +168,16 @@ impl Exchange {
         HttpExchange {
             exec_id: self.conn.exec.clone(),
             exchange: Some(self.id),
-            method: head.method.as_str().to_owned(),
-            url: self.rules.credentials.redact(url),
-            http_version: format!("{:?}", head.version),
             request_headers: self.record_headers(headers),
-            request_body: None,
-            request_body_truncated: false,
-            status: None,
-            response_headers: Vec::new(),
-            response_body: None,
-            response_body_truncated: false,
-            bytes_up: 0,
-            bytes_down: 0,
             started_us: i64::try_from(TimestampUs::now().0).ok(),
-            ms_to_headers: None,
-            ms_total: None,
-            decision: ruling.verdict,
             rule: ruling.rule,
             reason: ruling.reason,
-            websocket: None,
+            ..HttpExchange::decided(
+                head.method.as_str().to_owned(),
+                self.rules.credentials.redact(url),
+                format!("{:?}", head.version),
+                ruling.verdict,
+            )
         }
     }
 
