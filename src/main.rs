@@ -17,6 +17,7 @@ mod observe;
 mod paths;
 mod policy_file;
 mod policy_watch;
+mod random_id;
 mod secrets;
 mod serve;
 mod session;

@@ -59,7 +59,7 @@ pub fn start() -> ExitCode {
 }
 
 fn start_server() -> anyhow::Result<ExitCode> {
-    let id = Registry::new_id()?;
+    let id = crate::random_id::random_id()?;
     let options: Vec<_> = std::env::args_os()
         .skip_while(|a| a != "start")
         .skip(1)
