@@ -10,6 +10,7 @@ mod certs;
 mod cli;
 mod commands;
 mod exit;
+mod finish;
 mod launch;
 mod mcp;
 mod notices;

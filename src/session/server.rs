@@ -23,6 +23,7 @@ use super::options::ServeOptions;
 use super::protocol::{self, NOT_ANSWERING, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
 use super::steps;
+use crate::finish::Finish;
 use crate::launch::{Stop, Wired};
 
 /// How often the idle timeout is checked.
@@ -181,7 +182,7 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         recorder,
         recording,
         proxy,
-        pty: _,
+        pty,
         runtime,
         stopped_for,
         env,
@@ -257,23 +258,22 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         "session {id} ended while the command ran: {}",
         why.trim_start_matches("airlock: ")
     ));
-    proxy.stop_connections();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    for thread in recording {
-        let _ = thread.join();
+    let quiet = Finish {
+        recorder,
+        proxy,
+        pty,
+        recording,
     }
+    .stop(runtime);
     // The steps' last reports go out before the record closes.
     control_rt.block_on(wait_for_steps(&live));
-    let finished = match recorder {
-        Some(recorder) => recorder
-            .finish(SessionEnd {
-                exit_status: None,
-                signal: None,
-                reason: Some(why.clone()),
-            })
-            .context("finishing the audit session"),
-        None => Ok(()),
-    };
+    let finished = quiet
+        .finish(SessionEnd {
+            exit_status: None,
+            signal: None,
+            reason: Some(why.clone()),
+        })
+        .context("finishing the audit session");
     if let Ending::Stopped(waiters) = ending {
         let told = finished.as_ref().map(|_| ()).map_err(crate::one_line);
         for waiter in waiters {
