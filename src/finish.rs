@@ -32,23 +32,33 @@ const FRONT_DOORS_STOP_WITHIN: Duration = Duration::from_secs(1);
 pub(crate) struct Finish {
     /// None: an unrecorded session (`--no-audit`, a proxy without
     /// `--audit-db`); its writers are stopped all the same.
-    pub recorder: Option<SessionRecorder>,
-    pub proxy: Proxy,
+    recorder: Option<SessionRecorder>,
+    proxy: Proxy,
     /// `airlock run`'s terminal relay.
-    pub pty: Option<PtyRelay>,
+    pty: Option<PtyRelay>,
     /// The threads that record the sandbox's output and observations.
-    pub recording: Vec<JoinHandle<()>>,
+    recording: Vec<JoinHandle<()>>,
 }
 
 impl Finish {
-    /// The proxy alone: `airlock proxy` and `airlock sidecar`.
-    pub(crate) fn proxy(proxy: Proxy, recorder: Option<SessionRecorder>) -> Self {
+    /// A sandbox's session (`run`, `session`): what `launch` wired.
+    pub(crate) fn new(
+        recorder: Option<SessionRecorder>,
+        proxy: Proxy,
+        pty: Option<PtyRelay>,
+        recording: Vec<JoinHandle<()>>,
+    ) -> Self {
         Self {
             recorder,
             proxy,
-            pty: None,
-            recording: Vec::new(),
+            pty,
+            recording,
         }
+    }
+
+    /// The proxy alone: `airlock proxy` and `airlock sidecar`.
+    pub(crate) fn proxy(proxy: Proxy, recorder: Option<SessionRecorder>) -> Self {
+        Self::new(recorder, proxy, None, Vec::new())
     }
 
     /// Stop every writer (`run`, `session`: once the sandbox has ended, off

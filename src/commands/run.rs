@@ -75,13 +75,7 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     // Everything the command wrote and did is recorded before the session
     // ends; the caller's terminal is restored before airlock says anything
     // more.
-    let quiet = Finish {
-        recorder,
-        proxy,
-        pty,
-        recording,
-    }
-    .stop(runtime);
+    let quiet = Finish::new(recorder, proxy, pty, recording).stop(runtime);
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     conclude(quiet, &outcome, stopped)
 }

@@ -113,23 +113,14 @@ pub struct ExecArgs {
 
 impl From<ExecArgs> for ExecOptions {
     fn from(args: ExecArgs) -> Self {
-        let ExecArgs {
-            session,
-            timeout,
-            env,
-            cwd,
-            label,
-            tty,
-            command,
-        } = args;
         Self {
-            session,
-            timeout,
-            env,
-            cwd,
-            label,
-            tty,
-            command,
+            session: args.session,
+            timeout: args.timeout,
+            env: args.env,
+            cwd: args.cwd,
+            label: args.label,
+            tty: args.tty,
+            command: args.command,
         }
     }
 }
