@@ -1,6 +1,6 @@
 //! What `airlock session` is asked to do, as plain values. The command line
-//! (`commands::session`) builds them from its arguments; nothing in
-//! `session` reads clap's argument structs.
+//! (`src/commands/session.rs`) builds them from its arguments; nothing in
+//! `session` reads the command line's argument structs.
 
 use std::ffi::OsString;
 use std::time::Duration;
