@@ -180,23 +180,11 @@ pub enum Stop {
 
 /// Serve until SIGTERM/SIGINT or a failure, reloading the policy on SIGHUP
 /// and when the file changes. A failed audit store stops everything rather
-/// than let the proxy run unaudited. Returns once no listener accepts and
-/// every connection is closed, so nothing happens after the record ends.
+/// than let the proxy run unaudited. The listeners in `servers` still run
+/// when this returns: the caller ends the session with
+/// [`crate::finish::Finish::stop_serving`], which stops them and every
+/// connection before the record ends.
 pub async fn serve_until_stopped(
-    proxy: &Proxy,
-    policy: &Path,
-    signals: Signals,
-    servers: &mut JoinSet<std::io::Result<()>>,
-) -> Stop {
-    let stop = wait_for_stop(proxy, policy, signals, servers).await;
-    servers.abort_all();
-    let proxy = proxy.clone();
-    // Joins the worker threads: not on this runtime's thread.
-    let _ = tokio::task::spawn_blocking(move || proxy.stop_connections()).await;
-    stop
-}
-
-async fn wait_for_stop(
     proxy: &Proxy,
     policy: &Path,
     signals: Signals,

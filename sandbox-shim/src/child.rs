@@ -20,6 +20,7 @@ use nix::sys::signal::Signal;
 use crate::cgroup::Cgroup;
 use crate::channel::{self, ChannelError, Failure, Message};
 use crate::error::ShimError;
+use crate::idmap::{IdMapError, write_id_maps};
 use crate::mounts::MountError;
 use crate::netns::{self, NetError};
 use crate::plan::{Identity, Plan};
@@ -80,30 +81,6 @@ impl SetupError {
 /// `map_err` for a message to airlock during `step`.
 fn channel_err(step: &'static str) -> impl FnOnce(ChannelError) -> SetupError {
     move |source| SetupError::Channel { step, source }
-}
-
-/// A write to /proc/self/{setgroups,uid_map,gid_map} failed (user_namespaces(7)).
-#[derive(Debug, thiserror::Error)]
-#[error("write {file}: {source}")]
-pub(crate) struct IdMapError {
-    file: &'static str,
-    #[source]
-    source: std::io::Error,
-}
-
-pub(crate) fn write_id_maps(
-    uid_map: &str,
-    gid_map: &str,
-    deny_setgroups: bool,
-) -> Result<(), IdMapError> {
-    let write = |file: &'static str, content: &str| {
-        std::fs::write(file, content).map_err(|source| IdMapError { file, source })
-    };
-    if deny_setgroups {
-        write("/proc/self/setgroups", "deny")?;
-    }
-    write("/proc/self/uid_map", uid_map)?;
-    write("/proc/self/gid_map", gid_map)
 }
 
 /// Tell airlock why setup failed (fitted to one message: the text is all

@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::{AccessFlags, Gid, Uid, access};
 
 use crate::channel::{self, ChannelError, Message};
-use crate::child::{IdMapError, write_id_maps};
+use crate::idmap::{IdMapError, write_id_maps};
 use crate::plan::{Identity, Plan};
 use crate::sys;
 

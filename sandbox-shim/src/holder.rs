@@ -11,9 +11,9 @@ use nix::errno::Errno;
 
 use crate::channel::{self, Message};
 use crate::command::{Launch, Tracing};
-use crate::launcher::StepCommand;
 use crate::plan::Plan;
 use crate::step::{self, StepId};
+use crate::step_command::StepCommand;
 use crate::sys::{self, Forked};
 
 /// What a holder tells the launcher over its pipe (the launcher's own
@@ -108,7 +108,7 @@ pub(crate) fn run(
     let pid = match sys::fork_signals_held() {
         Ok(Forked::Child) => {
             if let Some(fds) = &stdio
-                && crate::sandbox::install_stdio(fds).is_err()
+                && crate::stdio::install(fds).is_err()
             {
                 sys::exit_now(125);
             }

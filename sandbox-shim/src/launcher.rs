@@ -22,9 +22,7 @@
 //! (it is airlock's code and runs no step's); each command installs its own.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -33,13 +31,11 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::channel::request::{self, RequestError};
 use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
-use crate::error::ShimError;
-use crate::plan::{self, Plan};
+use crate::plan::Plan;
 use crate::procfs;
-use crate::pty::WindowSize;
 use crate::step::StepId;
+use crate::step_command::StepCommand;
 use crate::sys::{self, Forked};
 
 /// Init's process name in session mode (prctl(2) PR_SET_NAME; 15 bytes at
@@ -72,27 +68,6 @@ enum LauncherError {
         "the auditor could not trace the session (ptrace(2) was refused: inside a container, allow ptrace; or pass --no-audit to run without a record)"
     )]
     NotTraced,
-}
-
-/// What is wrong with a step request (the step fails with this text).
-#[derive(Debug, thiserror::Error)]
-enum PrepareError {
-    #[error(transparent)]
-    Request(#[from] RequestError),
-    #[error(transparent)]
-    Step(#[from] crate::step::StepError),
-    #[error(transparent)]
-    Plan(#[from] ShimError),
-}
-
-/// One step's command, ready to exec: every conversion done before the fork.
-pub(crate) struct StepCommand {
-    pub step: StepId,
-    pub argv: Vec<CString>,
-    pub envp: Vec<CString>,
-    pub search_path: std::ffi::OsString,
-    pub cwd: PathBuf,
-    pub terminal: Option<WindowSize>,
 }
 
 /// A live holder.
@@ -379,7 +354,7 @@ impl Launcher<'_> {
             let text = format!("{step} is still running: give each step a new number");
             return self.fail(step, text);
         }
-        let command = match self.prepare(step, memfd, stdio.is_some()) {
+        let command = match StepCommand::read(self.plan, step, memfd, stdio.is_some()) {
             Ok(command) => command,
             Err(e) => return self.fail(step, e.to_string()),
         };
@@ -427,41 +402,6 @@ impl Launcher<'_> {
                 reaped: None,
             },
         );
-    }
-
-    /// Read and check the request; what is wrong with it.
-    fn prepare(
-        &self,
-        step: StepId,
-        memfd: OwnedFd,
-        pipes: bool,
-    ) -> Result<StepCommand, PrepareError> {
-        let request = request::from_memfd(memfd)?;
-        if request.step != step {
-            return Err(RequestError::StepMismatch {
-                inside: request.step,
-                outside: step,
-            }
-            .into());
-        }
-        if request.terminal.is_some() == pipes {
-            return Err(crate::step::StepError::StdioMismatch { step }.into());
-        }
-        let argv = plan::arguments(&request.argv)?;
-        let (envp, search_path) = plan::environment(&request.env)?;
-        // Relative to the workspace; an absolute one replaces it.
-        let cwd = match &request.cwd {
-            Some(dir) => self.plan.workspace.join(dir),
-            None => self.plan.workspace.clone(),
-        };
-        Ok(StepCommand {
-            step,
-            argv,
-            envp,
-            search_path,
-            cwd,
-            terminal: request.terminal,
-        })
     }
 
     /// Read what the holder has written (blocking until it writes or ends).

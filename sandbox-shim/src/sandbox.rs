@@ -27,6 +27,7 @@ use crate::outcome::{ExitKind, Outcome, human_bytes};
 use crate::plan::{Identity, Plan};
 use crate::prereq;
 use crate::spec::{SandboxSpec, TRANSPARENT_ADDR};
+use crate::stdio;
 use crate::step::{StepControl, StepEvent};
 use crate::sys::{self, Forked};
 use airlock_record::AuditEvent;
@@ -182,7 +183,7 @@ impl Sandbox {
                 drop(ours);
                 drop(obs_ours);
                 if let Some(fds) = &stdio
-                    && install_stdio(fds).is_err()
+                    && stdio::install(fds).is_err()
                 {
                     sys::exit_now(125);
                 }
@@ -522,19 +523,6 @@ fn null_stdio() -> Result<[OwnedFd; 3], ShimError> {
             .map_err(|e| ShimError::io("open /dev/null", e))
     };
     Ok([open()?, open()?, open()?])
-}
-
-/// Make the given descriptors the helper's (and so the command's) 0, 1, 2.
-/// Copies above 2 first, so a given descriptor that is itself 0..2 survives.
-pub(crate) fn install_stdio(fds: &[OwnedFd; 3]) -> std::io::Result<()> {
-    let mut high = [0; 3];
-    for (h, fd) in high.iter_mut().zip(fds) {
-        *h = sys::dup_above(fd.as_raw_fd(), 3)?;
-    }
-    for (target, h) in high.iter().enumerate() {
-        sys::dup_onto(*h, target as i32)?;
-    }
-    Ok(())
 }
 
 fn network_handles(t: OwnedFd, u: OwnedFd, d: OwnedFd) -> Result<NetworkHandles, ShimError> {

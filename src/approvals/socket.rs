@@ -12,6 +12,8 @@ use std::sync::Arc;
 use airlock_proxy::Approvals;
 use anyhow::Context;
 
+use crate::random_id::random_id;
+
 /// The socket file, removed when dropped.
 #[derive(Debug)]
 pub struct ApprovalSocket {
@@ -28,10 +30,7 @@ impl ApprovalSocket {
             .mode(0o700)
             .create(&dir)
             .with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join(format!(
-            "{}.sock",
-            crate::session::registry::Registry::new_id()?
-        ));
+        let path = dir.join(format!("{}.sock", random_id()?));
         let listener = tokio::net::UnixListener::bind(&path)
             .with_context(|| format!("binding the approvals socket {}", path.display()))?;
         let socket = Self { path };

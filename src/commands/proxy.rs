@@ -15,6 +15,7 @@ use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_addr};
+use crate::finish::Finish;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -156,16 +157,16 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
             Stop::Signal(why) => (0, why),
             Stop::Failed(why) => (1, why),
         };
-    if let Some(recorder) = recorder {
-        let end = SessionEnd {
+    Finish::proxy(proxy, recorder)
+        .stop_serving(&mut servers)
+        .await?
+        .finish_blocking(SessionEnd {
             exit_status: Some(i32::from(code)),
             signal: None,
             reason: Some(reason.clone()),
-        };
-        tokio::task::spawn_blocking(move || recorder.finish(end))
-            .await?
-            .context("finishing the audit session")?;
-    }
+        })
+        .await?
+        .context("finishing the audit session")?;
     if code != 0 {
         eprintln!("airlock: {reason}");
     }

@@ -5,11 +5,11 @@
 
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use airlock_auditor::{SessionEnd, SessionRecorder};
+use airlock_auditor::SessionEnd;
 use anyhow::Context;
 
+use crate::finish::{Finish, Quiet};
 use crate::launch::{Plan, Purpose, SandboxArgs, Stop, Wired, store_failure};
 use crate::{exit, one_line};
 
@@ -72,30 +72,21 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     } = wired;
     sandbox.release()?;
     let outcome = sandbox.wait()?;
-    // The caller's terminal is restored before airlock says anything more.
-    if let Some(pty) = pty {
-        pty.finish();
-    }
-    proxy.stop_connections();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    // Everything the command wrote and did is recorded before the session ends.
-    for thread in recording {
-        let _ = thread.join();
-    }
+    // Everything the command wrote and did is recorded before the session
+    // ends; the caller's terminal is restored before airlock says anything
+    // more.
+    let quiet = Finish::new(recorder, proxy, pty, recording).stop(runtime);
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
-    conclude(recorder, &outcome, stopped)
+    conclude(quiet, &outcome, stopped)
 }
 
 /// The session's end record, what airlock says last, and its exit status.
 fn conclude(
-    recorder: Option<SessionRecorder>,
+    quiet: Quiet,
     outcome: &airlock_shim::Outcome,
     stopped: Option<Stop>,
 ) -> anyhow::Result<ExitCode> {
-    let finished = match recorder {
-        Some(recorder) => finish(recorder, outcome, stopped.as_ref().map(Stop::describe)),
-        None => Ok(()),
-    };
+    let finished = finish(quiet, outcome, stopped.as_ref().map(Stop::describe));
     if let Some(stop) = stopped {
         // After an audit failure the end record cannot be written either;
         // say what failed instead of that it failed twice.
@@ -116,7 +107,7 @@ fn conclude(
 }
 
 fn finish(
-    recorder: SessionRecorder,
+    quiet: Quiet,
     outcome: &airlock_shim::Outcome,
     stopped: Option<String>,
 ) -> anyhow::Result<()> {
@@ -125,7 +116,7 @@ fn finish(
         airlock_shim::ExitKind::Signaled(sig) => (None, Some(sig)),
     };
     let reason = stopped.or_else(|| outcome.message());
-    recorder
+    quiet
         .finish(SessionEnd {
             exit_status,
             signal,

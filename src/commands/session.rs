@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::parse_duration;
-use crate::launch::{SandboxArgs, parse_env};
-use crate::session::{client, server};
+use crate::launch::{Plan, Purpose, SandboxArgs, parse_env};
+use crate::session::{ExecOptions, ServeOptions, client, server};
 
 /// Default `--idle-timeout`.
 const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 60);
@@ -52,12 +52,25 @@ fn parse_pid(s: &str) -> Result<nix::unistd::Pid, String> {
 }
 
 impl StartArgs {
-    /// None = never.
-    pub fn idle_timeout(&self) -> Option<Duration> {
-        match self.idle_timeout {
-            None => Some(DEFAULT_IDLE),
-            Some(IdleTimeout(d)) => d,
-        }
+    /// The session's options, its sandbox planned.
+    fn options(self, id: String) -> anyhow::Result<ServeOptions> {
+        let policy = self
+            .sandbox
+            .policy
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "deny-all".into());
+        Ok(ServeOptions {
+            id,
+            name: self.name,
+            idle_timeout: match self.idle_timeout {
+                None => Some(DEFAULT_IDLE),
+                Some(IdleTimeout(d)) => d,
+            },
+            stop_with_pid: self.stop_with_pid,
+            policy,
+            sandbox: Plan::new(&self.sandbox, Purpose::Session)?,
+        })
     }
 }
 
@@ -98,6 +111,20 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
+impl From<ExecArgs> for ExecOptions {
+    fn from(args: ExecArgs) -> Self {
+        Self {
+            session: args.session,
+            timeout: args.timeout,
+            env: args.env,
+            cwd: args.cwd,
+            label: args.label,
+            tty: args.tty,
+            command: args.command,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct LsArgs {
     /// One JSON array instead of a table.
@@ -122,10 +149,15 @@ pub struct ServeArgs {
 pub fn run(command: SessionCommand) -> anyhow::Result<ExitCode> {
     Ok(match command {
         SessionCommand::Start(_) => client::start(),
-        SessionCommand::Exec(args) => client::exec(args),
-        SessionCommand::Ls(args) => client::ls(&args),
-        SessionCommand::Stop(args) => client::stop(&args),
-        SessionCommand::Serve(args) => server::serve(args.start, args.id),
+        SessionCommand::Exec(args) => client::exec(args.into()),
+        SessionCommand::Ls(args) => client::ls(args.json),
+        SessionCommand::Stop(args) => client::stop(&args.session),
+        // Planned before the server starts; a plan that fails is said as
+        // the server says its own failures (`start` relays them).
+        SessionCommand::Serve(args) => match args.start.options(args.id) {
+            Ok(options) => server::serve(options),
+            Err(e) => server::could_not_serve(&e),
+        },
     })
 }
 

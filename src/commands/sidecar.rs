@@ -31,6 +31,7 @@ use crate::approvals::{ApprovalOptions, ApprovalSocket};
 use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
+use crate::finish::Finish;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -306,15 +307,16 @@ async fn serve(
         Stop::Signal(why) => (0, why.clone()),
         Stop::Failed(why) => (1, why.clone()),
     };
-    let finished = tokio::task::spawn_blocking(move || {
-        recorder.finish(SessionEnd {
+    let finished = Finish::proxy(proxy, Some(recorder))
+        .stop_serving(&mut servers)
+        .await?
+        .finish_blocking(SessionEnd {
             exit_status: Some(code),
             signal: None,
             reason: Some(reason),
         })
-    })
-    .await
-    .context("finishing the audit session")?;
+        .await
+        .context("finishing the audit session")?;
     match (end, finished) {
         (Stop::Signal(_), Err(e)) => Ok(Stop::Failed(format!(
             "finishing the audit session failed: {e}"

@@ -13,9 +13,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
+use super::options::ExecOptions;
 use super::protocol::{self, Denial, ExecRequest, ExitReport, FrameType, Reply, Request, TtySize};
 use super::registry::Registry;
-use crate::commands::session::{ExecArgs, LsArgs, StopArgs};
 use crate::exit;
 
 /// How long `start` waits for the server to be ready (the shim's own setup
@@ -59,7 +59,7 @@ pub fn start() -> ExitCode {
 }
 
 fn start_server() -> anyhow::Result<ExitCode> {
-    let id = Registry::new_id()?;
+    let id = crate::random_id::random_id()?;
     let options: Vec<_> = std::env::args_os()
         .skip_while(|a| a != "start")
         .skip(1)
@@ -115,8 +115,8 @@ fn start_server() -> anyhow::Result<ExitCode> {
     ))
 }
 
-/// `airlock session ls`.
-pub fn ls(args: &LsArgs) -> ExitCode {
+/// `airlock session ls`; `json`: one JSON array instead of a table.
+pub fn ls(json: bool) -> ExitCode {
     let listed = runtime().and_then(|rt| {
         rt.block_on(async {
             let registry = Registry::open()?;
@@ -127,7 +127,7 @@ pub fn ls(args: &LsArgs) -> ExitCode {
         Ok(sessions) => sessions,
         Err(e) => return failed(&e),
     };
-    if args.json {
+    if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&sessions).unwrap_or_default()
@@ -160,12 +160,12 @@ pub fn ls(args: &LsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `airlock session stop`: returns once the record is closed.
-pub fn stop(args: &StopArgs) -> ExitCode {
+/// `airlock session stop SESSION`: returns once the record is closed.
+pub fn stop(session: &str) -> ExitCode {
     let stopped = runtime().and_then(|rt| {
         rt.block_on(async {
             let registry = Registry::open()?;
-            let id = registry.resolve(&args.session).await?;
+            let id = registry.resolve(session).await?;
             stop_session(&registry, &id).await
         })
     });
@@ -207,12 +207,12 @@ async fn connect(registry: &Registry, id: &str) -> anyhow::Result<tokio::net::Un
 }
 
 /// `airlock session exec`: the step's exit status, or 125.
-pub fn exec(args: ExecArgs) -> ExitCode {
+pub fn exec(options: ExecOptions) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return failed(&e),
     };
-    let result = rt.block_on(exec_step(args));
+    let result = rt.block_on(exec_step(options));
     // stdin's reader may be blocked in read(2): do not wait for it.
     rt.shutdown_background();
     match result {
@@ -221,14 +221,14 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     }
 }
 
-async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
+async fn exec_step(options: ExecOptions) -> anyhow::Result<ExitCode> {
     // From the start: a Ctrl-C must reach the step, never end the client
     // before the step has heard of it.
     let signals = Signals::install().context("installing signal handlers")?;
     let registry = Registry::open()?;
-    let id = registry.resolve(&args.session).await?;
-    let mut argv = Vec::with_capacity(args.command.len());
-    for arg in &args.command {
+    let id = registry.resolve(&options.session).await?;
+    let mut argv = Vec::with_capacity(options.command.len());
+    for arg in &options.command {
         argv.push(
             arg.to_str()
                 .with_context(|| {
@@ -237,7 +237,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
                 .to_owned(),
         );
     }
-    let tty = args.tty.then(|| {
+    let tty = options.tty.then(|| {
         let size = crate::terminal::initial_size();
         TtySize {
             cols: size.cols,
@@ -246,22 +246,22 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     });
     let request = ExecRequest {
         argv,
-        env: args.env.clone(),
-        cwd: args.cwd.clone(),
-        label: args.label.clone(),
-        timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+        env: options.env.clone(),
+        cwd: options.cwd.clone(),
+        label: options.label.clone(),
+        timeout_ms: options.timeout.map(|t| t.as_millis() as u64),
         tty,
     };
     // The caller's bound on the wait: the step's timeout and a grace (the
     // first answer alone comes at once from a session that answers at all).
     let until = tokio::time::Instant::now()
-        + args
+        + options
             .timeout
             .map_or(FIRST_ANSWER_WITHIN, |t| t + ANSWER_GRACE);
     let (mut step, mut writer) =
         match tokio::time::timeout_at(until, open_step(&registry, &id, request)).await {
             Ok(opened) => opened?,
-            Err(_) => return gave_up(Gone::NotAnswering.into(), &id, args.timeout),
+            Err(_) => return gave_up(Gone::NotAnswering.into(), &id, options.timeout),
         };
     let stdin = std::io::stdin();
     let raw = match tty.is_some() && stdin.is_terminal() {
@@ -290,7 +290,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     // Then a signal's grace once one came.
-    let give_up = tokio::time::sleep_until(match args.timeout {
+    let give_up = tokio::time::sleep_until(match options.timeout {
         Some(_) => until,
         None => tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400),
     });
@@ -322,7 +322,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     drop(raw);
     let report = match ended {
         Ok(report) => report,
-        Err(e) => return gave_up(e, &id, args.timeout),
+        Err(e) => return gave_up(e, &id, options.timeout),
     };
     for denial in &report.denials {
         crate::terminal::eprint_line(&refusal_notice(denial));
@@ -333,7 +333,7 @@ async fn exec_step(args: ExecArgs) -> anyhow::Result<ExitCode> {
     if report.timed_out {
         eprintln!(
             "airlock: the command timed out after {} (--timeout) and was killed; the session lives on",
-            humantime::format_duration(args.timeout.unwrap_or_default())
+            humantime::format_duration(options.timeout.unwrap_or_default())
         );
     }
     Ok(ExitCode::from(

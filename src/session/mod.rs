@@ -2,6 +2,7 @@
 //! many steps, with the same namespaces, policy, proxy and one record in
 //! which every step is labelled.
 //!
+//! - `options`: what a session or a step is asked to do, as plain values;
 //! - `registry`: where sessions are found (control sockets, names);
 //! - `protocol`: what is said over a control socket (docs/sessions.md);
 //! - `server`: the detached process that keeps one session (`start` forks it);
@@ -16,7 +17,10 @@ mod denials;
 pub(crate) mod holds;
 mod io;
 mod live;
+mod options;
 pub mod protocol;
 pub mod registry;
 pub mod server;
 mod steps;
+
+pub(crate) use options::{ExecOptions, ServeOptions};

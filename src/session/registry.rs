@@ -45,15 +45,6 @@ impl Registry {
         self.dir.join(format!("{NAME_PREFIX}{name}"))
     }
 
-    /// A fresh session id: 16 random hex digits.
-    pub fn new_id() -> anyhow::Result<String> {
-        let mut bytes = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-            .context("reading /dev/urandom for a session id")?;
-        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-    }
-
     /// Reserve `name` for session `id` (atomically: symlink(2) fails when it
     /// exists). A name whose session is gone is taken over.
     pub async fn claim_name(&self, name: &str, id: &str) -> anyhow::Result<()> {

@@ -19,27 +19,32 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::denials::DenialLog;
 use super::live::Live;
+use super::options::ServeOptions;
 use super::protocol::{self, NOT_ANSWERING, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
 use super::steps;
-use crate::commands::session::StartArgs;
-use crate::launch::{Plan, Purpose, Stop, Wired};
+use crate::finish::Finish;
+use crate::launch::{Stop, Wired};
 
 /// How often the idle timeout is checked.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
 /// Run the session's server; never returns to a shell that waits for it.
-pub fn serve(args: StartArgs, id: String) -> ExitCode {
+pub(crate) fn serve(options: ServeOptions) -> ExitCode {
     // Detached from the caller's terminal and process group, so closing the
     // shell that started it does not end it.
     let _ = nix::unistd::setsid();
-    match serve_session(args, &id) {
+    match serve_session(options) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("airlock: {}", crate::one_line(&e));
-            ExitCode::from(crate::exit::RUN_FAILED)
-        }
+        Err(e) => could_not_serve(&e),
     }
+}
+
+/// Say why the server could not keep the session, on the stderr that
+/// `airlock session start` relays until the session is ready; exit 125.
+pub fn could_not_serve(e: &anyhow::Error) -> ExitCode {
+    eprintln!("airlock: {}", crate::one_line(e));
+    ExitCode::from(crate::exit::RUN_FAILED)
 }
 
 /// What every connection handler may see; `Live` once the sandbox is up.
@@ -110,13 +115,21 @@ enum Ending {
     OwnerEnded(nix::unistd::Pid),
 }
 
-fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
+fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
+    let ServeOptions {
+        id,
+        name,
+        idle_timeout,
+        stop_with_pid,
+        policy,
+        sandbox: plan,
+    } = options;
+    let id = id.as_str();
     let registry = Registry::open()?;
     // Opened before anything else: the owner waits for `start` to print the
     // id, so it is alive now, and from now on its number cannot be reused
     // under us.
-    let owner = args
-        .stop_with_pid
+    let owner = stop_with_pid
         .map(|pid| {
             airlock_shim::pidfd_open(pid)
                 .map(|fd| (pid, fd))
@@ -132,24 +145,18 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     let cleanup = Cleanup {
         registry: registry.clone(),
         id: id.to_owned(),
-        name: args.name.clone(),
+        name: name.clone(),
     };
     // Bound before the name is claimed: whoever finds the name finds a
     // socket behind it, never a gap in which the name looks abandoned.
     let listener = registry.bind(id)?;
-    if let Some(name) = &args.name {
+    if let Some(name) = &name {
         control_rt.block_on(registry.claim_name(name, id))?;
     }
-    let policy = args
-        .sandbox
-        .policy
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "deny-all".into());
     let (stops_tx, mut stops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         id: id.to_owned(),
-        name: args.name.clone(),
+        name,
         started: SystemTime::now(),
         policy,
         live: Mutex::new(None),
@@ -162,7 +169,6 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         control_rt.spawn(accept(listener, shared.clone()));
     }
 
-    let plan = Plan::new(&args.sandbox, Purpose::Session)?;
     let spawned = plan.spawn()?;
     let denials = DenialLog::new(spawned.policy().source_name(), spawned.attributor());
     let labels = crate::launch::StepLabels::default();
@@ -176,7 +182,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         recorder,
         recording,
         proxy,
-        pty: _,
+        pty,
         runtime,
         stopped_for,
         env,
@@ -208,7 +214,7 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
     }
     detach(&registry, id)?;
 
-    let idle = args.idle_timeout();
+    let idle = idle_timeout;
     let mut ended_rx = ended_rx;
     let ending = control_rt.block_on(async {
         tokio::select! {
@@ -252,23 +258,16 @@ fn serve_session(args: StartArgs, id: &str) -> anyhow::Result<ExitCode> {
         "session {id} ended while the command ran: {}",
         why.trim_start_matches("airlock: ")
     ));
-    proxy.stop_connections();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    for thread in recording {
-        let _ = thread.join();
-    }
+    let quiet = Finish::new(recorder, proxy, pty, recording).stop(runtime);
     // The steps' last reports go out before the record closes.
     control_rt.block_on(wait_for_steps(&live));
-    let finished = match recorder {
-        Some(recorder) => recorder
-            .finish(SessionEnd {
-                exit_status: None,
-                signal: None,
-                reason: Some(why.clone()),
-            })
-            .context("finishing the audit session"),
-        None => Ok(()),
-    };
+    let finished = quiet
+        .finish(SessionEnd {
+            exit_status: None,
+            signal: None,
+            reason: Some(why.clone()),
+        })
+        .context("finishing the audit session");
     if let Ending::Stopped(waiters) = ending {
         let told = finished.as_ref().map(|_| ()).map_err(crate::one_line);
         for waiter in waiters {
