@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 
 use airlock_record::{HttpExchange, RuleRef};
 
-use crate::body::{CaptureHandle, ProxyBody};
+use crate::body::ProxyBody;
 use crate::engine::{ConnInfo, Engine};
 use crate::events::{Event, RequestId, TimestampUs, Verdict};
 use crate::refusal::Refusal;
@@ -69,12 +69,6 @@ impl RecordedHead {
             headers: header_pairs(headers),
         }
     }
-}
-
-/// The bodies of an exchange as captured for the record.
-pub(super) struct Captured<'a> {
-    pub(super) request: &'a CaptureHandle,
-    pub(super) response: &'a CaptureHandle,
 }
 
 impl Exchange {
@@ -181,59 +175,6 @@ impl Exchange {
         }
     }
 
-    /// The exchange `decided` as it ended: the response (or the error that
-    /// ended it) and what crossed, as captured.
-    pub(super) fn ended(
-        &self,
-        mut decided: HttpExchange,
-        head: RecordedHead,
-        bodies: Captured<'_>,
-        headers_at: Instant,
-        error: Option<String>,
-    ) -> HttpExchange {
-        let request = bodies.request.snapshot();
-        let response = bodies.response.snapshot();
-        let total = self.started.elapsed();
-        decided.status = Some(head.status.as_u16());
-        decided.response_headers = head.headers;
-        decided.bytes_up = request.bytes;
-        decided.request_body_truncated = request.truncated;
-        decided.request_body = Some(request.captured);
-        decided.bytes_down = response.bytes;
-        decided.response_body_truncated = response.truncated;
-        decided.response_body = Some(response.captured);
-        decided.started_us = i64::try_from(TimestampUs::now().0.saturating_sub(micros(total))).ok();
-        decided.ms_to_headers = Some(millis(headers_at.duration_since(self.started)));
-        decided.ms_total = Some(millis(total));
-        if error.is_some() {
-            decided.reason = error;
-        }
-        decided
-    }
-
-    /// Record how this exchange ended: its one end event (best effort: the
-    /// decided record, made before forwarding, is the one that fails closed).
-    pub(super) fn record_end(&self, ended: HttpExchange) {
-        self.engine.record_lossy(Event::Response {
-            ts: TimestampUs::now(),
-            conn: self.conn.id,
-            request: self.id,
-            exchange: Box::new(ended),
-        });
-    }
-
-    /// [`Exchange::ended`], recorded.
-    pub(super) fn record_response(
-        &self,
-        decided: HttpExchange,
-        head: RecordedHead,
-        bodies: Captured<'_>,
-        headers_at: Instant,
-        error: Option<String>,
-    ) {
-        self.record_end(self.ended(decided, head, bodies, headers_at, error));
-    }
-
     /// Request headers as they go into the record: every secret replaced by
     /// its marker.
     pub(super) fn record_headers(&self, headers: &HeaderMap) -> Vec<(String, String)> {
@@ -261,12 +202,12 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-fn micros(d: Duration) -> u64 {
+pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Milliseconds, as the record keeps durations.
-fn millis(d: Duration) -> f64 {
+pub(super) fn millis(d: Duration) -> f64 {
     micros(d) as f64 / 1000.0
 }
 

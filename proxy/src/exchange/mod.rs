@@ -14,6 +14,7 @@ mod approval;
 mod body_prefix;
 mod codings;
 mod context;
+mod ending;
 mod hop_by_hop;
 mod refused_body;
 mod request_target;
@@ -36,7 +37,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
-use airlock_record::{HttpExchange, RuleRef};
+use airlock_record::RuleRef;
 
 use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Injected, ResponseScrub};
@@ -50,7 +51,8 @@ use crate::websocket::{self, RelayContext};
 
 use self::body_prefix::read_prefix;
 use self::codings::unscrubbable_coding;
-use self::context::{Captured, Early, Exchange, RecordedHead, Ruling};
+use self::context::{Early, Exchange, RecordedHead, Ruling};
+use self::ending::Ending;
 use self::hop_by_hop::strip_hop_by_hop;
 use self::request_target::{display_url, request_target};
 
@@ -127,15 +129,14 @@ struct Allowed {
 
 /// A request on its way upstream: what its response needs.
 struct Sent {
-    /// The request's record as decided; its end completes it.
-    decided: HttpExchange,
+    /// The request's end, to be recorded once.
+    ending: Ending,
     injected: Injected,
     upgrade: Option<UpgradeProtocol>,
     /// The forwarded request's headers when upgrading (the 101 must answer
     /// its WebSocket key).
     upgrade_request: HeaderMap,
     client_upgrade: Option<OnUpgrade>,
-    request_capture: CaptureHandle,
 }
 
 impl Exchange {
@@ -406,12 +407,15 @@ impl Exchange {
             rule_to_add: None,
             exchange: Box::new(decided.clone()),
         };
+        // From here on the exchange ends exactly once, whoever ends it.
+        let request_capture = CaptureHandle::default();
+        let ending = Ending::new(self, decided, request_capture.clone());
         if let Err(e) = self.engine.record(request_event).await {
+            ending.abandon();
             let refusal = Refusal::AuditUnavailable(e.to_string());
             return Err(self.refuse(&head, url, None, refusal));
         }
 
-        let request_capture = CaptureHandle::default();
         let body_stalled = Arc::new(AtomicBool::new(false));
         let capture_cap = self.engine.capture_cap;
         let upstream_body: ProxyBody = match std::mem::replace(body, RequestBody::Forwarded) {
@@ -456,13 +460,9 @@ impl Exchange {
                         .response(&method, url, &self.rules.policy, None),
                     _ => bad_gateway(&method, url, &why),
                 };
-                self.record_response(
-                    decided,
+                ending.end(
                     RecordedHead::new(response.status(), &HeaderMap::new()),
-                    Captured {
-                        request: &request_capture,
-                        response: &CaptureHandle::default(),
-                    },
+                    &CaptureHandle::default(),
                     self.started,
                     Some(why),
                 );
@@ -470,12 +470,11 @@ impl Exchange {
             }
         };
         let sent = Sent {
-            decided,
+            ending,
             injected,
             upgrade: allowed.upgrade,
             upgrade_request,
             client_upgrade,
-            request_capture,
         };
         self.respond(&method, url, response, sent)
     }
@@ -493,10 +492,6 @@ impl Exchange {
         // credential: one scrub for its head, body and trailers alike.
         let scrub = ResponseScrub::new(&sent.injected);
         let no_response_body = CaptureHandle::default();
-        let bodies = || Captured {
-            request: &sent.request_capture,
-            response: &no_response_body,
-        };
         // A switch nobody asked for, or to another protocol, opens no tunnel.
         if let Err(why) = upgrade::check_switch(
             response.status(),
@@ -510,7 +505,8 @@ impl Exchange {
             let (mut parts, _) = response.into_parts();
             scrub.iter().for_each(|s| s.head(&mut parts));
             let recorded = RecordedHead::new(reply.status(), &parts.headers);
-            self.record_response(sent.decided, recorded, bodies(), headers_at, Some(why));
+            sent.ending
+                .end(recorded, &no_response_body, headers_at, Some(why));
             return Err(reply.into());
         }
         if let Some(client_upgrade) = sent.client_upgrade
@@ -526,7 +522,9 @@ impl Exchange {
                 engine: self.engine.clone(),
                 conn: self.conn.id,
                 request: self.id,
-                upgraded: self.ended(sent.decided, recorded, bodies(), headers_at, None),
+                upgraded: sent
+                    .ending
+                    .into_ended(recorded, &no_response_body, headers_at, None),
                 messages: Default::default(),
                 injected: sent.injected.clone(),
             };
@@ -545,7 +543,8 @@ impl Exchange {
                 let reply = bad_gateway(method, url, &why);
                 // Its head is not recorded: it was never scrubbed.
                 let recorded = RecordedHead::new(reply.status(), &HeaderMap::new());
-                self.record_response(sent.decided, recorded, bodies(), headers_at, Some(why));
+                sent.ending
+                    .end(recorded, &no_response_body, headers_at, Some(why));
                 return Err(reply.into());
             }
             scrub.head(&mut parts);
@@ -559,17 +558,9 @@ impl Exchange {
             tap = tap.scrub(scrub.body());
         }
         let on_end = {
-            let exchange = self.clone();
             let head = RecordedHead::new(parts.status, &parts.headers);
-            let request_capture = sent.request_capture;
-            let decided = sent.decided;
-            move |error: Option<String>| {
-                let bodies = Captured {
-                    request: &request_capture,
-                    response: &response_capture,
-                };
-                exchange.record_response(decided, head, bodies, headers_at, error);
-            }
+            let ending = sent.ending;
+            move |error: Option<String>| ending.end(head, &response_capture, headers_at, error)
         };
         Ok(Response::from_parts(
             parts,
