@@ -8,10 +8,13 @@
 //! can prove afterwards that nothing was modified, deleted, inserted,
 //! reordered or truncated.
 //!
-//! Writing goes through [`SessionRecorder`] (a cheap, cloneable handle feeding
-//! one writer thread that group-commits in WAL mode). Reading goes through
-//! [`AuditStore`] plus the renderers in [`timeline`], [`export`] and
-//! [`restore`]; [`AuditStore::search`] looks events up across sessions.
+//! The store is reached through one interface, [`RecordStore`], whose first
+//! implementation is SQLite ([`sqlite`], where all SQL lives); [`open_store`]
+//! opens one from where it is. Writing goes through [`SessionRecorder`] (a
+//! cheap, cloneable handle feeding one writer thread that group-commits
+//! through the store's [`commit::SessionWriter`]). Reading goes through
+//! [`RecordStore`] plus the renderers in [`timeline`], [`export`] and
+//! [`restore`]; [`RecordStore::search`] looks events up across sessions.
 #![forbid(unsafe_code)]
 // Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
 #![warn(missing_debug_implementations)]
@@ -22,6 +25,7 @@
 mod budget;
 mod chain;
 mod codec;
+pub mod commit;
 pub mod diff;
 mod error;
 pub mod escape;
@@ -31,17 +35,18 @@ pub mod humanize;
 mod ids;
 mod keys;
 mod os_text;
+mod record_store;
 mod recorder;
 mod redact;
 pub mod restore;
-mod schema;
 pub mod search;
+pub mod sqlite;
 mod store;
 pub mod timeline;
 pub mod undo;
 mod verify;
 
-pub use error::AuditError;
+pub use error::{AuditError, EngineError};
 pub use event::{
     AuditEvent, DEFAULT_MAX_SESSION_BYTES, EventKind, ExecFile, ExecImage, FileIdentity, FileOp,
     OutputStream, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
@@ -50,10 +55,11 @@ pub use event::{
 pub use ids::{ExecId, Seq, SessionId, StepNo};
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
 pub use os_text::OsText;
+pub use record_store::{CheckpointRow, EventRow, IndexRow, RecordStore, SessionRow, SessionRows};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use search::{SearchHit, SearchQuery, SearchResults};
-pub use store::AuditStore;
+pub use store::{Access, AuditStore, open_store};
 pub use verify::{KeyTrust, VerifyOutcome, VerifyReport};
 
 /// Re-exported so callers can pass a trusted public key without depending on

@@ -14,10 +14,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::{Signer, SigningKey};
-use rusqlite::{Connection, params};
 
 use crate::budget::{Admit, Budget};
 use crate::chain::{self, Hash};
+use crate::commit::{
+    ChainedEvent, Commit, CommitError, NewCheckpoint, NewEnd, NewEvent, SessionWriter,
+};
 use crate::search::terms::{self, Terms};
 use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
 
@@ -117,13 +119,8 @@ impl Health {
 /// The writer's answer to a sync or finish.
 type Reply = mpsc::Sender<Result<(), AuditError>>;
 
-/// A group commit that failed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot write audit events: {0}")]
-struct WriteError(#[source] rusqlite::Error);
-
 enum Msg {
-    Event(Row),
+    Event(NewEvent),
     Sync(Reply),
     Finish {
         ended_us: i64,
@@ -220,20 +217,9 @@ fn budget_notice(seq: u64, limit: u64, used: u64) -> String {
     )
 }
 
-struct Row {
-    seq: u64,
-    ts_us: i64,
-    kind: &'static str,
-    exec_id: Option<String>,
-    payload: String,
-    content: Option<(String, Vec<u8>)>,
-    /// What search looks this event up by (see `crate::search`).
-    terms: Vec<Terms>,
-}
-
 pub(crate) struct WriterSetup {
-    pub conn: Connection,
-    pub sid: i64,
+    /// Where the store commits this session's writes.
+    pub writer: Box<dyn SessionWriter>,
     pub session: SessionId,
     pub key: SigningKey,
     pub genesis: Hash,
@@ -255,8 +241,7 @@ impl SessionRecorder {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let health = Arc::new(Health::default());
         let writer = Writer {
-            conn: setup.conn,
-            sid: setup.sid,
+            sink: setup.writer,
             session: setup.session.clone(),
             key: setup.key,
             prev: setup.genesis,
@@ -378,7 +363,7 @@ impl SessionRecorder {
         let Some(tx) = gate.tx.as_ref() else {
             return Err(AuditError::Finished);
         };
-        let row = Row {
+        let row = NewEvent {
             seq,
             ts_us,
             kind: encoded.kind,
@@ -535,8 +520,7 @@ impl Drop for Inner {
 }
 
 struct Writer {
-    conn: Connection,
-    sid: i64,
+    sink: Box<dyn SessionWriter>,
     session: SessionId,
     key: SigningKey,
     prev: Hash,
@@ -639,112 +623,55 @@ impl Writer {
     /// end record if finishing. `durable` makes this commit fsync the WAL.
     fn transaction(
         &mut self,
-        rows: &[Row],
+        rows: &[NewEvent],
         finish: Option<&(i64, String)>,
         force_checkpoint: bool,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), CommitError> {
         let durable = force_checkpoint || finish.is_some();
-        self.transaction_inner(rows, finish, force_checkpoint, durable)
-            .map_err(WriteError)
-    }
-
-    fn transaction_inner(
-        &mut self,
-        rows: &[Row],
-        finish: Option<&(i64, String)>,
-        force_checkpoint: bool,
-        durable: bool,
-    ) -> rusqlite::Result<()> {
-        if durable {
-            // In WAL mode FULL fsyncs the WAL at commit, which also covers all
-            // earlier NORMAL commits (see https://sqlite.org/pragma.html#pragma_synchronous).
-            self.conn.pragma_update(None, "synchronous", "FULL")?;
-        }
-        let tx = self.conn.transaction()?;
         let mut prev = self.prev;
         let mut last_seq = self.last_seq;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO events (sid, seq, ts_us, kind, exec_id, payload, hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            let mut content = tx.prepare_cached(
-                "INSERT OR IGNORE INTO contents (sha256, size, data) VALUES (?1, ?2, ?3)",
-            )?;
-            let mut index = tx.prepare_cached(
-                "INSERT INTO event_terms
-                 (sid, seq, ts_us, kind, host, method, verdict, url, path, command)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            for row in rows {
-                prev = chain::link(
-                    &prev,
-                    row.seq,
-                    row.ts_us,
-                    row.kind,
-                    row.exec_id.as_deref(),
-                    row.payload.as_bytes(),
-                );
-                if let Some((sha, data)) = &row.content {
-                    content.execute(params![sha, data.len() as i64, data])?;
-                }
-                insert.execute(params![
-                    self.sid,
-                    row.seq as i64,
-                    row.ts_us,
-                    row.kind,
-                    row.exec_id,
-                    row.payload,
-                    &prev[..],
-                ])?;
-                for t in &row.terms {
-                    index.execute(params![
-                        self.sid,
-                        row.seq as i64,
-                        row.ts_us,
-                        row.kind,
-                        t.host,
-                        t.method,
-                        t.verdict,
-                        t.url,
-                        t.path,
-                        t.command,
-                    ])?;
-                }
-                last_seq = row.seq;
-            }
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            prev = chain::link(
+                &prev,
+                row.seq,
+                row.ts_us,
+                row.kind,
+                row.exec_id.as_deref(),
+                row.payload.as_bytes(),
+            );
+            events.push(ChainedEvent {
+                event: row,
+                hash: prev,
+            });
+            last_seq = row.seq;
         }
         let due = last_seq > self.signed_seq
             && (last_seq - self.signed_seq >= CHECKPOINT_EVERY
                 || self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
                 || force_checkpoint);
         let end_json = finish.map(|(_, j)| j.as_str());
-        if due || finish.is_some() {
+        let checkpoint = (due || finish.is_some()).then(|| {
             let msg = chain::checkpoint_message(self.session.as_str(), last_seq, &prev, end_json);
-            let sig = self.key.sign(&msg);
-            tx.execute(
-                "INSERT INTO checkpoints (sid, seq, ts_us, hash, is_final, signature)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    self.sid,
-                    last_seq as i64,
-                    now_us(),
-                    &prev[..],
-                    finish.is_some(),
-                    &sig.to_bytes()[..]
-                ],
-            )?;
-        }
-        if let Some((ended_us, end_json)) = finish {
-            tx.execute(
-                "UPDATE sessions SET ended_us = ?1, end_json = ?2, final_seq = ?3 WHERE sid = ?4",
-                params![ended_us, end_json, last_seq as i64, self.sid],
-            )?;
-        }
-        tx.commit()?;
-        if durable {
-            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
+            NewCheckpoint {
+                seq: last_seq,
+                ts_us: now_us(),
+                hash: prev,
+                is_final: finish.is_some(),
+                signature: self.key.sign(&msg).to_bytes(),
+            }
+        });
+        let end = finish.map(|(ended_us, end_json)| NewEnd {
+            ended_us: *ended_us,
+            end_json,
+            final_seq: last_seq,
+        });
+        self.sink.commit(&Commit {
+            events: &events,
+            checkpoint,
+            end,
+            durable,
+        })?;
         self.prev = prev;
         self.last_seq = last_seq;
         if due || finish.is_some() {
