@@ -1,19 +1,19 @@
 //! Search across sessions: which sessions talked to a host, wrote a file or
 //! ran a command (`airlock audit search`).
 //!
-//! The recorder writes each event's searchable values to `event_terms` in
-//! the same transaction as the event (see [`terms`]), and SQLite indexes
-//! them: a host is a lookup (or, for `*.example.com`, a range) on the host
-//! index, a file a lookup or range on the path index. The matching events
-//! are then read back from `events` by (session, seq), so what search shows
-//! is the hashed record itself, never the index.
+//! The recorder writes each event's searchable values ([`Terms`], see
+//! [`terms`]) beside the event in the same commit, and the store indexes
+//! them: a host is a lookup (or, for `*.example.com`, a range), a file a
+//! lookup or range on the paths. A query is checked here into [`Criteria`]
+//! in the index's terms; each store matches them (SQLite's queries are in
+//! `crate::sqlite`) and reads the matching events back by (session, seq),
+//! so what search shows is the hashed record itself, never the index.
 //!
-//! Sessions recorded before the index existed (not in `search_indexed`) are
-//! scanned instead: their events' terms are computed into a temporary table
-//! of this connection and the same query runs over it. The database is never
-//! written, so search works on a read-only copy; the scan costs time
-//! proportional to those sessions' events, and the results say how many
-//! sessions were scanned.
+//! Sessions recorded before the index existed are scanned instead: their
+//! events' terms are computed at search time and matched the same way. The
+//! store is never written, so search works on a read-only copy; the scan
+//! costs time proportional to those sessions' events, and the results say
+//! how many sessions were scanned.
 
 pub(crate) mod consistency;
 pub(crate) mod terms;
