@@ -42,7 +42,7 @@ pub(crate) struct IndexCursor {
 
 impl IndexCursor {
     pub(crate) fn new() -> Self {
-        IndexCursor {
+        Self {
             peeked: None,
             redactor: Redactor::new(),
         }
