@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ed25519_dalek::{Signer, SigningKey};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 
 use crate::budget::{Admit, Budget};
 use crate::chain::{self, Hash};
@@ -21,7 +21,7 @@ use crate::commit::{
     ChainedEvent, Commit, CommitError, NewCheckpoint, NewEnd, NewEvent, SessionWriter,
 };
 use crate::search::terms::{self, Terms};
-use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
+use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId, SessionInfo};
 
 /// Sign a checkpoint after this many events...
 const CHECKPOINT_EVERY: u64 = 1000;
@@ -217,7 +217,7 @@ fn budget_notice(seq: u64, limit: u64, used: u64) -> String {
     )
 }
 
-pub(crate) struct WriterSetup {
+struct WriterSetup {
     /// Where the store commits this session's writes.
     pub writer: Box<dyn SessionWriter>,
     pub session: SessionId,
@@ -229,6 +229,67 @@ pub(crate) struct WriterSetup {
     pub max_session_bytes: u64,
 }
 
+/// A session about to begin, the same for every store: its id, start time
+/// and info as recorded (scrubbed), and its key. A store writes the
+/// session's row from it, then starts its recorder with [`Self::start`].
+pub(crate) struct NewSession {
+    pub(crate) id: SessionId,
+    pub(crate) started_us: i64,
+    pub(crate) info_json: String,
+    pub(crate) public: VerifyingKey,
+    key: SigningKey,
+    redactor: Redactor,
+    max_file_bytes: u64,
+    max_session_bytes: u64,
+}
+
+impl NewSession {
+    pub(crate) fn new(
+        info: &SessionInfo,
+        key: SigningKey,
+        redactor: &Redactor,
+    ) -> Result<Self, AuditError> {
+        let started_us = now_us();
+        let id = SessionId::generate(u64::try_from(started_us / 1000).unwrap_or(0))?;
+        let mut info_value = serde_json::to_value(info)?;
+        redactor.scrub_json(&mut info_value);
+        let info_json = serde_json::to_string(&info_value)?;
+        Ok(Self {
+            id,
+            started_us,
+            info_json,
+            public: key.verifying_key(),
+            key,
+            redactor: redactor.clone(),
+            max_file_bytes: info.max_file_bytes,
+            max_session_bytes: info.max_session_bytes.unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Starts recording, through the writer the store made for the
+    /// session's row.
+    pub(crate) fn start(
+        self,
+        writer: Box<dyn SessionWriter>,
+    ) -> Result<SessionRecorder, AuditError> {
+        let genesis = chain::genesis(
+            self.id.as_str(),
+            self.public.as_bytes(),
+            self.started_us,
+            &self.info_json,
+        );
+        SessionRecorder::start(WriterSetup {
+            writer,
+            session: self.id,
+            key: self.key,
+            genesis,
+            redactor: self.redactor,
+            max_file_bytes: self.max_file_bytes,
+            max_session_bytes: self.max_session_bytes,
+        })
+    }
+}
+
 pub(crate) fn now_us() -> i64 {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -237,7 +298,7 @@ pub(crate) fn now_us() -> i64 {
 }
 
 impl SessionRecorder {
-    pub(crate) fn start(setup: WriterSetup) -> Result<Self, AuditError> {
+    fn start(setup: WriterSetup) -> Result<Self, AuditError> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let health = Arc::new(Health::default());
         let writer = Writer {

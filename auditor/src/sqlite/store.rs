@@ -11,11 +11,11 @@ use super::verify_rows::SqliteRows;
 use super::writer::SqliteWriter;
 use super::{db, schema, search};
 use crate::keys::{KeyFingerprint, SigningKeySource, obtain_signing_key};
-use crate::recorder::{WriterSetup, now_us};
+use crate::recorder::NewSession;
 use crate::{
     AuditError, AuditEvent, EventKind, ExecId, RecordStore, Redactor, SearchQuery, SearchResults,
     Seq, SessionEnd, SessionId, SessionInfo, SessionMode, SessionRecorder, SessionRows,
-    SessionSummary, StoredEvent, chain,
+    SessionSummary, StoredEvent,
 };
 
 /// One SQLite audit database. Sessions recorded from it share its
@@ -217,23 +217,18 @@ impl RecordStore for SqliteStore {
     /// Starts recording a new session.
     fn begin_session(&self, info: SessionInfo) -> Result<SessionRecorder, AuditError> {
         let key = self.key.clone().ok_or(AuditError::ReadOnly)?;
-        let public = key.verifying_key();
-        let started_us = now_us();
-        let id = SessionId::generate(u64::try_from(started_us / 1000).unwrap_or(0))?;
-        let mut info_value = serde_json::to_value(&info)?;
-        self.redactor.scrub_json(&mut info_value);
-        let info_json = serde_json::to_string(&info_value)?;
+        let new = NewSession::new(&info, key, &self.redactor)?;
         let sid = {
             let conn = self.conn();
             conn.execute(
                 "INSERT INTO sessions (id, started_us, info_json, public_key, key_fingerprint)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![
-                    id.as_str(),
-                    started_us,
-                    info_json,
-                    &public.as_bytes()[..],
-                    KeyFingerprint::of(&public).0
+                    new.id.as_str(),
+                    new.started_us,
+                    new.info_json,
+                    &new.public.as_bytes()[..],
+                    KeyFingerprint::of(&new.public).0
                 ],
             )
             .map_err(db("creating the session record"))?;
@@ -247,17 +242,8 @@ impl RecordStore for SqliteStore {
             .map_err(db("creating the session record"))?;
             sid
         };
-        let genesis = chain::genesis(id.as_str(), public.as_bytes(), started_us, &info_json);
         let conn = schema::open_rw(&self.path)?;
-        SessionRecorder::start(WriterSetup {
-            writer: Box::new(SqliteWriter { conn, sid }),
-            session: id,
-            key,
-            genesis,
-            redactor: self.redactor.clone(),
-            max_file_bytes: info.max_file_bytes,
-            max_session_bytes: info.max_session_bytes.unwrap_or(u64::MAX),
-        })
+        new.start(Box::new(SqliteWriter { conn, sid }))
     }
 
     /// All sessions, oldest first.
