@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 use airlock_auditor::{
-    AuditStore, OsText, SessionInfo, SessionMode, SessionRecorder, SigningKeySource, humanize,
+    Access, OsText, SessionInfo, SessionMode, SessionRecorder, SigningKeySource, humanize,
 };
 use airlock_policy::Policy;
 use airlock_proxy::ResolvedCredential;
@@ -125,7 +125,7 @@ pub fn begin(
     };
     check_free_space(db)?;
     // Every error of opening names the file it concerns.
-    let store = AuditStore::open(db, SigningKeySource::KeyFile(key))?;
+    let store = airlock_auditor::open_store(db, Access::Record(SigningKeySource::KeyFile(key)))?;
     for cred in credentials {
         for secret in &cred.secrets {
             store

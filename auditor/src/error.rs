@@ -3,21 +3,24 @@
 
 use std::path::PathBuf;
 
+/// What a store's database engine reported, kept whole for the source
+/// chain: one variant per engine a store is built on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Sqlite(#[from] crate::sqlite::SqliteError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
     #[error("cannot open audit database {path}: {cause}; check the path exists and is writable")]
-    Open {
-        path: PathBuf,
-        cause: rusqlite::Error,
-    },
+    Open { path: PathBuf, cause: EngineError },
 
     #[error(
         "the audit database {path} is damaged ({cause}): it begins as one but cannot be read whole, as when a copy was cut short; check it with `sqlite3 {path} 'PRAGMA integrity_check'`, restore it from a backup, or pass another --audit-db"
     )]
-    Damaged {
-        path: PathBuf,
-        cause: rusqlite::Error,
-    },
+    Damaged { path: PathBuf, cause: EngineError },
 
     #[error(
         "{path} is not an SQLite database, so not an airlock audit database; pass the right --audit-db"
@@ -28,7 +31,7 @@ pub enum AuditError {
     Db {
         context: &'static str,
         #[source]
-        source: rusqlite::Error,
+        source: EngineError,
     },
 
     #[error(
@@ -102,10 +105,6 @@ pub enum AuditError {
 }
 
 impl AuditError {
-    pub(crate) fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> Self {
-        move |source| Self::Db { context, source }
-    }
-
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
         move |source| Self::Io { context, source }

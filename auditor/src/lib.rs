@@ -8,10 +8,13 @@
 //! can prove afterwards that nothing was modified, deleted, inserted,
 //! reordered or truncated.
 //!
-//! Writing goes through [`SessionRecorder`] (a cheap, cloneable handle feeding
-//! one writer thread that group-commits in WAL mode). Reading goes through
-//! [`AuditStore`] plus the renderers in [`timeline`], [`export`] and
-//! [`restore`]; [`AuditStore::search`] looks events up across sessions.
+//! The store is reached through one interface, [`RecordStore`], whose first
+//! implementation is SQLite ([`sqlite`], where all SQL lives); [`open_store`]
+//! opens one from where it is. Writing goes through [`SessionRecorder`] (a
+//! cheap, cloneable handle feeding one writer thread that group-commits
+//! through the store's [`commit::SessionWriter`]). Reading goes through
+//! [`RecordStore`] plus the renderers in [`timeline`], [`export`] and
+//! [`restore`]; [`RecordStore::search`] looks events up across sessions.
 #![forbid(unsafe_code)]
 // Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
 #![warn(missing_debug_implementations)]
@@ -21,23 +24,25 @@
 
 mod budget;
 mod chain;
+pub mod commit;
 pub mod diff;
 mod error;
 pub mod export;
 pub mod humanize;
 mod ids;
 mod keys;
+mod record_store;
 mod recorder;
 mod redact;
 pub mod restore;
-mod schema;
 pub mod search;
+pub mod sqlite;
 mod store;
 pub mod timeline;
 pub mod undo;
 mod verify;
 
-pub use error::AuditError;
+pub use error::{AuditError, EngineError};
 // The record's model, re-exported: readers of the record need only this crate.
 pub use airlock_record::{
     ApprovalDecided, ApprovalRequested, AuditEvent, ConnectionId, DEFAULT_MAX_SESSION_BYTES,
@@ -48,10 +53,11 @@ pub use airlock_record::{
     Xattr, collapse_exchanges, escape,
 };
 pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
+pub use record_store::{CheckpointRow, EventRow, IndexRow, RecordStore, SessionRow, SessionRows};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use search::{SearchHit, SearchQuery, SearchResults};
-pub use store::AuditStore;
+pub use store::{Access, AuditStore, open_store};
 pub use verify::{KeyTrust, VerifyOutcome, VerifyReport};
 
 /// Re-exported so callers can pass a trusted public key without depending on

@@ -14,13 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ed25519_dalek::{Signer, SigningKey};
-use rusqlite::{Connection, params};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 
 use crate::budget::{Admit, Budget};
 use crate::chain::{self, Hash};
+use crate::commit::{
+    ChainedEvent, Commit, CommitError, NewCheckpoint, NewEnd, NewEvent, SessionWriter,
+};
 use crate::search::terms::{self, Terms};
-use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId};
+use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId, SessionInfo};
 
 /// Sign a checkpoint after this many events...
 const CHECKPOINT_EVERY: u64 = 1000;
@@ -118,13 +120,8 @@ impl Health {
 /// The writer's answer to a sync or finish.
 type Reply = mpsc::Sender<Result<(), AuditError>>;
 
-/// A group commit that failed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot write audit events: {0}")]
-struct WriteError(#[source] rusqlite::Error);
-
 enum Msg {
-    Event(Row),
+    Event(NewEvent),
     Sync(Reply),
     Finish {
         ended_us: i64,
@@ -221,20 +218,9 @@ fn budget_notice(seq: u64, limit: u64, used: u64) -> String {
     )
 }
 
-struct Row {
-    seq: u64,
-    ts_us: i64,
-    kind: &'static str,
-    exec_id: Option<String>,
-    payload: String,
-    content: Option<(String, Vec<u8>)>,
-    /// What search looks this event up by (see `crate::search`).
-    terms: Vec<Terms>,
-}
-
-pub(crate) struct WriterSetup {
-    pub conn: Connection,
-    pub sid: i64,
+struct WriterSetup {
+    /// Where the store commits this session's writes.
+    pub writer: Box<dyn SessionWriter>,
     pub session: SessionId,
     pub key: SigningKey,
     pub genesis: Hash,
@@ -242,6 +228,67 @@ pub(crate) struct WriterSetup {
     pub max_file_bytes: u64,
     /// The record budget (bytes of content); `u64::MAX` for none.
     pub max_session_bytes: u64,
+}
+
+/// A session about to begin, the same for every store: its id, start time
+/// and info as recorded (scrubbed), and its key. A store writes the
+/// session's row from it, then starts its recorder with [`Self::start`].
+pub(crate) struct NewSession {
+    pub(crate) id: SessionId,
+    pub(crate) started_us: i64,
+    pub(crate) info_json: String,
+    pub(crate) public: VerifyingKey,
+    key: SigningKey,
+    redactor: Redactor,
+    max_file_bytes: u64,
+    max_session_bytes: u64,
+}
+
+impl NewSession {
+    pub(crate) fn new(
+        info: &SessionInfo,
+        key: SigningKey,
+        redactor: &Redactor,
+    ) -> Result<Self, AuditError> {
+        let started_us = now_us();
+        let id = crate::ids::new_session_id(u64::try_from(started_us / 1000).unwrap_or(0))?;
+        let mut info_value = serde_json::to_value(info)?;
+        redactor.scrub_json(&mut info_value);
+        let info_json = serde_json::to_string(&info_value)?;
+        Ok(Self {
+            id,
+            started_us,
+            info_json,
+            public: key.verifying_key(),
+            key,
+            redactor: redactor.clone(),
+            max_file_bytes: info.max_file_bytes,
+            max_session_bytes: info.max_session_bytes.unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Starts recording, through the writer the store made for the
+    /// session's row.
+    pub(crate) fn start(
+        self,
+        writer: Box<dyn SessionWriter>,
+    ) -> Result<SessionRecorder, AuditError> {
+        let genesis = chain::genesis(
+            self.id.as_str(),
+            self.public.as_bytes(),
+            self.started_us,
+            &self.info_json,
+        );
+        SessionRecorder::start(WriterSetup {
+            writer,
+            session: self.id,
+            key: self.key,
+            genesis,
+            redactor: self.redactor,
+            max_file_bytes: self.max_file_bytes,
+            max_session_bytes: self.max_session_bytes,
+        })
+    }
 }
 
 pub(crate) fn now_us() -> i64 {
@@ -252,12 +299,11 @@ pub(crate) fn now_us() -> i64 {
 }
 
 impl SessionRecorder {
-    pub(crate) fn start(setup: WriterSetup) -> Result<Self, AuditError> {
+    fn start(setup: WriterSetup) -> Result<Self, AuditError> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let health = Arc::new(Health::default());
         let writer = Writer {
-            conn: setup.conn,
-            sid: setup.sid,
+            sink: setup.writer,
             session: setup.session.clone(),
             key: setup.key,
             prev: setup.genesis,
@@ -379,7 +425,7 @@ impl SessionRecorder {
         let Some(tx) = gate.tx.as_ref() else {
             return Err(AuditError::Finished);
         };
-        let row = Row {
+        let row = NewEvent {
             seq,
             ts_us,
             kind: encoded.kind,
@@ -536,8 +582,7 @@ impl Drop for Inner {
 }
 
 struct Writer {
-    conn: Connection,
-    sid: i64,
+    sink: Box<dyn SessionWriter>,
     session: SessionId,
     key: SigningKey,
     prev: Hash,
@@ -640,112 +685,55 @@ impl Writer {
     /// end record if finishing. `durable` makes this commit fsync the WAL.
     fn transaction(
         &mut self,
-        rows: &[Row],
+        rows: &[NewEvent],
         finish: Option<&(i64, String)>,
         force_checkpoint: bool,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), CommitError> {
         let durable = force_checkpoint || finish.is_some();
-        self.transaction_inner(rows, finish, force_checkpoint, durable)
-            .map_err(WriteError)
-    }
-
-    fn transaction_inner(
-        &mut self,
-        rows: &[Row],
-        finish: Option<&(i64, String)>,
-        force_checkpoint: bool,
-        durable: bool,
-    ) -> rusqlite::Result<()> {
-        if durable {
-            // In WAL mode FULL fsyncs the WAL at commit, which also covers all
-            // earlier NORMAL commits (see https://sqlite.org/pragma.html#pragma_synchronous).
-            self.conn.pragma_update(None, "synchronous", "FULL")?;
-        }
-        let tx = self.conn.transaction()?;
         let mut prev = self.prev;
         let mut last_seq = self.last_seq;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO events (sid, seq, ts_us, kind, exec_id, payload, hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            let mut content = tx.prepare_cached(
-                "INSERT OR IGNORE INTO contents (sha256, size, data) VALUES (?1, ?2, ?3)",
-            )?;
-            let mut index = tx.prepare_cached(
-                "INSERT INTO event_terms
-                 (sid, seq, ts_us, kind, host, method, verdict, url, path, command)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            for row in rows {
-                prev = chain::link(
-                    &prev,
-                    row.seq,
-                    row.ts_us,
-                    row.kind,
-                    row.exec_id.as_deref(),
-                    row.payload.as_bytes(),
-                );
-                if let Some((sha, data)) = &row.content {
-                    content.execute(params![sha, data.len() as i64, data])?;
-                }
-                insert.execute(params![
-                    self.sid,
-                    row.seq as i64,
-                    row.ts_us,
-                    row.kind,
-                    row.exec_id,
-                    row.payload,
-                    &prev[..],
-                ])?;
-                for t in &row.terms {
-                    index.execute(params![
-                        self.sid,
-                        row.seq as i64,
-                        row.ts_us,
-                        row.kind,
-                        t.host,
-                        t.method,
-                        t.verdict,
-                        t.url,
-                        t.path,
-                        t.command,
-                    ])?;
-                }
-                last_seq = row.seq;
-            }
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            prev = chain::link(
+                &prev,
+                row.seq,
+                row.ts_us,
+                row.kind,
+                row.exec_id.as_deref(),
+                row.payload.as_bytes(),
+            );
+            events.push(ChainedEvent {
+                event: row,
+                hash: prev,
+            });
+            last_seq = row.seq;
         }
         let due = last_seq > self.signed_seq
             && (last_seq - self.signed_seq >= CHECKPOINT_EVERY
                 || self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
                 || force_checkpoint);
         let end_json = finish.map(|(_, j)| j.as_str());
-        if due || finish.is_some() {
+        let checkpoint = (due || finish.is_some()).then(|| {
             let msg = chain::checkpoint_message(self.session.as_str(), last_seq, &prev, end_json);
-            let sig = self.key.sign(&msg);
-            tx.execute(
-                "INSERT INTO checkpoints (sid, seq, ts_us, hash, is_final, signature)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    self.sid,
-                    last_seq as i64,
-                    now_us(),
-                    &prev[..],
-                    finish.is_some(),
-                    &sig.to_bytes()[..]
-                ],
-            )?;
-        }
-        if let Some((ended_us, end_json)) = finish {
-            tx.execute(
-                "UPDATE sessions SET ended_us = ?1, end_json = ?2, final_seq = ?3 WHERE sid = ?4",
-                params![ended_us, end_json, last_seq as i64, self.sid],
-            )?;
-        }
-        tx.commit()?;
-        if durable {
-            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
+            NewCheckpoint {
+                seq: last_seq,
+                ts_us: now_us(),
+                hash: prev,
+                is_final: finish.is_some(),
+                signature: self.key.sign(&msg).to_bytes(),
+            }
+        });
+        let end = finish.map(|(ended_us, end_json)| NewEnd {
+            ended_us: *ended_us,
+            end_json,
+            final_seq: last_seq,
+        });
+        self.sink.commit(&Commit {
+            events: &events,
+            checkpoint,
+            end,
+            durable,
+        })?;
         self.prev = prev;
         self.last_seq = last_seq;
         if due || finish.is_some() {

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::{AuditError, AuditEvent, AuditStore, FileOp, OsText, SessionId, StoredEvent, chain};
+use crate::{AuditError, AuditEvent, FileOp, OsText, RecordStore, SessionId, StoredEvent, chain};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Data {
@@ -312,7 +312,7 @@ pub(crate) fn write_file(dest: &Path, data: &[u8], mode: Option<u32>) -> Result<
 
 /// Restores the session's files under `dir` (created if missing).
 pub fn restore(
-    store: &AuditStore,
+    store: &dyn RecordStore,
     session: &SessionId,
     dir: &Path,
 ) -> Result<RestoreReport, AuditError> {
@@ -438,7 +438,7 @@ fn not_set(report: &mut RestoreReport, path: &OsText, state: &FileState) {
 }
 
 /// A stored attribute value `sha`, checked against its hash; Err says why not.
-fn stored(store: &AuditStore, sha: &str) -> Result<Result<Vec<u8>, &'static str>, AuditError> {
+fn stored(store: &dyn RecordStore, sha: &str) -> Result<Result<Vec<u8>, &'static str>, AuditError> {
     Ok(match store.content(sha)? {
         Some(d) if chain::sha256_hex(&d) == sha => Ok(d),
         Some(_) => Err("stored content was altered; run `airlock audit verify`"),

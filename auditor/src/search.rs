@@ -1,28 +1,27 @@
 //! Search across sessions: which sessions talked to a host, wrote a file or
 //! ran a command (`airlock audit search`).
 //!
-//! The recorder writes each event's searchable values to `event_terms` in
-//! the same transaction as the event (see [`terms`]), and SQLite indexes
-//! them: a host is a lookup (or, for `*.example.com`, a range) on the host
-//! index, a file a lookup or range on the path index. The matching events
-//! are then read back from `events` by (session, seq), so what search shows
-//! is the hashed record itself, never the index.
+//! The recorder writes each event's searchable values ([`Terms`], see
+//! [`terms`]) beside the event in the same commit, and the store indexes
+//! them: a host is a lookup (or, for `*.example.com`, a range), a file a
+//! lookup or range on the paths. A query is checked here into [`Criteria`]
+//! in the index's terms; each store matches them (SQLite's queries are in
+//! `crate::sqlite`) and reads the matching events back by (session, seq),
+//! so what search shows is the hashed record itself, never the index.
 //!
-//! Sessions recorded before the index existed (not in `search_indexed`) are
-//! scanned instead: their events' terms are computed into a temporary table
-//! of this connection and the same query runs over it. The database is never
-//! written, so search works on a read-only copy; the scan costs time
-//! proportional to those sessions' events, and the results say how many
-//! sessions were scanned.
+//! Sessions recorded before the index existed are scanned instead: their
+//! events' terms are computed at search time and matched the same way. The
+//! store is never written, so search works on a read-only copy; the scan
+//! costs time proportional to those sessions' events, and the results say
+//! how many sessions were scanned.
 
 pub(crate) mod consistency;
 pub(crate) mod terms;
 
-use crate::{HttpExchange, TcpConnection};
-use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params};
+pub use terms::Terms;
 
-use crate::{AuditError, AuditEvent, EventKind, ExecId, Seq, SessionId, StoredEvent};
+use crate::{AuditEvent, EventKind, SessionId, StoredEvent};
+use crate::{HttpExchange, TcpConnection};
 
 /// What to look for. Every filter given must match (AND); at least one of
 /// host, url, method, verdict, file and command must be given.
@@ -89,12 +88,8 @@ pub enum QueryError {
     TimeRange,
 }
 
-/// The table the recorder fills, and the one scanned sessions get.
-const INDEXED: &str = "main.event_terms";
-const SCANNED: &str = "temp.scanned_terms";
-
 /// Kinds that have terms (see [`terms::of`]): the only ones a scan reads.
-const SEARCHABLE: [EventKind; 8] = [
+pub(crate) const SEARCHABLE: [EventKind; 8] = [
     EventKind::Exec,
     EventKind::StepStart,
     EventKind::File,
@@ -105,30 +100,54 @@ const SEARCHABLE: [EventKind; 8] = [
     EventKind::ApprovalDecided,
 ];
 
-/// The WHERE clause and its parameters, built once from a checked query.
-struct Filter {
-    sql: String,
-    params: Vec<Value>,
+/// A host filter, in the index's form (see [`terms::host_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// This name's key exactly.
+    Exact(String),
+    /// Every key under this domain's key (`*.example.com`): those that
+    /// begin with it and a dot.
+    Under(String),
+}
+
+/// A file filter, against the paths the index holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileMatch {
+    /// This path exactly.
+    Exact(String),
+    /// Every path under this directory, given with its final `/`.
+    Under(String),
+    /// Every path that ends in this `/NAME`, wherever it is.
+    Named(String),
+}
+
+/// A checked query in the index's terms: what a store matches its index
+/// rows against. Every filter given must match (AND).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Criteria {
+    pub host: Option<HostMatch>,
+    /// Text the URL contains.
+    pub url: Option<String>,
+    /// Upper-case.
+    pub method: Option<String>,
+    /// Lower-case: "allow", "deny" or "report".
+    pub verdict: Option<String>,
+    pub file: Option<FileMatch>,
+    /// Text the command contains.
+    pub command: Option<String>,
+    pub since_us: Option<i64>,
+    pub until_us: Option<i64>,
 }
 
 impl SearchQuery {
-    fn filter(&self, sid: Option<i64>) -> Result<Filter, QueryError> {
-        let mut f = Filter {
-            sql: String::from("1"),
-            params: Vec::new(),
-        };
-        let mut any = false;
-        let push = |f: &mut Filter, clause: &str, values: Vec<Value>| {
-            f.sql.push_str(" AND ");
-            f.sql.push_str(clause);
-            f.params.extend(values);
-        };
+    /// Checks the query and puts it in the index's terms.
+    pub fn criteria(&self) -> Result<Criteria, QueryError> {
+        let mut c = Criteria::default();
         let text = |v: &Option<String>, flag: &'static str| match v.as_deref().map(str::trim) {
             Some("") => Err(QueryError::Blank { flag }),
             other => Ok(other.map(str::to_owned)),
         };
         if let Some(host) = text(&self.host, "--host")? {
-            any = true;
             let (wild, name) = match host.strip_prefix("*.") {
                 Some(rest) => (true, rest),
                 None => (false, host.as_str()),
@@ -138,74 +157,36 @@ impl SearchQuery {
                 return Err(QueryError::Host(host.clone()));
             }
             let key = terms::host_key(name);
-            if wild {
-                // Every key under "com.example." sorts between it and
-                // "com.example/" ('/' follows '.').
-                push(
-                    &mut f,
-                    "host >= ? AND host < ?",
-                    vec![
-                        Value::Text(format!("{key}.")),
-                        Value::Text(format!("{key}/")),
-                    ],
-                );
+            c.host = Some(if wild {
+                HostMatch::Under(key)
             } else {
-                push(&mut f, "host = ?", vec![Value::Text(key)]);
-            }
+                HostMatch::Exact(key)
+            });
         }
-        if let Some(url) = text(&self.url, "--url")? {
-            any = true;
-            push(&mut f, "instr(url, ?) > 0", vec![Value::Text(url)]);
-        }
-        if let Some(method) = text(&self.method, "--method")? {
-            any = true;
-            push(
-                &mut f,
-                "method = ?",
-                vec![Value::Text(method.to_ascii_uppercase())],
-            );
-        }
+        c.url = text(&self.url, "--url")?;
+        c.method = text(&self.method, "--method")?.map(|m| m.to_ascii_uppercase());
         if let Some(verdict) = text(&self.verdict, "--verdict")? {
-            any = true;
             let v = verdict.to_ascii_lowercase();
             if !["allow", "deny", "report"].contains(&v.as_str()) {
                 return Err(QueryError::Verdict(verdict));
             }
-            push(&mut f, "verdict = ?", vec![Value::Text(v)]);
+            c.verdict = Some(v);
         }
         if let Some(file) = text(&self.file, "--file")? {
-            any = true;
-            match file.strip_suffix('/') {
-                // Everything under DIR/ sorts between "DIR/" and "DIR0".
-                Some(dir) => push(
-                    &mut f,
-                    "path >= ? AND path < ?",
-                    vec![
-                        Value::Text(format!("{dir}/")),
-                        Value::Text(format!("{dir}0")),
-                    ],
-                ),
-                // A bare name is a final component, wherever it is: the
-                // path ends in "/NAME". A scan of the paths alone (the
-                // index holds nothing else), since no index sorts by end.
-                None if !file.contains('/') => {
-                    let tail = format!("/{file}");
-                    push(
-                        &mut f,
-                        "path IS NOT NULL AND substr(path, -?) = ?",
-                        vec![
-                            Value::Integer(tail.chars().count() as i64),
-                            Value::Text(tail),
-                        ],
-                    );
-                }
-                None => push(&mut f, "path = ?", vec![Value::Text(file)]),
-            }
+            c.file = Some(match file.strip_suffix('/') {
+                Some(dir) => FileMatch::Under(format!("{dir}/")),
+                // A bare name is a final component, wherever it is.
+                None if !file.contains('/') => FileMatch::Named(format!("/{file}")),
+                None => FileMatch::Exact(file),
+            });
         }
-        if let Some(command) = text(&self.command, "--command")? {
-            any = true;
-            push(&mut f, "instr(command, ?) > 0", vec![Value::Text(command)]);
-        }
+        c.command = text(&self.command, "--command")?;
+        let any = c.host.is_some()
+            || c.url.is_some()
+            || c.method.is_some()
+            || c.verdict.is_some()
+            || c.file.is_some()
+            || c.command.is_some();
         if !any {
             return Err(QueryError::Empty);
         }
@@ -214,49 +195,20 @@ impl SearchQuery {
         {
             return Err(QueryError::TimeRange);
         }
-        if let Some(since) = self.since_us {
-            push(&mut f, "ts_us >= ?", vec![Value::Integer(since)]);
-        }
-        if let Some(until) = self.until_us {
-            push(&mut f, "ts_us <= ?", vec![Value::Integer(until)]);
-        }
-        if let Some(sid) = sid {
-            push(&mut f, "sid = ?", vec![Value::Integer(sid)]);
-        }
-        Ok(f)
+        c.since_us = self.since_us;
+        c.until_us = self.until_us;
+        Ok(c)
     }
 
     /// Checks the query without running it.
     pub fn check(&self) -> Result<(), QueryError> {
-        self.filter(None).map(drop)
+        self.criteria().map(drop)
     }
 }
 
-/// Runs `query` over every session (or the one it names).
-pub(crate) fn run(
-    conn: &Connection,
-    query: &SearchQuery,
-    sid: Option<i64>,
-) -> Result<SearchResults, AuditError> {
-    let filter = query.filter(sid).map_err(AuditError::Query)?;
-    let indexed = has_table(conn, "event_terms")? && has_table(conn, "search_indexed")?;
-    let unindexed = unindexed_sessions(conn, indexed, sid)?;
-    let mut keys: Vec<(i64, i64)> = Vec::new();
-    if indexed {
-        keys.extend(matching(conn, INDEXED, &filter)?);
-    }
-    if !unindexed.is_empty() {
-        scan_into_temp(conn, &unindexed)?;
-        let found = matching(conn, SCANNED, &filter);
-        let dropped = conn
-            .execute_batch("DROP TABLE IF EXISTS temp.scanned_terms")
-            .map_err(AuditError::db("searching older sessions"));
-        keys.extend(found?);
-        dropped?;
-    }
-    keys.sort_unstable();
-    keys.dedup();
-    let mut hits = read_hits(conn, &keys)?;
+/// Puts a store's matching events in the order search shows them: the
+/// latest record of each HTTP exchange and TCP connection, oldest first.
+pub(crate) fn arrange(mut hits: Vec<SearchHit>) -> Vec<SearchHit> {
     collapse(&mut hits);
     hits.sort_by(|a, b| {
         (a.event.ts_us, a.session.as_str(), a.event.seq).cmp(&(
@@ -265,160 +217,7 @@ pub(crate) fn run(
             b.event.seq,
         ))
     });
-    Ok(SearchResults {
-        hits,
-        scanned_sessions: unindexed.len(),
-    })
-}
-
-pub(crate) fn has_table(conn: &Connection, name: &str) -> Result<bool, AuditError> {
-    conn.query_row(
-        "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?1",
-        [name],
-        |_| Ok(()),
-    )
-    .optional()
-    .map(|r| r.is_some())
-    .map_err(AuditError::db("searching"))
-}
-
-fn unindexed_sessions(
-    conn: &Connection,
-    indexed: bool,
-    only: Option<i64>,
-) -> Result<Vec<i64>, AuditError> {
-    let sql = if indexed {
-        "SELECT sid FROM sessions WHERE sid NOT IN (SELECT sid FROM search_indexed)
-         AND (?1 IS NULL OR sid = ?1)"
-    } else {
-        "SELECT sid FROM sessions WHERE (?1 IS NULL OR sid = ?1)"
-    };
-    let mut stmt = conn.prepare(sql).map_err(AuditError::db("searching"))?;
-    stmt.query_map([only], |r| r.get(0))
-        .and_then(|rows| rows.collect())
-        .map_err(AuditError::db("searching"))
-}
-
-fn matching(conn: &Connection, table: &str, f: &Filter) -> Result<Vec<(i64, i64)>, AuditError> {
-    let sql = format!("SELECT DISTINCT sid, seq FROM {table} WHERE {}", f.sql);
-    let mut stmt = conn.prepare(&sql).map_err(AuditError::db("searching"))?;
-    stmt.query_map(rusqlite::params_from_iter(f.params.iter()), |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })
-    .and_then(|rows| rows.collect())
-    .map_err(AuditError::db("searching"))
-}
-
-/// Computes the terms of the sessions' events into a temporary table (a
-/// read-only connection may still write its own temp database).
-fn scan_into_temp(conn: &Connection, sids: &[i64]) -> Result<(), AuditError> {
-    let err = AuditError::db("searching older sessions");
-    conn.execute_batch(
-        "DROP TABLE IF EXISTS temp.scanned_terms;
-         CREATE TEMP TABLE scanned_terms (
-            sid INTEGER NOT NULL, seq INTEGER NOT NULL, ts_us INTEGER NOT NULL,
-            kind TEXT NOT NULL, host TEXT, method TEXT, verdict TEXT, url TEXT,
-            path TEXT, command TEXT)",
-    )
-    .map_err(err)?;
-    let kinds: Vec<String> = SEARCHABLE
-        .iter()
-        .map(|k| format!("'{}'", k.as_str()))
-        .collect();
-    let mut read = conn
-        .prepare(&format!(
-            "SELECT seq, ts_us, kind, payload FROM events WHERE sid = ?1 AND kind IN ({})",
-            kinds.join(",")
-        ))
-        .map_err(AuditError::db("searching older sessions"))?;
-    let mut insert = conn
-        .prepare(
-            "INSERT INTO temp.scanned_terms
-             (sid, seq, ts_us, kind, host, method, verdict, url, path, command)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .map_err(AuditError::db("searching older sessions"))?;
-    // Stored payloads are already scrubbed; nothing more to redact.
-    let none = crate::Redactor::new();
-    for &sid in sids {
-        let rows = read
-            .query_map([sid], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .map_err(AuditError::db("searching older sessions"))?;
-        for row in rows {
-            let (seq, ts_us, kind, payload) =
-                row.map_err(AuditError::db("searching older sessions"))?;
-            // An unreadable payload is verify's to report; it matches nothing.
-            let Ok(event) = serde_json::from_str::<AuditEvent>(&payload) else {
-                continue;
-            };
-            for t in terms::of(&event, &none) {
-                insert
-                    .execute(params![
-                        sid, seq, ts_us, kind, t.host, t.method, t.verdict, t.url, t.path,
-                        t.command
-                    ])
-                    .map_err(AuditError::db("searching older sessions"))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn read_hits(conn: &Connection, keys: &[(i64, i64)]) -> Result<Vec<SearchHit>, AuditError> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT s.id, e.ts_us, e.kind, e.exec_id, e.payload
-             FROM events e JOIN sessions s ON s.sid = e.sid
-             WHERE e.sid = ?1 AND e.seq = ?2 ORDER BY e.rowid LIMIT 1",
-        )
-        .map_err(AuditError::db("reading search results"))?;
-    let mut hits = Vec::with_capacity(keys.len());
-    for &(sid, seq) in keys {
-        let row = stmt
-            .query_row([sid, seq], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })
-            .optional()
-            .map_err(AuditError::db("reading search results"))?;
-        // Terms without their event (deleted since): verify reports that.
-        let Some((id, ts_us, kind_text, exec_id, payload)) = row else {
-            continue;
-        };
-        let seq = u64::try_from(seq).unwrap_or(0);
-        let kind = EventKind::parse(&kind_text).ok_or_else(|| AuditError::Corrupt {
-            seq,
-            problem: format!("unknown kind {kind_text:?}"),
-        })?;
-        let event: AuditEvent =
-            serde_json::from_str(&payload).map_err(|e| AuditError::Corrupt {
-                seq,
-                problem: e.to_string(),
-            })?;
-        hits.push(SearchHit {
-            session: SessionId::from_stored(id),
-            event: StoredEvent {
-                seq: Seq(seq),
-                ts_us,
-                kind,
-                exec_id: exec_id.map(ExecId),
-                event,
-            },
-        });
-    }
-    Ok(hits)
+    hits
 }
 
 /// Keeps the latest matching record of each HTTP exchange and TCP
@@ -449,46 +248,4 @@ fn collapse(hits: &mut Vec<SearchHit>) {
         i += 1;
         keep
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// SQLite's plan for a query over the recorder's table.
-    fn plan(query: &SearchQuery) -> String {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(crate::schema::SCHEMA).unwrap();
-        let f = query.filter(None).unwrap();
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT DISTINCT sid, seq FROM {INDEXED} WHERE {}",
-            f.sql
-        );
-        let mut stmt = conn.prepare(&sql).unwrap();
-        let rows: Vec<String> = stmt
-            .query_map(rusqlite::params_from_iter(f.params.iter()), |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        rows.join("; ")
-    }
-
-    #[test]
-    fn hosts_domains_files_and_directories_are_index_lookups_not_scans() {
-        let q = |host: Option<&str>, file: Option<&str>| SearchQuery {
-            host: host.map(Into::into),
-            file: file.map(Into::into),
-            since_us: Some(1),
-            ..SearchQuery::default()
-        };
-        for (query, index) in [
-            (q(Some("api.example.com"), None), "event_terms_by_host"),
-            (q(Some("*.example.com"), None), "event_terms_by_host"),
-            (q(None, Some("/work/a.txt")), "event_terms_by_path"),
-            (q(None, Some("/work/")), "event_terms_by_path"),
-        ] {
-            let plan = plan(&query);
-            assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
-        }
-    }
 }

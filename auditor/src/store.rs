@@ -1,392 +1,145 @@
-//! The audit database: opening it, starting sessions, and reading back.
+//! Opening a record store from where it is: the one place that picks the
+//! engine, so a second one is one more arm here.
 
-use crate::StepStart;
-use std::os::unix::fs::DirBuilderExt;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
-use rusqlite::{Connection, OptionalExtension, params};
+use ed25519_dalek::VerifyingKey;
 
-use crate::keys::{KeyFingerprint, SigningKeySource, TrustAnchor, obtain_signing_key};
-use crate::recorder::{WriterSetup, now_us};
-use crate::verify::{VerifyReport, verify_session};
+use crate::keys::{SigningKeySource, TrustAnchor};
+use crate::sqlite::SqliteStore;
 use crate::{
-    AuditError, AuditEvent, EventKind, ExecId, Redactor, SearchQuery, SearchResults, Seq,
-    SessionEnd, SessionId, SessionInfo, SessionMode, SessionRecorder, SessionSummary, StoredEvent,
-    chain, schema, search,
+    AuditError, EventKind, RecordStore, Redactor, SearchQuery, SearchResults, Seq, SessionId,
+    SessionInfo, SessionRecorder, SessionRows, SessionSummary, StoredEvent, VerifyReport,
 };
 
-/// One SQLite audit database. Sessions recorded from it share its
-/// [`Redactor`].
-pub struct AuditStore {
-    path: PathBuf,
-    conn: Mutex<Connection>,
-    key: Option<SigningKey>,
-    redactor: Redactor,
+/// What a store is opened for.
+#[derive(Debug, Clone)]
+pub enum Access {
+    /// Recording, signing with this key (created if missing).
+    Record(SigningKeySource),
+    /// Reading and verification only: the store is never written.
+    ReadOnly,
 }
 
-impl std::fmt::Debug for AuditStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuditStore")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
+/// An opened record store, whichever engine keeps it. It is a
+/// [`RecordStore`] itself (each method passes to the engine's), and
+/// dereferences to one, so its methods are called without importing the
+/// trait.
+#[derive(Debug)]
+pub struct AuditStore {
+    location: PathBuf,
+    store: Box<dyn RecordStore>,
+}
+
+/// Opens the store at `location` (an SQLite file, created for recording
+/// if missing, with its directory mode 0700).
+pub fn open_store(location: &Path, access: Access) -> Result<AuditStore, AuditError> {
+    let store = match access {
+        Access::Record(key) => SqliteStore::open(location, key)?,
+        Access::ReadOnly => SqliteStore::open_readonly(location)?,
+    };
+    Ok(AuditStore {
+        location: location.to_path_buf(),
+        store: Box::new(store),
+    })
 }
 
 impl AuditStore {
-    /// Opens or creates the database (and its directory, mode 0700) for
-    /// recording, loading or creating the signing key.
+    /// Opens or creates the store for recording, loading or creating the
+    /// signing key.
     pub fn open(db: &Path, key: SigningKeySource) -> Result<Self, AuditError> {
-        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.exists()
-        {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(AuditError::io(format!(
-                    "cannot create audit directory {}",
-                    dir.display()
-                )))?;
-        }
-        let signing = obtain_signing_key(&key)?;
-        let conn = schema::open_rw(db)?;
-        Ok(Self {
-            path: db.to_path_buf(),
-            conn: Mutex::new(conn),
-            key: Some(signing),
-            redactor: Redactor::new(),
-        })
+        open_store(db, Access::Record(key))
     }
 
-    /// Opens an existing database for reading and verification only.
+    /// Opens an existing store for reading and verification only.
     pub fn open_readonly(db: &Path) -> Result<Self, AuditError> {
-        if !db.exists() {
-            return Err(AuditError::NoDatabase(db.to_path_buf()));
-        }
-        let conn = schema::open_ro(db)?;
-        Ok(Self {
-            path: db.to_path_buf(),
-            conn: Mutex::new(conn),
-            key: None,
-            redactor: Redactor::new(),
-        })
+        open_store(db, Access::ReadOnly)
     }
 
+    /// Where the store was opened from.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.location
+    }
+}
+
+impl Deref for AuditStore {
+    type Target = dyn RecordStore;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
+}
+
+impl RecordStore for AuditStore {
+    fn public_key(&self) -> Option<VerifyingKey> {
+        self.store.public_key()
     }
 
-    /// The public half of the signing key (None when opened read-only).
-    pub fn public_key(&self) -> Option<VerifyingKey> {
-        self.key.as_ref().map(|k| k.verifying_key())
+    fn redactor(&self) -> &Redactor {
+        self.store.redactor()
     }
 
-    /// Secrets registered here are scrubbed from every session begun later.
-    pub fn redactor(&self) -> &Redactor {
-        &self.redactor
+    fn begin_session(&self, info: SessionInfo) -> Result<SessionRecorder, AuditError> {
+        self.store.begin_session(info)
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn sessions(&self) -> Result<Vec<SessionSummary>, AuditError> {
+        self.store.sessions()
     }
 
-    /// Starts recording a new session.
-    pub fn begin_session(&self, info: SessionInfo) -> Result<SessionRecorder, AuditError> {
-        let key = self.key.clone().ok_or(AuditError::ReadOnly)?;
-        let public = key.verifying_key();
-        let started_us = now_us();
-        let id = crate::ids::new_session_id(u64::try_from(started_us / 1000).unwrap_or(0))?;
-        let mut info_value = serde_json::to_value(&info)?;
-        self.redactor.scrub_json(&mut info_value);
-        let info_json = serde_json::to_string(&info_value)?;
-        let sid = {
-            let conn = self.conn();
-            conn.execute(
-                "INSERT INTO sessions (id, started_us, info_json, public_key, key_fingerprint)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    id.as_str(),
-                    started_us,
-                    info_json,
-                    &public.as_bytes()[..],
-                    KeyFingerprint::of(&public).0
-                ],
-            )
-            .map_err(AuditError::db("creating the session record"))?;
-            let sid = conn.last_insert_rowid();
-            // This recorder writes every event's search terms, so search
-            // may look this session up rather than scan it.
-            conn.execute(
-                "INSERT OR IGNORE INTO search_indexed (sid) VALUES (?1)",
-                [sid],
-            )
-            .map_err(AuditError::db("creating the session record"))?;
-            sid
-        };
-        let genesis = chain::genesis(id.as_str(), public.as_bytes(), started_us, &info_json);
-        let conn = schema::open_rw(&self.path)?;
-        SessionRecorder::start(WriterSetup {
-            conn,
-            sid,
-            session: id,
-            key,
-            genesis,
-            redactor: self.redactor.clone(),
-            max_file_bytes: info.max_file_bytes,
-            max_session_bytes: info.max_session_bytes.unwrap_or(u64::MAX),
-        })
+    fn session(&self, id: &SessionId) -> Result<SessionSummary, AuditError> {
+        self.store.session(id)
     }
 
-    /// All sessions, oldest first.
-    pub fn sessions(&self) -> Result<Vec<SessionSummary>, AuditError> {
-        self.summaries(None)
+    fn resolve_session(&self, text: &str) -> Result<SessionId, AuditError> {
+        self.store.resolve_session(text)
     }
 
-    /// Summaries of every session, or of the one whose row is `only`.
-    fn summaries(&self, only: Option<i64>) -> Result<Vec<SessionSummary>, AuditError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT s.sid, s.id, s.started_us, s.ended_us, s.end_json, s.info_json, s.key_fingerprint,
-                        (SELECT COUNT(*) FROM events e WHERE e.sid = s.sid)
-                 FROM sessions s WHERE ?1 IS NULL OR s.sid = ?1 ORDER BY s.started_us, s.sid",
-            )
-            .map_err(AuditError::db("listing sessions"))?;
-        let rows = stmt
-            .query_map([only], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<i64>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, i64>(7)?,
-                ))
-            })
-            .map_err(AuditError::db("listing sessions"))?;
-        let mut steps = conn
-            .prepare_cached("SELECT COUNT(*) FROM events WHERE sid = ?1 AND kind = ?2")
-            .map_err(AuditError::db("listing sessions"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (sid, id, started_us, ended_us, end_json, info_json, fp, count) =
-                row.map_err(AuditError::db("listing sessions"))?;
-            // Unparseable metadata is shown as unknown; verify reports it.
-            let info: SessionInfo = serde_json::from_str(&info_json).unwrap_or_default();
-            // Counted only for live sessions, so listing others costs nothing more.
-            let steps = if info.mode == SessionMode::Session {
-                let n: i64 = steps
-                    .query_row(params![sid, EventKind::StepStart.as_str()], |r| r.get(0))
-                    .map_err(AuditError::db("listing sessions"))?;
-                Some(u64::try_from(n).unwrap_or(0))
-            } else {
-                None
-            };
-            out.push(SessionSummary {
-                id: SessionId::from_stored(id),
-                started_us,
-                ended_us,
-                end: end_json.and_then(|j| serde_json::from_str::<SessionEnd>(&j).ok()),
-                info,
-                events: u64::try_from(count).unwrap_or(0),
-                steps,
-                key_fingerprint: fp,
-            });
-        }
-        Ok(out)
-    }
-
-    /// One session's summary.
-    pub fn session(&self, id: &SessionId) -> Result<SessionSummary, AuditError> {
-        let sid = self.sid(id)?;
-        self.summaries(Some(sid))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| AuditError::UnknownSession(id.to_string()))
-    }
-
-    /// Turns a full id or unique prefix into the session id.
-    pub fn resolve_session(&self, text: &str) -> Result<SessionId, AuditError> {
-        let prefix = SessionId::parse(text)?;
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT id FROM sessions WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2")
-            .map_err(AuditError::db("looking up the session"))?;
-        let ids: Vec<String> = stmt
-            .query_map([prefix.as_str()], |r| r.get(0))
-            .and_then(|rows| rows.collect())
-            .map_err(AuditError::db("looking up the session"))?;
-        match ids.len() {
-            0 => Err(AuditError::UnknownSession(text.to_string())),
-            1 => Ok(SessionId::from_stored(
-                ids.into_iter().next().unwrap_or_default(),
-            )),
-            _ => {
-                let count: i64 = conn
-                    .query_row(
-                        "SELECT COUNT(*) FROM sessions WHERE substr(id, 1, length(?1)) = ?1",
-                        [prefix.as_str()],
-                        |r| r.get(0),
-                    )
-                    .unwrap_or(2);
-                Err(AuditError::AmbiguousSession {
-                    prefix: text.to_string(),
-                    count: usize::try_from(count).unwrap_or(2),
-                })
-            }
-        }
-    }
-
-    pub(crate) fn sid(&self, id: &SessionId) -> Result<i64, AuditError> {
-        self.conn()
-            .query_row(
-                "SELECT sid FROM sessions WHERE id = ?1",
-                [id.as_str()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(AuditError::db("looking up the session"))?
-            .ok_or_else(|| AuditError::UnknownSession(id.to_string()))
-    }
-
-    /// A session's events in seq order, optionally only some kinds.
-    pub fn events(
+    fn events(
         &self,
         session: &SessionId,
         kinds: Option<&[EventKind]>,
     ) -> Result<Vec<StoredEvent>, AuditError> {
-        self.read_events(session, -1, kinds)
+        self.store.events(session, kinds)
     }
 
-    /// What a live session is listed by ([`crate::timeline::session_title`]):
-    /// none needed for another mode or a named session, else its first
-    /// step's command, once it has one.
-    pub fn first_step_command(
-        &self,
-        summary: &SessionSummary,
-    ) -> Result<Option<Vec<String>>, AuditError> {
-        if summary.info.mode != SessionMode::Session
-            || crate::timeline::session_name(&summary.info.command).is_some()
-        {
-            return Ok(None);
-        }
-        let steps = self.events(&summary.id, Some(&[EventKind::StepStart]))?;
-        Ok(steps.into_iter().find_map(|e| match e.event {
-            AuditEvent::StepStart(StepStart { command, .. }) => Some(command),
-            _ => None,
-        }))
-    }
-
-    /// A session's events after `after`, in seq order: what a reader
-    /// following a running session has not seen yet.
-    pub fn events_after(
+    fn events_after(
         &self,
         session: &SessionId,
         after: Seq,
     ) -> Result<Vec<StoredEvent>, AuditError> {
-        self.read_events(session, i64::try_from(after.0).unwrap_or(i64::MAX), None)
+        self.store.events_after(session, after)
     }
 
-    /// Changes whenever another connection commits to the database
-    /// (`PRAGMA data_version`, sqlite.org/pragma.html#pragma_data_version):
-    /// what a reader caching results checks before trusting them.
-    pub fn data_version(&self) -> Result<i64, AuditError> {
-        self.conn()
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(AuditError::db("reading the database's version"))
+    fn first_step_command(
+        &self,
+        summary: &SessionSummary,
+    ) -> Result<Option<Vec<String>>, AuditError> {
+        self.store.first_step_command(summary)
     }
 
-    fn read_events(
+    fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {
+        self.store.content(sha256)
+    }
+
+    fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError> {
+        self.store.search(query)
+    }
+
+    fn data_version(&self) -> Result<i64, AuditError> {
+        self.store.data_version()
+    }
+
+    fn read_rows(
         &self,
         session: &SessionId,
-        after: i64,
-        kinds: Option<&[EventKind]>,
-    ) -> Result<Vec<StoredEvent>, AuditError> {
-        let sid = self.sid(session)?;
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT seq, ts_us, kind, exec_id, payload FROM events
-                 WHERE sid = ?1 AND seq > ?2 ORDER BY seq, rowid",
-            )
-            .map_err(AuditError::db("reading events"))?;
-        let rows = stmt
-            .query_map([sid, after], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })
-            .map_err(AuditError::db("reading events"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, ts_us, kind_text, exec_id, payload) =
-                row.map_err(AuditError::db("reading events"))?;
-            let seq = u64::try_from(seq).unwrap_or(0);
-            let kind = EventKind::parse(&kind_text).ok_or_else(|| AuditError::Corrupt {
-                seq,
-                problem: format!("unknown kind {kind_text:?}"),
-            })?;
-            if let Some(filter) = kinds
-                && !filter.contains(&kind)
-            {
-                continue;
-            }
-            let event: AuditEvent =
-                serde_json::from_str(&payload).map_err(|e| AuditError::Corrupt {
-                    seq,
-                    problem: e.to_string(),
-                })?;
-            out.push(StoredEvent {
-                seq: Seq(seq),
-                ts_us,
-                kind,
-                exec_id: exec_id.map(ExecId),
-                event,
-            });
-        }
-        Ok(out)
+        read: &mut dyn FnMut(&mut dyn SessionRows) -> Result<(), AuditError>,
+    ) -> Result<(), AuditError> {
+        self.store.read_rows(session, read)
     }
 
-    /// Events of every session (or of `query.session`) matching `query`,
-    /// oldest first; see [`crate::search`]. Never writes to the database.
-    pub fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError> {
-        query.check()?;
-        let sid = match &query.session {
-            Some(text) => Some(self.sid(&self.resolve_session(text)?)?),
-            None => None,
-        };
-        search::run(&self.conn(), query, sid)
-    }
-
-    /// A stored file content blob by the SHA-256 of its stored bytes.
-    pub fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {
-        self.conn()
-            .query_row(
-                "SELECT data FROM contents WHERE sha256 = ?1",
-                [sha256],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(AuditError::db("reading file content"))
-    }
-
-    /// Recomputes the session's hash chain and checks every checkpoint
-    /// signature; see [`VerifyReport`].
-    pub fn verify(
-        &self,
-        session: &SessionId,
-        trust: &TrustAnchor,
-    ) -> Result<VerifyReport, AuditError> {
-        let sid = self.sid(session)?;
-        let conn = self.conn();
-        verify_session(&conn, sid, session, trust)
+    fn verify(&self, session: &SessionId, trust: &TrustAnchor) -> Result<VerifyReport, AuditError> {
+        self.store.verify(session, trust)
     }
 }

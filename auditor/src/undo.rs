@@ -31,7 +31,7 @@ use serde::Serialize;
 
 use crate::restore::{create_parents, write_file};
 use crate::{
-    AuditError, AuditEvent, AuditStore, EventKind, FileOp, OsText, SessionId, StoredEvent,
+    AuditError, AuditEvent, EventKind, FileOp, OsText, RecordStore, SessionId, StoredEvent,
     TrustAnchor, WritableDir, chain,
 };
 
@@ -550,7 +550,7 @@ impl Item {
 
 /// Undo session `id`.
 pub fn undo(
-    store: &AuditStore,
+    store: &dyn RecordStore,
     id: &SessionId,
     opts: &UndoOptions<'_>,
 ) -> Result<UndoReport, UndoError> {
@@ -694,7 +694,7 @@ fn parents_are_real(root: &Path, host: &Path) -> bool {
 /// host (`to` for the workspace, when given) and the session's story.
 #[derive(Clone, Copy)]
 struct Sources<'a> {
-    store: &'a AuditStore,
+    store: &'a dyn RecordStore,
     dirs: &'a [WritableDir],
     to: Option<&'a Path>,
     story: &'a Story,
@@ -901,7 +901,7 @@ fn set_attributes(report: &mut UndoReport, path: &OsText, host: &Path, mode: u32
 /// Give a file that existed before the session the extended attributes it
 /// had then: each recorded one set to its value, every other one it has now
 /// removed (set before its mode, which an ACL changes).
-fn put_back_xattrs(store: &AuditStore, story: &Story, report: &mut UndoReport, item: &Item) {
+fn put_back_xattrs(store: &dyn RecordStore, story: &Story, report: &mut UndoReport, item: &Item) {
     let before = story.xattrs_before.get(&item.path);
     let mut wanted: Vec<(OsText, Option<Vec<u8>>)> = Vec::new();
     for (name, c) in before.into_iter().flatten() {
@@ -938,7 +938,7 @@ fn put_back_xattrs(store: &AuditStore, story: &Story, report: &mut UndoReport, i
 }
 
 /// The recorded content, checked against its hash.
-fn read_blob(store: &AuditStore, c: &Content) -> Result<Vec<u8>, String> {
+fn read_blob(store: &dyn RecordStore, c: &Content) -> Result<Vec<u8>, String> {
     let Some(sha) = &c.stored else {
         return Err(c
             .why_not_kept

@@ -22,11 +22,10 @@ mod end;
 mod signer;
 mod walk;
 
-use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::keys::TrustAnchor;
-use crate::{AuditError, Seq, SessionId};
+use crate::{AuditError, Seq, SessionId, SessionRows};
 use context::Verification;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -110,12 +109,11 @@ impl VerifyReport {
 /// Verifies one session: each step below adds what it finds to the same
 /// list of problems, and the report is read off that list at the end.
 pub(crate) fn verify_session(
-    conn: &Connection,
-    sid: i64,
+    rows: &mut dyn SessionRows,
     session: &SessionId,
     trust: &TrustAnchor,
 ) -> Result<VerifyReport, AuditError> {
-    let mut v = Verification::open(conn, sid, session, trust)?;
+    let mut v = Verification::open(rows, session, trust)?;
     let signer = v.check_key();
     let key_trust = v.check_trust(&signer)?;
     let checkpoints = v.check_signatures(&signer)?;

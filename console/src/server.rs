@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use airlock_auditor::{AuditStore, TrustAnchor};
+use airlock_auditor::{RecordStore, TrustAnchor};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -22,8 +22,9 @@ pub type RuleAdvisor = Box<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
 /// What `airlock audit serve` starts the console with.
 pub struct ConsoleConfig {
-    /// Opened read-only: the console never writes.
-    pub store: AuditStore,
+    /// Opened read-only: the console never writes. Any store: the console
+    /// reads only through [`RecordStore`].
+    pub store: Box<dyn RecordStore>,
     /// The key a session must be signed by for a green badge.
     pub trust: TrustAnchor,
     pub listen: SocketAddr,
@@ -41,7 +42,7 @@ impl std::fmt::Debug for ConsoleConfig {
 
 /// Everything a request handler reads; shared by every connection.
 pub(crate) struct State {
-    pub(crate) store: AuditStore,
+    pub(crate) store: Box<dyn RecordStore>,
     pub(crate) trust: TrustAnchor,
     pub(crate) token: Token,
     pub(crate) port: u16,

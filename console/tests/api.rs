@@ -31,7 +31,7 @@ fn serve(env: &Env) -> Served {
     let store = AuditStore::open_readonly(&env.db).unwrap();
     let console = runtime
         .block_on(Console::bind(ConsoleConfig {
-            store,
+            store: Box::new(store),
             trust: TrustAnchor::KeyFile(env.key.clone()),
             listen: "127.0.0.1:0".parse().unwrap(),
             rule_to_add: Box::new(|method, url| Some(format!("# allow {method} {url}"))),

@@ -15,8 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_auditor::export::{cast, har, jsonl};
 use airlock_auditor::{
-    AuditError, AuditStore, EventKind, OsText, SearchQuery, SessionId, TrustAnchor, VerifyReport,
-    escape, humanize, restore, timeline,
+    Access, AuditError, AuditStore, EventKind, OsText, RecordStore, SearchQuery, SessionId,
+    TrustAnchor, VerifyReport, escape, humanize, restore, timeline,
 };
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
@@ -212,7 +212,7 @@ pub(super) fn db_path(db: &DbArg) -> Result<PathBuf> {
 
 fn open(db: &DbArg) -> Result<AuditStore> {
     let path = db_path(db)?;
-    Ok(AuditStore::open_readonly(&path)?)
+    Ok(airlock_auditor::open_store(&path, Access::ReadOnly)?)
 }
 
 /// `--file` as the record spells paths: a relative path with a directory
@@ -436,7 +436,7 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
     })
 }
 
-fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
+fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
     let list = store.sessions()?;
     let mut out = std::io::stdout().lock();
     if json {
@@ -496,7 +496,7 @@ fn sessions(store: &AuditStore, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn export(store: &AuditStore, id: &SessionId, format: ExportFormat, out: &Path) -> Result<()> {
+fn export(store: &dyn RecordStore, id: &SessionId, format: ExportFormat, out: &Path) -> Result<()> {
     let summary = store.session(id)?;
     let events = store.events(id, None)?;
     let mut sink: Box<dyn Write> = if out == Path::new("-") {
@@ -520,7 +520,7 @@ fn export(store: &AuditStore, id: &SessionId, format: ExportFormat, out: &Path) 
     Ok(())
 }
 
-fn list_files(store: &AuditStore, id: &SessionId) -> Result<ExitCode> {
+fn list_files(store: &dyn RecordStore, id: &SessionId) -> Result<ExitCode> {
     let events = store.events(id, Some(&[EventKind::File]))?;
     let mut out = std::io::stdout().lock();
     for ev in &events {
@@ -529,7 +529,7 @@ fn list_files(store: &AuditStore, id: &SessionId) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn restore_files(store: &AuditStore, id: &SessionId, dir: &Path) -> Result<ExitCode> {
+fn restore_files(store: &dyn RecordStore, id: &SessionId, dir: &Path) -> Result<ExitCode> {
     let trust = default_trust(None)?;
     let check = store.verify(id, &trust)?;
     if !check.is_intact() {

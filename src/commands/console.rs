@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_auditor::AuditStore;
+use airlock_auditor::Access;
 use airlock_console::{Console, ConsoleConfig};
 use airlock_policy::Policy;
 use anyhow::Result;
@@ -31,7 +31,7 @@ pub struct ServeArgs {
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let path = db_path(&args.db)?;
-    let store = AuditStore::open_readonly(&path)?;
+    let store = airlock_auditor::open_store(&path, Access::ReadOnly)?;
     let trust = default_trust(args.audit_key)?;
     if matches!(trust, airlock_auditor::TrustAnchor::None) {
         eprintln!(
@@ -47,7 +47,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let runtime = crate::serve::runtime("airlock-console")?;
     runtime.block_on(async {
         let console = Console::bind(ConsoleConfig {
-            store,
+            store: Box::new(store),
             trust,
             listen: args.listen,
             rule_to_add: Box::new(rule_to_add),

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use airlock_auditor::{
-    AuditEvent, AuditStore, ExecId, FileOp, OutputStream, SessionEnd, SessionId, SessionInfo,
-    SigningKeySource,
+    AuditEvent, AuditStore, ExecId, FileOp, OutputStream, RecordStore, SessionEnd, SessionId,
+    SessionInfo, SigningKeySource,
 };
 
 /// A temp dir with the paths of a database and its signing key in it.
@@ -147,7 +147,7 @@ pub fn output(stream: OutputStream, data: &[u8]) -> AuditEvent {
 
 /// A session with 30 dns events and checkpoints at seq 10, 20 and 30
 /// (final). Returns its id.
-pub fn thirty_event_session(store: &AuditStore) -> SessionId {
+pub fn thirty_event_session(store: &dyn RecordStore) -> SessionId {
     let rec = store
         .begin_session(info(&["python3", "x.py"]))
         .expect("begin");

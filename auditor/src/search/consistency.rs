@@ -13,19 +13,8 @@
 //! fail this check: such a change needs a new `search_indexed` table, so
 //! that sessions indexed the old way are checked (and searched) the old way.
 
-use rusqlite::{Connection, Rows};
-
-use super::terms::{self, Terms};
-use crate::{AuditError, AuditEvent, EventKind, Redactor};
-
-/// One `event_terms` row.
-#[derive(Debug)]
-struct IndexRow {
-    seq: u64,
-    ts_us: i64,
-    kind: String,
-    terms: Terms,
-}
+use super::terms;
+use crate::{AuditError, AuditEvent, EventKind, IndexRow, Redactor, SessionRows};
 
 impl IndexRow {
     /// The same row, with the host compared as search compares it (without
@@ -45,35 +34,15 @@ impl IndexRow {
     }
 }
 
-/// Whether the session's events were indexed as they were recorded (those
-/// recorded by versions before search were not, and are not checked).
-pub(crate) fn is_indexed(conn: &Connection, sid: i64) -> Result<bool, AuditError> {
-    if !super::has_table(conn, "search_indexed")? || !super::has_table(conn, "event_terms")? {
-        return Ok(false);
-    }
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM search_indexed WHERE sid = ?1)",
-        [sid],
-        |r| r.get(0),
-    )
-    .map_err(AuditError::db("verifying the search index"))
-}
-
-pub(crate) const ROWS_SQL: &str =
-    "SELECT seq, ts_us, kind, host, method, verdict, url, path, command
-     FROM event_terms WHERE sid = ?1 ORDER BY seq, rowid";
-
 /// The index rows of one session, read in seq order beside the events.
-pub(crate) struct IndexCursor<'s> {
-    rows: Rows<'s>,
+pub(crate) struct IndexCursor {
     peeked: Option<IndexRow>,
     redactor: Redactor,
 }
 
-impl<'s> IndexCursor<'s> {
-    pub(crate) fn new(rows: Rows<'s>) -> Self {
-        IndexCursor {
-            rows,
+impl IndexCursor {
+    pub(crate) fn new() -> Self {
+        Self {
             peeked: None,
             redactor: Redactor::new(),
         }
@@ -86,6 +55,7 @@ impl<'s> IndexCursor<'s> {
     /// a running session's next events may already have theirs.
     pub(crate) fn check_event(
         &mut self,
+        stored: &mut dyn SessionRows,
         seq: u64,
         ts_us: i64,
         kind: &str,
@@ -114,7 +84,7 @@ impl<'s> IndexCursor<'s> {
             })
             .collect();
         let mut held = Vec::new();
-        while let Some(row) = self.next_if(|r| r.seq <= seq)? {
+        while let Some(row) = self.next_if(stored, |r| r.seq <= seq)? {
             held.push(row);
         }
         let same =
@@ -124,33 +94,13 @@ impl<'s> IndexCursor<'s> {
 
     fn next_if(
         &mut self,
+        stored: &mut dyn SessionRows,
         wanted: impl Fn(&IndexRow) -> bool,
     ) -> Result<Option<IndexRow>, AuditError> {
         if self.peeked.is_none() {
-            self.peeked = self.read()?;
+            self.peeked = stored.next_index_row()?;
         }
         Ok(self.peeked.take_if(|row| wanted(row)))
-    }
-
-    fn read(&mut self) -> Result<Option<IndexRow>, AuditError> {
-        let db = AuditError::db("verifying the search index");
-        let Some(r) = self.rows.next().map_err(db)? else {
-            return Ok(None);
-        };
-        let db = || AuditError::db("verifying the search index");
-        Ok(Some(IndexRow {
-            seq: u64::try_from(r.get::<_, i64>(0).map_err(db())?).unwrap_or(0),
-            ts_us: r.get(1).map_err(db())?,
-            kind: r.get(2).map_err(db())?,
-            terms: Terms {
-                host: r.get(3).map_err(db())?,
-                method: r.get(4).map_err(db())?,
-                verdict: r.get(5).map_err(db())?,
-                url: r.get(6).map_err(db())?,
-                path: r.get(7).map_err(db())?,
-                command: r.get(8).map_err(db())?,
-            },
-        }))
     }
 }
 

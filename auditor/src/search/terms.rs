@@ -17,18 +17,18 @@ fn term(name: &OsText) -> String {
 /// One `event_terms` row's searchable values. An event with several values
 /// of one kind (a rename's two paths) has one row per value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Terms {
+pub struct Terms {
     /// Lower-case, labels reversed: see [`host_key`].
-    pub(crate) host: Option<String>,
+    pub host: Option<String>,
     /// Upper-case.
-    pub(crate) method: Option<String>,
+    pub method: Option<String>,
     /// Lower-case: "allow", "deny", "report".
-    pub(crate) verdict: Option<String>,
-    pub(crate) url: Option<String>,
-    pub(crate) path: Option<String>,
+    pub verdict: Option<String>,
+    pub url: Option<String>,
+    pub path: Option<String>,
     /// The exec's path and its argv joined by spaces, on two lines, or a
     /// live session step's command.
-    pub(crate) command: Option<String>,
+    pub command: Option<String>,
 }
 
 impl Terms {

@@ -8,15 +8,7 @@ use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use super::context::Verification;
 use super::signer::Signer;
 use crate::chain;
-use crate::{AuditError, SessionId};
-
-/// One checkpoint as stored, its signature not yet checked.
-struct CheckpointRow {
-    seq: u64,
-    hash: Vec<u8>,
-    is_final: bool,
-    signature: Vec<u8>,
-}
+use crate::{AuditError, CheckpointRow, SessionId};
 
 impl CheckpointRow {
     /// A final checkpoint signs the session's end record too, so one
@@ -89,7 +81,7 @@ impl Verification<'_> {
     /// for each one that does not verify.
     pub(super) fn check_signatures(&mut self, signer: &Signer) -> Result<Checkpoints, AuditError> {
         let mut checkpoints: BTreeMap<u64, Vec<Checkpoint>> = BTreeMap::new();
-        for row in self.read_checkpoints()? {
+        for row in self.rows.checkpoints()? {
             let valid = row.verifies(
                 signer.key.as_ref(),
                 self.session,
@@ -112,26 +104,5 @@ impl Verification<'_> {
             });
         }
         Ok(Checkpoints(checkpoints))
-    }
-
-    fn read_checkpoints(&self) -> Result<Vec<CheckpointRow>, AuditError> {
-        let db = || AuditError::db("verifying the session");
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT seq, hash, is_final, signature FROM checkpoints WHERE sid = ?1 ORDER BY seq, rowid",
-            )
-            .map_err(db())?;
-        let rows = stmt
-            .query_map([self.sid], |r| {
-                Ok(CheckpointRow {
-                    seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                    hash: r.get(1)?,
-                    is_final: r.get(2)?,
-                    signature: r.get(3)?,
-                })
-            })
-            .map_err(db())?;
-        rows.collect::<Result<_, _>>().map_err(db())
     }
 }

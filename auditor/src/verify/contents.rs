@@ -9,7 +9,7 @@ impl Verification<'_> {
     /// For file events, checks the stored content blob still has the hash
     /// the (chained) payload names.
     pub(super) fn check_content(
-        &self,
+        &mut self,
         seq: u64,
         payload: &str,
     ) -> Result<Option<String>, AuditError> {
@@ -19,17 +19,7 @@ impl Verification<'_> {
         let Some(sha) = value.get("stored_content").and_then(|v| v.as_str()) else {
             return Ok(None);
         };
-        let data: Option<Vec<u8>> = self
-            .conn
-            .query_row("SELECT data FROM contents WHERE sha256 = ?1", [sha], |r| {
-                r.get(0)
-            })
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })
-            .map_err(AuditError::db("verifying file content"))?;
+        let data = self.rows.content(sha)?;
         Ok(match data {
             None => Some(format!(
                 "seq {seq}: the file content it references ({sha}) was deleted"

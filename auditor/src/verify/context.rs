@@ -1,47 +1,14 @@
 //! What one verification carries from step to step: the session as stored,
-//! the connection it is read through, the trust anchor, and the one list of
-//! problems every step adds to.
-
-use rusqlite::Connection;
+//! the store's rows it is read through, the trust anchor, and the one list
+//! of problems every step adds to.
 
 use super::signer::Signer;
 use super::walk::Walk;
 use super::{KeyTrust, VerifyOutcome, VerifyReport};
 use crate::keys::TrustAnchor;
-use crate::{AuditError, Seq, SessionId};
-
-/// The `sessions` row, as stored (nothing in it is trusted yet).
-pub(super) struct SessionRow {
-    pub(super) started_us: i64,
-    pub(super) info_json: String,
-    pub(super) public_key: Vec<u8>,
-    pub(super) stored_fp: String,
-    pub(super) ended_us: Option<i64>,
-    pub(super) end_json: Option<String>,
-    pub(super) final_seq: Option<i64>,
-}
+use crate::{AuditError, Seq, SessionId, SessionRow, SessionRows};
 
 impl SessionRow {
-    fn read(conn: &Connection, sid: i64) -> Result<Self, AuditError> {
-        conn.query_row(
-            "SELECT started_us, info_json, public_key, key_fingerprint, ended_us, end_json, final_seq
-             FROM sessions WHERE sid = ?1",
-            [sid],
-            |r| {
-                Ok(Self {
-                    started_us: r.get(0)?,
-                    info_json: r.get(1)?,
-                    public_key: r.get(2)?,
-                    stored_fp: r.get(3)?,
-                    ended_us: r.get(4)?,
-                    end_json: r.get(5)?,
-                    final_seq: r.get(6)?,
-                })
-            },
-        )
-        .map_err(AuditError::db("verifying the session"))
-    }
-
     /// Any trace of an end counts: removing only part of the end record
     /// must not turn a finished session into a merely unfinished one.
     pub(super) fn finished(&self) -> bool {
@@ -70,8 +37,7 @@ impl Problems {
 /// One verification in progress; the steps are its methods, each in the
 /// module named for its job.
 pub(super) struct Verification<'a> {
-    pub(super) conn: &'a Connection,
-    pub(super) sid: i64,
+    pub(super) rows: &'a mut dyn SessionRows,
     pub(super) session: &'a SessionId,
     pub(super) trust: &'a TrustAnchor,
     pub(super) stored: SessionRow,
@@ -80,17 +46,16 @@ pub(super) struct Verification<'a> {
 
 impl<'a> Verification<'a> {
     pub(super) fn open(
-        conn: &'a Connection,
-        sid: i64,
+        rows: &'a mut dyn SessionRows,
         session: &'a SessionId,
         trust: &'a TrustAnchor,
     ) -> Result<Self, AuditError> {
+        let stored = rows.session()?;
         Ok(Verification {
-            conn,
-            sid,
+            rows,
             session,
             trust,
-            stored: SessionRow::read(conn, sid)?,
+            stored,
             problems: Problems::default(),
         })
     }

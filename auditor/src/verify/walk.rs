@@ -3,13 +3,11 @@
 //! signed at that seq. Each event the chain proves is then checked for what
 //! hangs off it outside the chain: its file contents and its search rows.
 
-use rusqlite::{Row, params};
-
 use super::checkpoints::Checkpoints;
 use super::context::{Problems, Verification};
-use crate::AuditError;
 use crate::chain::{self, Hash};
-use crate::search::consistency::{self, IndexCursor};
+use crate::search::consistency::IndexCursor;
+use crate::{AuditError, EventRow};
 
 /// Where the walk stands. Once the chain breaks (`chain_ok` false), nothing
 /// after the break is proven, so the walk only counts the rest.
@@ -24,30 +22,6 @@ pub(super) struct Walk {
     /// The last checkpointed seq the chain matched, where a mismatch found
     /// at a later checkpoint can have started.
     last_good_cp: u64,
-}
-
-/// One `events` row as stored.
-struct EventRow {
-    seq: u64,
-    ts_us: i64,
-    kind: String,
-    exec_id: Option<String>,
-    payload: String,
-    stored: Vec<u8>,
-}
-
-impl EventRow {
-    fn read(r: &Row<'_>) -> Result<Self, AuditError> {
-        let db = || AuditError::db("verifying");
-        Ok(Self {
-            seq: u64::try_from(r.get::<_, i64>(0).map_err(db())?).unwrap_or(0),
-            ts_us: r.get(1).map_err(db())?,
-            kind: r.get(2).map_err(db())?,
-            exec_id: r.get(3).map_err(db())?,
-            payload: r.get(4).map_err(db())?,
-            stored: r.get(5).map_err(db())?,
-        })
-    }
 }
 
 impl Walk {
@@ -150,7 +124,6 @@ impl Walk {
 impl Verification<'_> {
     /// Walks every event of the session in seq order.
     pub(super) fn walk_chain(&mut self, checkpoints: &Checkpoints) -> Result<Walk, AuditError> {
-        let conn = self.conn;
         let stored = &self.stored;
         let genesis = chain::genesis(
             self.session.as_str(),
@@ -161,30 +134,14 @@ impl Verification<'_> {
         let mut walk = Walk::from_genesis(genesis);
         // A checkpoint at seq 0 signs the genesis alone.
         walk.check_checkpoint_at(0, &genesis, checkpoints, &mut self.problems);
-        let indexed = consistency::is_indexed(conn, self.sid)?;
-        let db = || AuditError::db("verifying the session");
-        let mut stmt = conn
-            .prepare(
-                "SELECT seq, ts_us, kind, exec_id, payload, hash FROM events WHERE sid = ?1 ORDER BY seq, rowid",
-            )
-            .map_err(db())?;
-        let mut rows = stmt.query(params![self.sid]).map_err(db())?;
-        let index_db = || AuditError::db("verifying the search index");
-        let mut index_stmt = conn.prepare(consistency::ROWS_SQL).map_err(index_db())?;
-        // Stepped only after the events' statement, so it sees every row
-        // the events it is compared with were committed with.
-        let mut index = if indexed {
-            let rows = index_stmt.query([self.sid]);
-            Some(IndexCursor::new(rows.map_err(index_db())?))
-        } else {
-            None
-        };
-        while let Some(r) = rows.next().map_err(db())? {
+        // Read only after the first event, so the index rows are no older
+        // than the events they are compared with (see `SessionRows`).
+        let mut index = self.rows.indexed()?.then(IndexCursor::new);
+        while let Some(event) = self.rows.next_event()? {
             walk.events += 1;
             if !walk.chain_ok {
                 continue;
             }
-            let event = EventRow::read(r)?;
             let Some(h) = walk.link(&event, checkpoints, &mut self.problems) else {
                 continue;
             };
@@ -199,14 +156,19 @@ impl Verification<'_> {
     fn check_proven_event(
         &mut self,
         event: &EventRow,
-        index: &mut Option<IndexCursor<'_>>,
+        index: &mut Option<IndexCursor>,
     ) -> Result<(), AuditError> {
         if let Some(p) = self.check_content(event.seq, &event.payload)? {
             self.problems.add(Some(event.seq), p);
         }
         if let Some(cursor) = index.as_mut()
-            && let Some(p) =
-                cursor.check_event(event.seq, event.ts_us, &event.kind, &event.payload)?
+            && let Some(p) = cursor.check_event(
+                &mut *self.rows,
+                event.seq,
+                event.ts_us,
+                &event.kind,
+                &event.payload,
+            )?
         {
             self.problems.add(Some(event.seq), p);
             // One problem says it; the rest of the index is suspect too.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use airlock_auditor::undo::{self, BeforeAfter, Done, Held, UndoError, UndoOptions};
-use airlock_auditor::{AuditStore, EventKind, OsText, SessionId, diff, escape, humanize};
+use airlock_auditor::{EventKind, OsText, RecordStore, SessionId, diff, escape, humanize};
 use anyhow::{Result, anyhow};
 
 use super::{USAGE, default_trust};
@@ -17,7 +17,7 @@ use super::{USAGE, default_trust};
 use crate::exit::REFUSED;
 
 pub(super) fn run(
-    store: &AuditStore,
+    store: &dyn RecordStore,
     id: &SessionId,
     audit_key: Option<PathBuf>,
     force: bool,
@@ -133,7 +133,7 @@ fn fail(code: u8, line: &str) -> ExitCode {
 }
 
 /// What `path` held before the session, and what the session left there.
-pub(super) fn diff(store: &AuditStore, id: &SessionId, path: &OsText) -> Result<ExitCode> {
+pub(super) fn diff(store: &dyn RecordStore, id: &SessionId, path: &OsText) -> Result<ExitCode> {
     let events = store.events(id, Some(&[EventKind::File]))?;
     let BeforeAfter { before, after } = undo::before_and_after(&events, path);
     // The name in its printed form (escaped once, here).
@@ -176,7 +176,7 @@ pub(super) fn diff(store: &AuditStore, id: &SessionId, path: &OsText) -> Result<
 /// are not on record is shown empty, with a note saying why. `path` is
 /// already in its printed form.
 fn side(
-    store: &AuditStore,
+    store: &dyn RecordStore,
     out: &mut impl Write,
     path: &str,
     held: &Held,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use airlock_auditor::{AuditStore, SessionId};
+use airlock_auditor::{Access, AuditStore, SessionId};
 use anyhow::anyhow;
 
 /// The store at `audit_db` (else the per-user default) and the sessions the
@@ -19,7 +19,7 @@ pub(super) fn open_sessions(
             anyhow!("cannot locate the audit database: HOME is not set; pass --audit-db FILE")
         })?,
     };
-    let store = AuditStore::open_readonly(&db)?;
+    let store = airlock_auditor::open_store(&db, Access::ReadOnly)?;
     let mut ids: Vec<SessionId> = Vec::new();
     for text in sessions {
         let id = store.resolve_session(text)?;

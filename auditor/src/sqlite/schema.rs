@@ -1,11 +1,11 @@
-//! SQLite schema and connection settings.
+//! The SQLite schema and connection settings.
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-use crate::AuditError;
+use crate::{AuditError, EngineError};
 
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
@@ -186,8 +186,14 @@ fn check_version(path: &Path, found: String) -> Result<(), AuditError> {
 fn unreadable(path: &Path, cause: rusqlite::Error) -> AuditError {
     let path = path.to_path_buf();
     match cause.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::DatabaseCorrupt) => AuditError::Damaged { path, cause },
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => AuditError::Damaged {
+            path,
+            cause: EngineError::Sqlite(cause),
+        },
         Some(rusqlite::ErrorCode::NotADatabase) => AuditError::NotSqlite { path },
-        _ => AuditError::Open { path, cause },
+        _ => AuditError::Open {
+            path,
+            cause: EngineError::Sqlite(cause),
+        },
     }
 }
