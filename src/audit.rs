@@ -12,7 +12,11 @@ use airlock_proxy::ResolvedCredential;
 use anyhow::Context;
 
 /// What every session records about itself.
-pub fn session_info(policy: &Policy, mode: SessionMode, limits: serde_json::Value) -> SessionInfo {
+pub(crate) fn session_info(
+    policy: &Policy,
+    mode: SessionMode,
+    limits: serde_json::Value,
+) -> SessionInfo {
     SessionInfo {
         command: recorded_command_line(std::env::args_os()),
         policy_name: policy.source_name().to_owned(),
@@ -57,7 +61,7 @@ fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
     out
 }
 
-pub trait WithNote {
+pub(crate) trait WithNote {
     fn with_note(self, note: &str) -> Self;
     /// The session's record budget (`--audit-max-session`).
     fn with_budget(self, max_session_bytes: u64) -> Self;
@@ -113,7 +117,7 @@ fn check_free_space(db: &Path) -> anyhow::Result<()> {
 /// Open the store and begin a session. Every secret is registered with the
 /// recorder's redactor as well, so that even a record the proxy got wrong
 /// cannot carry one.
-pub fn begin(
+pub(crate) fn begin(
     db: &Path,
     key: Option<&Path>,
     info: SessionInfo,

@@ -8,20 +8,20 @@ use airlock_auditor::{ExecId, SessionRecorder};
 use airlock_proxy::events::{Event, EventSink, SinkError, SyncFuture};
 
 /// Finds the exec that owns a sandbox-side socket (peer address, is UDP).
-pub type Attribute = Arc<dyn Fn(SocketAddr, bool) -> Option<ExecId> + Send + Sync>;
+pub(crate) type Attribute = Arc<dyn Fn(SocketAddr, bool) -> Option<ExecId> + Send + Sync>;
 
-pub struct AuditSink {
+pub(crate) struct AuditSink {
     recorder: SessionRecorder,
     attribute: Option<Attribute>,
 }
 
 impl AuditSink {
-    pub fn new(recorder: SessionRecorder) -> Arc<Self> {
+    pub(crate) fn new(recorder: SessionRecorder) -> Arc<Self> {
         Self::attributed(recorder, None)
     }
 
     /// Records attributed to the exec that opened each connection or sent each query.
-    pub fn attributed(recorder: SessionRecorder, attribute: Option<Attribute>) -> Arc<Self> {
+    pub(crate) fn attributed(recorder: SessionRecorder, attribute: Option<Attribute>) -> Arc<Self> {
         Arc::new(Self {
             recorder,
             attribute,
@@ -53,7 +53,7 @@ impl EventSink for AuditSink {
 }
 
 /// Sends every event to several sinks; fails if any of them fails.
-pub struct Tee(pub Vec<Arc<dyn EventSink>>);
+pub(crate) struct Tee(pub Vec<Arc<dyn EventSink>>);
 
 impl EventSink for Tee {
     fn emit(&self, event: Event) -> Result<(), SinkError> {

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use rustls::pki_types::CertificateDer;
 
-pub fn load_pem_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+pub(crate) fn load_pem_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let certs = rustls_pemfile::certs(&mut pem.as_slice())
         .collect::<Result<Vec<_>, _>>()

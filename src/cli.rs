@@ -12,7 +12,7 @@ use crate::{certs, paths};
 
 /// How airlock reaches upstream servers: extra trust and pinned addresses.
 #[derive(clap::Args, Debug, Clone)]
-pub struct UpstreamOptions {
+pub(crate) struct UpstreamOptions {
     /// Also trust this CA (PEM) for upstream servers. Repeatable.
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
@@ -23,7 +23,7 @@ pub struct UpstreamOptions {
 
 impl UpstreamOptions {
     /// The certificates of every `--upstream-ca` file.
-    pub fn roots(&self) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    pub(crate) fn roots(&self) -> anyhow::Result<Vec<CertificateDer<'static>>> {
         let mut roots = Vec::new();
         for path in &self.upstream_ca {
             roots.extend(certs::load_pem_certs(path)?);
@@ -34,7 +34,7 @@ impl UpstreamOptions {
 
 /// Where a session is recorded, and how durably.
 #[derive(clap::Args, Debug, Clone)]
-pub struct AuditOptions {
+pub(crate) struct AuditOptions {
     /// The audit database [default: ~/.local/share/airlock/audit.db].
     #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
     pub audit_db: Option<PathBuf>,
@@ -51,7 +51,7 @@ pub struct AuditOptions {
 
 impl AuditOptions {
     /// `--audit-db`, else the per-user default.
-    pub fn db(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn db(&self) -> anyhow::Result<PathBuf> {
         match &self.audit_db {
             Some(db) => Ok(db.clone()),
             None => paths::default_audit_db(),
@@ -59,13 +59,13 @@ impl AuditOptions {
     }
 
     /// `--audit-max-session`, else the default record budget.
-    pub fn max_session_bytes(&self) -> u64 {
+    pub(crate) fn max_session_bytes(&self) -> u64 {
         self.audit_max_session
             .unwrap_or(airlock_auditor::DEFAULT_MAX_SESSION_BYTES)
     }
 
     /// `--audit-key`, else the per-user default.
-    pub fn key(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn key(&self) -> anyhow::Result<PathBuf> {
         match &self.audit_key {
             Some(key) => Ok(key.clone()),
             None => paths::default_audit_key(),
@@ -83,7 +83,7 @@ fn value<T: std::str::FromStr>(s: &str, what: &str, example: &str) -> Result<T, 
 }
 
 /// `--cpus`: a positive number of cores, fractions allowed.
-pub fn parse_cpus(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_cpus(s: &str) -> Result<f64, String> {
     let what = "a number of CPU cores above zero";
     match value::<f64>(s, what, "0.5 or 2")? {
         cpus if cpus.is_finite() && cpus > 0.0 && cpus <= 65536.0 => Ok(cpus),
@@ -92,7 +92,7 @@ pub fn parse_cpus(s: &str) -> Result<f64, String> {
 }
 
 /// `--pids`: a whole number of processes, at least one.
-pub fn parse_pids(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_pids(s: &str) -> Result<u64, String> {
     let what = "a whole number of processes above zero";
     match value::<u64>(s, what, "64")? {
         0 => Err(format!("not {what}; write one like 64")),
@@ -101,12 +101,12 @@ pub fn parse_pids(s: &str) -> Result<u64, String> {
 }
 
 /// A TCP or UDP port.
-pub fn parse_port(s: &str) -> Result<u16, String> {
+pub(crate) fn parse_port(s: &str) -> Result<u16, String> {
     value(s, "a port number (0 to 65535)", "15001")
 }
 
 /// A process id (a container's main process).
-pub fn parse_pid(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_pid(s: &str) -> Result<u32, String> {
     value(
         s,
         "a process id",
@@ -115,7 +115,7 @@ pub fn parse_pid(s: &str) -> Result<u32, String> {
 }
 
 /// An address to listen on or to reach: IP and port.
-pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+pub(crate) fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     value(s, "an IP address and port", "127.0.0.1:8080 or [::1]:8080")
 }
 
@@ -125,7 +125,7 @@ const DURATION_FORMS: &str = "use seconds (1.5) or a number with a unit (500ms, 
 /// A duration as every option spells it: a bare number is seconds (`1.5`),
 /// otherwise a number with a unit, compound allowed (`500ms`, `1.5s`, `2m`,
 /// `1h30m`). Zero is refused: no option means "no time at all".
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let parsed = match t.parse::<f64>() {
         Ok(secs) if secs.is_finite() => Duration::try_from_secs_f64(secs).ok(),

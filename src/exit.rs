@@ -4,14 +4,14 @@
 
 /// Refused or incomplete: what was asked could not be done as asked (for
 /// example `audit files --undo` refused, or `audit verify` found damage).
-pub const REFUSED: u8 = 1;
+pub(crate) const REFUSED: u8 = 1;
 /// Bad input: a usage, configuration or policy error.
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 /// `policy test`: an `[[ask]]` rule would hold the request for a person.
-pub const WOULD_ASK: u8 = 3;
+pub(crate) const WOULD_ASK: u8 = 3;
 /// A step or command ended by its timeout (as `timeout(1)` says it).
-pub const TIMED_OUT: u8 = 124;
+pub(crate) const TIMED_OUT: u8 = 124;
 /// Airlock itself failed, bad arguments to `airlock run` included, so it
 /// cannot be mistaken for the command's own status (as for `env`, `timeout`
 /// and `docker run`).
-pub const RUN_FAILED: u8 = 125;
+pub(crate) const RUN_FAILED: u8 = 125;

@@ -22,7 +22,7 @@ use airlock_proxy::events::{Event, EventSink, SinkError, Verdict};
 /// Distinct refusals shown on stderr in one session.
 const MAX_NOTICES: usize = 100;
 
-pub struct DenialNotices {
+pub(crate) struct DenialNotices {
     policy_name: String,
     /// Where a rule would go: "to FILE", or "with --policy FILE" when no file was given.
     add_to: String,
@@ -32,7 +32,7 @@ pub struct DenialNotices {
 }
 
 impl DenialNotices {
-    pub fn new(policy: &Policy) -> Self {
+    pub(crate) fn new(policy: &Policy) -> Self {
         let add_to = if policy.is_builtin() {
             "and pass it with --policy FILE".to_owned()
         } else {
@@ -120,7 +120,7 @@ impl EventSink for DenialNotices {
 }
 
 /// A request an `[[ask]]` rule holds, as its notice names it.
-pub struct Held<'a> {
+pub(crate) struct Held<'a> {
     pub approval: &'a str,
     pub method: &'a str,
     pub url: &'a str,
@@ -132,7 +132,7 @@ pub struct Held<'a> {
 
 /// The line that tells the caller a request is held and how to decide it:
 /// the same for `airlock run` and a live session's `session exec`.
-pub fn holding_line(held: &Held<'_>) -> String {
+pub(crate) fn holding_line(held: &Held<'_>) -> String {
     let reason = match held.reason {
         Some(reason) => format!(": {}", escape::text(reason)),
         None => String::new(),

@@ -13,7 +13,7 @@ use anyhow::Context;
 
 /// Record every event the observer sends until the sandbox ends (the
 /// channel closes).
-pub fn record_observations(
+pub(crate) fn record_observations(
     observations: Receiver<AuditEvent>,
     recorder: SessionRecorder,
 ) -> JoinHandle<()> {
@@ -34,17 +34,17 @@ pub fn record_observations(
 /// command runs without a pty (`--no-tty`, or airlock's stdin is not a
 /// terminal), this is how it gets its stdio: a terminal stdin is relayed
 /// through a pipe too, so the sandbox never holds the caller's terminal.
-pub struct Terminal {
+pub(crate) struct Terminal {
     /// stdin, stdout and stderr for the command.
     pub stdio: [OwnedFd; 3],
     readers: TerminalReaders,
 }
 
 /// Airlock's ends of the output pipes, until recording starts.
-pub struct TerminalReaders([(OwnedFd, OutputStream); 2]);
+pub(crate) struct TerminalReaders([(OwnedFd, OutputStream); 2]);
 
 impl Terminal {
-    pub fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         use nix::fcntl::OFlag;
         let (out_read, out_write) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).context("creating the stdout pipe")?;
@@ -66,7 +66,7 @@ impl Terminal {
 
     /// The command's stdio now; the readers once the recorder exists (the
     /// pipes hold whatever the command writes until then).
-    pub fn split(self) -> ([OwnedFd; 3], TerminalReaders) {
+    pub(crate) fn split(self) -> ([OwnedFd; 3], TerminalReaders) {
         (self.stdio, self.readers)
     }
 }
@@ -74,7 +74,7 @@ impl Terminal {
 impl TerminalReaders {
     /// Start copying (and recording, with a recorder); the returned handles
     /// finish when the command's side closes.
-    pub fn record(self, recorder: Option<&SessionRecorder>) -> Vec<JoinHandle<()>> {
+    pub(crate) fn record(self, recorder: Option<&SessionRecorder>) -> Vec<JoinHandle<()>> {
         self.0
             .into_iter()
             .map(|(fd, stream)| {

@@ -28,27 +28,27 @@ fn user_data_dir() -> Option<PathBuf> {
     Some(PathBuf::from(home).join(".local/share/airlock"))
 }
 
-pub fn data_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn data_dir() -> anyhow::Result<PathBuf> {
     user_data_dir()
         .context("neither XDG_DATA_HOME nor HOME is set; set one, or pass the path explicitly")
 }
 
 /// The default persistent CA directory.
-pub fn default_ca_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_ca_dir() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join(CA_DIR))
 }
 
-pub fn default_audit_db() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_audit_db() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join(AUDIT_DB))
 }
 
-pub fn default_audit_key() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_audit_key() -> anyhow::Result<PathBuf> {
     Ok(data_dir()?.join(AUDIT_KEY))
 }
 
 /// Where this user's sessions live, without making it: every sandbox
 /// hides it (`launch`), whether or not a session ever ran.
-pub fn session_dir_location() -> PathBuf {
+pub(crate) fn session_dir_location() -> PathBuf {
     let uid = nix::unistd::geteuid();
     if uid.is_root() {
         PathBuf::from("/run/airlock")
@@ -65,7 +65,7 @@ pub fn session_dir_location() -> PathBuf {
 /// `/tmp/airlock-<uid>`. Created with mode 0700 and checked to be owned by
 /// this user: anyone who can reach a control socket can run code in its
 /// session.
-pub fn session_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn session_dir() -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let uid = nix::unistd::geteuid();
     let dir = session_dir_location();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use airlock_policy::{LoadError, Loaded, Policy};
 use anyhow::{Context, bail};
 
-pub fn load(path: &Path) -> anyhow::Result<Policy> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Policy> {
     let text = read_top(path)?;
     let top = path.display().to_string();
     // The name each file got, by canonical path: a file reached by two
@@ -59,6 +59,6 @@ fn read_top(path: &Path) -> anyhow::Result<String> {
 }
 
 /// The files a policy was read from, to watch for changes.
-pub fn files(policy: &Policy) -> Vec<PathBuf> {
+pub(crate) fn files(policy: &Policy) -> Vec<PathBuf> {
     policy.files().into_iter().map(PathBuf::from).collect()
 }

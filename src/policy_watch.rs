@@ -26,14 +26,14 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 /// Remembers the version in force and the one seen on the last poll.
-pub struct FileWatch {
+pub(crate) struct FileWatch {
     path: PathBuf,
     in_force: Option<Stamp>,
     last_seen: Option<Stamp>,
 }
 
 impl FileWatch {
-    pub fn new(path: &Path) -> Self {
+    pub(crate) fn new(path: &Path) -> Self {
         let now = stamp(path);
         Self {
             path: path.to_owned(),
@@ -45,7 +45,7 @@ impl FileWatch {
     /// True when the file differs from the version in force and has not
     /// changed since the previous call. A vanished file is not a change: the
     /// policy in force stays until a new file appears.
-    pub fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         let now = stamp(&self.path);
         let settled = now.is_some() && now == self.last_seen;
         self.last_seen = now.clone();
@@ -60,12 +60,12 @@ impl FileWatch {
 /// Watches every file of a layered policy: the top file and each base it
 /// extends. The set follows the policy in force (`follow`), so a base added
 /// to `extends` is watched once the reload that added it succeeded.
-pub struct ChainWatch {
+pub(crate) struct ChainWatch {
     files: Vec<FileWatch>,
 }
 
 impl ChainWatch {
-    pub fn new(paths: &[PathBuf]) -> Self {
+    pub(crate) fn new(paths: &[PathBuf]) -> Self {
         Self {
             files: paths.iter().map(|p| FileWatch::new(p)).collect(),
         }
@@ -73,7 +73,7 @@ impl ChainWatch {
 
     /// True when any file changed (see [`FileWatch::changed`]). Polls every
     /// file, so that each one's stamps stay current.
-    pub fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         self.files
             .iter_mut()
             .fold(false, |any, file| file.changed() | any)
@@ -81,7 +81,7 @@ impl ChainWatch {
 
     /// Watch exactly `paths` from now on, keeping what is known about files
     /// already watched (a new file is taken as in force as it is now).
-    pub fn follow(&mut self, paths: &[PathBuf]) {
+    pub(crate) fn follow(&mut self, paths: &[PathBuf]) {
         let mut old = std::mem::take(&mut self.files);
         self.files = paths
             .iter()

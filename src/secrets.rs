@@ -18,14 +18,14 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// Resolve every credential of a policy. A missing variable or file is an
 /// error: starting without a credential the policy promises would fail later,
 /// and more confusingly.
-pub fn resolve_all(credentials: &[Credential]) -> anyhow::Result<Vec<ResolvedCredential>> {
+pub(crate) fn resolve_all(credentials: &[Credential]) -> anyhow::Result<Vec<ResolvedCredential>> {
     credentials.iter().map(resolve).collect()
 }
 
 /// The bearer tokens of `--approval-token-file`: one `NAME:TOKEN` per line.
 /// Its tokens let their holders decide on held requests, so the file must
 /// be private to its owner.
-pub fn approval_tokens(path: &std::path::Path) -> anyhow::Result<ApprovalTokens> {
+pub(crate) fn approval_tokens(path: &std::path::Path) -> anyhow::Result<ApprovalTokens> {
     use std::os::unix::fs::PermissionsExt;
     let shown = path.display();
     let meta = std::fs::metadata(path)

@@ -20,7 +20,7 @@ use crate::{one_line, policy_file, secrets};
 /// The runtime for everything but the connections themselves: accepting,
 /// DNS, the admin endpoint, signals, policy reloads. One thread is plenty;
 /// connections are served by the proxy's own workers ([`worker_threads`]).
-pub fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -30,7 +30,7 @@ pub fn runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// How many threads serve connections: `AIRLOCK_WORKER_THREADS`, else one per CPU.
-pub fn worker_threads() -> anyhow::Result<usize> {
+pub(crate) fn worker_threads() -> anyhow::Result<usize> {
     let Some(value) = std::env::var_os("AIRLOCK_WORKER_THREADS") else {
         return Ok(airlock_proxy::default_worker_threads());
     };
@@ -47,7 +47,7 @@ pub fn worker_threads() -> anyhow::Result<usize> {
 }
 
 /// Clients of a standalone proxy need the dummy values to send; they are not secret.
-pub fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
+pub(crate) fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) {
     for cred in credentials {
         if let Some(ph) = &cred.placeholder {
             eprintln!(
@@ -60,7 +60,7 @@ pub fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCredential]) 
 
 /// Re-read the policy; on any error keep the one in force and say why.
 /// Returns whether the new policy is now in force.
-pub fn reload(proxy: &Proxy, path: &Path) -> bool {
+pub(crate) fn reload(proxy: &Proxy, path: &Path) -> bool {
     let loaded = policy_file::load(path).and_then(|policy| {
         let credentials = secrets::resolve_all(policy.credentials())?;
         Ok((policy, credentials))
@@ -83,7 +83,7 @@ pub fn reload(proxy: &Proxy, path: &Path) -> bool {
     ok
 }
 
-pub async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
+pub(crate) async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         anyhow::anyhow!(
             "{flag} {addr}: cannot listen ({e}); another process may be using it: pick another address with {flag}"
@@ -101,14 +101,17 @@ const LISTEN_BACKLOG: i32 = 4096;
 /// Raise a listening socket's backlog. Calling listen(2) again on a socket
 /// that already listens only adjusts its backlog (Linux, inet_listen in
 /// net/ipv4/af_inet.c).
-pub fn widen_backlog(listener: &impl std::os::fd::AsFd) -> anyhow::Result<()> {
+pub(crate) fn widen_backlog(listener: &impl std::os::fd::AsFd) -> anyhow::Result<()> {
     let backlog = nix::sys::socket::Backlog::new(LISTEN_BACKLOG).context("listen backlog")?;
     nix::sys::socket::listen(listener, backlog).context("raising the listen backlog")
 }
 
 /// A DNS listener: UDP and TCP on the same address. With port 0 the kernel
 /// picks a free UDP port that may be taken for TCP, so try a few.
-pub async fn bind_dns(addr: SocketAddr, flag: &str) -> anyhow::Result<(UdpSocket, TcpListener)> {
+pub(crate) async fn bind_dns(
+    addr: SocketAddr,
+    flag: &str,
+) -> anyhow::Result<(UdpSocket, TcpListener)> {
     let mut attempts_left = if addr.port() == 0 { 16 } else { 1 };
     loop {
         let udp = UdpSocket::bind(addr).await.with_context(|| {
@@ -132,7 +135,7 @@ pub async fn bind_dns(addr: SocketAddr, flag: &str) -> anyhow::Result<(UdpSocket
 }
 
 /// The JSON-lines event stream: "-" for stdout, else a file appended to.
-pub fn open_events(target: &str) -> anyhow::Result<Arc<dyn EventSink>> {
+pub(crate) fn open_events(target: &str) -> anyhow::Result<Arc<dyn EventSink>> {
     if target == "-" {
         return Ok(Arc::new(JsonLinesSink::new(std::io::stdout())));
     }
@@ -153,7 +156,7 @@ const AUDIT_CHECK_EVERY: Duration = Duration::from_millis(250);
 /// is bound or announced: until a handler exists, SIGTERM and SIGHUP take
 /// their default action and end the process (signal(7)), which would leave
 /// an audit session unfinished the moment a supervisor saw "listening".
-pub struct Signals {
+pub(crate) struct Signals {
     hangup: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
@@ -161,7 +164,7 @@ pub struct Signals {
 
 impl Signals {
     /// Needs a Tokio runtime context (`Runtime::enter` or inside `block_on`).
-    pub fn install() -> anyhow::Result<Self> {
+    pub(crate) fn install() -> anyhow::Result<Self> {
         Ok(Self {
             hangup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
             terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
@@ -171,7 +174,7 @@ impl Signals {
 }
 
 /// How serving ended.
-pub enum Stop {
+pub(crate) enum Stop {
     /// SIGTERM or SIGINT: a clean exit.
     Signal(String),
     /// A listener or the audit store failed.
@@ -184,7 +187,7 @@ pub enum Stop {
 /// when this returns: the caller ends the session with
 /// [`crate::finish::Finish::stop_serving`], which stops them and every
 /// connection before the record ends.
-pub async fn serve_until_stopped(
+pub(crate) async fn serve_until_stopped(
     proxy: &Proxy,
     policy: &Path,
     signals: Signals,

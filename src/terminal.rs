@@ -41,7 +41,7 @@ static RAW: AtomicBool = AtomicBool::new(false);
 
 /// Print one of airlock's own lines on stderr, also readable while the
 /// caller's terminal is in raw mode.
-pub fn eprint_line(line: &str) {
+pub(crate) fn eprint_line(line: &str) {
     let end = if RAW.load(Ordering::Relaxed) {
         "\r\n"
     } else {
@@ -57,7 +57,7 @@ pub fn eprint_line(line: &str) {
 /// in the file, with CRLF endings. Requiring the foreground keeps `airlock
 /// run -- server &` running: a background job that changes its terminal's
 /// settings is stopped (SIGTTOU, see termios(3) "Job control").
-pub fn wanted(tty: bool, no_tty: bool) -> bool {
+pub(crate) fn wanted(tty: bool, no_tty: bool) -> bool {
     let stdin = std::io::stdin();
     !no_tty
         && (tty
@@ -67,7 +67,7 @@ pub fn wanted(tty: bool, no_tty: bool) -> bool {
 }
 
 /// Whether any of airlock's stdin, stdout and stderr is a terminal.
-pub fn caller_has_one() -> bool {
+pub(crate) fn caller_has_one() -> bool {
     std::io::stdin().is_terminal()
         || std::io::stdout().is_terminal()
         || std::io::stderr().is_terminal()
@@ -87,7 +87,7 @@ fn caller_terminal() -> Option<OwnedFd> {
 }
 
 /// The window size the command starts with: the caller's, or 80x24.
-pub fn initial_size() -> WindowSize {
+pub(crate) fn initial_size() -> WindowSize {
     caller_terminal()
         .and_then(|fd| pty::window_size(&fd))
         .filter(|s| s.cols > 0 && s.rows > 0)
@@ -97,7 +97,7 @@ pub fn initial_size() -> WindowSize {
 /// A running relay between the caller's terminal and the command's pty.
 /// Dropping it (airlock's error paths) restores the caller's terminal; the
 /// relay thread ends by itself when the sandbox is gone.
-pub struct PtyRelay {
+pub(crate) struct PtyRelay {
     master: Arc<OwnedFd>,
     recorder: Option<SessionRecorder>,
     relay: Option<JoinHandle<()>>,
@@ -110,7 +110,7 @@ impl PtyRelay {
     /// start relaying. Call before the command is released, so the first
     /// thing it sees is the right size and the first byte it writes is
     /// recorded.
-    pub fn start(
+    pub(crate) fn start(
         master: OwnedFd,
         size: WindowSize,
         recorder: Option<SessionRecorder>,
@@ -152,7 +152,7 @@ impl PtyRelay {
     /// Call inside the tokio runtime (the signal is registered here, so no
     /// resize after this call is missed); the returned task runs until the
     /// runtime stops.
-    pub fn forward_resizes(&self) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+    pub(crate) fn forward_resizes(&self) -> anyhow::Result<impl Future<Output = ()> + use<>> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut winch =
             signal(SignalKind::window_change()).context("listening for window size changes")?;
@@ -184,7 +184,7 @@ impl PtyRelay {
 
     /// After the sandbox ended: let the relay write the last output (bounded)
     /// and give the caller back their terminal as it was.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         if let Some(handle) = self.relay.take() {
             let deadline = Instant::now() + DRAIN_TIMEOUT;
             while !handle.is_finished() && Instant::now() < deadline {

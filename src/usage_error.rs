@@ -9,7 +9,7 @@ use std::ffi::OsString;
 /// One line for an error clap reports on stderr; `command` is the program's
 /// command tree and `args` its arguments, to name the subcommand whose
 /// `--help` to read.
-pub fn one_line(e: &clap::Error, command: &clap::Command, args: &[OsString]) -> String {
+pub(crate) fn one_line(e: &clap::Error, command: &clap::Command, args: &[OsString]) -> String {
     let rendered = e.render().to_string();
     let mut problem = String::new();
     let mut tips: Vec<&str> = Vec::new();

@@ -313,6 +313,8 @@ impl Probe {
         self.report["mounts"].as_array().unwrap()
     }
 
+    // The table goes into the test's log, for whoever reads a failure.
+    #[allow(clippy::print_stderr)]
     fn check(&self) {
         eprintln!("mount table inside the sandbox:");
         for m in self.mounts() {

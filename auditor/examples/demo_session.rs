@@ -5,6 +5,7 @@
 //!
 //! KEY defaults to DB with the extension `.key`.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use airlock_auditor::Verdict;
 use airlock_auditor::{DnsQuery, Exec, Exit, FileChange, HttpExchange, Output};
 use std::collections::BTreeMap;
@@ -59,65 +60,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }))?;
     pause();
     rec.record(AuditEvent::Http(HttpExchange {
-        exchange: None,
         exec_id: Some(ExecId::new("2:1")),
-        method: "GET".into(),
-        url: "https://api.github.com/repos/x/y?per_page=5".into(),
-        http_version: "HTTP/2".into(),
         request_headers: vec![("authorization".into(), "[secret:GITHUB_TOKEN]".into())],
-        request_body: None,
-        request_body_truncated: false,
         status: Some(200),
         response_headers: vec![("content-type".into(), "application/json".into())],
         response_body: Some(br#"{"name":"y"}"#.to_vec()),
-        response_body_truncated: false,
         bytes_up: 420,
         bytes_down: 1530,
-        started_us: None,
         ms_to_headers: Some(80.0),
         ms_total: Some(95.0),
-        decision: Verdict::Allow,
         rule: Some("policy.toml:4".into()),
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(
+            "GET".into(),
+            "https://api.github.com/repos/x/y?per_page=5".into(),
+            "HTTP/2".into(),
+            Verdict::Allow,
+        )
     }))?;
     rec.record(AuditEvent::File(FileChange {
         exec_id: Some(ExecId::new("2:1")),
-        path: "/work/out/repo.json".into(),
-        op: FileOp::Create,
-        size: None,
-        sha256: None,
         content: Some(br#"{"name":"y"}"#.to_vec()),
-        rename_to: None,
         mode: Some(0o644),
-        stored_content: None,
-        content_over_cap: false,
-        content_over_budget: false,
-        identity: Default::default(),
-        xattr: None,
+        ..FileChange::new("/work/out/repo.json".into(), FileOp::Create)
     }))?;
     rec.record(AuditEvent::Http(HttpExchange {
-        exchange: None,
         exec_id: Some(ExecId::new("2:1")),
-        method: "POST".into(),
-        url: "https://paste.example.net/upload".into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: vec![],
         request_body: Some(b"data".to_vec()),
-        request_body_truncated: false,
         status: Some(403),
-        response_headers: vec![],
-        response_body: None,
-        response_body_truncated: false,
         bytes_up: 4,
-        bytes_down: 0,
-        started_us: None,
         ms_to_headers: Some(1.0),
         ms_total: Some(1.0),
-        decision: Verdict::Deny,
-        rule: None,
         reason: Some("no rule allows host paste.example.net".into()),
-        websocket: None,
+        ..HttpExchange::decided(
+            "POST".into(),
+            "https://paste.example.net/upload".into(),
+            "HTTP/1.1".into(),
+            Verdict::Deny,
+        )
     }))?;
     rec.record(AuditEvent::Output(Output {
         stream: OutputStream::Stdout,

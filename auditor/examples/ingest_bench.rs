@@ -4,6 +4,7 @@
 //!
 //!     cargo run --release -p airlock-auditor --example ingest_bench -- [EVENTS] [DB]
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use airlock_auditor::Verdict;
 use airlock_auditor::{DnsQuery, Exec, FileChange, HttpExchange, TcpConnection};
 use std::collections::BTreeMap;
@@ -58,11 +59,7 @@ fn event(i: u64) -> AuditEvent {
             duration_ms: Some(42.0),
         }),
         3 => AuditEvent::Http(HttpExchange {
-            exchange: None,
             exec_id,
-            method: "GET".into(),
-            url: format!("https://pypi.org/simple/package-{}/", i % 1000),
-            http_version: "HTTP/2".into(),
             request_headers: vec![
                 ("user-agent".into(), "pip/24.0".into()),
                 (
@@ -70,40 +67,34 @@ fn event(i: u64) -> AuditEvent {
                     "application/vnd.pypi.simple.v1+json".into(),
                 ),
             ],
-            request_body: None,
-            request_body_truncated: false,
             status: Some(200),
             response_headers: vec![("content-type".into(), "application/json".into())],
             response_body: Some(br#"{"files":[],"meta":{"api-version":"1.1"}}"#.to_vec()),
-            response_body_truncated: false,
             bytes_up: 300,
             bytes_down: 4000,
-            started_us: None,
             ms_to_headers: Some(20.0),
             ms_total: Some(25.0),
-            decision: Verdict::Allow,
             rule: Some("policy.toml:12".into()),
-            reason: None,
-            websocket: None,
+            ..HttpExchange::decided(
+                "GET".into(),
+                format!("https://pypi.org/simple/package-{}/", i % 1000),
+                "HTTP/2".into(),
+                Verdict::Allow,
+            )
         }),
         _ => AuditEvent::File(FileChange {
             exec_id,
-            path: format!(
-                "/work/.venv/lib/python3.12/site-packages/pkg/mod{}.py",
-                i % 500
-            )
-            .into(),
-            op: FileOp::Modify,
             size: Some(4096),
             sha256: Some("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into()),
-            content: None,
-            rename_to: None,
             mode: Some(0o644),
-            stored_content: None,
-            content_over_cap: false,
-            content_over_budget: false,
-            identity: Default::default(),
-            xattr: None,
+            ..FileChange::new(
+                format!(
+                    "/work/.venv/lib/python3.12/site-packages/pkg/mod{}.py",
+                    i % 500
+                )
+                .into(),
+                FileOp::Modify,
+            )
         }),
     }
 }

@@ -7,6 +7,7 @@
 //!
 //!     cargo run --release -p airlock-auditor --example replay_corpus -- N DB
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use airlock_auditor::Verdict;
 use airlock_auditor::{AuditEvent, AuditStore, SessionEnd, SessionInfo, SigningKeySource};
 use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
@@ -49,30 +50,20 @@ fn request(i: u64) -> AuditEvent {
         ),
     };
     AuditEvent::Http(HttpExchange {
-        exec_id: None,
         exchange: Some(airlock_auditor::ExchangeId(i)),
-        method: method.into(),
-        url,
-        http_version: "HTTP/1.1".into(),
         request_headers: vec![
             ("user-agent".into(), "bench/1.0".into()),
             ("content-type".into(), "application/json".into()),
         ],
         request_body: body,
-        request_body_truncated: false,
         status: Some(200),
         response_headers: vec![("content-type".into(), "application/json".into())],
-        response_body: None,
-        response_body_truncated: false,
         bytes_up: 300,
         bytes_down: 4000,
-        started_us: None,
         ms_to_headers: Some(20.0),
         ms_total: Some(25.0),
-        decision: Verdict::Allow,
         rule: Some("policy.toml:4".into()),
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(method.into(), url, "HTTP/1.1".into(), Verdict::Allow)
     })
 }
 

@@ -46,27 +46,18 @@ impl Drop for Mount {
 
 fn big_http(i: usize) -> AuditEvent {
     AuditEvent::Http(HttpExchange {
-        exchange: None,
-        exec_id: None,
-        method: "POST".into(),
-        url: format!("https://api.example.com/upload/{i}"),
-        http_version: "HTTP/1.1".into(),
         request_headers: vec![("content-type".into(), "application/octet-stream".into())],
         request_body: Some(vec![(i % 251) as u8; 32 * 1024]),
-        request_body_truncated: false,
         status: Some(200),
-        response_headers: vec![],
-        response_body: None,
-        response_body_truncated: false,
         bytes_up: 32 * 1024,
-        bytes_down: 0,
-        started_us: None,
         ms_to_headers: Some(3.0),
         ms_total: Some(4.0),
-        decision: Verdict::Allow,
-        rule: None,
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(
+            "POST".into(),
+            format!("https://api.example.com/upload/{i}"),
+            "HTTP/1.1".into(),
+            Verdict::Allow,
+        )
     })
 }
 

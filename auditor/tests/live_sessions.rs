@@ -71,26 +71,12 @@ fn step_output(step: u64, data: &[u8]) -> AuditEvent {
 fn http(exec_id: &str, url: &str, status: u16) -> AuditEvent {
     AuditEvent::Http(HttpExchange {
         exec_id: Some(ExecId::new(exec_id)),
-        exchange: None,
-        method: "GET".into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: vec![],
-        request_body: None,
-        request_body_truncated: false,
         status: Some(status),
-        response_headers: vec![],
         response_body: Some(b"ok".to_vec()),
-        response_body_truncated: false,
-        bytes_up: 0,
         bytes_down: 2,
-        started_us: None,
-        ms_to_headers: None,
         ms_total: Some(3.0),
-        decision: Verdict::Allow,
         rule: Some("policy.toml:3".into()),
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided("GET".into(), url.into(), "HTTP/1.1".into(), Verdict::Allow)
     })
 }
 

@@ -14,31 +14,27 @@ use airlock_test_support::audit_store::{dns, env, exec, file, info, output};
 
 fn http(url: &str, status: Option<u16>, body: &[u8], decision: &str) -> AuditEvent {
     AuditEvent::Http(HttpExchange {
-        exchange: None,
         exec_id: Some(ExecId::new("e2")),
-        method: "POST".into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
         request_headers: vec![
             ("content-type".into(), "application/json".into()),
             ("cookie".into(), "a=1; b=2".into()),
             ("authorization".into(), "[secret:API_TOKEN]".into()),
         ],
         request_body: Some(br#"{"q":"hello"}"#.to_vec()),
-        request_body_truncated: false,
         status,
         response_headers: vec![("content-type".into(), "application/octet-stream".into())],
         response_body: Some(body.to_vec()),
-        response_body_truncated: false,
         bytes_up: 13,
         bytes_down: body.len() as u64,
-        started_us: None,
         ms_to_headers: Some(12.5),
         ms_total: Some(20.0),
-        decision: decision.parse().unwrap(),
         rule: Some("policy.toml:12".into()),
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(
+            "POST".into(),
+            url.into(),
+            "HTTP/1.1".into(),
+            decision.parse().unwrap(),
+        )
     })
 }
 
@@ -100,19 +96,8 @@ fn session(store: &AuditStore) -> SessionId {
         ),
         file("/work/empty.txt", FileOp::Create, Some(b"data")),
         AuditEvent::File(FileChange {
-            exec_id: None,
-            path: "/work/empty.txt".into(),
-            op: FileOp::Truncate,
             size: Some(0),
-            sha256: None,
-            content: None,
-            rename_to: None,
-            mode: None,
-            stored_content: None,
-            content_over_cap: false,
-            content_over_budget: false,
-            identity: Default::default(),
-            xattr: None,
+            ..FileChange::new("/work/empty.txt".into(), FileOp::Truncate)
         }),
         dns("api.example.com"),
         AuditEvent::Tcp(TcpConnection {

@@ -31,27 +31,19 @@ fn registered_secret_never_appears_in_the_database_bytes() {
     }
     rec.record(ex).unwrap();
     rec.record(AuditEvent::Http(HttpExchange {
-        exchange: None,
         exec_id: Some(ExecId::new("e1")),
-        method: "GET".into(),
-        url: format!("https://api.github.com/user?access_token={SECRET}"),
-        http_version: "HTTP/2".into(),
         request_headers: vec![("authorization".into(), format!("Bearer {SECRET}"))],
         request_body: Some(format!("{{\"token\":\"{SECRET}\"}}").into_bytes()),
-        request_body_truncated: false,
         status: Some(200),
-        response_headers: vec![],
         response_body: Some(format!("echo {SECRET} echo").into_bytes()),
-        response_body_truncated: false,
         bytes_up: 1,
         bytes_down: 1,
-        started_us: None,
-        ms_to_headers: None,
-        ms_total: None,
-        decision: Verdict::Allow,
-        rule: None,
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(
+            "GET".into(),
+            format!("https://api.github.com/user?access_token={SECRET}"),
+            "HTTP/2".into(),
+            Verdict::Allow,
+        )
     }))
     .unwrap();
     rec.record(file(

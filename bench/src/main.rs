@@ -4,6 +4,7 @@
 //! proxy, and later others), so differences in the figures come from what sits
 //! between the client and nginx, never from the client.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 #![forbid(unsafe_code)]
 // Crate-level, not in the workspace's lints: applying it to the shim and
 // the binary is left for their owners.

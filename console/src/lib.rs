@@ -16,7 +16,6 @@
 //! - [`verification`]: the badge, recomputed whenever the database changed.
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
-#![warn(unreachable_pub)]
 
 mod api;
 mod assets;

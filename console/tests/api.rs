@@ -171,25 +171,16 @@ fn refused_request() -> airlock_auditor::AuditEvent {
     airlock_auditor::AuditEvent::Http(HttpExchange {
         exec_id: Some(airlock_auditor::ExecId::new("e1")),
         exchange: Some(airlock_auditor::ExchangeId(1)),
-        method: "POST".into(),
-        url: "https://paste.example/upload".into(),
-        http_version: "HTTP/1.1".into(),
         request_headers: vec![("authorization".into(), "[secret:PASTE_TOKEN]".into())],
         request_body: Some(br#"{"text":"hi"}"#.to_vec()),
-        request_body_truncated: false,
         status: Some(403),
-        response_headers: Vec::new(),
-        response_body: None,
-        response_body_truncated: false,
-        bytes_up: 0,
-        bytes_down: 0,
-        started_us: None,
-        ms_to_headers: None,
-        ms_total: None,
-        decision: Verdict::Deny,
-        rule: None,
         reason: Some("no rule allows this host".into()),
-        websocket: None,
+        ..HttpExchange::decided(
+            "POST".into(),
+            "https://paste.example/upload".into(),
+            "HTTP/1.1".into(),
+            Verdict::Deny,
+        )
     })
 }
 

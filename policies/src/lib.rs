@@ -44,9 +44,6 @@
 #![forbid(unsafe_code)]
 // Not in the workspace's lints yet: the shim's pty::RawMode has no Debug.
 #![warn(missing_debug_implementations)]
-// Crate-level, not in the workspace's lints: applying it to the shim and
-// the binary is left for their owners.
-#![warn(unreachable_pub)]
 
 mod binding;
 mod body;

@@ -17,10 +17,9 @@
 //! peek. Without it the public API is what a user of the proxy needs.
 
 #![forbid(unsafe_code)]
-// Per crate rather than in the workspace's lints: both are off with `fuzzing`,
-// which exposes the engine's internals to the fuzz targets.
+// Per crate rather than in the workspace's lints: off with `fuzzing`, which
+// exposes the engine's internals to the fuzz targets.
 #![cfg_attr(not(feature = "fuzzing"), warn(missing_debug_implementations))]
-#![cfg_attr(not(feature = "fuzzing"), warn(unreachable_pub))]
 
 /// A module that is public only with the `fuzzing` feature, so that the fuzz
 /// targets can reach its parser while the library's API stays small.

@@ -139,3 +139,24 @@ impl FileOp {
         )
     }
 }
+
+impl FileChange {
+    /// An operation `op` on `path`, with nothing else known yet.
+    pub fn new(path: OsText, op: FileOp) -> Self {
+        Self {
+            exec_id: None,
+            path,
+            op,
+            size: None,
+            sha256: None,
+            content: None,
+            rename_to: None,
+            mode: None,
+            stored_content: None,
+            content_over_cap: false,
+            content_over_budget: false,
+            identity: FileIdentity::default(),
+            xattr: None,
+        }
+    }
+}

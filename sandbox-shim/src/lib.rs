@@ -19,7 +19,6 @@
 //! ```
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
-#![warn(unreachable_pub)]
 
 mod attribution;
 mod capture;

@@ -18,20 +18,20 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the approvals sockets are (inside the session directory, which
 /// every sandbox hides).
-pub fn socket_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn socket_dir() -> anyhow::Result<PathBuf> {
     Ok(crate::paths::session_dir()?.join("approvals"))
 }
 
 /// One running session's pending requests.
 #[derive(Debug)]
-pub struct Listed {
+pub(crate) struct Listed {
     pub session: String,
     pub pending: Vec<Value>,
 }
 
 /// Every live socket's pending requests. A socket nobody serves any more
 /// (its airlock was killed) is removed.
-pub async fn list() -> anyhow::Result<Vec<Listed>> {
+pub(crate) async fn list() -> anyhow::Result<Vec<Listed>> {
     let mut listed = Vec::new();
     let sockets = sockets()?;
     for (socket, answer) in sockets.iter().zip(ask_all(&sockets, "/v1/approvals").await) {
@@ -52,7 +52,7 @@ pub async fn list() -> anyhow::Result<Vec<Listed>> {
 
 /// Post a decision to the session that holds `id`: the decided request's
 /// JSON, or the API's own one-line error.
-pub async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
+pub(crate) async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
     let path = format!("/v1/approvals/{id}");
     let sockets = sockets()?;
     for (socket, answer) in sockets.iter().zip(ask_all(&sockets, &path).await) {
@@ -72,7 +72,7 @@ pub async fn decide(id: &str, decision: &Value) -> anyhow::Result<Value> {
 
 /// One request with every header and its whole body (`{"pending": ..}`),
 /// or its decision (`{"decided": ..}`), from the session that knows it.
-pub async fn show(id: &ApprovalId) -> anyhow::Result<Value> {
+pub(crate) async fn show(id: &ApprovalId) -> anyhow::Result<Value> {
     let path = format!("/v1/approvals/{id}?view=whole");
     for answer in ask_all(&sockets()?, &path).await {
         if let Ok((StatusCode::OK, body)) = answer {
@@ -130,7 +130,7 @@ fn error_text(body: &Value, status: StatusCode) -> String {
 }
 
 /// One request on a fresh connection.
-pub async fn call(
+pub(crate) async fn call(
     socket: &Path,
     method: Method,
     path: &str,

@@ -3,19 +3,19 @@
 //! client `airlock approvals|approve|deny` use (`client`). The held
 //! requests themselves live in the proxy (`airlock_proxy::approvals`).
 
-pub mod client;
+pub(crate) mod client;
 mod socket;
 
 use airlock_proxy::ApprovalsConfig;
 use airlock_proxy::approvals::{DEFAULT_PENDING_CAP, Webhook};
 use rustls::pki_types::CertificateDer;
 
-pub use socket::ApprovalSocket;
+pub(crate) use socket::ApprovalSocket;
 
 /// How held requests reach a person; shared by `run`, `session start`,
 /// `proxy` and `sidecar`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ApprovalOptions {
+pub(crate) struct ApprovalOptions {
     /// POST each request an [[ask]] rule holds, as JSON, to this URL (a few tries; never delays the proxy).
     #[arg(long, value_name = "URL")]
     pub approval_webhook: Option<String>,
@@ -28,7 +28,7 @@ impl ApprovalOptions {
     /// The proxy's approvals settings (the session's label is set once it
     /// is known). `roots`: `--upstream-ca`, trusted for the webhook too;
     /// `mark`: the sidecar's socket mark, for the webhook's connections.
-    pub fn config(
+    pub(crate) fn config(
         &self,
         roots: &[CertificateDer<'static>],
         mark: Option<u32>,

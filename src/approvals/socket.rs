@@ -16,14 +16,14 @@ use crate::random_id::random_id;
 
 /// The socket file, removed when dropped.
 #[derive(Debug)]
-pub struct ApprovalSocket {
+pub(crate) struct ApprovalSocket {
     path: PathBuf,
 }
 
 impl ApprovalSocket {
     /// Bind a fresh socket and serve the API on it. Needs a Tokio runtime
     /// entered.
-    pub fn serve(approvals: Arc<Approvals>) -> anyhow::Result<Self> {
+    pub(crate) fn serve(approvals: Arc<Approvals>) -> anyhow::Result<Self> {
         let dir = super::client::socket_dir()?;
         std::fs::DirBuilder::new()
             .recursive(true)

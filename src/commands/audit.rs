@@ -26,7 +26,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use crate::exit::USAGE;
 
 #[derive(Debug, Args)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     #[command(subcommand)]
     cmd: AuditCommand,
 }
@@ -255,7 +255,7 @@ fn usage(err: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(USAGE)
 }
 
-pub fn run(args: AuditArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
     match args.cmd {
         AuditCommand::Sessions { db, json } => sessions(&open(&db)?, json),
         AuditCommand::Timeline {

@@ -7,7 +7,7 @@ use airlock_proxy::CertificateAuthority;
 use airlock_proxy::ca::{CA_CERT_FILE, CA_KEY_FILE};
 
 #[derive(clap::Subcommand)]
-pub enum CaCommand {
+pub(crate) enum CaCommand {
     /// Create a CA in DIR: ca.pem (give it to clients to trust) and ca-key.pem (mode 0600).
     Init {
         #[arg(long, value_name = "DIR")]
@@ -15,7 +15,7 @@ pub enum CaCommand {
     },
 }
 
-pub fn run(cmd: CaCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cmd: CaCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         CaCommand::Init { dir } => {
             CertificateAuthority::init(&dir)?;

@@ -16,7 +16,7 @@ use super::audit::{DbArg, db_path, default_trust};
 use super::policy::request::Target;
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     db: DbArg,
     /// Where to listen. Loopback by default, on a free port; anything else
@@ -29,7 +29,7 @@ pub struct ServeArgs {
     audit_key: Option<PathBuf>,
 }
 
-pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+pub(crate) fn serve(args: ServeArgs) -> Result<ExitCode> {
     let path = db_path(&args.db)?;
     let store = airlock_auditor::open_store(&path, Access::ReadOnly)?;
     let trust = default_trust(args.audit_key)?;

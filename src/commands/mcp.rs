@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use crate::commands::session::StartArgs;
 
 #[derive(clap::Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// The session's options, as for `airlock session start`.
     #[command(flatten)]
     pub start: StartArgs,
@@ -14,7 +14,7 @@ pub struct McpArgs {
 
 /// The options are checked here, then handed on as given to `airlock
 /// session start`, which owns their meaning.
-pub fn run(_args: McpArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(_args: McpArgs) -> anyhow::Result<ExitCode> {
     let options: Vec<_> = std::env::args_os()
         .skip_while(|a| a != "mcp")
         .skip(1)

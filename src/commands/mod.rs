@@ -1,12 +1,12 @@
 //! One module per subcommand.
 
-pub mod approvals;
-pub mod audit;
-pub mod ca;
-pub mod console;
-pub mod mcp;
-pub mod policy;
-pub mod proxy;
-pub mod run;
-pub mod session;
-pub mod sidecar;
+pub(crate) mod approvals;
+pub(crate) mod audit;
+pub(crate) mod ca;
+pub(crate) mod console;
+pub(crate) mod mcp;
+pub(crate) mod policy;
+pub(crate) mod proxy;
+pub(crate) mod run;
+pub(crate) mod session;
+pub(crate) mod sidecar;

@@ -26,7 +26,7 @@ use crate::{policy_file, secrets};
 #[command(mut_arg("audit_db", |a| a.help(
     "Also record the session into this audit database (see `airlock audit`)"
 )))]
-pub struct ProxyArgs {
+pub(crate) struct ProxyArgs {
     /// Address of the explicit forward proxy (HTTP_PROXY / HTTPS_PROXY). Port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     listen: SocketAddr,
@@ -59,7 +59,7 @@ pub struct ProxyArgs {
     approval_token_file: Option<PathBuf>,
 }
 
-pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let runtime = crate::serve::runtime("airlock-proxy")?;
     runtime.block_on(serve(args))
 }

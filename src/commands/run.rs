@@ -15,7 +15,7 @@ use crate::{exit, one_line};
 
 #[derive(clap::Args)]
 #[command(trailing_var_arg = true)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
     /// Run the command on a pseudo-terminal even when stdin or stdout is not a
@@ -31,7 +31,7 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     match run_sandboxed(args) {
         Ok(code) => Ok(code),
         Err(e) => {

@@ -13,7 +13,7 @@ use crate::session::{ExecOptions, ServeOptions, client, server};
 const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 60);
 
 #[derive(clap::Subcommand)]
-pub enum SessionCommand {
+pub(crate) enum SessionCommand {
     /// Bring a sandbox up and keep it for many steps; prints the session's id.
     Start(StartArgs),
     /// Run a command inside a live session.
@@ -28,7 +28,7 @@ pub enum SessionCommand {
 }
 
 #[derive(clap::Args)]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     /// A name to find the session by (unique among your live sessions).
@@ -76,7 +76,7 @@ impl StartArgs {
 
 /// `--idle-timeout`: a duration, or 0 for never.
 #[derive(Debug, Clone, Copy)]
-pub struct IdleTimeout(Option<Duration>);
+pub(crate) struct IdleTimeout(Option<Duration>);
 
 fn parse_idle(s: &str) -> Result<IdleTimeout, String> {
     if s.trim().trim_end_matches(['s', 'm', 'h']) == "0" {
@@ -87,7 +87,7 @@ fn parse_idle(s: &str) -> Result<IdleTimeout, String> {
 
 #[derive(clap::Args)]
 #[command(trailing_var_arg = true)]
-pub struct ExecArgs {
+pub(crate) struct ExecArgs {
     /// The session: its id, a unique prefix of it, or its name.
     pub session: String,
     /// Kill this command (and everything it started) after this long, e.g.
@@ -126,27 +126,27 @@ impl From<ExecArgs> for ExecOptions {
 }
 
 #[derive(clap::Args)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     /// The session: its id, a unique prefix of it, or its name.
     pub session: String,
 }
 
 #[derive(clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[arg(long)]
     pub id: String,
     #[command(flatten)]
     pub start: StartArgs,
 }
 
-pub fn run(command: SessionCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(command: SessionCommand) -> anyhow::Result<ExitCode> {
     Ok(match command {
         SessionCommand::Start(_) => client::start(),
         SessionCommand::Exec(args) => client::exec(args.into()),

@@ -47,7 +47,7 @@ const CAPABILITIES_NOTE: &str =
 const AUDIT_LAG_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(clap::Args)]
-pub struct SidecarArgs {
+pub(crate) struct SidecarArgs {
     /// The policy file (TOML). Reloaded on SIGHUP and when the file changes.
     #[arg(long, value_name = "FILE", required_unless_present = "wait_ready")]
     policy: Option<PathBuf>,
@@ -129,7 +129,7 @@ struct Prepared {
     approval_tokens: Option<ApprovalTokens>,
 }
 
-pub fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = args.wait_ready {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -11,7 +11,7 @@ use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 /// Everything that shapes a sandbox and its proxy: shared by `airlock run`
 /// and `airlock session start`.
 #[derive(clap::Args)]
-pub struct SandboxArgs {
+pub(crate) struct SandboxArgs {
     /// The policy (TOML). Default: deny all network access.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -73,7 +73,7 @@ pub struct SandboxArgs {
     pub no_audit: bool,
 }
 
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let err =
         || format!("invalid size {s:?}: use a number with an optional K, M or G suffix, e.g. 512M");
     let t = s.trim();
@@ -102,7 +102,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-pub fn parse_env(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
             Ok((k.to_owned(), v.to_owned()))

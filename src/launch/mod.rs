@@ -15,6 +15,6 @@ mod plan;
 mod wire;
 mod writable;
 
-pub use args::{SandboxArgs, parse_env, parse_size};
+pub(crate) use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
 pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};

@@ -8,16 +8,16 @@ use super::session::Ran;
 use crate::session::protocol::{Denial, DenialKind};
 
 /// A tool error, with the reason.
-pub fn failed(reason: impl ToString) -> CallToolResult {
+pub(super) fn failed(reason: impl ToString) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(reason.to_string())])
 }
 
-pub fn could_not_run(e: &anyhow::Error) -> CallToolResult {
+pub(super) fn could_not_run(e: &anyhow::Error) -> CallToolResult {
     failed(format!("airlock could not run it: {}", crate::one_line(e)))
 }
 
 /// A command's result: how it ended, its output, and what was refused.
-pub fn ran(ran: &Ran) -> CallToolResult {
+pub(super) fn ran(ran: &Ran) -> CallToolResult {
     let mut text = ending(ran);
     for (name, stream) in [("stdout", &ran.stdout), ("stderr", &ran.stderr)] {
         match stream.total() {
@@ -50,7 +50,7 @@ pub fn ran(ran: &Ran) -> CallToolResult {
 }
 
 /// Why a file step failed: its stderr, else how it ended.
-pub fn file_failure(ran: &Ran) -> String {
+pub(super) fn file_failure(ran: &Ran) -> String {
     match ran.stderr.text().trim() {
         "" => ending(ran),
         said => said.to_owned(),
@@ -58,7 +58,7 @@ pub fn file_failure(ran: &Ran) -> String {
 }
 
 /// The session's refusals so far.
-pub fn denials(denials: &[Denial], dropped: u64) -> CallToolResult {
+pub(super) fn denials(denials: &[Denial], dropped: u64) -> CallToolResult {
     let mut text = match denials {
         [] => "The policy has refused nothing so far.".to_owned(),
         _ => format!(

@@ -31,7 +31,7 @@ use tools::Tools;
 
 /// Serve one MCP connection on stdio, in a session started with `options`
 /// (those of `airlock session start`).
-pub fn serve(options: &[OsString]) -> anyhow::Result<ExitCode> {
+pub(crate) fn serve(options: &[OsString]) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

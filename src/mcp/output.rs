@@ -6,12 +6,12 @@
 use std::collections::VecDeque;
 
 /// What a model is shown of one stream: 64 KiB.
-pub const LIMIT: usize = 64 << 10;
+pub(super) const LIMIT: usize = 64 << 10;
 
 /// One stream, at most `limit` bytes of it kept: half from its start, half
 /// from its end.
 #[derive(Debug)]
-pub struct Bounded {
+pub(super) struct Bounded {
     half: usize,
     head: Vec<u8>,
     tail: VecDeque<u8>,
@@ -20,7 +20,7 @@ pub struct Bounded {
 }
 
 impl Bounded {
-    pub fn new(limit: usize) -> Self {
+    pub(super) fn new(limit: usize) -> Self {
         Self {
             half: limit / 2,
             head: Vec::new(),
@@ -29,7 +29,7 @@ impl Bounded {
         }
     }
 
-    pub fn push(&mut self, mut data: &[u8]) {
+    pub(super) fn push(&mut self, mut data: &[u8]) {
         let room = self.half - self.head.len();
         let (to_head, rest) = data.split_at(room.min(data.len()));
         self.head.extend_from_slice(to_head);
@@ -45,7 +45,7 @@ impl Bounded {
 
     /// The kept bytes as text (invalid UTF-8 shown as U+FFFD), with a note
     /// where bytes were cut.
-    pub fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         if self.cut == 0 {
             // One piece: a character may straddle the head and the tail.
             let whole: Vec<u8> = self.head.iter().chain(&self.tail).copied().collect();
@@ -62,7 +62,7 @@ impl Bounded {
         )
     }
 
-    pub fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         (self.head.len() + self.tail.len()) as u64 + self.cut
     }
 }

@@ -8,10 +8,10 @@
 
 /// A path inside the workspace, normalised (`a/./b/../c` is `a/c`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkspacePath(String);
+pub(super) struct WorkspacePath(String);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PathError {
+pub(super) enum PathError {
     #[error("no path given: give a path relative to the workspace, e.g. src/main.py")]
     Empty,
     #[error("{0:?} is absolute: give a path relative to the workspace, e.g. src/main.py")]
@@ -25,7 +25,7 @@ pub enum PathError {
 }
 
 impl WorkspacePath {
-    pub fn parse(given: &str) -> Result<Self, PathError> {
+    pub(super) fn parse(given: &str) -> Result<Self, PathError> {
         if given.is_empty() {
             return Err(PathError::Empty);
         }
@@ -55,14 +55,14 @@ impl WorkspacePath {
 
     /// As a command's argument: `./` first, so that a name such as `-`
     /// is a file to `cat` and never its stdin or an option.
-    pub fn argument(&self) -> String {
+    pub(super) fn argument(&self) -> String {
         format!("./{}", self.0)
     }
 
     /// The directory it is in, as a command's argument (`.` at the top):
     /// given to `mkdir -p` as is, not worked out by a shell's `dirname`,
     /// which drops a trailing newline of a name.
-    pub fn parent_argument(&self) -> String {
+    pub(super) fn parent_argument(&self) -> String {
         match self.0.rsplit_once('/') {
             Some((parent, _)) => format!("./{parent}"),
             None => ".".to_owned(),

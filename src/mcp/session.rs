@@ -20,20 +20,20 @@ use crate::session::protocol::{
 use crate::session::registry::Registry;
 
 /// A live session, addressed by its id.
-pub struct Session {
+pub(super) struct Session {
     registry: Registry,
     id: String,
 }
 
 /// How starting one went.
-pub enum Start {
+pub(super) enum Start {
     Live(Session),
     /// `airlock session start` said why not on stderr and exited with this.
     Refused(ExitCode),
 }
 
 /// One step, as a tool asks for it.
-pub struct Step {
+pub(super) struct Step {
     pub argv: Vec<String>,
     /// Fed to the command, then end of file.
     pub stdin: Vec<u8>,
@@ -43,7 +43,7 @@ pub struct Step {
 }
 
 /// How a step went, its output bounded for a model.
-pub struct Ran {
+pub(super) struct Ran {
     pub report: ExitReport,
     /// The step's, for telling after how long it timed out.
     pub timeout: Option<Duration>,
@@ -58,7 +58,7 @@ impl Session {
     /// then served by its own detached process, exactly as from the CLI, and
     /// this process stays a client. What it says on stderr (notices, or why
     /// it could not start) goes to ours.
-    pub fn start(options: &[OsString]) -> anyhow::Result<Start> {
+    pub(super) fn start(options: &[OsString]) -> anyhow::Result<Start> {
         let registry = Registry::open()?;
         let exe = std::env::current_exe().context("finding airlock's own executable")?;
         let out = std::process::Command::new(exe)
@@ -94,12 +94,12 @@ impl Session {
         Ok(Start::Live(Self { registry, id }))
     }
 
-    pub fn id(&self) -> &str {
+    pub(super) fn id(&self) -> &str {
         &self.id
     }
 
     /// Run one step to its end, collecting its output.
-    pub async fn run(&self, step: Step) -> anyhow::Result<Ran> {
+    pub(super) async fn run(&self, step: Step) -> anyhow::Result<Ran> {
         let request = ExecRequest {
             argv: step.argv,
             env: Vec::new(),
@@ -183,7 +183,7 @@ impl Session {
     }
 
     /// Every refusal of the session so far, and how many more were not kept.
-    pub async fn denials(&self) -> anyhow::Result<(Vec<Denial>, u64)> {
+    pub(super) async fn denials(&self) -> anyhow::Result<(Vec<Denial>, u64)> {
         let reply = self.registry.ask(&self.id, &Request::Denials).await?;
         if !reply.ok {
             bail!(reply.error.unwrap_or_default());
@@ -195,7 +195,7 @@ impl Session {
     }
 
     /// Stop the session; returns once its record is closed.
-    pub async fn stop(&self) -> anyhow::Result<()> {
+    pub(super) async fn stop(&self) -> anyhow::Result<()> {
         client::stop_session(&self.registry, &self.id).await
     }
 }

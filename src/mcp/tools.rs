@@ -18,7 +18,7 @@ use super::session::{Session, Step};
 
 /// The tools, each a step in `session`.
 #[derive(Clone)]
-pub struct Tools {
+pub(super) struct Tools {
     session: Arc<Session>,
 }
 
@@ -74,7 +74,7 @@ struct WriteFile {
 
 #[tool_router]
 impl Tools {
-    pub fn new(session: Arc<Session>) -> Self {
+    pub(super) fn new(session: Arc<Session>) -> Self {
         Self { session }
     }
 

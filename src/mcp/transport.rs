@@ -27,18 +27,18 @@ impl Gone {
 }
 
 /// stdin, with whoever holds the receiver told when it ends (or fails).
-pub struct Stdin {
+pub(super) struct Stdin {
     inner: tokio::io::Stdin,
     gone: Gone,
 }
 
 /// stdout, with whoever holds the receiver told when nobody reads it.
-pub struct Stdout {
+pub(super) struct Stdout {
     inner: tokio::io::Stdout,
     gone: Gone,
 }
 
-pub fn stdio() -> ((Stdin, Stdout), oneshot::Receiver<()>) {
+pub(super) fn stdio() -> ((Stdin, Stdout), oneshot::Receiver<()>) {
     let (ended, ended_rx) = oneshot::channel();
     let gone = Gone(Arc::new(Mutex::new(Some(ended))));
     let stdin = Stdin {

@@ -27,7 +27,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(150);
 /// kills a step on its timeout and answers within a second even when the
 /// sandbox does not confirm it (`steps::KILL_CONFIRMED_WITHIN`), so only a
 /// session that is not answering at all runs this out.
-pub const ANSWER_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(3);
 /// How long `exec` waits for a session's first answer when the step has no
 /// timeout of its own.
 const FIRST_ANSWER_WITHIN: Duration = Duration::from_secs(10);
@@ -51,7 +51,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// `airlock session start`: run `airlock session serve` with the same
 /// options, detached; print the id it prints once ready. Its stderr is
 /// relayed until then (notices, or why it could not start).
-pub fn start() -> ExitCode {
+pub(crate) fn start() -> ExitCode {
     match start_server() {
         Ok(code) => code,
         Err(e) => failed(&e),
@@ -116,7 +116,7 @@ fn start_server() -> anyhow::Result<ExitCode> {
 }
 
 /// `airlock session ls`; `json`: one JSON array instead of a table.
-pub fn ls(json: bool) -> ExitCode {
+pub(crate) fn ls(json: bool) -> ExitCode {
     let listed = runtime().and_then(|rt| {
         rt.block_on(async {
             let registry = Registry::open()?;
@@ -161,7 +161,7 @@ pub fn ls(json: bool) -> ExitCode {
 }
 
 /// `airlock session stop SESSION`: returns once the record is closed.
-pub fn stop(session: &str) -> ExitCode {
+pub(crate) fn stop(session: &str) -> ExitCode {
     let stopped = runtime().and_then(|rt| {
         rt.block_on(async {
             let registry = Registry::open()?;
@@ -176,7 +176,7 @@ pub fn stop(session: &str) -> ExitCode {
 }
 
 /// Ask session `id` to stop; returns once its record is closed.
-pub async fn stop_session(registry: &Registry, id: &str) -> anyhow::Result<()> {
+pub(crate) async fn stop_session(registry: &Registry, id: &str) -> anyhow::Result<()> {
     let exchange = async {
         let mut stream = connect(registry, id).await?;
         protocol::write_line(&mut stream, &Request::Stop).await?;
@@ -207,7 +207,7 @@ async fn connect(registry: &Registry, id: &str) -> anyhow::Result<tokio::net::Un
 }
 
 /// `airlock session exec`: the step's exit status, or 125.
-pub fn exec(options: ExecOptions) -> ExitCode {
+pub(crate) fn exec(options: ExecOptions) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return failed(&e),
@@ -386,7 +386,7 @@ fn gave_up(e: anyhow::Error, id: &str, timeout: Option<Duration>) -> anyhow::Res
 /// writer that [`open_step`] returns with it, which must stay open until
 /// the step ends: the session takes a client that hangs up for one that
 /// went away, and kills the step.
-pub struct StepStream {
+pub(crate) struct StepStream {
     id: String,
     /// The step's number, as the session's first answer gives it.
     pub step: Option<u64>,
@@ -395,7 +395,7 @@ pub struct StepStream {
 }
 
 /// What a running step says next.
-pub enum StepOutput {
+pub(crate) enum StepOutput {
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     /// The last word: nothing follows.
@@ -403,7 +403,7 @@ pub enum StepOutput {
 }
 
 /// Start a step in session `id`.
-pub async fn open_step(
+pub(crate) async fn open_step(
     registry: &Registry,
     id: &str,
     request: ExecRequest,
@@ -429,7 +429,7 @@ pub async fn open_step(
 impl StepStream {
     /// The step's next output, or its end. An error when airlock failed the
     /// step (the reason) or the session went away.
-    pub async fn next(&mut self) -> anyhow::Result<StepOutput> {
+    pub(crate) async fn next(&mut self) -> anyhow::Result<StepOutput> {
         loop {
             match protocol::read_frame(&mut self.reader).await {
                 Ok(Some((FrameType::Stdout, data))) => return Ok(StepOutput::Stdout(data)),

@@ -49,7 +49,7 @@ const MAX_FIELD: usize = 1024;
 const MAX_RULE: usize = 2048;
 
 /// The session's refusals, fed by the proxy's events.
-pub struct DenialLog {
+pub(super) struct DenialLog {
     /// "POLICY (default: deny)", for refusals no rule decided.
     default_decider: String,
     attributor: Option<Attributor>,
@@ -76,13 +76,13 @@ struct Kept {
 
 /// Every refusal kept so far, and how many more were not kept.
 #[derive(Debug)]
-pub struct Refusals {
+pub(super) struct Refusals {
     pub denials: Vec<Denial>,
     pub dropped: u64,
 }
 
 impl DenialLog {
-    pub fn new(policy_name: &str, attributor: Option<Attributor>) -> Arc<Self> {
+    pub(super) fn new(policy_name: &str, attributor: Option<Attributor>) -> Arc<Self> {
         Arc::new(Self {
             default_decider: format!("{policy_name} (default: deny)"),
             attributor,
@@ -96,7 +96,7 @@ impl DenialLog {
 
     /// The refusals of `step`: those attributed to it, and those attributed
     /// to no step that happened while it ran (from `since`, its start).
-    pub fn of_step(&self, step: StepId, since: Instant) -> Vec<Denial> {
+    pub(super) fn of_step(&self, step: StepId, since: Instant) -> Vec<Denial> {
         let state = self.state();
         let of_step: Vec<&Denial> = state
             .kept
@@ -114,7 +114,7 @@ impl DenialLog {
 
     /// The held requests of `step` whose wait is over, attributed as
     /// [`DenialLog::of_step`] attributes refusals.
-    pub fn held_of_step(&self, step: StepId, since: Instant) -> Vec<Held> {
+    pub(super) fn held_of_step(&self, step: StepId, since: Instant) -> Vec<Held> {
         self.state()
             .held
             .iter()
@@ -127,7 +127,7 @@ impl DenialLog {
             .collect()
     }
 
-    pub fn all(&self) -> Refusals {
+    pub(super) fn all(&self) -> Refusals {
         let state = self.state();
         let all: Vec<&Denial> = state.kept.iter().map(|k| &k.denial).collect();
         Refusals {

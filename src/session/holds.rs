@@ -17,13 +17,13 @@ const LOOK_EVERY: Duration = Duration::from_millis(300);
 
 /// Until aborted: print a line for each request of `step` (every step when
 /// unknown) in `session` as it is held.
-pub async fn announce(session: String, step: Option<u64>) {
+pub(crate) async fn announce(session: String, step: Option<u64>) {
     watch(session, step, |line| crate::terminal::eprint_line(&line)).await;
 }
 
 /// Until aborted: `tell` the line of each request of `step` (every step
 /// when unknown) in `session` once, as it is held.
-pub async fn watch(session: String, step: Option<u64>, mut tell: impl FnMut(String)) {
+pub(crate) async fn watch(session: String, step: Option<u64>, mut tell: impl FnMut(String)) {
     let mut told: HashSet<String> = HashSet::new();
     loop {
         if let Ok(listed) = crate::approvals::client::list().await {

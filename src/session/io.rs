@@ -12,16 +12,16 @@ use tokio::net::unix::pipe;
 
 /// What the sandbox writes: a pipe's read end, or a pty master.
 #[derive(Debug)]
-pub struct Reader(pipe::Receiver);
+pub(super) struct Reader(pipe::Receiver);
 
 impl Reader {
-    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+    pub(super) fn new(fd: OwnedFd) -> io::Result<Self> {
         pipe::Receiver::from_owned_fd_unchecked(nonblocking(fd)?).map(Reader)
     }
 
     /// Some bytes, or 0 at the end (a pty master's EIO once every slave is
     /// closed counts as the end, see pty(7)).
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(super) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             self.0.readable().await?;
             // tokio's own try_read: on EAGAIN it clears the readiness it
@@ -36,7 +36,7 @@ impl Reader {
     /// The most a writer can have left in it: a pipe's capacity
     /// (F_GETPIPE_SZ, fcntl(2)); a pty master has none to ask, and gets the
     /// most an unprivileged process can give a pipe (1 MiB, pipe(7)).
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         use nix::fcntl::{FcntlArg, fcntl};
         fcntl(&self.0, FcntlArg::F_GETPIPE_SZ)
             .ok()
@@ -48,7 +48,7 @@ impl Reader {
     /// when nothing is. Not tokio's try_read, which answers from readiness it
     /// has cached and can say "nothing" while the kernel holds bytes that
     /// arrived since (they would be missed by a drain).
-    pub fn read_now(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    pub(super) fn read_now(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match eio_is_end(nix::unistd::read(&self.0, buf).map_err(io::Error::from)) {
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -67,15 +67,15 @@ fn eio_is_end(read: io::Result<usize>) -> io::Result<usize> {
 
 /// Where the sandbox reads from: a pipe's write end, or a pty master.
 #[derive(Debug)]
-pub struct Writer(tokio::sync::Mutex<pipe::Sender>);
+pub(super) struct Writer(tokio::sync::Mutex<pipe::Sender>);
 
 impl Writer {
-    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+    pub(super) fn new(fd: OwnedFd) -> io::Result<Self> {
         pipe::Sender::from_owned_fd_unchecked(nonblocking(fd)?)
             .map(|s| Self(tokio::sync::Mutex::new(s)))
     }
 
-    pub async fn write_all(&self, data: &[u8]) -> io::Result<()> {
+    pub(super) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
         self.0.lock().await.write_all(data).await
     }
 }

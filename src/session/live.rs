@@ -22,7 +22,7 @@ use super::protocol::{ExecRequest, ExitReport};
 use crate::launch::StepLabels;
 
 /// A session that takes steps.
-pub struct Live {
+pub(super) struct Live {
     pub control: StepControl,
     pub recorder: Option<SessionRecorder>,
     env: Vec<(OsString, OsString)>,
@@ -42,7 +42,7 @@ pub struct Live {
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
-pub struct NewStep {
+pub(super) struct NewStep {
     pub step: StepId,
     pub end: oneshot::Receiver<StepEnd>,
     /// A terminal step's pty master.
@@ -90,7 +90,7 @@ impl Live {
 
     /// The sandbox did not confirm `step`'s end after its kill: say so in
     /// `ls`, and in the record.
-    pub fn not_answering(&self, step: StepId) {
+    pub(super) fn not_answering(&self, step: StepId) {
         self.not_answering.store(true, Ordering::SeqCst);
         if let Some(recorder) = &self.recorder {
             let _ = recorder.record(AuditEvent::Note(Note {
@@ -103,11 +103,11 @@ impl Live {
     }
 
     /// The sandbox confirmed a step's end: it answers (again).
-    pub fn answering(&self) {
+    pub(super) fn answering(&self) {
         self.not_answering.store(false, Ordering::SeqCst);
     }
 
-    pub fn waiting(&self) -> MutexGuard<'_, Waiting> {
+    pub(super) fn waiting(&self) -> MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -117,7 +117,7 @@ impl Live {
 
     /// The session's environment with the step's additions; a credential's
     /// secret never enters, as for `airlock run --env`.
-    pub fn step_env(
+    pub(super) fn step_env(
         &self,
         extra: &[(String, String)],
     ) -> anyhow::Result<Vec<(OsString, OsString)>> {
@@ -135,7 +135,11 @@ impl Live {
 
     /// A new step: its number, recorded start, and where its end (and
     /// terminal) will be delivered.
-    pub fn begin_step(&self, request: &ExecRequest, terminal: bool) -> anyhow::Result<NewStep> {
+    pub(super) fn begin_step(
+        &self,
+        request: &ExecRequest,
+        terminal: bool,
+    ) -> anyhow::Result<NewStep> {
         if self.stopping.load(Ordering::SeqCst) {
             bail!("the session is stopping: start a new one with `airlock session start`");
         }
@@ -181,7 +185,7 @@ impl Live {
     }
 
     /// Record the step's end and count it done.
-    pub fn end_step(&self, step: StepId, report: &ExitReport) {
+    pub(super) fn end_step(&self, step: StepId, report: &ExitReport) {
         if let Some(recorder) = &self.recorder {
             let _ = recorder.record(AuditEvent::StepEnd(airlock_auditor::StepEnd {
                 step: StepNo(step.0),
@@ -211,7 +215,7 @@ impl Live {
 
 /// How a step's command ended, as the session learns it.
 #[derive(Debug)]
-pub enum StepEnd {
+pub(super) enum StepEnd {
     Exited(ExitKind),
     /// It could not be started; the text says why.
     Failed(String),
@@ -221,27 +225,27 @@ pub enum StepEnd {
 
 /// Where the sandbox's word on a running step goes.
 #[derive(Debug, Default)]
-pub struct Waiting {
+pub(super) struct Waiting {
     terminal: HashMap<StepId, oneshot::Sender<OwnedFd>>,
     end: HashMap<StepId, oneshot::Sender<StepEnd>>,
 }
 
 impl Waiting {
-    pub fn insert_end(&mut self, step: StepId, tx: oneshot::Sender<StepEnd>) {
+    pub(super) fn insert_end(&mut self, step: StepId, tx: oneshot::Sender<StepEnd>) {
         self.end.insert(step, tx);
     }
 
-    pub fn insert_terminal(&mut self, step: StepId, tx: oneshot::Sender<OwnedFd>) {
+    pub(super) fn insert_terminal(&mut self, step: StepId, tx: oneshot::Sender<OwnedFd>) {
         self.terminal.insert(step, tx);
     }
 
-    pub fn terminal(&mut self, step: StepId, master: OwnedFd) {
+    pub(super) fn terminal(&mut self, step: StepId, master: OwnedFd) {
         if let Some(tx) = self.terminal.remove(&step) {
             let _ = tx.send(master);
         }
     }
 
-    pub fn ended(&mut self, step: StepId, end: StepEnd) {
+    pub(super) fn ended(&mut self, step: StepId, end: StepEnd) {
         self.terminal.remove(&step);
         if let Some(tx) = self.end.remove(&step) {
             let _ = tx.send(end);
@@ -249,7 +253,7 @@ impl Waiting {
     }
 
     /// The session is over: every step still waiting hears why.
-    pub fn session_ended(&mut self, why: &str) {
+    pub(super) fn session_ended(&mut self, why: &str) {
         self.terminal.clear();
         for (_, tx) in self.end.drain() {
             let _ = tx.send(StepEnd::SessionEnded(why.to_owned()));

@@ -12,15 +12,15 @@
 //! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
 //! - `io`: non-blocking pipe and pty ends on the runtime.
 
-pub mod client;
+pub(crate) mod client;
 mod denials;
 pub(crate) mod holds;
 mod io;
 mod live;
 mod options;
-pub mod protocol;
-pub mod registry;
-pub mod server;
+pub(crate) mod protocol;
+pub(crate) mod registry;
+pub(crate) mod server;
 mod steps;
 
 pub(crate) use options::{ExecOptions, ServeOptions};

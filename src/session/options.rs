@@ -24,7 +24,7 @@ pub(crate) struct ServeOptions {
 }
 
 /// One step to run in a live session (`airlock session exec`).
-pub struct ExecOptions {
+pub(crate) struct ExecOptions {
     /// The session: its id, a unique prefix of it, or its name.
     pub session: String,
     /// Kill the step after this long; the session lives on.

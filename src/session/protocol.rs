@@ -12,13 +12,13 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Longest request line: an exec's argv and environment fit with room.
-pub const MAX_REQUEST: usize = 8 << 20;
+pub(crate) const MAX_REQUEST: usize = 8 << 20;
 /// Longest frame payload either side sends.
-pub const MAX_FRAME: usize = 1 << 20;
+pub(crate) const MAX_FRAME: usize = 1 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
-pub enum Request {
+pub(crate) enum Request {
     Exec(ExecRequest),
     Info,
     Stop,
@@ -27,7 +27,7 @@ pub enum Request {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecRequest {
+pub(crate) struct ExecRequest {
     pub argv: Vec<String>,
     /// Set on top of the session's environment.
     #[serde(default)]
@@ -44,24 +44,24 @@ pub struct ExecRequest {
 }
 
 impl ExecRequest {
-    pub fn timeout(&self) -> Option<Duration> {
+    pub(crate) fn timeout(&self) -> Option<Duration> {
         self.timeout_ms.map(Duration::from_millis)
     }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct TtySize {
+pub(crate) struct TtySize {
     pub cols: u16,
     pub rows: u16,
 }
 
 /// A session's state when it took a step's kill without confirming the
 /// step's end, or did not answer `ls` at all.
-pub const NOT_ANSWERING: &str = "not answering";
+pub(crate) const NOT_ANSWERING: &str = "not answering";
 
 /// The answer to `info`, and one row of `airlock session ls`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SessionInfo {
+pub(crate) struct SessionInfo {
     pub id: String,
     pub name: Option<String>,
     /// "starting", "ready", "stopping" or [`NOT_ANSWERING`].
@@ -79,14 +79,14 @@ pub struct SessionInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Pids {
+pub(crate) struct Pids {
     pub server: i32,
     pub init: Option<i32>,
 }
 
 /// Every answer line: `{"ok": true, ...}` or `{"ok": false, "error": "..."}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -103,7 +103,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn ok() -> Self {
+    pub(crate) fn ok() -> Self {
         Self {
             ok: true,
             error: None,
@@ -114,7 +114,7 @@ impl Reply {
         }
     }
 
-    pub fn error(text: impl Into<String>) -> Self {
+    pub(crate) fn error(text: impl Into<String>) -> Self {
         Self {
             ok: false,
             error: Some(text.into()),
@@ -125,7 +125,7 @@ impl Reply {
 
 /// How a step ended (the payload of an [`FrameType::Exit`] frame).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExitReport {
+pub(crate) struct ExitReport {
     /// What `airlock session exec` exits with: the command's status, 124 on
     /// its timeout, 128+N on a signal.
     pub exit_code: i32,
@@ -151,7 +151,7 @@ pub struct ExitReport {
 /// A request an `[[ask]]` rule held, as a step's caller learns of it once
 /// its wait is over (the record has the rest: headers, body hash).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Held {
+pub(crate) struct Held {
     /// The approval's id, as `airlock approve`/`deny` took it.
     pub approval: String,
     pub method: String,
@@ -176,7 +176,7 @@ pub struct Held {
 /// One refusal, as a step's caller learns of it: what was refused, why,
 /// and the rule that would allow it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Denial {
+pub(crate) struct Denial {
     pub kind: DenialKind,
     /// For a request.
     pub method: Option<String>,
@@ -199,7 +199,7 @@ pub struct Denial {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum DenialKind {
+pub(crate) enum DenialKind {
     /// An HTTP request.
     Request,
     /// A DNS name that may not resolve.
@@ -211,7 +211,7 @@ pub enum DenialKind {
 /// Frame types. Client to server: 0x00..0x0f; server to client: 0x10..
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum FrameType {
+pub(crate) enum FrameType {
     /// Bytes for the command's stdin (its terminal's input with a tty).
     Stdin = 0x00,
     /// The client's stdin ended (empty payload).
@@ -238,7 +238,7 @@ impl FrameType {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProtocolError {
+pub(crate) enum ProtocolError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("unknown frame type {0:#04x}")]
@@ -251,7 +251,7 @@ pub enum ProtocolError {
     Json(#[from] serde_json::Error),
 }
 
-pub async fn write_frame(
+pub(crate) async fn write_frame(
     w: &mut (impl AsyncWrite + Unpin),
     kind: FrameType,
     payload: &[u8],
@@ -268,7 +268,7 @@ pub async fn write_frame(
 }
 
 /// The next frame; None at a clean end of the stream.
-pub async fn read_frame(
+pub(crate) async fn read_frame(
     r: &mut (impl AsyncRead + Unpin),
 ) -> Result<Option<(FrameType, Vec<u8>)>, ProtocolError> {
     let mut head = [0u8; 5];
@@ -288,7 +288,7 @@ pub async fn read_frame(
 }
 
 /// One JSON line (requests and replies).
-pub async fn write_line(
+pub(crate) async fn write_line(
     w: &mut (impl AsyncWrite + Unpin),
     value: &impl Serialize,
 ) -> Result<(), ProtocolError> {
@@ -301,7 +301,7 @@ pub async fn write_line(
 
 /// One JSON line, at most [`MAX_REQUEST`] bytes, read byte by byte up to
 /// its newline so that nothing after it (the frames) is consumed.
-pub async fn read_line<T: serde::de::DeserializeOwned>(
+pub(crate) async fn read_line<T: serde::de::DeserializeOwned>(
     r: &mut (impl AsyncRead + Unpin),
 ) -> Result<Option<T>, ProtocolError> {
     let mut line = Vec::new();

@@ -18,26 +18,26 @@ const NAME_PREFIX: &str = "name.";
 
 /// The directory and the files of one session.
 #[derive(Debug, Clone)]
-pub struct Registry {
+pub(crate) struct Registry {
     dir: PathBuf,
 }
 
 impl Registry {
-    pub fn open() -> anyhow::Result<Self> {
+    pub(crate) fn open() -> anyhow::Result<Self> {
         Ok(Self {
             dir: crate::paths::session_dir()?,
         })
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
-    pub fn socket(&self, id: &str) -> PathBuf {
+    pub(crate) fn socket(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}.sock"))
     }
 
-    pub fn log(&self, id: &str) -> PathBuf {
+    pub(crate) fn log(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}.log"))
     }
 
@@ -47,7 +47,7 @@ impl Registry {
 
     /// Reserve `name` for session `id` (atomically: symlink(2) fails when it
     /// exists). A name whose session is gone is taken over.
-    pub async fn claim_name(&self, name: &str, id: &str) -> anyhow::Result<()> {
+    pub(crate) async fn claim_name(&self, name: &str, id: &str) -> anyhow::Result<()> {
         validate_name(name)?;
         let link = self.name_link(name);
         for _ in 0..2 {
@@ -74,7 +74,7 @@ impl Registry {
     }
 
     /// Remove what a session left here.
-    pub fn remove(&self, id: &str, name: Option<&str>) {
+    pub(crate) fn remove(&self, id: &str, name: Option<&str>) {
         let _ = std::fs::remove_file(self.socket(id));
         if let Some(name) = name {
             let link = self.name_link(name);
@@ -85,7 +85,7 @@ impl Registry {
     }
 
     /// Bind the control socket, owner-only.
-    pub fn bind(&self, id: &str) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    pub(crate) fn bind(&self, id: &str) -> anyhow::Result<std::os::unix::net::UnixListener> {
         let path = self.socket(id);
         let listener = std::os::unix::net::UnixListener::bind(&path)
             .with_context(|| format!("binding the control socket {}", path.display()))?;
@@ -135,7 +135,7 @@ impl Registry {
 
     /// Ask one session about itself. A socket nobody serves (its process
     /// was killed) is removed, with the names pointing at it.
-    pub async fn info(&self, id: &str) -> anyhow::Result<SessionInfo> {
+    pub(crate) async fn info(&self, id: &str) -> anyhow::Result<SessionInfo> {
         let reply = match self.ask(id, &Request::Info).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -162,7 +162,7 @@ impl Registry {
     }
 
     /// One request, one answer line.
-    pub async fn ask(&self, id: &str, request: &Request) -> anyhow::Result<Reply> {
+    pub(crate) async fn ask(&self, id: &str, request: &Request) -> anyhow::Result<Reply> {
         let exchange = async {
             let mut stream = self.connect(id).await?;
             protocol::write_line(&mut stream, request).await?;
@@ -174,14 +174,14 @@ impl Registry {
             .with_context(|| format!("session {id} did not answer within {ANSWER_TIMEOUT:?}"))?
     }
 
-    pub async fn connect(&self, id: &str) -> anyhow::Result<UnixStream> {
+    pub(crate) async fn connect(&self, id: &str) -> anyhow::Result<UnixStream> {
         Ok(UnixStream::connect(self.socket(id)).await?)
     }
 
     /// Every live session, in id order (dead ones are cleaned away). One
     /// whose server takes the connection but does not answer is listed as
     /// not answering, with what the socket tells of it.
-    pub async fn list(&self) -> Vec<SessionInfo> {
+    pub(crate) async fn list(&self) -> Vec<SessionInfo> {
         let mut out = Vec::new();
         for id in self.ids() {
             match self.info(&id).await {
@@ -224,7 +224,7 @@ impl Registry {
     }
 
     /// SESSION as the user gave it: an id, a name, or a unique id prefix.
-    pub async fn resolve(&self, given: &str) -> anyhow::Result<String> {
+    pub(crate) async fn resolve(&self, given: &str) -> anyhow::Result<String> {
         let ids = self.ids();
         if ids.iter().any(|id| id == given) {
             return Ok(given.to_owned());

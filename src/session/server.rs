@@ -42,7 +42,7 @@ pub(crate) fn serve(options: ServeOptions) -> ExitCode {
 
 /// Say why the server could not keep the session, on the stderr that
 /// `airlock session start` relays until the session is ready; exit 125.
-pub fn could_not_serve(e: &anyhow::Error) -> ExitCode {
+pub(crate) fn could_not_serve(e: &anyhow::Error) -> ExitCode {
     eprintln!("airlock: {}", crate::one_line(e));
     ExitCode::from(crate::exit::RUN_FAILED)
 }

@@ -33,7 +33,7 @@ const KILL_CONFIRMED_WITHIN: std::time::Duration = std::time::Duration::from_sec
 const BACKGROUND_OUTPUT_RECORDED: usize = 8 << 20;
 
 /// Serve one `exec` request on its connection, to the end.
-pub async fn serve(
+pub(super) async fn serve(
     live: Arc<Live>,
     connection: (ConnReader, OwnedWriteHalf),
     request: ExecRequest,
@@ -58,7 +58,7 @@ pub async fn serve(
 }
 
 /// The client's side of the connection, buffered.
-pub type ConnReader = tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>;
+pub(super) type ConnReader = tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>;
 
 /// A step whose command was handed to the sandbox.
 struct Started {

@@ -2,6 +2,6 @@
 //! the nftables capture rules, and the readiness client for init ordering.
 //! The command itself is `commands::sidecar`.
 
-pub mod netns;
-pub mod rules;
-pub mod wait_ready;
+pub(crate) mod netns;
+pub(crate) mod rules;
+pub(crate) mod wait_ready;

@@ -15,7 +15,7 @@ use nix::sched::{CloneFlags, setns};
 
 /// Which namespace to join.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A bind-mounted namespace, e.g. `/run/netns/NAME` from `ip netns add`.
     Path(PathBuf),
     /// The namespace of a running process (`/proc/PID/ns/net`).
@@ -23,7 +23,7 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         match self {
             Self::Path(p) => p.clone(),
             Self::Pid(pid) => PathBuf::from(format!("/proc/{pid}/ns/net")),
@@ -32,7 +32,7 @@ impl Target {
 }
 
 /// Move this (still single-threaded) process into `target`'s network namespace.
-pub fn join(target: &Target) -> anyhow::Result<()> {
+pub(crate) fn join(target: &Target) -> anyhow::Result<()> {
     let path = target.path();
     let file = File::open(&path).with_context(|| {
         format!(

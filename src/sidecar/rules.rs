@@ -30,15 +30,15 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 
-pub use airlock_shim::capture_rules::TableName;
+pub(crate) use airlock_shim::capture_rules::TableName;
 use airlock_shim::capture_rules::{self, Namespace, NatPriority, Nft, NftError, SocketMark};
 
 /// The sidecar's socket mark unless `--socket-mark` says otherwise ("AIRL").
-pub const DEFAULT_MARK: u32 = 0x4149_524c;
+pub(crate) const DEFAULT_MARK: u32 = 0x4149_524c;
 
 /// Everything the ruleset depends on.
 #[derive(Debug, Clone)]
-pub struct CaptureRules {
+pub(crate) struct CaptureRules {
     pub table: TableName,
     pub mark: u32,
     pub transparent_port: u16,
@@ -48,17 +48,17 @@ pub struct CaptureRules {
 
 impl CaptureRules {
     /// The whole table, as one atomic batch that replaces an older copy of itself.
-    pub fn install_script(&self) -> String {
+    pub(crate) fn install_script(&self) -> String {
         self.capture().script()
     }
 
     /// Install (or atomically replace) the table.
-    pub fn install(&self) -> anyhow::Result<()> {
+    pub(crate) fn install(&self) -> anyhow::Result<()> {
         self.run(&self.install_script())
     }
 
     /// Delete the table this sidecar installed; nothing else is touched.
-    pub fn remove(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove(&self) -> anyhow::Result<()> {
         self.run(&self.capture().removal_script())
     }
 

@@ -27,7 +27,7 @@ async fn probe(addr: SocketAddr) -> Option<u16> {
 }
 
 /// Poll until ready or `timeout` passes.
-pub async fn wait(addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) async fn wait(addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         if probe(addr).await == Some(200) {

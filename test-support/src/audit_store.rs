@@ -86,18 +86,8 @@ pub fn dns(name: &str) -> AuditEvent {
 pub fn file(path: &str, op: FileOp, content: Option<&[u8]>) -> AuditEvent {
     AuditEvent::File(FileChange {
         exec_id: Some(ExecId::new("e1")),
-        path: path.into(),
-        op,
-        size: None,
-        sha256: None,
         content: content.map(|c| c.to_vec()),
-        rename_to: None,
-        mode: None,
-        stored_content: None,
-        content_over_cap: false,
-        content_over_budget: false,
-        identity: Default::default(),
-        xattr: None,
+        ..FileChange::new(path.into(), op)
     })
 }
 
@@ -114,25 +104,11 @@ pub fn http_exchange(
     AuditEvent::Http(HttpExchange {
         exec_id: Some(ExecId::new("e2")),
         exchange: Some(ExchangeId(exchange)),
-        method: method.into(),
-        url: url.into(),
-        http_version: "HTTP/1.1".into(),
-        request_headers: vec![],
-        request_body: None,
-        request_body_truncated: false,
         status,
-        response_headers: vec![],
-        response_body: None,
-        response_body_truncated: false,
         bytes_up: 42,
-        bytes_down: 0,
-        started_us: None,
-        ms_to_headers: None,
         ms_total: Some(5.0),
-        decision,
         rule: Some("policy.toml:12".into()),
-        reason: None,
-        websocket: None,
+        ..HttpExchange::decided(method.into(), url.into(), "HTTP/1.1".into(), decision)
     })
 }
 

@@ -26,8 +26,6 @@
 //! integration tests, at compile time: they name it with [`airlock_bin!`]
 //! and hand it to the fixtures that run it.
 
-// Crate-level: the workspace's lints leave these to each crate.
-#![warn(unreachable_pub)]
 #![warn(missing_debug_implementations)]
 
 pub mod audit_cli;

@@ -11,5 +11,9 @@ pub fn skip_or_fail(why: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
         panic!("{test}: prerequisite missing in CI (CI=true), failing instead of skipping: {why}");
     }
-    eprintln!("SKIPPED {test}: {why}");
+    // Skipped loudly: into the test's log.
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("SKIPPED {test}: {why}");
+    }
 }

@@ -49,18 +49,8 @@ fn every_field_from_the_sandbox_is_escaped() {
         }),
         AuditEvent::File(FileChange {
             exec_id: id(),
-            path: s().into(),
-            op: FileOp::Rename,
-            size: None,
-            sha256: None,
-            content: None,
             rename_to: Some(s().into()),
-            mode: None,
-            stored_content: None,
-            content_over_cap: false,
-            content_over_budget: false,
-            identity: Default::default(),
-            xattr: None,
+            ..FileChange::new(s().into(), FileOp::Rename)
         }),
         AuditEvent::Dns(DnsQuery {
             exec_id: id(),
@@ -85,23 +75,6 @@ fn every_field_from_the_sandbox_is_escaped() {
         }),
         AuditEvent::Http(HttpExchange {
             exec_id: id(),
-            exchange: None,
-            method: s(),
-            url: s(),
-            http_version: s(),
-            request_headers: vec![],
-            request_body: None,
-            request_body_truncated: false,
-            status: None,
-            response_headers: vec![],
-            response_body: None,
-            response_body_truncated: false,
-            bytes_up: 0,
-            bytes_down: 0,
-            started_us: None,
-            ms_to_headers: None,
-            ms_total: None,
-            decision: Verdict::Deny,
             rule: Some(s().into()),
             reason: Some(s()),
             websocket: Some(Box::new(WebSocketRecord {
@@ -124,6 +97,7 @@ fn every_field_from_the_sandbox_is_escaped() {
                 ms_total: None,
                 error: Some(s()),
             })),
+            ..HttpExchange::decided(s(), s(), s(), Verdict::Deny)
         }),
         AuditEvent::Output(Output {
             stream: OutputStream::Stdout,

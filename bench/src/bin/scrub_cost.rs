@@ -18,6 +18,7 @@
 //! Usage: `scrub_cost [MiB] [text|binary]` (`binary`: random bytes, like a
 //! compressed download, instead of text).
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -20,7 +20,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(500);
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     #[command(subcommand)]
     command: Option<ApprovalsCommand>,
     /// Only this session's requests (its id, a prefix of it, or its name).
@@ -58,7 +58,7 @@ enum ScopeArg {
 }
 
 #[derive(clap::Args)]
-pub struct ApproveArgs {
+pub(crate) struct ApproveArgs {
     /// The request's id, as `airlock approvals` shows it.
     id: String,
     /// How far the approval reaches.
@@ -70,7 +70,7 @@ pub struct ApproveArgs {
 }
 
 #[derive(clap::Args)]
-pub struct DenyArgs {
+pub(crate) struct DenyArgs {
     /// The request's id, as `airlock approvals` shows it.
     id: String,
     /// Why; the client's 403 shows it, and the record keeps it.
@@ -78,7 +78,7 @@ pub struct DenyArgs {
     note: Option<String>,
 }
 
-pub fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     if let Some(ApprovalsCommand::Show(show)) = args.command {
         return show_one(&show);
     }
@@ -170,7 +170,7 @@ fn show_one(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
     let scope = match args.scope {
         ScopeArg::Once => "once",
         ScopeArg::Session => "session",
@@ -179,7 +179,7 @@ pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
     decide(&args.id, &decision)
 }
 
-pub fn deny(args: DenyArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn deny(args: DenyArgs) -> anyhow::Result<ExitCode> {
     let decision = json!({ "decision": "deny", "note": args.note });
     decide(&args.id, &decision)
 }

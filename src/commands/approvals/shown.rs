@@ -10,7 +10,7 @@ use airlock_auditor::escape;
 use airlock_proxy::approvals::shown::{BodyForm, Field, Shown, ValueKind};
 
 /// The lines, each indented by two spaces, ending in a newline.
-pub fn render(shown: &Shown, id: &str) -> String {
+pub(super) fn render(shown: &Shown, id: &str) -> String {
     let mut out = String::new();
     for warning in &shown.warnings {
         let _ = writeln!(out, "  ! {}", escape::text(warning));

@@ -16,7 +16,7 @@ struct Prepared {
     target: Target,
 }
 
-pub fn run(file: &Path, cases_file: &Path) -> anyhow::Result<ExitCode> {
+pub(super) fn run(file: &Path, cases_file: &Path) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(file)?;
     let text = std::fs::read_to_string(cases_file)
         .with_context(|| format!("reading cases {}", cases_file.display()))?;

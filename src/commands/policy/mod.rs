@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use crate::policy_file;
 
 #[derive(clap::Subcommand)]
-pub enum PolicyCommand {
+pub(crate) enum PolicyCommand {
     /// Parse and lint a policy: errors name line, column and fix; warnings flag rules that never match.
     Check {
         file: PathBuf,
@@ -50,7 +50,7 @@ pub enum PolicyCommand {
     Schema,
 }
 
-pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         PolicyCommand::Check { file, explain } => check(&file, explain),
         PolicyCommand::Test {

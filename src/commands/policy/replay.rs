@@ -23,7 +23,7 @@ use super::request::{Decided, Outcome, Target, decide};
 use crate::policy_file;
 
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The policy to replay the sessions under.
     file: PathBuf,
     /// Session ids or unique prefixes (as `airlock audit sessions` lists them).
@@ -150,7 +150,7 @@ impl Report {
     }
 }
 
-pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(&args.file)?;
     let (store, ids) = open_sessions(args.audit_db.as_deref(), &args.sessions)?;
     let mut report = Report {

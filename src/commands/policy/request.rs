@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// The parts of an absolute http(s) URL the policy looks at.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub scheme: Scheme,
     pub host: Host,
     pub port: u16,
@@ -18,7 +18,7 @@ pub struct Target {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum UrlError {
+pub(crate) enum UrlError {
     #[error("invalid URL {url:?}; expected e.g. https://api.example.com/path")]
     Invalid {
         url: String,
@@ -38,7 +38,7 @@ pub enum UrlError {
 }
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Self, UrlError> {
+    pub(crate) fn parse(url: &str) -> Result<Self, UrlError> {
         let uri: http::Uri = url.parse().map_err(|source| UrlError::Invalid {
             url: url.into(),
             source,
@@ -69,7 +69,7 @@ impl Target {
         })
     }
 
-    pub fn info<'a>(&'a self, method: &'a str) -> RequestInfo<'a> {
+    pub(crate) fn info<'a>(&'a self, method: &'a str) -> RequestInfo<'a> {
         RequestInfo {
             scheme: self.scheme,
             host: &self.host,
@@ -84,7 +84,7 @@ impl Target {
 /// "deny", "report"), plus "ask" and "undecidable".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Allow,
     /// Allowed by report mode; deny mode would have refused or held it.
     Report,
@@ -95,7 +95,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Allow => "allow",
             Self::Report => "report",
@@ -108,7 +108,7 @@ impl Outcome {
 
 /// A decision with the rule that made it.
 #[derive(Debug, Clone)]
-pub struct Decided {
+pub(crate) struct Decided {
     pub outcome: Outcome,
     /// For `Report`, the rule deny mode would have applied (as the proxy
     /// records it); None = the policy's default, or an inspected connection.
@@ -136,7 +136,7 @@ impl Decided {
 /// was given), asking to switch to `upgrade` if Some. A body that is not `complete` where a body constraint or
 /// ask rule needs it makes the request undecidable: the record kept only
 /// its start.
-pub fn decide(
+pub(crate) fn decide(
     policy: &Policy,
     target: &Target,
     method: &str,
@@ -191,7 +191,7 @@ fn from_decision(decision: Decision) -> Decided {
 }
 
 /// "policy.toml:4", or "policy.toml (default)" when no rule decided.
-pub fn rule_text(policy: &Policy, rule: Option<&RuleRef>) -> String {
+pub(crate) fn rule_text(policy: &Policy, rule: Option<&RuleRef>) -> String {
     rule.map_or_else(
         || format!("{} (default)", policy.source_name()),
         ToString::to_string,

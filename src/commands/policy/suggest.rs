@@ -21,7 +21,7 @@ use super::replay::{address_of, asks_websocket};
 use super::request::Target;
 
 #[derive(Debug, clap::Args)]
-pub struct SuggestArgs {
+pub(crate) struct SuggestArgs {
     /// Session ids or unique prefixes (as `airlock audit sessions` lists them).
     #[arg(required_unless_present = "from_events")]
     sessions: Vec<String>,
@@ -37,7 +37,7 @@ pub struct SuggestArgs {
     out: Option<PathBuf>,
 }
 
-pub fn run(args: SuggestArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: SuggestArgs) -> anyhow::Result<ExitCode> {
     let mut draft = Draft::new();
     match &args.from_events {
         Some(file) => from_events(&mut draft, file)?,
