@@ -1,5 +1,6 @@
-//! Identifier newtypes: sessions, processes, event sequence numbers and
-//! the steps of a live session.
+//! Identifier newtypes: sessions, processes, event sequence numbers, the
+//! steps of a live session, and the exchanges and connections that link a
+//! decided record to its end.
 
 use std::fmt;
 
@@ -108,6 +109,32 @@ impl StepNo {
 }
 
 impl fmt::Display for StepNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One HTTP exchange, unique in its proxy's lifetime: it links the record
+/// made when the exchange was decided to the one made when it ended, and an
+/// approval to the exchange it held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExchangeId(pub u64);
+
+/// One accepted client connection, unique in its proxy's lifetime: it links
+/// the record made when the connection was decided to the one made when it
+/// closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConnectionId(pub u64);
+
+impl fmt::Display for ExchangeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for ConnectionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }

@@ -9,31 +9,27 @@
 //! existed read and verify unchanged.
 #![forbid(unsafe_code)]
 
-mod approval;
 pub mod codec;
 mod digest;
 pub mod escape;
 mod event;
-mod exec;
-mod file;
+mod events;
 mod ids;
-mod network;
 mod os_text;
 mod session;
-mod step;
 mod values;
 
-pub use approval::{ApprovalDecided, ApprovalRequested};
 pub use digest::{hex, sha256_hex};
 pub use event::{AuditEvent, EventKind};
-pub use exec::{Exec, ExecFile, ExecImage, Exit, Untraced};
-pub use file::{FileChange, FileIdentity, FileOp, Xattr};
-pub use ids::{BadSessionId, ExecId, Seq, SessionId, StepNo};
-pub use network::{DnsQuery, HttpExchange, TcpConnection, WebSocketMessage, WebSocketRecord};
+pub use events::{
+    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, ExecFile, ExecImage, Exit, FileChange,
+    FileIdentity, FileOp, HttpExchange, Note, Output, OutputStream, Resize, StepEnd, StepStart,
+    TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, Xattr,
+};
+pub use ids::{BadSessionId, ConnectionId, ExchangeId, ExecId, Seq, SessionId, StepNo};
 pub use os_text::OsText;
 pub use session::{
     DEFAULT_MAX_SESSION_BYTES, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
     WritableDir, collapse_exchanges,
 };
-pub use step::{Note, Output, OutputStream, Resize, StepEnd, StepStart};
-pub use values::{ConnectionId, ExchangeId, RuleRef, UnknownVerdict, Verdict};
+pub use values::{RuleRef, UnknownVerdict, Verdict};

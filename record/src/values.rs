@@ -1,6 +1,5 @@
-//! The values the proxy decides and the record keeps: verdicts, the rule
-//! that decided, and the ids that tie an exchange's and a connection's
-//! records together.
+//! The values the proxy decides and the record keeps: verdicts and the rule
+//! that decided.
 
 use std::fmt;
 
@@ -65,32 +64,6 @@ impl RuleRef {
 impl fmt::Display for RuleRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// One HTTP exchange, unique in its proxy's lifetime: it links the record
-/// made when the exchange was decided to the one made when it ended, and an
-/// approval to the exchange it held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ExchangeId(pub u64);
-
-/// One accepted client connection, unique in its proxy's lifetime: it links
-/// the record made when the connection was decided to the one made when it
-/// closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ConnectionId(pub u64);
-
-impl fmt::Display for ExchangeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl fmt::Display for ConnectionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
     }
 }
 
