@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use airlock_test_support::audit_cli::{export_jsonl, first_session_id};
 use airlock_test_support::client::curl;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
@@ -68,7 +69,15 @@ async fn every_exchange_is_decided_once_and_ends_exactly_once_however_it_ends() 
         plain.port(),
         reset.port()
     );
+    let dir = tempfile::tempdir().unwrap();
+    let (db, key) = (dir.path().join("audit.db"), dir.path().join("audit.key"));
     let mut opts = ProxyOptions::new(&policy);
+    opts.extra = vec![
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        "--audit-key".into(),
+        key.to_str().unwrap().into(),
+    ];
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
     let mut proxy = AirlockProxy::start(AIRLOCK, opts);
@@ -193,19 +202,10 @@ async fn every_exchange_is_decided_once_and_ends_exactly_once_however_it_ends() 
             d["url"],
             ends.len()
         );
-        // The end carries the whole exchange: what was decided, and how it ended.
+        // The end's line says how it ended: a status, or (the client went
+        // away first) why there is none.
         let end = ends[0];
-        for field in [
-            "method",
-            "url",
-            "decision",
-            "rule",
-            "request_headers",
-            "exchange",
-        ] {
-            assert_eq!(end[field], d[field], "{field} of exchange {id}: {end}");
-        }
-        // A status, or (the client went away first) why there is none.
+        assert_eq!(end["exchange"], d["exchange"], "{end}");
         assert!(end["status"].is_u64() || end["reason"].is_string(), "{end}");
         assert!(end["ms_total"].is_f64(), "{end}");
     }
@@ -238,5 +238,30 @@ async fn every_exchange_is_decided_once_and_ends_exactly_once_however_it_ends() 
         let ends = closed.get(id).map(Vec::as_slice).unwrap_or_default();
         assert_eq!(ends.len(), 1, "connection {id} closed {} times", ends.len());
         assert_eq!(ends[0]["dst"], c[0]["dst"], "{}", ends[0]);
+    }
+
+    // The record: each exchange at most twice (decided, ended), the last of
+    // them the whole exchange, what was decided and how it ended.
+    let id = first_session_id(AIRLOCK, &db, &events);
+    let record = export_jsonl(AIRLOCK, &db, &id);
+    let mut by_exchange: HashMap<u64, Vec<&Value>> = HashMap::new();
+    for e in record.iter().filter(|e| e["kind"] == "http") {
+        by_exchange
+            .entry(e["exchange"].as_u64().expect("an exchange id"))
+            .or_default()
+            .push(e);
+    }
+    assert_eq!(by_exchange.len(), EXCHANGES, "{record:#?}");
+    for (id, records) in &by_exchange {
+        let (first, last) = (records[0], records[records.len() - 1]);
+        let refused = first["decision"] == "deny";
+        assert_eq!(records.len(), if refused { 1 } else { 2 }, "{records:#?}");
+        for field in ["method", "url", "decision", "rule", "request_headers"] {
+            assert_eq!(last[field], first[field], "{field} of exchange {id}");
+        }
+        assert!(
+            last["status"].is_u64() || last["reason"].is_string(),
+            "{last}"
+        );
     }
 }

@@ -4,11 +4,11 @@
 //! is markup. Bodies and file contents come out as pretty JSON, text, or a
 //! hex dump, whichever reads best, and say when the record was cut short.
 
-use airlock_auditor::{ApprovalDecided, DnsQuery, HttpExchange, TcpConnection};
+use airlock_record::{ApprovalDecided, DnsQuery, HttpExchange, TcpConnection};
 use std::fmt::Write as _;
 
 use airlock_auditor::timeline::{self, Depths};
-use airlock_auditor::{AuditEvent, StoredEvent};
+use airlock_record::{AuditEvent, StoredEvent};
 use serde::Serialize;
 
 /// An event as the timeline lists it (`Ev` in docs/console.md).

@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use airlock_auditor::{SessionId, VerifyReport};
+use airlock_auditor::VerifyReport;
+use airlock_record::SessionId;
 use serde::Serialize;
 
 use crate::ConsoleError;

@@ -224,15 +224,16 @@ pub enum Event {
         /// own answer and `request_body` the body the client sent, read for
         /// the record only (never forwarded), up to the capture cap and
         /// scrubbed of every form of every credential's secret.
-        #[serde(flatten)]
+        #[serde(flatten, serialize_with = "lines::decided")]
         exchange: Box<HttpExchange>,
     },
     Response {
         ts: TimestampUs,
         conn: ConnId,
         request: RequestId,
-        /// The whole exchange as it ended.
-        #[serde(flatten)]
+        /// The whole exchange as it ended (the record's); its JSON line
+        /// says only what the `request` line did not.
+        #[serde(flatten, serialize_with = "lines::ended")]
         exchange: Box<HttpExchange>,
     },
     /// An `[[ask]]` rule held a request for a person's decision. Recorded
@@ -270,6 +271,102 @@ impl Event {
             Self::ApprovalRequested { held, .. } => AuditEvent::ApprovalRequested(*held),
             Self::ApprovalDecided { decided, .. } => AuditEvent::ApprovalDecided(*decided),
         }
+    }
+}
+
+/// An exchange's JSON lines: each says what is new at its stage, in the
+/// record's names, and no more (a line is written for every request, and
+/// the record, not the line, keeps the whole exchange together). Readers
+/// join a `response` to its `request` by the `request` id.
+mod lines {
+    use airlock_record::codec::opt_b64;
+    use airlock_record::{ExchangeId, ExecId, HttpExchange, RuleRef, Verdict, WebSocketRecord};
+    use serde::{Serialize, Serializer};
+
+    /// What was asked and decided, and for a refusal, its answer.
+    #[derive(Serialize)]
+    struct Decided<'a> {
+        exec_id: &'a Option<ExecId>,
+        exchange: &'a Option<ExchangeId>,
+        method: &'a str,
+        url: &'a str,
+        http_version: &'a str,
+        request_headers: &'a [(String, String)],
+        decision: Verdict,
+        rule: &'a Option<RuleRef>,
+        reason: &'a Option<String>,
+        started_us: &'a Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        #[serde(with = "opt_b64", skip_serializing_if = "Option::is_none")]
+        request_body: &'a Option<Vec<u8>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_body_truncated: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_up: Option<u64>,
+    }
+
+    /// How it ended.
+    #[derive(Serialize)]
+    struct Ended<'a> {
+        exchange: &'a Option<ExchangeId>,
+        status: Option<u16>,
+        response_headers: &'a [(String, String)],
+        #[serde(with = "opt_b64")]
+        request_body: &'a Option<Vec<u8>>,
+        request_body_truncated: bool,
+        #[serde(with = "opt_b64")]
+        response_body: &'a Option<Vec<u8>>,
+        response_body_truncated: bool,
+        bytes_up: u64,
+        bytes_down: u64,
+        started_us: &'a Option<i64>,
+        ms_to_headers: Option<f64>,
+        ms_total: Option<f64>,
+        reason: &'a Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        websocket: &'a Option<Box<WebSocketRecord>>,
+    }
+
+    pub(super) fn decided<S: Serializer>(x: &HttpExchange, s: S) -> Result<S::Ok, S::Error> {
+        let refused = x.status.is_some();
+        Decided {
+            exec_id: &x.exec_id,
+            exchange: &x.exchange,
+            method: &x.method,
+            url: &x.url,
+            http_version: &x.http_version,
+            request_headers: &x.request_headers,
+            decision: x.decision,
+            rule: &x.rule,
+            reason: &x.reason,
+            started_us: &x.started_us,
+            status: x.status,
+            request_body: if refused { &x.request_body } else { &None },
+            request_body_truncated: refused.then_some(x.request_body_truncated),
+            bytes_up: refused.then_some(x.bytes_up),
+        }
+        .serialize(s)
+    }
+
+    pub(super) fn ended<S: Serializer>(x: &HttpExchange, s: S) -> Result<S::Ok, S::Error> {
+        Ended {
+            exchange: &x.exchange,
+            status: x.status,
+            response_headers: &x.response_headers,
+            request_body: &x.request_body,
+            request_body_truncated: x.request_body_truncated,
+            response_body: &x.response_body,
+            response_body_truncated: x.response_body_truncated,
+            bytes_up: x.bytes_up,
+            bytes_down: x.bytes_down,
+            started_us: &x.started_us,
+            ms_to_headers: x.ms_to_headers,
+            ms_total: x.ms_total,
+            reason: &x.reason,
+            websocket: &x.websocket,
+        }
+        .serialize(s)
     }
 }
 

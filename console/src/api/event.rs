@@ -1,7 +1,8 @@
 //! One event; for an HTTP exchange, the request page.
 
-use airlock_auditor::{AuditEvent, StoredEvent, timeline};
-use airlock_auditor::{DnsQuery, Exec, HttpExchange, TcpConnection};
+use airlock_auditor::timeline;
+use airlock_record::{AuditEvent, StoredEvent};
+use airlock_record::{DnsQuery, Exec, HttpExchange, TcpConnection};
 use http::Response;
 use serde_json::{Value, json};
 

@@ -1,9 +1,9 @@
 //! Files written: every version, its content, and diffs between versions.
 
-use airlock_auditor::FileChange;
+use airlock_record::FileChange;
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind, FileOp, OsText, SessionId, Xattr};
+use airlock_record::{AuditEvent, EventKind, FileOp, OsText, SessionId, Xattr};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_auditor::timeline::Depths;
-use airlock_auditor::{Seq, SessionId, StoredEvent};
+use airlock_record::{Seq, SessionId, StoredEvent};
 use bytes::Bytes;
 use http::Response;
 use tokio::sync::mpsc;

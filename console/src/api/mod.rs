@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use airlock_auditor::{SessionId, humanize};
+use airlock_auditor::humanize;
+use airlock_record::SessionId;
 use http::Response;
 use percent_encoding::percent_decode_str;
 

@@ -1,7 +1,7 @@
 //! A session's header and its timeline.
 
 use airlock_auditor::timeline::{self, Depths};
-use airlock_auditor::{Seq, collapse_exchanges};
+use airlock_record::{Seq, collapse_exchanges};
 use http::Response;
 use serde_json::json;
 

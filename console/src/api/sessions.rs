@@ -2,7 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use airlock_auditor::{SearchQuery, SessionId, SessionSummary, VerifyOutcome, timeline};
+use airlock_auditor::{SearchQuery, VerifyOutcome, timeline};
+use airlock_record::{SessionId, SessionSummary};
 use http::Response;
 use serde::Serialize;
 

@@ -1,9 +1,9 @@
 //! The process tree: every exec with its parent, start and end.
 
-use airlock_auditor::{Exec, Exit};
+use airlock_record::{Exec, Exit};
 use std::collections::HashMap;
 
-use airlock_auditor::{AuditEvent, EventKind};
+use airlock_record::{AuditEvent, EventKind};
 use http::Response;
 use serde::Serialize;
 use serde_json::json;
