@@ -280,14 +280,15 @@ impl Event {
 /// join a `response` to its `request` by the `request` id.
 mod lines {
     use airlock_record::codec::opt_b64;
-    use airlock_record::{ExchangeId, ExecId, HttpExchange, RuleRef, Verdict, WebSocketRecord};
+    use airlock_record::{ExecId, HttpExchange, RuleRef, Verdict, WebSocketRecord};
     use serde::{Serialize, Serializer};
 
     /// What was asked and decided, and for a refusal, its answer.
     #[derive(Serialize)]
     struct Decided<'a> {
+        // The exchange's id is the line's `request`.
+        #[serde(skip_serializing_if = "Option::is_none")]
         exec_id: &'a Option<ExecId>,
-        exchange: &'a Option<ExchangeId>,
         method: &'a str,
         url: &'a str,
         http_version: &'a str,
@@ -309,7 +310,6 @@ mod lines {
     /// How it ended.
     #[derive(Serialize)]
     struct Ended<'a> {
-        exchange: &'a Option<ExchangeId>,
         status: Option<u16>,
         response_headers: &'a [(String, String)],
         #[serde(with = "opt_b64")]
@@ -320,7 +320,6 @@ mod lines {
         response_body_truncated: bool,
         bytes_up: u64,
         bytes_down: u64,
-        started_us: &'a Option<i64>,
         ms_to_headers: Option<f64>,
         ms_total: Option<f64>,
         reason: &'a Option<String>,
@@ -332,7 +331,6 @@ mod lines {
         let refused = x.status.is_some();
         Decided {
             exec_id: &x.exec_id,
-            exchange: &x.exchange,
             method: &x.method,
             url: &x.url,
             http_version: &x.http_version,
@@ -351,7 +349,6 @@ mod lines {
 
     pub(super) fn ended<S: Serializer>(x: &HttpExchange, s: S) -> Result<S::Ok, S::Error> {
         Ended {
-            exchange: &x.exchange,
             status: x.status,
             response_headers: &x.response_headers,
             request_body: &x.request_body,
@@ -360,7 +357,6 @@ mod lines {
             response_body_truncated: x.response_body_truncated,
             bytes_up: x.bytes_up,
             bytes_down: x.bytes_down,
-            started_us: &x.started_us,
             ms_to_headers: x.ms_to_headers,
             ms_total: x.ms_total,
             reason: &x.reason,
