@@ -52,28 +52,53 @@ impl EventSink for AuditSink {
     }
 }
 
-/// Sends every event to several sinks; fails if any of them fails.
-pub(crate) struct Tee(pub Vec<Arc<dyn EventSink>>);
+/// Sends every event to several sinks; fails if any of them fails. A sink
+/// gets only the events it wants, each sink but the last a copy.
+pub(crate) struct Tee(pub(crate) Vec<Arc<dyn EventSink>>);
 
 impl EventSink for Tee {
     fn emit(&self, event: Event) -> Result<(), SinkError> {
         let mut result = Ok(());
-        for sink in &self.0 {
+        let Some((last, others)) = self.0.split_last() else {
+            return result;
+        };
+        for sink in others.iter().filter(|sink| sink.wants(&event)) {
             if let Err(e) = sink.emit(event.clone()) {
                 result = Err(e);
             }
         }
+        if last.wants(&event)
+            && let Err(e) = last.emit(event)
+        {
+            result = Err(e);
+        }
         result
     }
 
-    fn emit_all(&self, events: Vec<Event>) -> Result<(), SinkError> {
+    fn emit_all(&self, mut events: Vec<Event>) -> Result<(), SinkError> {
         let mut result = Ok(());
-        for sink in &self.0 {
-            if let Err(e) = sink.emit_all(events.clone()) {
+        let Some((last, others)) = self.0.split_last() else {
+            return result;
+        };
+        for sink in others {
+            let wanted: Vec<Event> = events.iter().filter(|e| sink.wants(e)).cloned().collect();
+            if !wanted.is_empty()
+                && let Err(e) = sink.emit_all(wanted)
+            {
                 result = Err(e);
             }
         }
+        events.retain(|e| last.wants(e));
+        if !events.is_empty()
+            && let Err(e) = last.emit_all(events)
+        {
+            result = Err(e);
+        }
         result
+    }
+
+    fn wants(&self, event: &Event) -> bool {
+        self.0.iter().any(|sink| sink.wants(event))
     }
 
     /// The first sink that can tell.

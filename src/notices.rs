@@ -70,6 +70,16 @@ impl DenialNotices {
 }
 
 impl EventSink for DenialNotices {
+    /// Refusals and held requests only.
+    fn wants(&self, event: &Event) -> bool {
+        match event {
+            Event::Dns { query, .. } => query.decision == Verdict::Deny,
+            Event::Request { exchange, .. } => exchange.decision == Verdict::Deny,
+            Event::ApprovalRequested { .. } => true,
+            _ => false,
+        }
+    }
+
     fn emit(&self, event: Event) -> Result<(), SinkError> {
         match &event {
             Event::Dns { query, .. } if query.decision == Verdict::Deny => {

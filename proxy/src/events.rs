@@ -379,6 +379,12 @@ pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + S
 pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: Event) -> Result<(), SinkError>;
 
+    /// Whether this sink does anything with `event`: one that does not is
+    /// not handed it (and not handed a copy of it).
+    fn wants(&self, _event: &Event) -> bool {
+        true
+    }
+
     /// The exec that owns the sandbox-side socket `client` (a UDP one when
     /// `udp`), if this sink can tell. The proxy asks once, when a
     /// connection or query arrives, and puts the answer in every record

@@ -184,6 +184,16 @@ impl DenialLog {
 }
 
 impl EventSink for DenialLog {
+    /// Refusals, held requests, and connections (to name a refusal's step).
+    fn wants(&self, event: &Event) -> bool {
+        match event {
+            Event::Dns { query, .. } => query.decision == Verdict::Deny,
+            Event::Request { exchange, .. } => exchange.decision == Verdict::Deny,
+            Event::Response { .. } => false,
+            _ => true,
+        }
+    }
+
     fn emit(&self, event: Event) -> Result<(), SinkError> {
         match event {
             Event::Connection {
