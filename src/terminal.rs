@@ -47,7 +47,9 @@ pub(crate) fn eprint_line(line: &str) {
     } else {
         "\n"
     };
-    let _ = write!(std::io::stderr().lock(), "{line}{end}");
+    // One write: stderr is unbuffered, and a formatted write would reach the
+    // terminal in pieces, between which the command's output could land.
+    let _ = std::io::stderr().write_all(format!("{line}{end}").as_bytes());
 }
 
 /// Whether the command gets a pty: `--no-tty` never, `--tty` always,

@@ -46,6 +46,13 @@ async fn resetting_upstream() -> TestServer {
     .await
 }
 
+/// Send `request` to the explicit proxy as it is, and go away soon after.
+async fn send_and_leave(proxy: &AirlockProxy, request: &str) {
+    let mut raw = TcpStream::connect(proxy.addr).await.unwrap();
+    raw.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
 /// The events of each kind, by the id that links them.
 fn by_id<'a>(events: &'a [Value], kind: &str, id: &str) -> HashMap<u64, Vec<&'a Value>> {
     let mut map: HashMap<u64, Vec<&Value>> = HashMap::new();
@@ -109,31 +116,20 @@ async fn every_exchange_is_decided_once_and_ends_exactly_once_however_it_ends() 
     assert_ne!(out.status, 0, "{out:?}");
     // The client goes away right after its request's head, before any
     // answer: plain HTTP through the explicit proxy, the socket dropped.
-    let mut raw = TcpStream::connect(proxy.addr).await.unwrap();
-    raw.write_all(
-        format!(
-            "GET http://api.test:{port}/sse HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n",
-            port = plain.port()
-        )
-        .as_bytes(),
+    let port = plain.port();
+    send_and_leave(
+        &proxy,
+        &format!("GET http://api.test:{port}/sse HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n"),
     )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    drop(raw);
+    .await;
     // A request body the client never finishes.
-    let mut raw = TcpStream::connect(proxy.addr).await.unwrap();
-    raw.write_all(
-        format!(
-            "POST http://api.test:{port}/upload HTTP/1.1\r\nHost: api.test:{port}\r\nContent-Length: 100000\r\n\r\npartial",
-            port = plain.port()
-        )
-        .as_bytes(),
+    send_and_leave(
+        &proxy,
+        &format!(
+            "POST http://api.test:{port}/upload HTTP/1.1\r\nHost: api.test:{port}\r\nContent-Length: 100000\r\n\r\npartial"
+        ),
     )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    drop(raw);
+    .await;
 
     // An HTTP/2 client resets its stream while its upload is in flight:
     // the proxy drops the exchange mid-way, before any answer.
