@@ -72,12 +72,7 @@ impl DenialNotices {
 impl EventSink for DenialNotices {
     /// Refusals and held requests only.
     fn wants(&self, event: &Event) -> bool {
-        match event {
-            Event::Dns { query, .. } => query.decision == Verdict::Deny,
-            Event::Request { exchange, .. } => exchange.decision == Verdict::Deny,
-            Event::ApprovalRequested { .. } => true,
-            _ => false,
-        }
+        event.is_refusal() || matches!(event, Event::ApprovalRequested { .. })
     }
 
     fn emit(&self, event: Event) -> Result<(), SinkError> {

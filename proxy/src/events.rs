@@ -258,6 +258,15 @@ pub enum Event {
 }
 
 impl Event {
+    /// A name or a request the policy refused.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Self::Dns { query, .. } => query.decision == Verdict::Deny,
+            Self::Request { exchange, .. } => exchange.decision == Verdict::Deny,
+            _ => false,
+        }
+    }
+
     /// What goes into the record: every event is one record.
     pub fn into_record(self) -> AuditEvent {
         match self {

@@ -187,8 +187,7 @@ impl EventSink for DenialLog {
     /// Refusals, held requests, and connections (to name a refusal's step).
     fn wants(&self, event: &Event) -> bool {
         match event {
-            Event::Dns { query, .. } => query.decision == Verdict::Deny,
-            Event::Request { exchange, .. } => exchange.decision == Verdict::Deny,
+            Event::Dns { .. } | Event::Request { .. } => event.is_refusal(),
             Event::Response { .. } => false,
             _ => true,
         }
