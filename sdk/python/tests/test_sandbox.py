@@ -8,6 +8,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -375,3 +376,35 @@ def decide_when_held(airlock_bin: str, marker: str, verb: List[str]) -> str:
             return str(held[0]["id"])
         time.sleep(0.1)
     raise AssertionError(f"the request to {marker} was never held")
+
+
+def test_a_sandbox_without_a_workspace_gets_a_fresh_empty_one_never_the_callers_directory(
+    options: Dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller's project, where the script was started from.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "important.txt").write_text("keep me\n")
+    monkeypatch.chdir(project)
+    del options["workspace"]
+    with airlock.Sandbox(**options) as sb:
+        made = Path(sb.workspace)
+        assert made != project and project not in made.parents, made
+        # Every way a program names "here" lands in the fresh directory.
+        for script in [
+            "echo pwned > important.txt",
+            "echo pwned > ./important.txt",
+            'echo pwned > "$PWD/important.txt"',
+            f"echo pwned > {project}/important.txt || true",
+            "ls -A",
+        ]:
+            r = sb.run(["sh", "-c", script])
+        assert r.stdout == "important.txt\n", r.stdout
+    assert (project / "important.txt").read_text() == "keep me\n"
+    assert not made.exists(), "the sandbox's own workspace is removed when it stops"
+
+    with airlock.Sandbox(keep=True, **options) as sb:
+        sb.write_file("result.txt", "kept\n")
+        kept = Path(sb.workspace)
+    assert (kept / "result.txt").read_text() == "kept\n"
+    shutil.rmtree(kept)

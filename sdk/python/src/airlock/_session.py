@@ -5,6 +5,8 @@ results into answers. Moving the bytes is theirs."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _cli, _steps
@@ -28,9 +30,17 @@ class SessionBase:
     def __init__(self, airlock_bin: Optional[str], options: Mapping[str, Any]) -> None:
         self._binary = _cli.find_binary(airlock_bin)
         self._options = dict(options)
+        self._keep = bool(self._options.pop("keep", False))
+        # Safe by default: without a named workspace the sandbox gets a
+        # fresh, empty directory, never the caller's own (which it could
+        # rewrite); it is removed when the sandbox stops unless `keep=True`.
+        self._temporary: Optional[str] = None
+        if not self._options.get("workspace"):
+            self._temporary = tempfile.mkdtemp(prefix="airlock-sandbox-")
+            self._options["workspace"] = self._temporary
         # The sandbox mounts the workspace at its host path, so this is also
         # its path inside: relative `cwd`s are resolved against it.
-        self._workspace = os.path.realpath(os.fspath(self._options.get("workspace") or "."))
+        self._workspace = os.path.realpath(os.fspath(self._options["workspace"]))
         self._session_id: Optional[str] = None
         self._stopped = False
 
@@ -56,7 +66,17 @@ class SessionBase:
         return argv + ["--stop-with-pid", str(os.getpid())]
 
     def _started(self, returncode: int, stdout: bytes, stderr: bytes) -> None:
-        self._session_id = _cli.session_id_from_start(returncode, stdout, stderr)
+        try:
+            self._session_id = _cli.session_id_from_start(returncode, stdout, stderr)
+        except BaseException:
+            self._discard_workspace()
+            raise
+
+    def _discard_workspace(self) -> None:
+        """Remove the workspace this sandbox made for itself, unless kept."""
+        if self._temporary is not None and not self._keep:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+            self._temporary = None
 
     def _socket_path(self) -> str:
         if self._stopped:

@@ -68,7 +68,14 @@ class AsyncSandbox(SessionBase):
 
     async def stop(self) -> None:
         """End every process in the sandbox and close its record. A session
-        already gone is left as it is."""
+        already gone is left as it is. A workspace the sandbox made for
+        itself is removed (``keep=True`` keeps it)."""
+        try:
+            await self._stop()
+        finally:
+            self._discard_workspace()
+
+    async def _stop(self) -> None:
         if self._session_id is None or self._stopped:
             return
         path = self._socket_path()

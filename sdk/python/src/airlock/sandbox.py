@@ -28,7 +28,11 @@ from .result import RunResult, SessionDenials
 class Sandbox(SessionBase):
     """A live Airlock session: one sandbox kept across many steps.
 
-    Every keyword argument is an ``airlock session start`` option, dashes
+    Without ``workspace`` the sandbox gets a fresh, empty directory
+    (:attr:`workspace` says where), removed when it stops unless
+    ``keep=True``: a host directory is mounted only when it is named.
+
+    Every other keyword argument is an ``airlock session start`` option, dashes
     written as underscores: ``Sandbox(policy="policy.toml", workspace=".",
     memory="512M", upstream_ca=["ca.pem"], resolve=["host:127.0.0.1"])``.
     ``True`` is a bare flag and a list repeats the option; the CLI checks
@@ -64,7 +68,15 @@ class Sandbox(SessionBase):
 
     def stop(self) -> None:
         """End every process in the sandbox and close its record. A session
-        already gone (stopped, timed out, killed) is left as it is."""
+        already gone (stopped, timed out, killed) is left as it is. A
+        workspace the sandbox made for itself is removed (``keep=True``
+        keeps it)."""
+        try:
+            self._stop()
+        finally:
+            self._discard_workspace()
+
+    def _stop(self) -> None:
         if self._session_id is None or self._stopped:
             return
         path = self._socket_path()
