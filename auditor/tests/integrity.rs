@@ -3,7 +3,9 @@
 //! first bad seq is named.
 
 use airlock_auditor::{AuditStore, KeyTrust, TrustAnchor, VerifyOutcome, VerifyReport};
-use airlock_test_support::audit_store::{Env, dns, env, file, info, thirty_event_session};
+use airlock_test_support::audit_store::{
+    Env, assert_tampered, dns, env, file, info, thirty_event_session,
+};
 use airlock_test_support::chain::{forge_resign, link};
 
 fn verify(e: &Env, id: &airlock_auditor::SessionId) -> VerifyReport {
@@ -11,16 +13,6 @@ fn verify(e: &Env, id: &airlock_auditor::SessionId) -> VerifyReport {
         .expect("open ro")
         .verify(id, &TrustAnchor::KeyFile(e.key.clone()))
         .expect("verify runs")
-}
-
-fn assert_tampered(r: &VerifyReport, seq: u64, words: &str) {
-    assert_eq!(r.outcome, VerifyOutcome::Tampered, "{r:#?}");
-    assert_eq!(r.first_bad_seq.map(|s| s.get()), Some(seq), "{r:#?}");
-    assert!(
-        r.problems.iter().any(|p| p.contains(words)),
-        "expected a problem mentioning {words:?}: {r:#?}"
-    );
-    assert!(r.summary().contains("TAMPERED"), "{}", r.summary());
 }
 
 #[test]

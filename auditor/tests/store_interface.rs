@@ -16,7 +16,7 @@ use airlock_auditor::{
     SessionRows, SessionSummary, StoredEvent, TrustAnchor, VerifyOutcome, VerifyReport,
     VerifyingKey,
 };
-use airlock_test_support::audit_store::{Env, dns, env, file, info};
+use airlock_test_support::audit_store::{Env, assert_tampered, dns, env, file, info};
 
 /// A store holding a copy of one session's rows; everything but verify's
 /// rows is read from the store it was copied from.
@@ -198,15 +198,6 @@ fn recorded(e: &Env) -> (SessionId, TrustAnchor) {
 /// Verify over a store given as the interface only.
 fn verify(store: &dyn RecordStore, id: &SessionId, trust: &TrustAnchor) -> VerifyReport {
     store.verify(id, trust).expect("verify runs")
-}
-
-fn assert_tampered(r: &VerifyReport, seq: u64, words: &str) {
-    assert_eq!(r.outcome, VerifyOutcome::Tampered, "{r:#?}");
-    assert_eq!(r.first_bad_seq.map(|s| s.get()), Some(seq), "{r:#?}");
-    assert!(
-        r.problems.iter().any(|p| p.contains(words)),
-        "expected a problem mentioning {words:?}: {r:#?}"
-    );
 }
 
 #[test]

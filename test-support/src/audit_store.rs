@@ -142,3 +142,19 @@ pub fn thirty_event_session(store: &dyn RecordStore) -> SessionId {
     .expect("finish");
     id
 }
+
+/// `r` found the session tampered with, first at `seq`, with a problem that
+/// mentions `words`, and says so in its summary.
+pub fn assert_tampered(r: &airlock_auditor::VerifyReport, seq: u64, words: &str) {
+    assert_eq!(
+        r.outcome,
+        airlock_auditor::VerifyOutcome::Tampered,
+        "{r:#?}"
+    );
+    assert_eq!(r.first_bad_seq.map(|s| s.get()), Some(seq), "{r:#?}");
+    assert!(
+        r.problems.iter().any(|p| p.contains(words)),
+        "expected a problem mentioning {words:?}: {r:#?}"
+    );
+    assert!(r.summary().contains("TAMPERED"), "{}", r.summary());
+}
