@@ -1,5 +1,6 @@
 //! Starting an audit session: the one place the binary opens the audit store.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
@@ -16,6 +17,7 @@ pub(crate) fn session_info(
     policy: &Policy,
     mode: SessionMode,
     limits: serde_json::Value,
+    labels: BTreeMap<String, String>,
 ) -> SessionInfo {
     SessionInfo {
         command: recorded_command_line(std::env::args_os()),
@@ -28,6 +30,7 @@ pub(crate) fn session_info(
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default(),
         mode,
+        labels,
         ..SessionInfo::default()
     }
 }

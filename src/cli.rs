@@ -1,6 +1,7 @@
 //! Command-line pieces shared by several subcommands: value parsers and the
 //! option groups that `run`, `proxy` and `sidecar` flatten into their own.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -47,6 +48,41 @@ pub(crate) struct AuditOptions {
     /// Keep at most this much content per session (file versions, bodies, output); past it, hashes and sizes only [default: 256M].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub audit_max_session: Option<u64>,
+    /// Record this label with the session (repeatable), e.g. pod=agent-7: what a fleet's search and console filter on.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<Label>,
+}
+
+/// One `--label KEY=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Label {
+    pub key: String,
+    pub value: String,
+}
+
+/// `--label`: a key of letters, digits and `._/-` (as Kubernetes label
+/// keys are), `=`, and a value of printable text.
+pub(crate) fn parse_label(s: &str) -> Result<Label, String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err(format!(
+            "{s:?} has no '='; write KEY=VALUE, e.g. pod=agent-7"
+        ));
+    };
+    let key_ok = |c: char| c.is_ascii_alphanumeric() || "._/-".contains(c);
+    if key.is_empty() || key.len() > 253 || !key.chars().all(key_ok) {
+        return Err(format!(
+            "label key {key:?} is not a name; use letters, digits and . _ / - (at most 253), e.g. pod=agent-7"
+        ));
+    }
+    if value.len() > 1024 || value.chars().any(char::is_control) {
+        return Err(format!(
+            "the value of label {key:?} has control characters or is longer than 1024 bytes; use printable text"
+        ));
+    }
+    Ok(Label {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    })
 }
 
 impl AuditOptions {
@@ -62,6 +98,18 @@ impl AuditOptions {
     pub(crate) fn max_session_bytes(&self) -> u64 {
         self.audit_max_session
             .unwrap_or(airlock_auditor::DEFAULT_MAX_SESSION_BYTES)
+    }
+
+    /// The session's labels; a key given twice is refused, since which
+    /// value was meant cannot be known.
+    pub(crate) fn labels(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut labels = BTreeMap::new();
+        for Label { key, value } in &self.labels {
+            if labels.insert(key.clone(), value.clone()).is_some() {
+                anyhow::bail!("--label {key} is given twice; give each key once");
+            }
+        }
+        Ok(labels)
     }
 
     /// `--audit-key`, else the per-user default.

@@ -1,6 +1,8 @@
 //! A session: what it was started with, how it ended, and its events as
 //! a store hands them back.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{AuditEvent, EventKind, ExecId, HttpExchange, OsText, Seq, SessionId, TcpConnection};
@@ -50,6 +52,13 @@ pub struct SessionInfo {
     /// verify unchanged).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable_dirs: Vec<WritableDir>,
+    /// Who ran the session, as `--label key=value` said: in a fleet, the
+    /// pod, namespace and node the deployment fills in. Searched and
+    /// filtered on; bound into the chain like the rest. Empty in records
+    /// made before labels existed (left out then, so they verify
+    /// unchanged).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A host directory mounted writable in the sandbox.
@@ -82,6 +91,7 @@ impl Default for SessionInfo {
             terminal: None,
             max_session_bytes: Some(DEFAULT_MAX_SESSION_BYTES),
             writable_dirs: Vec::new(),
+            labels: BTreeMap::new(),
         }
     }
 }

@@ -85,9 +85,14 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         Some(db) => Some(crate::audit::begin(
             db,
             args.audit.audit_key.as_deref(),
-            crate::audit::session_info(&policy, SessionMode::Proxy, serde_json::Value::Null)
-                .with_budget(args.audit.max_session_bytes())
-                .with_note("proxy mode: network events only; exec and file events are not visible"),
+            crate::audit::session_info(
+                &policy,
+                SessionMode::Proxy,
+                serde_json::Value::Null,
+                args.audit.labels()?,
+            )
+            .with_budget(args.audit.max_session_bytes())
+            .with_note("proxy mode: network events only; exec and file events are not visible"),
             &credentials,
         )?),
         None => None,

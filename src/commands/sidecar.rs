@@ -252,9 +252,10 @@ async fn serve(
         "transparent_port": rules.transparent_port,
         "dns_port": rules.dns_port,
     });
-    let info = crate::audit::session_info(&policy, SessionMode::Sidecar, limits)
-        .with_budget(args.audit.max_session_bytes())
-        .with_note(CAPABILITIES_NOTE);
+    let info =
+        crate::audit::session_info(&policy, SessionMode::Sidecar, limits, args.audit.labels()?)
+            .with_budget(args.audit.max_session_bytes())
+            .with_note(CAPABILITIES_NOTE);
     let recorder = crate::audit::begin(&audit_db, Some(&audit_key), info, &credentials)?;
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![AuditSink::new(recorder.clone())];
     if let Some(events) = &args.events {

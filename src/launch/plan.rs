@@ -2,6 +2,7 @@
 //! every path canonicalised, every grant, secret and limit resolved before
 //! anything forks; then step 2, the spawn.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +69,8 @@ const SYSTEM_BUNDLES: [&str; 4] = [
 pub(crate) struct AuditPaths {
     pub db: PathBuf,
     pub key: PathBuf,
+    /// `--label`s, recorded with the session.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What the proxy needs, resolved up front; it is built once the sandbox
@@ -235,14 +238,14 @@ impl Plan {
             terminal,
             env,
         } = self;
-        let beginning = audit.map(|AuditPaths { db, key }| {
+        let beginning = audit.map(|AuditPaths { db, key, labels }| {
             let info = SessionInfo {
                 // The same cap for the observer and the record.
                 max_file_bytes,
                 max_session_bytes: Some(max_session_bytes),
                 writable_dirs,
                 terminal: pty_size.map(|s| (s.cols, s.rows)),
-                ..audit::session_info(&proxy.policy, mode, limits_record)
+                ..audit::session_info(&proxy.policy, mode, limits_record, labels)
             };
             let credentials = proxy.credentials.clone();
             std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
@@ -348,7 +351,11 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
     let key = std::path::absolute(&key)
         .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
     Writable::new(workspace, &args.rw).refuse_audit_db(&db)?;
-    Ok(Some(AuditPaths { db, key }))
+    Ok(Some(AuditPaths {
+        db,
+        key,
+        labels: args.audit.labels()?,
+    }))
 }
 
 /// What the sandbox must not see: `--hide`, the CA and audit directories
@@ -382,7 +389,7 @@ fn hidden_paths(
     if !workspace.starts_with(&sessions) {
         hide.push(sessions);
     }
-    if let Some(AuditPaths { db, key }) = audit {
+    if let Some(AuditPaths { db, key, .. }) = audit {
         hide.extend(
             [db.clone(), key.clone()]
                 .into_iter()
