@@ -33,6 +33,7 @@ mod recorder;
 mod redact;
 pub mod restore;
 pub mod search;
+pub mod ship;
 pub mod sqlite;
 mod store;
 pub mod timeline;

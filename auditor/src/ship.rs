@@ -1,0 +1,59 @@
+//! Shipping: copying a node's local record, row for row, into a central
+//! store, so that a fleet's sessions are searched, verified and replayed
+//! in one place.
+//!
+//! The local SQLite record stays the durable spool: a [`ShipSource`] hands
+//! out what a destination does not hold yet, and a [`ShipDestination`]
+//! stores it. The rows travel as stored, hashes and signatures included,
+//! so the central copy verifies against the node's own key exactly as the
+//! local one does: shipping cannot make a record look better than it is.
+//!
+//! Exactly once, whatever fails: a destination stores one batch in one
+//! transaction and ignores rows it already holds (idempotent on
+//! (session, seq)), and a shipper always asks the destination where it is
+//! ([`ShipDestination::shipped_up_to`]) before it sends, never its own
+//! memory. A shipper killed between a commit and its next step, or a
+//! destination restarted, resumes exactly where the destination stopped.
+
+use crate::{AuditError, CheckpointRow, EventRow, IndexRow, Seq, SessionId, SessionRow};
+
+/// One session's rows that a destination does not hold yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShipBatch {
+    pub session: SessionId,
+    /// The session's row as it is now: its end appears once it ended.
+    pub row: SessionRow,
+    /// Whether the session's search terms were written as it was recorded.
+    pub indexed: bool,
+    /// Events after the destination's last, contiguous, in seq order
+    /// (possibly none, when only the session's end is new).
+    pub events: Vec<EventRow>,
+    /// The search terms of exactly those events.
+    pub index: Vec<IndexRow>,
+    /// The session's signed checkpoints up to the last event of the batch
+    /// (a destination ignores those it holds).
+    pub checkpoints: Vec<CheckpointRow>,
+    /// The file contents those events reference, by the SHA-256 they are
+    /// stored under.
+    pub contents: Vec<(String, Vec<u8>)>,
+}
+
+/// Where a destination stands on one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shipped {
+    /// The last event it holds, none before the first.
+    pub up_to: Option<Seq>,
+    /// It holds the session's end (its row's end and final checkpoint):
+    /// nothing of the session is left to ship.
+    pub ended: bool,
+}
+
+/// A store that takes shipped rows: the central record.
+pub trait ShipDestination: Send + Sync {
+    /// Where the destination stands on `session` (default: nothing held).
+    fn shipped(&self, session: &SessionId) -> Result<Shipped, AuditError>;
+
+    /// Stores the batch in one transaction. Rows already held are left
+    /// as they are, so a batch sent twice is stored once.
+    fn ship(&self, batch: &ShipBatch) -> Result<(), AuditError>;
+}
