@@ -21,6 +21,8 @@
 //! - [`shim`]: sandboxes run through the shim's library API.
 //! - [`podman`]: real podman containers, networks and test images.
 //! - [`sidecar`]: an `airlock sidecar` process, its log and events.
+//! - [`postgres`]: a PostgreSQL server of the test's own (`initdb`,
+//!   `pg_ctl`), killed and restarted at will.
 //!
 //! The `airlock` binary's path is known only to the root package's
 //! integration tests, at compile time: they name it with [`airlock_bin!`]
@@ -36,6 +38,7 @@ pub mod console;
 pub mod disk;
 pub mod pki;
 pub mod podman;
+pub mod postgres;
 pub mod proxy;
 pub mod record;
 pub mod server;
