@@ -10,6 +10,10 @@ use std::path::PathBuf;
 pub enum EngineError {
     #[error(transparent)]
     Sqlite(#[from] crate::sqlite::SqliteError),
+    /// Shown whole on one line (the engine's message and its database
+    /// error's detail), so it is not a source of its own.
+    #[error("{}", crate::postgres::describe(.0))]
+    Postgres(crate::postgres::PostgresError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +103,14 @@ pub enum AuditError {
 
     #[error(transparent)]
     Query(#[from] crate::search::QueryError),
+
+    #[error(
+        "shipping session {session} made no progress: the destination took a batch but still stands where it stood; check the destination's log"
+    )]
+    ShipStalled { session: String },
+
+    #[error(transparent)]
+    Central(#[from] crate::postgres::CentralError),
 
     #[error("random number generator failed: {0}; the kernel's getrandom(2) must be available")]
     Random(String),

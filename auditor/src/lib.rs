@@ -28,6 +28,7 @@ pub mod export;
 pub mod humanize;
 mod ids;
 mod keys;
+pub mod postgres;
 mod record_store;
 mod recorder;
 mod redact;

@@ -15,7 +15,10 @@
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 
-use crate::{AuditError, CheckpointRow, EventRow, IndexRow, Seq, SessionId, SessionRow};
+use crate::sqlite::SqliteStore;
+use crate::{
+    AuditError, CheckpointRow, EventRow, IndexRow, RecordStore, Seq, SessionId, SessionRow,
+};
 
 /// One session's rows that a destination does not hold yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,4 +59,64 @@ pub trait ShipDestination: Send + Sync {
     /// Stores the batch in one transaction. Rows already held are left
     /// as they are, so a batch sent twice is stored once.
     fn ship(&self, batch: &ShipBatch) -> Result<(), AuditError>;
+}
+
+/// Events per batch [`ship_all`] sends: large enough that a commit's cost
+/// is spread over many events, small enough to hold in memory.
+pub const BATCH_EVENTS: usize = 1000;
+
+/// What a shipping pass sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShipReport {
+    /// Sessions of which something was sent.
+    pub sessions: usize,
+    /// Batches sent (each one transaction at the destination).
+    pub batches: usize,
+    /// Events sent.
+    pub events: u64,
+}
+
+impl std::ops::AddAssign for ShipReport {
+    fn add_assign(&mut self, other: Self) {
+        self.sessions += other.sessions;
+        self.batches += other.batches;
+        self.events += other.events;
+    }
+}
+
+/// Ships every session of `store` until `to` holds all of it (each
+/// session's end included, when it ended).
+pub fn ship_all(store: &SqliteStore, to: &dyn ShipDestination) -> Result<ShipReport, AuditError> {
+    let mut report = ShipReport::default();
+    for summary in store.sessions()? {
+        report += ship_session(store, &summary.id, to)?;
+    }
+    Ok(report)
+}
+
+/// Ships one session until `to` holds all of it, asking the destination
+/// where it stands before every batch.
+pub fn ship_session(
+    store: &SqliteStore,
+    session: &SessionId,
+    to: &dyn ShipDestination,
+) -> Result<ShipReport, AuditError> {
+    let mut report = ShipReport::default();
+    let mut at = to.shipped(session)?;
+    while let Some(batch) = store.ship_batch(session, at, BATCH_EVENTS)? {
+        to.ship(&batch)?;
+        let now = to.shipped(session)?;
+        // A destination that took a batch and did not move would be sent
+        // the same batch forever.
+        if now == at {
+            return Err(AuditError::ShipStalled {
+                session: session.to_string(),
+            });
+        }
+        report.sessions = 1;
+        report.batches += 1;
+        report.events += batch.events.len() as u64;
+        at = now;
+    }
+    Ok(report)
 }

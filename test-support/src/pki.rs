@@ -59,6 +59,15 @@ impl TestPki {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         tls_config(cert.der().clone(), key)
     }
+
+    /// A certificate for `names` signed by this CA and its private key, both
+    /// PEM: for servers that read them from files (PostgreSQL).
+    pub fn cert_and_key_pem(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(owned(names)).unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
 }
 
 /// A server config with a self-signed certificate no one trusts.

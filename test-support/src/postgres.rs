@@ -34,12 +34,23 @@ pub struct PgServer {
     port: u16,
     password: String,
     superuser_password: String,
+    /// Serves TLS with this certificate (server.crt, server.key).
+    tls: bool,
 }
 
 impl PgServer {
     /// Initializes and starts a server; panics (naming the package to
     /// install) when PostgreSQL is missing.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// A server that also offers TLS, with this certificate and key (PEM).
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Self {
+        Self::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Self {
         let bin = bindir();
         let user = nix::unistd::User::from_name("postgres")
             .ok()
@@ -61,8 +72,17 @@ impl PgServer {
             port: 0,
             password: format!("pw-{}", random_hex()),
             superuser_password: format!("su-{}", random_hex()),
+            tls: tls.is_some(),
         };
         server.initdb();
+        if let Some((cert, key)) = tls {
+            for (name, text) in [("server.crt", cert), ("server.key", key)] {
+                let path = server.dir.path().join(name);
+                std::fs::write(&path, text).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+                nix::unistd::chown(&path, Some(user.uid), Some(user.gid)).unwrap();
+            }
+        }
         server.launch_on_free_port()
     }
 
@@ -207,10 +227,16 @@ impl PgServer {
     }
 
     fn pg_ctl_start(&self, port: u16) -> Output {
-        let opts = format!(
+        let mut opts = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
             self.sockets().display()
         );
+        if self.tls {
+            let dir = self.dir.path().display();
+            opts.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"
+            ));
+        }
         self.as_postgres("pg_ctl")
             .arg("start")
             .arg("-w")

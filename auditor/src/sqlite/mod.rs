@@ -7,6 +7,7 @@
 
 mod schema;
 mod search;
+mod ship_source;
 mod store;
 mod verify_rows;
 mod writer;

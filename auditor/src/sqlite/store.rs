@@ -79,7 +79,7 @@ impl SqliteStore {
         &self.path
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// Summaries of every session, or of the one whose row is `only`.
@@ -138,7 +138,7 @@ impl SqliteStore {
         Ok(out)
     }
 
-    fn sid(&self, id: &SessionId) -> Result<i64, AuditError> {
+    pub(super) fn sid(&self, id: &SessionId) -> Result<i64, AuditError> {
         self.conn()
             .query_row(
                 "SELECT sid FROM sessions WHERE id = ?1",
