@@ -24,6 +24,7 @@ mod random_id;
 mod secrets;
 mod serve;
 mod session;
+mod ship;
 mod sidecar;
 mod terminal;
 mod usage_error;

@@ -1,12 +1,14 @@
 //! Opening a record store from where it is: the one place that picks the
 //! engine, so a second one is one more arm here.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::VerifyingKey;
 
 use crate::keys::{SigningKeySource, TrustAnchor};
+use crate::ship::ShipMark;
 use crate::sqlite::SqliteStore;
 use crate::{
     AuditError, EventKind, RecordStore, Redactor, SearchQuery, SearchResults, Seq, SessionId,
@@ -117,6 +119,10 @@ impl RecordStore for AuditStore {
         summary: &SessionSummary,
     ) -> Result<Option<Vec<String>>, AuditError> {
         self.store.first_step_command(summary)
+    }
+
+    fn ship_marks(&self) -> Result<HashMap<SessionId, ShipMark>, AuditError> {
+        self.store.ship_marks()
     }
 
     fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {

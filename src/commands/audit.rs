@@ -5,6 +5,7 @@
 //! program under audit chose most of them and must not be able to rewrite
 //! the reader's terminal); `--json` output is left as data.
 
+mod ship;
 mod undo;
 
 use std::fs::File;
@@ -119,6 +120,9 @@ enum AuditCommand {
     /// Open the forensic console: a read-only web UI on loopback, at a URL
     /// with a random access token (docs/console.md).
     Serve(super::console::ServeArgs),
+    /// Copy local records into a central store (postgres://…), once or
+    /// following them as they grow; what it already holds is not copied twice.
+    Ship(ship::ShipArgs),
     /// Check that sessions were not altered: exit 0 only when intact.
     Verify {
         /// Session id or unique prefix.
@@ -328,6 +332,7 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
             json,
         } => verify(&db, session.as_deref(), all, audit_key, json),
         AuditCommand::Search(args) => search(args),
+        AuditCommand::Ship(args) => ship::run(args),
         AuditCommand::Serve(args) => super::console::serve(args),
     }
 }
@@ -438,6 +443,7 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
 
 fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
     let list = store.sessions()?;
+    let marks = store.ship_marks()?;
     let mut out = std::io::stdout().lock();
     if json {
         let items: Vec<serde_json::Value> = list
@@ -462,6 +468,11 @@ fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
                     "events": s.events,
                     "steps": s.steps,
                     "key_fingerprint": s.key_fingerprint,
+                    "shipped": marks.get(&s.id).map(|m| serde_json::json!({
+                        "up_to": m.shipped.up_to,
+                        "ended": m.shipped.ended,
+                        "at": humanize::rfc3339(m.at_us),
+                    })),
                 })
             })
             .collect();
