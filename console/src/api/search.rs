@@ -32,6 +32,7 @@ pub(super) fn run(state: &State, params: &Params) -> Result<Response<Body>, Cons
         since_us: params.time("since")?,
         until_us: params.time("until")?,
         session: params.get("session").map(str::to_owned),
+        sessions: None,
     };
     let results = state.store.search(&query)?;
     let total = results.hits.len();
