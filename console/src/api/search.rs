@@ -34,7 +34,7 @@ pub(super) fn run(state: &State, params: &Params) -> Result<Response<Body>, Cons
         session: params.get("session").map(str::to_owned),
         sessions: None,
     };
-    let results = state.store.search(&query)?;
+    let results = params.scope()?.search(state.store.as_ref(), &query)?;
     let total = results.hits.len();
     let hits: Vec<_> = results
         .hits
