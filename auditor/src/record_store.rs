@@ -91,8 +91,10 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// A stored file content blob by the SHA-256 of its stored bytes.
     fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError>;
 
-    /// Events of every session (or of `query.session`) matching `query`,
-    /// oldest first; see [`crate::search`]. Never writes to the store.
+    /// Events of every session (or of `query.session`, and only of the
+    /// sessions in `query.sessions` when that is given: none when it is
+    /// empty) matching `query`, oldest first; see [`crate::search`]. Never
+    /// writes to the store.
     fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError>;
 
     /// Changes whenever anyone else commits to the store: what a reader

@@ -337,15 +337,18 @@ impl RecordStore for SqliteStore {
             .map_err(db("reading the database's version"))
     }
 
-    /// Events of every session (or of `query.session`) matching `query`,
-    /// oldest first; see [`crate::search`]. Never writes to the database.
+    /// Events of every session (or of `query.session`, and of
+    /// `query.sessions`) matching `query`, oldest first; see
+    /// [`crate::search`]. Never writes to the database.
     fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError> {
         query.check()?;
-        let sid = match &query.session {
+        let named = match &query.session {
             Some(text) => Some(self.sid(&self.resolve_session(text)?)?),
             None => None,
         };
-        search::run(&self.conn(), query, sid)
+        let conn = self.conn();
+        let within = search::within(&conn, named, query)?;
+        search::run(&conn, query, within.as_deref())
     }
 
     /// A stored file content blob by the SHA-256 of its stored bytes.

@@ -150,9 +150,7 @@ impl SessionRows for SqliteRows<'_, '_> {
                 "SELECT seq, hash, is_final, signature FROM checkpoints WHERE sid = ?1 ORDER BY seq, rowid",
             )
             .map_err(db())?;
-        let rows = stmt
-            .query_map([self.sid], checkpoint_row)
-            .map_err(db())?;
+        let rows = stmt.query_map([self.sid], checkpoint_row).map_err(db())?;
         rows.collect::<Result<_, _>>().map_err(db())
     }
 
