@@ -5,6 +5,7 @@
 //! program under audit chose most of them and must not be able to rewrite
 //! the reader's terminal); `--json` output is left as data.
 
+mod ocsf_export;
 mod ship;
 mod undo;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use airlock_auditor::export::{cast, har, jsonl};
+use airlock_auditor::export::{cast, har, jsonl, ocsf};
 use airlock_auditor::search::{LabelFilter, ScopeError, SessionScope};
 use airlock_auditor::ship::ShipMark;
 use airlock_auditor::{
@@ -67,18 +68,10 @@ enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Export a session as HAR (HTTP), JSON lines (all events) or asciicast (terminal).
-    Export {
-        /// Session id or unique prefix.
-        session: String,
-        #[command(flatten)]
-        db: DbArg,
-        #[arg(long, value_enum)]
-        format: ExportFormat,
-        /// Output file ("-" for standard output).
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-    },
+    /// Export a session as HAR (HTTP), JSON lines (all events) or asciicast
+    /// (terminal); or every session (or one) as OCSF events for a SIEM,
+    /// once or following the database (docs/ocsf.md).
+    Export(ExportArgs),
     /// List the files a session wrote, show what one held before and after
     /// it, restore them as they were at its end, or undo the session.
     Files {
@@ -219,11 +212,29 @@ enum Verdict {
     Report,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+/// `airlock audit export`.
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// Session id or unique prefix (with --format ocsf: every session when left out).
+    session: Option<String>,
+    #[command(flatten)]
+    db: DbArg,
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// Output file ("-" for standard output; --format ocsf's default).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    ocsf: ocsf_export::OcsfArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ExportFormat {
     Har,
     Jsonl,
     Cast,
+    /// OCSF 1.8 events, one JSON object per line (docs/ocsf.md).
+    Ocsf,
 }
 
 fn parse_kind(text: &str) -> Result<EventKind, String> {
@@ -325,20 +336,7 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Export {
-            session,
-            db,
-            format,
-            out,
-        } => {
-            let store = open(&db)?;
-            let id = match store.resolve_session(&session) {
-                Ok(id) => id,
-                Err(e) => return Ok(usage(e)),
-            };
-            export(&store, &id, format, &out)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        AuditCommand::Export(args) => export_command(args),
         AuditCommand::Files {
             session,
             db,
@@ -641,6 +639,41 @@ fn scope_text(scope: &SessionScope) -> String {
     parts.join(" ")
 }
 
+fn export_command(args: ExportArgs) -> Result<ExitCode> {
+    let ExportArgs {
+        session,
+        db,
+        format,
+        out,
+        ocsf,
+    } = args;
+    if format == ExportFormat::Ocsf {
+        return ocsf_export::run(&db, session.as_deref(), out.as_deref(), ocsf);
+    }
+    if let Some(flag) = ocsf.given() {
+        return Ok(usage(format!(
+            "{flag} works with --format ocsf only; drop it, or export OCSF events"
+        )));
+    }
+    let Some(session) = session else {
+        return Ok(usage(
+            "give the session to export (an id or unique prefix, as `airlock audit sessions` lists them)",
+        ));
+    };
+    let Some(out) = out else {
+        return Ok(usage(
+            "give where to write the export: --out FILE, or --out - for standard output",
+        ));
+    };
+    let store = open(&db)?;
+    let id = match store.resolve_session(&session) {
+        Ok(id) => id,
+        Err(e) => return Ok(usage(e)),
+    };
+    export(&store, &id, format, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn export(store: &dyn RecordStore, id: &SessionId, format: ExportFormat, out: &Path) -> Result<()> {
     let summary = store.session(id)?;
     let events = store.events(id, None)?;
@@ -659,6 +692,7 @@ fn export(store: &dyn RecordStore, id: &SessionId, format: ExportFormat, out: &P
         ExportFormat::Har => har::write(&summary, &events, &mut sink)?,
         ExportFormat::Jsonl => jsonl::write(id, &events, &mut sink)?,
         ExportFormat::Cast => cast::write(&summary, &events, &mut sink)?,
+        ExportFormat::Ocsf => ocsf::write(&summary, &events, &mut sink)?,
     }
     sink.flush()
         .with_context(|| format!("cannot write {}", out.display()))?;
