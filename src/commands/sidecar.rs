@@ -259,7 +259,13 @@ async fn serve(
             .with_note(CAPABILITIES_NOTE);
     let recorder = crate::audit::begin(&audit_db, Some(&audit_key), info, &credentials)?;
     let shipper = match &args.audit.audit_ship {
-        Some(to) => Some(LiveShipper::start(&audit_db, to)?),
+        Some(to) => {
+            // The capture rules leave only marked sockets alone: the
+            // connection to the central store is the sidecar's own, like
+            // its upstream ones, and must not be captured by its proxy.
+            airlock_auditor::postgres::mark_connections(rules.mark);
+            Some(LiveShipper::start(&audit_db, to)?)
+        }
         None => None,
     };
     let gate = shipper

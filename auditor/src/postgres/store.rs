@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use postgres::Client;
+use super::client::{Client, Queries};
 
 use super::connect::PgTarget;
 use super::schema;
