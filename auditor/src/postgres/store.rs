@@ -100,6 +100,17 @@ impl PgStore {
     }
 }
 
+impl Drop for PgStore {
+    /// The client owns a small runtime of its own, which tokio refuses to
+    /// drop from inside another runtime's task (the console drops its store
+    /// there): it is dropped on a thread of its own.
+    fn drop(&mut self) {
+        if let Some(client) = self.lock().take() {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
+    }
+}
+
 impl RecordStore for PgStore {
     /// None: the central store signs nothing (each node signs its own).
     fn public_key(&self) -> Option<VerifyingKey> {
