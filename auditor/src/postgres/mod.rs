@@ -19,9 +19,13 @@
 mod client;
 mod connect;
 mod error;
+mod keys;
+mod read;
 mod schema;
+mod search;
 mod ship;
 mod store;
+mod verify_rows;
 
 pub use client::mark_connections;
 pub use connect::{PASSWORD_FILE_ENV, PgTarget, SslMode, is_postgres_url, redact_url};
