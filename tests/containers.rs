@@ -992,6 +992,8 @@ struct PlayedPod {
     extends: serde_json::Value,
     /// The node the kubelet would say the pod runs on: this machine.
     node: String,
+    /// How long `podman kube play` took.
+    play_took: Duration,
 }
 
 impl PlayedPod {
@@ -1202,9 +1204,8 @@ async fn play_pod_manifest() -> PlayedPod {
         "kube play: {out:?}\n{}",
         std::fs::read_to_string(&pod_file).unwrap()
     );
-    eprintln!("kube play took {:?}", started.elapsed());
-
     let played = PlayedPod {
+        play_took: started.elapsed(),
         _cleanup: cleanup,
         _net: net,
         _host: host,
@@ -1249,6 +1250,7 @@ fn python_toml(text: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     let played = play_pod_manifest().await;
+    eprintln!("kube play took {:?}", played.play_took);
     let (app, sidecar, name) = (&played.app, &played.sidecar, &played.name);
     let app_log = played.logs(app);
     eprintln!("the app: {}", app_log.lines().next().unwrap_or(""));
