@@ -32,6 +32,7 @@ use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::finish::Finish;
+use crate::policy_reload::Reloader;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -320,7 +321,12 @@ async fn serve(
         args.admin
     );
 
-    let end = serve_until_stopped(&proxy, &policy_path, signals, &mut servers).await;
+    let reloader = Reloader {
+        proxy: &proxy,
+        path: &policy_path,
+        record: Some(&recorder),
+    };
+    let end = serve_until_stopped(&reloader, signals, &mut servers).await;
     admin_state.set_ready(false);
     lag.abort();
     let (code, reason) = match &end {
