@@ -37,7 +37,7 @@ impl Filter {
         self.params.extend(values);
     }
 
-    fn new(c: &Criteria, sid: Option<i64>) -> Self {
+    fn new(c: &Criteria, sid: Option<i64>, sessions: Option<&[SessionId]>) -> Self {
         let mut f = Self {
             sql: "TRUE".into(),
             params: Vec::new(),
@@ -90,17 +90,27 @@ impl Filter {
         if let Some(sid) = sid {
             f.push("sid = ?", vec![Box::new(sid)]);
         }
+        if let Some(ids) = sessions {
+            // The set labels or a node resolved into (SearchQuery::sessions):
+            // one array parameter however many; an empty one matches nothing.
+            let ids: Vec<String> = ids.iter().map(|id| id.as_str().to_owned()).collect();
+            f.push(
+                "sid IN (SELECT sid FROM sessions WHERE id = ANY(?))",
+                vec![Box::new(ids)],
+            );
+        }
         f
     }
 }
 
-/// Runs `query` over every session (or the one whose row is `sid`).
+/// Runs `query` over every session, or only those `query.sessions` lists
+/// (and of those, the one whose row is `sid`, when given).
 pub(super) fn run(
     c: &mut Client,
     query: &SearchQuery,
     sid: Option<i64>,
 ) -> Result<SearchResults, AuditError> {
-    let filter = Filter::new(&query.criteria()?, sid);
+    let filter = Filter::new(&query.criteria()?, sid, query.sessions.as_deref());
     let sql = format!(
         "SELECT s.id, e.seq, e.ts_us, e.kind, e.exec_id, e.payload
          FROM events e JOIN sessions s ON s.sid = e.sid
