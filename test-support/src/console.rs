@@ -20,12 +20,26 @@ pub struct Console {
 impl Console {
     /// Starts `airlock audit serve` on `db`, with `key` as the trust anchor.
     pub async fn start(airlock: &str, db: &Path, key: &Path) -> Self {
-        let mut child = Command::new(airlock)
+        Self::start_trusting(airlock, db, Some(key)).await
+    }
+
+    /// Starts `airlock audit serve` on a central store (`postgres://…`)
+    /// with no `--audit-key`: every session is verified against the key
+    /// its node enrolled.
+    pub async fn start_central(airlock: &str, url: &Path) -> Self {
+        Self::start_trusting(airlock, url, None).await
+    }
+
+    async fn start_trusting(airlock: &str, db: &Path, key: Option<&Path>) -> Self {
+        let mut serve = Command::new(airlock);
+        serve
             .args(["audit", "serve", "--listen", "127.0.0.1:0"])
             .arg("--audit-db")
-            .arg(db)
-            .arg("--audit-key")
-            .arg(key)
+            .arg(db);
+        if let Some(key) = key {
+            serve.arg("--audit-key").arg(key);
+        }
+        let mut child = serve
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -162,4 +176,35 @@ pub fn since_recorded(ev: &serde_json::Value) -> Duration {
     let recorded_us = ev["ts_us"].as_i64().expect("an event with ts_us");
     let lag_us = i128::try_from(now_us).unwrap_or(i128::MAX) - i128::from(recorded_us);
     Duration::from_micros(u64::try_from(lag_us).unwrap_or(0))
+}
+
+/// Chromium, where `scripts/setup` installs it.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Fails, naming the fix, when a browser test in `dir` (tests/console)
+/// cannot run: playwright-core, Chromium or node missing. A failure, not
+/// a skip: a console nobody drove is not a tested console.
+pub fn check_browser_prerequisites(dir: &Path) {
+    let mut missing = Vec::new();
+    if !dir
+        .join("node_modules/playwright-core/package.json")
+        .is_file()
+    {
+        missing.push(format!(
+            "playwright-core is not installed in {} (npm ci there)",
+            dir.display()
+        ));
+    }
+    if !Path::new(CHROMIUM).exists() {
+        missing.push(format!("Chromium is not installed at {CHROMIUM}"));
+    }
+    let node = std::process::Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        missing.push("node is not on PATH".into());
+    }
+    assert!(
+        missing.is_empty(),
+        "the console's browser test cannot run: {}; run scripts/setup, which installs them",
+        missing.join("; ")
+    );
 }

@@ -209,6 +209,26 @@ impl Container {
         Self { name, _rm: rm }
     }
 
+    /// `podman run -d --pod POD --name NAME ARGS...`: a container in `pod`,
+    /// sharing its network namespace.
+    pub fn run_in(pod: &Pod, tag: &str, args: &[&str]) -> Self {
+        let name = unique(tag);
+        let rm = remove_on_drop(&["rm", "-f", "-t", "0", &name]);
+        let out = podman()
+            .env("CONTAINERS_CONF", pod.conf.path())
+            .args(["run", "-d", "--pod", &pod.name, "--name", &name])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman run --pod {} {args:?}: {}",
+            pod.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self { name, _rm: rm }
+    }
+
     pub fn pid(&self) -> String {
         pod_ok(&["inspect", "-f", "{{.State.Pid}}", &self.name])
     }
@@ -267,6 +287,8 @@ impl Container {
 pub struct Net {
     pub name: String,
     pub gateway: String,
+    /// The network's subnet in CIDR form, e.g. `10.89.0.0/24`.
+    pub subnet: String,
     pub bridge: String,
     _rm: Removed,
 }
@@ -281,13 +303,64 @@ impl Net {
             "inspect",
             &name,
             "-f",
-            "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}}{{end}}",
+            "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}} {{.Subnet}}{{end}}",
         ]);
-        let (bridge, gateway) = info.split_once(' ').unwrap();
+        let mut parts = info.split(' ');
+        let (bridge, gateway, subnet) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
         Self {
             gateway: gateway.to_owned(),
+            subnet: subnet.to_owned(),
             bridge: bridge.to_owned(),
             name,
+            _rm: rm,
+        }
+    }
+}
+
+/// A podman pod on a [`Net`], removed (with its containers) on drop. Its
+/// containers share the network namespace of its infra container, as a
+/// Kubernetes pod's do.
+#[derive(Debug)]
+pub struct Pod {
+    pub name: String,
+    /// A containers.conf with [`ulimits`] for this pod's commands only:
+    /// the infra container gets podman's defaults otherwise, which runc
+    /// refuses here, and `pod create` has no `--ulimit` for it.
+    conf: tempfile::NamedTempFile,
+    _rm: Removed,
+}
+
+impl Pod {
+    pub fn new(tag: &str, net: &Net) -> Self {
+        let name = unique(tag);
+        let limits = ulimits();
+        let conf = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            conf.path(),
+            format!(
+                "[containers]\ndefault_ulimits = [\"{}\", \"{}\"]\n",
+                limits[1], limits[3]
+            ),
+        )
+        .unwrap();
+        let rm = remove_on_drop(&["pod", "rm", "-f", "-t", "0", &name]);
+        let out = podman()
+            .env("CONTAINERS_CONF", conf.path())
+            .args(["pod", "create", "--network", &net.name, "--name", &name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman pod create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self {
+            name,
+            conf,
             _rm: rm,
         }
     }
@@ -350,4 +423,22 @@ pub fn listen_at(ip: &str) -> tokio::net::TcpListener {
     .unwrap();
     listen(&fd, Backlog::new(128).unwrap()).unwrap();
     tokio::net::TcpListener::from_std(std::net::TcpListener::from(fd)).unwrap()
+}
+
+/// A TCP relay at `ip` (a bridge's gateway) to `to` (a test server on the
+/// host's loopback), and its port: the server becomes reachable from the
+/// containers on that bridge, and from nowhere else.
+pub fn relay_at(ip: &str, to: std::net::SocketAddr) -> u16 {
+    let listener = listen_at(ip);
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    });
+    port
 }

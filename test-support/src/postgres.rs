@@ -4,6 +4,10 @@
 //! password-authenticated role owning one database. Stopped and removed
 //! when dropped. Never the machine's own cluster.
 //!
+//! It can also listen on other addresses of this host, such as a podman
+//! network's gateway, for clients in containers' network namespaces
+//! ([`PgServer::start_listening_on`]); only the subnets named are let in.
+//!
 //! A missing PostgreSQL is a failure, not a skip: the central store's
 //! guarantees are not tested without it (`scripts/setup` installs it).
 
@@ -36,21 +40,35 @@ pub struct PgServer {
     superuser_password: String,
     /// Serves TLS with this certificate (server.crt, server.key).
     tls: bool,
+    /// Addresses it listens on besides 127.0.0.1.
+    also_on: Vec<String>,
 }
 
 impl PgServer {
     /// Initializes and starts a server; panics (naming the package to
     /// install) when PostgreSQL is missing.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, &[], &[])
     }
 
     /// A server that also offers TLS, with this certificate and key (PEM).
     pub fn start_tls(cert_pem: &str, key_pem: &str) -> Self {
-        Self::start_with(Some((cert_pem, key_pem)))
+        Self::start_with(Some((cert_pem, key_pem)), &[], &[])
     }
 
-    fn start_with(tls: Option<(&str, &str)>) -> Self {
+    /// A server that listens on each of `addresses` (IPv4 addresses of
+    /// this host, e.g. a podman network's gateway) as well as 127.0.0.1,
+    /// and lets in password-authenticated clients from each of `clients`
+    /// (CIDR subnets, e.g. that network's). The addresses must exist when
+    /// it starts: a bridge's gateway exists once its first container runs.
+    /// Panics when it does not listen on every one of them.
+    pub fn start_listening_on(addresses: &[&str], clients: &[&str]) -> Self {
+        let server = Self::start_with(None, clients, addresses);
+        server.check_listening();
+        server
+    }
+
+    fn start_with(tls: Option<(&str, &str)>, clients: &[&str], addresses: &[&str]) -> Self {
         let bin = bindir();
         let user = nix::unistd::User::from_name("postgres")
             .ok()
@@ -73,8 +91,10 @@ impl PgServer {
             password: format!("pw-{}", random_hex()),
             superuser_password: format!("su-{}", random_hex()),
             tls: tls.is_some(),
+            also_on: addresses.iter().map(|a| a.to_string()).collect(),
         };
         server.initdb();
+        server.allow_clients(clients);
         if let Some((cert, key)) = tls {
             for (name, text) in [("server.crt", cert), ("server.key", key)] {
                 let path = server.dir.path().join(name);
@@ -91,6 +111,20 @@ impl PgServer {
     pub fn url(&self) -> String {
         format!(
             "postgres://{ROLE}:{}@127.0.0.1:{}/{DATABASE}?sslmode=disable",
+            self.password, self.port
+        )
+    }
+
+    /// The URL of the server at `address`, one of those given to
+    /// [`Self::start_listening_on`]: what a client in a container uses.
+    pub fn url_at(&self, address: &str) -> String {
+        assert!(
+            self.also_on.iter().any(|a| a == address),
+            "the server does not listen on {address} (only 127.0.0.1 and {:?})",
+            self.also_on
+        );
+        format!(
+            "postgres://{ROLE}:{}@{address}:{}/{DATABASE}?sslmode=disable",
             self.password, self.port
         )
     }
@@ -226,9 +260,41 @@ impl PgServer {
         std::fs::remove_file(&pwfile).unwrap();
     }
 
+    /// Lets password-authenticated clients in from each subnet, besides
+    /// initdb's 127.0.0.1/32 and ::1/128.
+    fn allow_clients(&self, clients: &[&str]) {
+        if clients.is_empty() {
+            return;
+        }
+        let hba = self.data().join("pg_hba.conf");
+        let mut text = std::fs::read_to_string(&hba).unwrap();
+        for cidr in clients {
+            text.push_str(&format!("host all all {cidr} scram-sha-256\n"));
+        }
+        std::fs::write(&hba, text).unwrap();
+    }
+
+    /// Checks that it listens on each of its other addresses: PostgreSQL
+    /// only warns about one it cannot bind, and the clients there would
+    /// fail later with a less telling error.
+    fn check_listening(&self) {
+        for address in &self.also_on {
+            let at: std::net::SocketAddr = format!("{address}:{}", self.port).parse().unwrap();
+            assert!(
+                std::net::TcpStream::connect_timeout(&at, Duration::from_secs(5)).is_ok(),
+                "PostgreSQL does not listen on {at}: {}",
+                self.log()
+            );
+        }
+    }
+
     fn pg_ctl_start(&self, port: u16) -> Output {
+        let listen = std::iter::once("127.0.0.1")
+            .chain(self.also_on.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {port} -k {} -c listen_addresses={listen} -c fsync=off -c max_connections=200",
             self.sockets().display()
         );
         if self.tls {
