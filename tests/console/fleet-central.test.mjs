@@ -1,0 +1,165 @@
+// The console on a fleet's central store (PostgreSQL), in a real browser
+// (Chromium through playwright-core): every node's session in the list,
+// with its node, its labels and its verification against the node's
+// enrolled key, and the list filtered by one label and by node. Driven by
+// tests/fleet.rs, which records five nodes into one store and passes:
+//
+//   CONSOLE_URL   the URL `airlock audit serve --audit-db postgres://…` printed
+//   FLEET         JSON: [{id, node, team, pod}] for each node's session
+//   ARTIFACTS     where screenshots go
+//   CHROMIUM      the browser (default /usr/bin/chromium)
+
+import { chromium } from 'playwright-core';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) {
+    console.error(`fleet-central.test.mjs: ${name} is not set (run it through tests/fleet.rs)`);
+    process.exit(2);
+  }
+  return v;
+};
+
+const CONSOLE_URL = env('CONSOLE_URL');
+const FLEET = JSON.parse(env('FLEET'));
+const ARTIFACTS = env('ARTIFACTS');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const TOTAL_BUDGET_MS = 60_000;
+const ALL = FLEET.map((s) => s.id);
+const where = (pred) => FLEET.filter(pred).map((s) => s.id);
+
+const watchdog = setTimeout(() => {
+  console.error(`FAIL: the browser test ran over ${TOTAL_BUDGET_MS / 1000} s (stuck in step "${currentStep}")`);
+  process.exit(1);
+}, TOTAL_BUDGET_MS);
+
+let currentStep = 'start';
+const failed = [];
+let page;
+const problems = [];
+
+class Failure extends Error {}
+function check(cond, message) {
+  if (!cond) throw new Failure(message);
+}
+
+async function step(name, fn) {
+  currentStep = name;
+  const t0 = Date.now();
+  try {
+    await fn();
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (err) {
+    console.error(`FAIL ${name}: ${err && err.message ? err.message : err}`);
+    if (page) {
+      const shot = path.join(ARTIFACTS, `failure-fleet-central-${name.replace(/[^a-z0-9]+/gi, '-')}.png`);
+      await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
+      console.error(`     screenshot: ${shot}; page URL: ${page.url()}`);
+    }
+    failed.push(name);
+  }
+}
+
+/** Each listed row as a reader sees it: its session id, and its Node,
+ * Labels and Verification cells, found by their headers. */
+const rowsOnPage = () => page.evaluate(() => {
+  const table = document.querySelector('[data-testid=sessions-table]');
+  const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent.replace(/[▲▼↕]/g, '').trim());
+  const cell = (tr, name) => tr.children[heads.indexOf(name)];
+  return [...table.querySelectorAll('[data-testid=session-row]')].map((tr) => ({
+    id: tr.dataset.session,
+    node: cell(tr, 'Node').textContent.trim(),
+    labels: [...cell(tr, 'Labels').querySelectorAll('[data-testid=label-chip]')].map((c) => c.textContent).sort(),
+    verification: (cell(tr, 'Verification').querySelector('[data-testid=verification-badge]') || { dataset: {} }).dataset.outcome,
+  }));
+});
+
+/** Waits until the list shows exactly these sessions. */
+async function listShows(ids) {
+  const want = JSON.stringify([...ids].sort());
+  await page.waitForFunction((w) => {
+    const table = document.querySelector('[data-testid=sessions-table]');
+    if (!table || table.getAttribute('aria-busy') === 'true') return false;
+    const got = [...table.querySelectorAll('[data-testid=session-row]')].map((tr) => tr.dataset.session).sort();
+    return JSON.stringify(got) === w;
+  }, want, { timeout: 10_000 }).catch(async () => {
+    throw new Failure(`the list shows ${JSON.stringify((await rowsOnPage()).map((r) => r.id))}, not ${want}`);
+  });
+}
+
+async function filterBy(name, value) {
+  await page.fill(`[data-testid=filter-${name}]`, value);
+  await page.press(`[data-testid=filter-${name}]`, 'Enter');
+}
+
+await fs.mkdir(ARTIFACTS, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  timeout: 30_000,
+});
+const context = await browser.newContext({ viewport: { width: 1400, height: 800 }, deviceScaleFactor: 1 });
+context.setDefaultTimeout(10_000);
+page = await context.newPage();
+page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console error: ${msg.text()}`); });
+page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+
+await step('the console on the central store lists the session of every node', async () => {
+  const res = await page.goto(CONSOLE_URL, { waitUntil: 'domcontentloaded' });
+  check(res && res.status() === 200, `the page answered ${res && res.status()}`);
+  await page.waitForFunction(() => document.body.dataset.ready === 'true');
+  await listShows(ALL);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'fleet-central-all.png') });
+});
+
+await step("each row shows its node, its labels, and that it verifies against its node's enrolled key", async () => {
+  const rows = await rowsOnPage();
+  for (const want of FLEET) {
+    const r = rows.find((row) => row.id === want.id);
+    check(r, `no row for ${want.node}'s session ${want.id}`);
+    check(r.node === want.node, `${want.id}'s node is ${JSON.stringify(r.node)}, not ${want.node}`);
+    const labels = [`pod=${want.pod}`, `team=${want.team}`].sort();
+    check(JSON.stringify(r.labels) === JSON.stringify(labels), `${want.node}'s labels are ${JSON.stringify(r.labels)}, not ${JSON.stringify(labels)}`);
+    check(r.verification === 'intact', `${want.node}'s session shows ${JSON.stringify(r.verification)}, not intact`);
+  }
+});
+
+await step('filtering by one label shows exactly the sessions that carry it', async () => {
+  await filterBy('label', 'team=pay');
+  await listShows(where((s) => s.team === 'pay'));
+  await page.screenshot({ path: path.join(ARTIFACTS, 'fleet-central-team-pay.png') });
+  await filterBy('label', 'team=search');
+  await listShows(where((s) => s.team === 'search'));
+  const one = FLEET[FLEET.length - 1];
+  await filterBy('label', `pod=${one.pod}`);
+  await listShows([one.id]);
+  await filterBy('label', 'team=nobody');
+  await listShows([]);
+  await filterBy('label', '');
+  await listShows(ALL);
+});
+
+await step('filtering by node shows that node\'s session only, and with a label, the two together', async () => {
+  const one = FLEET[0];
+  await filterBy('node', one.node);
+  await listShows([one.id]);
+  await filterBy('label', `team=${one.team === 'pay' ? 'search' : 'pay'}`);
+  await listShows([]);
+  await page.click('[data-testid=filter-clear]');
+  await listShows(ALL);
+});
+
+await step('no console error or page error happened while browsing', async () => {
+  check(problems.length === 0, `the browser reported:\n       ${problems.join('\n       ')}`);
+});
+
+clearTimeout(watchdog);
+await browser.close();
+if (failed.length) {
+  console.error(`${failed.length} check(s) failed: ${failed.join('; ')}`);
+  process.exit(1);
+}
+console.log('all fleet-central browser checks passed');
+process.exit(0);
