@@ -470,6 +470,88 @@ fn pod_address(pid: &str) -> String {
     cidr.split('/').next().unwrap().to_owned()
 }
 
+/// The browser test (tests/console/fleet-central.test.mjs) running beside
+/// this one: it writes a file into `signals` when it has seen something,
+/// and waits for one this test writes there before its last checks.
+struct Browser {
+    child: tokio::process::Child,
+    signals: tempfile::TempDir,
+    artifacts: PathBuf,
+}
+
+impl Browser {
+    fn start(dir: &Path, console: &Console, fleet: &[serde_json::Value]) -> Self {
+        let artifacts = Path::new(REPO).join("target/console-artifacts");
+        std::fs::create_dir_all(&artifacts).unwrap();
+        let signals = tempfile::tempdir().unwrap();
+        let child = tokio::process::Command::new("node")
+            .arg("fleet-central.test.mjs")
+            .current_dir(dir)
+            .env("CONSOLE_URL", &console.url)
+            .env("FLEET", serde_json::Value::from(fleet.to_vec()).to_string())
+            .env("SIGNALS", signals.path())
+            .env("ARTIFACTS", &artifacts)
+            .env("CHROMIUM", CHROMIUM)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn node");
+        Self {
+            child,
+            signals,
+            artifacts,
+        }
+    }
+
+    /// Waits until the browser test writes `name`; fails with its output
+    /// when it ends first.
+    async fn wait_for(&mut self, name: &str) {
+        let deadline = Instant::now() + BROWSER_TIMEOUT;
+        while !self.signals.path().join(name).exists() {
+            if self.child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                let _ = self.child.start_kill();
+                let log = tokio::time::timeout(Duration::from_secs(10), self.output()).await;
+                panic!("the browser test never said {name:?}:\n{log:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        std::fs::write(self.signals.path().join(name), "").unwrap();
+    }
+
+    async fn output(&mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        let (mut out, mut err) = (String::new(), String::new());
+        if let Some(mut pipe) = self.child.stdout.take() {
+            let _ = pipe.read_to_string(&mut out).await;
+        }
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = pipe.read_to_string(&mut err).await;
+        }
+        format!("--- node stdout ---\n{out}\n--- node stderr ---\n{err}")
+    }
+
+    /// Waits for it to end; its log, once it passed.
+    async fn finish(mut self) -> String {
+        let log = tokio::time::timeout(BROWSER_TIMEOUT, self.output())
+            .await
+            .expect("the browser test ran over its time");
+        let status = self.child.wait().await.unwrap();
+        println!("{log}");
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "the browser test failed (screenshots in {}):\n{log}",
+            self.artifacts.display()
+        );
+        log
+    }
+}
+
 fn ids(nodes: &[&Node]) -> BTreeSet<String> {
     nodes.iter().map(|n| n.id()).collect()
 }
@@ -637,6 +719,25 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
     assert!(!out.stdout.contains("postgres"), "{out:?}");
     lap("live sessions central", &mut timings);
 
+    // The console on the central store, in Chromium, while three of the
+    // five still run: it shows them running, then ended, by itself.
+    let console = Console::start_central(AIRLOCK, &fleet.central()).await;
+    let expected: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "id": n.id(),
+                "node": n.host,
+                "team": n.team,
+                "pod": n.host,
+                "running": running.iter().any(|r| r.host == n.host),
+            })
+        })
+        .collect();
+    let mut browser = Browser::start(&browser_dir, &console, &expected);
+    browser.wait_for("running-seen").await;
+    lap("console showed the running ones", &mut timings);
+
     live.stop();
     assert_eq!(pay_sidecar.stop(), Some(0), "{}", pay_sidecar.log());
     assert_eq!(search_sidecar.stop(), Some(0), "{}", search_sidecar.log());
@@ -750,40 +851,9 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
     }
     lap("verified", &mut timings);
 
-    // The console on the central store, in Chromium: all five, by label.
-    let console = Console::start_central(AIRLOCK, &fleet.central()).await;
-    let expected: Vec<serde_json::Value> = nodes
-        .iter()
-        .map(|n| serde_json::json!({"id": n.id(), "node": n.host, "team": n.team, "pod": n.host}))
-        .collect();
-    let artifacts = Path::new(REPO).join("target/console-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let browser = tokio::process::Command::new("node")
-        .arg("fleet-central.test.mjs")
-        .current_dir(&browser_dir)
-        .env("CONSOLE_URL", &console.url)
-        .env("FLEET", serde_json::Value::from(expected).to_string())
-        .env("ARTIFACTS", &artifacts)
-        .env("CHROMIUM", CHROMIUM)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let browser = tokio::time::timeout(BROWSER_TIMEOUT, browser)
-        .await
-        .expect("the browser test ran over its time")
-        .unwrap();
-    let browser_log = format!(
-        "--- node stdout ---\n{}\n--- node stderr ---\n{}",
-        String::from_utf8_lossy(&browser.stdout),
-        String::from_utf8_lossy(&browser.stderr)
-    );
-    println!("{browser_log}");
-    assert_eq!(
-        browser.status.code(),
-        Some(0),
-        "the browser test failed (screenshots in {}):\n{browser_log}",
-        artifacts.display()
-    );
+    // The browser's last checks, on the list it has followed live.
+    browser.signal("checked");
+    let browser_log = browser.finish().await;
     lap("console checked", &mut timings);
     assert!(!browser_log.contains(fleet.pg.password()));
     println!("fleet timings: {}", timings.join("; "));

@@ -1,16 +1,23 @@
 // The console on a fleet's central store (PostgreSQL), in a real browser
 // (Chromium through playwright-core): every node's session in the list,
-// with its node, its labels and its verification against the node's
-// enrolled key, and the list filtered by one label and by node. Driven by
-// tests/fleet.rs, which records five nodes into one store and passes:
+// those still running shown running and then ended as their nodes stop,
+// without a reload; each with its node, its labels and its verification
+// against the node's enrolled key; and the list filtered by one label and
+// by node. Driven by tests/fleet.rs, which records five nodes into one
+// store and passes:
 //
 //   CONSOLE_URL   the URL `airlock audit serve --audit-db postgres://…` printed
-//   FLEET         JSON: [{id, node, team, pod}] for each node's session
+//   FLEET         JSON: [{id, node, team, pod, running}] for each node's session
+//   SIGNALS       a directory: this test writes `running-seen` there once it
+//                 has seen the running sessions, and waits for `checked`
+//                 (every node stopped, shipped and enrolled) before its
+//                 last checks
 //   ARTIFACTS     where screenshots go
 //   CHROMIUM      the browser (default /usr/bin/chromium)
 
 import { chromium } from 'playwright-core';
 import fs from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 
 const env = (name) => {
@@ -25,6 +32,7 @@ const env = (name) => {
 const CONSOLE_URL = env('CONSOLE_URL');
 const FLEET = JSON.parse(env('FLEET'));
 const ARTIFACTS = env('ARTIFACTS');
+const SIGNALS = env('SIGNALS');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const TOTAL_BUDGET_MS = 60_000;
 const ALL = FLEET.map((s) => s.id);
@@ -71,6 +79,7 @@ const rowsOnPage = () => page.evaluate(() => {
   return [...table.querySelectorAll('[data-testid=session-row]')].map((tr) => ({
     id: tr.dataset.session,
     node: cell(tr, 'Node').textContent.trim(),
+    running: Boolean(cell(tr, 'Duration').querySelector('.live-dot')),
     labels: [...cell(tr, 'Labels').querySelectorAll('[data-testid=label-chip]')].map((c) => c.textContent).sort(),
     verification: (cell(tr, 'Verification').querySelector('[data-testid=verification-badge]') || { dataset: {} }).dataset.outcome,
   }));
@@ -109,6 +118,39 @@ page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
 await step('the console on the central store lists the session of every node', async () => {
   const res = await page.goto(CONSOLE_URL, { waitUntil: 'domcontentloaded' });
   check(res && res.status() === 200, `the page answered ${res && res.status()}`);
+  await page.waitForFunction(() => document.body.dataset.ready === 'true');
+  await listShows(ALL);
+});
+
+await step('the sessions still running show as running, the others as ended', async () => {
+  const rows = await rowsOnPage();
+  for (const want of FLEET) {
+    const r = rows.find((row) => row.id === want.id);
+    check(r && r.running === want.running, `${want.node}'s session shows running=${r && r.running}, not ${want.running}`);
+  }
+  await page.screenshot({ path: path.join(ARTIFACTS, 'fleet-central-running.png') });
+});
+await fs.writeFile(path.join(SIGNALS, 'running-seen'), '');
+
+await step('as their nodes stop, the list shows them ended without a reload', async () => {
+  await page.waitForFunction(() => {
+    const table = document.querySelector('[data-testid=sessions-table]');
+    return table && table.querySelectorAll('[data-testid=session-row]').length > 0 && !table.querySelector('.live-dot');
+  }, null, { timeout: 30_000 }).catch(async () => {
+    throw new Failure(`still running: ${JSON.stringify((await rowsOnPage()).filter((r) => r.running).map((r) => r.node))}`);
+  });
+  await listShows(ALL);
+});
+
+await step('the test has stopped, shipped and enrolled every node', async () => {
+  const deadline = Date.now() + 40_000;
+  while (!existsSync(path.join(SIGNALS, 'checked'))) {
+    check(Date.now() < deadline, 'tests/fleet.rs never wrote SIGNALS/checked');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // Verification is worked out when the list loads: once more, now that
+  // every key is enrolled.
+  await page.reload({ waitUntil: 'domcontentloaded' });
   await page.waitForFunction(() => document.body.dataset.ready === 'true');
   await listShows(ALL);
   await page.screenshot({ path: path.join(ARTIFACTS, 'fleet-central-all.png') });
