@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use airlock_test_support::audit_cli::{first_session_id, sessions};
-use airlock_test_support::console::Console;
+use airlock_test_support::console::{CHROMIUM, Console, check_browser_prerequisites};
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::Upstream;
 use tokio::process::Command;
@@ -28,8 +28,6 @@ const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 /// What the policy injects as `Authorization`; the record, and so the
 /// console, may hold only `[secret:api]`.
 const SECRET: &str = "sk-console-secret-7c2e41d9a0";
-
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The body of the refused request (a POST): on its page, never upstream.
 const REFUSED_BODY: &str = "stolen=console-exfil-4b1d";
@@ -64,32 +62,6 @@ value = "Bearer ${{env:API_TOKEN}}"
 /// tests/console: the browser test, its package.json and node_modules.
 fn browser_test_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console")
-}
-
-/// Fails, naming the fix, when the browser test cannot run.
-fn check_prerequisites(dir: &Path) {
-    let mut missing = Vec::new();
-    if !dir
-        .join("node_modules/playwright-core/package.json")
-        .is_file()
-    {
-        missing.push(format!(
-            "playwright-core is not installed in {} (npm ci there)",
-            dir.display()
-        ));
-    }
-    if !Path::new(CHROMIUM).exists() {
-        missing.push(format!("Chromium is not installed at {CHROMIUM}"));
-    }
-    let node = std::process::Command::new("node").arg("--version").output();
-    if !node.is_ok_and(|o| o.status.success()) {
-        missing.push("node is not on PATH".into());
-    }
-    assert!(
-        missing.is_empty(),
-        "the console's browser test cannot run: {}; run scripts/setup, which installs them",
-        missing.join("; ")
-    );
 }
 
 /// Where screenshots and the browser's log go: $AIRLOCK_CONSOLE_ARTIFACTS,
@@ -220,7 +192,7 @@ async fn record_and_tamper(setup: &Setup) -> (String, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_responder_reads_a_recorded_and_a_live_session_in_the_browser_and_no_secret_reaches_it() {
     let test_dir = browser_test_dir();
-    check_prerequisites(&test_dir);
+    check_browser_prerequisites(&test_dir);
     let artifacts = artifacts_dir();
     let setup = Setup::new().await;
     let base = setup.base();
@@ -368,7 +340,7 @@ printf '\033[32mdone\033[0m\n'
 async fn a_live_sessions_header_counts_its_steps_and_its_stop_reads_as_one_line_under_the_search_box()
  {
     let test_dir = browser_test_dir();
-    check_prerequisites(&test_dir);
+    check_browser_prerequisites(&test_dir);
     let artifacts = artifacts_dir();
     let setup = Setup::new().await;
     let ws = setup.dir.path().join("live-session");
@@ -440,7 +412,7 @@ async fn a_live_sessions_header_counts_its_steps_and_its_stop_reads_as_one_line_
 #[tokio::test]
 async fn the_sessions_list_shows_each_sessions_node_and_labels_and_filters_by_one_label_or_node() {
     let test_dir = browser_test_dir();
-    check_prerequisites(&test_dir);
+    check_browser_prerequisites(&test_dir);
     let artifacts = artifacts_dir();
     let setup = Setup::new().await;
     // Three agents of a fleet and one session from before labels (none).

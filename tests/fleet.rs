@@ -481,7 +481,10 @@ struct Browser {
 
 impl Browser {
     fn start(dir: &Path, console: &Console, fleet: &[serde_json::Value]) -> Self {
-        let artifacts = Path::new(REPO).join("target/console-artifacts");
+        // Screenshots go where tests/console.rs puts them.
+        let artifacts = std::env::var_os("AIRLOCK_CONSOLE_ARTIFACTS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(REPO).join("target/console-artifacts"));
         std::fs::create_dir_all(&artifacts).unwrap();
         let signals = tempfile::tempdir().unwrap();
         let child = tokio::process::Command::new("node")
@@ -541,7 +544,6 @@ impl Browser {
             .await
             .expect("the browser test ran over its time");
         let status = self.child.wait().await.unwrap();
-        println!("{log}");
         assert_eq!(
             status.code(),
             Some(0),
@@ -854,6 +856,7 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
     // The browser's last checks, on the list it has followed live.
     browser.signal("checked");
     let browser_log = browser.finish().await;
+    println!("{browser_log}");
     lap("console checked", &mut timings);
     assert!(!browser_log.contains(fleet.pg.password()));
     println!("fleet timings: {}", timings.join("; "));
