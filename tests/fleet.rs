@@ -441,15 +441,26 @@ fn export(db: &Path, id: &str) -> String {
 /// A python script that opens a TCP connection to the store at
 /// `gateway`:`port` and sends a PostgreSQL startup message: prints
 /// "postgres answered" when an authentication request (or an error) comes
-/// back from PostgreSQL, "refused ..." otherwise.
-fn store_probe(gateway: &str, port: u16) -> String {
+/// back from PostgreSQL, "refused ..." otherwise. With `forge_mark`, it
+/// first tries to put the sidecar's socket mark on its socket (which takes
+/// CAP_NET_ADMIN), as an app hoping to be let out like the sidecar would.
+fn store_probe(gateway: &str, port: u16, forge_mark: bool) -> String {
+    let forge = if forge_mark { "True" } else { "False" };
     format!(
         r#"
 import socket, struct
 params = b"user\0airlock\0database\0airlock\0\0"
 startup = struct.pack(">ii", 8 + len(params), 196608) + params
 try:
-    s = socket.create_connection(("{gateway}", {port}), timeout=5)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    if {forge}:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, 36, 0x4149524c)  # SO_MARK
+            print("mark set")
+        except OSError as e:
+            print("mark refused:", e)
+    s.connect(("{gateway}", {port}))
     s.sendall(startup)
     reply = s.recv(1)
     print("postgres answered" if reply in (b"R", b"E") else "refused: got %r" % reply)
@@ -609,8 +620,9 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
     // Unguarded, an app reaches the store: the subnet is let in, for the
     // sidecars. The control that makes the refusal below mean something.
     let pg_port = fleet.pg.port();
-    let probe = store_probe(&fleet.gateway, pg_port);
-    let out = pay_app.python(&[], &probe).await;
+    let out = pay_app
+        .python(&[], &store_probe(&fleet.gateway, pg_port, false))
+        .await;
     assert_eq!(out.stdout.trim(), "postgres answered", "unguarded: {out:?}");
 
     // The long-lived nodes: two sidecars and a live session.
@@ -701,11 +713,20 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
     }
     // ...and the app's own, in any spelling, are captured by its sidecar and
     // never reach the store: the app cannot write into the fleet's record.
-    let out = pay_app.python(&[], &probe).await;
-    assert!(
-        !out.stdout.contains("postgres answered") && out.stdout.contains("refused"),
-        "the app reached the store past its sidecar: {out:?}"
-    );
+    for (user, forge_mark) in [("10001", false), ("0", true)] {
+        let out = pay_app
+            .python(
+                &["--user", user],
+                &store_probe(&fleet.gateway, pg_port, forge_mark),
+            )
+            .await;
+        assert!(
+            !out.stdout.contains("postgres answered") && out.stdout.contains("refused"),
+            "the app (uid {user}) reached the store past its sidecar: {out:?}"
+        );
+        // Without CAP_NET_ADMIN, even uid 0 cannot wear the sidecar's mark.
+        assert_eq!(forge_mark, out.stdout.contains("mark refused"), "{out:?}");
+    }
     let out = pay_app
         .exec(
             &[],
