@@ -567,12 +567,33 @@ fn every_reader_reads_the_shipped_copy_as_it_reads_the_nodes_record() {
             session: Some(s.ids[1].to_string()),
             ..Default::default()
         },
+        // The set --label and --node resolve to: both sessions wrote under
+        // /work/, only the one in the set is found.
+        airlock_auditor::SearchQuery {
+            file: Some("/work/".into()),
+            sessions: Some(vec![s.ids[0].clone()]),
+            ..Default::default()
+        },
+        airlock_auditor::SearchQuery {
+            file: Some("/work/".into()),
+            sessions: Some(vec![s.ids[0].clone(), s.ids[1].clone()]),
+            session: Some(s.ids[1].to_string()),
+            ..Default::default()
+        },
     ];
     for query in &queries {
         let want = local.search(query).unwrap();
         assert!(!want.hits.is_empty(), "{query:?} finds something locally");
         assert_eq!(central.search(query).unwrap(), want, "{query:?}");
     }
+    // An empty set (a label no session carries) matches nothing.
+    let nobody = airlock_auditor::SearchQuery {
+        file: Some("/work/".into()),
+        sessions: Some(Vec::new()),
+        ..Default::default()
+    };
+    assert!(local.search(&nobody).unwrap().hits.is_empty());
+    assert!(central.search(&nobody).unwrap().hits.is_empty());
     // Verified against the enrolled key: intact, as on the node.
     for id in &s.ids {
         let r = central
