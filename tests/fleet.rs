@@ -481,6 +481,77 @@ fn pod_address(pid: &str) -> String {
     cidr.split('/').next().unwrap().to_owned()
 }
 
+/// Every event of every node is in the central store exactly once: the
+/// node's `audit export` and the store's, event for event, and no
+/// (session, seq) stored twice.
+fn assert_central_exactly_once(fleet: &Fleet, nodes: &[&Node]) {
+    for node in nodes {
+        let id = node.id();
+        let local = export(&node.db(), &id);
+        let there = export(&fleet.central(), &id);
+        assert!(
+            local == there,
+            "{}: {} events here, {} central",
+            node.host,
+            local.lines().count(),
+            there.lines().count()
+        );
+        assert_eq!(
+            local.lines().count() as u64,
+            node.session()["events"].as_u64().unwrap(),
+            "{}",
+            node.host
+        );
+    }
+    let rows = fleet
+        .pg
+        .psql("SELECT count(*), count(DISTINCT (sid, seq)) FROM events");
+    let total: u64 = nodes
+        .iter()
+        .map(|n| n.session()["events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(rows, format!("{total}|{total}"));
+}
+
+/// With the keys of `enrolled` enrolled and not yet that of `late`,
+/// `audit verify --all` on the store says `late`'s session is unverified,
+/// never intact, and the others intact; once `late`'s key is enrolled too,
+/// every session is intact.
+fn assert_verified_against_enrolled_keys(fleet: &Fleet, enrolled: &[&Node], late: &Node) {
+    for node in enrolled {
+        node.enroll(&fleet.url());
+    }
+    let verify = || {
+        let out = audit_cli(AIRLOCK, &fleet.central(), &["verify", "--all"]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = verify();
+    assert_eq!(code, Some(1), "{text}");
+    let unenrolled = late.id();
+    let line_of = |text: &str, id: &str| {
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with(id))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(lines.len(), 1, "{id}: {text}");
+        lines[0].clone()
+    };
+    assert!(line_of(&text, &unenrolled).contains("UNVERIFIED"), "{text}");
+    for node in enrolled {
+        assert!(line_of(&text, &node.id()).contains(": intact"), "{text}");
+    }
+    late.enroll(&fleet.url());
+    let (code, text) = verify();
+    assert_eq!(code, Some(0), "{text}");
+    for node in enrolled.iter().chain([&late]) {
+        assert!(line_of(&text, &node.id()).contains(": intact"), "{text}");
+    }
+}
+
 /// The browser test (tests/console/fleet-central.test.mjs) running beside
 /// this one: it writes a file into `signals` when it has seen something,
 /// and waits for one this test writes there before its last checks.
@@ -811,67 +882,10 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
         ids(&[&pod_search])
     );
 
-    // Every event of every node, central exactly once: the node's export
-    // and the store's, event for event.
-    for node in nodes {
-        let id = node.id();
-        let local = export(&node.db(), &id);
-        let there = export(&fleet.central(), &id);
-        assert!(
-            local == there,
-            "{}: {} events here, {} central",
-            node.host,
-            local.lines().count(),
-            there.lines().count()
-        );
-        assert_eq!(
-            local.lines().count() as u64,
-            node.session()["events"].as_u64().unwrap(),
-            "{}",
-            node.host
-        );
-    }
-    let rows = fleet
-        .pg
-        .psql("SELECT count(*), count(DISTINCT (sid, seq)) FROM events");
-    let total: u64 = nodes
-        .iter()
-        .map(|n| n.session()["events"].as_u64().unwrap())
-        .sum();
-    assert_eq!(rows, format!("{total}|{total}"));
+    assert_central_exactly_once(&fleet, &nodes);
     lap("searched and compared", &mut timings);
 
-    // Verified against the enrolled node keys: one not enrolled yet is
-    // unverified, never intact; enrolled, all five are intact.
-    for node in &nodes[..4] {
-        node.enroll(&fleet.url());
-    }
-    let verify = || {
-        let out = audit_cli(AIRLOCK, &fleet.central(), &["verify", "--all"]);
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
-    let (code, text) = verify();
-    assert_eq!(code, Some(1), "{text}");
-    let unenrolled = pod_search.id();
-    for line in text.lines() {
-        match line.starts_with(&unenrolled) {
-            true => assert!(line.contains("UNVERIFIED"), "{text}"),
-            false => assert!(line.contains(": intact"), "{text}"),
-        }
-    }
-    pod_search.enroll(&fleet.url());
-    let (code, text) = verify();
-    assert_eq!(code, Some(0), "{text}");
-    for id in &all {
-        assert!(
-            text.lines()
-                .any(|l| l.starts_with(id.as_str()) && l.contains(": intact")),
-            "{id}: {text}"
-        );
-    }
+    assert_verified_against_enrolled_keys(&fleet, &nodes[..4], &pod_search);
     lap("verified", &mut timings);
 
     // The browser's last checks, on the list it has followed live.
