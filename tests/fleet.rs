@@ -11,14 +11,15 @@
 //! The sidecars ship from inside their pods' network namespaces, so their
 //! connections to the store go out through their own capture rules (the
 //! socket mark lets them), to the server listening on the pods' bridge
-//! gateway. While some nodes still run, their sessions are already
-//! central; once all have stopped, the central store is read as a
-//! responder reads it: search across the nodes and narrowed by label and
-//! node, verification against the enrolled node keys (an unenrolled one is
-//! "unverified"), every node's record in it exactly once, event for event,
-//! and the console on it in headless Chromium
-//! (tests/console/fleet-central.test.mjs) showing all five, filtered by
-//! label and node.
+//! gateway; the app beside it cannot reach the store. While some nodes
+//! still run, their sessions are already central, and the console on the
+//! store in headless Chromium (tests/console/fleet-central.test.mjs) shows
+//! them running, then ended, without a reload. Once all have stopped, the
+//! store is read as a responder reads it: search across the nodes and
+//! narrowed by label and node, verification against the enrolled node
+//! keys (an unenrolled one is "unverified"), every node's record in it
+//! exactly once, event for event, and the console showing all five,
+//! verified, filtered by label and node.
 //!
 //! Podman, PostgreSQL, node, Chromium and playwright-core missing are
 //! failures, not skips (scripts/setup installs them).
