@@ -37,8 +37,8 @@ impl Node {
         self.dir.path().join("audit/audit.key")
     }
 
-    /// `airlock run` recording here and shipping to `to`.
-    fn run(&self, to: &str, command: &[&str]) -> Output {
+    /// `airlock run` recording here and shipping to `pg`.
+    fn run(&self, pg: &PgServer, command: &[&str]) -> Output {
         Command::new(AIRLOCK)
             .args(["run", "--workspace"])
             .arg(self.dir.path().join("ws"))
@@ -46,7 +46,9 @@ impl Node {
             .arg(self.db())
             .arg("--audit-key")
             .arg(self.key())
-            .args(["--audit-ship", to, "--label", "pod=runner"])
+            .args(["--audit-ship", &pg.url_without_password()])
+            .args(["--label", "pod=runner"])
+            .env("PGPASSWORD", pg.password())
             .arg("--")
             .args(command)
             .output()
@@ -155,7 +157,7 @@ fn a_run_shipped_as_it_records_is_in_postgres_whole_and_verifies() {
     let pg = PgServer::start();
     let node = Node::new();
     let out = node.run(
-        &pg.url(),
+        &pg,
         &[
             "sh",
             "-c",
@@ -182,7 +184,7 @@ fn a_run_shipped_as_it_records_is_in_postgres_whole_and_verifies() {
 fn shipping_again_stores_nothing_twice_even_when_the_node_forgot_what_it_shipped() {
     let pg = PgServer::start();
     let node = Node::new();
-    let out = node.run(&pg.url(), &["sh", "-c", "echo a > a; echo b > b"]);
+    let out = node.run(&pg, &["sh", "-c", "echo a > a; echo b > b"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let before = event_count(&pg_path(&pg));
     assert!(before > 0);
@@ -191,7 +193,8 @@ fn shipping_again_stores_nothing_twice_even_when_the_node_forgot_what_it_shipped
         Command::new(AIRLOCK)
             .args(["audit", "ship", "--from"])
             .arg(db)
-            .args(["--to", &pg.url()])
+            .args(["--to", &pg.url_without_password()])
+            .env("PGPASSWORD", pg.password())
             .output()
             .unwrap()
     };
@@ -243,7 +246,8 @@ fn existing_databases_are_shipped_by_audit_ship_from_a_directory() {
     let out = Command::new(AIRLOCK)
         .args(["audit", "ship", "--from"])
         .arg(spool.path())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -271,7 +275,8 @@ impl LiveSession {
             .arg(node.db())
             .arg("--audit-key")
             .arg(node.key())
-            .args(["--audit-ship", &pg.url()])
+            .args(["--audit-ship", &pg.url_without_password()])
+            .env("PGPASSWORD", pg.password())
             .args(extra)
             .stdin(Stdio::null())
             .output()
@@ -354,7 +359,8 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     let mut shipper = Command::new(AIRLOCK)
         .args(["audit", "ship", "--follow", "--from"])
         .arg(node.db())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -379,7 +385,8 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     let out = Command::new(AIRLOCK)
         .args(["audit", "ship", "--from"])
         .arg(node.db())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -450,6 +457,7 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
         upstream.port()
     );
     let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
     opts.extra = vec![
@@ -458,7 +466,7 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
         "--audit-key".into(),
         node.key().to_str().unwrap().into(),
         "--audit-ship".into(),
-        pg.url(),
+        pg.url_without_password(),
         "--audit-ship-required".into(),
     ];
     let mut proxy = AirlockProxy::start(AIRLOCK, opts);
@@ -481,5 +489,150 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
     assert_eq!(code, 200, "the proxy serves again once the store is back");
     assert_eq!(proxy.stop(), Some(0));
     node.enroll(&pg);
+    assert_shipped_whole(&node.db(), &pg);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `/metrics` of the admin endpoint at `port`, as Prometheus reads it.
+fn metric(port: u16, name: &str) -> f64 {
+    let out = Command::new("curl")
+        .args(["-sS", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_how_far_the_record_is_behind_the_central_store_and_when_it_caught_up() {
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let node = Node::new();
+    let admin = free_port();
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        node.db().to_str().unwrap().into(),
+        "--audit-key".into(),
+        node.key().to_str().unwrap().into(),
+        "--audit-ship".into(),
+        pg.url_without_password(),
+        "--admin-listen".into(),
+        format!("127.0.0.1:{admin}"),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let url = format!("https://api.test:{}/x", upstream.port());
+    pg.kill9();
+    for _ in 0..3 {
+        let (code, _, _) = curl(&proxy, &[&url]).await;
+        assert_eq!(code, 200, "requests go on while the store is down");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(admin, "airlock_audit_ship_pending_events") == 0.0 {
+        assert!(Instant::now() < deadline, "pending never rose");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(metric(admin, "airlock_audit_ship_errors_total") >= 1.0);
+    assert!(metric(admin, "airlock_audit_ship_lag_seconds") > 0.0);
+    pg.restart();
+    let (code, _, _) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(admin, "airlock_audit_ship_pending_events") != 0.0 {
+        assert!(Instant::now() < deadline, "never caught up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(admin, "airlock_audit_ship_lag_seconds"), 0.0);
+    assert!(metric(admin, "airlock_audit_shipped_events_total") > 0.0);
+    assert_eq!(proxy.stop(), Some(0));
+    node.enroll(&pg);
+    assert_shipped_whole(&node.db(), &pg);
+}
+
+#[test]
+fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
+    let pg = PgServer::start();
+    let node = Node::new();
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("pgpass");
+    std::fs::write(&file, pg.password()).unwrap();
+    // What a hostile command tries: the environment, the file the
+    // variable names, airlock's own command line, and the process list.
+    let probe = format!(
+        "env; cat {file} 2>&1; cat $AIRLOCK_AUDIT_DB_PASSWORD_FILE 2>&1; for p in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $p; echo; done; echo done",
+        file = file.display()
+    );
+    let run = |url: &str, env: &[(&str, &str)]| {
+        Command::new(AIRLOCK)
+            .args(["run", "--workspace"])
+            .arg(node.dir.path().join("ws"))
+            .arg("--audit-db")
+            .arg(node.db())
+            .arg("--audit-key")
+            .arg(node.key())
+            .args(["--audit-ship", url, "--", "sh", "-c", &probe])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let file_env = file.to_str().unwrap();
+    // A password on airlock's command line would be in the sandbox's
+    // process list: refused, in either spelling, saying where it goes.
+    for url in [
+        pg.url(),
+        format!("{}&password={}", pg.url_without_password(), pg.password()),
+    ] {
+        let out = run(&url, &[]);
+        assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("carries a password"), "{err}");
+        assert!(err.contains("AIRLOCK_AUDIT_DB_PASSWORD_FILE"), "{err}");
+        assert!(!err.contains(pg.password()), "{err}");
+        assert!(out.stdout.is_empty(), "nothing ran: {}", show(&out));
+    }
+    for out in [
+        run(
+            &pg.url_without_password(),
+            &[("AIRLOCK_AUDIT_DB_PASSWORD_FILE", file_env)],
+        ),
+        run(&pg.url_without_password(), &[("PGPASSWORD", pg.password())]),
+    ] {
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(seen.contains("done"), "{}", show(&out));
+        assert!(
+            !seen.contains(pg.password()),
+            "the sandbox saw the password:\n{seen}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(pg.password()));
+    }
+    // Nor is it anywhere in the record, here or central.
+    node.enroll(&pg);
+    for db in [node.db(), pg_path(&pg)] {
+        for (id, events) in all_events(&db) {
+            assert!(!events.contains(pg.password()), "{id} records it");
+        }
+        let listed = audit_cli(AIRLOCK, &db, &["sessions", "--json"]);
+        assert!(!String::from_utf8_lossy(&listed.stdout).contains(pg.password()));
+    }
     assert_shipped_whole(&node.db(), &pg);
 }

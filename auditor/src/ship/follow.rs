@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{BATCH_EVENTS, ShipDestination, ShipProgress, ShipReport, Shipped};
 use crate::sqlite::SqliteStore;
-use crate::{AuditError, RecordStore, SessionId};
+use crate::{AuditError, RecordStore, Seq, SessionId};
 
 /// Opens a connection to the destination: called again after each failure,
 /// since a failed connection is not trusted to recover.
@@ -109,13 +109,22 @@ impl Shipper {
     /// One pass over every session not yet wholly shipped, one batch each;
     /// true when it shipped anything (there may be more).
     fn pass(&self, link: &mut Link, report: &mut ShipReport) -> Result<bool, AuditError> {
+        let sessions = self.local.unshipped_sessions()?;
+        // What waits, as far as the marks say: reported before the
+        // destination is tried, so an unreachable one shows as a lag.
+        let behind = |up_to: Option<Seq>, last: Option<Seq>| {
+            last.map_or(0, Seq::get)
+                .saturating_sub(up_to.map_or(0, Seq::get))
+        };
+        self.progress
+            .pending(sessions.iter().map(|s| behind(s.mark.up_to, s.last)).sum());
         let destination = match &link.destination {
             Some(d) => d,
             None => link.destination.insert((self.connect)()?),
         };
         let mut shipped_any = false;
         let mut pending = 0;
-        for unshipped in self.local.unshipped_sessions()? {
+        for unshipped in sessions {
             let session = &unshipped.session;
             let at = match link.known.get(session) {
                 Some(at) => *at,
@@ -142,8 +151,7 @@ impl Shipper {
             report.batches += 1;
             report.events += batch.events.len() as u64;
             shipped_any = true;
-            let last = unshipped.last.map_or(0, |s| s.get());
-            pending += last.saturating_sub(now.up_to.map_or(0, |s| s.get()));
+            pending += behind(now.up_to, unshipped.last);
         }
         self.progress.pending(pending);
         Ok(shipped_any)
