@@ -636,3 +636,61 @@ fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
     }
     assert_shipped_whole(&node.db(), &pg);
 }
+
+#[test]
+fn a_node_agent_following_a_directory_ships_databases_that_appear_and_stops_cleanly() {
+    let pg = PgServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let record = |name: &str, node: &Node| {
+        let out = Command::new(AIRLOCK)
+            .args(["run", "--workspace"])
+            .arg(node.dir.path().join("ws"))
+            .arg("--audit-db")
+            .arg(spool.path().join(name))
+            .arg("--audit-key")
+            .arg(node.key())
+            .args(["--", "sh", "-c", "echo x > x"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    };
+    let (a, b) = (Node::new(), Node::new());
+    record("a.db", &a);
+    let agent = Command::new(AIRLOCK)
+        .args(["audit", "ship", "--follow", "--from"])
+        .arg(spool.path())
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_events = event_count(&spool.path().join("a.db"));
+    wait_for_events(&pg, a_events, Duration::from_secs(20));
+    // A database that appears later (a new pod's) is found and shipped.
+    record("b.db", &b);
+    let b_events = event_count(&spool.path().join("b.db"));
+    wait_for_events(&pg, a_events + b_events, Duration::from_secs(20));
+    let pid = i32::try_from(agent.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = agent.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(log.contains("stopped by SIGTERM"), "{log}");
+    assert!(!log.contains(pg.password()), "{log}");
+    for node in [&a, &b] {
+        node.enroll(&pg);
+    }
+    let verify = audit_cli(AIRLOCK, &pg_path(&pg), &["verify", "--all"]);
+    assert!(verify.status.success(), "{}", show(&verify));
+    // Each node's table says it is all shipped.
+    for db in ["a.db", "b.db"] {
+        let table = audit_cli(AIRLOCK, &spool.path().join(db), &["sessions"]);
+        let text = String::from_utf8_lossy(&table.stdout);
+        assert!(text.contains("SHIPPED"), "{text}");
+        assert!(text.lines().nth(1).unwrap().contains(" all "), "{text}");
+    }
+}
