@@ -892,3 +892,36 @@ fn a_session_whose_end_was_never_shipped_is_incomplete_up_to_its_last_shipped_ev
             .is_intact()
     );
 }
+
+#[test]
+fn a_store_opened_for_reading_never_writes() {
+    let pg = PgServer::start();
+    let (env, local) = node();
+    let id = session(&local, 3);
+    PgStore::open(&pg.url()).unwrap();
+    let reader = PgStore::open_readonly(&pg.url()).unwrap();
+    let batch = local
+        .ship_batch(&id, Shipped::default(), 100)
+        .unwrap()
+        .unwrap();
+    let e = reader.ship(&batch).unwrap_err().to_string();
+    assert!(e.contains("read-only transaction"), "{e}");
+    assert!(
+        reader
+            .enroll(&airlock_auditor::load_public_key(&env.key).unwrap(), None)
+            .is_err()
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM sessions"), "0");
+    assert_eq!(pg.psql("SELECT count(*) FROM node_keys"), "0");
+    // An empty database is not a store yet: a reader says so, and does
+    // not create one.
+    pg.psql(
+        "DROP TABLE meta, sessions, events, checkpoints, contents, event_terms, node_keys CASCADE",
+    );
+    let e = PgStore::open_readonly(&pg.url()).unwrap_err().to_string();
+    assert!(e.contains("holds no airlock record yet"), "{e}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"),
+        "0"
+    );
+}
