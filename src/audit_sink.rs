@@ -7,34 +7,51 @@ use std::sync::Arc;
 use airlock_auditor::{ExecId, SessionRecorder};
 use airlock_proxy::events::{Event, EventSink, SinkError, SyncFuture};
 
+use crate::ship::ShipGate;
+
 /// Finds the exec that owns a sandbox-side socket (peer address, is UDP).
 pub(crate) type Attribute = Arc<dyn Fn(SocketAddr, bool) -> Option<ExecId> + Send + Sync>;
 
 pub(crate) struct AuditSink {
     recorder: SessionRecorder,
     attribute: Option<Attribute>,
+    /// `--audit-ship-required`: decisions wait for the central store.
+    gate: Option<Arc<ShipGate>>,
 }
 
 impl AuditSink {
-    pub(crate) fn new(recorder: SessionRecorder) -> Arc<Self> {
-        Self::attributed(recorder, None)
+    pub(crate) fn new(recorder: SessionRecorder) -> Self {
+        Self {
+            recorder,
+            attribute: None,
+            gate: None,
+        }
     }
 
     /// Records attributed to the exec that opened each connection or sent each query.
-    pub(crate) fn attributed(recorder: SessionRecorder, attribute: Option<Attribute>) -> Arc<Self> {
-        Arc::new(Self {
-            recorder,
-            attribute,
-        })
+    pub(crate) fn attributed(self, attribute: Option<Attribute>) -> Self {
+        Self { attribute, ..self }
+    }
+
+    /// Decisions held until their events are shipped (`--audit-ship-required`).
+    pub(crate) fn gated(self, gate: Option<ShipGate>) -> Self {
+        Self {
+            gate: gate.map(Arc::new),
+            ..self
+        }
     }
 }
 
 impl EventSink for AuditSink {
     fn emit(&self, event: Event) -> Result<(), SinkError> {
-        self.recorder
+        let seq = self
+            .recorder
             .record(event.into_record())
-            .map(|_| ())
-            .map_err(|e| SinkError(e.to_string()))
+            .map_err(|e| SinkError(e.to_string()))?;
+        if let Some(gate) = &self.gate {
+            gate.recorded(seq);
+        }
+        Ok(())
     }
 
     fn attribute(&self, client: SocketAddr, udp: bool) -> Option<ExecId> {
@@ -48,6 +65,18 @@ impl EventSink for AuditSink {
                 .await
                 .map_err(|e| SinkError(e.to_string()))?
                 .map_err(|e| SinkError(e.to_string()))
+        })
+    }
+
+    fn confirm(&self) -> SyncFuture<'_> {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            match gate {
+                Some(gate) => tokio::task::spawn_blocking(move || gate.confirm())
+                    .await
+                    .map_err(|e| SinkError(e.to_string()))?,
+                None => Ok(()),
+            }
         })
     }
 }
@@ -110,6 +139,15 @@ impl EventSink for Tee {
         Box::pin(async move {
             for sink in &self.0 {
                 sink.sync().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn confirm(&self) -> SyncFuture<'_> {
+        Box::pin(async move {
+            for sink in &self.0 {
+                sink.confirm().await?;
             }
             Ok(())
         })

@@ -9,6 +9,7 @@ use airlock_proxy::PinnedHost;
 use rustls::pki_types::CertificateDer;
 
 use crate::launch::parse_size;
+use crate::ship::ShipUrl;
 use crate::{certs, paths};
 
 /// How airlock reaches upstream servers: extra trust and pinned addresses.
@@ -51,6 +52,12 @@ pub(crate) struct AuditOptions {
     /// Record this label with the session (repeatable), e.g. pod=agent-7: what a fleet's search and console filter on.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<Label>,
+    /// Ship the record, as it is written, to this central store (postgres://USER@HOST/DB); the local database stays the spool.
+    #[arg(long, value_name = "URL")]
+    pub audit_ship: Option<ShipUrl>,
+    /// Hold each network decision until its event is in the central store, and refuse it when it cannot get there.
+    #[arg(long, requires = "audit_ship")]
+    pub audit_ship_required: bool,
 }
 
 /// One `--label KEY=VALUE`.
@@ -110,6 +117,13 @@ impl AuditOptions {
     pub(crate) fn max_session_bytes(&self) -> u64 {
         self.audit_max_session
             .unwrap_or(airlock_auditor::DEFAULT_MAX_SESSION_BYTES)
+    }
+
+    /// Whether each decision waits for its record: durable here
+    /// (`--audit-sync`), and in the central store too
+    /// (`--audit-ship-required`).
+    pub(crate) fn decisions_wait(&self) -> bool {
+        self.audit_sync || self.audit_ship_required
     }
 
     /// The session's labels; a key given twice is refused, since which

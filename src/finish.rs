@@ -10,7 +10,8 @@
 //! 4. the threads that record the sandbox's output and what its processes
 //!    did;
 //!
-//! and only then is the session's end written ([`Quiet::finish`]). The
+//! and only then is the session's end written ([`Quiet::finish`]), and
+//! shipped to the central store with `--audit-ship`. The
 //! recorder refuses events once it is finished, so a writer left running
 //! would fail, not slip past the end.
 
@@ -23,6 +24,7 @@ use airlock_proxy::Proxy;
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
+use crate::ship::LiveShipper;
 use crate::terminal::PtyRelay;
 
 /// How long a front doors' runtime may take to stop.
@@ -38,6 +40,8 @@ pub(crate) struct Finish {
     pty: Option<PtyRelay>,
     /// The threads that record the sandbox's output and observations.
     recording: Vec<JoinHandle<()>>,
+    /// `--audit-ship`: ships the end once it is written.
+    shipper: Option<LiveShipper>,
 }
 
 impl Finish {
@@ -53,7 +57,13 @@ impl Finish {
             proxy,
             pty,
             recording,
+            shipper: None,
         }
+    }
+
+    /// The record is shipped by `shipper` (`--audit-ship`): its end too.
+    pub(crate) fn shipping(self, shipper: Option<LiveShipper>) -> Self {
+        Self { shipper, ..self }
     }
 
     /// The proxy alone: `airlock proxy` and `airlock sidecar`.
@@ -89,6 +99,7 @@ impl Finish {
             proxy,
             pty,
             recording,
+            shipper,
         } = self;
         if let Some(pty) = pty {
             pty.finish();
@@ -100,7 +111,7 @@ impl Finish {
         for thread in recording {
             let _ = thread.join();
         }
-        Quiet { recorder }
+        Quiet { recorder, shipper }
     }
 }
 
@@ -108,15 +119,21 @@ impl Finish {
 #[must_use = "the session's end is not written until `finish` is called"]
 pub(crate) struct Quiet {
     recorder: Option<SessionRecorder>,
+    shipper: Option<LiveShipper>,
 }
 
 impl Quiet {
-    /// Write the session's end (nothing to do for an unrecorded one).
+    /// Write the session's end (nothing to do for an unrecorded one), and
+    /// ship what the central store still lacks (`--audit-ship`).
     pub(crate) fn finish(self, end: SessionEnd) -> Result<(), AuditError> {
-        match self.recorder {
+        let finished = match self.recorder {
             Some(recorder) => recorder.finish(end),
             None => Ok(()),
+        };
+        if let Some(shipper) = self.shipper {
+            shipper.finish();
         }
+        finished
     }
 
     /// [`Self::finish`] from a runtime's thread: the write waits for the

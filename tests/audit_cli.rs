@@ -4,7 +4,8 @@
 
 use std::process::{Command, Output};
 
-use airlock_test_support::audit_store::{Env, env, file, info, thirty_event_session};
+use airlock_auditor::{RecordStore, SessionId};
+use airlock_test_support::audit_store::{Env, dns, env, file, info, thirty_event_session};
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
@@ -128,4 +129,312 @@ fn files_restore_and_har_export() {
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["log"]["version"], "1.2");
+}
+
+/// Records a finished session of `command` on `node` with `labels`, one DNS
+/// lookup of `looked_up` in it.
+fn labelled(
+    store: &dyn RecordStore,
+    command: &str,
+    node: &str,
+    labels: &[(&str, &str)],
+    looked_up: &str,
+) -> SessionId {
+    let mut info = info(&[command]);
+    info.host = node.into();
+    info.labels = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let rec = store.begin_session(info).unwrap();
+    rec.record(dns(looked_up)).unwrap();
+    let id = rec.session_id().clone();
+    rec.finish(Default::default()).unwrap();
+    id
+}
+
+/// Four sessions of a fleet: labels with `=` and unicode in their values,
+/// a value that another begins with, and a session without labels, as
+/// every version before labels recorded it. The commands name them.
+fn fleet(e: &Env) {
+    let store = e.store();
+    labelled(
+        &store,
+        "red-agent",
+        "node-a",
+        &[("team", "red"), ("pod", "agent-1")],
+        "red.example.com",
+    );
+    labelled(
+        &store,
+        "red2-agent",
+        "node-a",
+        &[("team", "red-2")],
+        "red2.example.com",
+    );
+    labelled(
+        &store,
+        "blue-agent",
+        "node-b",
+        &[("team", "blue=green"), ("owner", "Zoë 日本")],
+        "blue.example.com",
+    );
+    labelled(
+        &store,
+        "unlabelled-agent",
+        "node-b",
+        &[],
+        "plain.example.com",
+    );
+}
+
+/// The commands `audit sessions` lists with these arguments, and its stderr.
+fn listed(e: &Env, filters: &[&str]) -> (Vec<String>, String) {
+    let o = run(e, &[&["sessions"], filters].concat());
+    assert_eq!(o.status.code(), Some(0), "sessions {filters:?}: {o:?}");
+    let table = stdout(&o);
+    let commands = table
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit("  ").next().unwrap().to_owned())
+        .collect();
+    (commands, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn audit_sessions_shows_each_sessions_node_and_labels_in_aligned_columns() {
+    let e = env();
+    fleet(&e);
+    let o = run(&e, &["sessions"]);
+    assert!(o.status.success(), "{o:?}");
+    let table = stdout(&o);
+    let lines: Vec<&str> = table.lines().collect();
+    let header = lines[0];
+    let col = |line: &str, text: &str| {
+        let at = line
+            .find(text)
+            .unwrap_or_else(|| panic!("{text:?} in {line:?}"));
+        line[..at].chars().count()
+    };
+    for (command, node, labels) in [
+        ("red-agent", "node-a", "pod=agent-1,team=red"),
+        ("red2-agent", "node-a", "team=red-2"),
+        ("blue-agent", "node-b", "owner=Zoë 日本,team=blue=green"),
+        ("unlabelled-agent", "node-b", "-"),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.ends_with(&format!("  {command}")))
+            .unwrap_or_else(|| panic!("{command} listed:\n{table}"));
+        assert_eq!(
+            col(line, &format!("  {node}  ")) + 2,
+            col(header, "NODE"),
+            "{table}"
+        );
+        assert_eq!(
+            col(line, &format!("  {labels}  ")) + 2,
+            col(header, "LABELS"),
+            "{table}"
+        );
+        assert_eq!(col(line, command), col(header, "COMMAND"), "{table}");
+    }
+
+    let o = run(&e, &["sessions", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by_command = |c: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["command"][0] == c)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_command("blue-agent")["labels"],
+        serde_json::json!({"team": "blue=green", "owner": "Zoë 日本"})
+    );
+    assert_eq!(by_command("blue-agent")["host"], "node-b");
+    assert_eq!(
+        by_command("unlabelled-agent")["labels"],
+        serde_json::json!({})
+    );
+}
+
+#[test]
+fn audit_sessions_label_and_node_filters_match_exactly_and_all_must_hold() {
+    let e = env();
+    fleet(&e);
+    for (filters, want) in [
+        (&["--label", "team=red"][..], &["red-agent"][..]),
+        // The value is everything after the first '='.
+        (&["--label", "team=blue=green"], &["blue-agent"]),
+        (&["--label", "owner=Zoë 日本"], &["blue-agent"]),
+        (
+            &["--label", "team=red", "--label", "pod=agent-1"],
+            &["red-agent"],
+        ),
+        (&["--node", "node-b"], &["blue-agent", "unlabelled-agent"]),
+        (
+            &["--node", "node-b", "--label", "team=blue=green"],
+            &["blue-agent"],
+        ),
+        (&["--node", "node-a"], &["red-agent", "red2-agent"]),
+        // Neither a prefix, a part, another case nor a key alone matches.
+        (&["--label", "team=re"], &[]),
+        (&["--label", "team=blue"], &[]),
+        (&["--label", "owner=Zoë"], &[]),
+        (&["--label", "Team=red"], &[]),
+        (&["--label", "team=RED"], &[]),
+        (&["--label", "team="], &[]),
+        (&["--label", "team=red", "--label", "pod=agent-2"], &[]),
+        (&["--label", "team=red", "--node", "node-b"], &[]),
+        // A key no session has; a session without labels matches none.
+        (&["--label", "nokey=x"], &[]),
+        (&["--node", "node-a "], &[]),
+        (&["--node", "NODE-A"], &[]),
+    ] {
+        let (commands, stderr) = listed(&e, filters);
+        assert_eq!(commands, want, "sessions {filters:?}");
+        if want.is_empty() {
+            assert!(
+                stderr.starts_with("note: no recorded session matches --"),
+                "{filters:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_label_filter_that_is_not_key_equals_value_or_an_empty_node_is_a_one_line_usage_error() {
+    let e = env();
+    fleet(&e);
+    for (args, words) in [
+        (
+            &["sessions", "--label", "team"][..],
+            "has no '='; write KEY=VALUE",
+        ),
+        (&["sessions", "--label", "=red"], "has no key before '='"),
+        (
+            &["search", "--host", "*.example.com", "--label", "team"],
+            "has no '='",
+        ),
+        (&["sessions", "--node", ""], "--node is empty"),
+        (
+            &["search", "--host", "*.example.com", "--node", " "],
+            "--node is empty",
+        ),
+    ] {
+        let o = run(&e, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with("airlock: ") && err.contains(words),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn audit_search_by_label_or_node_finds_only_the_events_of_those_sessions() {
+    let e = env();
+    fleet(&e);
+    let red = e.store().sessions().unwrap()[0].id.clone();
+    // The hosts the matching events looked up, and the exit status.
+    let found = |filters: &[&str]| {
+        let o = run(
+            &e,
+            &[&["search", "--host", "*.example.com", "--json"], filters].concat(),
+        );
+        let hosts: Vec<String> = stdout(&o)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["event"]["name"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        (hosts, o.status.code())
+    };
+    for (filters, want) in [
+        (&["--label", "team=red"][..], &["red.example.com"][..]),
+        (&["--label", "team=blue=green"], &["blue.example.com"]),
+        (&["--label", "owner=Zoë 日本"], &["blue.example.com"]),
+        (
+            &["--node", "node-b"],
+            &["blue.example.com", "plain.example.com"],
+        ),
+        (
+            &["--node", "node-a", "--label", "team=red-2"],
+            &["red2.example.com"],
+        ),
+        (
+            &["--label", "team=red", "--session", red.as_str()],
+            &["red.example.com"],
+        ),
+        // Only a session in both.
+        (
+            &["--label", "team=blue=green", "--session", red.as_str()],
+            &[],
+        ),
+        (&["--label", "team=re"], &[]),
+        (&["--label", "nokey=x"], &[]),
+        (&["--label", "team=red", "--label", "team=red-2"], &[]),
+        (&["--node", "node-c"], &[]),
+    ] {
+        let (hosts, code) = found(filters);
+        assert_eq!(hosts, want, "search {filters:?}");
+        // Exit 0 when something matched, 1 when nothing did.
+        assert_eq!(
+            code,
+            Some(if want.is_empty() { 1 } else { 0 }),
+            "{filters:?}"
+        );
+    }
+    // Text output: the same one line per event.
+    let o = run(
+        &e,
+        &["search", "--host", "*.example.com", "--label", "team=red"],
+    );
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("red.example.com") && text.starts_with(&red.as_str()[..14]),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_hostile_label_or_node_is_printed_escaped_and_cannot_forge_a_line_or_reach_the_terminal() {
+    let e = env();
+    // What a record written by something else than airlock could hold
+    // (airlock refuses control characters in --label at start).
+    labelled(
+        &e.store(),
+        "hostile-agent",
+        "node\u{1b}]0;owned\u{7}",
+        &[("team", "red\u{1b}[2J\nFORGED 2026-01-01 exit 0  fake-agent")],
+        "x.example.com",
+    );
+    let o = run(&e, &["sessions"]);
+    assert!(o.status.success(), "{o:?}");
+    let table = stdout(&o);
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table:?}"
+    );
+    assert_eq!(table.lines().count(), 2, "one header, one session: {table}");
+    assert!(table.contains("node\\x1b]0;owned\\x07"), "{table}");
+    assert!(table.contains("team=red\\x1b[2J\\nFORGED"), "{table}");
+    // The filter takes the value as recorded, and JSON keeps it exact.
+    let o = run(
+        &e,
+        &[
+            "sessions",
+            "--json",
+            "--label",
+            "team=red\u{1b}[2J\nFORGED 2026-01-01 exit 0  fake-agent",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["host"], "node\u{1b}]0;owned\u{7}");
 }

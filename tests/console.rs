@@ -143,6 +143,11 @@ impl Setup {
 
     /// `airlock run` of `command` in `workspace`, recorded.
     fn run(&self, workspace: &Path, command: &[&str]) -> Command {
+        self.run_with(workspace, &[], command)
+    }
+
+    /// The same with more of `airlock run`'s options.
+    fn run_with(&self, workspace: &Path, options: &[&str], command: &[&str]) -> Command {
         std::fs::create_dir_all(workspace).unwrap();
         let mut cmd = Command::new(AIRLOCK);
         cmd.arg("run")
@@ -158,6 +163,7 @@ impl Setup {
             .arg("--audit-key")
             .arg(self.key())
             .args(["--audit-max-file", "1K"])
+            .args(options)
             .args(["--no-tty", "--timeout", "120s", "--"])
             .args(command)
             .env("API_TOKEN", SECRET)
@@ -416,6 +422,72 @@ async fn a_live_sessions_header_counts_its_steps_and_its_stop_reads_as_one_line_
     let _ = std::process::Command::new(AIRLOCK)
         .args(["session", "stop", &live])
         .output();
+    let node_log = format!(
+        "--- node stdout ---\n{}\n--- node stderr ---\n{}",
+        String::from_utf8_lossy(&node.stdout),
+        String::from_utf8_lossy(&node.stderr)
+    );
+    println!("{node_log}");
+    assert_eq!(
+        node.status.code(),
+        Some(0),
+        "the browser test failed (screenshots in {}):\n{node_log}",
+        artifacts.display()
+    );
+    drop(console);
+}
+
+#[tokio::test]
+async fn the_sessions_list_shows_each_sessions_node_and_labels_and_filters_by_one_label_or_node() {
+    let test_dir = browser_test_dir();
+    check_prerequisites(&test_dir);
+    let artifacts = artifacts_dir();
+    let setup = Setup::new().await;
+    // Three agents of a fleet and one session from before labels (none).
+    let fleet: [(&str, &[&str]); 4] = [
+        (
+            "fleet-red-1",
+            &["--label", "team=red", "--label", "pod=agent-1"],
+        ),
+        (
+            "fleet-red-2",
+            &["--label", "team=red", "--label", "pod=agent-2"],
+        ),
+        (
+            "fleet-blue",
+            &["--label", "team=blue=green", "--label", "owner=Zoë 日本"],
+        ),
+        ("fleet-unlabelled", &[]),
+    ];
+    for (name, labels) in fleet {
+        let ws = setup.dir.path().join(name);
+        let out = setup
+            .run_with(&ws, labels, &["echo", name])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {out:?}");
+    }
+    let node_name = sessions(AIRLOCK, &setup.db())[0]["host"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let console = Console::start(AIRLOCK, &setup.db(), &setup.key()).await;
+    let node = Command::new("node")
+        .arg("fleet-labels.test.mjs")
+        .current_dir(&test_dir)
+        .env("CONSOLE_URL", &console.url)
+        .env("NODE_NAME", &node_name)
+        .env("ARTIFACTS", &artifacts)
+        .env("CHROMIUM", CHROMIUM)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let node = tokio::time::timeout(NODE_TIMEOUT, node)
+        .await
+        .expect("the browser test ran over its time")
+        .unwrap();
     let node_log = format!(
         "--- node stdout ---\n{}\n--- node stderr ---\n{}",
         String::from_utf8_lossy(&node.stdout),

@@ -14,6 +14,7 @@
 mod rows;
 
 use crate::StepStart;
+use std::collections::HashMap;
 use std::fmt;
 
 use ed25519_dalek::VerifyingKey;
@@ -21,6 +22,7 @@ use ed25519_dalek::VerifyingKey;
 pub use rows::{CheckpointRow, EventRow, IndexRow, SessionRow};
 
 use crate::keys::TrustAnchor;
+use crate::ship::ShipMark;
 use crate::verify::{VerifyReport, verify_session};
 use crate::{
     AuditError, AuditEvent, EventKind, Redactor, SearchQuery, SearchResults, Seq, SessionId,
@@ -80,11 +82,19 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
         }))
     }
 
+    /// How far each session was shipped to a central store, as a node's
+    /// local record notes it; none in a store that is not shipped from.
+    fn ship_marks(&self) -> Result<HashMap<SessionId, ShipMark>, AuditError> {
+        Ok(HashMap::new())
+    }
+
     /// A stored file content blob by the SHA-256 of its stored bytes.
     fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError>;
 
-    /// Events of every session (or of `query.session`) matching `query`,
-    /// oldest first; see [`crate::search`]. Never writes to the store.
+    /// Events of every session (or of `query.session`, and only of the
+    /// sessions in `query.sessions` when that is given: none when it is
+    /// empty) matching `query`, oldest first; see [`crate::search`]. Never
+    /// writes to the store.
     fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError>;
 
     /// Changes whenever anyone else commits to the store: what a reader

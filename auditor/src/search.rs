@@ -16,8 +16,10 @@
 //! how many sessions were scanned.
 
 pub(crate) mod consistency;
+mod scope;
 pub(crate) mod terms;
 
+pub use scope::{LabelFilter, ScopeError, SessionScope};
 pub use terms::Terms;
 
 use crate::{AuditEvent, EventKind, SessionId, StoredEvent};
@@ -51,6 +53,11 @@ pub struct SearchQuery {
     pub until_us: Option<i64>,
     /// Only this session: its id or a unique prefix.
     pub session: Option<String>,
+    /// Only these sessions, by full id (with `session` too: only a session
+    /// in both). An empty set matches nothing. What a [`SessionScope`]
+    /// (labels, node) is resolved into above the engine, so that an engine
+    /// honours it as one `session IN (...)` condition.
+    pub sessions: Option<Vec<SessionId>>,
 }
 
 /// One matching event.

@@ -15,6 +15,12 @@
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 
+mod follow;
+mod progress;
+
+pub use follow::{Connect, Shipper};
+pub use progress::{ShipProgress, ShipStatus};
+
 use crate::sqlite::SqliteStore;
 use crate::{
     AuditError, CheckpointRow, EventRow, IndexRow, RecordStore, Seq, SessionId, SessionRow,
@@ -49,6 +55,14 @@ pub struct Shipped {
     /// It holds the session's end (its row's end and final checkpoint):
     /// nothing of the session is left to ship.
     pub ended: bool,
+}
+
+/// How far a node's local record says a session was shipped, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShipMark {
+    pub shipped: Shipped,
+    /// When the destination last confirmed it (µs since the epoch).
+    pub at_us: i64,
 }
 
 /// A store that takes shipped rows: the central record.
@@ -119,4 +133,19 @@ pub fn ship_session(
         at = now;
     }
     Ok(report)
+}
+
+impl ShipBatch {
+    /// Where the destination stands once it stores this batch, from where
+    /// it stood before.
+    pub fn shipped_after(&self, before: Shipped) -> Shipped {
+        let up_to = self.events.last().map(|e| Seq(e.seq)).or(before.up_to);
+        let reached = |last: i64| up_to.map_or(0, Seq::get) >= u64::try_from(last).unwrap_or(0);
+        Shipped {
+            up_to,
+            // Ended once the end is in the row and every event up to the
+            // final one is held (the final checkpoint comes with them).
+            ended: self.row.ended_us.is_some() && self.row.final_seq.is_none_or(reached),
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Opening a record store from where it is: the one place that picks the
 //! engine, so a second one is one more arm here.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use ed25519_dalek::VerifyingKey;
 
 use crate::keys::{SigningKeySource, TrustAnchor};
 use crate::postgres::{CentralError, PgStore, is_postgres_url, redact_url};
+use crate::ship::ShipMark;
 use crate::sqlite::SqliteStore;
 use crate::{
     AuditError, EventKind, RecordStore, Redactor, SearchQuery, SearchResults, Seq, SessionId,
@@ -137,6 +139,10 @@ impl RecordStore for AuditStore {
         summary: &SessionSummary,
     ) -> Result<Option<Vec<String>>, AuditError> {
         self.store.first_step_command(summary)
+    }
+
+    fn ship_marks(&self) -> Result<HashMap<SessionId, ShipMark>, AuditError> {
+        self.store.ship_marks()
     }
 
     fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {

@@ -699,3 +699,49 @@ fn a_session_verified_while_it_records_is_incomplete_not_tampered() {
     rec.finish(SessionEnd::default()).unwrap();
     assert!(reader.verify(&id, &trust).unwrap().is_intact());
 }
+
+/// What an engine must honour for label and node filters, which are
+/// resolved above it into `SearchQuery::sessions`: only those sessions,
+/// indexed or scanned, none for an empty set, an id no session has
+/// ignored, and with `session` too only a session in both.
+#[test]
+fn a_search_keeps_to_the_set_of_sessions_it_is_given_indexed_or_scanned() {
+    let (e, new) = legacy_and_new(false);
+    let store = AuditStore::open_readonly(&e.db).unwrap();
+    let legacy = store.resolve_session("01a210fef705dd71").unwrap();
+    let within = |sessions: Vec<SessionId>, session: Option<&str>| {
+        let found = find(
+            &store,
+            SearchQuery {
+                host: Some("api.example.com".into()),
+                sessions: Some(sessions),
+                session: session.map(Into::into),
+                ..Default::default()
+            },
+        );
+        let mut ids: Vec<SessionId> = found.hits.into_iter().map(|h| h.session).collect();
+        ids.dedup();
+        (ids, found.scanned_sessions)
+    };
+    assert_eq!(within(vec![new.clone()], None), (vec![new.clone()], 0));
+    assert_eq!(
+        within(vec![legacy.clone()], None),
+        (vec![legacy.clone()], 1)
+    );
+    let (both, scanned) = within(vec![legacy.clone(), new.clone()], None);
+    assert_eq!((both.len(), scanned), (2, 1), "{both:?}");
+    assert_eq!(within(vec![], None), (vec![], 0));
+    let nobody = SessionId::from_stored("ffffffffffffffffffffffffffffffff".into());
+    assert_eq!(
+        within(vec![nobody, new.clone()], None),
+        (vec![new.clone()], 0)
+    );
+    assert_eq!(
+        within(vec![new.clone()], Some(&legacy.as_str()[..16])),
+        (vec![], 0)
+    );
+    assert_eq!(
+        within(vec![legacy.clone(), new.clone()], Some(new.as_str())),
+        (vec![new], 0)
+    );
+}

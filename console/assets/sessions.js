@@ -5,7 +5,7 @@ import {
   h, append, fill, clear, api, query, enc, fmtTime, fmtDuration, shortId, verificationBadge, errorBox, fmtClock, sandboxedCommand, endText, endWords,
 } from './util.js';
 
-const FILTERS = ['since', 'until', 'mode', 'command', 'host', 'denied', 'verification'];
+const FILTERS = ['since', 'until', 'mode', 'node', 'label', 'command', 'host', 'denied', 'verification'];
 const SEARCH = ['s_host', 's_url', 's_method', 's_verdict', 's_file', 's_command', 's_since', 's_until'];
 
 /** Sortable columns: key, label, value to sort by, cell. */
@@ -13,6 +13,8 @@ const COLUMNS = [
   { key: 'started', label: 'Started (UTC)', value: (r) => r.started_us, cell: (r) => h('span', { class: 'nowrap' }, fmtTime(r.started_us)) },
   { key: 'duration', label: 'Duration', num: true, value: (r) => r.duration_ms ?? -1, cell: (r) => r.end === null || r.end === undefined ? h('span', { class: 'live-dot', title: 'still running' }, 'running') : fmtDuration(r.duration_ms) },
   { key: 'mode', label: 'Mode', value: (r) => r.mode || '', cell: (r) => r.mode || '—' },
+  { key: 'node', label: 'Node', value: (r) => r.node || '', cell: (r) => h('span', { class: 'mono', testid: 'session-node' }, r.node || '—') },
+  { key: 'labels', label: 'Labels', value: (r) => labelPairs(r).join(','), cell: (r) => labelsCell(r) },
   { key: 'command', label: 'Command', value: (r) => sandboxedCommand(r), cell: (r) => h('a', { class: 'mono cmd', href: `#/s/${enc(r.id)}`, testid: 'session-link', title: r.command_line || '' }, sandboxedCommand(r) || '(no command)') },
   { key: 'policy', label: 'Policy', value: (r) => r.policy_name || '', cell: (r) => h('span', { class: 'mono' }, r.policy_name || '—') },
   { key: 'end', label: 'End', value: (r) => r.end || '', cell: (r) => endCell(r) },
@@ -24,6 +26,23 @@ const COLUMNS = [
 function verificationRank(v) {
   const o = v && v.outcome;
   return o === 'tampered' ? 0 : o === 'unverified' ? 1 : o === 'incomplete' ? 2 : o === 'intact' ? 3 : 4;
+}
+
+/** A session's labels as `key=value`, by key (empty for a session
+ * recorded before labels existed). */
+function labelPairs(r) {
+  return Object.entries(r.labels || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v]) => `${k}=${v}`);
+}
+
+/** One chip a label; clicking one filters the list by it (the click is
+ * the chip's, not the row's). */
+function labelsCell(r) {
+  const pairs = labelPairs(r);
+  if (pairs.length === 0) return h('span', { class: 'muted' }, '—');
+  return h('span', { class: 'labels-cell' }, pairs.map((pair) => h('button', {
+    type: 'button', class: 'label-chip mono', testid: 'label-chip', title: `only sessions labelled ${pair}`,
+    onclick: (e) => { e.stopPropagation(); document.dispatchEvent(new CustomEvent('airlock-label-filter', { detail: pair })); },
+  }, pair)));
 }
 
 function endCell(r) {
@@ -58,6 +77,8 @@ export async function renderSessions(page, ctx) {
     text('since', 'Since', '2h or RFC 3339'),
     text('until', 'Until', 'RFC 3339 or 30m'),
     select('mode', 'Mode', [['', 'any'], ['run', 'run'], ['proxy', 'proxy'], ['sidecar', 'sidecar'], ['session', 'session']]),
+    text('node', 'Node', 'the host that recorded it'),
+    text('label', 'Label', 'KEY=VALUE'),
     text('command', 'Command', 'text in any command'),
     text('host', 'Host contacted', '*.example.com'),
     h('label', { class: 'field field-check', for: 'f-denied' }, inputs.denied, h('span', null, 'with a denial')),
@@ -65,6 +86,11 @@ export async function renderSessions(page, ctx) {
     h('div', { class: 'field field-buttons' },
       h('button', { type: 'button', class: 'btn btn-primary', testid: 'filter-apply', onclick: () => apply() }, 'Apply'),
       h('button', { type: 'button', class: 'btn', testid: 'filter-clear', onclick: () => { for (const n of FILTERS) { if (n === 'denied') inputs.denied.checked = false; else inputs[n].value = ''; } apply(); } }, 'Clear')));
+
+  // A label chip in the table sets the label filter.
+  const onChip = (e) => { inputs.label.value = e.detail; apply(); };
+  document.addEventListener('airlock-label-filter', onChip);
+  ctx.onCleanup(() => document.removeEventListener('airlock-label-filter', onChip));
 
   for (const n of FILTERS) {
     const el = inputs[n];

@@ -416,6 +416,15 @@ pub trait EventSink: Send + Sync + 'static {
     fn sync(&self) -> SyncFuture<'_> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// Resolves once everything emitted so far is confirmed beyond this
+    /// process (`--audit-ship-required`: in the central store), after
+    /// [`EventSink::sync`]. A failure refuses the decision that waits, and
+    /// only it: unlike a failed sync, it does not stop later traffic, which
+    /// goes ahead once confirmations come back.
+    fn confirm(&self) -> SyncFuture<'_> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// Discards events (for benchmarks and tests that do not look at them).

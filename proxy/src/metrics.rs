@@ -41,6 +41,35 @@ pub struct Metrics {
     reloads: AtomicU64,
     reload_failures: AtomicU64,
     approvals: ApprovalCounts,
+    shipping: ShippingSource,
+}
+
+/// How far the record is shipped to a central store (`--audit-ship`), read
+/// when `/metrics` is asked: the binary runs the shipper, the proxy only
+/// reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShippingGauges {
+    /// Events recorded here and not yet in the central store.
+    pub pending_events: u64,
+    /// How long the oldest of them has waited.
+    pub lag: Duration,
+    pub shipped_events: u64,
+    pub errors: u64,
+}
+
+type ReadShipping = Box<dyn Fn() -> ShippingGauges + Send + Sync>;
+
+#[derive(Default)]
+struct ShippingSource(std::sync::OnceLock<ReadShipping>);
+
+impl std::fmt::Debug for ShippingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "shipping"
+        } else {
+            "not shipping"
+        })
+    }
 }
 
 /// Held requests, by how their wait ended.
@@ -198,6 +227,11 @@ impl Metrics {
         self.audit_lag_us.store(micros, Ordering::Relaxed);
     }
 
+    /// Report shipping from `read` (once; later calls are ignored).
+    pub fn set_shipping(&self, read: impl Fn() -> ShippingGauges + Send + Sync + 'static) {
+        let _ = self.shipping.0.set(Box::new(read));
+    }
+
     /// Whether the audit store is failing (then the proxy refuses everything).
     pub fn set_audit_healthy(&self, healthy: bool) {
         self.audit_unhealthy
@@ -286,7 +320,39 @@ impl Metrics {
             load(&self.reload_failures),
         );
         self.render_approvals(&mut out);
+        self.render_shipping(&mut out);
         out
+    }
+
+    fn render_shipping(&self, out: &mut String) {
+        let Some(read) = self.shipping.0.get() else {
+            return;
+        };
+        let now = read();
+        gauge(
+            out,
+            "airlock_audit_ship_pending_events",
+            "Events recorded here and not yet in the central store.",
+            now.pending_events.to_string(),
+        );
+        gauge(
+            out,
+            "airlock_audit_ship_lag_seconds",
+            "How long the oldest event not yet in the central store has waited.",
+            seconds(u64::try_from(now.lag.as_micros()).unwrap_or(u64::MAX)),
+        );
+        counter(
+            out,
+            "airlock_audit_shipped_events_total",
+            "Events shipped to the central store.",
+            now.shipped_events,
+        );
+        counter(
+            out,
+            "airlock_audit_ship_errors_total",
+            "Failed attempts to reach or write the central store.",
+            now.errors,
+        );
     }
 
     fn render_approvals(&self, out: &mut String) {

@@ -82,11 +82,11 @@ impl Outlet {
     pub(crate) async fn emit_durably(&self, event: Event) -> Result<(), SinkError> {
         flush_this_thread();
         self.hand_over(vec![event])?;
-        let synced = self.sink.sync().await;
-        if let Err(e) = &synced {
-            self.fail(e);
+        if let Err(e) = self.sink.sync().await {
+            self.fail(&e);
+            return Err(e);
         }
-        synced
+        self.sink.confirm().await
     }
 
     fn hand_over(&self, events: Vec<Event>) -> Result<(), SinkError> {

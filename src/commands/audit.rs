@@ -6,6 +6,8 @@
 //! the reader's terminal); `--json` output is left as data.
 
 mod keys;
+mod ocsf_export;
+mod ship;
 mod undo;
 
 use std::fs::File;
@@ -14,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use airlock_auditor::export::{cast, har, jsonl};
+use airlock_auditor::export::{cast, har, jsonl, ocsf};
+use airlock_auditor::search::{LabelFilter, ScopeError, SessionScope};
+use airlock_auditor::ship::ShipMark;
 use airlock_auditor::{
     Access, AuditError, AuditStore, EventKind, OsText, RecordStore, SearchQuery, SessionId,
     TrustAnchor, VerifyReport, escape, humanize, restore, timeline,
@@ -42,10 +46,12 @@ pub(super) struct DbArg {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// List recorded sessions.
+    /// List recorded sessions, with the node that recorded each and its labels.
     Sessions {
         #[command(flatten)]
         db: DbArg,
+        #[command(flatten)]
+        scope: ScopeArgs,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -63,18 +69,10 @@ enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Export a session as HAR (HTTP), JSON lines (all events) or asciicast (terminal).
-    Export {
-        /// Session id or unique prefix.
-        session: String,
-        #[command(flatten)]
-        db: DbArg,
-        #[arg(long, value_enum)]
-        format: ExportFormat,
-        /// Output file ("-" for standard output).
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-    },
+    /// Export a session as HAR (HTTP), JSON lines (all events) or asciicast
+    /// (terminal); or every session (or one) as OCSF events for a SIEM,
+    /// once or following the database (docs/ocsf.md).
+    Export(ExportArgs),
     /// List the files a session wrote, show what one held before and after
     /// it, restore them as they were at its end, or undo the session.
     Files {
@@ -120,6 +118,9 @@ enum AuditCommand {
     /// Open the forensic console: a read-only web UI on loopback, at a URL
     /// with a random access token (docs/console.md).
     Serve(super::console::ServeArgs),
+    /// Copy local records into a central store (postgres://…), once or
+    /// following them as they grow; what it already holds is not copied twice.
+    Ship(ship::ShipArgs),
     /// The node keys a central store (--audit-db postgres://…) trusts:
     /// enroll, list and revoke them.
     Keys(keys::KeysArgs),
@@ -177,9 +178,36 @@ struct SearchArgs {
     /// Only this session (id or unique prefix).
     #[arg(long, value_name = "S")]
     session: Option<String>,
+    #[command(flatten)]
+    scope: ScopeArgs,
     /// One JSON object per line: session, seq, ts, exec_id, kind, event.
     #[arg(long)]
     json: bool,
+}
+
+/// Which sessions, by who ran them: `audit sessions` and `audit search`.
+#[derive(Debug, Args)]
+struct ScopeArgs {
+    /// Only sessions labelled KEY=VALUE when recorded (repeatable: every one must hold; the value is everything after the first '=', matched exactly).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label_filter)]
+    labels: Vec<LabelFilter>,
+    /// Only sessions recorded on this node (its host name, as `airlock audit sessions` shows it).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+}
+
+impl ScopeArgs {
+    fn scope(self) -> Result<SessionScope, ScopeError> {
+        let scope = SessionScope {
+            labels: self.labels,
+            node: self.node,
+        };
+        scope.check().map(|()| scope)
+    }
+}
+
+fn parse_label_filter(text: &str) -> Result<LabelFilter, ScopeError> {
+    text.parse()
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -189,11 +217,29 @@ enum Verdict {
     Report,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+/// `airlock audit export`.
+#[derive(Debug, Args)]
+struct ExportArgs {
+    /// Session id or unique prefix (with --format ocsf: every session when left out).
+    session: Option<String>,
+    #[command(flatten)]
+    db: DbArg,
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// Output file ("-" for standard output; --format ocsf's default).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    ocsf: ocsf_export::OcsfArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ExportFormat {
     Har,
     Jsonl,
     Cast,
+    /// OCSF 1.8 events, one JSON object per line (docs/ocsf.md).
+    Ocsf,
 }
 
 fn parse_kind(text: &str) -> Result<EventKind, String> {
@@ -262,7 +308,13 @@ fn usage(err: impl std::fmt::Display) -> ExitCode {
 
 pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
     match args.cmd {
-        AuditCommand::Sessions { db, json } => sessions(&open(&db)?, json),
+        AuditCommand::Sessions { db, scope, json } => {
+            let scope = match scope.scope() {
+                Ok(s) => s,
+                Err(e) => return Ok(usage(e)),
+            };
+            sessions(&open(&db)?, &scope, json)
+        }
         AuditCommand::Timeline {
             session,
             db,
@@ -289,20 +341,7 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Export {
-            session,
-            db,
-            format,
-            out,
-        } => {
-            let store = open(&db)?;
-            let id = match store.resolve_session(&session) {
-                Ok(id) => id,
-                Err(e) => return Ok(usage(e)),
-            };
-            export(&store, &id, format, &out)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        AuditCommand::Export(args) => export_command(args),
         AuditCommand::Files {
             session,
             db,
@@ -333,6 +372,7 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
             json,
         } => verify(&db, session.as_deref(), all, audit_key, json),
         AuditCommand::Search(args) => search(args),
+        AuditCommand::Ship(args) => ship::run(args),
         AuditCommand::Serve(args) => super::console::serve(args),
         AuditCommand::Keys(args) => keys::run(args),
     }
@@ -379,15 +419,20 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
         since_us,
         until_us,
         session: args.session,
+        sessions: None,
     };
     if let Err(e) = query.check() {
         return Ok(usage(e));
     }
+    let scope = match args.scope.scope() {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(e)),
+    };
     let store = match open(&args.db) {
         Ok(s) => s,
         Err(e) => return Ok(usage(e)),
     };
-    let results = match store.search(&query) {
+    let results = match scope.search(&store, &query) {
         Ok(r) => r,
         Err(
             e @ (AuditError::UnknownSession(_)
@@ -442,8 +487,24 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
     })
 }
 
-fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
-    let list = store.sessions()?;
+/// How far the central store has a session: "all", "up to event N", or
+/// "-" when nothing of it was shipped from here.
+fn shipped_text(mark: Option<&ShipMark>, events: u64) -> String {
+    match mark {
+        None => "-".into(),
+        Some(m) if m.shipped.ended => "all".into(),
+        Some(m) => match m.shipped.up_to {
+            Some(seq) if seq.get() >= events => format!("up to {seq} (live)"),
+            Some(seq) => format!("up to event {seq}"),
+            None => "none yet".into(),
+        },
+    }
+}
+
+fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result<ExitCode> {
+    let mut list = store.sessions()?;
+    list.retain(|s| scope.admits(&s.info));
+    let marks = store.ship_marks()?;
     let mut out = std::io::stdout().lock();
     if json {
         let items: Vec<serde_json::Value> = list
@@ -465,9 +526,15 @@ fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
                     "limits": s.info.limits,
                     "airlock_version": s.info.airlock_version,
                     "host": s.info.host,
+                    "labels": s.info.labels,
                     "events": s.events,
                     "steps": s.steps,
                     "key_fingerprint": s.key_fingerprint,
+                    "shipped": marks.get(&s.id).map(|m| serde_json::json!({
+                        "up_to": m.shipped.up_to,
+                        "ended": m.shipped.ended,
+                        "at": humanize::rfc3339(m.at_us),
+                    })),
                 })
             })
             .collect();
@@ -475,12 +542,43 @@ fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
         writeln!(out)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // The node and labels columns as wide as the longest shown (up to a
+    // cap, past which one long value pushes only its own line out).
+    let nodes: Vec<String> = list.iter().map(|s| node_text(&s.info.host)).collect();
+    let labels: Vec<String> = list.iter().map(|s| labels_text(&s.info.labels)).collect();
+    let width = |texts: &[String], header: &str, cap: usize| {
+        texts
+            .iter()
+            .map(|t| t.chars().count())
+            .chain([header.len()])
+            .max()
+            .unwrap_or(0)
+            .min(cap)
+    };
+    let (node_w, labels_w) = (width(&nodes, "NODE", 24), width(&labels, "LABELS", 48));
+    // Shipped from here (`--audit-ship`): how far the central store has
+    // each session; a column only where something was shipped.
+    let shipped: Vec<String> = list
+        .iter()
+        .map(|s| shipped_text(marks.get(&s.id), s.events))
+        .collect();
+    let shipped_w = match marks.is_empty() {
+        true => 0,
+        false => width(&shipped, "SHIPPED", 24) + 2,
+    };
     writeln!(
         out,
-        "{:<14} {:<19} {:>9} {:<10} {:>7}  COMMAND",
-        "ID", "START (UTC)", "DURATION", "EXIT", "EVENTS"
+        "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<node_w$}  {:<labels_w$}  COMMAND",
+        "ID",
+        "START (UTC)",
+        "DURATION",
+        "EXIT",
+        "EVENTS",
+        if marks.is_empty() { "" } else { "  SHIPPED" },
+        "NODE",
+        "LABELS"
     )?;
-    for s in &list {
+    for (((s, node), labels), shipped) in list.iter().zip(&nodes).zip(&labels).zip(&shipped) {
         let (duration, exit) = match (s.ended_us, &s.end) {
             (Some(e), Some(end)) => (
                 humanize::duration(e.saturating_sub(s.started_us)),
@@ -490,15 +588,95 @@ fn sessions(store: &dyn RecordStore, json: bool) -> Result<ExitCode> {
         };
         writeln!(
             out,
-            "{:<14} {:<19} {:>9} {:<10} {:>7}  {}",
+            "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<node_w$}  {:<labels_w$}  {}",
             s.id.as_str().chars().take(14).collect::<String>(),
             humanize::short_time(s.started_us),
             duration,
             exit,
             s.events,
+            match shipped_w {
+                0 => String::new(),
+                _ => format!("  {shipped}"),
+            },
+            node,
+            labels,
             timeline::session_title(s, store.first_step_command(s)?.as_deref())
         )?;
     }
+    if list.is_empty() && !scope.is_everything() {
+        // On stderr: the table stays a table.
+        eprintln!("note: no recorded session matches {}", scope_text(scope));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A session's node as the table shows it: `-` when none was recorded.
+fn node_text(host: &str) -> String {
+    if host.is_empty() {
+        "-".to_owned()
+    } else {
+        escape::text(host).into_owned()
+    }
+}
+
+/// A session's labels as the table shows them, `key=value` by key, comma
+/// separated: `-` for none (so for every session recorded before labels).
+fn labels_text(labels: &std::collections::BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "-".to_owned();
+    }
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{}={}", escape::text(k), escape::text(v)))
+        .collect();
+    pairs.join(",")
+}
+
+/// The filters as they were given, for a note that nothing matched.
+fn scope_text(scope: &SessionScope) -> String {
+    let mut parts: Vec<String> = scope
+        .labels
+        .iter()
+        .map(|l| format!("--label {}", escape::text(&l.to_string())))
+        .collect();
+    if let Some(node) = &scope.node {
+        parts.push(format!("--node {}", escape::text(node)));
+    }
+    parts.join(" ")
+}
+
+fn export_command(args: ExportArgs) -> Result<ExitCode> {
+    let ExportArgs {
+        session,
+        db,
+        format,
+        out,
+        ocsf,
+    } = args;
+    if format == ExportFormat::Ocsf {
+        return ocsf_export::run(&db, session.as_deref(), out.as_deref(), ocsf);
+    }
+    if let Some(flag) = ocsf.given() {
+        return Ok(usage(format!(
+            "{flag} works with --format ocsf only; drop it, or export OCSF events"
+        )));
+    }
+    let Some(session) = session else {
+        return Ok(usage(
+            "give the session to export (an id or unique prefix, as `airlock audit sessions` lists them)",
+        ));
+    };
+    let Some(out) = out else {
+        return Ok(usage(
+            "give where to write the export: --out FILE, or --out - for standard output",
+        ));
+    };
+    let store = open(&db)?;
+    let id = match store.resolve_session(&session) {
+        Ok(id) => id,
+        Err(e) => return Ok(usage(e)),
+    };
+    export(&store, &id, format, &out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -520,6 +698,7 @@ fn export(store: &dyn RecordStore, id: &SessionId, format: ExportFormat, out: &P
         ExportFormat::Har => har::write(&summary, &events, &mut sink)?,
         ExportFormat::Jsonl => jsonl::write(id, &events, &mut sink)?,
         ExportFormat::Cast => cast::write(&summary, &events, &mut sink)?,
+        ExportFormat::Ocsf => ocsf::write(&summary, &events, &mut sink)?,
     }
     sink.flush()
         .with_context(|| format!("cannot write {}", out.display()))?;

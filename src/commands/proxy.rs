@@ -16,9 +16,11 @@ use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_addr};
 use crate::finish::Finish;
+use crate::policy_reload::Reloader;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
+use crate::ship::LiveShipper;
 use crate::{policy_file, secrets};
 
 #[derive(clap::Args)]
@@ -97,15 +99,29 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
+    let shipper = match (&args.audit.audit_db, &args.audit.audit_ship) {
+        (Some(db), Some(to)) => Some(LiveShipper::start(db, to)?),
+        (None, Some(_)) => anyhow::bail!(
+            "--audit-ship ships the record --audit-db keeps; give --audit-db FILE too"
+        ),
+        _ => None,
+    };
     let events: Arc<dyn EventSink> = match &recorder {
-        Some(r) => Arc::new(Tee(vec![json_events, AuditSink::new(r.clone())])),
+        Some(r) => {
+            let gate = shipper
+                .as_ref()
+                .filter(|_| args.audit.audit_ship_required)
+                .map(|s| s.gate(r.session_id().clone()));
+            let audit = AuditSink::new(r.clone()).gated(gate);
+            Arc::new(Tee(vec![json_events, Arc::new(audit)]))
+        }
         None => json_events,
     };
     let mut config = ProxyConfig::new(policy, ca, events);
     config.credentials = credentials;
     config.pins = args.upstream.resolve.clone();
     config.upstream_roots = upstream_roots;
-    config.audit_sync = args.audit.audit_sync;
+    config.audit_sync = args.audit.decisions_wait();
     config.worker_threads = worker_threads;
     config.approvals = ApprovalsConfig {
         session: recorder.as_ref().map_or_else(
@@ -115,6 +131,9 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         ..args.approvals.config(&config.upstream_roots, None)?
     };
     let proxy = Proxy::new(config)?;
+    if let Some(shipper) = &shipper {
+        shipper.report_to(&proxy.metrics());
+    }
     let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = tokio::task::JoinSet::new();
@@ -157,12 +176,17 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_dns_tcp(tcp).await });
     }
 
-    let (code, reason) =
-        match serve_until_stopped(&proxy, &args.policy, signals, &mut servers).await {
-            Stop::Signal(why) => (0, why),
-            Stop::Failed(why) => (1, why),
-        };
+    let reloader = Reloader {
+        proxy: &proxy,
+        path: &args.policy,
+        record: recorder.as_ref(),
+    };
+    let (code, reason) = match serve_until_stopped(&reloader, signals, &mut servers).await {
+        Stop::Signal(why) => (0, why),
+        Stop::Failed(why) => (1, why),
+    };
     Finish::proxy(proxy, recorder)
+        .shipping(shipper)
         .stop_serving(&mut servers)
         .await?
         .finish_blocking(SessionEnd {

@@ -63,6 +63,7 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     let Wired {
         mut sandbox,
         recorder,
+        shipper,
         recording,
         proxy,
         pty,
@@ -75,7 +76,9 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     // Everything the command wrote and did is recorded before the session
     // ends; the caller's terminal is restored before airlock says anything
     // more.
-    let quiet = Finish::new(recorder, proxy, pty, recording).stop(runtime);
+    let quiet = Finish::new(recorder, proxy, pty, recording)
+        .shipping(shipper)
+        .stop(runtime);
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     conclude(quiet, &outcome, stopped)
 }

@@ -32,9 +32,11 @@ use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::finish::Finish;
+use crate::policy_reload::Reloader;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
+use crate::ship::LiveShipper;
 use crate::sidecar::netns::{self, Target};
 use crate::sidecar::rules::{CaptureRules, DEFAULT_MARK, TableName};
 use crate::sidecar::wait_ready;
@@ -257,7 +259,22 @@ async fn serve(
             .with_budget(args.audit.max_session_bytes())
             .with_note(CAPABILITIES_NOTE);
     let recorder = crate::audit::begin(&audit_db, Some(&audit_key), info, &credentials)?;
-    let mut sinks: Vec<Arc<dyn EventSink>> = vec![AuditSink::new(recorder.clone())];
+    let shipper = match &args.audit.audit_ship {
+        Some(to) => {
+            // The capture rules leave only marked sockets alone: the
+            // connection to the central store is the sidecar's own, like
+            // its upstream ones, and must not be captured by its proxy.
+            airlock_auditor::postgres::mark_connections(rules.mark);
+            Some(LiveShipper::start(&audit_db, to)?)
+        }
+        None => None,
+    };
+    let gate = shipper
+        .as_ref()
+        .filter(|_| args.audit.audit_ship_required)
+        .map(|s| s.gate(recorder.session_id().clone()));
+    let mut sinks: Vec<Arc<dyn EventSink>> =
+        vec![Arc::new(AuditSink::new(recorder.clone()).gated(gate))];
     if let Some(events) = &args.events {
         sinks.push(open_events(events)?);
     }
@@ -265,7 +282,7 @@ async fn serve(
     config.credentials = credentials;
     config.pins = args.upstream.resolve.clone();
     config.upstream_roots = upstream_roots;
-    config.audit_sync = args.audit.audit_sync;
+    config.audit_sync = args.audit.decisions_wait();
     config.socket_mark = Some(rules.mark);
     config.worker_threads = worker_threads;
     config.approvals = ApprovalsConfig {
@@ -273,6 +290,9 @@ async fn serve(
         ..approvals
     };
     let proxy = Proxy::new(config)?;
+    if let Some(shipper) = &shipper {
+        shipper.report_to(&proxy.metrics());
+    }
     let _approval_socket = ApprovalSocket::serve(proxy.approvals())?;
 
     let mut servers = JoinSet::new();
@@ -301,7 +321,12 @@ async fn serve(
         args.admin
     );
 
-    let end = serve_until_stopped(&proxy, &policy_path, signals, &mut servers).await;
+    let reloader = Reloader {
+        proxy: &proxy,
+        path: &policy_path,
+        record: Some(&recorder),
+    };
+    let end = serve_until_stopped(&reloader, signals, &mut servers).await;
     admin_state.set_ready(false);
     lag.abort();
     let (code, reason) = match &end {
@@ -309,6 +334,7 @@ async fn serve(
         Stop::Failed(why) => (1, why.clone()),
     };
     let finished = Finish::proxy(proxy, Some(recorder))
+        .shipping(shipper)
         .stop_serving(&mut servers)
         .await?
         .finish_blocking(SessionEnd {

@@ -69,7 +69,7 @@ pub(crate) struct SandboxArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub audit_max_file: Option<u64>,
     /// Do not record the session (say so explicitly; never the default).
-    #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync", "audit_max_file", "audit_max_session", "labels"])]
+    #[arg(long, conflicts_with_all = ["audit_db", "audit_key", "audit_sync", "audit_max_file", "audit_max_session", "labels", "audit_ship", "audit_ship_required"])]
     pub no_audit: bool,
 }
 

@@ -24,6 +24,7 @@ use super::SandboxArgs;
 use super::wire::Spawned;
 use super::writable::Writable;
 use crate::observe::{self, Terminal, TerminalReaders};
+use crate::ship::{LiveShipper, ShipUrl};
 use crate::{audit, policy_file, secrets};
 
 /// Host secrets hidden when the command runs as uid 0 (root-owned files stay
@@ -71,6 +72,10 @@ pub(crate) struct AuditPaths {
     pub key: PathBuf,
     /// `--label`s, recorded with the session.
     pub labels: BTreeMap<String, String>,
+    /// `--audit-ship`: the central store the record is shipped to.
+    pub ship: Option<ShipUrl>,
+    /// `--audit-ship-required`: decisions wait until they are shipped.
+    pub ship_required: bool,
 }
 
 /// What the proxy needs, resolved up front; it is built once the sandbox
@@ -202,7 +207,7 @@ impl Plan {
             ca,
             pins: args.upstream.resolve.clone(),
             upstream_roots,
-            audit_sync: args.audit.audit_sync,
+            audit_sync: args.audit.decisions_wait(),
             worker_threads,
             approvals,
         };
@@ -238,18 +243,25 @@ impl Plan {
             terminal,
             env,
         } = self;
-        let beginning = audit.map(|AuditPaths { db, key, labels }| {
-            let info = SessionInfo {
-                // The same cap for the observer and the record.
-                max_file_bytes,
-                max_session_bytes: Some(max_session_bytes),
-                writable_dirs,
-                terminal: pty_size.map(|s| (s.cols, s.rows)),
-                ..audit::session_info(&proxy.policy, mode, limits_record, labels)
-            };
-            let credentials = proxy.credentials.clone();
-            std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
-        });
+        let shipping = audit
+            .as_ref()
+            .and_then(|a| Some((a.db.clone(), a.ship.clone()?, a.ship_required)));
+        let beginning = audit.map(
+            |AuditPaths {
+                 db, key, labels, ..
+             }| {
+                let info = SessionInfo {
+                    // The same cap for the observer and the record.
+                    max_file_bytes,
+                    max_session_bytes: Some(max_session_bytes),
+                    writable_dirs,
+                    terminal: pty_size.map(|s| (s.cols, s.rows)),
+                    ..audit::session_info(&proxy.policy, mode, limits_record, labels)
+                };
+                let credentials = proxy.credentials.clone();
+                std::thread::spawn(move || audit::begin(&db, Some(&key), info, &credentials))
+            },
+        );
         let readers = terminal.map(|terminal| {
             let (stdio, readers) = terminal.split();
             spec.stdio = Some(stdio);
@@ -263,6 +275,10 @@ impl Plan {
                     .map_err(|_| anyhow::anyhow!("opening the audit database panicked"))??,
             ),
             None => None,
+        };
+        let shipper = match (&recorder, shipping) {
+            (Some(_), Some((db, to, required))) => Some((LiveShipper::start(&db, &to)?, required)),
+            _ => None,
         };
         let mut sandbox = sandbox?;
         let recording = record(&mut sandbox, readers, recorder.as_ref());
@@ -278,6 +294,7 @@ impl Plan {
             pty_size,
             sandbox,
             recorder,
+            shipper,
             recording,
             network,
         })
@@ -355,6 +372,8 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
         db,
         key,
         labels: args.audit.labels()?,
+        ship: args.audit.audit_ship.clone(),
+        ship_required: args.audit.audit_ship_required,
     }))
 }
 
@@ -389,12 +408,19 @@ fn hidden_paths(
     if !workspace.starts_with(&sessions) {
         hide.push(sessions);
     }
-    if let Some(AuditPaths { db, key, .. }) = audit {
+    if let Some(AuditPaths { db, key, ship, .. }) = audit {
         hide.extend(
             [db.clone(), key.clone()]
                 .into_iter()
                 .filter_map(|p| p.parent().map(Path::to_owned)),
         );
+        // The central store's password opens the fleet's record: the
+        // sandbox never reads the file it comes from.
+        if ship.is_some()
+            && let Some(file) = std::env::var_os(airlock_auditor::postgres::PASSWORD_FILE_ENV)
+        {
+            hide.push(std::path::absolute(file)?);
+        }
     }
     if nix::unistd::geteuid().is_root() && args.user.is_none() {
         // The command keeps uid 0 (without capabilities), so root-only files

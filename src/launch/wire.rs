@@ -20,6 +20,7 @@ use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::exit;
 use crate::notices::DenialNotices;
+use crate::ship::LiveShipper;
 use crate::terminal::PtyRelay;
 
 /// A spawned sandbox, its command not yet released.
@@ -29,6 +30,8 @@ pub(crate) struct Spawned {
     pub(super) pty_size: Option<WindowSize>,
     pub(super) sandbox: Sandbox,
     pub(super) recorder: Option<SessionRecorder>,
+    /// `--audit-ship`, and whether decisions wait for it.
+    pub(super) shipper: Option<(LiveShipper, bool)>,
     pub(super) recording: Vec<JoinHandle<()>>,
     pub(super) network: NetworkHandles,
 }
@@ -65,6 +68,7 @@ impl Spawned {
             pty_size,
             mut sandbox,
             recorder,
+            shipper,
             recording,
             network,
         } = self;
@@ -75,7 +79,13 @@ impl Spawned {
         let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
         if let Some(r) = &recorder {
             // First: a failing record refuses the traffic (fail closed).
-            sinks.push(AuditSink::attributed(r.clone(), attribute));
+            let gate = shipper
+                .as_ref()
+                .filter(|(_, required)| *required)
+                .map(|(shipper, _)| shipper.gate(r.session_id().clone()));
+            sinks.push(Arc::new(
+                AuditSink::new(r.clone()).attributed(attribute).gated(gate),
+            ));
         }
         sinks.push(notices);
         sinks.extend(listener);
@@ -119,6 +129,7 @@ impl Spawned {
         Ok(Wired {
             sandbox,
             recorder,
+            shipper: shipper.map(|(shipper, _)| shipper),
             recording,
             proxy,
             pty,
@@ -187,6 +198,7 @@ fn serve_network(
 pub(crate) struct Wired {
     pub sandbox: Sandbox,
     pub recorder: Option<SessionRecorder>,
+    pub shipper: Option<LiveShipper>,
     pub recording: Vec<JoinHandle<()>>,
     pub proxy: Proxy,
     pub pty: Option<PtyRelay>,

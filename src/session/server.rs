@@ -180,6 +180,7 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
     let Wired {
         mut sandbox,
         recorder,
+        shipper,
         recording,
         proxy,
         pty,
@@ -258,7 +259,9 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         "session {id} ended while the command ran: {}",
         why.trim_start_matches("airlock: ")
     ));
-    let quiet = Finish::new(recorder, proxy, pty, recording).stop(runtime);
+    let quiet = Finish::new(recorder, proxy, pty, recording)
+        .shipping(shipper)
+        .stop(runtime);
     // The steps' last reports go out before the record closes.
     control_rt.block_on(wait_for_steps(&live));
     let finished = quiet

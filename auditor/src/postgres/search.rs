@@ -5,8 +5,8 @@
 //! session here is indexed (terms are computed at shipping for those
 //! recorded before search existed), so nothing is scanned.
 
-use postgres::Client;
-use postgres::types::ToSql;
+use super::client::{Client, Queries};
+use tokio_postgres::types::ToSql;
 
 use super::db;
 use super::read::stored_event;

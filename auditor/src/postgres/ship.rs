@@ -2,7 +2,7 @@
 //! batch, under a lock on the session's row, so that a batch sent twice,
 //! or by two shippers of the same session at once, is stored once.
 
-use postgres::Transaction;
+use super::client::{Queries, Transaction};
 
 use super::error::CentralError;
 use super::store::PgStore;

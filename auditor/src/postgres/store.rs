@@ -4,7 +4,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use ed25519_dalek::VerifyingKey;
-use postgres::Client;
+
+use super::client::{Client, Queries};
 
 use super::connect::PgTarget;
 use super::error::CentralError;

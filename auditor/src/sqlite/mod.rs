@@ -8,11 +8,13 @@
 mod schema;
 mod search;
 mod ship_source;
+mod shipped;
 mod store;
 mod verify_rows;
 mod writer;
 
 pub use rusqlite::Error as SqliteError;
+pub use shipped::Unshipped;
 pub use store::SqliteStore;
 
 use crate::{AuditError, EngineError};

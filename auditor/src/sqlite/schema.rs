@@ -81,6 +81,17 @@ CREATE INDEX IF NOT EXISTS event_terms_by_session ON event_terms (sid, seq);
 CREATE TABLE IF NOT EXISTS search_indexed (
     sid INTEGER PRIMARY KEY
 );
+-- How far a shipper has copied each session into a central store
+-- (`--audit-ship`, `airlock audit ship`): what `audit sessions` shows as
+-- `shipped up to event N`. Informational: a shipper always asks the
+-- destination where it stands, so a mark lost in a crash costs nothing.
+-- Outside the hash chain, like the search terms.
+CREATE TABLE IF NOT EXISTS shipped (
+    sid    INTEGER PRIMARY KEY,
+    up_to  INTEGER,
+    ended  INTEGER NOT NULL,
+    at_us  INTEGER NOT NULL
+);
 ";
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -35,7 +35,7 @@ impl Filter {
         self.params.extend(values);
     }
 
-    fn new(c: &Criteria, sid: Option<i64>) -> Self {
+    fn new(c: &Criteria, within: Option<&[i64]>) -> Self {
         let mut f = Self {
             sql: String::from("1"),
             params: Vec::new(),
@@ -95,22 +95,56 @@ impl Filter {
         if let Some(until) = c.until_us {
             f.push("ts_us <= ?", vec![Value::Integer(until)]);
         }
-        if let Some(sid) = sid {
-            f.push("sid = ?", vec![Value::Integer(sid)]);
+        if let Some(sids) = within {
+            // One parameter however many sessions: a JSON array.
+            f.push(
+                "sid IN (SELECT value FROM json_each(?))",
+                vec![Value::Text(json_ints(sids))],
+            );
         }
         f
     }
 }
 
-/// Runs `query` over every session (or the one it names).
+fn json_ints(sids: &[i64]) -> String {
+    serde_json::Value::from(sids.to_vec()).to_string()
+}
+
+/// The sessions a query keeps to, as rows of `sessions`: the one
+/// `query.session` names (already resolved into `named`), those of
+/// `query.sessions`, or both (only a session in both). `None`: every
+/// session.
+pub(crate) fn within(
+    conn: &Connection,
+    named: Option<i64>,
+    query: &SearchQuery,
+) -> Result<Option<Vec<i64>>, AuditError> {
+    let Some(ids) = &query.sessions else {
+        return Ok(named.map(|sid| vec![sid]));
+    };
+    let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+    let mut stmt = conn
+        .prepare("SELECT sid FROM sessions WHERE id IN (SELECT value FROM json_each(?1))")
+        .map_err(db("searching"))?;
+    let mut sids: Vec<i64> = stmt
+        .query_map([serde_json::Value::from(ids).to_string()], |r| r.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(db("searching"))?;
+    if let Some(sid) = named {
+        sids.retain(|&s| s == sid);
+    }
+    Ok(Some(sids))
+}
+
+/// Runs `query` over every session, or only those `within` lists.
 pub(crate) fn run(
     conn: &Connection,
     query: &SearchQuery,
-    sid: Option<i64>,
+    within: Option<&[i64]>,
 ) -> Result<SearchResults, AuditError> {
-    let filter = Filter::new(&query.criteria()?, sid);
+    let filter = Filter::new(&query.criteria()?, within);
     let indexed = has_table(conn, "event_terms")? && has_table(conn, "search_indexed")?;
-    let unindexed = unindexed_sessions(conn, indexed, sid)?;
+    let unindexed = unindexed_sessions(conn, indexed, within)?;
     let mut keys: Vec<(i64, i64)> = Vec::new();
     if indexed {
         keys.extend(matching(conn, INDEXED, &filter)?);
@@ -146,16 +180,16 @@ pub(crate) fn has_table(conn: &Connection, name: &str) -> Result<bool, AuditErro
 fn unindexed_sessions(
     conn: &Connection,
     indexed: bool,
-    only: Option<i64>,
+    within: Option<&[i64]>,
 ) -> Result<Vec<i64>, AuditError> {
     let sql = if indexed {
         "SELECT sid FROM sessions WHERE sid NOT IN (SELECT sid FROM search_indexed)
-         AND (?1 IS NULL OR sid = ?1)"
+         AND (?1 IS NULL OR sid IN (SELECT value FROM json_each(?1)))"
     } else {
-        "SELECT sid FROM sessions WHERE (?1 IS NULL OR sid = ?1)"
+        "SELECT sid FROM sessions WHERE (?1 IS NULL OR sid IN (SELECT value FROM json_each(?1)))"
     };
     let mut stmt = conn.prepare(sql).map_err(db("searching"))?;
-    stmt.query_map([only], |r| r.get(0))
+    stmt.query_map([within.map(json_ints)], |r| r.get(0))
         .and_then(|rows| rows.collect())
         .map_err(db("searching"))
 }

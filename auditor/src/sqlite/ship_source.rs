@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::search::has_table;
+use super::verify_rows::{self, SESSION_COLUMNS};
 use super::{SqliteStore, db};
-use crate::search::Terms;
 use crate::ship::{ShipBatch, Shipped};
 use crate::{AuditError, CheckpointRow, EventRow, IndexRow, SessionId, SessionRow};
 
@@ -64,20 +64,9 @@ impl SqliteStore {
 
 fn session_row(conn: &Connection, sid: i64) -> Result<SessionRow, AuditError> {
     conn.query_row(
-        "SELECT started_us, info_json, public_key, key_fingerprint, ended_us, end_json, final_seq
-         FROM sessions WHERE sid = ?1",
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE sid = ?1"),
         [sid],
-        |r| {
-            Ok(SessionRow {
-                started_us: r.get(0)?,
-                info_json: r.get(1)?,
-                public_key: r.get(2)?,
-                stored_fp: r.get(3)?,
-                ended_us: r.get(4)?,
-                end_json: r.get(5)?,
-                final_seq: r.get(6)?,
-            })
-        },
+        verify_rows::session_row,
     )
     .map_err(db("reading a batch to ship"))
 }
@@ -94,16 +83,10 @@ fn events_after(
              WHERE sid = ?1 AND seq > ?2 ORDER BY seq, rowid LIMIT ?3",
         )
         .map_err(db("reading a batch to ship"))?;
-    stmt.query_map(params![sid, after as i64, limit.max(1) as i64], |r| {
-        Ok(EventRow {
-            seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-            ts_us: r.get(1)?,
-            kind: r.get(2)?,
-            exec_id: r.get(3)?,
-            payload: r.get(4)?,
-            stored: r.get(5)?,
-        })
-    })
+    stmt.query_map(
+        params![sid, after as i64, limit.max(1) as i64],
+        verify_rows::event_row,
+    )
     .and_then(|rows| rows.collect())
     .map_err(db("reading a batch to ship"))
 }
@@ -123,21 +106,10 @@ fn index_rows(
              WHERE sid = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq, rowid",
         )
         .map_err(db("reading a batch to ship"))?;
-    stmt.query_map(params![sid, first as i64, last as i64], |r| {
-        Ok(IndexRow {
-            seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-            ts_us: r.get(1)?,
-            kind: r.get(2)?,
-            terms: Terms {
-                host: r.get(3)?,
-                method: r.get(4)?,
-                verdict: r.get(5)?,
-                url: r.get(6)?,
-                path: r.get(7)?,
-                command: r.get(8)?,
-            },
-        })
-    })
+    stmt.query_map(
+        params![sid, first as i64, last as i64],
+        verify_rows::index_row,
+    )
     .and_then(|rows| rows.collect())
     .map_err(db("reading a batch to ship"))
 }
@@ -168,14 +140,10 @@ fn checkpoints(
              WHERE sid = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq, rowid",
         )
         .map_err(db("reading a batch to ship"))?;
-    stmt.query_map(params![sid, after as i64, last as i64], |r| {
-        Ok(CheckpointRow {
-            seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-            hash: r.get(1)?,
-            is_final: r.get(2)?,
-            signature: r.get(3)?,
-        })
-    })
+    stmt.query_map(
+        params![sid, after as i64, last as i64],
+        verify_rows::checkpoint_row,
+    )
     .and_then(|rows| rows.collect())
     .map_err(db("reading a batch to ship"))
 }

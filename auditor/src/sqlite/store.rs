@@ -1,5 +1,6 @@
 //! The SQLite audit database: opening it, starting sessions, and reading back.
 
+use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -12,6 +13,7 @@ use super::writer::SqliteWriter;
 use super::{db, schema, search};
 use crate::keys::{KeyFingerprint, SigningKeySource, obtain_signing_key};
 use crate::recorder::NewSession;
+use crate::ship::ShipMark;
 use crate::{
     AuditError, AuditEvent, EventKind, ExecId, RecordStore, Redactor, SearchQuery, SearchResults,
     Seq, SessionEnd, SessionId, SessionInfo, SessionMode, SessionRecorder, SessionRows,
@@ -70,6 +72,21 @@ impl SqliteStore {
         Ok(Self {
             path: db.to_path_buf(),
             conn: Mutex::new(conn),
+            key: None,
+            redactor: Redactor::new(),
+        })
+    }
+
+    /// Opens an existing database to ship it: read, plus the marks that
+    /// say how far each session was shipped. Never records, so no key.
+    pub fn open_for_shipping(db: &Path) -> Result<Self, AuditError> {
+        if !db.exists() {
+            return Err(AuditError::NoDatabase(db.to_path_buf()));
+        }
+        schema::open_ro(db)?;
+        Ok(Self {
+            path: db.to_path_buf(),
+            conn: Mutex::new(schema::open_rw(db)?),
             key: None,
             redactor: Redactor::new(),
         })
@@ -320,18 +337,25 @@ impl RecordStore for SqliteStore {
             .map_err(db("reading the database's version"))
     }
 
-    /// Events of every session (or of `query.session`) matching `query`,
-    /// oldest first; see [`crate::search`]. Never writes to the database.
+    /// Events of every session (or of `query.session`, and of
+    /// `query.sessions`) matching `query`, oldest first; see
+    /// [`crate::search`]. Never writes to the database.
     fn search(&self, query: &SearchQuery) -> Result<SearchResults, AuditError> {
         query.check()?;
-        let sid = match &query.session {
+        let named = match &query.session {
             Some(text) => Some(self.sid(&self.resolve_session(text)?)?),
             None => None,
         };
-        search::run(&self.conn(), query, sid)
+        let conn = self.conn();
+        let within = search::within(&conn, named, query)?;
+        search::run(&conn, query, within.as_deref())
     }
 
     /// A stored file content blob by the SHA-256 of its stored bytes.
+    fn ship_marks(&self) -> Result<HashMap<SessionId, ShipMark>, AuditError> {
+        self.marks()
+    }
+
     fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {
         self.conn()
             .query_row(

@@ -1,7 +1,7 @@
 //! One session's rows read back for verify ([`SessionRows`]), through the
 //! readers' connection.
 
-use rusqlite::{Connection, OptionalExtension, Rows, Statement};
+use rusqlite::{Connection, OptionalExtension, Row, Rows, Statement};
 
 use super::db;
 use super::search::has_table;
@@ -13,6 +13,67 @@ const EVENTS_SQL: &str = "SELECT seq, ts_us, kind, exec_id, payload, hash FROM e
 const INDEX_SQL: &str = "SELECT seq, ts_us, kind, host, method, verdict, url, path, command
      FROM event_terms WHERE sid = ?1 ORDER BY seq, rowid";
 
+/// The columns [`session_row`] reads, in its order.
+pub(super) const SESSION_COLUMNS: &str =
+    "started_us, info_json, public_key, key_fingerprint, ended_us, end_json, final_seq";
+
+pub(super) fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    Ok(SessionRow {
+        started_us: r.get(0)?,
+        info_json: r.get(1)?,
+        public_key: r.get(2)?,
+        stored_fp: r.get(3)?,
+        ended_us: r.get(4)?,
+        end_json: r.get(5)?,
+        final_seq: r.get(6)?,
+    })
+}
+
+/// Reads `seq, hash, is_final, signature`.
+pub(super) fn checkpoint_row(r: &Row<'_>) -> rusqlite::Result<CheckpointRow> {
+    Ok(CheckpointRow {
+        seq: seq(r, 0)?,
+        hash: r.get(1)?,
+        is_final: r.get(2)?,
+        signature: r.get(3)?,
+    })
+}
+
+/// Reads `seq, ts_us, kind, exec_id, payload, hash`.
+pub(super) fn event_row(r: &Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        seq: seq(r, 0)?,
+        ts_us: r.get(1)?,
+        kind: r.get(2)?,
+        exec_id: r.get(3)?,
+        payload: r.get(4)?,
+        stored: r.get(5)?,
+    })
+}
+
+/// Reads `seq, ts_us, kind, host, method, verdict, url, path, command`.
+pub(super) fn index_row(r: &Row<'_>) -> rusqlite::Result<IndexRow> {
+    Ok(IndexRow {
+        seq: seq(r, 0)?,
+        ts_us: r.get(1)?,
+        kind: r.get(2)?,
+        terms: Terms {
+            host: r.get(3)?,
+            method: r.get(4)?,
+            verdict: r.get(5)?,
+            url: r.get(6)?,
+            path: r.get(7)?,
+            command: r.get(8)?,
+        },
+    })
+}
+
+/// A seq as stored; a negative one (only a tampered row has one) reads as 0,
+/// which verify reports as out of order.
+fn seq(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
+}
+
 /// A statement that is stepped only once it is first read from.
 enum Cursor<'s, 'c> {
     Prepared(&'s mut Statement<'c>),
@@ -21,11 +82,7 @@ enum Cursor<'s, 'c> {
 }
 
 impl<'s> Cursor<'s, '_> {
-    fn next(
-        &mut self,
-        sid: i64,
-        context: &'static str,
-    ) -> Result<Option<&rusqlite::Row<'s>>, AuditError> {
+    fn next(&mut self, sid: i64, context: &'static str) -> Result<Option<&Row<'s>>, AuditError> {
         if let Self::Prepared(_) = self {
             let Self::Prepared(stmt) = std::mem::replace(self, Self::Failed) else {
                 unreachable!("checked above");
@@ -78,20 +135,9 @@ impl SessionRows for SqliteRows<'_, '_> {
     fn session(&mut self) -> Result<SessionRow, AuditError> {
         self.conn
             .query_row(
-                "SELECT started_us, info_json, public_key, key_fingerprint, ended_us, end_json, final_seq
-                 FROM sessions WHERE sid = ?1",
+                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE sid = ?1"),
                 [self.sid],
-                |r| {
-                    Ok(SessionRow {
-                        started_us: r.get(0)?,
-                        info_json: r.get(1)?,
-                        public_key: r.get(2)?,
-                        stored_fp: r.get(3)?,
-                        ended_us: r.get(4)?,
-                        end_json: r.get(5)?,
-                        final_seq: r.get(6)?,
-                    })
-                },
+                session_row,
             )
             .map_err(db("verifying the session"))
     }
@@ -104,16 +150,7 @@ impl SessionRows for SqliteRows<'_, '_> {
                 "SELECT seq, hash, is_final, signature FROM checkpoints WHERE sid = ?1 ORDER BY seq, rowid",
             )
             .map_err(db())?;
-        let rows = stmt
-            .query_map([self.sid], |r| {
-                Ok(CheckpointRow {
-                    seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                    hash: r.get(1)?,
-                    is_final: r.get(2)?,
-                    signature: r.get(3)?,
-                })
-            })
-            .map_err(db())?;
+        let rows = stmt.query_map([self.sid], checkpoint_row).map_err(db())?;
         rows.collect::<Result<_, _>>().map_err(db())
     }
 
@@ -134,35 +171,16 @@ impl SessionRows for SqliteRows<'_, '_> {
         let Some(r) = self.events.next(self.sid, "verifying the session")? else {
             return Ok(None);
         };
-        let db = || db("verifying");
-        Ok(Some(EventRow {
-            seq: u64::try_from(r.get::<_, i64>(0).map_err(db())?).unwrap_or(0),
-            ts_us: r.get(1).map_err(db())?,
-            kind: r.get(2).map_err(db())?,
-            exec_id: r.get(3).map_err(db())?,
-            payload: r.get(4).map_err(db())?,
-            stored: r.get(5).map_err(db())?,
-        }))
+        event_row(r).map(Some).map_err(db("verifying"))
     }
 
     fn next_index_row(&mut self) -> Result<Option<IndexRow>, AuditError> {
         let Some(r) = self.index.next(self.sid, "verifying the search index")? else {
             return Ok(None);
         };
-        let db = || db("verifying the search index");
-        Ok(Some(IndexRow {
-            seq: u64::try_from(r.get::<_, i64>(0).map_err(db())?).unwrap_or(0),
-            ts_us: r.get(1).map_err(db())?,
-            kind: r.get(2).map_err(db())?,
-            terms: Terms {
-                host: r.get(3).map_err(db())?,
-                method: r.get(4).map_err(db())?,
-                verdict: r.get(5).map_err(db())?,
-                url: r.get(6).map_err(db())?,
-                path: r.get(7).map_err(db())?,
-                command: r.get(8).map_err(db())?,
-            },
-        }))
+        index_row(r)
+            .map(Some)
+            .map_err(db("verifying the search index"))
     }
 
     fn content(&mut self, sha256: &str) -> Result<Option<Vec<u8>>, AuditError> {

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use airlock_auditor::humanize;
+use airlock_auditor::search::{ScopeError, SessionScope};
 use airlock_record::SessionId;
 use http::Response;
 use percent_encoding::percent_decode_str;
@@ -111,6 +112,32 @@ impl Params {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.trim())
             .filter(|v| !v.is_empty())
+    }
+
+    /// Every value of a repeatable `name`, exactly as given (a label's
+    /// value may begin or end with a space), empty ones left out.
+    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Which sessions, by who ran them: `label=KEY=VALUE` (repeatable, all
+    /// must hold) and `node=NAME`, as `airlock audit sessions` takes them.
+    fn scope(&self) -> Result<SessionScope, ConsoleError> {
+        let scope = SessionScope {
+            labels: self
+                .all("label")
+                .map(str::parse)
+                .collect::<Result<_, ScopeError>>()
+                .map_err(|e| ConsoleError::BadRequest(e.to_string()))?,
+            node: self.get("node").map(str::to_owned),
+        };
+        scope
+            .check()
+            .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+        Ok(scope)
     }
 
     /// `name` as a time bound (RFC 3339, or a duration back from now).

@@ -32,8 +32,9 @@ pub(super) fn run(state: &State, params: &Params) -> Result<Response<Body>, Cons
         since_us: params.time("since")?,
         until_us: params.time("until")?,
         session: params.get("session").map(str::to_owned),
+        sessions: None,
     };
-    let results = state.store.search(&query)?;
+    let results = params.scope()?.search(state.store.as_ref(), &query)?;
     let total = results.hits.len();
     let hits: Vec<_> = results
         .hits

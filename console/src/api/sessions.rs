@@ -1,7 +1,8 @@
 //! The sessions list and its filters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use airlock_auditor::search::SessionScope;
 use airlock_auditor::{SearchQuery, VerifyOutcome, timeline};
 use airlock_record::{SessionId, SessionSummary};
 use http::Response;
@@ -28,6 +29,10 @@ struct Row {
     /// serve line, kept in `command_line`).
     title: String,
     policy_name: String,
+    /// The node that recorded it (its host name).
+    node: String,
+    /// Its `--label`s: empty for a session recorded before labels existed.
+    labels: BTreeMap<String, String>,
     end: Option<String>,
     exit_status: Option<i32>,
     events: u64,
@@ -73,6 +78,8 @@ fn row(s: SessionSummary, denials: u64, verification: Badge, first_step: Option<
         mode: s.info.mode,
         command: s.info.command.iter().map(ToString::to_string).collect(),
         policy_name: s.info.policy_name,
+        node: s.info.host,
+        labels: s.info.labels,
         end: end.map(airlock_auditor::SessionEnd::describe),
         exit_status: end.and_then(|e| e.exit_status),
         events: s.events,
@@ -112,6 +119,8 @@ struct Filter {
     host_sessions: Option<HashSet<SessionId>>,
     denied: bool,
     verification: Option<VerifyOutcome>,
+    /// Labels and node.
+    scope: SessionScope,
 }
 
 impl Filter {
@@ -169,6 +178,7 @@ impl Filter {
             host_sessions,
             denied: matches!(params.get("denied"), Some("1" | "true" | "on")),
             verification,
+            scope: params.scope()?,
         })
     }
 
@@ -194,6 +204,6 @@ impl Filter {
             .host_sessions
             .as_ref()
             .is_none_or(|set| set.contains(&s.id));
-        overlaps && mode && command && host
+        overlaps && mode && command && host && self.scope.admits(&s.info)
     }
 }

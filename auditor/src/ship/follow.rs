@@ -1,0 +1,157 @@
+//! The shipper: copies a local record's sessions into a destination, once
+//! (`airlock audit ship`) or following the record as it grows
+//! (`--audit-ship`, `audit ship --follow`), and comes back after every
+//! failure without losing or repeating a row.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{BATCH_EVENTS, ShipDestination, ShipProgress, ShipReport, Shipped};
+use crate::sqlite::SqliteStore;
+use crate::{AuditError, RecordStore, SessionId};
+
+/// Opens a connection to the destination: called again after each failure,
+/// since a failed connection is not trusted to recover.
+pub type Connect = Box<dyn Fn() -> Result<Box<dyn ShipDestination>, AuditError> + Send>;
+
+/// How often a following shipper looks for new rows when nobody wakes it.
+const POLL: Duration = Duration::from_millis(25);
+/// The longest wait between attempts to reach a failed destination.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One local record and where it goes.
+pub struct Shipper {
+    local: SqliteStore,
+    connect: Connect,
+    progress: Arc<ShipProgress>,
+}
+
+impl std::fmt::Debug for Shipper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shipper")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection and what it is trusted to hold, dropped together on a
+/// failure: after one, the destination is asked again before anything is
+/// sent, so a batch whose commit was lost in flight is not sent twice.
+#[derive(Default)]
+struct Link {
+    destination: Option<Box<dyn ShipDestination>>,
+    known: HashMap<SessionId, Shipped>,
+}
+
+impl Shipper {
+    pub fn new(local: SqliteStore, connect: Connect, progress: Arc<ShipProgress>) -> Self {
+        Self {
+            local,
+            connect,
+            progress,
+        }
+    }
+
+    /// Ships everything the local record holds now, then returns; the
+    /// first failure is returned (what was shipped before it stays).
+    pub fn drain(&self) -> Result<ShipReport, AuditError> {
+        let mut link = Link::default();
+        let mut report = ShipReport::default();
+        while self.pass(&mut link, &mut report)? {}
+        Ok(report)
+    }
+
+    /// Ships as the local record grows, coming back after every failure,
+    /// until [`ShipProgress::stop`]: then it ships what is left and
+    /// returns, or gives up at the stop's deadline (what is left waits in
+    /// the local record for the next shipper).
+    pub fn follow(&self) -> ShipReport {
+        let mut link = Link::default();
+        let mut report = ShipReport::default();
+        let mut backoff = POLL;
+        // The local record's version when a pass last found nothing to
+        // ship: until it changes, there is nothing new to look at.
+        let mut idle_at = None;
+        loop {
+            let stopping = self.progress.stopping();
+            if stopping.is_some_and(|deadline| Instant::now() >= deadline) {
+                return report;
+            }
+            let attempt = self.local.data_version().and_then(|version| {
+                if stopping.is_none() && idle_at == Some(version) {
+                    return Ok(None);
+                }
+                self.pass(&mut link, &mut report)
+                    .map(|more| Some((more, version)))
+            });
+            match attempt {
+                Ok(Some((true, _))) => backoff = POLL,
+                Ok(Some((false, _))) if stopping.is_some() => return report,
+                Ok(Some((false, version))) => {
+                    idle_at = Some(version);
+                    backoff = POLL;
+                    self.progress.idle(POLL);
+                }
+                Ok(None) => self.progress.idle(POLL),
+                Err(e) => {
+                    link = Link::default();
+                    idle_at = None;
+                    tracing::warn!("shipping the audit record: {e}; retrying");
+                    self.progress.failed(e.to_string());
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// One pass over every session not yet wholly shipped, one batch each;
+    /// true when it shipped anything (there may be more).
+    fn pass(&self, link: &mut Link, report: &mut ShipReport) -> Result<bool, AuditError> {
+        let destination = match &link.destination {
+            Some(d) => d,
+            None => link.destination.insert((self.connect)()?),
+        };
+        let mut shipped_any = false;
+        let mut pending = 0;
+        for unshipped in self.local.unshipped_sessions()? {
+            let session = &unshipped.session;
+            let at = match link.known.get(session) {
+                Some(at) => *at,
+                None => destination.shipped(session)?,
+            };
+            let Some(batch) = self.local.ship_batch(session, at, BATCH_EVENTS)? else {
+                link.known.insert(session.clone(), at);
+                if at.ended {
+                    // The destination had it all; only the mark was behind.
+                    self.local.mark_shipped(session, at, now_us())?;
+                }
+                self.progress.shipped_batch(session, at, 0);
+                continue;
+            };
+            destination.ship(&batch)?;
+            let now = batch.shipped_after(at);
+            link.known.insert(session.clone(), now);
+            self.local.mark_shipped(session, now, now_us())?;
+            self.progress
+                .shipped_batch(session, now, batch.events.len());
+            if at.up_to.is_none() && !batch.events.is_empty() {
+                report.sessions += 1;
+            }
+            report.batches += 1;
+            report.events += batch.events.len() as u64;
+            shipped_any = true;
+            let last = unshipped.last.map_or(0, |s| s.get());
+            pending += last.saturating_sub(now.up_to.map_or(0, |s| s.get()));
+        }
+        self.progress.pending(pending);
+        Ok(shipped_any)
+    }
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,177 @@
+//! Shipping a session's record to a central store as it is written
+//! (`--audit-ship`), and holding decisions until it is there
+//! (`--audit-ship-required`). The local database stays the spool: the
+//! shipper copies from it, and what the central store has not taken yet
+//! waits there for the next shipper (`airlock audit ship`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use airlock_auditor::ship::{Connect, ShipDestination, ShipProgress, ShipReport, Shipper};
+use airlock_auditor::sqlite::SqliteStore;
+use airlock_auditor::{Seq, SessionId};
+use airlock_proxy::Metrics;
+use airlock_proxy::events::SinkError;
+use airlock_proxy::metrics::ShippingGauges;
+use anyhow::Context;
+
+use crate::terminal;
+
+/// How long a session's end waits for its last events to reach the
+/// central store before it leaves them in the local record.
+const FINISH_WITHIN: Duration = Duration::from_secs(10);
+/// How long a decision waits for its event to reach the central store
+/// (`--audit-ship-required`) before it is refused.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
+
+/// A central store's address, `postgres://…`. Shown without its password.
+#[derive(Clone)]
+pub(crate) struct ShipUrl(String);
+
+impl std::str::FromStr for ShipUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match airlock_auditor::postgres::is_postgres_url(s) {
+            true => Ok(Self(s.to_owned())),
+            false => Err(
+                "not a central store's address; give postgres://USER@HOST[:PORT]/DATABASE".into(),
+            ),
+        }
+    }
+}
+
+impl ShipUrl {
+    /// Opens a connection to it each time it is called: the shipper's
+    /// way back after a failure.
+    pub(crate) fn connect(&self) -> Connect {
+        let url = self.0.clone();
+        Box::new(move || {
+            let store = airlock_auditor::postgres::PgStore::open(&url)?;
+            Ok(Box::new(store) as Box<dyn ShipDestination>)
+        })
+    }
+}
+
+impl std::fmt::Display for ShipUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&airlock_auditor::postgres::redact_url(&self.0))
+    }
+}
+
+impl std::fmt::Debug for ShipUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShipUrl({self})")
+    }
+}
+
+/// The shipper of one running session's database.
+pub(crate) struct LiveShipper {
+    db: PathBuf,
+    to: ShipUrl,
+    progress: Arc<ShipProgress>,
+    thread: JoinHandle<ShipReport>,
+}
+
+impl LiveShipper {
+    /// Starts shipping `db` (already created by the session's recorder)
+    /// to `to`. The central store need not be reachable: events wait.
+    pub(crate) fn start(db: &Path, to: &ShipUrl) -> anyhow::Result<Self> {
+        let local = SqliteStore::open_for_shipping(db)
+            .with_context(|| format!("--audit-ship: opening {} to ship it", db.display()))?;
+        let progress = Arc::new(ShipProgress::default());
+        let shipper = Shipper::new(local, to.connect(), progress.clone());
+        let thread = std::thread::Builder::new()
+            .name("audit-ship".into())
+            .spawn(move || shipper.follow())
+            .context("starting the audit shipper")?;
+        Ok(Self {
+            db: db.to_path_buf(),
+            to: to.clone(),
+            progress,
+            thread,
+        })
+    }
+
+    /// What holds decisions until `session`'s events are shipped.
+    pub(crate) fn gate(&self, session: SessionId) -> ShipGate {
+        ShipGate {
+            progress: self.progress.clone(),
+            session,
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Reports this shipper in `/metrics`.
+    pub(crate) fn report_to(&self, metrics: &Metrics) {
+        let progress = self.progress.clone();
+        metrics.set_shipping(move || {
+            let status = progress.status();
+            ShippingGauges {
+                pending_events: status.pending_events,
+                lag: status.lag,
+                shipped_events: status.shipped_events,
+                errors: status.errors,
+            }
+        });
+    }
+
+    /// Ships what is left once the session's end is written, for at most
+    /// [`FINISH_WITHIN`]; what did not get there waits in the local
+    /// record, and the user is told how to ship it.
+    pub(crate) fn finish(self) {
+        self.progress.stop(Instant::now() + FINISH_WITHIN);
+        let _ = self.thread.join();
+        let status = self.progress.status();
+        if status.pending_events > 0 || status.last_error.is_some() {
+            let why = status
+                .last_error
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            terminal::eprint_line(&format!(
+                "airlock: the central audit store did not take all of this session{why}; what it lacks waits in {db}: ship it with `airlock audit ship --from {db} --to {to}`",
+                db = self.db.display(),
+                to = self.to,
+            ));
+        }
+    }
+}
+
+/// Holds each network decision until its event is in the central store
+/// (`--audit-ship-required`).
+pub(crate) struct ShipGate {
+    progress: Arc<ShipProgress>,
+    session: SessionId,
+    /// The last event recorded through the sink that holds this gate.
+    last: AtomicU64,
+}
+
+impl ShipGate {
+    pub(crate) fn recorded(&self, seq: Seq) {
+        self.last.fetch_max(seq.get(), Ordering::AcqRel);
+    }
+
+    /// Waits (blocking) until every event recorded so far is shipped.
+    pub(crate) fn confirm(&self) -> Result<(), SinkError> {
+        let seq = Seq(self.last.load(Ordering::Acquire));
+        if self
+            .progress
+            .wait_shipped(&self.session, seq, CONFIRM_WITHIN)
+        {
+            return Ok(());
+        }
+        let why = self
+            .progress
+            .status()
+            .last_error
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        Err(SinkError(format!(
+            "the central audit store has not taken the decision within {}s{why} (--audit-ship-required refuses what it cannot ship)",
+            CONFIRM_WITHIN.as_secs()
+        )))
+    }
+}
