@@ -150,11 +150,6 @@ impl PgTarget {
             // for the kernel's whole SYN retry schedule.
             config.connect_timeout(Duration::from_secs(10));
         }
-        if config.get_tcp_user_timeout().is_none() {
-            // A path that drops packets mid-connection is noticed in
-            // seconds, not after TCP's retransmissions give up (~15 min).
-            config.tcp_user_timeout(Duration::from_secs(15));
-        }
         config.application_name("airlock");
         let unix_only = config
             .get_hosts()
