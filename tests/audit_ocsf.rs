@@ -659,3 +659,173 @@ fn bad_export_options_get_a_one_line_error_naming_the_fix() {
         );
     }
 }
+
+/// One record of every kind, in every outcome a SIEM tells apart, in the
+/// stored form the proxy, the observer and the session write.
+fn every_kind_and_outcome() -> Vec<Value> {
+    use serde_json::json;
+    let http = |method: &str, url: &str, status: Option<u16>, decision: &str| {
+        json!({"kind": "http", "exec_id": "2", "exchange": 7, "method": method, "url": url,
+            "http_version": "HTTP/1.1",
+            "request_headers": [["user-agent", "curl/8"], ["authorization", "Bearer [secret:api]"]],
+            "status": status, "response_headers": [["content-type", "text/plain"]],
+            "bytes_up": 10, "bytes_down": 20, "started_us": 1_795_000_000_000_000_i64,
+            "ms_to_headers": 1.5, "ms_total": 2.5, "decision": decision,
+            "rule": "policy.toml:12", "reason": "because"})
+    };
+    let mut ws = http("GET", "https://api.test/ws", Some(101), "allow");
+    ws["websocket"] = json!({"messages": [{"ts_us": 1, "direction": "to_upstream",
+        "opcode": "text", "bytes": 2, "payload": "aGk="}], "closed_by": "client",
+        "messages_to_upstream": 1, "bytes_to_upstream": 2});
+    let file = |op: &str, path: &str| {
+        json!({"kind": "file", "exec_id": "2", "path": path, "op": op, "size": 3,
+            "sha256": "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"})
+    };
+    let mut rename = file("rename", "/ws/a.txt");
+    rename["rename_to"] = "/ws/b.txt".into();
+    let mut acl = file("xattr", "/ws/b.txt");
+    acl["xattr"] = json!({"name": "system.posix_acl_access", "acl": "user::rw-"});
+    let mut xattr = file("xattr", "/ws/b.txt");
+    xattr["xattr"] = json!({"name": {"escaped": "user.\\xff"}});
+    let decided = |outcome: &str, by: Option<&str>| {
+        json!({"kind": "approval_decided", "approval": "k3v9q2xa", "exec_id": "2",
+            "exchange": 9, "outcome": outcome, "scope": "once", "by": by, "waited_ms": 1200,
+            "body_sha256": "00", "method": "POST", "url": "https://api.test/pay"})
+    };
+    vec![
+        json!({"kind": "step_start", "step": 1, "label": "tool-call-1",
+            "command": ["sh", "-c", "curl https://api.test/"], "cwd": "/ws", "tty": false}),
+        json!({"kind": "exec", "exec_id": "1", "pid": 2, "ppid": 1, "uid": 0,
+            "path": "/usr/bin/dash", "argv": ["sh", "-c", "curl https://api.test/"],
+            "cwd": "/ws", "step": 1}),
+        json!({"kind": "exec", "exec_id": "2", "parent_exec_id": "1", "pid": 3, "ppid": 2,
+            "uid": 1000, "path": {"escaped": "/usr/bin/curl\\xff"},
+            "argv": ["curl", {"escaped": "\\xff"}], "cwd": "/ws",
+            "sha256": "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4",
+            "image": "file"}),
+        json!({"kind": "dns", "exec_id": "2", "name": "api.test", "qtype": "A",
+            "answer": ["127.0.0.1"], "decision": "allow", "rule": "policy.toml:2"}),
+        json!({"kind": "dns", "exec_id": "2", "name": "evil.test", "qtype": "AAAA",
+            "decision": "deny"}),
+        json!({"kind": "dns", "exec_id": "2", "name": "maybe.test", "qtype": "A",
+            "answer": ["10.0.0.1"], "decision": "report"}),
+        json!({"kind": "tcp", "exec_id": "2", "connection": 3, "dst": "127.0.0.1:443",
+            "host": "api.test", "port": 443, "decision": "allow", "rule": "policy.toml:2"}),
+        json!({"kind": "tcp", "exec_id": "2", "connection": 3, "dst": "127.0.0.1:443",
+            "host": "api.test", "port": 443, "decision": "allow", "rule": "policy.toml:2",
+            "bytes_up": 100, "bytes_down": 200, "duration_ms": 12.5}),
+        json!({"kind": "tcp", "exec_id": "2", "connection": 4, "dst": "[2001:db8::1]:22",
+            "port": 22, "decision": "deny", "reason": "no rule allows this host"}),
+        json!({"kind": "tcp", "connection": 5, "dst": "evil.test:80", "port": 80,
+            "decision": "report"}),
+        http("GET", "https://api.test/echo?q=1", None, "allow"),
+        http("GET", "https://api.test/echo?q=1", Some(200), "allow"),
+        http("DELETE", "https://api.test/admin", Some(403), "deny"),
+        http("PATCH", "http://[2001:db8::1]:8080/x", Some(204), "report"),
+        http("PROPFIND", "https://api.test/dav", Some(207), "allow"),
+        ws,
+        json!({"kind": "approval_requested", "approval": "k3v9q2xa", "exec_id": "2",
+            "exchange": 9, "method": "POST", "url": "https://api.test/pay",
+            "request_headers": [["content-type", "text/plain"]], "body_bytes": 3,
+            "body_sha256": "00", "rule": "policy.toml:8", "reason": "money",
+            "timeout_ms": 60000, "approvers": ["alice"]}),
+        decided("approved", Some("alice (uid 1000)")),
+        decided("denied", Some("token ci-bot")),
+        decided("expired", None),
+        decided("abandoned", None),
+        file("create", "/ws/a.txt"),
+        file("modify", "/ws/a.txt"),
+        file("truncate", "/ws/a.txt"),
+        file("original", "/ws/old.txt"),
+        rename,
+        file("chmod", "/ws/b.txt"),
+        acl,
+        xattr,
+        file("image", "/memfd:payload (deleted)"),
+        file("delete", "/ws/b.txt"),
+        file("create", "/ws/dir/"),
+        json!({"kind": "output", "stream": "stdout", "data": "aGkK", "step": 1}),
+        json!({"kind": "resize", "cols": 80, "rows": 24}),
+        json!({"kind": "note", "text": "policy reloaded: sha256 00"}),
+        json!({"kind": "untraced", "exec_id": "1", "pid": 9, "ppid": 2, "uid": 0,
+            "comm": "escapee"}),
+        json!({"kind": "exit", "exec_id": "2", "status": 0}),
+        json!({"kind": "exit", "exec_id": "1", "signal": 9}),
+        json!({"kind": "exit", "exec_id": "404"}),
+        json!({"kind": "step_end", "step": 1, "exit_status": 0, "duration_ms": 33.3}),
+        json!({"kind": "step_end", "step": 2, "signal": 15, "timed_out": true,
+            "duration_ms": 1000.0, "reason": "killed: the step's timeout"}),
+    ]
+}
+
+#[test]
+fn every_event_kind_in_every_outcome_exports_as_ocsf_that_the_published_schema_accepts() {
+    use airlock_auditor::{AuditEvent, RecordStore, SessionEnd};
+    let Some(python) = validator_python() else {
+        return;
+    };
+    let env = airlock_test_support::audit_store::env();
+    let store = env.store();
+    let mut info = airlock_test_support::audit_store::info(&["airlock", "session", "start"]);
+    info.labels.insert("team".into(), "payments".into());
+    let recorder = store.begin_session(info).unwrap();
+    let records = every_kind_and_outcome();
+    for record in &records {
+        let event: AuditEvent =
+            serde_json::from_value(record.clone()).unwrap_or_else(|e| panic!("{e}: {record}"));
+        recorder.record(event).unwrap();
+    }
+    recorder.finish(SessionEnd::default()).unwrap();
+    drop(store);
+
+    let lines = export_ok(&env.db, &[]);
+    let counts = validate(&python, &lines);
+    let all = events(&lines);
+    // Every record but terminal output and resizes is an event.
+    let kinds = |e: &Value| {
+        e["unmapped"]["airlock"]["kind"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let exported: Vec<String> = all.iter().map(kinds).collect();
+    let expected: Vec<String> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .filter(|k| k != "output" && k != "resize")
+        .collect();
+    assert_eq!(exported, expected, "{counts:?}");
+    assert_eq!(counts.get("0 Base Event"), Some(&1), "the note");
+    for e in &all {
+        assert_eq!(e["metadata"]["tags"][0]["value"], "payments", "{e}");
+        assert_eq!(e["device"]["hostname"], "testhost", "{e}");
+    }
+    // The verdicts, each kept verbatim.
+    let by_verdict = |v: &str| {
+        all.iter()
+            .filter(|e| e["unmapped"]["airlock"]["verdict"] == v)
+            .map(|e| {
+                (
+                    e["action"].as_str().unwrap(),
+                    e["disposition"].as_str().unwrap(),
+                )
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(
+        by_verdict("allow"),
+        BTreeSet::from([("Allowed", "Allowed")])
+    );
+    assert_eq!(by_verdict("deny"), BTreeSet::from([("Denied", "Blocked")]));
+    assert_eq!(
+        by_verdict("report"),
+        BTreeSet::from([("Allowed", "Detected")])
+    );
+    // A name that is not UTF-8 is exported escaped, not lost.
+    let curl = all.iter().find(|e| e["process"]["uid"] == "2").unwrap();
+    assert_eq!(curl["process"]["path"], "/usr/bin/curl\\xff", "{curl}");
+    assert_eq!(
+        curl["actor"]["process"]["cmd_line"],
+        "sh -c 'curl https://api.test/'"
+    );
+}

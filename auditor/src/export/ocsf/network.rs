@@ -156,11 +156,15 @@ fn http_request(
 ) -> Value {
     let (url, _) = url_object(url);
     let mut req = json!({
-        "http_method": method,
         "url": url,
         "http_headers": headers(hdrs),
     });
     if let Some(obj) = req.as_object_mut() {
+        // OCSF knows the nine standard methods only; another (WebDAV's
+        // PROPFIND) is the activity "Other" and kept in `unmapped`.
+        if method_activity(method).0 != 99 {
+            obj.insert("http_method".into(), method.to_ascii_uppercase().into());
+        }
         if let Some(v) = version {
             obj.insert("version".into(), v.into());
         }
@@ -175,7 +179,8 @@ fn http_request(
 /// (the response too); `metadata.correlation_uid` links the two.
 pub(super) fn http(cx: &Context<'_>, h: &HttpExchange) -> Value {
     let mut e = Event::new(*cx, HTTP_ACTIVITY, method_activity(&h.method));
-    e.verdict(h.decision)
+    e.keep("method", h.method.clone().into())
+        .verdict(h.decision)
         .rule(h.rule.as_ref().map(|r| r.as_str()), h.reason.as_deref())
         .set(
             "http_request",
@@ -305,7 +310,8 @@ pub(super) fn tcp(cx: &Context<'_>, t: &TcpConnection) -> Value {
 /// the request's own records are.
 pub(super) fn approval_requested(cx: &Context<'_>, a: &ApprovalRequested) -> Value {
     let mut e = Event::new(*cx, HTTP_ACTIVITY, method_activity(&a.method));
-    e.outcome((99, "Held"), (14, "Delayed"), (2, "Low"))
+    e.keep("method", a.method.clone().into())
+        .outcome((99, "Held"), (14, "Delayed"), (2, "Low"))
         .rule(Some(a.rule.as_str()), a.reason.as_deref())
         .set(
             "http_request",
@@ -336,7 +342,8 @@ pub(super) fn approval_decided(cx: &Context<'_>, a: &ApprovalDecided) -> Value {
         "denied" => ((2, "Denied"), (25, "Rejected"), (3, "Medium")),
         _ => ((2, "Denied"), (2, "Blocked"), (3, "Medium")),
     };
-    e.outcome(action, disposition, severity)
+    e.keep("method", a.method.clone().into())
+        .outcome(action, disposition, severity)
         .rule(None, None)
         .set("http_request", http_request(&a.method, &a.url, None, &[]))
         .set("dst_endpoint", url_object(&a.url).1)
