@@ -706,7 +706,7 @@ fn every_kind_and_outcome() -> Vec<Value> {
         json!({"kind": "dns", "exec_id": "2", "name": "api.test", "qtype": "A",
             "answer": ["127.0.0.1"], "decision": "allow", "rule": "policy.toml:2"}),
         json!({"kind": "dns", "exec_id": "2", "name": "evil.test", "qtype": "AAAA",
-            "decision": "deny"}),
+            "decision": "deny", "rule": "no rule allows this name"}),
         json!({"kind": "dns", "exec_id": "2", "name": "maybe.test", "qtype": "A",
             "answer": ["10.0.0.1"], "decision": "report"}),
         json!({"kind": "tcp", "exec_id": "2", "connection": 3, "dst": "127.0.0.1:443",
@@ -820,6 +820,16 @@ fn every_event_kind_in_every_outcome_exports_as_ocsf_that_the_published_schema_a
     assert_eq!(
         by_verdict("report"),
         BTreeSet::from([("Allowed", "Detected")])
+    );
+    // A refused name's reason is not taken for a rule.
+    let evil = all
+        .iter()
+        .find(|e| e["query"]["hostname"] == "evil.test")
+        .unwrap();
+    assert!(evil.get("firewall_rule").is_none(), "{evil}");
+    assert_eq!(
+        evil["unmapped"]["airlock"]["reason"],
+        "no rule allows this name"
     );
     // A name that is not UTF-8 is exported escaped, not lost.
     let curl = all.iter().find(|e| e["process"]["uid"] == "2").unwrap();

@@ -245,8 +245,14 @@ pub(super) fn http(cx: &Context<'_>, h: &HttpExchange) -> Value {
 pub(super) fn dns(cx: &Context<'_>, d: &DnsQuery) -> Value {
     let mut e = Event::new(*cx, DNS_ACTIVITY, Activity(6, "Traffic"));
     let answers: Vec<Value> = d.answer.iter().map(|a| json!({"rdata": a})).collect();
+    // A DNS record's `rule` holds the rule that allowed a name
+    // (`policy.toml:2`), or why it was refused.
+    let (rule, reason) = match d.rule.as_deref() {
+        Some(r) if is_rule_ref(r) => (Some(r), None),
+        other => (None, other),
+    };
     e.verdict(d.decision)
-        .rule(d.rule.as_deref(), None)
+        .rule(rule, reason)
         .set("query", json!({"hostname": d.name, "type": d.qtype}))
         .set("src_endpoint", json!({"hostname": device_host(cx)}))
         .message(format!("{} DNS {} {}", d.decision, d.qtype, d.name));
@@ -254,6 +260,13 @@ pub(super) fn dns(cx: &Context<'_>, d: &DnsQuery) -> Value {
         e.set("answers", Value::Array(answers));
     }
     e.build()
+}
+
+/// `FILE:LINE`, as the policy names its rules.
+fn is_rule_ref(text: &str) -> bool {
+    text.rsplit_once(':').is_some_and(|(file, line)| {
+        !file.is_empty() && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 fn device_host<'c>(cx: &Context<'c>) -> &'c str {
@@ -369,4 +382,45 @@ pub(super) fn approval_decided(cx: &Context<'_>, a: &ApprovalDecided) -> Value {
         e.actor_user(by);
     }
     e.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dns_records_rule_is_a_rule_only_when_it_names_a_file_and_line() {
+        assert!(is_rule_ref("policy.toml:12"));
+        assert!(is_rule_ref("/etc/airlock/base.toml:3"));
+        assert!(!is_rule_ref("no rule allows this name"));
+        assert!(!is_rule_ref("denied: by policy.toml"));
+        assert!(!is_rule_ref(":12"));
+    }
+
+    #[test]
+    fn a_url_is_split_as_a_siem_filters_on_it() {
+        let u = UrlParts::parse("https://user@api.test:8443/a/b?x=1&y=2#frag");
+        assert_eq!(
+            (u.scheme, u.host, u.port, u.path, u.query),
+            (
+                Some("https"),
+                Some("api.test"),
+                Some(8443),
+                "/a/b",
+                Some("x=1&y=2")
+            )
+        );
+        let u = UrlParts::parse("http://[2001:db8::1]/");
+        assert_eq!(
+            (u.host, u.port, u.path),
+            (Some("2001:db8::1"), Some(80), "/")
+        );
+        let u = UrlParts::parse("https://api.test");
+        assert_eq!(
+            (u.host, u.port, u.path, u.query),
+            (Some("api.test"), Some(443), "/", None)
+        );
+        let u = UrlParts::parse("/relative?q");
+        assert_eq!((u.host, u.path, u.query), (None, "/relative", Some("q")));
+    }
 }
