@@ -35,46 +35,54 @@ fn session(store: &SqliteStore, n: usize) -> SessionId {
     id
 }
 
+/// A running session of `n` DNS events, all committed, and its id.
+fn running(store: &SqliteStore, n: usize) -> (airlock_auditor::SessionRecorder, SessionId) {
+    let rec = store.begin_session(info(&["sh"])).unwrap();
+    for i in 0..n {
+        rec.record(dns(&format!("a{i}.example.com"))).unwrap();
+    }
+    rec.sync().unwrap();
+    let id = rec.session_id().clone();
+    (rec, id)
+}
+
+/// The tables a shipped record fills.
+const TABLES: [&str; 5] = [
+    "sessions",
+    "events",
+    "checkpoints",
+    "contents",
+    "event_terms",
+];
+
 /// Row counts of every table of the central store, by table.
 fn counts(pg: &PgServer) -> BTreeMap<&'static str, i64> {
-    [
-        "sessions",
-        "events",
-        "checkpoints",
-        "contents",
-        "event_terms",
-    ]
-    .into_iter()
-    .map(|t| {
-        (
-            t,
-            pg.psql(&format!("SELECT count(*) FROM {t}"))
-                .parse()
-                .unwrap(),
-        )
-    })
-    .collect()
+    TABLES
+        .into_iter()
+        .map(|t| {
+            (
+                t,
+                pg.psql(&format!("SELECT count(*) FROM {t}"))
+                    .parse()
+                    .unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// The same counts in the node's SQLite file.
 fn local_counts(env: &airlock_test_support::audit_store::Env) -> BTreeMap<&'static str, i64> {
     let raw = env.raw();
-    [
-        "sessions",
-        "events",
-        "checkpoints",
-        "contents",
-        "event_terms",
-    ]
-    .into_iter()
-    .map(|t| {
-        (
-            t,
-            raw.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
-                .unwrap(),
-        )
-    })
-    .collect()
+    TABLES
+        .into_iter()
+        .map(|t| {
+            (
+                t,
+                raw.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                    .unwrap(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -211,12 +219,7 @@ fn a_batch_claiming_a_held_session_with_another_key_or_start_is_refused() {
 fn a_batch_that_would_leave_a_gap_is_refused() {
     let pg = PgServer::start();
     let (_env, local) = node();
-    let rec = local.begin_session(info(&["sh"])).unwrap();
-    let id = rec.session_id().clone();
-    for i in 0..10 {
-        rec.record(dns(&format!("a{i}.example.com"))).unwrap();
-    }
-    rec.sync().unwrap();
+    let (rec, id) = running(&local, 10);
     let central = PgStore::open(&pg.url()).unwrap();
     let first = local
         .ship_batch(&id, Shipped::default(), 3)
@@ -275,12 +278,7 @@ fn shippers_racing_on_the_same_sessions_store_every_event_exactly_once() {
 fn a_shipper_resumes_exactly_where_the_store_stood_after_postgres_was_killed_and_restarted() {
     let pg = PgServer::start();
     let (env, local) = node();
-    let rec = local.begin_session(info(&["sh"])).unwrap();
-    let id = rec.session_id().clone();
-    for i in 0..50 {
-        rec.record(dns(&format!("a{i}.example.com"))).unwrap();
-    }
-    rec.sync().unwrap();
+    let (rec, id) = running(&local, 50);
     let central = PgStore::open(&pg.url()).unwrap();
     ship_session(&local, &id, &central).unwrap();
     pg.kill9();
