@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{BATCH_EVENTS, ShipDestination, ShipProgress, ShipReport, Shipped};
+use super::{ShipDestination, ShipProgress, ShipReport, Shipped, ship_next};
 use crate::sqlite::SqliteStore;
 use crate::{AuditError, RecordStore, Seq, SessionId};
 
@@ -130,7 +130,8 @@ impl Shipper {
                 Some(at) => *at,
                 None => destination.shipped(session)?,
             };
-            let Some(batch) = self.local.ship_batch(session, at, BATCH_EVENTS)? else {
+            let Some((now, events)) = ship_next(&self.local, session, at, destination.as_ref())?
+            else {
                 link.known.insert(session.clone(), at);
                 if at.ended {
                     // The destination had it all; only the mark was behind.
@@ -139,17 +140,14 @@ impl Shipper {
                 self.progress.shipped_batch(session, at, 0);
                 continue;
             };
-            destination.ship(&batch)?;
-            let now = batch.shipped_after(at);
             link.known.insert(session.clone(), now);
             self.local.mark_shipped(session, now, now_us())?;
-            self.progress
-                .shipped_batch(session, now, batch.events.len());
-            if at.up_to.is_none() && !batch.events.is_empty() {
+            self.progress.shipped_batch(session, now, events);
+            if at.up_to.is_none() && events > 0 {
                 report.sessions += 1;
             }
             report.batches += 1;
-            report.events += batch.events.len() as u64;
+            report.events += events as u64;
             shipped_any = true;
             pending += behind(now.up_to, unshipped.last);
         }
