@@ -694,3 +694,85 @@ fn a_node_agent_following_a_directory_ships_databases_that_appear_and_stops_clea
         assert!(text.lines().nth(1).unwrap().contains(" all "), "{text}");
     }
 }
+
+/// The id of the one session of `db` in `mode`.
+fn session_in_mode(db: &Path, mode: &str) -> String {
+    let listed = sessions(AIRLOCK, db);
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["mode"] == mode)
+        .unwrap_or_else(|| panic!("no {mode} session in {listed:#}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleets_console_follows_sessions_of_several_nodes_live() {
+    use airlock_test_support::console::Console;
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    // Node one: a live session; node two: a proxy. Both ship as they go.
+    let (one, two) = (Node::new(), Node::new());
+    let live = LiveSession::start(&one, &pg, &[]);
+    live.sh("echo first > first");
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        two.db().to_str().unwrap().into(),
+        "--audit-key".into(),
+        two.key().to_str().unwrap().into(),
+        "--audit-ship".into(),
+        pg.url_without_password(),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let base = format!("https://api.test:{}", upstream.port());
+    let (code, _, _) = curl(&proxy, &[&format!("{base}/before")]).await;
+    assert_eq!(code, 200);
+    wait_for_events(&pg, 2, Duration::from_secs(10));
+    for node in [&one, &two] {
+        node.enroll(&pg);
+    }
+    let central = pg_path(&pg);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sessions(AIRLOCK, &central).as_array().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both nodes' sessions never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let console = Console::start(AIRLOCK, &central, &one.key()).await;
+    let mut session_stream = console.live(&session_in_mode(&central, "session"), 0).await;
+    let mut proxy_stream = console.live(&session_in_mode(&central, "proxy"), 0).await;
+    // Events recorded on each node after the streams opened arrive.
+    let step = tokio::task::spawn_blocking(move || {
+        live.sh("echo later > later-on-node-one");
+        live
+    });
+    session_stream
+        .until(Duration::from_secs(15), |e, d| {
+            e == "ev" && d.to_string().contains("later-on-node-one")
+        })
+        .await;
+    let (code, _, _) = curl(&proxy, &[&format!("{base}/later-on-node-two")]).await;
+    assert_eq!(code, 200);
+    proxy_stream
+        .until(Duration::from_secs(15), |e, d| {
+            e == "ev" && d.to_string().contains("later-on-node-two")
+        })
+        .await;
+    let live = step.await.unwrap();
+    live.stop();
+    assert_eq!(proxy.stop(), Some(0));
+}
