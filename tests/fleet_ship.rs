@@ -776,3 +776,43 @@ async fn the_fleets_console_follows_sessions_of_several_nodes_live() {
     live.stop();
     assert_eq!(proxy.stop(), Some(0));
 }
+
+#[test]
+fn a_run_whose_central_store_is_down_ends_promptly_and_says_how_to_ship_the_rest() {
+    let pg = PgServer::start();
+    let node = Node::new();
+    pg.kill9();
+    let started = Instant::now();
+    let out = node.run(&pg, &["sh", "-c", "echo kept > kept"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the command ran: {}",
+        show(&out)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hint = format!(
+        "airlock audit ship --from {} --to {}",
+        node.db().display(),
+        pg.url_without_password()
+    );
+    assert!(err.contains(&hint), "{err}");
+    assert!(!err.contains(pg.password()), "{err}");
+    // What it says to do ships the rest.
+    pg.restart();
+    let ship = Command::new(AIRLOCK)
+        .args(["audit", "ship", "--from"])
+        .arg(node.db())
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
+        .output()
+        .unwrap();
+    assert!(ship.status.success(), "{}", show(&ship));
+    node.enroll(&pg);
+    assert_shipped_whole(&node.db(), &pg);
+}

@@ -64,8 +64,8 @@ impl Shipper {
 
     /// Ships as the local record grows, coming back after every failure,
     /// until [`ShipProgress::stop`]: then it ships what is left and
-    /// returns, or gives up at the stop's deadline (what is left waits in
-    /// the local record for the next shipper).
+    /// returns, giving up at the stop's deadline or at the first failure
+    /// (what is left waits in the local record for the next shipper).
     pub fn follow(&self) -> ShipReport {
         let mut link = Link::default();
         let mut report = ShipReport::default();
@@ -97,8 +97,13 @@ impl Shipper {
                 Err(e) => {
                     link = Link::default();
                     idle_at = None;
-                    tracing::warn!("shipping the audit record: {e}; retrying");
                     self.progress.failed(e.to_string());
+                    if stopping.is_some() {
+                        // The session is over and the store still fails:
+                        // its end waits in the local record, not its user.
+                        return report;
+                    }
+                    tracing::warn!("shipping the audit record: {e}; retrying");
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
