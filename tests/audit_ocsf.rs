@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use airlock_test_support::audit_cli::audit_cli;
 use airlock_test_support::pki::TestPki;
+use airlock_test_support::postgres::PgServer;
 use airlock_test_support::skip_or_fail;
 use airlock_test_support::upstream::Upstream;
 use serde_json::Value;
@@ -422,7 +423,13 @@ fn run(db: &Path, ws: &Path, script: &str) -> Command {
 
 /// A follower writing to `out` with cursor `cursor`.
 fn follower(db: &Path, out: &Path, cursor: &Path) -> Child {
+    follower_with(db, out, cursor, &[])
+}
+
+/// A follower of `db` (a file, or a central store's URL), with `env`.
+fn follower_with(db: &Path, out: &Path, cursor: &Path, env: &[(&str, &str)]) -> Child {
     Command::new(AIRLOCK)
+        .envs(env.iter().copied())
         .args(["audit", "export", "--format", "ocsf", "--follow"])
         .arg("--out")
         .arg(out)
@@ -838,4 +845,66 @@ fn every_event_kind_in_every_outcome_exports_as_ocsf_that_the_published_schema_a
         curl["actor"]["process"]["cmd_line"],
         "sh -c 'curl https://api.test/'"
     );
+}
+
+#[test]
+fn a_follower_of_the_central_store_killed_with_sigkill_writes_every_shipped_event_exactly_once() {
+    let pg = PgServer::start();
+    let url = pg.url_without_password();
+    let env = [("PGPASSWORD", pg.password())];
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let db = dir.path().join("audit/audit.db");
+    let ship = || {
+        let out = Command::new(AIRLOCK)
+            .args(["audit", "ship", "--from"])
+            .arg(&db)
+            .args(["--to", &url])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+    };
+    // What the node's own record exports: the central copy must export it
+    // line for line.
+    let local = || -> BTreeSet<String> { export_ok(&db, &[]).lines().map(str::to_owned).collect() };
+    assert!(run(&db, &ws, "echo one > one").status().unwrap().success());
+    ship();
+    let out = dir.path().join("central.ocsf.jsonl");
+    let cursor = dir.path().join("central.cursor");
+    let mut f = follower_with(Path::new(&url), &out, &cursor, &env);
+    let first = local().len();
+    wait_until("the follower writes the first session", || {
+        line_count(&out) >= first
+    });
+    // A session shipped while it follows, then a kill, then one more
+    // session shipped before it comes back.
+    let script = "i=0; while [ $i -lt 40 ]; do echo $i > f$i; i=$((i+1)); done";
+    assert!(run(&db, &ws, script).status().unwrap().success());
+    ship();
+    let second = local().len();
+    wait_until("the follower writes the second session", || {
+        line_count(&out) >= second
+    });
+    f.kill().unwrap();
+    f.wait().unwrap();
+    assert!(
+        run(&db, &ws, "echo three > three")
+            .status()
+            .unwrap()
+            .success()
+    );
+    ship();
+    let mut f = follower_with(Path::new(&url), &out, &cursor, &env);
+    let expected = local();
+    wait_until("the follower writes every event", || {
+        line_count(&out) >= expected.len()
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    f.kill().unwrap();
+    f.wait().unwrap();
+    assert_eq!(line_count(&out), expected.len(), "events written twice");
+    assert_eq!(exactly_once(&out), expected);
 }
