@@ -816,3 +816,106 @@ fn a_run_whose_central_store_is_down_ends_promptly_and_says_how_to_ship_the_rest
     node.enroll(&pg);
     assert_shipped_whole(&node.db(), &pg);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_policy_is_replayed_over_the_fleets_recent_traffic_chosen_by_time_and_label() {
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let port = upstream.port();
+    let policy = format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\n");
+    // Two nodes of two teams, each asking for its own path.
+    for (team, path) in [("pay", "/charges"), ("search", "/index")] {
+        let node = Node::new();
+        let mut opts = ProxyOptions::new(&policy);
+        opts.env = vec![("PGPASSWORD", pg.password())];
+        opts.upstream_ca = Some(&pki.ca_pem);
+        opts.resolve = vec!["api.test:127.0.0.1".into()];
+        opts.extra = vec![
+            "--audit-db".into(),
+            node.db().to_str().unwrap().into(),
+            "--audit-key".into(),
+            node.key().to_str().unwrap().into(),
+            "--audit-ship".into(),
+            pg.url_without_password(),
+            "--label".into(),
+            format!("team={team}"),
+        ];
+        let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+        let (code, _, _) = curl(&proxy, &[&format!("https://api.test:{port}{path}")]).await;
+        assert_eq!(code, 200);
+        assert_eq!(proxy.stop(), Some(0));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let candidate = dir.path().join("candidate.toml");
+    std::fs::write(
+        &candidate,
+        format!(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/charges\"]\n"
+        ),
+    )
+    .unwrap();
+    let replay = |extra: &[&str]| {
+        Command::new(AIRLOCK)
+            .args(["policy", "replay"])
+            .arg(&candidate)
+            .args(extra)
+            .args(["--json", "--audit-db", &pg.url()])
+            .output()
+            .unwrap()
+    };
+    // The week's traffic of every node: the search team's request would
+    // now be refused.
+    let week = replay(&["--since", "7d"]);
+    assert_eq!(week.status.code(), Some(1), "{}", show(&week));
+    let report: serde_json::Value = serde_json::from_slice(&week.stdout).unwrap();
+    assert_eq!(
+        report["sessions"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(report["blocked"], 1, "{report:#}");
+    assert!(report.to_string().contains("/index"), "{report:#}");
+    // One team's: nothing it did would change.
+    let pay = replay(&["--since", "7d", "--label", "team=pay"]);
+    assert_eq!(pay.status.code(), Some(0), "{}", show(&pay));
+    let report: serde_json::Value = serde_json::from_slice(&pay.stdout).unwrap();
+    assert_eq!(
+        report["sessions"].as_array().unwrap().len(),
+        1,
+        "{report:#}"
+    );
+    // A window with nothing in it, and no choice at all, say so on one line.
+    let none = replay(&["--since", "2999-01-01T00:00:00Z"]);
+    assert_ne!(none.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no recorded session matches"),
+        "{}",
+        show(&none)
+    );
+    let nothing = replay(&[]);
+    assert_ne!(nothing.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&nothing.stderr).contains("--since"),
+        "{}",
+        show(&nothing)
+    );
+    // And a policy suggested from the same week allows both teams' paths.
+    let suggest = Command::new(AIRLOCK)
+        .args([
+            "policy",
+            "suggest",
+            "--since",
+            "7d",
+            "--audit-db",
+            &pg.url(),
+        ])
+        .output()
+        .unwrap();
+    assert!(suggest.status.success(), "{}", show(&suggest));
+    let text = String::from_utf8_lossy(&suggest.stdout);
+    assert!(
+        text.contains("/charges") && text.contains("/index"),
+        "{text}"
+    );
+}
