@@ -30,7 +30,7 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
 /// A central store's address, `postgres://…`, without a password: a
 /// command line is read by every process that can list processes, the
 /// sandbox's own among them (its first process is airlock's child).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct ShipUrl(String);
 
 impl std::str::FromStr for ShipUrl {
@@ -98,12 +98,6 @@ impl clap::builder::TypedValueParser for ShipUrlParser {
 impl std::fmt::Display for ShipUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-impl std::fmt::Debug for ShipUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ShipUrl({self})")
     }
 }
 
