@@ -37,8 +37,7 @@ pub(crate) fn session_info(
 
 /// Airlock's own command line as the record keeps it: the value of an
 /// `--env KEY=VALUE` whose KEY looks secret is replaced, as it is for the
-/// environment of every exec (values only where not secret-like), and a
-/// central store's password (`--audit-ship URL`) is left out.
+/// environment of every exec (values only where not secret-like).
 fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
     let redact = |assignment: &[u8]| match assignment.iter().position(|&b| b == b'=') {
         Some(i) if airlock_shim::is_secret_name(&assignment[..i]) => {
@@ -46,33 +45,19 @@ fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
         }
         _ => OsText::from(assignment),
     };
-    let url = |url: &[u8]| {
-        OsText::from(
-            airlock_auditor::postgres::redact_url(&String::from_utf8_lossy(url)).into_bytes(),
-        )
-    };
     let mut out: Vec<OsText> = Vec::new();
     let mut env_value_next = false;
-    let mut url_next = false;
     for arg in args {
         let arg = arg.into_vec();
         if std::mem::take(&mut env_value_next) {
             out.push(redact(&arg));
-        } else if std::mem::take(&mut url_next) {
-            out.push(url(&arg));
-        } else if let Some(value) = arg.strip_prefix(b"--audit-ship=") {
-            out.push(OsText::from(
-                [b"--audit-ship=", url(value).as_bytes()].concat(),
-            ));
         } else if let Some(assignment) = arg.strip_prefix(b"--env=") {
             out.push(OsText::from(
                 [b"--env=", redact(assignment).as_bytes()].concat(),
             ));
         } else {
             // Only airlock's own options: after `--` comes the command.
-            let ours = !out.iter().any(|a| a == "--");
-            env_value_next = arg == b"--env" && ours;
-            url_next = arg == b"--audit-ship" && ours;
+            env_value_next = arg == b"--env" && !out.iter().any(|a| a == "--");
             out.push(arg.into());
         }
     }
@@ -198,31 +183,6 @@ mod tests {
             ]
             .map(airlock_auditor::OsText::from)
         );
-    }
-
-    #[test]
-    fn a_central_stores_password_is_left_out_of_the_recorded_command_line() {
-        let args = [
-            "airlock",
-            "run",
-            "--audit-ship",
-            "postgres://node:s3cret-pw@db.example:5432/fleet",
-            "--audit-ship=postgresql://node:other%40pw@db.example/fleet?sslmode=require",
-            "--",
-            "sh",
-            "--audit-ship",
-            "postgres://kept:as-typed@x/y",
-        ]
-        .map(std::ffi::OsString::from);
-        let recorded: Vec<String> = recorded_command_line(args.into_iter())
-            .iter()
-            .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned())
-            .collect();
-        let line = recorded.join(" ");
-        assert!(!line.contains("s3cret-pw"), "{line}");
-        assert!(!line.contains("other%40pw"), "{line}");
-        assert!(line.contains("db.example:5432/fleet"), "{line}");
-        assert!(line.contains("kept:as-typed"), "after --, as typed: {line}");
     }
 
     #[test]

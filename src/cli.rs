@@ -9,7 +9,7 @@ use airlock_proxy::PinnedHost;
 use rustls::pki_types::CertificateDer;
 
 use crate::launch::parse_size;
-use crate::ship::ShipUrl;
+use crate::ship::{ShipUrl, ShipUrlParser};
 use crate::{certs, paths};
 
 /// How airlock reaches upstream servers: extra trust and pinned addresses.
@@ -53,7 +53,7 @@ pub(crate) struct AuditOptions {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<Label>,
     /// Ship the record, as it is written, to this central store (postgres://USER@HOST/DB); the local database stays the spool.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = ShipUrlParser)]
     pub audit_ship: Option<ShipUrl>,
     /// Hold each network decision until its event is in the central store, and refuse it when it cannot get there.
     #[arg(long, requires = "audit_ship")]

@@ -27,20 +27,30 @@ const FINISH_WITHIN: Duration = Duration::from_secs(10);
 /// (`--audit-ship-required`) before it is refused.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
 
-/// A central store's address, `postgres://…`. Shown without its password.
-#[derive(Clone)]
+/// A central store's address, `postgres://…`, without a password: a
+/// command line is read by every process that can list processes, the
+/// sandbox's own among them (its first process is airlock's child).
+#[derive(Clone, Debug)]
 pub(crate) struct ShipUrl(String);
 
 impl std::str::FromStr for ShipUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match airlock_auditor::postgres::is_postgres_url(s) {
-            true => Ok(Self(s.to_owned())),
-            false => Err(
-                "not a central store's address; give postgres://USER@HOST[:PORT]/DATABASE".into(),
-            ),
+        use airlock_auditor::postgres::{PASSWORD_FILE_ENV, is_postgres_url, redact_url};
+        if !is_postgres_url(s) {
+            return Err(format!(
+                "{} is not a central store's address; give postgres://USER@HOST[:PORT]/DATABASE",
+                redact_url(s)
+            ));
         }
+        if redact_url(s) != s {
+            return Err(format!(
+                "{} carries a password, which any process that lists processes can read; give it in the file named by {PASSWORD_FILE_ENV}, or in PGPASSWORD",
+                redact_url(s)
+            ));
+        }
+        Ok(Self(s.to_owned()))
     }
 }
 
@@ -56,15 +66,38 @@ impl ShipUrl {
     }
 }
 
-impl std::fmt::Display for ShipUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&airlock_auditor::postgres::redact_url(&self.0))
+/// Parses `--audit-ship` and `--to` so that a refusal shows the URL
+/// without its password (clap's own error would quote the value whole).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShipUrlParser;
+
+impl clap::builder::TypedValueParser for ShipUrlParser {
+    type Value = ShipUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<ShipUrl, clap::Error> {
+        let flag = arg.and_then(|a| a.get_long()).unwrap_or("audit-ship");
+        let refuse = |problem: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--{flag}: {problem}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refuse("the URL is not UTF-8".into()))?;
+        text.parse().map_err(refuse)
     }
 }
 
-impl std::fmt::Debug for ShipUrl {
+impl std::fmt::Display for ShipUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ShipUrl({self})")
+        f.write_str(&self.0)
     }
 }
 

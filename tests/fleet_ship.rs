@@ -37,8 +37,8 @@ impl Node {
         self.dir.path().join("audit/audit.key")
     }
 
-    /// `airlock run` recording here and shipping to `to`.
-    fn run(&self, to: &str, command: &[&str]) -> Output {
+    /// `airlock run` recording here and shipping to `pg`.
+    fn run(&self, pg: &PgServer, command: &[&str]) -> Output {
         Command::new(AIRLOCK)
             .args(["run", "--workspace"])
             .arg(self.dir.path().join("ws"))
@@ -46,7 +46,9 @@ impl Node {
             .arg(self.db())
             .arg("--audit-key")
             .arg(self.key())
-            .args(["--audit-ship", to, "--label", "pod=runner"])
+            .args(["--audit-ship", &pg.url_without_password()])
+            .args(["--label", "pod=runner"])
+            .env("PGPASSWORD", pg.password())
             .arg("--")
             .args(command)
             .output()
@@ -155,7 +157,7 @@ fn a_run_shipped_as_it_records_is_in_postgres_whole_and_verifies() {
     let pg = PgServer::start();
     let node = Node::new();
     let out = node.run(
-        &pg.url(),
+        &pg,
         &[
             "sh",
             "-c",
@@ -182,7 +184,7 @@ fn a_run_shipped_as_it_records_is_in_postgres_whole_and_verifies() {
 fn shipping_again_stores_nothing_twice_even_when_the_node_forgot_what_it_shipped() {
     let pg = PgServer::start();
     let node = Node::new();
-    let out = node.run(&pg.url(), &["sh", "-c", "echo a > a; echo b > b"]);
+    let out = node.run(&pg, &["sh", "-c", "echo a > a; echo b > b"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let before = event_count(&pg_path(&pg));
     assert!(before > 0);
@@ -191,7 +193,8 @@ fn shipping_again_stores_nothing_twice_even_when_the_node_forgot_what_it_shipped
         Command::new(AIRLOCK)
             .args(["audit", "ship", "--from"])
             .arg(db)
-            .args(["--to", &pg.url()])
+            .args(["--to", &pg.url_without_password()])
+            .env("PGPASSWORD", pg.password())
             .output()
             .unwrap()
     };
@@ -243,7 +246,8 @@ fn existing_databases_are_shipped_by_audit_ship_from_a_directory() {
     let out = Command::new(AIRLOCK)
         .args(["audit", "ship", "--from"])
         .arg(spool.path())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -271,7 +275,8 @@ impl LiveSession {
             .arg(node.db())
             .arg("--audit-key")
             .arg(node.key())
-            .args(["--audit-ship", &pg.url()])
+            .args(["--audit-ship", &pg.url_without_password()])
+            .env("PGPASSWORD", pg.password())
             .args(extra)
             .stdin(Stdio::null())
             .output()
@@ -354,7 +359,8 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     let mut shipper = Command::new(AIRLOCK)
         .args(["audit", "ship", "--follow", "--from"])
         .arg(node.db())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -379,7 +385,8 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     let out = Command::new(AIRLOCK)
         .args(["audit", "ship", "--from"])
         .arg(node.db())
-        .args(["--to", &pg.url()])
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -450,6 +457,7 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
         upstream.port()
     );
     let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
     opts.upstream_ca = Some(&pki.ca_pem);
     opts.resolve = vec!["api.test:127.0.0.1".into()];
     opts.extra = vec![
@@ -458,7 +466,7 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
         "--audit-key".into(),
         node.key().to_str().unwrap().into(),
         "--audit-ship".into(),
-        pg.url(),
+        pg.url_without_password(),
         "--audit-ship-required".into(),
     ];
     let mut proxy = AirlockProxy::start(AIRLOCK, opts);
@@ -482,4 +490,432 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
     assert_eq!(proxy.stop(), Some(0));
     node.enroll(&pg);
     assert_shipped_whole(&node.db(), &pg);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `/metrics` of the admin endpoint at `port`, as Prometheus reads it.
+fn metric(port: u16, name: &str) -> f64 {
+    let out = Command::new("curl")
+        .args(["-sS", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_how_far_the_record_is_behind_the_central_store_and_when_it_caught_up() {
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let node = Node::new();
+    let admin = free_port();
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        node.db().to_str().unwrap().into(),
+        "--audit-key".into(),
+        node.key().to_str().unwrap().into(),
+        "--audit-ship".into(),
+        pg.url_without_password(),
+        "--admin-listen".into(),
+        format!("127.0.0.1:{admin}"),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let url = format!("https://api.test:{}/x", upstream.port());
+    pg.kill9();
+    for _ in 0..3 {
+        let (code, _, _) = curl(&proxy, &[&url]).await;
+        assert_eq!(code, 200, "requests go on while the store is down");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(admin, "airlock_audit_ship_pending_events") == 0.0 {
+        assert!(Instant::now() < deadline, "pending never rose");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(metric(admin, "airlock_audit_ship_errors_total") >= 1.0);
+    assert!(metric(admin, "airlock_audit_ship_lag_seconds") > 0.0);
+    pg.restart();
+    let (code, _, _) = curl(&proxy, &[&url]).await;
+    assert_eq!(code, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(admin, "airlock_audit_ship_pending_events") != 0.0 {
+        assert!(Instant::now() < deadline, "never caught up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(admin, "airlock_audit_ship_lag_seconds"), 0.0);
+    assert!(metric(admin, "airlock_audit_shipped_events_total") > 0.0);
+    assert_eq!(proxy.stop(), Some(0));
+    node.enroll(&pg);
+    assert_shipped_whole(&node.db(), &pg);
+}
+
+#[test]
+fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
+    let pg = PgServer::start();
+    let node = Node::new();
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("pgpass");
+    std::fs::write(&file, pg.password()).unwrap();
+    // What a hostile command tries: the environment, the file the
+    // variable names, airlock's own command line, and the process list.
+    let probe = format!(
+        "env; cat {file} 2>&1; cat $AIRLOCK_AUDIT_DB_PASSWORD_FILE 2>&1; for p in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $p; echo; done; echo done",
+        file = file.display()
+    );
+    let run = |url: &str, env: &[(&str, &str)]| {
+        Command::new(AIRLOCK)
+            .args(["run", "--workspace"])
+            .arg(node.dir.path().join("ws"))
+            .arg("--audit-db")
+            .arg(node.db())
+            .arg("--audit-key")
+            .arg(node.key())
+            .args(["--audit-ship", url, "--", "sh", "-c", &probe])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let file_env = file.to_str().unwrap();
+    // A password on airlock's command line would be in the sandbox's
+    // process list: refused, in either spelling, saying where it goes.
+    for url in [
+        pg.url(),
+        format!("{}&password={}", pg.url_without_password(), pg.password()),
+    ] {
+        let out = run(&url, &[]);
+        assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("carries a password"), "{err}");
+        assert!(err.contains("AIRLOCK_AUDIT_DB_PASSWORD_FILE"), "{err}");
+        assert!(!err.contains(pg.password()), "{err}");
+        assert!(out.stdout.is_empty(), "nothing ran: {}", show(&out));
+    }
+    for out in [
+        run(
+            &pg.url_without_password(),
+            &[("AIRLOCK_AUDIT_DB_PASSWORD_FILE", file_env)],
+        ),
+        run(&pg.url_without_password(), &[("PGPASSWORD", pg.password())]),
+    ] {
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert!(seen.contains("done"), "{}", show(&out));
+        assert!(
+            !seen.contains(pg.password()),
+            "the sandbox saw the password:\n{seen}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(pg.password()));
+    }
+    // Nor is it anywhere in the record, here or central.
+    node.enroll(&pg);
+    for db in [node.db(), pg_path(&pg)] {
+        for (id, events) in all_events(&db) {
+            assert!(!events.contains(pg.password()), "{id} records it");
+        }
+        let listed = audit_cli(AIRLOCK, &db, &["sessions", "--json"]);
+        assert!(!String::from_utf8_lossy(&listed.stdout).contains(pg.password()));
+    }
+    assert_shipped_whole(&node.db(), &pg);
+}
+
+#[test]
+fn a_node_agent_following_a_directory_ships_databases_that_appear_and_stops_cleanly() {
+    let pg = PgServer::start();
+    let spool = tempfile::tempdir().unwrap();
+    let record = |name: &str, node: &Node| {
+        let out = Command::new(AIRLOCK)
+            .args(["run", "--workspace"])
+            .arg(node.dir.path().join("ws"))
+            .arg("--audit-db")
+            .arg(spool.path().join(name))
+            .arg("--audit-key")
+            .arg(node.key())
+            .args(["--", "sh", "-c", "echo x > x"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    };
+    let (a, b) = (Node::new(), Node::new());
+    record("a.db", &a);
+    let agent = Command::new(AIRLOCK)
+        .args(["audit", "ship", "--follow", "--from"])
+        .arg(spool.path())
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_events = event_count(&spool.path().join("a.db"));
+    wait_for_events(&pg, a_events, Duration::from_secs(20));
+    // A database that appears later (a new pod's) is found and shipped.
+    record("b.db", &b);
+    let b_events = event_count(&spool.path().join("b.db"));
+    wait_for_events(&pg, a_events + b_events, Duration::from_secs(20));
+    let pid = i32::try_from(agent.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = agent.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(log.contains("stopped by SIGTERM"), "{log}");
+    assert!(!log.contains(pg.password()), "{log}");
+    for node in [&a, &b] {
+        node.enroll(&pg);
+    }
+    let verify = audit_cli(AIRLOCK, &pg_path(&pg), &["verify", "--all"]);
+    assert!(verify.status.success(), "{}", show(&verify));
+    // Each node's table says it is all shipped.
+    for db in ["a.db", "b.db"] {
+        let table = audit_cli(AIRLOCK, &spool.path().join(db), &["sessions"]);
+        let text = String::from_utf8_lossy(&table.stdout);
+        assert!(text.contains("SHIPPED"), "{text}");
+        assert!(text.lines().nth(1).unwrap().contains(" all "), "{text}");
+    }
+}
+
+/// The id of the one session of `db` in `mode`.
+fn session_in_mode(db: &Path, mode: &str) -> String {
+    let listed = sessions(AIRLOCK, db);
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["mode"] == mode)
+        .unwrap_or_else(|| panic!("no {mode} session in {listed:#}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleets_console_follows_sessions_of_several_nodes_live() {
+    use airlock_test_support::console::Console;
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    // Node one: a live session; node two: a proxy. Both ship as they go.
+    let (one, two) = (Node::new(), Node::new());
+    let live = LiveSession::start(&one, &pg, &[]);
+    live.sh("echo first > first");
+    let policy = format!(
+        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
+        upstream.port()
+    );
+    let mut opts = ProxyOptions::new(&policy);
+    opts.env = vec![("PGPASSWORD", pg.password())];
+    opts.upstream_ca = Some(&pki.ca_pem);
+    opts.resolve = vec!["api.test:127.0.0.1".into()];
+    opts.extra = vec![
+        "--audit-db".into(),
+        two.db().to_str().unwrap().into(),
+        "--audit-key".into(),
+        two.key().to_str().unwrap().into(),
+        "--audit-ship".into(),
+        pg.url_without_password(),
+    ];
+    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let base = format!("https://api.test:{}", upstream.port());
+    let (code, _, _) = curl(&proxy, &[&format!("{base}/before")]).await;
+    assert_eq!(code, 200);
+    wait_for_events(&pg, 2, Duration::from_secs(10));
+    for node in [&one, &two] {
+        node.enroll(&pg);
+    }
+    let central = pg_path(&pg);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sessions(AIRLOCK, &central).as_array().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both nodes' sessions never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let console = Console::start(AIRLOCK, &central, &one.key()).await;
+    let mut session_stream = console.live(&session_in_mode(&central, "session"), 0).await;
+    let mut proxy_stream = console.live(&session_in_mode(&central, "proxy"), 0).await;
+    // Events recorded on each node after the streams opened arrive.
+    let step = tokio::task::spawn_blocking(move || {
+        live.sh("echo later > later-on-node-one");
+        live
+    });
+    session_stream
+        .until(Duration::from_secs(15), |e, d| {
+            e == "ev" && d.to_string().contains("later-on-node-one")
+        })
+        .await;
+    let (code, _, _) = curl(&proxy, &[&format!("{base}/later-on-node-two")]).await;
+    assert_eq!(code, 200);
+    proxy_stream
+        .until(Duration::from_secs(15), |e, d| {
+            e == "ev" && d.to_string().contains("later-on-node-two")
+        })
+        .await;
+    let live = step.await.unwrap();
+    live.stop();
+    assert_eq!(proxy.stop(), Some(0));
+}
+
+#[test]
+fn a_run_whose_central_store_is_down_ends_promptly_and_says_how_to_ship_the_rest() {
+    let pg = PgServer::start();
+    let node = Node::new();
+    pg.kill9();
+    let started = Instant::now();
+    let out = node.run(&pg, &["sh", "-c", "echo kept > kept"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the command ran: {}",
+        show(&out)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hint = format!(
+        "airlock audit ship --from {} --to {}",
+        node.db().display(),
+        pg.url_without_password()
+    );
+    assert!(err.contains(&hint), "{err}");
+    assert!(!err.contains(pg.password()), "{err}");
+    // What it says to do ships the rest.
+    pg.restart();
+    let ship = Command::new(AIRLOCK)
+        .args(["audit", "ship", "--from"])
+        .arg(node.db())
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password())
+        .output()
+        .unwrap();
+    assert!(ship.status.success(), "{}", show(&ship));
+    node.enroll(&pg);
+    assert_shipped_whole(&node.db(), &pg);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_policy_is_replayed_over_the_fleets_recent_traffic_chosen_by_time_and_label() {
+    let pg = PgServer::start();
+    let pki = TestPki::new();
+    let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
+    let port = upstream.port();
+    let policy = format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\n");
+    // Two nodes of two teams, each asking for its own path.
+    for (team, path) in [("pay", "/charges"), ("search", "/index")] {
+        let node = Node::new();
+        let mut opts = ProxyOptions::new(&policy);
+        opts.env = vec![("PGPASSWORD", pg.password())];
+        opts.upstream_ca = Some(&pki.ca_pem);
+        opts.resolve = vec!["api.test:127.0.0.1".into()];
+        opts.extra = vec![
+            "--audit-db".into(),
+            node.db().to_str().unwrap().into(),
+            "--audit-key".into(),
+            node.key().to_str().unwrap().into(),
+            "--audit-ship".into(),
+            pg.url_without_password(),
+            "--label".into(),
+            format!("team={team}"),
+        ];
+        let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+        let (code, _, _) = curl(&proxy, &[&format!("https://api.test:{port}{path}")]).await;
+        assert_eq!(code, 200);
+        assert_eq!(proxy.stop(), Some(0));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let candidate = dir.path().join("candidate.toml");
+    std::fs::write(
+        &candidate,
+        format!(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/charges\"]\n"
+        ),
+    )
+    .unwrap();
+    let replay = |extra: &[&str]| {
+        Command::new(AIRLOCK)
+            .args(["policy", "replay"])
+            .arg(&candidate)
+            .args(extra)
+            .args(["--json", "--audit-db", &pg.url()])
+            .output()
+            .unwrap()
+    };
+    // The week's traffic of every node: the search team's request would
+    // now be refused.
+    let week = replay(&["--since", "7d"]);
+    assert_eq!(week.status.code(), Some(1), "{}", show(&week));
+    let report: serde_json::Value = serde_json::from_slice(&week.stdout).unwrap();
+    assert_eq!(
+        report["sessions"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(report["blocked"], 1, "{report:#}");
+    assert!(report.to_string().contains("/index"), "{report:#}");
+    // One team's: nothing it did would change.
+    let pay = replay(&["--since", "7d", "--label", "team=pay"]);
+    assert_eq!(pay.status.code(), Some(0), "{}", show(&pay));
+    let report: serde_json::Value = serde_json::from_slice(&pay.stdout).unwrap();
+    assert_eq!(
+        report["sessions"].as_array().unwrap().len(),
+        1,
+        "{report:#}"
+    );
+    // A window with nothing in it, and no choice at all, say so on one line.
+    let none = replay(&["--since", "2999-01-01T00:00:00Z"]);
+    assert_ne!(none.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("no recorded session matches"),
+        "{}",
+        show(&none)
+    );
+    let nothing = replay(&[]);
+    assert_ne!(nothing.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&nothing.stderr).contains("--since"),
+        "{}",
+        show(&nothing)
+    );
+    // And a policy suggested from the same week allows both teams' paths.
+    let suggest = Command::new(AIRLOCK)
+        .args([
+            "policy",
+            "suggest",
+            "--since",
+            "7d",
+            "--audit-db",
+            &pg.url(),
+        ])
+        .output()
+        .unwrap();
+    assert!(suggest.status.success(), "{}", show(&suggest));
+    let text = String::from_utf8_lossy(&suggest.stdout);
+    assert!(
+        text.contains("/charges") && text.contains("/index"),
+        "{text}"
+    );
 }

@@ -11,7 +11,7 @@
 //! Exactly once, whatever fails: a destination stores one batch in one
 //! transaction and ignores rows it already holds (idempotent on
 //! (session, seq)), and a shipper always asks the destination where it is
-//! ([`ShipDestination::shipped_up_to`]) before it sends, never its own
+//! ([`ShipDestination::shipped`]) before it sends, never its own
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 
@@ -117,8 +117,7 @@ pub fn ship_session(
 ) -> Result<ShipReport, AuditError> {
     let mut report = ShipReport::default();
     let mut at = to.shipped(session)?;
-    while let Some(batch) = store.ship_batch(session, at, BATCH_EVENTS)? {
-        to.ship(&batch)?;
+    while let Some((_, events)) = ship_next(store, session, at, to)? {
         let now = to.shipped(session)?;
         // A destination that took a batch and did not move would be sent
         // the same batch forever.
@@ -129,16 +128,32 @@ pub fn ship_session(
         }
         report.sessions = 1;
         report.batches += 1;
-        report.events += batch.events.len() as u64;
+        report.events += events as u64;
         at = now;
     }
     Ok(report)
 }
 
+/// Ships the next batch of `session` to `to`, which stands at `at`: where
+/// it then stands and how many events it took, or None when it lacked
+/// nothing.
+pub(crate) fn ship_next(
+    store: &SqliteStore,
+    session: &SessionId,
+    at: Shipped,
+    to: &dyn ShipDestination,
+) -> Result<Option<(Shipped, usize)>, AuditError> {
+    let Some(batch) = store.ship_batch(session, at, BATCH_EVENTS)? else {
+        return Ok(None);
+    };
+    to.ship(&batch)?;
+    Ok(Some((batch.shipped_after(at), batch.events.len())))
+}
+
 impl ShipBatch {
     /// Where the destination stands once it stores this batch, from where
     /// it stood before.
-    pub fn shipped_after(&self, before: Shipped) -> Shipped {
+    fn shipped_after(&self, before: Shipped) -> Shipped {
         let up_to = self.events.last().map(|e| Seq(e.seq)).or(before.up_to);
         let reached = |last: i64| up_to.map_or(0, Seq::get) >= u64::try_from(last).unwrap_or(0);
         Shipped {

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{BATCH_EVENTS, ShipDestination, ShipProgress, ShipReport, Shipped};
+use super::{ShipDestination, ShipProgress, ShipReport, Shipped, ship_next};
 use crate::sqlite::SqliteStore;
-use crate::{AuditError, RecordStore, SessionId};
+use crate::{AuditError, RecordStore, Seq, SessionId};
 
 /// Opens a connection to the destination: called again after each failure,
 /// since a failed connection is not trusted to recover.
@@ -64,8 +64,8 @@ impl Shipper {
 
     /// Ships as the local record grows, coming back after every failure,
     /// until [`ShipProgress::stop`]: then it ships what is left and
-    /// returns, or gives up at the stop's deadline (what is left waits in
-    /// the local record for the next shipper).
+    /// returns, giving up at the stop's deadline or at the first failure
+    /// (what is left waits in the local record for the next shipper).
     pub fn follow(&self) -> ShipReport {
         let mut link = Link::default();
         let mut report = ShipReport::default();
@@ -97,8 +97,13 @@ impl Shipper {
                 Err(e) => {
                     link = Link::default();
                     idle_at = None;
-                    tracing::warn!("shipping the audit record: {e}; retrying");
                     self.progress.failed(e.to_string());
+                    if stopping.is_some() {
+                        // The session is over and the store still fails:
+                        // its end waits in the local record, not its user.
+                        return report;
+                    }
+                    tracing::warn!("shipping the audit record: {e}; retrying");
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
@@ -109,19 +114,29 @@ impl Shipper {
     /// One pass over every session not yet wholly shipped, one batch each;
     /// true when it shipped anything (there may be more).
     fn pass(&self, link: &mut Link, report: &mut ShipReport) -> Result<bool, AuditError> {
+        let sessions = self.local.unshipped_sessions()?;
+        // What waits, as far as the marks say: reported before the
+        // destination is tried, so an unreachable one shows as a lag.
+        let behind = |up_to: Option<Seq>, last: Option<Seq>| {
+            last.map_or(0, Seq::get)
+                .saturating_sub(up_to.map_or(0, Seq::get))
+        };
+        self.progress
+            .pending(sessions.iter().map(|s| behind(s.mark.up_to, s.last)).sum());
         let destination = match &link.destination {
             Some(d) => d,
             None => link.destination.insert((self.connect)()?),
         };
         let mut shipped_any = false;
         let mut pending = 0;
-        for unshipped in self.local.unshipped_sessions()? {
+        for unshipped in sessions {
             let session = &unshipped.session;
             let at = match link.known.get(session) {
                 Some(at) => *at,
                 None => destination.shipped(session)?,
             };
-            let Some(batch) = self.local.ship_batch(session, at, BATCH_EVENTS)? else {
+            let Some((now, events)) = ship_next(&self.local, session, at, destination.as_ref())?
+            else {
                 link.known.insert(session.clone(), at);
                 if at.ended {
                     // The destination had it all; only the mark was behind.
@@ -130,20 +145,16 @@ impl Shipper {
                 self.progress.shipped_batch(session, at, 0);
                 continue;
             };
-            destination.ship(&batch)?;
-            let now = batch.shipped_after(at);
             link.known.insert(session.clone(), now);
             self.local.mark_shipped(session, now, now_us())?;
-            self.progress
-                .shipped_batch(session, now, batch.events.len());
-            if at.up_to.is_none() && !batch.events.is_empty() {
+            self.progress.shipped_batch(session, now, events);
+            if at.up_to.is_none() && events > 0 {
                 report.sessions += 1;
             }
             report.batches += 1;
-            report.events += batch.events.len() as u64;
+            report.events += events as u64;
             shipped_any = true;
-            let last = unshipped.last.map_or(0, |s| s.get());
-            pending += last.saturating_sub(now.up_to.map_or(0, |s| s.get()));
+            pending += behind(now.up_to, unshipped.last);
         }
         self.progress.pending(pending);
         Ok(shipped_any)

@@ -15,7 +15,7 @@ use airlock_auditor::sqlite::SqliteStore;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::ship::ShipUrl;
+use crate::ship::{ShipUrl, ShipUrlParser};
 
 /// How often `--follow` looks for new databases in a directory.
 const RESCAN: Duration = Duration::from_secs(1);
@@ -28,7 +28,7 @@ pub(super) struct ShipArgs {
     #[arg(long, value_name = "DB|DIR")]
     from: PathBuf,
     /// The central store: postgres://USER@HOST[:PORT]/DATABASE (the password from PGPASSWORD or the file named by AIRLOCK_AUDIT_DB_PASSWORD_FILE).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = ShipUrlParser)]
     to: ShipUrl,
     /// Keep shipping as the records grow (and as new databases appear in DIR), until SIGTERM or SIGINT.
     #[arg(long)]

@@ -18,7 +18,7 @@ use airlock_policy::{BodyInput, DefaultAction, Host, Policy, UpgradeProtocol, Up
 use anyhow::Context;
 use serde::Serialize;
 
-use super::recorded::open_sessions;
+use super::recorded::Recorded;
 use super::request::{Decided, Outcome, Target, decide};
 use crate::policy_file;
 
@@ -26,13 +26,8 @@ use crate::policy_file;
 pub(crate) struct ReplayArgs {
     /// The policy to replay the sessions under.
     file: PathBuf,
-    /// Session ids or unique prefixes (as `airlock audit sessions` lists them).
-    #[arg(required = true)]
-    sessions: Vec<String>,
-    /// Audit database [default: $XDG_DATA_HOME/airlock/audit.db or
-    /// ~/.local/share/airlock/audit.db]
-    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
-    audit_db: Option<PathBuf>,
+    #[command(flatten)]
+    recorded: Recorded,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -152,7 +147,8 @@ impl Report {
 
 pub(super) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let policy = policy_file::load(&args.file)?;
-    let (store, ids) = open_sessions(args.audit_db.as_deref(), &args.sessions)?;
+    let chosen = args.recorded.open()?;
+    let (store, ids) = (&chosen.store, &chosen.ids);
     let mut report = Report {
         policy: args.file.display().to_string(),
         sessions: ids.iter().map(ToString::to_string).collect(),
@@ -165,10 +161,12 @@ pub(super) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         other: 0,
         unchanged: 0,
     };
-    for id in &ids {
-        let events = store
-            .events(id, Some(&KINDS))
-            .with_context(|| format!("reading session {id}"))?;
+    for id in ids {
+        let events = chosen.within(
+            store
+                .events(id, Some(&KINDS))
+                .with_context(|| format!("reading session {id}"))?,
+        );
         Session::new(&policy, id).replay(&events, &mut report);
     }
     report.hosts = per_host(&report.changes);

@@ -16,28 +16,28 @@ use airlock_policy::{
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::recorded::open_sessions;
+use super::recorded::Recorded;
 use super::replay::{address_of, asks_websocket};
 use super::request::Target;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SuggestArgs {
-    /// Session ids or unique prefixes (as `airlock audit sessions` lists them).
-    #[arg(required_unless_present = "from_events")]
-    sessions: Vec<String>,
+    #[command(flatten)]
+    recorded: Recorded,
     /// Read a JSON-lines events file (`airlock proxy --events`, `airlock sidecar --events`) instead of the record.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["sessions", "audit_db"])]
+    #[arg(long, value_name = "FILE")]
     from_events: Option<PathBuf>,
-    /// Audit database [default: $XDG_DATA_HOME/airlock/audit.db or
-    /// ~/.local/share/airlock/audit.db]
-    #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_DB")]
-    audit_db: Option<PathBuf>,
     /// Write the policy here instead of to stdout.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
 }
 
 pub(super) fn run(args: SuggestArgs) -> anyhow::Result<ExitCode> {
+    if args.from_events.is_some() && args.recorded.given() {
+        anyhow::bail!(
+            "--from-events reads an events file, not the record: drop the sessions, --since, --label and --node, or drop --from-events"
+        );
+    }
     let mut draft = Draft::new();
     match &args.from_events {
         Some(file) => from_events(&mut draft, file)?,
@@ -53,14 +53,15 @@ pub(super) fn run(args: SuggestArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
-    let (store, ids) = open_sessions(args.audit_db.as_deref(), &args.sessions)?;
+    let chosen = args.recorded.open()?;
+    let (store, ids) = (&chosen.store, &chosen.ids);
     let names: Vec<String> = ids.iter().map(ToString::to_string).collect();
     draft.note(&format!(
         "From session{} {}.",
         plural(names.len()),
         names.join(", ")
     ));
-    for id in &ids {
+    for id in ids {
         let summary = store
             .session(id)
             .with_context(|| format!("reading session {id}"))?;
@@ -72,9 +73,11 @@ fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
                 draft.credential(credential);
             }
         }
-        let events = store
-            .events(id, Some(&[EventKind::Dns, EventKind::Tcp, EventKind::Http]))
-            .with_context(|| format!("reading session {id}"))?;
+        let events = chosen.within(
+            store
+                .events(id, Some(&[EventKind::Dns, EventKind::Tcp, EventKind::Http]))
+                .with_context(|| format!("reading session {id}"))?,
+        );
         read_session(draft, &collapse_exchanges(&events), recorded.as_ref());
     }
     Ok(())

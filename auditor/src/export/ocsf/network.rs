@@ -156,11 +156,15 @@ fn http_request(
 ) -> Value {
     let (url, _) = url_object(url);
     let mut req = json!({
-        "http_method": method,
         "url": url,
         "http_headers": headers(hdrs),
     });
     if let Some(obj) = req.as_object_mut() {
+        // OCSF knows the nine standard methods only; another (WebDAV's
+        // PROPFIND) is the activity "Other" and kept in `unmapped`.
+        if method_activity(method).0 != 99 {
+            obj.insert("http_method".into(), method.to_ascii_uppercase().into());
+        }
         if let Some(v) = version {
             obj.insert("version".into(), v.into());
         }
@@ -175,7 +179,8 @@ fn http_request(
 /// (the response too); `metadata.correlation_uid` links the two.
 pub(super) fn http(cx: &Context<'_>, h: &HttpExchange) -> Value {
     let mut e = Event::new(*cx, HTTP_ACTIVITY, method_activity(&h.method));
-    e.verdict(h.decision)
+    e.keep("method", h.method.clone().into())
+        .verdict(h.decision)
         .rule(h.rule.as_ref().map(|r| r.as_str()), h.reason.as_deref())
         .set(
             "http_request",
@@ -240,8 +245,14 @@ pub(super) fn http(cx: &Context<'_>, h: &HttpExchange) -> Value {
 pub(super) fn dns(cx: &Context<'_>, d: &DnsQuery) -> Value {
     let mut e = Event::new(*cx, DNS_ACTIVITY, Activity(6, "Traffic"));
     let answers: Vec<Value> = d.answer.iter().map(|a| json!({"rdata": a})).collect();
+    // A DNS record's `rule` holds the rule that allowed a name
+    // (`policy.toml:2`), or why it was refused.
+    let (rule, reason) = match d.rule.as_deref() {
+        Some(r) if is_rule_ref(r) => (Some(r), None),
+        other => (None, other),
+    };
     e.verdict(d.decision)
-        .rule(d.rule.as_deref(), None)
+        .rule(rule, reason)
         .set("query", json!({"hostname": d.name, "type": d.qtype}))
         .set("src_endpoint", json!({"hostname": device_host(cx)}))
         .message(format!("{} DNS {} {}", d.decision, d.qtype, d.name));
@@ -249,6 +260,13 @@ pub(super) fn dns(cx: &Context<'_>, d: &DnsQuery) -> Value {
         e.set("answers", Value::Array(answers));
     }
     e.build()
+}
+
+/// `FILE:LINE`, as the policy names its rules.
+fn is_rule_ref(text: &str) -> bool {
+    text.rsplit_once(':').is_some_and(|(file, line)| {
+        !file.is_empty() && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 fn device_host<'c>(cx: &Context<'c>) -> &'c str {
@@ -305,7 +323,8 @@ pub(super) fn tcp(cx: &Context<'_>, t: &TcpConnection) -> Value {
 /// the request's own records are.
 pub(super) fn approval_requested(cx: &Context<'_>, a: &ApprovalRequested) -> Value {
     let mut e = Event::new(*cx, HTTP_ACTIVITY, method_activity(&a.method));
-    e.outcome((99, "Held"), (14, "Delayed"), (2, "Low"))
+    e.keep("method", a.method.clone().into())
+        .outcome((99, "Held"), (14, "Delayed"), (2, "Low"))
         .rule(Some(a.rule.as_str()), a.reason.as_deref())
         .set(
             "http_request",
@@ -336,7 +355,8 @@ pub(super) fn approval_decided(cx: &Context<'_>, a: &ApprovalDecided) -> Value {
         "denied" => ((2, "Denied"), (25, "Rejected"), (3, "Medium")),
         _ => ((2, "Denied"), (2, "Blocked"), (3, "Medium")),
     };
-    e.outcome(action, disposition, severity)
+    e.keep("method", a.method.clone().into())
+        .outcome(action, disposition, severity)
         .rule(None, None)
         .set("http_request", http_request(&a.method, &a.url, None, &[]))
         .set("dst_endpoint", url_object(&a.url).1)
@@ -362,4 +382,45 @@ pub(super) fn approval_decided(cx: &Context<'_>, a: &ApprovalDecided) -> Value {
         e.actor_user(by);
     }
     e.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dns_records_rule_is_a_rule_only_when_it_names_a_file_and_line() {
+        assert!(is_rule_ref("policy.toml:12"));
+        assert!(is_rule_ref("/etc/airlock/base.toml:3"));
+        assert!(!is_rule_ref("no rule allows this name"));
+        assert!(!is_rule_ref("denied: by policy.toml"));
+        assert!(!is_rule_ref(":12"));
+    }
+
+    #[test]
+    fn a_url_is_split_as_a_siem_filters_on_it() {
+        let u = UrlParts::parse("https://user@api.test:8443/a/b?x=1&y=2#frag");
+        assert_eq!(
+            (u.scheme, u.host, u.port, u.path, u.query),
+            (
+                Some("https"),
+                Some("api.test"),
+                Some(8443),
+                "/a/b",
+                Some("x=1&y=2")
+            )
+        );
+        let u = UrlParts::parse("http://[2001:db8::1]/");
+        assert_eq!(
+            (u.host, u.port, u.path),
+            (Some("2001:db8::1"), Some(80), "/")
+        );
+        let u = UrlParts::parse("https://api.test");
+        assert_eq!(
+            (u.host, u.port, u.path, u.query),
+            (Some("api.test"), Some(443), "/", None)
+        );
+        let u = UrlParts::parse("/relative?q");
+        assert_eq!((u.host, u.path, u.query), (None, "/relative", Some("q")));
+    }
 }
