@@ -144,7 +144,7 @@ mod tests {
     /// cannot serve the query (a collation that reorders '.' and '/' would
     /// do that to the ranges).
     fn plan(store: &PgStore, query: &SearchQuery) -> String {
-        let f = Filter::new(&query.criteria().unwrap(), None);
+        let f = Filter::new(&query.criteria().unwrap(), None, None);
         let sql = format!("EXPLAIN SELECT sid, seq FROM event_terms WHERE {}", f.sql);
         let params: Vec<&(dyn ToSql + Sync)> = f.params.iter().map(|p| &**p).collect();
         store
