@@ -97,7 +97,9 @@ impl Node {
         cmd
     }
 
-    /// Where it records, its labels, and where it ships.
+    /// Where it records, its labels, and where it ships (a URL without
+    /// its password: the password goes in PGPASSWORD, where no process
+    /// list shows it).
     fn recording(&self, ship_to: &str) -> Vec<String> {
         vec![
             "--audit-db".into(),
@@ -196,7 +198,9 @@ impl Fleet {
         args.extend(self.upstream_args());
         args.extend(node.recording(&self.pg.url_at(&self.gateway)));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Sidecar::spawn(node.airlock(&args))
+        let mut cmd = node.airlock(&args);
+        cmd.env("PGPASSWORD", self.pg.password());
+        Sidecar::spawn(cmd)
     }
 }
 
@@ -323,9 +327,14 @@ impl Live {
             node.ws().to_str().unwrap().into(),
         ];
         args.extend(fleet.upstream_args());
-        args.extend(node.recording(&fleet.url()));
+        args.extend(node.recording(&fleet.pg.url_without_password()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = node.airlock(&args).stdin(Stdio::null()).output().unwrap();
+        let out = node
+            .airlock(&args)
+            .env("PGPASSWORD", fleet.pg.password())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "session start: {}", show(&out));
         Self {
             id: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
@@ -712,11 +721,13 @@ async fn five_nodes_recording_at_once_into_one_postgres_are_searched_verified_an
             node.ws().to_str().unwrap().into(),
         ];
         args.extend(fleet.upstream_args());
-        args.extend(node.recording(&fleet.url()));
+        args.extend(node.recording(&fleet.pg.url_without_password()));
         args.extend(["--".into(), "sh".into(), "-c".into()]);
         args.push(requests_script(&fleet, node.host, rounds));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut cmd = tokio::process::Command::from(node.airlock(&args));
+        let mut cmd = node.airlock(&args);
+        cmd.env("PGPASSWORD", fleet.pg.password());
+        let mut cmd = tokio::process::Command::from(cmd);
         async move { cmd.stdin(Stdio::null()).output().await.unwrap() }
     };
     let live_script = requests_script(&fleet, "live-pay", 3);

@@ -116,7 +116,8 @@ impl PgServer {
     }
 
     /// The URL of the server at `address`, one of those given to
-    /// [`Self::start_listening_on`]: what a client in a container uses.
+    /// [`Self::start_listening_on`], without its password (for PGPASSWORD
+    /// or a password file): what a client in a container uses.
     pub fn url_at(&self, address: &str) -> String {
         assert!(
             self.also_on.iter().any(|a| a == address),
@@ -124,8 +125,8 @@ impl PgServer {
             self.also_on
         );
         format!(
-            "postgres://{ROLE}:{}@{address}:{}/{DATABASE}?sslmode=disable",
-            self.password, self.port
+            "postgres://{ROLE}@{address}:{}/{DATABASE}?sslmode=disable",
+            self.port
         )
     }
 
