@@ -40,6 +40,31 @@ pub enum TrustAnchor {
     /// A secret key file or a public key file written by
     /// [`crate::public_key_text`].
     KeyFile(PathBuf),
+    /// A fleet's enrolled node keys (the central store's): a session is
+    /// trusted when its key is one of them and not revoked, and unverified
+    /// otherwise.
+    Enrolled(Vec<NodeKey>),
+}
+
+/// A node's public key as a central store enrolled it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeKey {
+    pub key: VerifyingKey,
+    pub fingerprint: KeyFingerprint,
+    /// The node's name, as given when it was enrolled.
+    pub name: Option<String>,
+    pub added_us: i64,
+    /// When it was revoked: sessions it signed verify as unverified.
+    pub revoked_us: Option<i64>,
+}
+
+/// A public key given as a key file (secret or public) or as the text of
+/// a public key file (`airlock-audit-ed25519-public-v1 BASE64`).
+pub fn parse_public_key(text: &str) -> Option<VerifyingKey> {
+    match parse_key_text(text)? {
+        ParsedKey::Secret(k) => Some(k.verifying_key()),
+        ParsedKey::Public(k) => Some(k),
+    }
 }
 
 /// Short, stable name of a public key: "SHA256:" + first 16 bytes of its hash.
@@ -217,6 +242,8 @@ pub(crate) fn resolve_anchor(anchor: &TrustAnchor) -> Result<Option<VerifyingKey
         TrustAnchor::None => Ok(None),
         TrustAnchor::PublicKey(k) => Ok(Some(*k)),
         TrustAnchor::KeyFile(p) => load_public_key(p).map(Some),
+        // Checked against the set, not one key (see verify's signer step).
+        TrustAnchor::Enrolled(_) => Ok(None),
     }
 }
 

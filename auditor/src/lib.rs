@@ -51,13 +51,16 @@ pub use airlock_record::{
     StoredEvent, TcpConnection, Untraced, Verdict, WebSocketMessage, WebSocketRecord, WritableDir,
     Xattr, collapse_exchanges, escape,
 };
-pub use keys::{KeyFingerprint, SigningKeySource, TrustAnchor, load_public_key, public_key_text};
+pub use keys::{
+    KeyFingerprint, NodeKey, SigningKeySource, TrustAnchor, load_public_key, parse_public_key,
+    public_key_text,
+};
 pub use record_store::{CheckpointRow, EventRow, IndexRow, RecordStore, SessionRow, SessionRows};
 pub use recorder::SessionRecorder;
 pub use redact::Redactor;
 pub use search::{SearchHit, SearchQuery, SearchResults};
 pub use store::{Access, AuditStore, open_store};
-pub use verify::{KeyTrust, VerifyOutcome, VerifyReport};
+pub use verify::{KeyTrust, ShippedUpTo, VerifyOutcome, VerifyReport};
 
 /// Re-exported so callers can pass a trusted public key without depending on
 /// ed25519-dalek themselves.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::VerifyingKey;
 
 use crate::keys::{SigningKeySource, TrustAnchor};
+use crate::postgres::{CentralError, PgStore, is_postgres_url, redact_url};
 use crate::ship::ShipMark;
 use crate::sqlite::SqliteStore;
 use crate::{
@@ -34,9 +35,27 @@ pub struct AuditStore {
     store: Box<dyn RecordStore>,
 }
 
-/// Opens the store at `location` (an SQLite file, created for recording
-/// if missing, with its directory mode 0700).
+/// Opens the store at `location`: a `postgres://` or `postgresql://` URL
+/// names a central store (read-only: nodes record locally and ship to
+/// it), anything else an SQLite file (created for recording if missing,
+/// with its directory mode 0700).
 pub fn open_store(location: &Path, access: Access) -> Result<AuditStore, AuditError> {
+    if let Some(url) = location.to_str().filter(|l| is_postgres_url(l)) {
+        let store = match access {
+            Access::Record(_) => {
+                return Err(CentralError::RecordsLocally {
+                    url: redact_url(url),
+                }
+                .into());
+            }
+            Access::ReadOnly => PgStore::open_readonly(url)?,
+        };
+        return Ok(AuditStore {
+            // Shown in messages: never with the password.
+            location: PathBuf::from(store.url()),
+            store: Box::new(store),
+        });
+    }
     let store = match access {
         Access::Record(key) => SqliteStore::open(location, key)?,
         Access::ReadOnly => SqliteStore::open_readonly(location)?,
@@ -59,7 +78,8 @@ impl AuditStore {
         open_store(db, Access::ReadOnly)
     }
 
-    /// Where the store was opened from.
+    /// Where the store was opened from (a central store's URL without its
+    /// password).
     pub fn path(&self) -> &Path {
         &self.location
     }

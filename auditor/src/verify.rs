@@ -41,6 +41,10 @@ pub enum VerifyOutcome {
     /// Something was modified, deleted, inserted, reordered, truncated or
     /// re-signed.
     Tampered,
+    /// Nothing is wrong with the chain, but it was signed by a key the
+    /// store does not trust: a central store's session whose node key is
+    /// not enrolled, or was revoked.
+    Unverified,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,6 +56,25 @@ pub enum KeyTrust {
     Untrusted { trusted_fingerprint: String },
     /// No trust anchor was given: only internal consistency was checked.
     Unchecked,
+    /// Signed by an enrolled node key of the central store.
+    Enrolled { node: Option<String> },
+    /// Signed by a node key the central store does not hold.
+    NotEnrolled,
+    /// Signed by an enrolled node key that was revoked.
+    Revoked {
+        node: Option<String>,
+        revoked_us: i64,
+    },
+}
+
+/// How far a central store holds a session whose end it never received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShippedUpTo {
+    /// The last event it holds (0: none).
+    pub seq: Seq,
+    /// That event's time (µs since the epoch); the session's start when
+    /// it holds none.
+    pub ts_us: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +94,10 @@ pub struct VerifyReport {
     pub key_fingerprint: String,
     pub key_trust: KeyTrust,
     pub finished: bool,
+    /// On a central store, for a session whose end was never shipped: how
+    /// far it was shipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shipped: Option<ShippedUpTo>,
 }
 
 impl VerifyReport {
@@ -84,15 +111,39 @@ impl VerifyReport {
             KeyTrust::Trusted => "signed by the trusted key".to_string(),
             KeyTrust::Untrusted { .. } => "signed by an UNTRUSTED key".to_string(),
             KeyTrust::Unchecked => "signer not checked (no trusted key given)".to_string(),
+            KeyTrust::Enrolled { node: Some(n) } => format!("signed by enrolled node key of {n}"),
+            KeyTrust::Enrolled { node: None } => "signed by an enrolled node key".to_string(),
+            KeyTrust::NotEnrolled => "signed by a key that is NOT ENROLLED".to_string(),
+            KeyTrust::Revoked { .. } => "signed by a REVOKED node key".to_string(),
         };
         match self.outcome {
             VerifyOutcome::Intact => format!(
                 "{}: intact: {} events, chain and signatures valid, {trust} ({})",
                 self.session, self.events, self.key_fingerprint
             ),
+            VerifyOutcome::Incomplete if self.shipped.is_some() && !self.finished => {
+                let shipped = self.shipped.unwrap_or(ShippedUpTo {
+                    seq: Seq(0),
+                    ts_us: 0,
+                });
+                format!(
+                    "{}: INCOMPLETE: shipped up to event {} at {}, and its end never was (the node stopped shipping: it died, lost its way to the store, or the session is still running); verified through seq {}, {} unsigned tail event(s); {trust}",
+                    self.session,
+                    shipped.seq,
+                    crate::humanize::rfc3339(shipped.ts_us),
+                    self.verified_through,
+                    self.unsigned_tail
+                )
+            }
             VerifyOutcome::Incomplete => format!(
                 "{}: INCOMPLETE: verified through seq {}, {} unsigned tail event(s), session never finished (crash or still running); {trust}",
                 self.session, self.verified_through, self.unsigned_tail
+            ),
+            VerifyOutcome::Unverified => format!(
+                "{}: UNVERIFIED: {} events, chain and signatures consistent, but {}",
+                self.session,
+                self.events,
+                self.problems.first().cloned().unwrap_or_default()
             ),
             VerifyOutcome::Tampered => format!(
                 "{}: TAMPERED: {}{}",

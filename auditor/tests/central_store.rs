@@ -460,3 +460,435 @@ fn tls_is_verified_by_default_and_sslmode_says_how_much_to_check() {
     .to_string();
     assert!(e.contains("certificate does not verify"), "{e}");
 }
+
+/// A node's record shipped whole, the central store opened as readers open
+/// it, and the node's key enrolled.
+struct Shipped1 {
+    pg: PgServer,
+    env: airlock_test_support::audit_store::Env,
+    local: SqliteStore,
+    central: airlock_auditor::AuditStore,
+    ids: Vec<SessionId>,
+}
+
+fn shipped_record() -> Shipped1 {
+    let pg = PgServer::start();
+    let (env, local) = node();
+    let mut ids = vec![session(&local, 40)];
+    let rec = local.begin_session(info(&["curl", "x"])).unwrap();
+    rec.record(airlock_test_support::audit_store::http_exchange(
+        1,
+        "GET",
+        "https://api.example.com/v1/things",
+        Some(200),
+        airlock_auditor::Verdict::Allow,
+    ))
+    .unwrap();
+    rec.record(file("/work/out/b.txt", FileOp::Create, Some(b"bee")))
+        .unwrap();
+    rec.record(dns("example.org")).unwrap();
+    ids.push(rec.session_id().clone());
+    rec.finish(SessionEnd::default()).unwrap();
+    let writer = PgStore::open(&pg.url()).unwrap();
+    ship_all(&local, &writer).unwrap();
+    let key = airlock_auditor::load_public_key(&env.key).unwrap();
+    writer.enroll(&key, Some("node-a")).unwrap();
+    let central = airlock_auditor::open_store(
+        std::path::Path::new(&pg.url()),
+        airlock_auditor::Access::ReadOnly,
+    )
+    .unwrap();
+    Shipped1 {
+        pg,
+        env,
+        local,
+        central,
+        ids,
+    }
+}
+
+#[test]
+fn every_reader_reads_the_shipped_copy_as_it_reads_the_nodes_record() {
+    let s = shipped_record();
+    let local: &dyn RecordStore = &s.local;
+    let central: &dyn RecordStore = &s.central;
+    assert_eq!(central.sessions().unwrap(), local.sessions().unwrap());
+    for id in &s.ids {
+        assert_eq!(central.session(id).unwrap(), local.session(id).unwrap());
+        assert_eq!(
+            central.events(id, None).unwrap(),
+            local.events(id, None).unwrap()
+        );
+        assert_eq!(
+            central
+                .events(id, Some(&[airlock_auditor::EventKind::Dns]))
+                .unwrap(),
+            local
+                .events(id, Some(&[airlock_auditor::EventKind::Dns]))
+                .unwrap()
+        );
+        assert_eq!(
+            central.events_after(id, airlock_auditor::Seq(2)).unwrap(),
+            local.events_after(id, airlock_auditor::Seq(2)).unwrap()
+        );
+        for n in [4, 12, id.as_str().len()] {
+            let prefix = &id.as_str()[..n];
+            assert_eq!(
+                format!("{:?}", central.resolve_session(prefix)),
+                format!("{:?}", local.resolve_session(prefix))
+            );
+        }
+        assert_eq!(central.resolve_session(id.as_str()).unwrap(), *id);
+    }
+    let sha = airlock_test_support::disk::sha256_hex(b"bee");
+    assert_eq!(central.content(&sha).unwrap().as_deref(), Some(&b"bee"[..]));
+    let q = |f: fn(&mut airlock_auditor::SearchQuery)| {
+        let mut q = airlock_auditor::SearchQuery::default();
+        f(&mut q);
+        q
+    };
+    let queries = [
+        q(|q| q.host = Some("api.example.com".into())),
+        q(|q| q.host = Some("*.example.com".into())),
+        q(|q| q.host = Some("EXAMPLE.org".into())),
+        q(|q| q.file = Some("/work/".into())),
+        q(|q| q.file = Some("b.txt".into())),
+        q(|q| q.file = Some("/work/a.txt".into())),
+        q(|q| q.url = Some("/v1/".into())),
+        q(|q| q.method = Some("get".into())),
+        q(|q| q.verdict = Some("allow".into())),
+        q(|q| {
+            q.verdict = Some("allow".into());
+            q.since_us = Some(0);
+            q.until_us = Some(i64::MAX);
+        }),
+        airlock_auditor::SearchQuery {
+            host: Some("*.example.com".into()),
+            session: Some(s.ids[1].to_string()),
+            ..Default::default()
+        },
+    ];
+    for query in &queries {
+        let want = local.search(query).unwrap();
+        assert!(!want.hits.is_empty(), "{query:?} finds something locally");
+        assert_eq!(central.search(query).unwrap(), want, "{query:?}");
+    }
+    // Verified against the enrolled key: intact, as on the node.
+    for id in &s.ids {
+        let r = central
+            .verify(id, &airlock_auditor::TrustAnchor::None)
+            .unwrap();
+        assert_eq!(r.outcome, airlock_auditor::VerifyOutcome::Intact, "{r:#?}");
+        assert_eq!(
+            r.key_trust,
+            airlock_auditor::KeyTrust::Enrolled {
+                node: Some("node-a".into())
+            }
+        );
+        let l = local
+            .verify(
+                id,
+                &airlock_auditor::TrustAnchor::KeyFile(s.env.key.clone()),
+            )
+            .unwrap();
+        assert_eq!(
+            (r.events, r.verified_through),
+            (l.events, l.verified_through)
+        );
+    }
+    // A reader never writes, and cannot record.
+    let e = central
+        .begin_session(info(&["sh"]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--audit-ship"), "{e}");
+    assert!(!e.contains(s.pg.password()), "{e}");
+}
+
+#[test]
+fn the_data_version_moves_with_every_shipped_batch_and_key_change() {
+    let s = shipped_record();
+    let v0 = s.central.data_version().unwrap();
+    assert_eq!(
+        s.central.data_version().unwrap(),
+        v0,
+        "reading moves nothing"
+    );
+    let writer = PgStore::open(&s.pg.url()).unwrap();
+    session(&s.local, 2);
+    ship_all(&s.local, &writer).unwrap();
+    let v1 = s.central.data_version().unwrap();
+    assert_ne!(v1, v0);
+    let fp =
+        airlock_auditor::KeyFingerprint::of(&airlock_auditor::load_public_key(&s.env.key).unwrap());
+    writer.revoke(&fp.0).unwrap();
+    let v2 = s.central.data_version().unwrap();
+    assert_ne!(v2, v1);
+    writer
+        .enroll(&airlock_auditor::load_public_key(&s.env.key).unwrap(), None)
+        .unwrap();
+    let v3 = s.central.data_version().unwrap();
+    assert!(v3 != v2 && v3 != v1, "{v1} {v2} {v3}");
+}
+
+#[test]
+fn the_store_works_from_a_tokio_runtimes_blocking_threads() {
+    let s = shipped_record();
+    let central = std::sync::Arc::new(s.central);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ids = s.ids.clone();
+    let counts = rt.block_on(async move {
+        let mut out = Vec::new();
+        for id in ids {
+            let central = central.clone();
+            out.push(
+                tokio::task::spawn_blocking(move || {
+                    let n = central.events(&id, None).unwrap().len();
+                    central
+                        .verify(&id, &airlock_auditor::TrustAnchor::None)
+                        .unwrap();
+                    n
+                })
+                .await
+                .unwrap(),
+            );
+        }
+        // Dropped inside the runtime's blocking pool too.
+        tokio::task::spawn_blocking(move || drop(central))
+            .await
+            .unwrap();
+        out
+    });
+    assert_eq!(counts, vec![41, 3]);
+}
+
+/// Verifies `id` on the central store (enrolled keys) and on the node
+/// (its own key).
+fn both_verify(
+    s: &Shipped1,
+    id: &SessionId,
+) -> (airlock_auditor::VerifyReport, airlock_auditor::VerifyReport) {
+    let central = s
+        .central
+        .verify(id, &airlock_auditor::TrustAnchor::None)
+        .unwrap();
+    let local = s
+        .local
+        .verify(
+            id,
+            &airlock_auditor::TrustAnchor::KeyFile(s.env.key.clone()),
+        )
+        .unwrap();
+    (central, local)
+}
+
+/// Runs `sql` on the central store and on the node's record, its `{sid}`
+/// being the session's row in each.
+fn tamper_both(s: &Shipped1, id: &SessionId, sql: &str) {
+    let pg_sid =
+        s.pg.psql(&format!("SELECT sid FROM sessions WHERE id = '{id}'"));
+    s.pg.psql(&sql.replace("{sid}", &pg_sid));
+    let raw = s.env.raw();
+    let local_sid: i64 = raw
+        .query_row(
+            "SELECT sid FROM sessions WHERE id = ?1",
+            [id.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    raw.execute_batch(&sql.replace("{sid}", &local_sid.to_string()))
+        .unwrap();
+}
+
+#[test]
+fn a_row_changed_in_postgres_is_named_as_on_the_node() {
+    let s = shipped_record();
+    let id = &s.ids[0];
+    // seq 9 is the DNS query for h7.example.com.
+    tamper_both(
+        &s,
+        id,
+        "UPDATE events SET payload = replace(payload, 'h7.example.com', 'h7.evil.test') WHERE sid = {sid} AND seq = 9",
+    );
+    let (central, local) = both_verify(&s, id);
+    airlock_test_support::audit_store::assert_tampered(&central, 9, "seq 9");
+    assert_eq!(central.problems, local.problems);
+    assert_eq!(
+        central.summary(),
+        local.summary().replace(
+            "signed by the trusted key",
+            "signed by enrolled node key of node-a",
+        )
+    );
+    // A changed file content, the same.
+    let id = &s.ids[1];
+    tamper_both(&s, id, "UPDATE contents SET data = substr(data, 2)");
+    let (central, local) = both_verify(&s, id);
+    assert_eq!(central.outcome, airlock_auditor::VerifyOutcome::Tampered);
+    assert_eq!(central.problems, local.problems);
+    assert_eq!(central.first_bad_seq, local.first_bad_seq);
+}
+
+#[test]
+fn a_sessions_tail_deleted_in_postgres_is_detected_as_on_the_node() {
+    let s = shipped_record();
+    let id = &s.ids[0];
+    tamper_both(&s, id, "DELETE FROM events WHERE sid = {sid} AND seq > 35");
+    let (central, local) = both_verify(&s, id);
+    assert_eq!(
+        central.outcome,
+        airlock_auditor::VerifyOutcome::Tampered,
+        "{central:#?}"
+    );
+    assert_eq!(central.problems, local.problems);
+    assert!(
+        central.summary().contains("TAMPERED"),
+        "{}",
+        central.summary()
+    );
+    // The tail, its final checkpoint and the end all deleted: what is
+    // left is a session whose end never arrived, and says so, never intact.
+    tamper_both(
+        &s,
+        id,
+        "DELETE FROM checkpoints WHERE sid = {sid} AND is_final; UPDATE sessions SET ended_us = NULL, end_json = NULL, final_seq = NULL WHERE sid = {sid}",
+    );
+    let (central, _) = both_verify(&s, id);
+    assert_ne!(central.outcome, airlock_auditor::VerifyOutcome::Intact);
+    assert!(!central.is_intact());
+}
+
+#[test]
+fn a_session_signed_by_a_key_not_enrolled_or_revoked_is_unverified_never_intact() {
+    let s = shipped_record();
+    // A second node whose key nobody enrolled.
+    let (other_env, other) = node();
+    let stranger = session(&other, 3);
+    let writer = PgStore::open(&s.pg.url()).unwrap();
+    ship_all(&other, &writer).unwrap();
+    let fp = airlock_auditor::KeyFingerprint::of(
+        &airlock_auditor::load_public_key(&other_env.key).unwrap(),
+    )
+    .0;
+    let r = s
+        .central
+        .verify(&stranger, &airlock_auditor::TrustAnchor::None)
+        .unwrap();
+    assert_eq!(
+        r.outcome,
+        airlock_auditor::VerifyOutcome::Unverified,
+        "{r:#?}"
+    );
+    assert_eq!(r.key_trust, airlock_auditor::KeyTrust::NotEnrolled);
+    assert!(!r.is_intact());
+    let summary = r.summary();
+    assert!(
+        summary.contains("UNVERIFIED") && summary.contains(&fp),
+        "{summary}"
+    );
+    assert!(summary.contains("airlock audit keys add"), "{summary}");
+    // Even when the caller names that very key as trusted: on a central
+    // store trust is enrolment.
+    let r = s
+        .central
+        .verify(
+            &stranger,
+            &airlock_auditor::TrustAnchor::KeyFile(other_env.key.clone()),
+        )
+        .unwrap();
+    assert_eq!(r.outcome, airlock_auditor::VerifyOutcome::Unverified);
+    // Enrolled: intact. Revoked: unverified again, naming the revocation.
+    writer
+        .enroll(
+            &airlock_auditor::load_public_key(&other_env.key).unwrap(),
+            Some("node-b"),
+        )
+        .unwrap();
+    assert!(
+        s.central
+            .verify(&stranger, &airlock_auditor::TrustAnchor::None)
+            .unwrap()
+            .is_intact()
+    );
+    writer.revoke(&fp).unwrap();
+    let r = s
+        .central
+        .verify(&stranger, &airlock_auditor::TrustAnchor::None)
+        .unwrap();
+    assert_eq!(
+        r.outcome,
+        airlock_auditor::VerifyOutcome::Unverified,
+        "{r:#?}"
+    );
+    assert!(
+        r.summary().contains("revoked") && r.summary().contains("node-b"),
+        "{}",
+        r.summary()
+    );
+    // Tampering still outranks trust: a changed row of an unenrolled
+    // session is tampered, not merely unverified.
+    s.pg.psql(&format!(
+        "UPDATE events SET ts_us = ts_us + 1 WHERE seq = 2 AND sid = (SELECT sid FROM sessions WHERE id = '{stranger}')"
+    ));
+    let r = s
+        .central
+        .verify(&stranger, &airlock_auditor::TrustAnchor::None)
+        .unwrap();
+    assert_eq!(
+        r.outcome,
+        airlock_auditor::VerifyOutcome::Tampered,
+        "{r:#?}"
+    );
+    // An unknown fingerprint is refused by name.
+    let e = writer.revoke("SHA256:00").unwrap_err().to_string();
+    assert!(e.contains("SHA256:00") && e.contains("keys list"), "{e}");
+}
+
+#[test]
+fn a_session_whose_end_was_never_shipped_is_incomplete_up_to_its_last_shipped_event() {
+    let s = shipped_record();
+    let rec = s.local.begin_session(info(&["sh"])).unwrap();
+    let id = rec.session_id().clone();
+    for i in 0..7 {
+        rec.record(dns(&format!("c{i}.example.com"))).unwrap();
+    }
+    rec.sync().unwrap();
+    let writer = PgStore::open(&s.pg.url()).unwrap();
+    ship_session(&s.local, &id, &writer).unwrap();
+    // The node "dies" here: it records more and ends, but ships nothing.
+    for i in 0..3 {
+        rec.record(dns(&format!("d{i}.example.com"))).unwrap();
+    }
+    rec.finish(SessionEnd::default()).unwrap();
+    let last_ts = s.local.events(&id, None).unwrap()[6].ts_us;
+    let r = s
+        .central
+        .verify(&id, &airlock_auditor::TrustAnchor::None)
+        .unwrap();
+    assert_eq!(
+        r.outcome,
+        airlock_auditor::VerifyOutcome::Incomplete,
+        "{r:#?}"
+    );
+    assert!(!r.finished);
+    let summary = r.summary();
+    assert!(
+        summary.contains(&format!(
+            "INCOMPLETE: shipped up to event 7 at {}",
+            airlock_auditor::humanize::rfc3339(last_ts)
+        )),
+        "{summary}"
+    );
+    // Shipped at last: intact.
+    ship_session(&s.local, &id, &writer).unwrap();
+    assert!(
+        s.central
+            .verify(&id, &airlock_auditor::TrustAnchor::None)
+            .unwrap()
+            .is_intact()
+    );
+}

@@ -198,6 +198,9 @@ export function verificationBadge(v, compact) {
   if (outcome === 'incomplete') {
     return h('span', { class: 'badge badge-warn', testid: 'verification-badge', 'data-outcome': 'incomplete', title: v.summary || 'the session never finished: its tail is unsigned' }, 'incomplete');
   }
+  if (outcome === 'unverified') {
+    return h('span', { class: 'badge badge-warn', testid: 'verification-badge', 'data-outcome': 'unverified', title: v.summary || 'signed by a node key that is not enrolled, or was revoked' }, 'unverified');
+  }
   if (outcome === 'tampered') {
     const problem = (Array.isArray(v.problems) && v.problems[0]) || v.summary || 'the record was altered';
     const seq = v.first_bad_seq;

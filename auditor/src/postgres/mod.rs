@@ -18,9 +18,13 @@
 
 mod connect;
 mod error;
+mod keys;
+mod read;
 mod schema;
+mod search;
 mod ship;
 mod store;
+mod verify_rows;
 
 pub use connect::{PASSWORD_FILE_ENV, PgTarget, SslMode, is_postgres_url, redact_url};
 pub use error::{CentralError, ConnectFailure};

@@ -65,9 +65,12 @@ CREATE TABLE IF NOT EXISTS contents (
     size   BIGINT NOT NULL,
     data   BYTEA NOT NULL
 );
+-- part: the row's place among its event's rows (a rename has two), the
+-- order verify compares them in.
 CREATE TABLE IF NOT EXISTS event_terms (
     sid     BIGINT NOT NULL,
     seq     BIGINT NOT NULL,
+    part    INTEGER NOT NULL,
     ts_us   BIGINT NOT NULL,
     kind    TEXT NOT NULL,
     host    TEXT COLLATE "C",
@@ -80,13 +83,14 @@ CREATE TABLE IF NOT EXISTS event_terms (
 CREATE INDEX IF NOT EXISTS event_terms_by_host ON event_terms (host) WHERE host IS NOT NULL;
 CREATE INDEX IF NOT EXISTS event_terms_by_path ON event_terms (path) WHERE path IS NOT NULL;
 CREATE INDEX IF NOT EXISTS event_terms_by_verdict ON event_terms (verdict, ts_us) WHERE verdict IS NOT NULL;
-CREATE INDEX IF NOT EXISTS event_terms_by_session ON event_terms (sid, seq);
+CREATE INDEX IF NOT EXISTS event_terms_by_session ON event_terms (sid, seq, part);
 CREATE TABLE IF NOT EXISTS node_keys (
     fingerprint TEXT PRIMARY KEY,
     public_key  BYTEA NOT NULL UNIQUE,
     name        TEXT,
     added_us    BIGINT NOT NULL,
-    revoked_us  BIGINT
+    revoked_us  BIGINT,
+    changes     BIGINT NOT NULL DEFAULT 1
 );
 "#;
 

@@ -237,15 +237,25 @@ fn insert_terms(
         rows.iter().map(|r| f(&r.terms).as_deref()).collect()
     };
     let seqs: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
+    // Each row's place among its event's rows, in the order they came.
+    let parts: Vec<i32> = seqs
+        .iter()
+        .enumerate()
+        .map(|(i, seq)| {
+            let before = seqs[..i].iter().rev().take_while(|s| *s == seq).count();
+            before as i32
+        })
+        .collect();
     let ts: Vec<i64> = rows.iter().map(|r| r.ts_us).collect();
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
     tx.execute(
-        "INSERT INTO event_terms (sid, seq, ts_us, kind, host, method, verdict, url, path, command)
-         SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-                                  $7::text[], $8::text[], $9::text[], $10::text[])",
+        "INSERT INTO event_terms (sid, seq, part, ts_us, kind, host, method, verdict, url, path, command)
+         SELECT $1, * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::text[],
+                                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
         &[
             &sid,
             &seqs,
+            &parts,
             &ts,
             &kinds,
             &col(|t| &t.host),

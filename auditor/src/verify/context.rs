@@ -42,6 +42,9 @@ pub(super) struct Verification<'a> {
     pub(super) trust: &'a TrustAnchor,
     pub(super) stored: SessionRow,
     pub(super) problems: Problems,
+    /// Why the signer is not trusted, when nothing else is wrong with the
+    /// session: it verifies as unverified rather than tampered.
+    pub(super) unverified: Option<String>,
 }
 
 impl<'a> Verification<'a> {
@@ -57,21 +60,32 @@ impl<'a> Verification<'a> {
             trust,
             stored,
             problems: Problems::default(),
+            unverified: None,
         })
     }
 
     /// Reads the verdict off the problem list: any problem is tampering;
     /// otherwise an unfinished session or an unsigned tail is incomplete.
-    pub(super) fn report(self, signer: Signer, key_trust: KeyTrust, walk: &Walk) -> VerifyReport {
+    pub(super) fn report(
+        mut self,
+        signer: Signer,
+        key_trust: KeyTrust,
+        walk: &Walk,
+    ) -> VerifyReport {
         let finished = self.stored.finished();
         let unsigned_tail = walk.last_seq().saturating_sub(walk.verified_through);
         let outcome = if !self.problems.list.is_empty() {
             VerifyOutcome::Tampered
+        } else if self.unverified.is_some() {
+            VerifyOutcome::Unverified
         } else if !finished || unsigned_tail > 0 {
             VerifyOutcome::Incomplete
         } else {
             VerifyOutcome::Intact
         };
+        if let Some(why) = self.unverified.take() {
+            self.problems.add(None, why);
+        }
         VerifyReport {
             session: self.session.clone(),
             outcome,
@@ -84,6 +98,7 @@ impl<'a> Verification<'a> {
             key_fingerprint: signer.fingerprint,
             key_trust,
             finished,
+            shipped: None,
         }
     }
 }

@@ -6,7 +6,8 @@ use ed25519_dalek::VerifyingKey;
 use super::KeyTrust;
 use super::context::Verification;
 use crate::AuditError;
-use crate::keys::{KeyFingerprint, resolve_anchor};
+use crate::humanize;
+use crate::keys::{KeyFingerprint, NodeKey, TrustAnchor, resolve_anchor};
 
 /// The key the session says it was signed with, and the fingerprint the
 /// report names it by ("invalid key" when it does not parse).
@@ -43,6 +44,9 @@ impl Verification<'_> {
     /// internal consistency is proven: whoever rewrote the log could have
     /// re-signed it with a key of their own.
     pub(super) fn check_trust(&mut self, signer: &Signer) -> Result<KeyTrust, AuditError> {
+        if let TrustAnchor::Enrolled(keys) = self.trust {
+            return Ok(self.check_enrolled(signer, keys));
+        }
         Ok(match (resolve_anchor(self.trust)?, signer.key.as_ref()) {
             (None, _) => KeyTrust::Unchecked,
             (Some(t), Some(k)) if t == *k => KeyTrust::Trusted,
@@ -60,5 +64,48 @@ impl Verification<'_> {
                 }
             }
         })
+    }
+}
+
+impl Verification<'_> {
+    /// A fleet's sessions are trusted when their node's key is enrolled and
+    /// not revoked. Any other signer leaves the session unverified (never
+    /// intact), with what to do about it; a key that signed a rewritten
+    /// record is caught the same way, since the rewriter's key is not
+    /// enrolled.
+    fn check_enrolled(&mut self, signer: &Signer, keys: &[NodeKey]) -> KeyTrust {
+        let enrolled = signer
+            .key
+            .as_ref()
+            .and_then(|k| keys.iter().find(|n| n.key == *k));
+        let fp = &signer.fingerprint;
+        match enrolled {
+            Some(NodeKey {
+                revoked_us: None,
+                name,
+                ..
+            }) => KeyTrust::Enrolled { node: name.clone() },
+            Some(NodeKey {
+                revoked_us: Some(at),
+                name,
+                ..
+            }) => {
+                self.unverified = Some(format!(
+                    "signed by node key {fp}{}, which was revoked at {}: its sessions are not trusted; re-enroll it with `airlock audit keys add` only if the revocation was a mistake",
+                    name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+                    humanize::rfc3339(*at)
+                ));
+                KeyTrust::Revoked {
+                    node: name.clone(),
+                    revoked_us: *at,
+                }
+            }
+            None => {
+                self.unverified = Some(format!(
+                    "signed by {fp}, which is not an enrolled node key; if that node is yours, enroll its public key with `airlock audit keys add KEYFILE --name NODE --audit-db URL`"
+                ));
+                KeyTrust::NotEnrolled
+            }
+        }
     }
 }

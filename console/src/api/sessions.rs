@@ -154,9 +154,10 @@ impl Filter {
             Some("intact") => Some(VerifyOutcome::Intact),
             Some("incomplete") => Some(VerifyOutcome::Incomplete),
             Some("tampered") => Some(VerifyOutcome::Tampered),
+            Some("unverified") => Some(VerifyOutcome::Unverified),
             Some(other) => {
                 return Err(ConsoleError::BadRequest(format!(
-                    "unknown verification state {other:?}; use intact, incomplete or tampered"
+                    "unknown verification state {other:?}; use intact, incomplete, tampered or unverified"
                 )));
             }
         };
