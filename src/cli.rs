@@ -93,9 +93,21 @@ pub(crate) fn parse_label(s: &str) -> Result<Label, String> {
 }
 
 impl AuditOptions {
-    /// `--audit-db`, else the per-user default.
+    /// `--audit-db`, else the per-user default. A central store's URL is
+    /// refused here, before it is taken for a path (and shown, password
+    /// and all): sessions record locally and ship there.
     pub(crate) fn db(&self) -> anyhow::Result<PathBuf> {
         match &self.audit_db {
+            Some(db)
+                if db
+                    .to_str()
+                    .is_some_and(airlock_auditor::postgres::is_postgres_url) =>
+            {
+                Err(airlock_auditor::postgres::CentralError::RecordsLocally {
+                    url: airlock_auditor::postgres::redact_url(&db.to_string_lossy()),
+                }
+                .into())
+            }
             Some(db) => Ok(db.clone()),
             None => paths::default_audit_db(),
         }

@@ -19,6 +19,7 @@ mod notices;
 mod observe;
 mod paths;
 mod policy_file;
+mod policy_reload;
 mod policy_watch;
 mod random_id;
 mod secrets;

@@ -1,21 +1,21 @@
 //! Pieces every long-running proxy front end shares (`airlock proxy`,
 //! `airlock sidecar`): binding listeners with a useful error, the JSON-lines
-//! event stream, placeholder notices, policy reload, and the loop that serves
-//! until a signal or a failure.
+//! event stream, placeholder notices, and the loop that serves until a
+//! signal or a failure (reloading the policy through [`Reloader`]).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_proxy::{EventSink, JsonLinesSink, Proxy};
+use airlock_proxy::{EventSink, JsonLinesSink};
 use anyhow::Context;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 
+use crate::policy_file;
+use crate::policy_reload::Reloader;
 use crate::policy_watch::ChainWatch;
-use crate::{one_line, policy_file, secrets};
 
 /// The runtime for everything but the connections themselves: accepting,
 /// DNS, the admin endpoint, signals, policy reloads. One thread is plenty;
@@ -56,31 +56,6 @@ pub(crate) fn announce_placeholders(credentials: &[airlock_proxy::ResolvedCreden
             );
         }
     }
-}
-
-/// Re-read the policy; on any error keep the one in force and say why.
-/// Returns whether the new policy is now in force.
-pub(crate) fn reload(proxy: &Proxy, path: &Path) -> bool {
-    let loaded = policy_file::load(path).and_then(|policy| {
-        let credentials = secrets::resolve_all(policy.credentials())?;
-        Ok((policy, credentials))
-    });
-    let ok = match loaded {
-        Ok((policy, credentials)) => {
-            proxy.reload(policy, credentials);
-            eprintln!("airlock: reloaded policy {}", path.display());
-            true
-        }
-        Err(e) => {
-            eprintln!(
-                "airlock: policy reload failed, keeping the previous policy: {}",
-                one_line(&e)
-            );
-            false
-        }
-    };
-    proxy.metrics().policy_reloaded(ok);
-    ok
 }
 
 pub(crate) async fn bind_tcp(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
@@ -188,8 +163,7 @@ pub(crate) enum Stop {
 /// [`crate::finish::Finish::stop_serving`], which stops them and every
 /// connection before the record ends.
 pub(crate) async fn serve_until_stopped(
-    proxy: &Proxy,
-    policy: &Path,
+    policy: &Reloader<'_>,
     signals: Signals,
     servers: &mut JoinSet<std::io::Result<()>>,
 ) -> Stop {
@@ -198,6 +172,7 @@ pub(crate) async fn serve_until_stopped(
         mut terminate,
         mut interrupt,
     } = signals;
+    let proxy = policy.proxy;
     let mut audit_check = tokio::time::interval(AUDIT_CHECK_EVERY);
     let mut watch_tick = tokio::time::interval(WATCH_EVERY);
     // Every file of the chain: a change to a base file reloads too.
@@ -205,12 +180,12 @@ pub(crate) async fn serve_until_stopped(
     loop {
         tokio::select! {
             _ = hangup.recv() => {
-                if reload(proxy, policy) {
+                if policy.reload() {
                     watch.follow(&policy_file::files(&proxy.policy()));
                 }
             }
             _ = watch_tick.tick() => {
-                if watch.changed() && reload(proxy, policy) {
+                if watch.changed() && policy.reload() {
                     watch.follow(&policy_file::files(&proxy.policy()));
                 }
             }

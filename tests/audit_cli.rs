@@ -402,3 +402,39 @@ fn audit_search_by_label_or_node_finds_only_the_events_of_those_sessions() {
         "{text}"
     );
 }
+
+#[test]
+fn a_hostile_label_or_node_is_printed_escaped_and_cannot_forge_a_line_or_reach_the_terminal() {
+    let e = env();
+    // What a record written by something else than airlock could hold
+    // (airlock refuses control characters in --label at start).
+    labelled(
+        &e.store(),
+        "hostile-agent",
+        "node\u{1b}]0;owned\u{7}",
+        &[("team", "red\u{1b}[2J\nFORGED 2026-01-01 exit 0  fake-agent")],
+        "x.example.com",
+    );
+    let o = run(&e, &["sessions"]);
+    assert!(o.status.success(), "{o:?}");
+    let table = stdout(&o);
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table:?}"
+    );
+    assert_eq!(table.lines().count(), 2, "one header, one session: {table}");
+    assert!(table.contains("node\\x1b]0;owned\\x07"), "{table}");
+    assert!(table.contains("team=red\\x1b[2J\\nFORGED"), "{table}");
+    // The filter takes the value as recorded, and JSON keeps it exact.
+    let o = run(
+        &e,
+        &[
+            "sessions",
+            "--json",
+            "--label",
+            "team=red\u{1b}[2J\nFORGED 2026-01-01 exit 0  fake-agent",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["host"], "node\u{1b}]0;owned\u{7}");
+}

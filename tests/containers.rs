@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use airlock_test_support::audit_cli::audit_ok;
+use airlock_test_support::configmap::ConfigMapDir;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::podman::{
     self, Container, Images, Net, Removed, confinement, listen_at, nsenter_ok, pod_ok, podman,
@@ -929,6 +930,87 @@ for path in ("/admin",):
 time.sleep(3600)
 "#;
 
+/// A policy the team's ConfigMap holds in the pod tests: the manifest's own
+/// `extends` (the organisation's base, from its own ConfigMap), and with
+/// `admin` GET /admin on the test's upstream too.
+fn team_policy(extends: &serde_json::Value, port: u16, admin: bool) -> String {
+    let mut text = format!("version = 1\nextends = {extends}\n");
+    if admin {
+        text.push_str(&format!(
+            "\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/admin\"]\n"
+        ));
+    }
+    text
+}
+
+/// What the kubelet does that podman 4.3 does not: resolve the downward
+/// API's `fieldRef`s (podman knows only `metadata.name`) and expand
+/// `$(VAR)` in `args` from the container's env (podman leaves it to the
+/// shell, if any). `fields` are the values the kubelet would give.
+fn as_the_kubelet_would(container: &mut serde_json::Value, fields: &[(&str, &str)]) {
+    let mut values = std::collections::HashMap::new();
+    for e in container["env"].as_array_mut().into_iter().flatten() {
+        if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            let value = fields
+                .iter()
+                .find(|(f, _)| *f == path)
+                .unwrap_or_else(|| panic!("no value for the downward API's {path}"))
+                .1;
+            e.as_object_mut().unwrap().remove("valueFrom");
+            e["value"] = value.into();
+        }
+        if let (Some(name), Some(value)) = (e["name"].as_str(), e["value"].as_str()) {
+            values.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    for a in container["args"].as_array_mut().into_iter().flatten() {
+        let mut text = a.as_str().unwrap().to_owned();
+        for (name, value) in &values {
+            text = text.replace(&format!("$({name})"), value);
+        }
+        *a = text.into();
+    }
+}
+
+/// The pod of deploy/kubernetes/pod.yaml, playing, its app done with its
+/// first requests.
+struct PlayedPod {
+    /// Dropped first: the pod, then the volumes it used.
+    _cleanup: Vec<Removed>,
+    _net: Net,
+    _host: Host,
+    upstream: Upstream,
+    port: u16,
+    name: String,
+    app: String,
+    sidecar: String,
+    audit_dir: PathBuf,
+    /// The two ConfigMap volumes, as the kubelet lays them out.
+    team: ConfigMapDir,
+    base: ConfigMapDir,
+    /// The manifest's `extends`, where the pod mounts the base.
+    extends: serde_json::Value,
+    /// The node the kubelet would say the pod runs on: this machine.
+    node: String,
+    /// How long `podman kube play` took.
+    play_took: Duration,
+}
+
+impl PlayedPod {
+    fn logs(&self, container: &str) -> String {
+        let out = podman().args(["logs", container]).output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    fn db(&self) -> PathBuf {
+        self.audit_dir.join("audit.db")
+    }
+}
+
 /// deploy/kubernetes/pod.yaml under `podman kube play`, changed only where
 /// podman 4.3 (Debian 12) cannot follow it or the test must point it at
 /// its own upstream:
@@ -944,12 +1026,16 @@ time.sleep(3600)
 ///   restarts the init container after it succeeds, then fails to remove
 ///   it (and a sidecar that cannot start would restart for ever here);
 /// - no `ports`: podman publishes a containerPort on the host's 0.0.0.0;
-/// - emptyDir and configMap volumes become host-wide named volumes in
-///   podman, so they get names unique to the test; the audit volume is a
-///   hostPath the test reads;
-/// - images, the policy ConfigMap, `--upstream-ca` and `--resolve`: local.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
+/// - the downward API and `$(VAR)` in args: done by the test as the
+///   kubelet does them ([`as_the_kubelet_would`]; namespace `default`, the
+///   node this machine);
+/// - emptyDir volumes become host-wide named volumes in podman, so they get
+///   names unique to the test; the audit volume is a hostPath the test
+///   reads; each ConfigMap volume is a hostPath laid out and updated as
+///   the kubelet does one ([`ConfigMapDir`]: podman copies a ConfigMap's
+///   data once into a named volume and never updates it);
+/// - images, the policies' rules, `--upstream-ca` and `--resolve`: local.
+async fn play_pod_manifest() -> PlayedPod {
     let images = images();
     let host = Host::new();
     let net = Net::new("kube");
@@ -960,12 +1046,31 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     let mut cleanup = vec![remove_on_drop(&["pod", "rm", "-f", "-t", "0", &name])];
     let suffix = name.trim_start_matches("al-pod-").to_owned();
     let mut pod = yaml("deploy/kubernetes/pod.yaml");
-    let mut configmap = yaml("deploy/kubernetes/policy-configmap.yaml");
-    // podman makes a volume of the ConfigMap, named after it.
-    let configmap_name = format!("al-policy-{suffix}");
-    cleanup.push(remove_on_drop(&["volume", "rm", "-f", &configmap_name]));
-    configmap["metadata"]["name"] = configmap_name.clone().into();
-    configmap["data"]["policy.toml"] = policy(port).into();
+    let team_map = yaml("deploy/kubernetes/policy-configmap.yaml");
+    let base_map = yaml("deploy/kubernetes/base-policy-configmap.yaml");
+    // The manifest's team policy extends the base where the pod mounts it;
+    // the test keeps that and points the rules at its upstream: the base
+    // allows GET /echo/**, the team adds nothing yet.
+    let extends = python_toml(team_map["data"]["policy.toml"].as_str().unwrap())["extends"].clone();
+    let base_key = base_map["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let team = ConfigMapDir::new(
+        &host.dir.path().join("configmap-team"),
+        &[("policy.toml", &team_policy(&extends, port, false))],
+    );
+    let base = ConfigMapDir::new(
+        &host.dir.path().join("configmap-base"),
+        &[(&base_key, &policy(port))],
+    );
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned();
 
     pod["metadata"]["name"] = name.clone().into();
     let spec = &mut pod["spec"];
@@ -985,6 +1090,14 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     ] {
         obj.remove(key);
     }
+    as_the_kubelet_would(
+        &mut airlock,
+        &[
+            ("metadata.name", &name),
+            ("metadata.namespace", "default"),
+            ("spec.nodeName", &node),
+        ],
+    );
     let args = airlock["args"].as_array_mut().unwrap();
     args.push("--upstream-ca=/etc/airlock/upstream/ca.pem".into());
     args.push(format!("--resolve=api.test:{gw}").into());
@@ -1031,11 +1144,23 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     for v in spec["volumes"].as_array_mut().unwrap() {
         let n = format!("al-{}-{suffix}", v["name"].as_str().unwrap());
         v["name"] = n.clone().into();
+        let hostpath =
+            |dir: &std::path::Path| serde_json::json!({"path": dir, "type": "Directory"});
+        let map = v["configMap"]["name"].as_str().map(str::to_owned);
+        let obj = v.as_object_mut().unwrap();
         if n.starts_with("al-airlock-audit") {
-            v.as_object_mut().unwrap().remove("emptyDir");
-            v["hostPath"] = serde_json::json!({"path": audit_dir, "type": "Directory"});
-        } else if n.starts_with("al-airlock-policy") {
-            v["configMap"]["name"] = configmap["metadata"]["name"].clone();
+            obj.remove("emptyDir");
+            obj.insert("hostPath".into(), hostpath(&audit_dir));
+        } else if let Some(map) = map {
+            let dir = match map.as_str() {
+                m if m == team_map["metadata"]["name"] => team.dir(),
+                m if m == base_map["metadata"]["name"] => base.dir(),
+                other => panic!(
+                    "pod.yaml mounts ConfigMap {other}, which deploy/kubernetes does not hold"
+                ),
+            };
+            obj.remove("configMap");
+            obj.insert("hostPath".into(), hostpath(dir));
         }
         volume_names.push(n);
     }
@@ -1054,9 +1179,7 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
             .map(|v| remove_on_drop(&["volume", "rm", "-f", v])),
     );
     let pod_file = host.dir.path().join("pod.yaml");
-    let cm_file = host.dir.path().join("configmap.yaml");
     write_yaml(&pod_file, &pod);
-    write_yaml(&cm_file, &configmap);
     // kube play has no --ulimit: the same limits, from a containers.conf
     // for this command only.
     let limits = ulimits();
@@ -1072,8 +1195,7 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     let started = Instant::now();
     let out = podman()
         .env("CONTAINERS_CONF", &conf)
-        .args(["kube", "play", "--network", &net.name, "--configmap"])
-        .arg(&cm_file)
+        .args(["kube", "play", "--network", &net.name])
         .arg(&pod_file)
         .output()
         .unwrap();
@@ -1082,49 +1204,72 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
         "kube play: {out:?}\n{}",
         std::fs::read_to_string(&pod_file).unwrap()
     );
-    eprintln!("kube play took {:?}", started.elapsed());
-
-    let app = format!("{name}-app");
-    let sidecar = format!("{name}-airlock");
-    let logs = |c: &str| {
-        let out = podman().args(["logs", c]).output().unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
+    let played = PlayedPod {
+        play_took: started.elapsed(),
+        _cleanup: cleanup,
+        _net: net,
+        _host: host,
+        upstream,
+        port,
+        app: format!("{name}-app"),
+        sidecar: format!("{name}-airlock"),
+        name,
+        audit_dir,
+        team,
+        base,
+        extends,
+        node,
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !logs(&app).contains("/admin ") {
+    while !played.logs(&played.app).contains("/admin ") {
         assert!(
             Instant::now() < deadline,
             "app: {}\nairlock: {}",
-            logs(&app),
-            logs(&sidecar)
+            played.logs(&played.app),
+            played.logs(&played.sidecar)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let app_log = logs(&app);
+    played
+}
+
+/// A TOML text as JSON (python3's tomllib).
+fn python_toml(text: &str) -> serde_json::Value {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, tomllib; print(json.dumps(tomllib.loads(sys.argv[1])))",
+            text,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
+    let played = play_pod_manifest().await;
+    eprintln!("kube play took {:?}", played.play_took);
+    let (app, sidecar, name) = (&played.app, &played.sidecar, &played.name);
+    let app_log = played.logs(app);
     eprintln!("the app: {}", app_log.lines().next().unwrap_or(""));
     for n in 0..5 {
         assert!(app_log.contains(&format!("\n{n} 200\n")), "{app_log}");
     }
     assert!(app_log.contains("/admin 403"), "{app_log}");
-    assert_eq!(upstream.hits(), 5, "{app_log}");
-    let sidecar_log = logs(&sidecar);
+    assert_eq!(played.upstream.hits(), 5, "{app_log}");
+    let sidecar_log = played.logs(sidecar);
     assert!(
         sidecar_log.contains("airlock: sidecar ready"),
         "{sidecar_log}"
     );
     // The securityContexts, as podman applied them.
-    assert_eq!(
-        confinement(&sidecar),
-        "[CAP_NET_ADMIN] ro=true user=0 nnp=1"
-    );
-    assert_eq!(confinement(&app), "[] ro=true user=10001:10001 nnp=1");
+    assert_eq!(confinement(sidecar), "[CAP_NET_ADMIN] ro=true user=0 nnp=1");
+    assert_eq!(confinement(app), "[] ro=true user=10001:10001 nnp=1");
     // The CA key stayed with airlock: the app mounts only the public copy.
     let out = podman()
-        .args(["exec", &app, "ls", "/var/lib/airlock/ca"])
+        .args(["exec", app, "ls", "/var/lib/airlock/ca"])
         .output()
         .unwrap();
     assert!(!out.status.success(), "{out:?}");
@@ -1132,11 +1277,11 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     // Audited, in the pod's audit volume: every request the upstream saw.
     // The app first, at once (python as pid 1 ignores SIGTERM), then the
     // pod: airlock gets SIGTERM and closes its session.
-    pod_ok(&["stop", "-t", "0", &app]);
-    pod_ok(&["pod", "stop", "-t", "10", &name]);
+    pod_ok(&["stop", "-t", "0", app]);
+    pod_ok(&["pod", "stop", "-t", "10", name]);
     let out = Command::new(AIRLOCK)
         .args(["audit", "sessions", "--json", "--audit-db"])
-        .arg(audit_dir.join("audit.db"))
+        .arg(played.db())
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -1144,11 +1289,145 @@ async fn kube_play_runs_the_pod_manifest_and_the_app_waits_for_readyz() {
     let session = sessions[0]["id"].as_str().unwrap();
     let out = Command::new(AIRLOCK)
         .args(["audit", "timeline", session, "--audit-db"])
-        .arg(audit_dir.join("audit.db"))
+        .arg(played.db())
         .output()
         .unwrap();
     let timeline = String::from_utf8_lossy(&out.stdout);
     for n in 0..5 {
         assert!(timeline.contains(&format!("/echo/k{n}")), "{timeline}");
     }
+}
+
+/// The app's GET of `path` on the upstream, from inside the pod (the
+/// container's own environment: its CA), through the sidecar: the status.
+fn app_get(played: &PlayedPod, path: &str) -> String {
+    let script = format!(
+        "import urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen('https://api.test:{}{path}', timeout=10).status)\nexcept urllib.error.HTTPError as e:\n    print(e.code)\n",
+        played.port
+    );
+    pod_ok(&["exec", &played.app, "python3", "-c", &script])
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_update_under_a_running_pod_decides_the_next_request_and_is_on_record_with_its_hash()
+ {
+    let played = play_pod_manifest().await;
+    let sha = |text: &str| airlock_auditor::sha256_hex(text.as_bytes());
+    let audit = |args: &[&str]| audit_ok(AIRLOCK, &played.db(), args);
+    // The labels the deployment fills in through the downward API.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&audit(&["sessions", "--json"])).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        sessions[0]["labels"],
+        serde_json::json!({"pod": played.name, "namespace": "default", "node": played.node}),
+        "{sessions:#}"
+    );
+    let listed = audit(&["sessions", "--label", &format!("pod={}", played.name)]);
+    assert!(listed.contains(&session[..14]), "{listed}");
+    let team_v1 = team_policy(&played.extends, played.port, false);
+    assert_eq!(sessions[0]["policy_sha256"], sha(&team_v1));
+    assert_eq!(app_get(&played, "/admin"), "403");
+
+    // The team's ConfigMap updated as the kubelet does it: the next
+    // request is decided by the new version.
+    let team_v2 = team_policy(&played.extends, played.port, true);
+    played.team.update(&[("policy.toml", &team_v2)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !played
+        .logs(&played.sidecar)
+        .contains("airlock: reloaded policy")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            played.logs(&played.sidecar)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        app_get(&played, "/admin"),
+        "200",
+        "{}",
+        played.logs(&played.sidecar)
+    );
+    assert_eq!(played.upstream.hits(), 6);
+
+    // On record: the reload, with the new policy's hash and its base's,
+    // before the request it allowed.
+    let events: Vec<serde_json::Value> =
+        audit(&["export", &session, "--format", "jsonl", "--out", "-"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let reloads: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "note" && e.get("policy").is_some())
+        .collect();
+    assert_eq!(reloads.len(), 1, "{events:#?}");
+    let in_force = &reloads[0]["policy"];
+    assert_eq!(in_force["name"], "/etc/airlock/policy/policy.toml");
+    assert_eq!(in_force["sha256"], sha(&team_v2), "{in_force:#}");
+    assert_eq!(
+        in_force["files"][0]["sha256"],
+        sha(&policy(played.port)),
+        "{in_force:#}"
+    );
+    assert_eq!(
+        in_force["files"][1]["sha256"],
+        sha(&team_v2),
+        "{in_force:#}"
+    );
+    let at = reloads[0]["seq"].as_u64().unwrap();
+    let admin: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|e| e["kind"] == "http" && e["url"].as_str().is_some_and(|u| u.ends_with("/admin")))
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap(),
+                e["decision"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(
+        admin.iter().any(|(s, d)| *s < at && *d == "deny"),
+        "{admin:?}"
+    );
+    assert!(
+        admin.iter().any(|(s, d)| *s > at && *d == "allow"),
+        "{admin:?}"
+    );
+    assert!(
+        !admin.iter().any(|(s, d)| *s > at && *d == "deny"),
+        "{admin:?}"
+    );
+
+    // The base's ConfigMap is watched too: its update reloads.
+    played.base.update(&[("base.toml", "version = 1\n")]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while played
+        .logs(&played.sidecar)
+        .matches("airlock: reloaded policy")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            played.logs(&played.sidecar)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(app_get(&played, "/echo/after-base"), "403");
+    pod_ok(&["stop", "-t", "0", &played.app]);
+    pod_ok(&["pod", "stop", "-t", "10", &played.name]);
+    let verified = audit(&[
+        "verify",
+        &session,
+        "--audit-key",
+        played.audit_dir.join("audit.key").to_str().unwrap(),
+    ]);
+    assert!(verified.contains("intact"), "{verified}");
 }

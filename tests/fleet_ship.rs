@@ -133,7 +133,12 @@ fn assert_shipped_whole(node: &Path, pg: &PgServer) {
 fn wait_for_events(pg: &PgServer, events: u64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        let now = event_count(&pg_path(pg));
+        // Until the first batch lands, the store has no schema to read.
+        let listed = audit_cli(AIRLOCK, &pg_path(pg), &["sessions", "--json"]);
+        let now = match listed.status.success() {
+            true => event_count(&pg_path(pg)),
+            false => 0,
+        };
         if now >= events {
             return;
         }
@@ -339,13 +344,13 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
             "--",
             "sh",
             "-c",
-            "for i in $(seq 1 3000); do echo $i > f$((i % 50)); done",
+            "for i in $(seq 1 12000); do echo $i > f$((i % 50)); done",
         ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let total = event_count(&node.db());
-    assert!(total > 6000, "{total} events");
+    assert!(total > 10_000, "{total} events");
     let mut shipper = Command::new(AIRLOCK)
         .args(["audit", "ship", "--follow", "--from"])
         .arg(node.db())
@@ -407,7 +412,7 @@ fn a_session_goes_on_while_the_path_to_postgres_is_dropped_and_ships_when_it_is_
         assert!(child.wait().unwrap().success(), "nft {script}");
     };
     nft(&format!(
-        "table inet {table} {{ chain out {{ type filter hook output priority 0; tcp dport {port} drop; tcp sport {port} drop; }} }}",
+        "table inet {table} {{\n chain out {{\n type filter hook output priority 0;\n tcp dport {port} drop\n tcp sport {port} drop\n }}\n}}\n",
         port = pg.port()
     ));
     let dropped = Instant::now();

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use airlock_test_support::audit_cli::audit_ok;
 use airlock_test_support::client::ClientOutput;
+use airlock_test_support::configmap::ConfigMapDir;
 use airlock_test_support::console::{Console, since_recorded};
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::proxy::init_ca;
@@ -226,10 +227,15 @@ impl Pod {
 
     /// `airlock sidecar --netns` (or other `target` flags) for this pod.
     fn sidecar(&self, pki: &TestPki, extra: &[&str]) -> Sidecar {
+        self.sidecar_with_policy(pki, &self.policy(), extra)
+    }
+
+    /// The same, enforcing the policy file at `policy`.
+    fn sidecar_with_policy(&self, pki: &TestPki, policy: &Path, extra: &[&str]) -> Sidecar {
         let mut cmd = Command::new(AIRLOCK);
         cmd.arg("sidecar")
             .arg("--policy")
-            .arg(self.policy())
+            .arg(policy)
             .arg("--ca-dir")
             .arg(self.dir.path().join("ca"))
             .arg("--upstream-ca")
@@ -766,6 +772,167 @@ for line in sys.stdin:
     sidecar.wait_for("policy reload failed", 1).await;
     let (status, _) = get("/echo").await;
     assert_eq!(status, 200);
+}
+
+/// An organisation's base policy, shipped as its own ConfigMap: GET of
+/// /echo and everything under it.
+const ORG_BASE_V1: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo", "/echo/**"]
+"#;
+
+/// The base tightened: /echo alone.
+const ORG_BASE_V2: &str = r#"version = 1
+[[allow]]
+host = "api.test"
+port = 443
+methods = ["GET"]
+paths = ["/echo"]
+"#;
+
+/// A team's policy (its own ConfigMap) on top of the base at `base`;
+/// `admin` adds GET /admin.
+fn team_policy(base: &Path, admin: bool) -> String {
+    let mut text = format!(
+        "version = 1\nextends = [{:?}]\n",
+        base.display().to_string()
+    );
+    if admin {
+        text.push_str("\n[[allow]]\nhost = \"api.test\"\nport = 443\nmethods = [\"GET\"]\npaths = [\"/admin\"]\n");
+    }
+    text
+}
+
+/// The record's events as JSON lines (`audit export --format jsonl`).
+fn recorded(pod: &Pod) -> Vec<serde_json::Value> {
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    pod.audit(&["export", &id, "--format", "jsonl", "--out", "-"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_update_decides_the_next_request_and_is_on_record_with_the_new_policys_hash() {
+    let pod = Pod::new("cmswap");
+    let pki = TestPki::new();
+    let upstream = pod.upstream(&pki).await;
+    // Two ConfigMap volumes as the kubelet lays them out: the base and the
+    // team's policy, which extends the base by its mounted path.
+    let base = ConfigMapDir::new(
+        &pod.dir.path().join("org-base"),
+        &[("base.toml", ORG_BASE_V1)],
+    );
+    let base_file = base.path("base.toml");
+    let (team_v1, team_v2) = (
+        team_policy(&base_file, false),
+        team_policy(&base_file, true),
+    );
+    let team = ConfigMapDir::new(&pod.dir.path().join("team"), &[("policy.toml", &team_v1)]);
+    let sidecar = pod
+        .sidecar_with_policy(&pki, &team.path("policy.toml"), &[])
+        .ready()
+        .await;
+    assert_eq!(pod.curl("https://api.test/echo/a", &[]).await.0, 200);
+    assert_eq!(pod.curl("https://api.test/admin", &[]).await.0, 403);
+
+    // The team's ConfigMap updated: the next request is the new version's.
+    team.update(&[("policy.toml", &team_v2)]);
+    sidecar.wait_for("airlock: reloaded policy", 1).await;
+    assert_eq!(
+        pod.curl("https://api.test/admin", &[]).await.0,
+        200,
+        "{}",
+        sidecar.log()
+    );
+    // The base's ConfigMap updated, the team's untouched: the base decides.
+    base.update(&[("base.toml", ORG_BASE_V2)]);
+    sidecar.wait_for("airlock: reloaded policy", 2).await;
+    assert_eq!(
+        pod.curl("https://api.test/echo/b", &[]).await.0,
+        403,
+        "{}",
+        sidecar.log()
+    );
+    assert_eq!(pod.curl("https://api.test/echo", &[]).await.0, 200);
+    assert_eq!(upstream.hits(), 3);
+
+    // On record: each reload, with the hash of the policy now in force and
+    // of every file it was read from, before the first request it decided.
+    let events = recorded(&pod);
+    let reloads: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "note" && e.get("policy").is_some())
+        .collect();
+    assert_eq!(reloads.len(), 2, "{events:#?}");
+    let sha = |text: &str| airlock_auditor::sha256_hex(text.as_bytes());
+    let top = team.path("policy.toml").display().to_string();
+    for (reload, base_text) in reloads.iter().zip([ORG_BASE_V1, ORG_BASE_V2]) {
+        let policy = &reload["policy"];
+        assert_eq!(policy["name"], top.as_str(), "{reload:#}");
+        assert_eq!(policy["sha256"], sha(&team_v2), "{reload:#}");
+        assert_eq!(policy["text"], team_v2.as_str(), "{reload:#}");
+        let files = policy["files"].as_array().unwrap();
+        assert_eq!(files.len(), 2, "{reload:#}");
+        assert_eq!(files[0]["sha256"], sha(base_text), "{reload:#}");
+        assert!(
+            files[0]["name"].as_str().unwrap().ends_with("base.toml"),
+            "{reload:#}"
+        );
+        assert_eq!(files[1]["name"], top.as_str(), "{reload:#}");
+        assert_eq!(files[1]["sha256"], sha(&team_v2), "{reload:#}");
+        assert!(
+            reload["text"].as_str().unwrap().contains(&sha(&team_v2)),
+            "{reload:#}"
+        );
+    }
+    // The session began under the first version.
+    let sessions: serde_json::Value =
+        serde_json::from_str(&pod.audit(&["sessions", "--json"])).unwrap();
+    assert_eq!(sessions[0]["policy_sha256"], sha(&team_v1));
+    let seq = |e: &serde_json::Value| e["seq"].as_u64().unwrap();
+    // Each exchange by its decision: the first of its records.
+    let http = |path: &str| -> Vec<(u64, String, String)> {
+        let mut seen = std::collections::HashSet::new();
+        events
+            .iter()
+            .filter(|e| e["kind"] == "http" && e["url"].as_str().is_some_and(|u| u.ends_with(path)))
+            .filter(|e| seen.insert(e["exchange"].to_string()))
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+                (seq(e), text("decision"), text("rule"))
+            })
+            .collect()
+    };
+    let (first, second) = (seq(reloads[0]), seq(reloads[1]));
+    let admin = http("/admin");
+    assert_eq!(admin.len(), 2, "{admin:?}");
+    assert!(admin[0].0 < first && admin[0].1 == "deny", "{admin:?}");
+    assert!(admin[1].0 > first && admin[1].1 == "allow", "{admin:?}");
+    assert!(
+        admin[1].2.starts_with(&format!("{top}:")),
+        "decided by the team's file: {admin:?}"
+    );
+    let echo_b = http("/echo/b");
+    assert!(
+        echo_b.len() == 1 && echo_b[0].0 > second && echo_b[0].1 == "deny",
+        "{echo_b:?}"
+    );
+    let timeline = pod.audit(&[
+        "timeline",
+        sessions[0]["id"].as_str().unwrap(),
+        "--kind",
+        "note",
+    ]);
+    assert!(
+        timeline.contains(&format!("policy reloaded: {top} sha256 {}", sha(&team_v2))),
+        "{timeline}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

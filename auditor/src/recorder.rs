@@ -378,6 +378,7 @@ impl SessionRecorder {
             let notice = AuditEvent::Note(Note {
                 // The event after the notice is the first without content.
                 text: budget_notice(gate.next_seq + 1, limit, used),
+                policy: None,
             });
             let notice = self.encode(notice)?;
             self.send(&mut gate, notice, None)?;

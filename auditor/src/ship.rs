@@ -11,7 +11,7 @@
 //! Exactly once, whatever fails: a destination stores one batch in one
 //! transaction and ignores rows it already holds (idempotent on
 //! (session, seq)), and a shipper always asks the destination where it is
-//! ([`ShipDestination::shipped_up_to`]) before it sends, never its own
+//! ([`ShipDestination::shipped`]) before it sends, never its own
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 

@@ -288,7 +288,7 @@ pub fn describe(event: &AuditEvent) -> String {
                 escape::preview(line, PREVIEW_CHARS)
             )
         }
-        AuditEvent::Note(Note { text }) => format!("note  {}", escape::text(text)),
+        AuditEvent::Note(Note { text, .. }) => format!("note  {}", escape::text(text)),
         AuditEvent::Untraced(Untraced {
             pid,
             ppid,

@@ -892,3 +892,102 @@ fn a_session_whose_end_was_never_shipped_is_incomplete_up_to_its_last_shipped_ev
             .is_intact()
     );
 }
+
+#[test]
+fn a_store_opened_for_reading_never_writes() {
+    let pg = PgServer::start();
+    let (env, local) = node();
+    let id = session(&local, 3);
+    PgStore::open(&pg.url()).unwrap();
+    let reader = PgStore::open_readonly(&pg.url()).unwrap();
+    let batch = local
+        .ship_batch(&id, Shipped::default(), 100)
+        .unwrap()
+        .unwrap();
+    let e = reader.ship(&batch).unwrap_err().to_string();
+    assert!(e.contains("read-only transaction"), "{e}");
+    assert!(
+        reader
+            .enroll(&airlock_auditor::load_public_key(&env.key).unwrap(), None)
+            .is_err()
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM sessions"), "0");
+    assert_eq!(pg.psql("SELECT count(*) FROM node_keys"), "0");
+    // An empty database is not a store yet: a reader says so, and does
+    // not create one.
+    pg.psql(
+        "DROP TABLE meta, sessions, events, checkpoints, contents, event_terms, node_keys CASCADE",
+    );
+    let e = PgStore::open_readonly(&pg.url()).unwrap_err().to_string();
+    assert!(e.contains("holds no airlock record yet"), "{e}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"),
+        "0"
+    );
+}
+
+#[test]
+fn shippers_of_different_nodes_at_once_each_store_their_sessions_whole() {
+    let pg = PgServer::start();
+    // Four nodes whose sessions write the same file contents, so their
+    // batches insert the same content keys at the same time.
+    let nodes: Vec<_> = (0..4)
+        .map(|n| {
+            let (env, local) = node();
+            let rec = local.begin_session(info(&["sh"])).unwrap();
+            for i in 0..300 {
+                let name = format!("/work/f{}.txt", (i + n * 7) % 20);
+                let body = format!("shared {}", (i * 3 + n) % 20);
+                rec.record(file(&name, FileOp::Create, Some(body.as_bytes())))
+                    .unwrap();
+                rec.record(dns(&format!("n{n}-{i}.example.com"))).unwrap();
+            }
+            rec.finish(SessionEnd::default()).unwrap();
+            (env, local)
+        })
+        .collect();
+    let url = pg.url();
+    std::thread::scope(|s| {
+        for (_, local) in &nodes {
+            let url = url.clone();
+            s.spawn(move || {
+                let central = PgStore::open(&url).unwrap();
+                ship_all(local, &central).unwrap();
+            });
+        }
+    });
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM sessions WHERE ended_us IS NOT NULL"),
+        "4"
+    );
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM events"),
+        (4 * 600).to_string()
+    );
+    let distinct: i64 = nodes
+        .iter()
+        .map(|(env, _)| {
+            env.raw()
+                .query_row("SELECT count(*) FROM contents", [], |r| r.get::<_, i64>(0))
+                .unwrap()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM contents"),
+        distinct.to_string()
+    );
+    let reader = PgStore::open_readonly(&url).unwrap();
+    for summary in reader.sessions().unwrap() {
+        let r = reader
+            .verify(&summary.id, &airlock_auditor::TrustAnchor::None)
+            .unwrap();
+        // Chains whole; the keys are not enrolled, so unverified, not intact.
+        assert_eq!(
+            r.outcome,
+            airlock_auditor::VerifyOutcome::Unverified,
+            "{r:#?}"
+        );
+        assert_eq!(r.events, 600);
+    }
+}

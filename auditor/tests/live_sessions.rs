@@ -93,6 +93,7 @@ fn step_one() -> Vec<AuditEvent> {
     vec![
         AuditEvent::Note(Note {
             text: "session started".into(),
+            policy: None,
         }),
         step_exec("init", None, None, &["airlock-init"]),
         step_start(
@@ -177,6 +178,7 @@ fn three_steps(store: &AuditStore) -> SessionId {
         }),
         AuditEvent::Note(Note {
             text: "session stopping".into(),
+            policy: None,
         }),
         exit("s1bg", None, Some(15)),
     ]);

@@ -25,7 +25,7 @@ const COLUMNS = [
 
 function verificationRank(v) {
   const o = v && v.outcome;
-  return o === 'tampered' ? 0 : o === 'incomplete' ? 1 : o === 'intact' ? 2 : 3;
+  return o === 'tampered' ? 0 : o === 'unverified' ? 1 : o === 'incomplete' ? 2 : o === 'intact' ? 3 : 4;
 }
 
 /** A session's labels as `key=value`, by key (empty for a session
@@ -82,7 +82,7 @@ export async function renderSessions(page, ctx) {
     text('command', 'Command', 'text in any command'),
     text('host', 'Host contacted', '*.example.com'),
     h('label', { class: 'field field-check', for: 'f-denied' }, inputs.denied, h('span', null, 'with a denial')),
-    select('verification', 'Verification', [['', 'any'], ['intact', 'verified'], ['incomplete', 'incomplete'], ['tampered', 'tampered']]),
+    select('verification', 'Verification', [['', 'any'], ['intact', 'verified'], ['incomplete', 'incomplete'], ['unverified', 'unverified'], ['tampered', 'tampered']]),
     h('div', { class: 'field field-buttons' },
       h('button', { type: 'button', class: 'btn btn-primary', testid: 'filter-apply', onclick: () => apply() }, 'Apply'),
       h('button', { type: 'button', class: 'btn', testid: 'filter-clear', onclick: () => { for (const n of FILTERS) { if (n === 'denied') inputs.denied.checked = false; else inputs[n].value = ''; } apply(); } }, 'Clear')));

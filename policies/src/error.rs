@@ -80,6 +80,10 @@ impl SourceMap {
         &self.name
     }
 
+    pub(crate) fn text(&self) -> &Arc<str> {
+        &self.text
+    }
+
     pub(crate) fn position(&self, offset: usize) -> (u32, u32) {
         let mut offset = offset.min(self.text.len());
         while !self.text.is_char_boundary(offset) {

@@ -114,6 +114,20 @@ impl Policy {
         self.0.layers.iter().map(|l| &**l.map.name()).collect()
     }
 
+    /// Each file this policy was read from, by name, with the exact text
+    /// that was parsed (bases first, the top file last, as [`Self::files`]):
+    /// what a record says came into force, without reading the disk again.
+    pub fn sources(&self) -> Vec<(&str, &str)> {
+        if self.0.layers.is_empty() {
+            return vec![(self.source_name(), self.text())];
+        }
+        self.0
+            .layers
+            .iter()
+            .map(|l| (&**l.map.name(), &**l.map.text()))
+            .collect()
+    }
+
     /// Version 1, default deny, no rules.
     pub fn deny_all() -> Self {
         let text: Arc<str> = "version = 1\ndefault = \"deny\"\n".into();

@@ -526,6 +526,45 @@ pub struct Output {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Note {
     pub text: String,
+    /// For a policy reload: the policy that decides from this note on.
+    /// Left out otherwise (and in every note recorded before reloads were
+    /// on record, so those verify unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyInForce>,
+}
+
+impl Note {
+    /// A note that is only text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            policy: None,
+        }
+    }
+}
+
+/// A policy as it came into force during a session (a reload), as the
+/// session's own info records the one it started under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyInForce {
+    /// The policy file, as named on the command line (`SessionInfo::policy_name`).
+    pub name: String,
+    /// SHA-256 (hex) of its text: the same digest as
+    /// `SessionInfo::policy_sha256` and `sha256sum` of the file.
+    pub sha256: String,
+    /// Its text, as read.
+    pub text: String,
+    /// Every file it was read from, the bases it `extends` first and the
+    /// file itself last, each with the SHA-256 of the text read: a change
+    /// to a base alone shows here.
+    pub files: Vec<PolicySource>,
+}
+
+/// One file of a policy in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySource {
+    pub name: String,
+    pub sha256: String,
 }
 
 /// The command's terminal got a new window size (the caller resized

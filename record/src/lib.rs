@@ -23,8 +23,8 @@ pub use digest::{hex, sha256_hex};
 pub use event::{AuditEvent, EventKind};
 pub use events::{
     ApprovalDecided, ApprovalRequested, DnsQuery, Exec, ExecFile, ExecImage, Exit, FileChange,
-    FileIdentity, FileOp, HttpExchange, Note, Output, OutputStream, Resize, StepEnd, StepStart,
-    TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, Xattr,
+    FileIdentity, FileOp, HttpExchange, Note, Output, OutputStream, PolicyInForce, PolicySource,
+    Resize, StepEnd, StepStart, TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, Xattr,
 };
 pub use ids::{BadSessionId, ConnectionId, ExchangeId, ExecId, Seq, SessionId, StepNo};
 pub use os_text::OsText;

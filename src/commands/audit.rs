@@ -5,6 +5,7 @@
 //! program under audit chose most of them and must not be able to rewrite
 //! the reader's terminal); `--json` output is left as data.
 
+mod keys;
 mod ocsf_export;
 mod ship;
 mod undo;
@@ -120,6 +121,9 @@ enum AuditCommand {
     /// Copy local records into a central store (postgres://…), once or
     /// following them as they grow; what it already holds is not copied twice.
     Ship(ship::ShipArgs),
+    /// The node keys a central store (--audit-db postgres://…) trusts:
+    /// enroll, list and revoke them.
+    Keys(keys::KeysArgs),
     /// Check that sessions were not altered: exit 0 only when intact.
     Verify {
         /// Session id or unique prefix.
@@ -131,7 +135,8 @@ enum AuditCommand {
         #[command(flatten)]
         db: DbArg,
         /// Trusted key: the audit key file or a public key file [default: the
-        /// local audit key, if it exists].
+        /// local audit key, if it exists; on a central store, its enrolled
+        /// node keys (`audit keys`), which this narrows to one].
         #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_KEY")]
         audit_key: Option<PathBuf>,
         /// Print JSON reports.
@@ -369,6 +374,7 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
         AuditCommand::Search(args) => search(args),
         AuditCommand::Ship(args) => ship::run(args),
         AuditCommand::Serve(args) => super::console::serve(args),
+        AuditCommand::Keys(args) => keys::run(args),
     }
 }
 
@@ -764,6 +770,23 @@ fn restore_files(store: &dyn RecordStore, id: &SessionId, dir: &Path) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether `--audit-db` names a central store (`postgres://…`).
+pub(super) fn is_central(db: &Path) -> bool {
+    db.to_str()
+        .is_some_and(airlock_auditor::postgres::is_postgres_url)
+}
+
+/// The trust anchor for the store at `db`: a central store trusts its
+/// enrolled node keys, so there only an explicit key counts (it narrows
+/// them to that one), never this machine's own; a local record trusts
+/// [`default_trust`].
+pub(super) fn trust_for(db: &Path, explicit: Option<PathBuf>) -> Result<TrustAnchor> {
+    if is_central(db) && explicit.is_none() {
+        return Ok(TrustAnchor::None);
+    }
+    default_trust(explicit)
+}
+
 /// The explicit key, else the local audit key if there is one.
 pub(super) fn default_trust(explicit: Option<PathBuf>) -> Result<TrustAnchor> {
     if let Some(p) = explicit {
@@ -788,11 +811,12 @@ fn verify(
         Ok(s) => s,
         Err(e) => return Ok(usage(e)),
     };
-    let trust = match default_trust(audit_key) {
+    let location = db_path(db)?;
+    let trust = match trust_for(&location, audit_key) {
         Ok(t) => t,
         Err(e) => return Ok(usage(e)),
     };
-    if matches!(trust, TrustAnchor::None) && !json {
+    if matches!(trust, TrustAnchor::None) && !json && !is_central(&location) {
         eprintln!(
             "warning: no trusted key (no --audit-key and no local audit key): checking consistency only, a re-signed log would pass"
         );

@@ -12,7 +12,7 @@ use airlock_policy::Policy;
 use anyhow::Result;
 use clap::Args;
 
-use super::audit::{DbArg, db_path, default_trust};
+use super::audit::{DbArg, db_path, is_central, trust_for};
 use super::policy::request::Target;
 
 #[derive(Debug, Args)]
@@ -24,7 +24,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = crate::cli::parse_addr)]
     listen: SocketAddr,
     /// Trusted key for the verification badges: the audit key file or a
-    /// public key file [default: the local audit key, if it exists].
+    /// public key file [default: the local audit key, if it exists; on a
+    /// central store, its enrolled node keys].
     #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_KEY")]
     audit_key: Option<PathBuf>,
 }
@@ -32,8 +33,8 @@ pub(crate) struct ServeArgs {
 pub(crate) fn serve(args: ServeArgs) -> Result<ExitCode> {
     let path = db_path(&args.db)?;
     let store = airlock_auditor::open_store(&path, Access::ReadOnly)?;
-    let trust = default_trust(args.audit_key)?;
-    if matches!(trust, airlock_auditor::TrustAnchor::None) {
+    let trust = trust_for(&path, args.audit_key)?;
+    if matches!(trust, airlock_auditor::TrustAnchor::None) && !is_central(&path) {
         eprintln!(
             "warning: no trusted key (no --audit-key and no local audit key): badges check consistency only, a re-signed log would pass"
         );

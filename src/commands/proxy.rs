@@ -16,6 +16,7 @@ use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_addr};
 use crate::finish::Finish;
+use crate::policy_reload::Reloader;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -175,11 +176,15 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         servers.spawn(async move { p.serve_dns_tcp(tcp).await });
     }
 
-    let (code, reason) =
-        match serve_until_stopped(&proxy, &args.policy, signals, &mut servers).await {
-            Stop::Signal(why) => (0, why),
-            Stop::Failed(why) => (1, why),
-        };
+    let reloader = Reloader {
+        proxy: &proxy,
+        path: &args.policy,
+        record: recorder.as_ref(),
+    };
+    let (code, reason) = match serve_until_stopped(&reloader, signals, &mut servers).await {
+        Stop::Signal(why) => (0, why),
+        Stop::Failed(why) => (1, why),
+    };
     Finish::proxy(proxy, recorder)
         .shipping(shipper)
         .stop_serving(&mut servers)

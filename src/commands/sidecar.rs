@@ -32,6 +32,7 @@ use crate::audit::WithNote;
 use crate::audit_sink::{AuditSink, Tee};
 use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 use crate::finish::Finish;
+use crate::policy_reload::Reloader;
 use crate::serve::{
     Signals, Stop, announce_placeholders, bind_dns, bind_tcp, open_events, serve_until_stopped,
 };
@@ -259,7 +260,13 @@ async fn serve(
             .with_note(CAPABILITIES_NOTE);
     let recorder = crate::audit::begin(&audit_db, Some(&audit_key), info, &credentials)?;
     let shipper = match &args.audit.audit_ship {
-        Some(to) => Some(LiveShipper::start(&audit_db, to)?),
+        Some(to) => {
+            // The capture rules leave only marked sockets alone: the
+            // connection to the central store is the sidecar's own, like
+            // its upstream ones, and must not be captured by its proxy.
+            airlock_auditor::postgres::mark_connections(rules.mark);
+            Some(LiveShipper::start(&audit_db, to)?)
+        }
         None => None,
     };
     let gate = shipper
@@ -314,7 +321,12 @@ async fn serve(
         args.admin
     );
 
-    let end = serve_until_stopped(&proxy, &policy_path, signals, &mut servers).await;
+    let reloader = Reloader {
+        proxy: &proxy,
+        path: &policy_path,
+        record: Some(&recorder),
+    };
+    let end = serve_until_stopped(&reloader, signals, &mut servers).await;
     admin_state.set_ready(false);
     lag.abort();
     let (code, reason) = match &end {

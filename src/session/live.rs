@@ -97,8 +97,7 @@ impl Live {
                 text: format!(
                     "the session is not answering: the sandbox did not confirm the end of step {} after it was killed",
                     step.0
-                ),
-            }));
+                ), policy: None }));
         }
     }
 

@@ -593,7 +593,6 @@ fn note_output_cut(live: &Live, step: StepId, stream: OutputStream) {
                 "step {}: what it left running wrote more than {} MiB to {stream} after the step ended; the rest is not recorded",
                 step.0,
                 BACKGROUND_OUTPUT_RECORDED >> 20
-            ),
-        }));
+            ), policy: None }));
     }
 }

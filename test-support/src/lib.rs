@@ -21,8 +21,10 @@
 //! - [`shim`]: sandboxes run through the shim's library API.
 //! - [`podman`]: real podman containers, networks and test images.
 //! - [`sidecar`]: an `airlock sidecar` process, its log and events.
-//! - [`postgres`]: a PostgreSQL server of the test's own (`initdb`,
+//!   ConfigMap volume (the `..data` symlink swap).
 //!   `pg_ctl`), killed and restarted at will.
+//! - [`configmap`]: a directory laid out and updated as the kubelet does a
+//! - [`postgres`]: a PostgreSQL server of the test's own (`initdb`,
 //!
 //! The `airlock` binary's path is known only to the root package's
 //! integration tests, at compile time: they name it with [`airlock_bin!`]
@@ -34,6 +36,7 @@ pub mod audit_cli;
 pub mod audit_store;
 pub mod chain;
 pub mod client;
+pub mod configmap;
 pub mod console;
 pub mod disk;
 pub mod pki;

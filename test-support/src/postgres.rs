@@ -218,6 +218,11 @@ impl PgServer {
             .arg("-D")
             .arg(self.data())
             .args(["-U", SUPERUSER, "--auth=scram-sha-256", "-E", "UTF8"])
+            // A default collation that ignores punctuation (ICU, alternate
+            // shifted), as a database a fleet already runs may have: where
+            // '.' and '/' do not order as bytes, a store whose ranges relied
+            // on the database's collation would search wrong.
+            .args(["--locale-provider=icu", "--icu-locale=und-u-ka-shifted"])
             .arg(format!("--pwfile={}", pwfile.display()))
             .args(["--no-sync", "--no-instructions"])
             .output()

@@ -9,8 +9,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::config::{Host, SslMode as WireSslMode};
-use postgres::{Client, Config};
+use tokio_postgres::Config;
+use tokio_postgres::config::{Host, SslMode as WireSslMode};
+
+use super::client::{Client, ConnectError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
@@ -148,6 +150,11 @@ impl PgTarget {
             // for the kernel's whole SYN retry schedule.
             config.connect_timeout(Duration::from_secs(10));
         }
+        if config.get_tcp_user_timeout().is_none() {
+            // A path that drops packets mid-connection is noticed in
+            // seconds, not after TCP's retransmissions give up (~15 min).
+            config.tcp_user_timeout(Duration::from_secs(15));
+        }
         config.application_name("airlock");
         let unix_only = config
             .get_hosts()
@@ -190,16 +197,26 @@ impl PgTarget {
     /// Opens one connection.
     pub(crate) fn connect(&self) -> Result<Client, CentralError> {
         let connected = match &self.tls {
-            None => self.config.connect(postgres::NoTls),
-            Some(tls) => self
-                .config
-                .connect(MakeRustlsConnect::new(ClientConfig::clone(tls))),
+            None => Client::connect(&self.config, tokio_postgres::NoTls),
+            Some(tls) => Client::connect(
+                &self.config,
+                MakeRustlsConnect::new(ClientConfig::clone(tls)),
+            ),
         };
         connected.map_err(|e| self.connect_failure(&e))
     }
 
-    fn connect_failure(&self, e: &postgres::Error) -> CentralError {
+    fn connect_failure(&self, e: &ConnectError) -> CentralError {
         let cause = self.scrub(&full_text(e));
+        let e = match e {
+            ConnectError::Postgres(e) => e,
+            ConnectError::Io(_) => {
+                return CentralError::Connect {
+                    url: self.shown.clone(),
+                    failure: ConnectFailure::Unreachable { cause },
+                };
+            }
+        };
         let failure = if let Some(db) = e.as_db_error() {
             match db.code().code() {
                 "28P01" | "28000" => ConnectFailure::Password {

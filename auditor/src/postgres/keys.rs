@@ -1,8 +1,8 @@
 //! The enrolled node keys: which signers the central store trusts
 //! (`airlock audit keys add|list|revoke`).
 
+use super::client::{Queries, Row};
 use ed25519_dalek::VerifyingKey;
-use postgres::Row;
 
 use super::db;
 use super::error::CentralError;

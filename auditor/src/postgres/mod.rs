@@ -16,6 +16,7 @@
 //!
 //! [`RecordStore`]: crate::RecordStore
 
+mod client;
 mod connect;
 mod error;
 mod keys;
@@ -26,15 +27,16 @@ mod ship;
 mod store;
 mod verify_rows;
 
+pub use client::mark_connections;
 pub use connect::{PASSWORD_FILE_ENV, PgTarget, SslMode, is_postgres_url, redact_url};
 pub use error::{CentralError, ConnectFailure};
-pub use postgres::Error as PostgresError;
 pub use store::PgStore;
+pub use tokio_postgres::Error as PostgresError;
 
 use crate::{AuditError, EngineError};
 
 /// Postgres's error while doing `context`, as the store reports it.
-pub(crate) fn db_error(context: &'static str, source: postgres::Error) -> AuditError {
+pub(crate) fn db_error(context: &'static str, source: tokio_postgres::Error) -> AuditError {
     AuditError::Db {
         context,
         source: EngineError::Postgres(source),
@@ -42,11 +44,11 @@ pub(crate) fn db_error(context: &'static str, source: postgres::Error) -> AuditE
 }
 
 /// [`db_error`] as a closure for `map_err`.
-pub(crate) fn db(context: &'static str) -> impl Fn(postgres::Error) -> AuditError {
+pub(crate) fn db(context: &'static str) -> impl Fn(tokio_postgres::Error) -> AuditError {
     move |source| db_error(context, source)
 }
 
 /// An engine error on one line: its message and its sources'.
-pub(crate) fn describe(e: &postgres::Error) -> String {
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     connect::full_text(e)
 }

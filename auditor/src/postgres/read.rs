@@ -1,7 +1,7 @@
 //! Reading sessions, events and contents back out of the central store,
 //! as the readers ([`crate::RecordStore`]) ask for them.
 
-use postgres::Client;
+use super::client::{Client, Queries};
 
 use super::db;
 use crate::{

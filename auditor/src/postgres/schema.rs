@@ -4,7 +4,7 @@
 //! count of batches committed (the store's data version) and the
 //! enrolled node keys.
 
-use postgres::Client;
+use super::client::{Client, Queries};
 
 use super::connect::PgTarget;
 use super::error::CentralError;
@@ -97,7 +97,7 @@ CREATE TABLE IF NOT EXISTS node_keys (
 /// Creates the schema if the database has none (one opener at a time),
 /// then checks its version.
 pub(crate) fn create(client: &mut Client, target: &PgTarget) -> Result<(), AuditError> {
-    let db = |e: postgres::Error| super::db_error("creating the central store's schema", e);
+    let db = |e: tokio_postgres::Error| super::db_error("creating the central store's schema", e);
     let mut tx = client.transaction().map_err(db)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
         .map_err(db)?;
@@ -120,7 +120,7 @@ pub(crate) fn create(client: &mut Client, target: &PgTarget) -> Result<(), Audit
 /// Checks that the database holds an airlock store of this version,
 /// writing nothing (readers, replicas).
 pub(crate) fn check(client: &mut Client, target: &PgTarget) -> Result<(), AuditError> {
-    let db = |e: postgres::Error| super::db_error("reading the central store's schema", e);
+    let db = |e: tokio_postgres::Error| super::db_error("reading the central store's schema", e);
     let url = || target.shown().to_string();
     if !has_table(client, "meta").map_err(db)? {
         return Err(if has_other_tables(client).map_err(db)? {
@@ -146,10 +146,7 @@ pub(crate) fn check(client: &mut Client, target: &PgTarget) -> Result<(), AuditE
     }
 }
 
-fn has_table(
-    client: &mut impl postgres::GenericClient,
-    name: &str,
-) -> Result<bool, postgres::Error> {
+fn has_table(client: &mut impl Queries, name: &str) -> Result<bool, tokio_postgres::Error> {
     client
         .query_one(
             "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL",
@@ -158,7 +155,7 @@ fn has_table(
         .map(|r| r.get(0))
 }
 
-fn has_other_tables(client: &mut impl postgres::GenericClient) -> Result<bool, postgres::Error> {
+fn has_other_tables(client: &mut impl Queries) -> Result<bool, tokio_postgres::Error> {
     client
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema())",

@@ -5,8 +5,8 @@
 //! session here is indexed (terms are computed at shipping for those
 //! recorded before search existed), so nothing is scanned.
 
-use postgres::Client;
-use postgres::types::ToSql;
+use super::client::{Client, Queries};
+use tokio_postgres::types::ToSql;
 
 use super::db;
 use super::read::stored_event;
@@ -121,4 +121,55 @@ pub(super) fn run(
         hits: arrange(hits),
         scanned_sessions: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::PgStore;
+    use airlock_test_support::postgres::PgServer;
+
+    /// Postgres's plan for the matching part of `query`, with sequential
+    /// scans priced out, so that a plan without the index means the index
+    /// cannot serve the query (a collation that reorders '.' and '/' would
+    /// do that to the ranges).
+    fn plan(store: &PgStore, query: &SearchQuery) -> String {
+        let f = Filter::new(&query.criteria().unwrap(), None);
+        let sql = format!("EXPLAIN SELECT sid, seq FROM event_terms WHERE {}", f.sql);
+        let params: Vec<&(dyn ToSql + Sync)> = f.params.iter().map(|p| &**p).collect();
+        store
+            .with(|c| {
+                let mut tx = c.transaction().unwrap();
+                tx.batch_execute("SET LOCAL enable_seqscan = off").unwrap();
+                let rows = tx.query(&sql, &params).unwrap();
+                Ok(rows
+                    .iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn hosts_domains_files_and_directories_are_index_lookups_not_scans() {
+        let pg = PgServer::start();
+        let store = PgStore::open(&pg.url()).unwrap();
+        let q = |host: Option<&str>, file: Option<&str>| SearchQuery {
+            host: host.map(Into::into),
+            file: file.map(Into::into),
+            since_us: Some(1),
+            ..SearchQuery::default()
+        };
+        for (query, index) in [
+            (q(Some("api.example.com"), None), "event_terms_by_host"),
+            (q(Some("*.example.com"), None), "event_terms_by_host"),
+            (q(None, Some("/work/a.txt")), "event_terms_by_path"),
+            (q(None, Some("/work/")), "event_terms_by_path"),
+        ] {
+            let plan = plan(&store, &query);
+            assert!(plan.contains(index), "{query:?}: {plan}");
+            assert!(!plan.contains("Seq Scan"), "{query:?}: {plan}");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! batch, under a lock on the session's row, so that a batch sent twice,
 //! or by two shippers of the same session at once, is stored once.
 
-use postgres::Transaction;
+use super::client::{Queries, Transaction};
 
 use super::error::CentralError;
 use super::store::PgStore;
@@ -158,9 +158,15 @@ fn insert_contents(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), Au
     if batch.contents.is_empty() {
         return Ok(());
     }
-    let shas: Vec<&str> = batch.contents.iter().map(|(s, _)| s.as_str()).collect();
-    let sizes: Vec<i64> = batch.contents.iter().map(|(_, d)| d.len() as i64).collect();
-    let data: Vec<&[u8]> = batch.contents.iter().map(|(_, d)| d.as_slice()).collect();
+    // In one order for every shipper: two batches of different sessions
+    // holding the same contents then wait for each other instead of
+    // deadlocking on the key's index.
+    let mut contents: Vec<&(String, Vec<u8>)> = batch.contents.iter().collect();
+    contents.sort_by(|a, b| a.0.cmp(&b.0));
+    contents.dedup_by(|a, b| a.0 == b.0);
+    let shas: Vec<&str> = contents.iter().map(|(s, _)| s.as_str()).collect();
+    let sizes: Vec<i64> = contents.iter().map(|(_, d)| d.len() as i64).collect();
+    let data: Vec<&[u8]> = contents.iter().map(|(_, d)| d.as_slice()).collect();
     tx.execute(
         "INSERT INTO contents (sha256, size, data)
          SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])

@@ -4,7 +4,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use ed25519_dalek::VerifyingKey;
-use postgres::Client;
+
+use super::client::{Client, Queries};
 
 use super::connect::PgTarget;
 use super::error::CentralError;
@@ -97,6 +98,17 @@ impl PgStore {
 
     fn lock(&self) -> MutexGuard<'_, Option<Client>> {
         self.client.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for PgStore {
+    /// The client owns a small runtime of its own, which tokio refuses to
+    /// drop from inside another runtime's task (the console drops its store
+    /// there): it is dropped on a thread of its own.
+    fn drop(&mut self) {
+        if let Some(client) = self.lock().take() {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
     }
 }
 

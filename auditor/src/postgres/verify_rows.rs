@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use postgres::{Client, Portal, Row, Transaction};
+use super::client::{Client, IsolationLevel, Portal, Queries, Row, Transaction};
 
 use super::db;
 use crate::search::Terms;
@@ -70,10 +70,7 @@ impl PgRows<'_> {
         read: &mut dyn FnMut(&mut dyn SessionRows) -> Result<(), AuditError>,
     ) -> Result<(), AuditError> {
         let tx = client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
+            .transaction_with(IsolationLevel::RepeatableRead, true)
             .map_err(db("verifying the session"))?;
         let mut rows = PgRows {
             tx,

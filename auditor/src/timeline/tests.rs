@@ -104,7 +104,10 @@ fn every_field_from_the_sandbox_is_escaped() {
             data: EVIL.as_bytes().to_vec(),
             step: None,
         }),
-        AuditEvent::Note(Note { text: s() }),
+        AuditEvent::Note(Note {
+            text: s(),
+            policy: None,
+        }),
         // A task's name is whatever it set with prctl(PR_SET_NAME).
         AuditEvent::Untraced(Untraced {
             exec_id: None,
