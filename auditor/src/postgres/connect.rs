@@ -156,6 +156,13 @@ impl PgTarget {
             config.tcp_user_timeout(Duration::from_secs(15));
         }
         config.application_name("airlock");
+        // No JIT: every query of the store is an index lookup that takes a
+        // few milliseconds, but over millions of events the planner's
+        // estimates cross `jit_above_cost`, and compiling then takes longer
+        // than the query (a search by host over 1M events: 80 ms instead of
+        // 3). Options in the URL come after, so theirs win.
+        let options = config.get_options().unwrap_or_default();
+        config.options(format!("-c jit=off {options}").trim_end());
         let unix_only = config
             .get_hosts()
             .iter()
