@@ -468,6 +468,26 @@ mod tests {
     }
 
     #[test]
+    fn the_stores_connections_run_without_jit_unless_the_url_says_otherwise() {
+        let options = |url: &str| {
+            PgTarget::parse(url)
+                .unwrap()
+                .config
+                .get_options()
+                .map(str::to_string)
+        };
+        assert_eq!(
+            options("postgres://u:p@127.0.0.1/db").as_deref(),
+            Some("-c jit=off")
+        );
+        // The URL's own options come last: a later -c wins in Postgres.
+        assert_eq!(
+            options("postgres://u:p@127.0.0.1/db?options=-c%20jit%3Don").as_deref(),
+            Some("-c jit=off -c jit=on")
+        );
+    }
+
+    #[test]
     fn sslmode_takes_libpqs_names_and_defaults_to_verify_full() {
         let t = PgTarget::parse("postgres://u:p@127.0.0.1/db").unwrap();
         assert_eq!(t.ssl_mode(), SslMode::VerifyFull);
