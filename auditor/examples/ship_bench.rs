@@ -153,7 +153,10 @@ fn event(node: u64, i: u64) -> AuditEvent {
             bytes_down: 50_000 + i % 9000,
             duration_ms: Some(42.0),
         }),
-        3 => http(exec_id, &format!("https://{host}/simple/package-{}/", i % 1000)),
+        3 => http(
+            exec_id,
+            &format!("https://{host}/simple/package-{}/", i % 1000),
+        ),
         _ => {
             // Distinct content per file version: the store keeps each once.
             let content = format!(
@@ -271,6 +274,41 @@ fn empty_store(pg: &PgServer) {
     pg.psql("TRUNCATE sessions, events, event_terms, checkpoints, contents RESTART IDENTITY");
 }
 
+// ------------------------------------------------------------ CPU time
+
+/// CPU seconds (user + system) from /proc/PID/stat: the process's own, and
+/// its children's that it waited for (clock ticks are 1/100 s there).
+fn cpu_of(pid: &str) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis, from the state (3rd).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i - 3)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((tick(14)? + tick(15)?, tick(16)? + tick(17)?))
+}
+
+/// CPU seconds spent so far by this process and by the server: the
+/// postmaster and its helpers, and the backends that exited (a shipper's
+/// backend exits when the shipper lets go of its connection).
+fn cpu_now(pg: &PgServer) -> (f64, f64) {
+    let ours = cpu_of("self").map_or(0.0, |(own, _)| own);
+    let helpers =
+        pg.psql("SELECT pid FROM pg_stat_activity WHERE backend_type <> 'client backend'");
+    let mut server = 0.0;
+    let mut postmaster = None;
+    for pid in helpers.lines() {
+        server += cpu_of(pid).map_or(0.0, |(own, _)| own);
+        postmaster = postmaster.or_else(|| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:"))?;
+            Some(ppid.trim().to_string())
+        });
+    }
+    if let Some((own, children)) = postmaster.as_deref().and_then(cpu_of) {
+        server += own + children;
+    }
+    (ours, server)
+}
+
 // ----------------------------------------------------------------- ingest
 
 fn ingest(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
@@ -306,6 +344,7 @@ fn ingest(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
     let events: u64 = recorded.iter().sum();
 
     let mut rates = Vec::new();
+    let (mut cpu_shipper, mut cpu_server) = (Vec::new(), Vec::new());
     let mut shipped_events = 0;
     for run in 0..sizes.runs {
         empty_store(pg);
@@ -320,6 +359,7 @@ fn ingest(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
             dbs.push(to);
         }
         let url = pg.url();
+        let cpu_before = cpu_now(pg);
         let barrier = Barrier::new(SHIPPERS + 1);
         let (elapsed, reports) = std::thread::scope(|s| {
             let handles: Vec<_> = dbs
@@ -347,6 +387,19 @@ fn ingest(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
         for r in reports {
             n += r?.events;
         }
+        // The shippers' backends exit once they let go of their connections.
+        for _ in 0..100 {
+            let backends = pg.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            );
+            if backends == "0" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let cpu_after = cpu_now(pg);
+        cpu_shipper.push(cpu_after.0 - cpu_before.0);
+        cpu_server.push(cpu_after.1 - cpu_before.1);
         let held: u64 = pg.psql("SELECT count(*) FROM events").parse()?;
         if held != n {
             return Err(format!("run {run}: shipped {n} events, the store holds {held}").into());
@@ -364,6 +417,10 @@ fn ingest(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
         "runs": rates.len(),
         "events_per_second_runs": rates,
         "events_per_second_median": median(rates.clone()),
+        // What one event costs in CPU, whatever else the machine runs: the
+        // shippers (reading SQLite, sending) and the server (storing).
+        "shipper_cpu_us_per_event": median(cpu_shipper) * 1e6 / shipped_events as f64,
+        "server_cpu_us_per_event": median(cpu_server) * 1e6 / shipped_events as f64,
     }))
 }
 
@@ -512,12 +569,17 @@ fn search(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
     // The copies: each haystack session's rows again under a new id (its
     // start time's 12 digits, then 20 of a hash), from another node.
     if copies > 0 {
+        let rebuild = set_aside_indexes(pg);
         replicate(pg, copies)?;
+        pg.psql(&format!("SET maintenance_work_mem = '256MB'; {rebuild}"));
     }
-    pg.psql("ANALYZE");
+    // As autovacuum leaves a store in time: statistics and visibility map.
+    pg.psql("VACUUM ANALYZE");
     let fill_s = fill_start.elapsed().as_secs_f64();
     let events: u64 = pg.psql("SELECT count(*) FROM events").parse()?;
-    let db_bytes: u64 = pg.psql("SELECT pg_database_size(current_database())").parse()?;
+    let db_bytes: u64 = pg
+        .psql("SELECT pg_database_size(current_database())")
+        .parse()?;
 
     let url = pg.url();
     let exact = SearchQuery {
@@ -553,6 +615,34 @@ fn search(work: &Path, pg: &PgServer, sizes: Sizes) -> Result<Value, BoxError> {
         "domain_query_ms_median": domain_open_ms,
         "domain_hits": domain_hits,
     }))
+}
+
+/// Drops the indexes and constraints of the tables the copies go into
+/// (building them once afterwards is faster than keeping them up to date
+/// row by row), and returns the SQL that puts them back as they were.
+fn set_aside_indexes(pg: &PgServer) -> String {
+    const TABLES: &str = "'events', 'event_terms', 'checkpoints'";
+    let constraints = pg.psql(&format!(
+        "SELECT format('ALTER TABLE %I DROP CONSTRAINT %I', c.conrelid::regclass, c.conname),
+                format('ALTER TABLE %I ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname,
+                       pg_get_constraintdef(c.oid))
+         FROM pg_constraint c
+         WHERE c.conrelid::regclass::text IN ({TABLES}) AND c.contype IN ('p', 'u', 'f')"
+    ));
+    let indexes = pg.psql(&format!(
+        "SELECT format('DROP INDEX %I', i.indexname), i.indexdef FROM pg_indexes i
+         WHERE i.schemaname = current_schema() AND i.tablename IN ({TABLES})
+           AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+    ));
+    let (mut drop, mut rebuild) = (Vec::new(), Vec::new());
+    for line in constraints.lines().chain(indexes.lines()) {
+        if let Some((d, r)) = line.split_once('|') {
+            drop.push(d.to_string());
+            rebuild.push(r.to_string());
+        }
+    }
+    pg.psql(&drop.join("; "));
+    rebuild.join("; ")
 }
 
 /// Copies every haystack session `copies` times, row for row, into new
@@ -677,15 +767,14 @@ fn main() -> Result<(), BoxError> {
                 "search" => search(&work, &pg, sizes)?,
                 other => return Err(format!("ship_bench: unknown part {other:?}").into()),
             };
-            eprintln!("ship_bench: {part} took {:.1} s", started.elapsed().as_secs_f64());
+            eprintln!(
+                "ship_bench: {part} took {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
             out[*part] = figures;
         }
         Ok(())
     })();
-    if std::env::var_os("SHIP_BENCH_HOLD").is_some() {
-        eprintln!("HOLD {}", pg.url());
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-    }
     drop(pg);
     let _ = std::fs::remove_dir_all(&work);
     result?;
