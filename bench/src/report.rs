@@ -926,7 +926,11 @@ fn case_params(case: &str, samples: &[RawSample]) -> String {
             ("events", "events"),
         ] {
             // Given by bench/run as text (`airlock-bench sample --param`).
-            if let Some(v) = s.params.get(key).and_then(|v| v.as_str()?.parse::<f64>().ok()) {
+            if let Some(v) = s
+                .params
+                .get(key)
+                .and_then(|v| v.as_str()?.parse::<f64>().ok())
+            {
                 parts.push(format!("{} {what}", fmt(v)));
             }
         }

@@ -136,7 +136,9 @@ mod tests {
         let figures = Figures::of(&samples);
         let md = section(&figures);
         assert!(
-            md.contains("| keep-alive requests/s inside `airlock run` | 1,000 | 960 | 0.960 | yes |"),
+            md.contains(
+                "| keep-alive requests/s inside `airlock run` | 1,000 | 960 | 0.960 | yes |"
+            ),
             "{md}"
         );
         assert!(
@@ -150,7 +152,12 @@ mod tests {
 
     #[test]
     fn nothing_is_shown_when_nothing_was_shipped() {
-        let samples = vec![sample("keepalive", "airlock-transparent", "req_per_s", 1000.0)];
+        let samples = vec![sample(
+            "keepalive",
+            "airlock-transparent",
+            "req_per_s",
+            1000.0,
+        )];
         assert_eq!(section(&Figures::of(&samples)), "");
     }
 }
