@@ -23,8 +23,8 @@
 //!     cargo run --release -p airlock-auditor --example ship_bench -- serve
 //!
 //! `serve` starts a server, prints its URL on one line and stops it when
-//! its standard input closes (bench/run's `--audit-ship` destination: the
-//! server goes with the harness however the harness ends).
+//! its standard input closes (bench/run's `--audit-ship` destination: a
+//! harness killed with -9 closes it too, once its children are gone).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use std::collections::BTreeMap;
