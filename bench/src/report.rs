@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::Machine;
 use crate::stats::Spread;
 
+mod fleet;
 mod rule_variants;
 mod sessions;
 
@@ -375,6 +376,56 @@ const TABLES: &[Table] = &[
         ],
     },
     Table {
+        case: "fleet-ingest",
+        title: "Fleet: aggregate ingest into PostgreSQL from 10 concurrent shippers, one `Shipper::drain` per node database (auditor/examples/ship_bench.rs)",
+        baseline: BASELINE,
+        columns: &[col(
+            "events_per_s",
+            "events/s",
+            "events/s",
+            Kind::Plain,
+            // Issue 31.
+            Some(Target::AtLeast(50_000.0)),
+        )],
+    },
+    Table {
+        case: "fleet-lag",
+        title: "Fleet: ship lag, from `record` to shipped (committed in PostgreSQL), at 1,000 events/s per node (ship_bench)",
+        baseline: BASELINE,
+        columns: &[
+            col("p50_ms", "p50 ms", "ms", Kind::Plain, None),
+            col(
+                "p99_ms",
+                "p99 ms",
+                "ms",
+                Kind::Plain,
+                Some(Target::Below(1000.0)),
+            ),
+            col("max_ms", "max ms", "ms", Kind::Plain, None),
+        ],
+    },
+    Table {
+        case: "fleet-search",
+        title: "Fleet: search by host in PostgreSQL, from opening the store read-only to holding the events (ship_bench; full runs 10,000,000 events, quick 1,000,000)",
+        baseline: BASELINE,
+        columns: &[
+            col(
+                "host_ms",
+                "exact host, median ms",
+                "ms",
+                Kind::Plain,
+                Some(Target::Below(100.0)),
+            ),
+            col(
+                "domain_ms",
+                "*.domain, median ms",
+                "ms",
+                Kind::Plain,
+                Some(Target::Below(100.0)),
+            ),
+        ],
+    },
+    Table {
         case: "policy-replay",
         title: "`airlock policy replay` of one recorded session (auditor/examples/replay_corpus.rs; contender = requests replayed)",
         baseline: BASELINE,
@@ -456,6 +507,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
             &rule_variants::CREDENTIAL,
         ));
         latest.push_str(&rule_variants::section(&figures, &rule_variants::ASK));
+        latest.push_str(&fleet::section(&figures));
         splice(target, &latest)?;
     }
 
@@ -480,6 +532,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         "credential": rule_variants::json(&figures, &rule_variants::CREDENTIAL),
         "ask": rule_variants::json(&figures, &rule_variants::ASK),
         "sessions": sessions::json(&figures),
+        "ship_cost": fleet::json(&figures),
         "commands": commands.lines().collect::<Vec<_>>(),
         "samples": samples,
     });
@@ -581,6 +634,7 @@ fn render_markdown(
     md.push_str(&comparisons(figures));
     md.push_str(&rule_variants::section(figures, &rule_variants::CREDENTIAL));
     md.push_str(&rule_variants::section(figures, &rule_variants::ASK));
+    md.push_str(&fleet::section(figures));
     md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
     for (k, v) in machine.rows() {
         let _ = writeln!(md, "| {k} | {} |", escape(&v));
@@ -863,6 +917,23 @@ fn case_params(case: &str, samples: &[RawSample]) -> String {
         && let Some(r) = s.params.get("resumption").and_then(|v| v.as_str())
     {
         parts.push(format!("TLS resumption {r}"));
+    }
+    if case.starts_with("fleet-") {
+        for (key, what) in [
+            ("shippers", "shippers"),
+            ("nodes", "nodes"),
+            ("rate", "events/s per node"),
+            ("events", "events"),
+        ] {
+            // Given by bench/run as text (`airlock-bench sample --param`).
+            if let Some(v) = s
+                .params
+                .get(key)
+                .and_then(|v| v.as_str()?.parse::<f64>().ok())
+            {
+                parts.push(format!("{} {what}", fmt(v)));
+            }
+        }
     }
     if case == "download"
         && let Some(b) = s.metrics.get("bytes")

@@ -151,6 +151,13 @@ impl PgTarget {
             config.connect_timeout(Duration::from_secs(10));
         }
         config.application_name("airlock");
+        // No JIT: every query of the store is an index lookup that takes a
+        // few milliseconds, but over millions of events the planner's
+        // estimates cross `jit_above_cost`, and compiling then takes longer
+        // than the query (a search by host over 1M events: 80 ms instead of
+        // 3). Options in the URL come after, so theirs win.
+        let options = config.get_options().unwrap_or_default();
+        config.options(format!("-c jit=off {options}").trim_end());
         let unix_only = config
             .get_hosts()
             .iter()
@@ -452,6 +459,26 @@ mod tests {
         assert_eq!(
             password_in("postgres://u:p%40ss@h/db").as_deref(),
             Some("p@ss")
+        );
+    }
+
+    #[test]
+    fn the_stores_connections_run_without_jit_unless_the_url_says_otherwise() {
+        let options = |url: &str| {
+            PgTarget::parse(url)
+                .unwrap()
+                .config
+                .get_options()
+                .map(str::to_string)
+        };
+        assert_eq!(
+            options("postgres://u:p@127.0.0.1/db").as_deref(),
+            Some("-c jit=off")
+        );
+        // The URL's own options come last: a later -c wins in Postgres.
+        assert_eq!(
+            options("postgres://u:p@127.0.0.1/db?options=-c%20jit%3Don").as_deref(),
+            Some("-c jit=off -c jit=on")
         );
     }
 

@@ -1,0 +1,163 @@
+//! What shipping costs a node (issue 31): the audited `airlock run` figures
+//! with the record streamed to a central PostgreSQL (`--audit-ship`) next
+//! to the same without it, measured in the same run, interleaved. The
+//! target: within 5% (keep-alive requests/s at least 0.95 times, the
+//! auditing-overhead workload at most 1.05 times as long).
+
+use std::fmt::Write as _;
+
+use super::{Figures, cell};
+
+/// Shipping may cost a node at most this share of a figure.
+const WITHIN: f64 = 0.05;
+
+/// One figure measured without and with `--audit-ship`.
+struct Pair {
+    case: &'static str,
+    metric: &'static str,
+    what: &'static str,
+    without: &'static str,
+    with: &'static str,
+    /// More is better (a rate) rather than less (a duration).
+    rate: bool,
+}
+
+const PAIRS: [Pair; 2] = [
+    Pair {
+        case: "keepalive",
+        metric: "req_per_s",
+        what: "keep-alive requests/s inside `airlock run`",
+        without: "airlock-transparent",
+        with: "airlock-transparent-ship",
+        rate: true,
+    },
+    Pair {
+        case: "audit-workload",
+        metric: "wall_ms",
+        what: "auditing-overhead workload, wall ms",
+        without: "airlock-audit",
+        with: "airlock-audit-ship",
+        rate: false,
+    },
+];
+
+impl Pair {
+    /// with / without, and whether it is within the target.
+    fn ratio(&self, figures: &Figures) -> Option<(f64, bool)> {
+        let without = figures.median(self.case, self.without, self.metric)?;
+        let with = figures.median(self.case, self.with, self.metric)?;
+        if without <= 0.0 {
+            return None;
+        }
+        let ratio = with / without;
+        let met = match self.rate {
+            true => ratio >= 1.0 - WITHIN,
+            false => ratio <= 1.0 + WITHIN,
+        };
+        Some((ratio, met))
+    }
+}
+
+/// The Markdown section, empty when nothing was shipped.
+pub(super) fn section(figures: &Figures) -> String {
+    let mut md = String::new();
+    for pair in &PAIRS {
+        let with = figures.get(pair.case, pair.with, pair.metric);
+        if with.is_none() {
+            continue;
+        }
+        let without = figures.get(pair.case, pair.without, pair.metric);
+        let (ratio, met) = match pair.ratio(figures) {
+            Some((r, met)) => (format!("{r:.3}"), if met { "yes" } else { "no" }),
+            None => (String::new(), ""),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {ratio} | {met} |",
+            pair.what,
+            cell(without),
+            cell(with)
+        );
+    }
+    if md.is_empty() {
+        return md;
+    }
+    format!(
+        "### What shipping costs a node (`--audit-ship` to PostgreSQL)\n\n\
+         | figure | without | with `--audit-ship` | with / without | within 5% |\n\
+         |---|---:|---:|---:|:---:|\n{md}\n\
+         Both audited; the same run, interleaved. `with` streams the record to a PostgreSQL \
+         the harness started (`ship_bench serve`) as it is written; a run ends once its \
+         record is shipped.\n\n"
+    )
+}
+
+/// The same figures for machines: `{"keepalive.req_per_s": {"without", "with", "ratio", "within_target"}}`.
+pub(super) fn json(figures: &Figures) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for pair in &PAIRS {
+        let Some(with) = figures.median(pair.case, pair.with, pair.metric) else {
+            continue;
+        };
+        let mut entry = serde_json::Map::new();
+        entry.insert("with".into(), with.into());
+        if let Some(without) = figures.median(pair.case, pair.without, pair.metric) {
+            entry.insert("without".into(), without.into());
+        }
+        if let Some((ratio, met)) = pair.ratio(figures) {
+            entry.insert("ratio".into(), ratio.into());
+            entry.insert("within_target".into(), met.into());
+        }
+        out.insert(format!("{}.{}", pair.case, pair.metric), entry.into());
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RawSample;
+    use super::*;
+
+    fn sample(case: &str, contender: &str, metric: &str, v: f64) -> RawSample {
+        serde_json::from_value(serde_json::json!({
+            "case": case, "contender": contender, "run": 1, "metrics": {metric: v}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn shipping_is_judged_against_the_same_audited_figure_without_it() {
+        let samples = vec![
+            sample("keepalive", "airlock-transparent", "req_per_s", 1000.0),
+            sample("keepalive", "airlock-transparent-ship", "req_per_s", 960.0),
+            sample("audit-workload", "airlock-audit", "wall_ms", 1000.0),
+            sample("audit-workload", "airlock-audit-ship", "wall_ms", 1100.0),
+        ];
+        let figures = Figures::of(&samples);
+        let md = section(&figures);
+        assert!(
+            md.contains(
+                "| keep-alive requests/s inside `airlock run` | 1,000 | 960 | 0.960 | yes |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| auditing-overhead workload, wall ms | 1,000 | 1,100 | 1.100 | no |"),
+            "{md}"
+        );
+        let json = json(&figures);
+        assert_eq!(json["keepalive.req_per_s"]["within_target"], true);
+        assert_eq!(json["audit-workload.wall_ms"]["within_target"], false);
+    }
+
+    #[test]
+    fn nothing_is_shown_when_nothing_was_shipped() {
+        let samples = vec![sample(
+            "keepalive",
+            "airlock-transparent",
+            "req_per_s",
+            1000.0,
+        )];
+        assert_eq!(section(&Figures::of(&samples)), "");
+    }
+}
