@@ -486,9 +486,12 @@ fn a_follower_killed_with_sigkill_and_restarted_with_its_cursor_writes_every_eve
     let cursor = dir.path().join("events.cursor");
     let mut f = follower(&db, &out, &cursor);
     // Two sessions that start after the follower did, writing one file
-    // and running one process about every 20 ms.
+    // and running one process at a time, for at least 120 rounds and until
+    // the kills are done: a loaded machine must not let them finish first.
     let script = |tag: &str| {
-        format!("i=0; while [ $i -lt 120 ]; do echo $i > {tag}-$i; /bin/true; i=$((i+1)); done")
+        format!(
+            "i=0; while [ $i -lt 120 ] || [ ! -e stop ]; do echo $i > {tag}-$i; /bin/true; i=$((i+1)); [ $i -lt 6000 ] || break; done"
+        )
     };
     let mut a = run(&db, &ws, &script("a")).spawn().unwrap();
     let mut b = run(&db, &ws, &script("b")).spawn().unwrap();
@@ -503,6 +506,7 @@ fn a_follower_killed_with_sigkill_and_restarted_with_its_cursor_writes_every_eve
         }
     }
     f = follower(&db, &out, &cursor);
+    std::fs::write(ws.join("stop"), "").unwrap();
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
     let full = export_ok(&db, &[]);

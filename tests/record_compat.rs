@@ -67,12 +67,14 @@ fn in_todays_wording(old: &str) -> String {
         .join("\n")
 }
 
-/// The old binary's `sessions --json` with the one field added since:
-/// `labels` (issue 31), empty for a session recorded before labels existed.
-fn with_empty_labels(old: &str) -> String {
+/// The old binary's `sessions --json` with the fields added since (issue
+/// 31): `labels`, empty for a session recorded before labels existed, and
+/// `shipped`, null for one never shipped to a central store.
+fn with_fleet_fields(old: &str) -> String {
     let mut sessions: serde_json::Value = serde_json::from_str(old).unwrap();
     for s in sessions.as_array_mut().unwrap() {
         s["labels"] = serde_json::json!({});
+        s["shipped"] = serde_json::Value::Null;
     }
     serde_json::to_string_pretty(&sessions).unwrap()
 }
@@ -107,7 +109,7 @@ fn a_record_from_before_todays_model_changes_reads_and_exports_as_it_did() {
     assert_same(
         "sessions --json",
         &run(&db, &["sessions", "--json"]),
-        &with_empty_labels(&golden("sessions.golden")),
+        &with_fleet_fields(&golden("sessions.golden")),
     );
     for id in session_ids() {
         assert_same(
