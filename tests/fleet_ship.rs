@@ -67,6 +67,30 @@ impl Node {
     }
 }
 
+impl Node {
+    /// `airlock proxy` recording here and shipping to `pg`, allowing GETs
+    /// to the TLS upstream `api.test:port`, with `extra` options.
+    fn proxy(&self, pg: &PgServer, pki: &TestPki, port: u16, extra: &[String]) -> AirlockProxy {
+        let policy = format!(
+            "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\n"
+        );
+        let mut opts = ProxyOptions::new(&policy);
+        opts.env = vec![("PGPASSWORD", pg.password())];
+        opts.upstream_ca = Some(&pki.ca_pem);
+        opts.resolve = vec!["api.test:127.0.0.1".into()];
+        opts.extra = vec![
+            "--audit-db".into(),
+            self.db().to_str().unwrap().into(),
+            "--audit-key".into(),
+            self.key().to_str().unwrap().into(),
+            "--audit-ship".into(),
+            pg.url_without_password(),
+        ];
+        opts.extra.extend(extra.iter().cloned());
+        AirlockProxy::start(AIRLOCK, opts)
+    }
+}
+
 fn show(out: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -452,24 +476,12 @@ async fn audit_ship_required_holds_each_decision_until_it_is_central_and_refuses
     let pki = TestPki::new();
     let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
     let node = Node::new();
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
-        upstream.port()
+    let mut proxy = node.proxy(
+        &pg,
+        &pki,
+        upstream.port(),
+        &["--audit-ship-required".into()],
     );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.env = vec![("PGPASSWORD", pg.password())];
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        node.db().to_str().unwrap().into(),
-        "--audit-key".into(),
-        node.key().to_str().unwrap().into(),
-        "--audit-ship".into(),
-        pg.url_without_password(),
-        "--audit-ship-required".into(),
-    ];
-    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
     let url = |path: &str| format!("https://api.test:{}{path}", upstream.port());
     let (code, _, _) = curl(&proxy, &[&url("/first")]).await;
     assert_eq!(code, 200);
@@ -521,25 +533,12 @@ async fn metrics_show_how_far_the_record_is_behind_the_central_store_and_when_it
     let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
     let node = Node::new();
     let admin = free_port();
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
-        upstream.port()
+    let mut proxy = node.proxy(
+        &pg,
+        &pki,
+        upstream.port(),
+        &["--admin-listen".into(), format!("127.0.0.1:{admin}")],
     );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.env = vec![("PGPASSWORD", pg.password())];
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        node.db().to_str().unwrap().into(),
-        "--audit-key".into(),
-        node.key().to_str().unwrap().into(),
-        "--audit-ship".into(),
-        pg.url_without_password(),
-        "--admin-listen".into(),
-        format!("127.0.0.1:{admin}"),
-    ];
-    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
     let url = format!("https://api.test:{}/x", upstream.port());
     pg.kill9();
     for _ in 0..3 {
@@ -719,23 +718,7 @@ async fn the_fleets_console_follows_sessions_of_several_nodes_live() {
     let (one, two) = (Node::new(), Node::new());
     let live = LiveSession::start(&one, &pg, &[]);
     live.sh("echo first > first");
-    let policy = format!(
-        "version = 1\n[[allow]]\nhost = \"api.test\"\nport = {}\nmethods = [\"GET\"]\n",
-        upstream.port()
-    );
-    let mut opts = ProxyOptions::new(&policy);
-    opts.env = vec![("PGPASSWORD", pg.password())];
-    opts.upstream_ca = Some(&pki.ca_pem);
-    opts.resolve = vec!["api.test:127.0.0.1".into()];
-    opts.extra = vec![
-        "--audit-db".into(),
-        two.db().to_str().unwrap().into(),
-        "--audit-key".into(),
-        two.key().to_str().unwrap().into(),
-        "--audit-ship".into(),
-        pg.url_without_password(),
-    ];
-    let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+    let mut proxy = two.proxy(&pg, &pki, upstream.port(), &[]);
     let base = format!("https://api.test:{}", upstream.port());
     let (code, _, _) = curl(&proxy, &[&format!("{base}/before")]).await;
     assert_eq!(code, 200);
@@ -823,25 +806,10 @@ async fn a_candidate_policy_is_replayed_over_the_fleets_recent_traffic_chosen_by
     let pki = TestPki::new();
     let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
     let port = upstream.port();
-    let policy = format!("version = 1\n[[allow]]\nhost = \"api.test\"\nport = {port}\n");
     // Two nodes of two teams, each asking for its own path.
     for (team, path) in [("pay", "/charges"), ("search", "/index")] {
         let node = Node::new();
-        let mut opts = ProxyOptions::new(&policy);
-        opts.env = vec![("PGPASSWORD", pg.password())];
-        opts.upstream_ca = Some(&pki.ca_pem);
-        opts.resolve = vec!["api.test:127.0.0.1".into()];
-        opts.extra = vec![
-            "--audit-db".into(),
-            node.db().to_str().unwrap().into(),
-            "--audit-key".into(),
-            node.key().to_str().unwrap().into(),
-            "--audit-ship".into(),
-            pg.url_without_password(),
-            "--label".into(),
-            format!("team={team}"),
-        ];
-        let mut proxy = AirlockProxy::start(AIRLOCK, opts);
+        let mut proxy = node.proxy(&pg, &pki, port, &["--label".into(), format!("team={team}")]);
         let (code, _, _) = curl(&proxy, &[&format!("https://api.test:{port}{path}")]).await;
         assert_eq!(code, 200);
         assert_eq!(proxy.stop(), Some(0));
