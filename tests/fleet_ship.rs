@@ -91,6 +91,22 @@ impl Node {
     }
 }
 
+/// `airlock audit ship --from FROM --to` `pg`, the password in the
+/// environment, once or following.
+fn audit_ship(from: &Path, pg: &PgServer, follow: bool) -> Command {
+    let mut command = Command::new(AIRLOCK);
+    command.args(["audit", "ship"]);
+    if follow {
+        command.arg("--follow");
+    }
+    command
+        .arg("--from")
+        .arg(from)
+        .args(["--to", &pg.url_without_password()])
+        .env("PGPASSWORD", pg.password());
+    command
+}
+
 fn show(out: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -213,15 +229,7 @@ fn shipping_again_stores_nothing_twice_even_when_the_node_forgot_what_it_shipped
     let before = event_count(&pg_path(&pg));
     assert!(before > 0);
     // Again, as it stands: nothing new.
-    let ship = |db: &Path| {
-        Command::new(AIRLOCK)
-            .args(["audit", "ship", "--from"])
-            .arg(db)
-            .args(["--to", &pg.url_without_password()])
-            .env("PGPASSWORD", pg.password())
-            .output()
-            .unwrap()
-    };
+    let ship = |db: &Path| audit_ship(db, &pg, false).output().unwrap();
     let again = ship(&node.db());
     assert!(again.status.success(), "{}", show(&again));
     assert!(
@@ -267,13 +275,7 @@ fn existing_databases_are_shipped_by_audit_ship_from_a_directory() {
         assert_eq!(out.status.code(), Some(0), "{}", show(&out));
         node.enroll(&pg);
     }
-    let out = Command::new(AIRLOCK)
-        .args(["audit", "ship", "--from"])
-        .arg(spool.path())
-        .args(["--to", &pg.url_without_password()])
-        .env("PGPASSWORD", pg.password())
-        .output()
-        .unwrap();
+    let out = audit_ship(spool.path(), &pg, false).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     let central = sessions(AIRLOCK, &pg_path(&pg));
     assert_eq!(central.as_array().unwrap().len(), 3, "{central:#}");
@@ -380,11 +382,7 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let total = event_count(&node.db());
     assert!(total > 10_000, "{total} events");
-    let mut shipper = Command::new(AIRLOCK)
-        .args(["audit", "ship", "--follow", "--from"])
-        .arg(node.db())
-        .args(["--to", &pg.url_without_password()])
-        .env("PGPASSWORD", pg.password())
+    let mut shipper = audit_ship(&node.db(), &pg, true)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -406,13 +404,7 @@ fn a_shipper_killed_mid_stream_resumes_exactly_where_the_store_stopped() {
     let at_kill = event_count(&pg_path(&pg));
     eprintln!("killed with {at_kill} of {total} events shipped");
     assert!(at_kill > 0);
-    let out = Command::new(AIRLOCK)
-        .args(["audit", "ship", "--from"])
-        .arg(node.db())
-        .args(["--to", &pg.url_without_password()])
-        .env("PGPASSWORD", pg.password())
-        .output()
-        .unwrap();
+    let out = audit_ship(&node.db(), &pg, false).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(event_count(&pg_path(&pg)), total);
     node.enroll(&pg);
@@ -655,11 +647,7 @@ fn a_node_agent_following_a_directory_ships_databases_that_appear_and_stops_clea
     };
     let (a, b) = (Node::new(), Node::new());
     record("a.db", &a);
-    let agent = Command::new(AIRLOCK)
-        .args(["audit", "ship", "--follow", "--from"])
-        .arg(spool.path())
-        .args(["--to", &pg.url_without_password()])
-        .env("PGPASSWORD", pg.password())
+    let agent = audit_ship(spool.path(), &pg, true)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -788,13 +776,7 @@ fn a_run_whose_central_store_is_down_ends_promptly_and_says_how_to_ship_the_rest
     assert!(!err.contains(pg.password()), "{err}");
     // What it says to do ships the rest.
     pg.restart();
-    let ship = Command::new(AIRLOCK)
-        .args(["audit", "ship", "--from"])
-        .arg(node.db())
-        .args(["--to", &pg.url_without_password()])
-        .env("PGPASSWORD", pg.password())
-        .output()
-        .unwrap();
+    let ship = audit_ship(&node.db(), &pg, false).output().unwrap();
     assert!(ship.status.success(), "{}", show(&ship));
     node.enroll(&pg);
     assert_shipped_whole(&node.db(), &pg);
