@@ -20,55 +20,21 @@ import fs from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`fleet-central.test.mjs: ${name} is not set (run it through tests/fleet.rs)`);
-    process.exit(2);
-  }
-  return v;
-};
+import { Failure, check, harness, requireEnv } from './harness.mjs';
+
+const env = (name) => requireEnv('fleet-central.test.mjs', name);
 
 const CONSOLE_URL = env('CONSOLE_URL');
 const FLEET = JSON.parse(env('FLEET'));
 const ARTIFACTS = env('ARTIFACTS');
 const SIGNALS = env('SIGNALS');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 60_000;
 const ALL = FLEET.map((s) => s.id);
 const where = (pred) => FLEET.filter(pred).map((s) => s.id);
 
-const watchdog = setTimeout(() => {
-  console.error(`FAIL: the browser test ran over ${TOTAL_BUDGET_MS / 1000} s (stuck in step "${currentStep}")`);
-  process.exit(1);
-}, TOTAL_BUDGET_MS);
-
-let currentStep = 'start';
-const failed = [];
+const { step, setPage, finish } = harness({ name: 'fleet-central', artifacts: ARTIFACTS });
 let page;
 const problems = [];
-
-class Failure extends Error {}
-function check(cond, message) {
-  if (!cond) throw new Failure(message);
-}
-
-async function step(name, fn) {
-  currentStep = name;
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (err) {
-    console.error(`FAIL ${name}: ${err && err.message ? err.message : err}`);
-    if (page) {
-      const shot = path.join(ARTIFACTS, `failure-fleet-central-${name.replace(/[^a-z0-9]+/gi, '-')}.png`);
-      await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
-      console.error(`     screenshot: ${shot}; page URL: ${page.url()}`);
-    }
-    failed.push(name);
-  }
-}
 
 /** Each listed row as a reader sees it: its session id, and its Node,
  * Labels and Verification cells, found by their headers. */
@@ -112,6 +78,7 @@ const browser = await chromium.launch({
 const context = await browser.newContext({ viewport: { width: 1400, height: 800 }, deviceScaleFactor: 1 });
 context.setDefaultTimeout(10_000);
 page = await context.newPage();
+setPage(page);
 page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console error: ${msg.text()}`); });
 page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
 
@@ -197,11 +164,5 @@ await step('no console error or page error happened while browsing', async () =>
   check(problems.length === 0, `the browser reported:\n       ${problems.join('\n       ')}`);
 });
 
-clearTimeout(watchdog);
 await browser.close();
-if (failed.length) {
-  console.error(`${failed.length} check(s) failed: ${failed.join('; ')}`);
-  process.exit(1);
-}
-console.log('all fleet-central browser checks passed');
-process.exit(0);
+finish('all fleet-central browser checks passed');

@@ -20,54 +20,20 @@ import { chromium } from 'playwright-core';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`fleet-labels.test.mjs: ${name} is not set (run it through tests/console.rs)`);
-    process.exit(2);
-  }
-  return v;
-};
+import { Failure, check, harness, requireEnv } from './harness.mjs';
+
+const env = (name) => requireEnv('fleet-labels.test.mjs', name);
 
 const CONSOLE_URL = env('CONSOLE_URL');
 const NODE_NAME = env('NODE_NAME');
 const ARTIFACTS = env('ARTIFACTS');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 60_000;
 const ALL = ['fleet-blue', 'fleet-red-1', 'fleet-red-2', 'fleet-unlabelled'];
 
-const watchdog = setTimeout(() => {
-  console.error(`FAIL: the browser test ran over ${TOTAL_BUDGET_MS / 1000} s (stuck in step "${currentStep}")`);
-  process.exit(1);
-}, TOTAL_BUDGET_MS);
-
-let currentStep = 'start';
-const failed = [];
+const { step, setPage, finish } = harness({ name: 'fleet-labels', artifacts: ARTIFACTS });
 let browser;
 let page;
 const problems = [];
-
-class Failure extends Error {}
-function check(cond, message) {
-  if (!cond) throw new Failure(message);
-}
-
-async function step(name, fn) {
-  currentStep = name;
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (err) {
-    console.error(`FAIL ${name}: ${err && err.message ? err.message : err}`);
-    if (page) {
-      const shot = path.join(ARTIFACTS, `failure-fleet-labels-${name.replace(/[^a-z0-9]+/gi, '-')}.png`);
-      await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
-      console.error(`     screenshot: ${shot}; page URL: ${page.url()}`);
-    }
-    failed.push(name);
-  }
-}
 
 /** Each listed row as a reader sees it: the session (by the name its
  * command echoes) and its Node and Labels cells, found by their headers. */
@@ -121,6 +87,7 @@ browser = await chromium.launch({
 const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
 context.setDefaultTimeout(10_000);
 page = await context.newPage();
+setPage(page);
 page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console error: ${msg.text()}`); });
 page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
 
@@ -213,11 +180,5 @@ await step('the API filters the same way, and refuses a label that is not KEY=VA
   check(hitSessions.size === 1 && hitSessions.has(blueId), `search by label: ${JSON.stringify(search)}`);
 });
 
-clearTimeout(watchdog);
 await browser.close();
-if (failed.length) {
-  console.error(`${failed.length} check(s) failed: ${failed.join('; ')}`);
-  process.exit(1);
-}
-console.log('all fleet-labels browser checks passed');
-process.exit(0);
+finish('all fleet-labels browser checks passed');
