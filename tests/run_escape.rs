@@ -551,6 +551,14 @@ async fn escape_attempts_fail() {
         "host pids visible: {v}"
     );
     assert!(!v.to_string().contains("sleep 60"), "{v}");
+    // Nor does any command line it can read show airlock's own arguments.
+    for cmdline in v["cmdlines"].as_array().unwrap() {
+        let cmdline = cmdline.as_str().unwrap();
+        assert!(
+            !cmdline.contains("--ca-dir") && !cmdline.contains("--audit-db"),
+            "airlock's command line is visible: {v}"
+        );
+    }
     // PID 1 inside is a fork of airlock (holding its memory and environment).
     for k in ["init_environ", "init_mem"] {
         let v = get(k);

@@ -1063,6 +1063,34 @@ fn assert_steps_are_not_held(s: &Session, after: &str) {
     assert_eq!(stdout(&out), "alive\n", "after {after}: {}", show(&out));
 }
 
+/// Every process in the sandbox can read the command line of every other
+/// one it sees, whatever their dumpable flag (proc(5)): init and the step
+/// holders are forks of airlock, so theirs must not be airlock's own
+/// (its paths, labels, store). Read every way: each process, each thread,
+/// and through /proc/self's parent.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_step_can_read_the_command_line_airlock_was_started_with() {
+    let env = Env::new().await;
+    let marker = format!("probe{}", std::process::id());
+    let granted = tempfile::Builder::new().prefix(&marker).tempdir().unwrap();
+    let granted = granted.path().to_str().unwrap();
+    for extra in [&[][..], &["--no-audit"][..]] {
+        let mut extra = extra.to_vec();
+        extra.extend(["--ro", granted]);
+        let s = env.start(&extra);
+        let out = s.sh(
+            "cat /proc/[0-9]*/cmdline /proc/[0-9]*/task/*/cmdline /proc/$PPID/cmdline \
+             /proc/1/cmdline 2>/dev/null | tr '\\0' ' '; echo; tr '\\0' '\\n' < /proc/1/cmdline | head -1",
+        );
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", show(&out));
+        let text = stdout(&out);
+        for leaked in [&marker[..], "--ro", "--audit-db", "session", "start"] {
+            assert!(!text.contains(leaked), "{extra:?} sees {leaked:?}: {text}");
+        }
+        assert!(text.ends_with("airlock:init\n"), "{extra:?}: {text}");
+    }
+}
+
 /// A step runs with the uid of airlock's helpers in its sandbox, so kill(2)
 /// reaches them. Init serves the steps as PID 1 of the sandbox, which no
 /// signal sent from inside reaches (pid_namespaces(7)); the observer drops

@@ -58,6 +58,11 @@ pub(crate) enum SetupError {
     Mounts(#[from] MountError),
     #[error("allocate a pseudo-terminal: {0}")]
     Terminal(#[source] std::io::Error),
+    #[error("hide airlock's command line from the sandbox: {source}")]
+    CommandLine {
+        #[source]
+        source: std::io::Error,
+    },
     /// A message to airlock could not be sent.
     #[error("{step}: {source}")]
     Channel {
@@ -219,6 +224,13 @@ fn init(plan: &Plan, chan: &OwnedFd, observe: Option<&OwnedFd>) -> ! {
     // Die with the supervisor (single-threaded, so the thread caveat of
     // PR_SET_PDEATHSIG in prctl(2) does not apply).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    // Every process of the sandbox can read PID 1's command line, and the
+    // step holders forked from it share it: it must not show airlock's own
+    // arguments (paths, labels, the store's address).
+    if let Err(source) = sys::overwrite_command_line(b"airlock:init") {
+        report(chan, &SetupError::CommandLine { source });
+        sys::exit_now(125);
+    }
     let terminal = match init_setup(plan, chan) {
         Ok(terminal) => terminal,
         Err(error) => {

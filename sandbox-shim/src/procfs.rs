@@ -154,6 +154,22 @@ fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat { state, ppid })
 }
 
+/// Where a process's argument strings lie in its memory: the arg_start and
+/// arg_end fields (48 and 49) of a stat line, read after the last ')' as
+/// [`parse_stat`] does (the first field there is the 3rd).
+fn parse_arg_area(text: &str) -> Option<std::ops::Range<usize>> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(48 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    (start < end).then_some(start..end)
+}
+
+/// This process's argument area (what /proc/<pid>/cmdline shows).
+pub(crate) fn own_arg_area() -> Option<std::ops::Range<usize>> {
+    parse_arg_area(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
 pub(crate) fn stat(pid: Pid) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
@@ -187,6 +203,17 @@ mod tests {
         let me = stat(Pid::this()).expect("own stat");
         assert_eq!(me.ppid, nix::unistd::getppid());
         assert!(processes().contains(&Pid::this()));
+    }
+
+    #[test]
+    fn the_argument_area_is_fields_48_and_49() {
+        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        let line = format!("42 (a) b) {}", fields.join(" "));
+        assert_eq!(parse_arg_area(&line), Some(48..49));
+        assert_eq!(parse_arg_area("42 (x) S 1"), None);
+        let own = own_arg_area().expect("own argument area");
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
+        assert_eq!(own.len(), cmdline.len());
     }
 
     #[test]

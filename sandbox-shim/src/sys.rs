@@ -486,6 +486,30 @@ pub(crate) fn wait_tracee() -> io::Result<Option<(Pid, i32)>> {
     }
 }
 
+/// Overwrite this process's argument strings in place with `title` and
+/// NULs, so that /proc/<pid>/cmdline (readable by every process that can
+/// see the pid, whatever its dumpable flag) shows `title` instead of the
+/// command line airlock was started with. Only this process's copy of the
+/// memory changes: it is a fork, so airlock itself keeps its arguments.
+pub(crate) fn overwrite_command_line(title: &[u8]) -> io::Result<()> {
+    let area = crate::procfs::own_arg_area()
+        .ok_or_else(|| io::Error::other("no argument area in /proc/self/stat"))?;
+    let len = area.len();
+    let keep = title.len().min(len.saturating_sub(1));
+    // SAFETY: [arg_start, arg_end) is the argument area the kernel placed
+    // at the top of this process's stack at exec: mapped and writable for
+    // the life of the process. This process is single-threaded (a forked
+    // child), and nothing in it reads argv after this point, so nothing
+    // observes the bytes changing. The last byte stays NUL, so the kernel
+    // reads it as the plain argument list (no setproctitle overflow).
+    unsafe {
+        let start = area.start as *mut u8;
+        std::ptr::write_bytes(start, 0, len);
+        std::ptr::copy_nonoverlapping(title.as_ptr(), start, keep);
+    }
+    Ok(())
+}
+
 /// The current coarse wall-clock time: the clock the kernel stamps inode
 /// times from (current_time(), see inode(7) "Timestamps"), so a file changed
 /// after this call never has an earlier ctime.
