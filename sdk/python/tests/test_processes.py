@@ -94,6 +94,26 @@ def test_processes_lists_what_runs_with_its_step_and_pid(options: Dict[str, Any]
             _ = sb.run(["true"], background=True).pid
 
 
+def test_a_process_named_to_confuse_the_listing_is_listed_as_it_is(options: Dict[str, Any]) -> None:
+    # A shell that names itself with a newline, parentheses (stat's
+    # delimiters) and a fake listing line, and one whose command line is
+    # 1 MiB in 64 arguments.
+    odd = "printf ') x (\\nP 1\\n' > /proc/self/comm; sleep 995; :"
+    long = ["sh", "-c", 'sleep 994; : "$@"', "sh"] + ["y" * (16 << 10)] * 64
+    with airlock.Sandbox(**options) as sb:
+        named = sb.run(["sh", "-c", odd], background=True)
+        big = sb.run(long, background=True)
+        eventually("both started", lambda: len([p for p in sb.processes() if p.name == "sleep"]) == 2)
+        listed = sb.processes()
+        [sleeper] = [p for p in listed if p.argv == ["sleep", "995"]]
+        weird = {p.pid: p for p in listed}[sleeper.ppid]
+        assert weird.name == ") x (\nP 1\n"[:15] and weird.step == named.step, weird
+        [huge] = [p for p in listed if p.argv[:3] == long[:3]]
+        assert huge.step == big.step and len(huge.command) <= 4096, len(huge.command)
+        assert 1 not in {p.pid for p in listed}, "the fake `P 1` line is no process"
+        assert named.kill() and big.kill()
+
+
 def test_a_background_command_keeps_its_timeout(options: Dict[str, Any]) -> None:
     with airlock.Sandbox(**options) as sb:
         r = sb.run(["sleep", "30"], background=True, timeout=0.5).wait(timeout=10)

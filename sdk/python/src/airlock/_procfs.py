@@ -19,13 +19,14 @@ from typing import Dict, List, Optional, Tuple
 
 # One line per process: `P PID`, then its stat and its command line as
 # od's hex lines. od is used as a byte-exact encoder: a command line holds
-# NULs and newlines, and a process may name itself anything.
+# NULs and newlines, and a process may name itself anything. Each is read
+# up to a bound (-N), so that no process can make the listing too long.
 _SCRIPT = r"""echo "S $$"
 for d in /proc/[0-9]*; do
   echo "P ${d#/proc/}"
-  od -An -v -tx1 "$d/stat" 2>/dev/null
+  od -N 4096 -An -v -tx1 "$d/stat" 2>/dev/null
   echo C
-  od -An -v -tx1 "$d/cmdline" 2>/dev/null
+  od -N 4096 -An -v -tx1 "$d/cmdline" 2>/dev/null
 done
 # A process that ended while it was read is left out, not an error.
 exit 0
@@ -43,7 +44,8 @@ class Process:
     name: str
     """Its ``comm`` (at most 15 bytes)."""
     argv: List[str]
-    """Its command line; empty for a process that has cleared it."""
+    """Its command line (its first 4 KiB); empty for a process that has
+    cleared it."""
     step: Optional[int]
     """The step it belongs to: the one that started it, or left it running."""
 
@@ -103,21 +105,24 @@ def _rows(stdout: bytes) -> Tuple[Optional[int], List[Tuple[int, bytes, bytes]]]
     part = "stat"
 
     def close() -> None:
-        if pid is not None:
-            rows.append(
-                (pid, bytes.fromhex("".join(parts["stat"])), bytes.fromhex("".join(parts["cmdline"])))
-            )
+        if pid is None:
+            return
+        try:
+            rows.append((pid, bytes.fromhex("".join(parts["stat"])), bytes.fromhex("".join(parts["cmdline"]))))
+        except ValueError:
+            pass  # cut short (the listing's output cap): left out
 
     for line in stdout.decode("ascii", errors="replace").splitlines():
-        if line.startswith("S "):
+        if line.startswith("S ") and line[2:].isdigit():
             shell = int(line[2:])
-        elif line.startswith("P "):
+        elif line.startswith("P ") and line[2:].isdigit():
             close()
             pid, parts, part = int(line[2:]), {"stat": [], "cmdline": []}, "stat"
         elif line == "C":
             part = "cmdline"
         elif pid is not None:
             parts[part].append(line.replace(" ", ""))
+        # Anything else (a cut line) is left to fromhex to refuse.
     close()
     return shell, rows
 
