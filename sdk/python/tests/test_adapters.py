@@ -25,7 +25,9 @@ def assert_refusal_explained(text: str, upstream: Upstream) -> None:
     assert "to allow it, add to the policy:" in text and "[[allow]]" in text, text
 
 
-def test_the_langchain_tool_runs_a_tool_call_in_the_sandbox(options: Dict[str, Any], upstream: Upstream) -> None:
+def test_the_langchain_tool_runs_a_tool_call_in_the_sandbox(
+    options: Dict[str, Any], upstream: Upstream
+) -> None:
     from langchain_core.messages import ToolMessage
 
     from airlock.adapters.langchain import sandbox_tool
@@ -43,7 +45,9 @@ def test_the_langchain_tool_runs_a_tool_call_in_the_sandbox(options: Dict[str, A
         assert sb.files.download("f.txt") == b"hi\n", "it ran in the sandbox's workspace"
 
         curl = f"curl -sS -o /dev/null -w '%{{http_code}}' {refused_url(upstream)}"
-        message = tool.invoke({"name": tool.name, "args": {"command": curl}, "id": "call_lc2", "type": "tool_call"})
+        message = tool.invoke(
+            {"name": tool.name, "args": {"command": curl}, "id": "call_lc2", "type": "tool_call"}
+        )
         assert_refusal_explained(str(message.content), upstream)
 
     async def main() -> None:
@@ -56,13 +60,17 @@ def test_the_langchain_tool_runs_a_tool_call_in_the_sandbox(options: Dict[str, A
     asyncio.run(main())
 
 
-def test_the_openai_agents_function_tool_runs_in_the_sandbox(options: Dict[str, Any], upstream: Upstream) -> None:
+def test_the_openai_agents_function_tool_runs_in_the_sandbox(
+    options: Dict[str, Any], upstream: Upstream
+) -> None:
     from agents.tool_context import ToolContext
 
     from airlock.adapters.openai_agents import sandbox_tool
 
     def context(call_id: str, arguments: str) -> ToolContext[Any]:
-        return ToolContext(context=None, tool_name="airlock_run", tool_call_id=call_id, tool_arguments=arguments)
+        return ToolContext(
+            context=None, tool_name="airlock_run", tool_call_id=call_id, tool_arguments=arguments
+        )
 
     async def invoke(tool: Any, call_id: str, command: str) -> str:
         # How the runner calls a function tool: its context and the model's

@@ -79,7 +79,9 @@ def test_a_held_request_is_seen_from_the_sdk_and_approved_from_a_second_sdk_clie
         r = step.wait(timeout=30)
         assert r.stdout == f"hello from /{marker}?q=1", r
         [held] = r.held
-        assert (held.approval, held.outcome, held.note) == (seen.id, "approved", "fine by the supervisor"), held
+        assert (held.approval, held.outcome, held.note) == (seen.id, "approved", "fine by the supervisor"), (
+            held
+        )
         assert sb.approvals() == [], "nothing is held any more"
 
 

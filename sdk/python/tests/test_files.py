@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -70,19 +70,24 @@ def test_each_file_call_works_in_the_workspace(options: Dict[str, Any]) -> None:
             with pytest.raises(airlock.AirlockError):
                 call()
         for outside in ["/etc", "../x", "sub/../../x", ""]:
-            for call in [
-                lambda: files.list(outside) if outside else files.list("/"),
-                lambda: files.exists(outside),
-                lambda: files.remove(outside),
-                lambda: files.rename(outside, "y"),
-                lambda: files.rename("renamed.txt", outside),
-                lambda: files.mkdir(outside),
-                lambda: files.upload(outside, b"x"),
-                lambda: files.download(outside),
-            ]:
+            for call in outside_calls(files, outside):
                 with pytest.raises(airlock.AirlockError):
                     call()
         assert files.download("renamed.txt") == b"text\n", "nothing above touched it"
+
+
+def outside_calls(files: airlock.Files, outside: str) -> List[Callable[[], object]]:
+    """Every file call, each given a path outside the workspace."""
+    return [
+        lambda: files.list(outside or "/"),
+        lambda: files.exists(outside),
+        lambda: files.remove(outside),
+        lambda: files.rename(outside, "y"),
+        lambda: files.rename("renamed.txt", outside),
+        lambda: files.mkdir(outside),
+        lambda: files.upload(outside, b"x"),
+        lambda: files.download(outside),
+    ]
 
 
 def test_a_planted_symlink_never_makes_the_host_follow_it(options: Dict[str, Any], tmp_path: Path) -> None:

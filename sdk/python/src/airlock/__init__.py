@@ -11,8 +11,8 @@ from ._aio_processes import AsyncCommandHandle, AsyncStream
 from ._approvals import Approval, approvals, approve, deny
 from ._files import AsyncFiles, EntryInfo, Files
 from ._output import OutputChunk
-from ._procfs import Process
 from ._processes import CommandHandle
+from ._procfs import Process
 from .aio import AsyncSandbox
 from .errors import (
     AirlockError,

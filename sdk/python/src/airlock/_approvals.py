@@ -82,7 +82,9 @@ def list_argv(binary: str, session: Optional[str]) -> List[str]:
 
 def approve_argv(binary: str, approval: str, scope: str, note: Optional[str]) -> List[str]:
     if scope not in SCOPES:
-        raise AirlockError(f"scope {scope!r}: use 'once' (this request) or 'session' (the rest of its session)")
+        raise AirlockError(
+            f"scope {scope!r}: use 'once' (this request) or 'session' (the rest of its session)"
+        )
     argv = [binary, "approve", "--scope", scope]
     return argv + (["--note", note] if note is not None else []) + ["--", approval]
 
@@ -113,7 +115,10 @@ def run_cli(argv: Sequence[str]) -> Tuple[int, bytes, bytes]:
 
 async def run_cli_async(argv: Sequence[str]) -> Tuple[int, bytes, bytes]:
     process = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     stdout, stderr = await process.communicate()
     assert process.returncode is not None

@@ -213,7 +213,9 @@ class Files:
     def rename(self, old: str, new: str, *, label: str = "sdk:rename") -> None:
         """Rename (move) ``old`` to ``new``, both in the workspace; ``new``
         is the new name, never a directory to move into."""
-        result = self._sb._step(self._sb._file_request(rename_command(old, new), label), None, DEFAULT_MAX_OUTPUT)
+        result = self._sb._step(
+            self._sb._file_request(rename_command(old, new), label), None, DEFAULT_MAX_OUTPUT
+        )
         check_file_step("rename", old, result)
 
     def mkdir(self, path: str, *, label: str = "sdk:mkdir") -> None:
@@ -228,7 +230,11 @@ class Files:
         check_file_step("upload", path, self._sb._step(request, upload_chunks(source), DEFAULT_MAX_OUTPUT))
 
     def download(
-        self, path: str, dest: Optional[BinaryIO] = None, *, max_size: int = DEFAULT_MAX_FILE,
+        self,
+        path: str,
+        dest: Optional[BinaryIO] = None,
+        *,
+        max_size: int = DEFAULT_MAX_FILE,
         label: str = "sdk:download",
     ) -> Union[bytes, int]:
         """``path``'s content, read by the sandbox: as bytes (at most
@@ -240,7 +246,9 @@ class Files:
             try:
                 result = self._sb._step(request, None, max_size, strict=True)
             except OutputLimitError:
-                raise OutputLimitError(f"download({path!r}): larger than max_size ({max_size} bytes)") from None
+                raise OutputLimitError(
+                    f"download({path!r}): larger than max_size ({max_size} bytes)"
+                ) from None
             check_file_step("download", path, result)
             return result.stdout_bytes
         into = Download(dest)
@@ -267,12 +275,16 @@ class AsyncFiles:
 
     async def exists(self, path: str, *, label: str = "sdk:exists") -> bool:
         """See :meth:`Files.exists`."""
-        result = await self._sb._step(self._sb._file_request(exists_command(path), label), None, DEFAULT_MAX_OUTPUT)
+        result = await self._sb._step(
+            self._sb._file_request(exists_command(path), label), None, DEFAULT_MAX_OUTPUT
+        )
         return exists_answer(path, result.exit_code, result.stderr)
 
     async def remove(self, path: str, *, label: str = "sdk:remove") -> None:
         """See :meth:`Files.remove`."""
-        result = await self._sb._step(self._sb._file_request(remove_command(path), label), None, DEFAULT_MAX_OUTPUT)
+        result = await self._sb._step(
+            self._sb._file_request(remove_command(path), label), None, DEFAULT_MAX_OUTPUT
+        )
         check_file_step("remove", path, result)
 
     async def rename(self, old: str, new: str, *, label: str = "sdk:rename") -> None:
@@ -282,7 +294,9 @@ class AsyncFiles:
 
     async def mkdir(self, path: str, *, label: str = "sdk:mkdir") -> None:
         """See :meth:`Files.mkdir`."""
-        result = await self._sb._step(self._sb._file_request(mkdir_command(path), label), None, DEFAULT_MAX_OUTPUT)
+        result = await self._sb._step(
+            self._sb._file_request(mkdir_command(path), label), None, DEFAULT_MAX_OUTPUT
+        )
         check_file_step("mkdir", path, result)
 
     async def upload(self, path: str, source: Source, *, label: str = "sdk:upload") -> None:
@@ -292,7 +306,11 @@ class AsyncFiles:
         check_file_step("upload", path, result)
 
     async def download(
-        self, path: str, dest: Optional[BinaryIO] = None, *, max_size: int = DEFAULT_MAX_FILE,
+        self,
+        path: str,
+        dest: Optional[BinaryIO] = None,
+        *,
+        max_size: int = DEFAULT_MAX_FILE,
         label: str = "sdk:download",
     ) -> Union[bytes, int]:
         """See :meth:`Files.download`."""
@@ -301,7 +319,9 @@ class AsyncFiles:
             try:
                 result = await self._sb._step(request, None, max_size, strict=True)
             except OutputLimitError:
-                raise OutputLimitError(f"download({path!r}): larger than max_size ({max_size} bytes)") from None
+                raise OutputLimitError(
+                    f"download({path!r}): larger than max_size ({max_size} bytes)"
+                ) from None
             check_file_step("download", path, result)
             return result.stdout_bytes
         into = Download(dest)

@@ -108,7 +108,9 @@ def _rows(stdout: bytes) -> Tuple[Optional[int], List[Tuple[int, bytes, bytes]]]
         if pid is None:
             return
         try:
-            rows.append((pid, bytes.fromhex("".join(parts["stat"])), bytes.fromhex("".join(parts["cmdline"]))))
+            rows.append(
+                (pid, bytes.fromhex("".join(parts["stat"])), bytes.fromhex("".join(parts["cmdline"])))
+            )
         except ValueError:
             pass  # cut short (the listing's output cap): left out
 
@@ -148,6 +150,7 @@ def pid_of_step(processes: List[Process], step: int) -> Optional[int]:
     pids = {p.pid for p in of_step}
     firsts = [p.pid for p in of_step if p.ppid not in pids]
     return min(firsts) if firsts else None
+
 
 LISTING_MAX = 16 << 20
 """Most output a process listing keeps (hex of every stat and command line)."""

@@ -261,7 +261,8 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
                 first += b"".join(_protocol.stdin_frames(stdin))
             writer.write(first)
             await writer.drain()
-            line = await _within(reader.readline(), _protocol.first_answer_within(request), self.session_id, request)
+            waits = _protocol.first_answer_within(request)
+            line = await _within(reader.readline(), waits, self.session_id, request)
             reply = _protocol.parse_reply(line, StepError)
         except BaseException:
             writer.transport.abort()
