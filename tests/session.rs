@@ -913,6 +913,58 @@ while True:
     );
 }
 
+/// The `kill` request ends a step from a connection of its own, so that
+/// nothing queued on the step's connection can hold it: here 3 MiB of input
+/// that the command never reads sit before anything else the client could
+/// send there. The step's connection gets the exit report; a step that is
+/// not running is refused with one line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_request_ends_a_step_whose_unread_input_holds_its_connection() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let client = r#"
+import json, socket, struct, sys, threading, time
+path = sys.argv[1]
+
+def ask(request):
+    c = socket.socket(socket.AF_UNIX); c.connect(path)
+    c.sendall((json.dumps(request) + "\n").encode())
+    return c, c.makefile("rb")
+
+c, f = ask({"op": "exec", "argv": ["sleep", "30"]})
+step = json.loads(f.readline())["step"]
+chunk = bytes([0x00]) + struct.pack(">I", 1 << 20) + b"x" * (1 << 20)
+threading.Thread(target=lambda: c.sendall(chunk * 3), daemon=True).start()
+time.sleep(0.5)
+began = time.monotonic()
+_, k = ask({"op": "kill", "step": step})
+print("kill", json.loads(k.readline())["ok"])
+while True:
+    head = f.read(5)
+    kind, n = head[0], struct.unpack(">I", head[1:])[0]
+    data = f.read(n)
+    if kind == 0x13:
+        report = json.loads(data)
+        print("exit", report["signal"], report["reason"], time.monotonic() - began < 3)
+        break
+_, k = ask({"op": "kill", "step": step})
+answer = json.loads(k.readline())
+print("again", answer["ok"], answer["error"].split(":")[0])
+"#;
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let out = Command::new("python3")
+        .args(["-c", client, &sock])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "kill True\nexit 9 killed: its client asked (kill) True\nagain False step 1 is not running in session \n"
+            .replace("session \n", &format!("session {}\n", s.id)),
+        "{}",
+        show(&out)
+    );
+}
+
 /// A step's caller learns what the policy refused that step and the rule
 /// to add, without reading the record: in `session exec`'s stderr, in the
 /// exit frame's `denials`, and from the `denials` request. A refusal made by

@@ -24,6 +24,11 @@ pub(crate) enum Request {
     Stop,
     /// Every refusal so far in the session.
     Denials,
+    /// Kill a running step and everything it started, from another
+    /// connection: its own then gets the exit report.
+    Kill {
+        step: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -209,6 +209,9 @@ impl Started {
             let mut killed = false;
             let mut client_done = false;
             let mut held_stdin = None;
+            // A `kill` request from another connection.
+            let mut kill_asked = live.kills.arm(step);
+            let mut kill_seen = false;
             loop {
                 tokio::select! {
                     result = &mut end => {
@@ -233,6 +236,15 @@ impl Started {
                         ));
                         break Ok(StepEnd::Exited(ExitKind::Signaled(nix::sys::signal::Signal::SIGKILL as i32)));
                     }
+                    asked = &mut kill_asked, if !kill_seen => {
+                        kill_seen = true;
+                        if asked.is_ok() && !killed {
+                            reason = Some("killed: its client asked (kill)".to_owned());
+                            killed = true;
+                            let _ = live.control.kill(step);
+                            unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                        }
+                    }
                     said = &mut client, if !client_done => {
                         client_done = true;
                         reason = Some(match said {
@@ -251,6 +263,7 @@ impl Started {
                 }
             }
         };
+        live.kills.disarm(step);
         let _ = exited.send(true);
         for pump in drained {
             let _ = pump.await;
