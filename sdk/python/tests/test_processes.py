@@ -62,9 +62,16 @@ def test_send_stdin_reaches_a_background_command_as_it_runs(options: Dict[str, A
         assert (r.exit_code, r.stdout) == (0, "got:one\ngot:two\neof\n"), r
         assert "".join(seen) == r.stdout
         # Input given up front is written, then closed.
+        given = sb.run(["cat"], stdin="given\n", background=True)
+        with pytest.raises(airlock.AirlockError, match="stdin is closed"):
+            given.send_stdin("more\n")
+        assert given.wait(timeout=10).stdout == "given\n"
         big = b"x" * (3 << 20)
         r = sb.run(["wc", "-c"], stdin=big, background=True).wait(timeout=30)
         assert r.stdout.strip() == str(len(big)), r
+        # Input a command never reads holds neither the call nor the kill.
+        deaf = sb.run(["sleep", "30"], stdin=big, background=True)
+        assert deaf.kill() and deaf.wait(timeout=10).signal == 9
 
 
 def test_processes_lists_what_runs_with_its_step_and_pid(options: Dict[str, Any]) -> None:
@@ -142,5 +149,12 @@ def test_the_async_sandbox_has_background_commands_and_processes(options: Dict[s
             await echo.send_stdin("back\n")
             await echo.close_stdin()
             assert (await echo.wait(timeout=10)).stdout == "back\n"
+            big = b"x" * (3 << 20)
+            counted = await sb.run(["wc", "-c"], stdin=big, background=True)
+            assert (await counted.wait(timeout=30)).stdout.strip() == str(len(big))
+            deaf = await asyncio.wait_for(sb.run(["sleep", "30"], stdin=big, background=True), 5)
+            with pytest.raises(airlock.AirlockError, match="stdin is closed"):
+                await (await sb.run(["cat"], stdin="x", background=True)).send_stdin("y")
+            assert await deaf.kill() and (await deaf.wait(timeout=10)).signal == 9
 
     asyncio.run(main())

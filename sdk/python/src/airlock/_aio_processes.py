@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -26,6 +28,7 @@ _QUEUE_CHUNKS = 256
 PID_WITHIN = 2.0
 
 AsyncPidOf = Callable[[int], Awaitable[Optional[int]]]
+AsyncKillStep = Callable[[int], Awaitable[bool]]
 
 
 class AsyncCommandHandle:
@@ -43,8 +46,10 @@ class AsyncCommandHandle:
         max_output: int,
         callbacks: TextCallbacks,
         pid_of: AsyncPidOf,
+        kill_step: AsyncKillStep,
         describe: Callable[[Dict[str, Any]], str],
         iterate: bool,
+        stdin_open: bool = True,
     ) -> None:
         self.step = step
         """The step's number in the session's record."""
@@ -53,9 +58,11 @@ class AsyncCommandHandle:
         self._request = request
         self._describe = describe
         self._pid_of = pid_of
+        self._kill_step = kill_step
         self._pid: Optional[int] = None
         self._callbacks = callbacks
-        self._stdin_open = True
+        # False once its end was sent (with the request, or by close_stdin).
+        self._stdin_open = stdin_open
         self._done = asyncio.Event()
         self._result: Optional["RunResult"] = None
         self._error: Optional[BaseException] = None
@@ -65,6 +72,8 @@ class AsyncCommandHandle:
         self._abandoned = False
         self._collector = _protocol.StepCollector(step, max_output)
         self._listener = combine(callbacks or None)
+        self._feeder: Optional["asyncio.Future[None]"] = None
+        self._input: Optional[socket.socket] = None
         self._task = asyncio.ensure_future(self._read())
 
     async def pid(self) -> int:
@@ -87,6 +96,18 @@ class AsyncCommandHandle:
         payload = data.encode() if isinstance(data, str) else bytes(data)
         await self._send(b"".join(_protocol.stdin_frames(payload, eof=False)))
 
+    def feed_later(self, data: bytes) -> None:
+        """Write ``data`` then EOF from a task of its own."""
+
+        async def feed() -> None:
+            try:
+                await self.send_stdin(data)
+                await self.close_stdin()
+            except AirlockError:
+                pass  # it ended before taking all its input
+
+        self._feeder = asyncio.ensure_future(feed())
+
     async def close_stdin(self) -> None:
         """End the command's stdin (it reads EOF)."""
         if self._stdin_open and not self._done.is_set():
@@ -97,11 +118,7 @@ class AsyncCommandHandle:
         """End the command and everything it started; True if it was still running."""
         if self._done.is_set():
             return False
-        try:
-            await self._send(_protocol.frame(_protocol.KILL))
-        except AirlockError:
-            return False
-        return True
+        return await self._kill_step(self.step)
 
     async def wait(self, timeout: Optional[float] = None) -> "RunResult":
         """Its result once it ends; ``asyncio.TimeoutError`` past ``timeout``
@@ -134,9 +151,14 @@ class AsyncCommandHandle:
             yield item
 
     async def _send(self, data: bytes) -> None:
+        # Through a socket of its own (a dup of the connection), not the
+        # stream's transport: input the step no longer takes fails with
+        # EPIPE once it ended, and on the transport that would also fail
+        # the reads of the exit report already received.
+        if self._input is None:
+            self._input = _input_socket(self._writer)
         try:
-            self._writer.write(data)
-            await self._writer.drain()
+            await asyncio.get_running_loop().sock_sendall(self._input, data)
         except OSError as e:
             raise AirlockError(f"step {self.step} has ended: {e.strerror or e}") from None
 
@@ -169,6 +191,8 @@ class AsyncCommandHandle:
             self._error = e
         finally:
             self._writer.transport.abort()
+            if self._input is not None:
+                self._input.close()
             self._done.set()
             if self._queue is not None:
                 try:
@@ -212,3 +236,10 @@ async def _read(reader: asyncio.StreamReader, n: int) -> bytes:
         return await reader.readexactly(n)
     except asyncio.IncompleteReadError as e:
         return e.partial
+
+
+def _input_socket(writer: asyncio.StreamWriter) -> socket.socket:
+    connection = writer.get_extra_info("socket")
+    dup = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(connection.fileno()))
+    dup.setblocking(False)
+    return dup

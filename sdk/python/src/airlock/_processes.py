@@ -3,9 +3,10 @@ connection the handle keeps open while the caller goes on.
 
 The step is an ordinary one (numbered, labelled, in the record). A thread
 reads its frames; ``send_stdin`` writes stdin frames on the same
-connection; ``kill`` sends the kill frame (0x04), which ends the step and
-everything it started (as its timeout would) and still gets the exit
-report. Dropping the handle leaves the step running until the session ends
+connection; ``kill`` sends a ``kill`` request on a connection of its own
+(so that no input queued on the step's connection can hold it), which ends
+the step and everything it started (as its timeout would); the step's
+connection still gets the exit report. Dropping the handle leaves the step running until the session ends
 (or the process that holds the handle does, whose exit hangs up).
 """
 
@@ -32,6 +33,7 @@ _QUEUE_CHUNKS = 256
 PID_WITHIN = 2.0
 
 PidOf = Callable[[int], Optional[int]]
+KillStep = Callable[[int], bool]
 
 
 class CommandHandle:
@@ -48,8 +50,10 @@ class CommandHandle:
         max_output: int,
         callbacks: TextCallbacks,
         pid_of: PidOf,
+        kill_step: KillStep,
         describe: Callable[[Dict[str, Any]], str],
         iterate: bool,
+        stdin_open: bool = True,
     ) -> None:
         self.step = step
         """The step's number in the session's record."""
@@ -58,10 +62,12 @@ class CommandHandle:
         self._request = request
         self._describe = describe
         self._pid_of = pid_of
+        self._kill_step = kill_step
         self._pid: Optional[int] = None
         self._callbacks = callbacks
         self._write = threading.Lock()
-        self._stdin_open = True
+        # False once its end was sent (with the request, or by close_stdin).
+        self._stdin_open = stdin_open
         self._done = threading.Event()
         self._result: Optional["RunResult"] = None
         self._error: Optional[BaseException] = None
@@ -108,11 +114,7 @@ class CommandHandle:
         running. Its result (``wait()``) says ``killed`` in ``reason``."""
         if self._done.is_set():
             return False
-        try:
-            self._send(_protocol.frame(_protocol.KILL))
-        except AirlockError:
-            return False
-        return True
+        return self._kill_step(self.step)
 
     def wait(self, timeout: Optional[float] = None) -> "RunResult":
         """Its result once it ends; ``TimeoutError`` if it is still running

@@ -39,7 +39,7 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
 
 T = TypeVar("T")
@@ -255,9 +255,12 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
         iterate: bool,
     ) -> AsyncCommandHandle:
         reader, writer = await _connect(self._socket_path(), self.session_id)
+        # Small input goes with the request, its end too; more is fed by a
+        # task, so that a command that does not read it holds nobody.
+        sent_with_request = stdin is not None and len(stdin) <= _protocol.MAX_FRAME
         try:
             first = _protocol.request_line(request)
-            if stdin is not None:
+            if sent_with_request:
                 first += b"".join(_protocol.stdin_frames(stdin))
             writer.write(first)
             await writer.drain()
@@ -268,7 +271,7 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
             writer.transport.abort()
             await _close(writer)
             raise
-        return AsyncCommandHandle(
+        handle = AsyncCommandHandle(
             reader,
             writer,
             request,
@@ -276,9 +279,25 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
             max_output,
             callbacks,
             self._pid_of_step,
+            self._kill_step,
             lambda r: _protocol.not_answering(self.session_id, r),
             iterate,
+            stdin_open=not sent_with_request,
         )
+        if stdin is not None and not sent_with_request:
+            handle.feed_later(stdin)
+        return handle
+
+    async def _kill_step(self, step: int) -> bool:
+        try:
+            await self._ask_at(self._socket_path(), {"op": "kill", "step": step})
+        except SessionGoneError:
+            return False
+        except AirlockError as e:
+            if "is not running" in e.reason:
+                return False
+            raise
+        return True
 
     async def _pid_of_step(self, step: int) -> Optional[int]:
         return _procfs.pid_of_step(await self.processes(label=f"sdk:pid of step {step}"), step)

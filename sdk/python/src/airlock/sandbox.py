@@ -273,11 +273,13 @@ class Sandbox(SessionBase, ApprovalCalls):
         iterate: bool,
     ) -> CommandHandle:
         conn = _connect(self._socket_path(), self.session_id)
+        # Small input goes with the request, its end too; more is fed by a
+        # thread, so that a command that does not read it holds nobody.
+        sent_with_request = stdin is not None and len(stdin) <= _protocol.MAX_FRAME
         try:
             conn.settimeout(_protocol.first_answer_within(request))
             first = _protocol.request_line(request)
-            if stdin is not None and len(stdin) <= _protocol.MAX_FRAME:
-                # Small input goes with the request, its end too.
+            if sent_with_request:
                 first += b"".join(_protocol.stdin_frames(stdin))
             conn.sendall(first)
             reader = conn.makefile("rb")
@@ -298,12 +300,26 @@ class Sandbox(SessionBase, ApprovalCalls):
             max_output,
             callbacks,
             self._pid_of_step,
+            self._kill_step,
             lambda r: _protocol.not_answering(self.session_id, r),
             iterate,
+            stdin_open=not sent_with_request,
         )
-        if stdin is not None and len(stdin) > _protocol.MAX_FRAME:
+        if stdin is not None and not sent_with_request:
             threading.Thread(target=_feed_handle, args=(handle, stdin), daemon=True).start()
         return handle
+
+    def _kill_step(self, step: int) -> bool:
+        """Kill a running step by a request of its own (see _processes)."""
+        try:
+            self._ask_at(self._socket_path(), {"op": "kill", "step": step})
+        except SessionGoneError:
+            return False
+        except AirlockError as e:
+            if "is not running" in e.reason:
+                return False
+            raise
+        return True
 
     def _pid_of_step(self, step: int) -> Optional[int]:
         return _procfs.pid_of_step(self.processes(label=f"sdk:pid of step {step}"), step)
