@@ -99,7 +99,14 @@ def test_the_sandbox_denies_and_refuses_bad_decisions(options: Dict[str, Any], u
         assert r.stdout == "403", r
         assert [(h.approval, h.outcome, h.note) for h in r.held] == [(seen.id, "denied", "not today")]
         assert f"/{marker}" not in upstream.paths, "the denied request never left"
-        for decide in [lambda: sb.approve(seen.id), lambda: sb.deny("no-such-request")]:
+        # Decided already, unknown, and ids spelled as options (never taken as one).
+        for decide in [
+            lambda: sb.approve(seen.id),
+            lambda: sb.deny("no-such-request"),
+            lambda: sb.approve("--help"),
+            lambda: sb.deny("--note=x"),
+            lambda: airlock.approve("--scope=session"),
+        ]:
             with pytest.raises(airlock.AirlockError) as refused:
                 decide()
             assert refused.value.reason.startswith(("airlock:", "error:")), refused.value.reason
