@@ -859,6 +859,112 @@ print("bad", bad["ok"], "error" in bad)
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
 }
 
+/// The kill frame (0x04) ends a step and everything it started, however it
+/// tried to survive (its own session, SIGTERM ignored, a double fork), and
+/// the exit frame still follows with the reason; the session lives on.
+/// Before it, a client could only hang up (losing the report) or signal the
+/// step's process group (which `setsid` leaves).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_frame_ends_the_step_and_everything_it_started_and_the_report_follows() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let client = r#"
+import json, socket, struct, sys
+c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1])
+script = ("setsid sleep 991 & sh -c 'trap \"\" TERM INT HUP; sleep 992' & "
+          "sh -c 'sleep 993 & exit 0' & echo ready; cat")
+c.sendall((json.dumps({"op": "exec", "argv": ["sh", "-c", script]}) + "\n").encode())
+f = c.makefile("rb")
+print("step", json.loads(f.readline())["step"])
+while True:
+    head = f.read(5)
+    kind, n = head[0], struct.unpack(">I", head[1:])[0]
+    data = f.read(n)
+    if kind == 0x11 and b"ready" in data:
+        c.sendall(bytes([0x04]) + struct.pack(">I", 0))
+    elif kind == 0x13:
+        report = json.loads(data)
+        print("exit", report["exit_code"], report["signal"], report["reason"])
+        break
+    elif kind != 0x11:
+        print("unexpected", kind, data)
+        break
+"#;
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let out = Command::new("python3")
+        .args(["-c", client, &sock])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "step 1\nexit 137 9 killed: its client asked (kill)\n",
+        "{}",
+        show(&out)
+    );
+    // Nothing it started is left, and the session takes the next step.
+    let left = s.sh(
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -o 'sleep 99[123]' || true",
+    );
+    assert_eq!(
+        (left.status.code(), stdout(&left)),
+        (Some(0), String::new()),
+        "{}",
+        show(&left)
+    );
+}
+
+/// The `kill` request ends a step from a connection of its own, so that
+/// nothing queued on the step's connection can hold it: here 3 MiB of input
+/// that the command never reads sit before anything else the client could
+/// send there. The step's connection gets the exit report; a step that is
+/// not running is refused with one line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_request_ends_a_step_whose_unread_input_holds_its_connection() {
+    let env = Env::new().await;
+    let s = env.start(&[]);
+    let client = r#"
+import json, socket, struct, sys, threading, time
+path = sys.argv[1]
+
+def ask(request):
+    c = socket.socket(socket.AF_UNIX); c.connect(path)
+    c.sendall((json.dumps(request) + "\n").encode())
+    return c, c.makefile("rb")
+
+c, f = ask({"op": "exec", "argv": ["sleep", "30"]})
+step = json.loads(f.readline())["step"]
+chunk = bytes([0x00]) + struct.pack(">I", 1 << 20) + b"x" * (1 << 20)
+threading.Thread(target=lambda: c.sendall(chunk * 3), daemon=True).start()
+time.sleep(0.5)
+began = time.monotonic()
+_, k = ask({"op": "kill", "step": step})
+print("kill", json.loads(k.readline())["ok"])
+while True:
+    head = f.read(5)
+    kind, n = head[0], struct.unpack(">I", head[1:])[0]
+    data = f.read(n)
+    if kind == 0x13:
+        report = json.loads(data)
+        print("exit", report["signal"], report["reason"], time.monotonic() - began < 3)
+        break
+_, k = ask({"op": "kill", "step": step})
+answer = json.loads(k.readline())
+print("again", answer["ok"], answer["error"].split(":")[0])
+"#;
+    let sock = format!("/run/airlock/{}.sock", s.id);
+    let out = Command::new("python3")
+        .args(["-c", client, &sock])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "kill True\nexit 9 killed: its client asked (kill) True\nagain False step 1 is not running in session \n"
+            .replace("session \n", &format!("session {}\n", s.id)),
+        "{}",
+        show(&out)
+    );
+}
+
 /// A step's caller learns what the policy refused that step and the rule
 /// to add, without reading the record: in `session exec`'s stderr, in the
 /// exit frame's `denials`, and from the `denials` request. A refusal made by

@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
 
 use super::denials::DenialLog;
+use super::kills::Kills;
 use super::protocol::{ExecRequest, ExitReport};
 use crate::launch::StepLabels;
 
@@ -39,6 +40,8 @@ pub(super) struct Live {
     pub denials: Arc<DenialLog>,
     /// Each step's label, for approvers of the requests it sends.
     labels: StepLabels,
+    /// The running steps a `kill` request can end.
+    pub(super) kills: Kills,
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
@@ -85,6 +88,7 @@ impl Live {
             activity: Notify::new(),
             denials,
             labels,
+            kills: Kills::default(),
         }
     }
 

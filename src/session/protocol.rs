@@ -24,6 +24,11 @@ pub(crate) enum Request {
     Stop,
     /// Every refusal so far in the session.
     Denials,
+    /// Kill a running step and everything it started, from another
+    /// connection: its own then gets the exit report.
+    Kill {
+        step: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,6 +225,9 @@ pub(crate) enum FrameType {
     Resize = 0x02,
     /// Deliver a signal (one byte, its number) to the step's process group.
     Signal = 0x03,
+    /// Kill the step and everything it started, as its timeout would (empty
+    /// payload); the exit frame still follows, with the reason.
+    Kill = 0x04,
     Stdout = 0x11,
     Stderr = 0x12,
     /// The step ended: an [`ExitReport`] as JSON. The last frame.
@@ -231,9 +239,11 @@ pub(crate) enum FrameType {
 impl FrameType {
     fn from_byte(b: u8) -> Option<Self> {
         use FrameType::*;
-        [Stdin, StdinEof, Resize, Signal, Stdout, Stderr, Exit, Error]
-            .into_iter()
-            .find(|t| *t as u8 == b)
+        [
+            Stdin, StdinEof, Resize, Signal, Kill, Stdout, Stderr, Exit, Error,
+        ]
+        .into_iter()
+        .find(|t| *t as u8 == b)
     }
 }
 

@@ -435,6 +435,17 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>) {
             };
             let _ = protocol::write_line(&mut stream, &reply).await;
         }
+        (Request::Kill { step }, Some(live)) => {
+            let reply = if live.kills.fire(airlock_shim::StepId(step)) {
+                Reply::ok()
+            } else {
+                Reply::error(format!(
+                    "step {step} is not running in session {}: it ended, or never ran",
+                    shared.id
+                ))
+            };
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
         (Request::Exec(request), Some(live)) => {
             steps::serve(live, (reader, stream), request).await;
         }

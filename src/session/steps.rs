@@ -208,11 +208,16 @@ impl Started {
             tokio::pin!(unconfirmed);
             let mut killed = false;
             let mut client_done = false;
+            let mut held_stdin = None;
+            // A `kill` request from another connection.
+            let mut kill_asked = live.kills.arm(step);
+            let mut kill_seen = false;
             loop {
                 tokio::select! {
                     result = &mut end => {
                         // The sandbox answers: whatever was said of it before.
                         live.answering();
+                        drop(held_stdin.take());
                         break result;
                     }
                     () = &mut sleep, if deadline.is_some() && !timed_out => {
@@ -231,18 +236,34 @@ impl Started {
                         ));
                         break Ok(StepEnd::Exited(ExitKind::Signaled(nix::sys::signal::Signal::SIGKILL as i32)));
                     }
-                    gone = &mut client, if !client_done => {
-                        client_done = true;
-                        if gone {
-                            reason = Some("killed: the client disconnected".to_owned());
+                    asked = &mut kill_asked, if !kill_seen => {
+                        kill_seen = true;
+                        if asked.is_ok() && !killed {
+                            reason = Some("killed: its client asked (kill)".to_owned());
                             killed = true;
                             let _ = live.control.kill(step);
                             unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
                         }
                     }
+                    said = &mut client, if !client_done => {
+                        client_done = true;
+                        reason = Some(match said {
+                            ClientSaid::Gone => "killed: the client disconnected",
+                            ClientSaid::Kill(stdin) => {
+                                // Its stdin stays open until it is dead: closed
+                                // now, a command reading it could exit 0 first.
+                                held_stdin = stdin;
+                                "killed: its client asked (kill)"
+                            }
+                        }.to_owned());
+                        killed = true;
+                        let _ = live.control.kill(step);
+                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                    }
                 }
             }
         };
+        live.kills.disarm(step);
         let _ = exited.send(true);
         for pump in drained {
             let _ = pump.await;
@@ -358,13 +379,23 @@ struct Input {
     terminal: Option<Arc<Terminal>>,
 }
 
+/// Why the client's side of a step ended before the step did.
+enum ClientSaid {
+    /// It hung up or broke the protocol.
+    Gone,
+    /// It sent a kill frame: end the step's whole tree and report it. The
+    /// command's stdin, kept open until then.
+    Kill(Option<Writer>),
+}
+
 impl Input {
-    /// Until the client stops sending; true when it went away (hung up or
-    /// broke the protocol), false when it merely has nothing more to say.
-    async fn run(mut self, reader: &mut ConnReader) -> bool {
+    /// Until the client asks for the step's end: by hanging up (or breaking
+    /// the protocol), or by a kill frame, after which it still reads the
+    /// exit report.
+    async fn run(mut self, reader: &mut ConnReader) -> ClientSaid {
         loop {
             let Ok(Some(frame)) = protocol::read_frame(reader).await else {
-                return true;
+                return ClientSaid::Gone;
             };
             match frame {
                 (FrameType::Stdin, data) => {
@@ -375,7 +406,7 @@ impl Input {
                     if let Some(target) = target
                         && feed(target, &data, reader).await == Fed::ClientGone
                     {
-                        return true;
+                        return ClientSaid::Gone;
                     }
                 }
                 (FrameType::StdinEof, _) => match &self.terminal {
@@ -396,7 +427,8 @@ impl Input {
                 (FrameType::Signal, data) if data.len() == 1 => {
                     let _ = self.live.control.signal(self.step, i32::from(data[0]));
                 }
-                _ => return true,
+                (FrameType::Kill, data) if data.is_empty() => return ClientSaid::Kill(self.stdin),
+                _ => return ClientSaid::Gone,
             }
         }
     }

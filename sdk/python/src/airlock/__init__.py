@@ -7,6 +7,12 @@ protocol (docs/sessions.md); the sandboxing is airlock's.
         result = sb.run(["python3", "-c", "print(1 + 1)"])
 """
 
+from ._aio_processes import AsyncCommandHandle, AsyncStream
+from ._approvals import Approval, approvals, approve, deny
+from ._files import AsyncFiles, EntryInfo, Files
+from ._output import OutputChunk
+from ._processes import CommandHandle
+from ._procfs import Process
 from .aio import AsyncSandbox
 from .errors import (
     AirlockError,
@@ -21,7 +27,19 @@ from .sandbox import Sandbox
 
 __all__ = [
     "AirlockError",
+    "Approval",
+    "AsyncCommandHandle",
+    "AsyncFiles",
     "AsyncSandbox",
+    "AsyncStream",
+    "CommandHandle",
+    "EntryInfo",
+    "Files",
+    "OutputChunk",
+    "Process",
+    "approvals",
+    "approve",
+    "deny",
     "Denial",
     "Held",
     "OutputLimitError",

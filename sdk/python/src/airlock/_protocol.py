@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Dict, Iterator, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Type, Union
 
 from .errors import AirlockError, OutputLimitError, SessionGoneError, StepError
 from .result import RunResult, denials_from_json, held_from_json
@@ -21,6 +21,8 @@ HEADER_SIZE = 5
 # Client to session.
 STDIN = 0x00
 STDIN_EOF = 0x01
+SIGNAL = 0x03
+KILL = 0x04
 # Session to client.
 STDOUT = 0x11
 STDERR = 0x12
@@ -45,7 +47,7 @@ def step_deadline(request: Dict[str, Any]) -> Optional[float]:
     timeout_ms = request.get("timeout_ms")
     if timeout_ms is None:
         return None
-    return timeout_ms / 1000.0 + ANSWER_GRACE
+    return float(timeout_ms) / 1000.0 + ANSWER_GRACE
 
 
 def first_answer_within(request: Dict[str, Any]) -> float:
@@ -84,12 +86,31 @@ def frame(kind: int, payload: bytes = b"") -> bytes:
     return _HEADER.pack(kind, len(payload)) + payload
 
 
-def stdin_frames(data: Optional[bytes]) -> Iterator[bytes]:
-    """``data`` as stdin frames (each within the frame limit), then EOF."""
-    view = memoryview(data or b"")
-    for start in range(0, len(view), MAX_FRAME):
-        yield frame(STDIN, bytes(view[start : start + MAX_FRAME]))
-    yield frame(STDIN_EOF)
+Stdin = Union[bytes, Iterable[bytes]]
+"""A step's input: bytes, or chunks of them as they come (a stream)."""
+
+
+def stdin_frames(data: Optional[Stdin], eof: bool = True) -> Iterator[bytes]:
+    """``data`` as stdin frames (each within the frame limit), then EOF
+    unless ``eof`` is False (a background step's input stays open)."""
+    chunks: Iterable[bytes]
+    if data is None:
+        chunks = ()
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        chunks = (bytes(data),)
+    else:
+        chunks = data
+    for chunk in chunks:
+        view = memoryview(chunk)
+        for start in range(0, len(view), MAX_FRAME):
+            yield frame(STDIN, bytes(view[start : start + MAX_FRAME]))
+    if eof:
+        yield frame(STDIN_EOF)
+
+
+OnOutput = Callable[[int, bytes], None]
+"""Called with each output frame's type (``STDOUT`` or ``STDERR``) and
+bytes as they arrive, before the cap on what is kept."""
 
 
 def parse_header(head: bytes) -> Tuple[int, int]:
@@ -111,8 +132,11 @@ class StepCollector:
     :class:`OutputLimitError` so the caller can hang up (which kills the step).
     """
 
-    def __init__(self, step: int, max_output: int, strict: bool = False) -> None:
+    def __init__(
+        self, step: int, max_output: int, strict: bool = False, on_output: Optional[OnOutput] = None
+    ) -> None:
         self.step = step
+        self._on_output = on_output
         self._max = max_output
         self._strict = strict
         self._kept = {STDOUT: bytearray(), STDERR: bytearray()}
@@ -122,6 +146,8 @@ class StepCollector:
     def feed(self, kind: int, payload: bytes) -> bool:
         """Take one frame; True once the step has ended (``result`` is set)."""
         if kind in self._kept:
+            if self._on_output is not None:
+                self._on_output(kind, payload)
             self._keep(kind, payload)
             return False
         if kind == EXIT:

@@ -40,7 +40,7 @@ class SessionBase:
             self._options["workspace"] = self._temporary
         # The sandbox mounts the workspace at its host path, so this is also
         # its path inside: relative `cwd`s are resolved against it.
-        self._workspace = os.path.realpath(os.fspath(self._options["workspace"]))
+        self._workspace: str = os.path.realpath(os.fspath(self._options["workspace"]))
         self._session_id: Optional[str] = None
         self._stopped = False
 

@@ -8,9 +8,27 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import (
+    Any,
+    Awaitable,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
 
-from . import _protocol, _steps
+from . import _procfs, _protocol, _steps
+from ._aio_processes import AsyncCommandHandle, AsyncStream
+from ._approvals import AsyncApprovalCalls
+from ._files import AsyncFiles
+from ._output import OnText, TextCallbacks
 from ._session import (
     DEFAULT_MAX_FILE,
     DEFAULT_MAX_OUTPUT,
@@ -21,7 +39,7 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
 
 T = TypeVar("T")
@@ -31,7 +49,7 @@ T = TypeVar("T")
 _LINE_LIMIT = 16 << 20
 
 
-class AsyncSandbox(SessionBase):
+class AsyncSandbox(SessionBase, AsyncApprovalCalls):
     """A live Airlock session for asyncio code; see :class:`~airlock.Sandbox`
     for the options. Use it as ``async with AsyncSandbox(...) as sb:``.
 
@@ -88,6 +106,7 @@ class AsyncSandbox(SessionBase):
         while os.path.exists(path) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
+    @overload
     async def run(
         self,
         argv: Sequence[str],
@@ -98,10 +117,83 @@ class AsyncSandbox(SessionBase):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
-        """Run one step; see :meth:`airlock.Sandbox.run`."""
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: Literal[False] = False,
+    ) -> RunResult: ...
+
+    @overload
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: Literal[True],
+    ) -> AsyncCommandHandle: ...
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: bool = False,
+    ) -> Union[RunResult, AsyncCommandHandle]:
+        """Run one step; see :meth:`airlock.Sandbox.run` (callbacks and
+        ``background=True`` included: then an :class:`AsyncCommandHandle`)."""
         request = self._run_request(argv, env, cwd, label, timeout)
-        return await self._step(request, None if stdin is None else as_bytes(stdin), max_output)
+        data = None if stdin is None else as_bytes(stdin)
+        callbacks = TextCallbacks(on_stdout, on_stderr)
+        if background:
+            return await self._background(request, data, max_output, callbacks, iterate=False)
+        result = await self._step(request, data, max_output, on_output=callbacks or None)
+        callbacks.flush()
+        return result
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> AsyncStream:
+        """``async for chunk in sb.stream([...])``: the step's output as it
+        comes; see :meth:`airlock.Sandbox.stream`. The step starts on the
+        first iteration (or ``await stream.handle()``)."""
+        request = self._run_request(argv, env, cwd, label, timeout)
+        data = b"" if stdin is None else as_bytes(stdin)
+        return AsyncStream(
+            lambda: self._background(request, data, max_output, TextCallbacks(None, None), iterate=True)
+        )
+
+    async def processes(self, *, label: str = "sdk:processes") -> List[_procfs.Process]:
+        """What runs in the sandbox now; see :meth:`airlock.Sandbox.processes`."""
+        request = self._file_request(_procfs.command(), label)
+        result = await self._step(request, None, _procfs.LISTING_MAX)
+        check_file_step("processes", "/proc", result)
+        return _procfs.parse(result.stdout_bytes, result.step)
+
+    @property
+    def files(self) -> AsyncFiles:
+        """The workspace's files; see :attr:`airlock.Sandbox.files`."""
+        return AsyncFiles(self)
 
     async def run_code(
         self,
@@ -154,8 +246,69 @@ class AsyncSandbox(SessionBase):
         finally:
             await _close(writer)
 
+    async def _background(
+        self,
+        request: Dict[str, Any],
+        stdin: Optional[bytes],
+        max_output: int,
+        callbacks: TextCallbacks,
+        iterate: bool,
+    ) -> AsyncCommandHandle:
+        reader, writer = await _connect(self._socket_path(), self.session_id)
+        # Small input goes with the request, its end too; more is fed by a
+        # task, so that a command that does not read it holds nobody.
+        sent_with_request = stdin is not None and len(stdin) <= _protocol.MAX_FRAME
+        try:
+            first = _protocol.request_line(request)
+            if sent_with_request:
+                first += b"".join(_protocol.stdin_frames(stdin))
+            writer.write(first)
+            await writer.drain()
+            waits = _protocol.first_answer_within(request)
+            line = await _within(reader.readline(), waits, self.session_id, request)
+            reply = _protocol.parse_reply(line, StepError)
+        except BaseException:
+            writer.transport.abort()
+            await _close(writer)
+            raise
+        handle = AsyncCommandHandle(
+            reader,
+            writer,
+            request,
+            int(reply["step"]),
+            max_output,
+            callbacks,
+            self._pid_of_step,
+            self._kill_step,
+            lambda r: _protocol.not_answering(self.session_id, r),
+            iterate,
+            stdin_open=not sent_with_request,
+        )
+        if stdin is not None and not sent_with_request:
+            handle.feed_later(stdin)
+        return handle
+
+    async def _kill_step(self, step: int) -> bool:
+        try:
+            await self._ask_at(self._socket_path(), {"op": "kill", "step": step})
+        except SessionGoneError:
+            return False
+        except AirlockError as e:
+            if "is not running" in e.reason:
+                return False
+            raise
+        return True
+
+    async def _pid_of_step(self, step: int) -> Optional[int]:
+        return _procfs.pid_of_step(await self.processes(label=f"sdk:pid of step {step}"), step)
+
     async def _step(
-        self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
+        self,
+        request: Dict[str, Any],
+        stdin: Optional[_protocol.Stdin],
+        max_output: int,
+        strict: bool = False,
+        on_output: Optional[_protocol.OnOutput] = None,
     ) -> RunResult:
         reader, writer = await _connect(self._socket_path(), self.session_id)
         feeder: Optional["asyncio.Task[None]"] = None
@@ -171,7 +324,7 @@ class AsyncSandbox(SessionBase):
             await writer.drain()
             line = await _within(reader.readline(), _protocol.first_answer_within(request), self.session_id, request)
             reply = _protocol.parse_reply(line, StepError)
-            collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
+            collector = _protocol.StepCollector(int(reply["step"]), max_output, strict, on_output)
             # Stdin is written by its own task so that a command busy writing
             # output before it reads its input cannot deadlock us.
             if stdin is not None:
@@ -228,7 +381,7 @@ async def _read(reader: asyncio.StreamReader, n: int) -> bytes:
         return e.partial
 
 
-async def _feed_stdin(writer: asyncio.StreamWriter, data: Optional[bytes]) -> None:
+async def _feed_stdin(writer: asyncio.StreamWriter, data: Optional[_protocol.Stdin]) -> None:
     try:
         for chunk in _protocol.stdin_frames(data):
             writer.write(chunk)

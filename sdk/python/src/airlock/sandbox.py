@@ -8,9 +8,13 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Sequence, Type
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
 
-from . import _protocol, _steps
+from . import _procfs, _protocol, _steps
+from ._approvals import ApprovalCalls
+from ._files import Files
+from ._output import OnText, TextCallbacks
+from ._processes import CommandHandle
 from ._session import (
     DEFAULT_MAX_FILE,
     DEFAULT_MAX_OUTPUT,
@@ -21,11 +25,11 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
 
 
-class Sandbox(SessionBase):
+class Sandbox(SessionBase, ApprovalCalls):
     """A live Airlock session: one sandbox kept across many steps.
 
     Without ``workspace`` the sandbox gets a fresh, empty directory
@@ -89,6 +93,7 @@ class Sandbox(SessionBase):
         while os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    @overload
     def run(
         self,
         argv: Sequence[str],
@@ -99,7 +104,41 @@ class Sandbox(SessionBase):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: Literal[False] = False,
+    ) -> RunResult: ...
+
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: Literal[True],
+    ) -> CommandHandle: ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        background: bool = False,
+    ) -> Union[RunResult, CommandHandle]:
         """Run one step and wait for it to end.
 
         ``argv`` is the command and its arguments (no shell: use
@@ -116,9 +155,56 @@ class Sandbox(SessionBase):
         on stderr when it could not start the command, e.g. a missing
         ``cwd``); :class:`StepError` means the session refused the step or
         failed it while it ran.
+
+        ``on_stdout``/``on_stderr`` are called with the output's text as it
+        arrives (and it is still kept in the result). ``background=True``
+        returns at once with a :class:`CommandHandle` (``wait``, ``kill``,
+        ``send_stdin``, ``pid``); its stdin stays open for ``send_stdin``
+        unless ``stdin`` is given.
         """
         request = self._run_request(argv, env, cwd, label, timeout)
-        return self._step(request, None if stdin is None else as_bytes(stdin), max_output)
+        data = None if stdin is None else as_bytes(stdin)
+        callbacks = TextCallbacks(on_stdout, on_stderr)
+        if background:
+            return self._background(request, data, max_output, callbacks, iterate=False)
+        result = self._step(request, data, max_output, on_output=callbacks or None)
+        callbacks.flush()
+        return result
+
+    def stream(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+        timeout: Optional[_steps.Timeout] = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> CommandHandle:
+        """Start one step and iterate over its output as it comes:
+        ``for chunk in sb.stream([...])`` yields :class:`OutputChunk` objects
+        (``stream``, ``data``, ``text``); ``wait()`` then gives the result.
+        Its stdin is ``stdin`` (else EOF). The arguments are :meth:`run`'s."""
+        request = self._run_request(argv, env, cwd, label, timeout)
+        data = b"" if stdin is None else as_bytes(stdin)
+        return self._background(request, data, max_output, TextCallbacks(None, None), iterate=True)
+
+    def processes(self, *, label: str = "sdk:processes") -> List[_procfs.Process]:
+        """What runs in the sandbox now, each process with the step it
+        belongs to, read from the sandbox's /proc by a step of its own
+        (which is left out, as are airlock's init and step holders)."""
+        request = self._file_request(_procfs.command(), label)
+        result = self._step(request, None, _procfs.LISTING_MAX)
+        check_file_step("processes", "/proc", result)
+        return _procfs.parse(result.stdout_bytes, result.step)
+
+    @property
+    def files(self) -> Files:
+        """The workspace's files: ``list``, ``exists``, ``remove``,
+        ``rename``, ``mkdir``, ``upload``, ``download``, each a step in the
+        sandbox."""
+        return Files(self)
 
     def run_code(
         self,
@@ -178,8 +264,73 @@ class Sandbox(SessionBase):
             except TimeoutError:
                 raise SessionNotAnsweringError(_protocol.not_answering(self.session_id, request)) from None
 
+    def _background(
+        self,
+        request: Dict[str, Any],
+        stdin: Optional[bytes],
+        max_output: int,
+        callbacks: TextCallbacks,
+        iterate: bool,
+    ) -> CommandHandle:
+        conn = _connect(self._socket_path(), self.session_id)
+        # Small input goes with the request, its end too; more is fed by a
+        # thread, so that a command that does not read it holds nobody.
+        sent_with_request = stdin is not None and len(stdin) <= _protocol.MAX_FRAME
+        try:
+            conn.settimeout(_protocol.first_answer_within(request))
+            first = _protocol.request_line(request)
+            if sent_with_request:
+                first += b"".join(_protocol.stdin_frames(stdin))
+            conn.sendall(first)
+            reader = conn.makefile("rb")
+            reply = _protocol.parse_reply(reader.readline(), StepError)
+        except TimeoutError:
+            _hang_up(conn)
+            conn.close()
+            raise SessionNotAnsweringError(_protocol.not_answering(self.session_id, request)) from None
+        except BaseException:
+            _hang_up(conn)
+            conn.close()
+            raise
+        handle = CommandHandle(
+            conn,
+            reader,
+            request,
+            int(reply["step"]),
+            max_output,
+            callbacks,
+            self._pid_of_step,
+            self._kill_step,
+            lambda r: _protocol.not_answering(self.session_id, r),
+            iterate,
+            stdin_open=not sent_with_request,
+        )
+        if stdin is not None and not sent_with_request:
+            threading.Thread(target=_feed_handle, args=(handle, stdin), daemon=True).start()
+        return handle
+
+    def _kill_step(self, step: int) -> bool:
+        """Kill a running step by a request of its own (see _processes)."""
+        try:
+            self._ask_at(self._socket_path(), {"op": "kill", "step": step})
+        except SessionGoneError:
+            return False
+        except AirlockError as e:
+            if "is not running" in e.reason:
+                return False
+            raise
+        return True
+
+    def _pid_of_step(self, step: int) -> Optional[int]:
+        return _procfs.pid_of_step(self.processes(label=f"sdk:pid of step {step}"), step)
+
     def _step(
-        self, request: Dict[str, Any], stdin: Optional[bytes], max_output: int, strict: bool = False
+        self,
+        request: Dict[str, Any],
+        stdin: Optional[_protocol.Stdin],
+        max_output: int,
+        strict: bool = False,
+        on_output: Optional[_protocol.OnOutput] = None,
     ) -> RunResult:
         # Never held by a session that stopped answering: a bound on its
         # first answer, and on the step's end past its timeout.
@@ -192,7 +343,7 @@ class Sandbox(SessionBase):
                 conn.sendall(_protocol.request_line(request))
                 reader = conn.makefile("rb")
                 reply = _protocol.parse_reply(reader.readline(), StepError)
-                collector = _protocol.StepCollector(int(reply["step"]), max_output, strict)
+                collector = _protocol.StepCollector(int(reply["step"]), max_output, strict, on_output)
                 conn.settimeout(None if until is None else max(until - time.monotonic(), 0.001))
                 # Stdin is written by its own thread so that a command busy
                 # writing output before it reads its input cannot deadlock us.
@@ -230,7 +381,15 @@ def _connect(path: str, session_id: str) -> socket.socket:
     return conn
 
 
-def _feed_stdin(conn: socket.socket, data: Optional[bytes]) -> None:
+def _feed_handle(handle: CommandHandle, data: bytes) -> None:
+    try:
+        handle.send_stdin(data)
+        handle.close_stdin()
+    except AirlockError:
+        pass  # it ended before taking all its input
+
+
+def _feed_stdin(conn: socket.socket, data: Optional[_protocol.Stdin]) -> None:
     try:
         for chunk in _protocol.stdin_frames(data):
             conn.sendall(chunk)
