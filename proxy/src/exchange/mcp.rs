@@ -104,6 +104,8 @@ impl Exchange {
             return Ok(Some(McpForward { answer }));
         }
         let url = &destination.url;
+        let key = answer.server_key();
+        let server_key = key.as_str();
         let bytes = match self.mcp_body(head, body).await {
             Ok(bytes) => bytes,
             Err(why) => {
@@ -111,6 +113,7 @@ impl Exchange {
                 self.record_call(unreadable(&answer, &reason));
                 let body = error_body(vec![error_message(None, &reason)], false);
                 return Err(self.refuse_mcp(
+                    server_key,
                     head,
                     url,
                     None,
@@ -127,6 +130,7 @@ impl Exchange {
                 self.record_call(unreadable(&answer, &reason));
                 let body = error_body(vec![error_message(None, &reason)], false);
                 return Err(self.refuse_mcp(
+                    server_key,
                     head,
                     url,
                     None,
@@ -168,7 +172,8 @@ impl Exchange {
                     self.record_call(record);
                     let body =
                         error_body(vec![error_message(one.message.id_value(), &reason)], false);
-                    refused.response = mcp_response(StatusCode::OK, body, &reason);
+                    refused.response =
+                        self.answer_refusal(server_key, head, StatusCode::OK, body, &reason);
                     return Err(Early::Refused(refused));
                 }
                 Err(other) => return Err(other),
@@ -192,7 +197,7 @@ impl Exchange {
             }
         }
         if decided.iter().any(Decided::refused) {
-            return Err(self.refuse_messages(head, url, &decided, parsed.batch));
+            return Err(self.refuse_messages(server_key, head, url, &decided, parsed.batch));
         }
         for one in &decided {
             if let Some(id) = &one.message.id {
@@ -420,6 +425,7 @@ impl Exchange {
     /// id (a batch: one per request); nothing is forwarded.
     fn refuse_messages(
         &self,
+        server: &str,
         head: &Parts,
         url: &str,
         decided: &[Decided<'_>],
@@ -444,11 +450,13 @@ impl Exchange {
         } else {
             (StatusCode::OK, error_body(errors, batch))
         };
-        self.refuse_mcp(head, url, rule, reason, status, body)
+        self.refuse_mcp(server, head, url, rule, reason, status, body)
     }
 
+    #[allow(clippy::too_many_arguments, reason = "the refusal's parts, each once")]
     fn refuse_mcp(
         &self,
+        server: &str,
         head: &Parts,
         url: &str,
         rule: Option<PolicyRule>,
@@ -461,13 +469,47 @@ impl Exchange {
             reason: reason.clone(),
             status,
         };
+        let answer = self.answer_refusal(server, head, status, body, &reason);
         match self.refuse(head, url, None, refusal) {
             Early::Refused(mut refused) => {
-                refused.response = mcp_response(status, body, &reason);
+                refused.response = answer;
                 Early::Refused(refused)
             }
             other => other,
         }
+    }
+
+    /// The answer to a refused POST: the JSON-RPC errors themselves, or —
+    /// on the older HTTP+SSE transport, whose client reads every answer on
+    /// the GET stream that named this endpoint — the errors sent on that
+    /// stream and `202 Accepted`, as that server answers.
+    fn answer_refusal(
+        &self,
+        server: &str,
+        head: &Parts,
+        status: StatusCode,
+        body: Vec<u8>,
+        reason: &str,
+    ) -> Response<ProxyBody> {
+        let endpoint = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let stream = self.engine.mcp_lists.stream_for(server, endpoint);
+        let Some(stream) = stream.filter(|_| status == StatusCode::OK) else {
+            return mcp_response(status, body, reason);
+        };
+        let messages: Vec<serde_json::Value> = match serde_json::from_slice(&body) {
+            Ok(serde_json::Value::Array(items)) => items,
+            Ok(one) => vec![one],
+            Err(_) => Vec::new(),
+        };
+        for message in messages {
+            let _ = stream.send(message.to_string().into_bytes());
+        }
+        let mut response = mcp_response(StatusCode::ACCEPTED, b"Accepted".to_vec(), reason);
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
     }
 }
 

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::AnswerContext;
 use super::sse::{SseSplitter, rebuild};
@@ -40,6 +41,9 @@ pub(crate) struct McpAnswerBody<B> {
     out: VecDeque<Frame<Bytes>>,
     trailers: Option<Frame<Bytes>>,
     done: bool,
+    /// Airlock's own answers to refused POSTs (the older transport reads
+    /// answers on this stream); open once the stream named its endpoint.
+    injected: Option<UnboundedReceiver<Vec<u8>>>,
 }
 
 impl<B> McpAnswerBody<B> {
@@ -53,6 +57,7 @@ impl<B> McpAnswerBody<B> {
             out: VecDeque::new(),
             trailers: None,
             done: false,
+            injected: None,
         }
     }
 
@@ -67,6 +72,17 @@ impl<B> McpAnswerBody<B> {
             AnswerMode::Sse => {
                 self.sse.push(bytes);
                 while let Some((raw, event)) = self.sse.next_event() {
+                    if self.injected.is_none()
+                        && event.other_lines.iter().any(|l| l == b"event: endpoint")
+                        && let Some(endpoint) = event.data.as_deref().and_then(endpoint_of)
+                    {
+                        let (to, from) = unbounded_channel();
+                        self.cx
+                            .engine
+                            .mcp_lists
+                            .stream_opened(&self.cx.server_key(), endpoint, to);
+                        self.injected = Some(from);
+                    }
                     let replaced = event
                         .data
                         .as_deref()
@@ -122,6 +138,14 @@ where
             if this.done {
                 return Poll::Ready(None);
             }
+            if let Some(injected) = &mut this.injected
+                && let Poll::Ready(Some(message)) = injected.poll_recv(cx)
+            {
+                let mut event = b"event: message\ndata: ".to_vec();
+                event.extend_from_slice(&message);
+                event.extend_from_slice(b"\n\n");
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))));
+            }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
@@ -144,4 +168,18 @@ where
             }
         }
     }
+}
+
+/// The path and query an `endpoint` event names (relative, or absolute on
+/// the same server).
+fn endpoint_of(data: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(data).ok()?.trim();
+    let path = match text.find("://") {
+        Some(at) => {
+            let rest = &text[at + 3..];
+            &rest[rest.find('/')?..]
+        }
+        None => text,
+    };
+    path.starts_with('/').then(|| path.to_owned())
 }
