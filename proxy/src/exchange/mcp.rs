@@ -306,6 +306,17 @@ impl Exchange {
                             ask.rule
                         ));
                     }
+                    // Report mode holds nothing: it records whose approval
+                    // deny mode would have waited for.
+                    McpVerdict::Ask(ask) if report => {
+                        one.verdict = Verdict::Report;
+                        one.reason = Some(format!(
+                            "airlock: MCP tool {:?} would be held for a person's approval (ask rule at {})",
+                            message.tool.as_deref().unwrap_or_default(),
+                            ask.rule
+                        ));
+                        one.rule = Some(ask.rule);
+                    }
                     McpVerdict::Ask(ask) => {
                         one.rule = Some(ask.rule.clone());
                         one.ask = Some(ask);
