@@ -752,3 +752,69 @@ async fn inside_airlock_run_a_held_refund_goes_out_once_approved_and_not_when_de
         "{events:#?}"
     );
 }
+
+/// A live session (`airlock session start`), stopped when dropped.
+struct LiveSession(String);
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(AIRLOCK)
+            .args(["session", "stop", &self.0])
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inside_a_live_session_each_step_is_held_to_the_tool_policy_and_the_quota_spans_steps() {
+    let Some(venv) = need_venv() else { return };
+    let pay = Pay::start(venv.clone(), Transport::Streamable).await;
+    let dir = pay.dir.path();
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, pay.policy()).unwrap();
+    let mut args = run_args(&pay, &venv, &policy);
+    // `session start` takes the sandbox's options, not run's.
+    args[0] = "start".into();
+    args.insert(0, "session".into());
+    let timeout = args.iter().position(|a| a == "--timeout").unwrap();
+    args.drain(timeout..timeout + 2);
+    args.retain(|a| a != "--no-tty");
+    let out = airlock(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.status, 0, "session start: {out:?}");
+    let session = LiveSession(out.stdout.trim().to_owned());
+    let step = |steps: &[&str]| {
+        let mut argv = vec![
+            "session".to_owned(),
+            "exec".to_owned(),
+            session.0.clone(),
+            "--".to_owned(),
+            venv.join("bin/python").to_string_lossy().into_owned(),
+            format!("{SCRIPTS}/agent.py"),
+            pay.url(),
+            "streamable".to_owned(),
+        ];
+        argv.extend(steps.iter().map(|s| (*s).to_owned()));
+        argv
+    };
+    let first = step(&["list", OK_TRANSFER, OK_TRANSFER, "call:delete_account:{}"]);
+    let out = airlock(&first.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let steps = lines(&out);
+    assert_eq!(
+        steps[0]["tools"],
+        serde_json::json!(["list_invoices", "refund", "transfer"]),
+        "{out:?}"
+    );
+    assert_eq!(steps[1]["text"], "transferred 5.0 USD", "{out:?}");
+    assert_eq!(steps[2]["text"], "transferred 5.0 USD", "{out:?}");
+    assert!(steps[3]["error"].as_str().unwrap().contains("delete_account"), "{out:?}");
+    // A later step, a new MCP session: the session's quota is what is left.
+    let second = step(&[OK_TRANSFER, OK_TRANSFER]);
+    let out = airlock(&second.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let steps = lines(&out);
+    assert_eq!(steps[0]["text"], "transferred 5.0 USD", "{out:?}");
+    assert!(steps[1]["error"].as_str().unwrap().contains("max_calls"), "{out:?}");
+    let transfers = pay.calls().into_iter().filter(|(t, _)| t == "transfer").count();
+    assert_eq!(transfers, 3, "{:#?}", pay.log());
+    assert!(!pay.calls().iter().any(|(t, _)| t == "delete_account"));
+}
