@@ -807,14 +807,27 @@ async fn inside_a_live_session_each_step_is_held_to_the_tool_policy_and_the_quot
     );
     assert_eq!(steps[1]["text"], "transferred 5.0 USD", "{out:?}");
     assert_eq!(steps[2]["text"], "transferred 5.0 USD", "{out:?}");
-    assert!(steps[3]["error"].as_str().unwrap().contains("delete_account"), "{out:?}");
+    assert!(
+        steps[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("delete_account"),
+        "{out:?}"
+    );
     // A later step, a new MCP session: the session's quota is what is left.
     let second = step(&[OK_TRANSFER, OK_TRANSFER]);
     let out = airlock(&second.iter().map(String::as_str).collect::<Vec<_>>()).await;
     let steps = lines(&out);
     assert_eq!(steps[0]["text"], "transferred 5.0 USD", "{out:?}");
-    assert!(steps[1]["error"].as_str().unwrap().contains("max_calls"), "{out:?}");
-    let transfers = pay.calls().into_iter().filter(|(t, _)| t == "transfer").count();
+    assert!(
+        steps[1]["error"].as_str().unwrap().contains("max_calls"),
+        "{out:?}"
+    );
+    let transfers = pay
+        .calls()
+        .into_iter()
+        .filter(|(t, _)| t == "transfer")
+        .count();
     assert_eq!(transfers, 3, "{:#?}", pay.log());
     assert!(!pay.calls().iter().any(|(t, _)| t == "delete_account"));
 }
