@@ -741,6 +741,12 @@ async fn inside_airlock_run_a_held_refund_goes_out_once_approved_and_not_when_de
     let refunds = decided(&events, "refund");
     assert_eq!(refunds.len(), 2, "{events:#?}");
     assert_eq!(refunds[0]["decision"], "allow");
+    // The approved call names its approval, as the approval's records do.
+    assert_eq!(
+        refunds[0]["approval"].as_str(),
+        Some(first.as_str()),
+        "{refunds:#?}"
+    );
     assert_eq!(refunds[1]["decision"], "deny");
     assert!(
         refunds.iter().all(|r| r["exec_id"].is_string()),
@@ -830,4 +836,33 @@ async fn inside_a_live_session_each_step_is_held_to_the_tool_policy_and_the_quot
         .count();
     assert_eq!(transfers, 3, "{:#?}", pay.log());
     assert!(!pay.calls().iter().any(|(t, _)| t == "delete_account"));
+}
+
+#[tokio::test]
+async fn a_message_sent_with_another_method_than_post_is_refused_where_a_rule_allows_any_method() {
+    let Some(venv) = need_venv() else { return };
+    let pay = Pay::start(venv, Transport::Streamable).await;
+    let policy = pay
+        .policy()
+        .replace("methods = [\"POST\", \"GET\", \"DELETE\"]\n", "");
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pay.pki.ca_pem);
+    opts.resolve = vec!["pay.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
+    let body = call_body(
+        "1",
+        "tools/call",
+        r#"{"name":"delete_account","arguments":{}}"#,
+    );
+    for method in ["PUT", "PATCH", "GET", "DELETE"] {
+        let mut extra = JSON.to_vec();
+        extra.extend(["-X", method]);
+        let (code, text) = post(&proxy, &pay.url(), &body, &extra).await;
+        assert_eq!(code, 400, "{method}: {text}");
+        assert!(
+            text.contains("MCP messages are sent with POST"),
+            "{method}: {text}"
+        );
+    }
+    assert!(pay.log().is_empty(), "{:#?}", pay.log());
 }
