@@ -47,7 +47,11 @@ pub struct McpCall {
     pub arguments_truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_bytes: Option<u64>,
-    /// "post" (a POST body), "batch" (one message of a POSTed batch).
+    /// Where the message travelled: "post" (sent by the client in a POST,
+    /// alone or in a batch; or, for an answer, read from the POST's
+    /// response), "response" (the client's answer to a request of the
+    /// server's), "sse" (an answer read from the GET stream, as the older
+    /// HTTP+SSE transport sends every answer).
     pub channel: String,
     /// "allow" | "deny" | "report".
     pub decision: Verdict,
