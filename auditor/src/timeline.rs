@@ -310,6 +310,15 @@ pub fn describe(event: &AuditEvent) -> String {
         AuditEvent::ApprovalDecided(decision) => {
             format!("ask   {}", approvals::decided(decision))
         }
+        AuditEvent::McpCall(call) => format!(
+            "mcp   {} {}{}",
+            call.decision,
+            escape::text(&call.method),
+            call.tool
+                .as_deref()
+                .map(|t| format!(" {}", escape::text(t)))
+                .unwrap_or_default()
+        ),
     }
 }
 

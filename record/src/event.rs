@@ -11,7 +11,7 @@ use crate::*;
 /// Serialized with an internal `kind` tag whose values are exactly
 /// `exec | exit | file | dns | tcp | http | output | note | resize |
 /// step_start | step_end | approval_requested | approval_decided |
-/// untraced` (see
+/// untraced | mcp_call` (see
 /// [`EventKind`]). Callers must pass already-redacted values (e.g.
 /// `"[secret:GITHUB_TOKEN]"`); the recorder's redactor scrubs
 /// registered secrets again as a second line of defence.
@@ -51,6 +51,10 @@ pub enum AuditEvent {
     /// A step's command ended. Processes it left in the background may
     /// still run; their events stay the step's (they are in its exec tree).
     StepEnd(StepEnd),
+    #[serde(rename = "mcp_call")]
+    /// One JSON-RPC message to an MCP server a policy grants with `mcp`:
+    /// a tool call and its verdict, or a `tools/list` answer in full.
+    McpCall(McpCall),
 }
 
 impl AuditEvent {
@@ -70,6 +74,7 @@ impl AuditEvent {
             Self::StepEnd(StepEnd { .. }) => EventKind::StepEnd,
             Self::ApprovalRequested(ApprovalRequested { .. }) => EventKind::ApprovalRequested,
             Self::ApprovalDecided(ApprovalDecided { .. }) => EventKind::ApprovalDecided,
+            Self::McpCall(McpCall { .. }) => EventKind::McpCall,
         }
     }
 
@@ -82,6 +87,7 @@ impl AuditEvent {
             | Self::Http(HttpExchange { exec_id, .. })
             | Self::ApprovalRequested(ApprovalRequested { exec_id, .. })
             | Self::ApprovalDecided(ApprovalDecided { exec_id, .. })
+            | Self::McpCall(McpCall { exec_id, .. })
             | Self::Untraced(Untraced { exec_id, .. }) => exec_id.as_ref(),
             Self::Output(Output { .. })
             | Self::Note(Note { .. })
@@ -106,6 +112,7 @@ impl AuditEvent {
             | Self::Http(HttpExchange { .. })
             | Self::ApprovalRequested(ApprovalRequested { .. })
             | Self::ApprovalDecided(ApprovalDecided { .. })
+            | Self::McpCall(McpCall { .. })
             | Self::Note(Note { .. })
             | Self::Untraced(Untraced { .. })
             | Self::Resize(Resize { .. }) => None,
@@ -130,10 +137,11 @@ pub enum EventKind {
     ApprovalRequested,
     ApprovalDecided,
     Untraced,
+    McpCall,
 }
 
 impl EventKind {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Exec,
         Self::Exit,
         Self::File,
@@ -148,6 +156,7 @@ impl EventKind {
         Self::ApprovalRequested,
         Self::ApprovalDecided,
         Self::Untraced,
+        Self::McpCall,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -166,6 +175,7 @@ impl EventKind {
             Self::ApprovalRequested => "approval_requested",
             Self::ApprovalDecided => "approval_decided",
             Self::Untraced => "untraced",
+            Self::McpCall => "mcp_call",
         }
     }
 

@@ -15,6 +15,7 @@ pub mod escape;
 mod event;
 mod events;
 mod ids;
+mod mcp;
 mod os_text;
 mod session;
 mod values;
@@ -27,6 +28,7 @@ pub use events::{
     Resize, StepEnd, StepStart, TcpConnection, Untraced, WebSocketMessage, WebSocketRecord, Xattr,
 };
 pub use ids::{BadSessionId, ConnectionId, ExchangeId, ExecId, Seq, SessionId, StepNo};
+pub use mcp::{McpCall, McpResult, McpServer, McpTool, McpToolList};
 pub use os_text::OsText;
 pub use session::{
     DEFAULT_MAX_SESSION_BYTES, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,

@@ -85,7 +85,8 @@ impl SessionMapper {
             AuditEvent::StepStart(step) => Some(system::step_start(&cx, step)),
             AuditEvent::StepEnd(step) => Some(system::step_end(&cx, step)),
             AuditEvent::Note(note) => Some(envelope::note(&cx, note)),
-            AuditEvent::Output(_) | AuditEvent::Resize(_) => None,
+            // The MCP view of OCSF is built on this event later.
+            AuditEvent::Output(_) | AuditEvent::Resize(_) | AuditEvent::McpCall(_) => None,
         }
     }
 }

@@ -153,7 +153,9 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         | AuditEvent::Note(Note { .. })
         | AuditEvent::Untraced(Untraced { .. })
         | AuditEvent::Resize(Resize { .. })
-        | AuditEvent::StepEnd(StepEnd { .. }) => Vec::new(),
+        | AuditEvent::StepEnd(StepEnd { .. })
+        // Not indexed yet (`audit search --tool` is built on it later).
+        | AuditEvent::McpCall(_) => Vec::new(),
     };
     rows.into_iter()
         .map(|t| t.scrubbed(redactor).normalized())
