@@ -159,6 +159,25 @@ impl BodyConstraints {
         )
     }
 
+    /// Checks an MCP tool call's `params.arguments` (an object, already
+    /// read strictly: duplicate keys refused). Every spelling of a field a
+    /// case-insensitive binder would take counts, as in a JSON body.
+    pub(crate) fn check_arguments(&self, arguments: &Json) -> Result<(), DenyReason> {
+        let Json::Object(_) = arguments else {
+            return Err(unparseable("the arguments are not an object".to_owned()));
+        };
+        let readings = Readings {
+            declared: Source::JsonBody,
+            json: Some(arguments.clone()),
+            body_pairs: Vec::new(),
+            query: Vec::new(),
+        };
+        for field in &self.fields {
+            field.check(&readings, Purpose::Allow)?;
+        }
+        Ok(())
+    }
+
     fn check_for(
         &self,
         purpose: Purpose,

@@ -12,6 +12,7 @@ use crate::decision::DefaultAction;
 use crate::duration::{DurationError, duration_text, parse_duration};
 use crate::error::{PolicyError, SourceMap};
 use crate::matcher::{RequestMatcher, host_patterns};
+use crate::mcp::{compile_allow, compile_ask};
 use crate::raw::{
     Protocol, RawAllow, RawAsk, RawBody, RawCredential, RawDeny, RawPolicy, Strings, TlsMode,
 };
@@ -134,6 +135,24 @@ fn allow_rule(site: RuleSite<'_>, raw: &RawAllow) -> Result<AllowRule, PolicyErr
     let upgrade = upgrades(map, raw.upgrade.as_ref())?;
     let body = body(map, &raw.body)?;
     let max_requests = raw.max_requests.as_ref().map(|m| *m.get_ref());
+    let mcp = match &raw.mcp {
+        Some(mcp) => {
+            if let Some(body) = &raw.body {
+                return Err(map.error(
+                    body.span(),
+                    "`body` cannot be combined with `mcp`: constrain a tool's arguments with `arguments` in its `[[allow.mcp.tool]]` table",
+                ));
+            }
+            if let Some(upgrade) = &raw.upgrade {
+                return Err(map.error(
+                    upgrade.span(),
+                    "`upgrade` cannot be combined with `mcp`: after a switch no message would be decided; remove it",
+                ));
+            }
+            Some(compile_allow(map, mcp)?)
+        }
+        None => None,
+    };
     let mut canonical = format!(
         "{}|{transport:?}|{max_requests:?}|{}",
         matcher.key(),
@@ -145,6 +164,9 @@ fn allow_rule(site: RuleSite<'_>, raw: &RawAllow) -> Result<AllowRule, PolicyErr
         let tokens: Vec<&str> = upgrade.iter().map(|p| p.token()).collect();
         canonical.push_str(&format!("|upgrade={}", tokens.join(",")));
     }
+    if let Some(mcp) = &mcp {
+        canonical.push_str(&mcp.canonical());
+    }
     Ok(AllowRule {
         rule_ref: site.rule_ref(&canonical),
         span: site.table,
@@ -153,6 +175,7 @@ fn allow_rule(site: RuleSite<'_>, raw: &RawAllow) -> Result<AllowRule, PolicyErr
         body,
         transport,
         upgrade,
+        mcp,
         description: raw.description.clone(),
     })
 }
@@ -261,6 +284,18 @@ fn ask_rule(site: RuleSite<'_>, raw: &RawAsk) -> Result<AskRule, PolicyError> {
         None => DEFAULT_ASK_TIMEOUT,
     };
     let approvers = approvers(map, raw.approvers.as_ref())?;
+    let mcp = match &raw.mcp {
+        Some(mcp) => {
+            if let Some(body) = &raw.body {
+                return Err(map.error(
+                    body.span(),
+                    "`body` cannot be combined with `mcp`: constrain a tool's arguments with `arguments` in its `[[ask.mcp.tool]]` table",
+                ));
+            }
+            Some(compile_ask(map, mcp)?)
+        }
+        None => None,
+    };
     let mut canonical = format!(
         "{}|{}",
         matcher.key(),
@@ -273,6 +308,9 @@ fn ask_rule(site: RuleSite<'_>, raw: &RawAsk) -> Result<AskRule, PolicyError> {
         names.dedup();
         canonical.push_str(&format!("|approvers={names:?}"));
     }
+    if let Some(mcp) = &mcp {
+        canonical.push_str(&mcp.canonical());
+    }
     Ok(AskRule {
         rule_ref: site.rule_ref(&canonical),
         span: site.table,
@@ -281,6 +319,7 @@ fn ask_rule(site: RuleSite<'_>, raw: &RawAsk) -> Result<AskRule, PolicyError> {
         reason,
         timeout,
         approvers,
+        mcp,
         description: raw.description.clone(),
     })
 }

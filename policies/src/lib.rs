@@ -62,6 +62,7 @@ mod json;
 mod layers;
 mod lint;
 mod matcher;
+mod mcp;
 mod path;
 mod policy;
 mod raw;
@@ -81,6 +82,10 @@ pub use decision::{
 pub use error::{Lint, PolicyError, Severity};
 pub use host::{Host, HostError, HostPattern};
 pub use layers::{LoadError, Loaded};
+pub use mcp::{
+    KNOWN_METHODS as MCP_METHODS, McpBody, McpDenial, McpDenyReason, McpKind, McpMessage,
+    McpParseError, McpServer, McpVerdict, ToolQuota, parse_body as parse_mcp_body,
+};
 pub use policy::{MAX_BODY_BYTES, Policy};
 pub use rule::{RuleKind, RuleRef};
 pub use suggest::{Draft, NotSuggested, Piece, Tunnel, collapse_path, segment_pieces, shown_by};

@@ -115,6 +115,7 @@ pub(crate) fn lint_layer(map: &SourceMap, policy: &Compiled, whole: &Compiled) -
             ));
         }
     }
+    lints.extend(crate::mcp::lints(map, policy, whole));
     for (index, rule) in policy.ask.iter().enumerate() {
         lints.extend(
             ask_lints(policy, &policy.ask[..index], rule)
@@ -411,6 +412,9 @@ fn shadows(earlier: &AllowRule, later: &AllowRule) -> bool {
     later.upgrade.iter().all(|u| earlier.upgrade.contains(u))
         && earlier.body.is_none()
         && earlier.max_requests.is_none()
+        // Every mcp rule for a server counts, whatever the order.
+        && earlier.mcp.is_none()
+        && later.mcp.is_none()
         && earlier.transport == later.transport
         && covers(&earlier.matcher, &later.matcher)
 }

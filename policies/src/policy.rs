@@ -179,7 +179,7 @@ impl Policy {
         &self.0.compiled.credentials
     }
 
-    fn allow_rules(&self) -> &[AllowRule] {
+    pub(crate) fn allow_rules(&self) -> &[AllowRule] {
         &self.0.compiled.allow
     }
 
@@ -187,7 +187,7 @@ impl Policy {
         &self.0.compiled.deny
     }
 
-    fn ask_rules(&self) -> &[AskRule] {
+    pub(crate) fn ask_rules(&self) -> &[AskRule] {
         &self.0.compiled.ask
     }
 
@@ -317,9 +317,10 @@ impl Policy {
         body: Option<&BodyInput<'_>>,
     ) -> Option<&'a AskRule> {
         let query = query_of(req);
+        // An ask rule with an mcp table holds tool calls, not requests.
         self.ask_rules()
             .iter()
-            .find(|r| r.matcher.matches(req, path) && r.holds_body(query, body))
+            .find(|r| r.mcp.is_none() && r.matcher.matches(req, path) && r.holds_body(query, body))
     }
 
     /// Some(limit) if the proxy must buffer up to `limit` body bytes before
@@ -337,7 +338,7 @@ impl Policy {
         if self
             .ask_rules()
             .iter()
-            .any(|r| r.matcher.matches(req, &path))
+            .any(|r| r.mcp.is_none() && r.matcher.matches(req, &path))
         {
             return Some(MAX_BODY_BYTES);
         }

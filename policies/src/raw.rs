@@ -121,6 +121,12 @@ pub(crate) struct RawAllow {
     #[serde(default)]
     #[schemars(with = "Vec<UpgradeName>")]
     pub upgrade: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The rule's host, port and paths are an MCP server: every POST to
+    /// that host and port is read as JSON-RPC and each message decided by
+    /// tool (see docs/policy.md, "MCP servers").
+    #[serde(default)]
+    #[schemars(with = "RawMcp")]
+    pub mcp: Option<Spanned<RawMcp>>,
     /// Free text for humans.
     #[serde(default)]
     pub description: Option<String>,
@@ -221,9 +227,56 @@ pub(crate) struct RawAsk {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub approvers: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Hold only these MCP tool calls (not the HTTP requests): each call of
+    /// a tool named here waits for a person, who sees the tool and its
+    /// arguments. Only `tools` and `tool` (with `arguments`) apply.
+    #[serde(default)]
+    #[schemars(with = "RawMcp")]
+    pub mcp: Option<Spanned<RawMcp>>,
     /// Free text for humans.
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// The `mcp` table of an allow or ask rule.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcp {
+    /// Tools allowed (or, on an ask rule, held) without further conditions:
+    /// exact names or globs (`*` any run of characters, `?` one).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub tools: Option<Strings>,
+    /// Tools with conditions: `[[allow.mcp.tool]] name = "transfer"`,
+    /// `max_calls = 3`, `arguments = { amount = { max = 1000 } }`.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawMcpTool>")]
+    pub tool: Vec<Spanned<RawMcpTool>>,
+    /// JSON-RPC methods other than `tools/call` this server may be sent,
+    /// exactly as MCP names them; omitted = every method of the MCP
+    /// specification (`initialize`, `ping`, `tools/list`, `resources/read`,
+    /// `prompts/get`, the client's notifications, ...). Allow rules only.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub methods: Option<Strings>,
+}
+
+/// One `[[allow.mcp.tool]]` (or `[[ask.mcp.tool]]`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcpTool {
+    /// The tool's name, or a glob.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Per-session call quota for this entry (every tool it names counts
+    /// against it). Allow rules only.
+    #[serde(default)]
+    #[schemars(with = "u64")]
+    pub max_calls: Option<Spanned<u64>>,
+    /// Constraints on `params.arguments`, in the body-constraint language.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawConstraint>")]
+    pub arguments: RawBody,
 }
 
 /// A list of strings as written, each with its span.

@@ -11,6 +11,7 @@ use crate::body::BodyConstraints;
 use crate::decision::{Ask, BodyInput};
 use crate::error::SourceMap;
 use crate::matcher::RequestMatcher;
+use crate::mcp::{McpAllow, McpAsk};
 use crate::upgrade::UpgradeProtocol;
 
 /// Which list a rule is in.
@@ -143,6 +144,8 @@ pub(crate) struct AllowRule {
     pub transport: Transport,
     /// Protocols this rule grants an HTTP/1.1 upgrade to; empty = none.
     pub upgrade: Vec<UpgradeProtocol>,
+    /// The MCP server this rule grants, and its tools.
+    pub mcp: Option<McpAllow>,
     pub description: Option<String>,
 }
 
@@ -167,6 +170,8 @@ pub(crate) struct AskRule {
     pub timeout: Duration,
     /// As written (lint reports repeats); empty = the session's owner.
     pub approvers: Vec<String>,
+    /// Set: the rule holds these MCP tool calls, not HTTP requests.
+    pub mcp: Option<McpAsk>,
     pub description: Option<String>,
 }
 

@@ -217,7 +217,7 @@ fn unknown_fields_on_an_ask_rule_are_refused_with_advice() {
     let err = parse_error("version = 1\n[[ask]]\nhost = \"a.com\"\ntimout = \"1m\"\n");
     assert_eq!(
         err,
-        "policy.toml:4:1: unknown field `timout` in [[ask]]; did you mean `timeout`? (valid fields: host, hosts, port, ports, methods, paths, body, reason, timeout, approvers, description)"
+        "policy.toml:4:1: unknown field `timout` in [[ask]]; did you mean `timeout`? (valid fields: host, hosts, port, ports, methods, paths, body, reason, timeout, approvers, mcp, description)"
     );
     for field in [
         "protocol = \"tcp\"",

@@ -1,7 +1,7 @@
 use super::{decide, policy};
 use crate::{ConnectionDecision, Decision, DenyReason, Policy};
 
-const EXAMPLES: [(&str, &str); 4] = [
+const EXAMPLES: [(&str, &str); 5] = [
     ("pypi.toml", include_str!("../../examples/pypi.toml")),
     (
         "github-readonly.toml",
@@ -12,6 +12,7 @@ const EXAMPLES: [(&str, &str); 4] = [
         "deny-all.toml",
         include_str!("../../examples/deny-all.toml"),
     ),
+    ("mcp.toml", include_str!("../../examples/mcp.toml")),
 ];
 
 #[test]
@@ -36,7 +37,7 @@ fn every_example_parses_without_warnings_and_matches_the_schema_keys() {
     }
     // Every example file in the folder is covered by this test.
     let listed: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
-    assert_eq!(listed.len(), 4);
+    assert_eq!(listed.len(), 5);
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod host_tests;
 mod layer_tests;
 mod lint_tests;
 mod matcher_tests;
+mod mcp_tests;
 mod parse_tests;
 mod path_tests;
 mod review_tests;

@@ -6,7 +6,7 @@ fn unknown_field_names_line_column_table_and_suggestion() {
     let err = parse_error("version = 1\n\n[[allow]]\nhots = \"a.com\"\n");
     assert_eq!(
         err,
-        "policy.toml:4:1: unknown field `hots` in [[allow]]; did you mean `host`? (valid fields: host, hosts, port, ports, methods, paths, max_requests, body, protocol, tls, upgrade, description)"
+        "policy.toml:4:1: unknown field `hots` in [[allow]]; did you mean `host`? (valid fields: host, hosts, port, ports, methods, paths, max_requests, body, protocol, tls, upgrade, mcp, description)"
     );
 }
 
