@@ -1,0 +1,247 @@
+//! `airlock policy replay` and `airlock policy suggest` over recorded MCP
+//! tool calls (`mcp_call` events written through the real recorder, see
+//! airlock-test-support's `mcp_record`), run as the real CLI: replay
+//! re-decides each call with the policy crate's MCP decision, and suggest
+//! writes tool rules exactly as tight as what was called.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use airlock_auditor::{AuditEvent, RecordStore, Verdict};
+use airlock_test_support::audit_store::{Env, env, exec, info};
+use airlock_test_support::mcp_record::{mcp_call, recorded_mcp_session};
+use serde_json::{Value, json};
+
+const AIRLOCK: &str = airlock_test_support::airlock_bin!();
+
+/// The policy the issue asks for, as shipped.
+fn example_policy() -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/examples/mcp.toml"),
+    )
+    .unwrap()
+}
+
+fn policy_cmd(e: &Env, args: &[&str]) -> Output {
+    Command::new(AIRLOCK)
+        .arg("policy")
+        .args(args)
+        .arg("--audit-db")
+        .arg(&e.db)
+        .env("HOME", e.dir.path())
+        .output()
+        .unwrap()
+}
+
+fn replay(e: &Env, policy: &str, session: &str) -> (i32, Value) {
+    let file = e.dir.path().join("candidate.toml");
+    std::fs::write(&file, policy).unwrap();
+    let out = policy_cmd(e, &["replay", file.to_str().unwrap(), session, "--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("replay --json: {err}: {out:?}"));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// The MCP changes of a replay: (what, was, would be, change).
+fn mcp_changes(report: &Value) -> Vec<(String, String, String, String)> {
+    report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "mcp_call")
+        .map(|c| {
+            (
+                c["what"].as_str().unwrap().to_owned(),
+                c["was"]["decision"].as_str().unwrap().to_owned(),
+                c["would_be"]["decision"].as_str().unwrap().to_owned(),
+                c["change"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn change(what: &str, was: &str, would_be: &str, change: &str) -> (String, String, String, String) {
+    (what.into(), was.into(), would_be.into(), change.into())
+}
+
+/// A session of `calls` (tool, arguments, verdict), each on its own exchange.
+fn session_of(e: &Env, calls: &[(&str, Value, Verdict)]) -> String {
+    let store = e.store();
+    let rec = store.begin_session(info(&["python3", "agent.py"])).unwrap();
+    rec.record(exec("e1", None, &["python3", "agent.py"]))
+        .unwrap();
+    for (i, (tool, args, verdict)) in calls.iter().enumerate() {
+        rec.record(AuditEvent::McpCall(mcp_call(
+            i as u64 + 1,
+            Some(json!(i + 1)),
+            "tools/call",
+            Some(tool),
+            Some(args.clone()),
+            *verdict,
+            "policy.toml:1",
+        )))
+        .unwrap();
+    }
+    let id = rec.session_id().to_string();
+    rec.finish(Default::default()).unwrap();
+    id
+}
+
+#[test]
+fn replay_re_decides_every_recorded_tool_call_under_the_candidates_mcp_rules() {
+    let e = env();
+    let id = recorded_mcp_session(&e.store()).to_string();
+
+    // The shipped example: transfer and list_invoices stay allowed,
+    // delete_all stays refused, refund would now wait for a person.
+    let (code, report) = replay(&e, &example_policy(), &id);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["replayed"]["mcp"], 7, "{report:#}");
+    assert_eq!(
+        mcp_changes(&report),
+        [change("MCP tools/call refund", "deny", "ask", "other")],
+        "{report:#}"
+    );
+
+    // A stricter candidate: transfer capped at 1, list_invoices not named.
+    let strict = example_policy()
+        .replace("amount = { max = 1000 }", "amount = { max = 1 }")
+        .replace("tools = [\"list_invoices\"]", "tools = []");
+    let (code, report) = replay(&e, &strict, &id);
+    assert_eq!(code, 1, "newly blocked calls exit 1: {report:#}");
+    assert_eq!(
+        mcp_changes(&report),
+        [
+            change("MCP tools/call transfer", "allow", "deny", "blocked"),
+            change("MCP tools/call refund", "deny", "ask", "other"),
+            change("MCP tools/call list_invoices", "allow", "deny", "blocked"),
+        ],
+        "{report:#}"
+    );
+    let blocked = &report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["what"] == "MCP tools/call transfer")
+        .unwrap()["would_be"];
+    assert!(
+        blocked["reason"].as_str().unwrap().contains("amount"),
+        "{blocked}"
+    );
+
+    // Text: one line per change, and the MCP count in the summary.
+    let file = e.dir.path().join("strict.toml");
+    std::fs::write(&file, &strict).unwrap();
+    let out = policy_cmd(&e, &["replay", file.to_str().unwrap(), &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("blocked") && text.contains("mcp_call MCP tools/call transfer"),
+        "{text}"
+    );
+    assert!(text.contains("http, 7 mcp) of 1 session"), "{text}");
+}
+
+#[test]
+fn replay_counts_a_tools_max_calls_per_session_in_record_order() {
+    let e = env();
+    let usd = || json!({"amount": 5, "currency": "USD"});
+    let id = session_of(
+        &e,
+        &[
+            ("transfer", usd(), Verdict::Allow),
+            ("transfer", usd(), Verdict::Allow),
+            ("transfer", usd(), Verdict::Allow),
+            ("transfer", usd(), Verdict::Allow),
+        ],
+    );
+    let (code, report) = replay(&e, &example_policy(), &id);
+    assert_eq!(code, 1, "{report:#}");
+    let changes = report["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "only the fourth: {report:#}");
+    assert_eq!(changes[0]["seq"], 5, "{report:#}");
+    assert!(
+        changes[0]["would_be"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_calls of 3"),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_recorded_call_replay_cannot_read_exactly_is_refused_or_undecidable_never_allowed() {
+    let e = env();
+    let store = e.store();
+    let rec = store.begin_session(info(&["agent"])).unwrap();
+    // Spellings the proxy's reader refuses, recorded as allowed (as an
+    // older proxy, or a report-mode session, would have let them by).
+    for (n, method) in ["tools/call\0", "Tools/Call", " tools/call", "tools/call "]
+        .iter()
+        .enumerate()
+    {
+        rec.record(AuditEvent::McpCall(mcp_call(
+            n as u64 + 1,
+            Some(json!(n + 1)),
+            method,
+            Some("transfer"),
+            Some(json!({"amount": 5, "currency": "USD"})),
+            Verdict::Allow,
+            "policy.toml:1",
+        )))
+        .unwrap();
+    }
+    // Arguments over the capture cap: only their size is on record.
+    let mut big = mcp_call(
+        9,
+        Some(json!(9)),
+        "tools/call",
+        Some("transfer"),
+        None,
+        Verdict::Allow,
+        "policy.toml:1",
+    );
+    big.arguments_truncated = true;
+    big.arguments_bytes = Some(1 << 20);
+    rec.record(AuditEvent::McpCall(big)).unwrap();
+    let id = rec.session_id().to_string();
+    rec.finish(Default::default()).unwrap();
+
+    let (code, report) = replay(&e, &example_policy(), &id);
+    assert_eq!(code, 1, "{report:#}");
+    let decisions: Vec<&str> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["would_be"]["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decisions,
+        ["deny", "deny", "deny", "deny", "undecidable"],
+        "{report:#}"
+    );
+    assert_eq!(report["undecidable"], 1);
+}
+
+#[test]
+fn replay_under_a_policy_with_no_mcp_table_says_the_tool_is_not_checked() {
+    let e = env();
+    let id = recorded_mcp_session(&e.store()).to_string();
+    let plain =
+        "version = 1\n\n[[allow]]\nhost = \"pay.test\"\npaths = [\"/mcp\"]\nmethods = [\"POST\"]\n";
+    let (code, report) = replay(&e, plain, &id);
+    assert_eq!(code, 0, "{report:#}");
+    let changes = mcp_changes(&report);
+    assert_eq!(
+        changes,
+        [
+            change("MCP tools/call refund", "deny", "allow", "now_allowed"),
+            change("MCP tools/call delete_all", "deny", "allow", "now_allowed"),
+        ],
+        "{report:#}"
+    );
+    let reason = report["changes"][0]["would_be"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no rule's mcp table names this server"),
+        "{reason}"
+    );
+}
