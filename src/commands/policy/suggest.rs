@@ -3,7 +3,7 @@
 //! file only reads (the record opened read-only, or a JSON-lines events
 //! file); the shaping is `airlock_policy::Draft`'s.
 
-use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
+use airlock_auditor::{DnsQuery, HttpExchange, McpCall, TcpConnection};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,7 +75,15 @@ fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
         }
         let events = chosen.within(
             store
-                .events(id, Some(&[EventKind::Dns, EventKind::Tcp, EventKind::Http]))
+                .events(
+                    id,
+                    Some(&[
+                        EventKind::Dns,
+                        EventKind::Tcp,
+                        EventKind::Http,
+                        EventKind::McpCall,
+                    ]),
+                )
                 .with_context(|| format!("reading session {id}"))?,
         );
         read_session(draft, &collapse_exchanges(&events), recorded.as_ref());
@@ -161,9 +169,45 @@ fn read_session(
                 rule,
                 ..
             }) => dns(draft, name, qtype, decision.as_str(), rule.as_deref()),
+            AuditEvent::McpCall(call) => mcp(draft, call),
             _ => {}
         }
     }
+}
+
+/// A recorded MCP message: the tools and methods that went through name
+/// themselves in the server's rule; what was refused is listed; a call a
+/// person approved stays theirs to decide.
+fn mcp(draft: &mut Draft, call: &McpCall) {
+    let McpCall {
+        server,
+        method,
+        tool,
+        decision,
+        reason,
+        approval,
+        ..
+    } = call;
+    let what = format!(
+        "MCP {method}{} on {}:{}{}",
+        tool.as_deref().map(|t| format!(" {t}")).unwrap_or_default(),
+        server.host,
+        server.port,
+        server.path
+    );
+    if decision == "deny" {
+        draft.refuse(refusal(&what, reason.as_deref()));
+        return;
+    }
+    if approval.is_some() {
+        draft.not_suggested(&what, &NotSuggested::Approved);
+        return;
+    }
+    let Ok(host) = Host::parse(&server.host) else {
+        draft.refuse(refusal(&what, Some("the recorded host cannot be parsed")));
+        return;
+    };
+    draft.mcp_message(&host, server.port, &server.path, method, tool.as_deref());
 }
 
 /// A recorded request, as far as suggesting needs it.
