@@ -11,7 +11,7 @@
 
 use airlock_auditor::{
     AuditEvent, ExchangeId, ExecId, HttpExchange, McpCall, McpResult, McpServer, McpTool,
-    McpToolList, RecordStore, SessionId, Verdict,
+    McpToolList, RecordStore, SessionId, SessionRecorder, Verdict,
 };
 use serde_json::{Value, json};
 
@@ -99,6 +99,14 @@ pub fn recorded_mcp_session(store: &dyn RecordStore) -> SessionId {
     let rec = store
         .begin_session(info(&["python3", "agent.py"]))
         .expect("begin session");
+    record_mcp_calls(&rec);
+    let id = rec.session_id().clone();
+    rec.finish(Default::default()).expect("finish");
+    id
+}
+
+/// The session's events (see the module docs), into an open recorder.
+pub fn record_mcp_calls(rec: &SessionRecorder) {
     let record = |e: AuditEvent| {
         rec.record(e).expect("record");
     };
@@ -238,8 +246,4 @@ pub fn recorded_mcp_session(store: &dyn RecordStore) -> SessionId {
     });
     record(mcp(second));
     record(post(6));
-
-    let id = rec.session_id().clone();
-    rec.finish(Default::default()).expect("finish");
-    id
 }
