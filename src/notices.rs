@@ -92,12 +92,18 @@ impl EventSink for DenialNotices {
                     url,
                     rule,
                     reason,
+                    status,
                     ..
                 } = exchange.as_ref();
                 let base = url.split('?').next().unwrap_or(url);
+                // An MCP refusal is a JSON-RPC error, not a 403.
+                let answer = match status {
+                    Some(403) | None => "the 403 response".to_owned(),
+                    Some(code) => format!("the {code} response"),
+                };
                 self.once(format!("http {method} {base}"), || {
                     format!(
-                        "airlock: refused {} {}: {} (decided by {}; the 403 response says what to change)",
+                        "airlock: refused {} {}: {} (decided by {}; {answer} says what to change)",
                         escape::text(method),
                         escape::text(base),
                         escape::text(reason.as_deref().unwrap_or("denied")),

@@ -61,6 +61,8 @@ pub(crate) struct Engine {
     /// Where events go; set failed once the sink failed, and from then on nothing is forwarded.
     pub events: Arc<Outlet>,
     pub quotas: Quotas,
+    /// Each MCP server's last tool list, and calls awaiting their answer.
+    pub mcp_lists: crate::mcp::ToolLists,
     pub ids: IdGenerator,
     pub synthetic: SyntheticAddresses,
     /// Bytes of each body kept for the record.
@@ -111,6 +113,7 @@ impl Engine {
             upstream,
             events: Outlet::new(events),
             quotas: Quotas::default(),
+            mcp_lists: Default::default(),
             ids: IdGenerator::default(),
             synthetic: SyntheticAddresses::default(),
             capture_cap,

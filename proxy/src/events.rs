@@ -21,7 +21,8 @@ pub use airlock_record::ConnectionId as ConnId;
 pub use airlock_record::ExchangeId as RequestId;
 pub use airlock_record::Verdict;
 use airlock_record::{
-    ApprovalDecided, ApprovalRequested, AuditEvent, DnsQuery, ExecId, HttpExchange, TcpConnection,
+    ApprovalDecided, ApprovalRequested, AuditEvent, DnsQuery, ExecId, HttpExchange, McpCall,
+    TcpConnection,
 };
 
 /// Hands out process-unique ids.
@@ -255,6 +256,17 @@ pub enum Event {
         #[serde(flatten)]
         decided: Box<ApprovalDecided>,
     },
+    /// One JSON-RPC message to an MCP server a policy grants with `mcp`:
+    /// recorded when decided (before anything is forwarded), and again
+    /// with the answer's summary (or a `tools/list` answer in full).
+    #[serde(rename = "mcp_call")]
+    McpCall {
+        ts: TimestampUs,
+        conn: ConnId,
+        request: RequestId,
+        #[serde(flatten)]
+        call: Box<McpCall>,
+    },
 }
 
 impl Event {
@@ -279,6 +291,7 @@ impl Event {
             }
             Self::ApprovalRequested { held, .. } => AuditEvent::ApprovalRequested(*held),
             Self::ApprovalDecided { decided, .. } => AuditEvent::ApprovalDecided(*decided),
+            Self::McpCall { call, .. } => AuditEvent::McpCall(*call),
         }
     }
 }

@@ -54,6 +54,7 @@ pub mod events;
 mod exchange;
 mod forward;
 mod header_list;
+mod mcp;
 mod metered;
 pub mod metrics;
 mod outlet;

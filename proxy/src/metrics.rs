@@ -200,6 +200,8 @@ impl Metrics {
                     self.approvals.ended[at].fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // Counted as the requests that carried them.
+            Event::McpCall { .. } => {}
         }
     }
 

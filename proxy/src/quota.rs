@@ -16,10 +16,16 @@ pub(crate) struct Quotas {
 impl Quotas {
     /// Take one request from the rule's quota; false when it is used up.
     pub(crate) fn try_take(&self, rule: &RuleRef, max: u64) -> bool {
+        self.try_take_key(rule.key(), max)
+    }
+
+    /// Take one from the quota counted under `key` (an MCP tool entry's
+    /// `max_calls`: its rule's key and the entry's position).
+    pub(crate) fn try_take_key(&self, key: String, max: u64) -> bool {
         let Ok(mut used) = self.used.lock() else {
             return false; // fail closed
         };
-        let count = used.entry(rule.key()).or_insert(0);
+        let count = used.entry(key).or_insert(0);
         if *count >= max {
             return false;
         }

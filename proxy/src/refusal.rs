@@ -33,6 +33,13 @@ pub(crate) enum Refusal {
     Upgrade(UpgradeRefusal),
     /// An `[[ask]]` rule held it and it was not approved.
     NotApproved { rule: RuleRef, why: NotApproved },
+    /// A POST to an MCP server the `mcp` rules refused (a message, a tool,
+    /// its arguments, a quota) or could not read; answered as JSON-RPC.
+    Mcp {
+        rule: Option<RuleRef>,
+        reason: String,
+        status: StatusCode,
+    },
 }
 
 /// Why a request an `[[ask]]` rule held did not go out.
@@ -58,6 +65,7 @@ impl Refusal {
         match self {
             Self::AuditUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Mcp { status, .. } => *status,
             _ => StatusCode::FORBIDDEN,
         }
     }
@@ -76,6 +84,7 @@ impl Refusal {
             Self::NonPublicAddress(why) => why.clone(),
             Self::AuditUnavailable(why) => format!("audit store unavailable: {why}"),
             Self::BadRequest(why) => why.clone(),
+            Self::Mcp { reason, .. } => reason.clone(),
             Self::Upgrade(why) => why.to_string(),
             Self::NotApproved { why, .. } => match why {
                 NotApproved::Denied { id, by, note } => match note {
@@ -99,6 +108,7 @@ impl Refusal {
         match self {
             Self::Policy(d) => d.rule.as_ref(),
             Self::Quota { rule, .. } | Self::NotApproved { rule, .. } => Some(rule),
+            Self::Mcp { rule, .. } => rule.as_ref(),
             _ => None,
         }
     }
@@ -199,6 +209,7 @@ impl Refusal {
                 "Airlock refuses to forward anything it cannot record. Fix the audit store (disk space, permissions) and restart.".into()
             }
             Self::BadRequest(_) => "Fix the request and try again.".into(),
+            Self::Mcp { .. } => "The reason names the mcp rule to change.".into(),
             Self::Upgrade(why) => why.advice(),
             Self::NotApproved { rule, why } => match why {
                 NotApproved::Denied { .. } => format!(

@@ -16,6 +16,7 @@ mod codings;
 mod context;
 mod ending;
 mod hop_by_hop;
+mod mcp;
 mod refused_body;
 mod request_target;
 
@@ -43,6 +44,7 @@ use crate::body::{BodyStalled, CaptureHandle, IdleLimit, ProxyBody, Tap, full};
 use crate::credentials::{Injected, ResponseScrub};
 use crate::engine::{BODY_IDLE_TIMEOUT, ConnInfo, Engine};
 use crate::events::{Event, TimestampUs, Verdict};
+use crate::mcp::{AnswerMode, McpAnswerBody};
 use crate::refusal::{Refusal, bad_gateway};
 use crate::target::Target;
 use crate::upgrade::{self, UpgradeAsk};
@@ -54,6 +56,7 @@ use self::codings::unscrubbable_coding;
 use self::context::{Early, Exchange, RecordedHead, Ruling};
 use self::ending::Ending;
 use self::hop_by_hop::strip_hop_by_hop;
+use self::mcp::McpForward;
 use self::request_target::{display_url, request_target};
 
 /// A response either way: `Err` is an early answer, so each step can end the
@@ -137,6 +140,8 @@ struct Sent {
     /// its WebSocket key).
     upgrade_request: HeaderMap,
     client_upgrade: Option<OnUpgrade>,
+    /// An MCP server's answer is read by the MCP filter.
+    mcp: Option<McpForward>,
 }
 
 impl Exchange {
@@ -155,7 +160,8 @@ impl Exchange {
     async fn steps(&self, head: Parts, body: &mut RequestBody) -> Answer {
         let destination = self.destination(&head)?;
         let allowed = self.decide(&head, body, &destination).await?;
-        self.forward(head, body, &destination, allowed).await
+        let mcp = self.mcp(&head, body, &destination).await?;
+        self.forward(head, body, &destination, allowed, mcp).await
     }
 
     /// Step 1: the request must name its connection's destination.
@@ -363,6 +369,7 @@ impl Exchange {
         body: &mut RequestBody,
         destination: &Destination,
         allowed: Allowed,
+        mcp: Option<McpForward>,
     ) -> Answer {
         let method = head.method.as_str().to_owned();
         let url = &destination.url;
@@ -382,8 +389,9 @@ impl Exchange {
                 .inject(&destination.target.host, &mut headers),
             Scheme::Http => Default::default(),
         };
-        if !injected.is_empty() {
-            // A compressed echo could not be scrubbed; ask for identity.
+        if !injected.is_empty() || mcp.is_some() {
+            // A compressed echo could not be scrubbed, nor an MCP answer
+            // filtered; ask for identity.
             headers.insert(
                 header::ACCEPT_ENCODING,
                 HeaderValue::from_static("identity"),
@@ -475,6 +483,7 @@ impl Exchange {
             upgrade: allowed.upgrade,
             upgrade_request,
             client_upgrade,
+            mcp,
         };
         self.respond(&method, url, response, sent)
     }
@@ -533,6 +542,39 @@ impl Exchange {
         }
 
         let (mut parts, body) = response.into_parts();
+        let body: ProxyBody = match sent.mcp {
+            Some(mcp) => {
+                // An answer the filter cannot read could carry a tool list
+                // the client may not see: refused, like an unscrubbable one.
+                if let Some(encoding) = unscrubbable_coding(&parts.headers) {
+                    let why = format!(
+                        "the MCP server sent a {encoding}-encoded answer although identity was requested; Airlock cannot read it to filter its tool lists"
+                    );
+                    let reply = bad_gateway(method, url, &why);
+                    let recorded = RecordedHead::new(reply.status(), &HeaderMap::new());
+                    sent.ending
+                        .end(recorded, &no_response_body, headers_at, Some(why));
+                    return Err(reply.into());
+                }
+                let sse = parts
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|t| {
+                        t.trim()
+                            .to_ascii_lowercase()
+                            .starts_with("text/event-stream")
+                    });
+                let mode = if sse {
+                    AnswerMode::Sse
+                } else {
+                    AnswerMode::Json
+                };
+                parts.headers.remove(header::CONTENT_LENGTH);
+                McpAnswerBody::new(body, mode, mcp.answer).boxed_unsync()
+            }
+            None => body.map_err(Into::into).boxed_unsync(),
+        };
         if let Some(scrub) = &scrub {
             // Every Content-Encoding header counts (clients apply them all, in
             // order), and so does a Transfer-Encoding coding other than chunked.
