@@ -20,7 +20,11 @@ const ARGUMENTS_SHOWN: usize = 6;
 /// [allow by policy.toml:3] -> ok 80 B: {"jsonrpc"...`, and for a
 /// `tools/list` answer what was hidden and what changed.
 pub(super) fn describe(call: &McpCall) -> String {
-    let mut s = format!("mcp   {}", escape::text(&call.method));
+    let mut s = match (call.method.as_str(), call.channel.as_str()) {
+        ("", "response") => "mcp   (the client's answer to a request of the server)".to_owned(),
+        ("", _) => "mcp   (a body that is not MCP)".to_owned(),
+        (method, _) => format!("mcp   {}", escape::text(method)),
+    };
     if let Some(tool) = &call.tool {
         s.push(' ');
         s.push_str(&escape::text(tool));
@@ -34,7 +38,7 @@ pub(super) fn describe(call: &McpCall) -> String {
     if call.rpc_id.is_none() {
         s.push_str(" (notification)");
     }
-    if call.channel != "post" {
+    if !matches!(call.channel.as_str(), "post" | "response") {
         s.push_str(&format!(" (in a {})", escape::text(&call.channel)));
     }
     if let Some(approval) = &call.approval {

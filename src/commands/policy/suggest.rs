@@ -199,6 +199,11 @@ fn mcp(draft: &mut Draft, call: &McpCall) {
         draft.refuse(refusal(&what, reason.as_deref()));
         return;
     }
+    // The client's answer to the server's own request: allowed on any
+    // server an mcp table grants, so no rule names it.
+    if call.channel == "response" && method.is_empty() {
+        return;
+    }
     if approval.is_some() {
         draft.not_suggested(&what, &NotSuggested::Approved);
         return;

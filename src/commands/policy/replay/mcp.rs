@@ -131,8 +131,13 @@ fn refused(report: bool) -> Outcome {
     }
 }
 
-/// The JSON-RPC message the record describes.
+/// The JSON-RPC message the record describes. The client's answer to a
+/// request of the server (channel `response`) has no method: it is spelled
+/// as a result, which is what the decision looks at (none of its content).
 fn body(call: &McpCall) -> Value {
+    if call.channel == "response" && call.method.is_empty() {
+        return json!({"jsonrpc": "2.0", "id": call.rpc_id, "result": {}});
+    }
     let mut message = json!({"jsonrpc": "2.0", "method": call.method});
     let Some(obj) = message.as_object_mut() else {
         return message;
