@@ -369,3 +369,205 @@ fn a_tool_no_rule_can_name_exactly_or_one_a_person_approved_is_listed_never_allo
         .unwrap();
     assert!(out.status.success(), "lint: {out:?}\n{text}");
 }
+
+// ---------------------------------------------------------------------------
+// Suggest, then replay, then enforce, on a session the official MCP SDK
+// recorded inside `airlock run` (the mcp branch's FastMCP upstream and
+// agent scripts, tests/mcp_policy/).
+// ---------------------------------------------------------------------------
+
+const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_policy");
+
+/// The SDK's venv (scripts/setup), or None after skipping loudly.
+fn mcp_venv() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("AIRLOCK_MCP_VENV").map_or_else(
+        || std::path::PathBuf::from("/opt/airlock-tests/mcp-venv"),
+        std::path::PathBuf::from,
+    );
+    if dir.join("bin/python").exists() {
+        return Some(dir);
+    }
+    airlock_test_support::skip_or_fail(
+        "the MCP Python SDK venv is missing; run scripts/setup (or set AIRLOCK_MCP_VENV)",
+    );
+    None
+}
+
+/// The FastMCP upstream for pay.test (streamable HTTP behind TLS), which
+/// logs every request body it receives.
+struct Upstream {
+    pki: airlock_test_support::pki::TestPki,
+    dir: tempfile::TempDir,
+    port: u16,
+    _server: std::process::Child,
+}
+
+impl Upstream {
+    fn start(venv: &Path) -> Self {
+        use std::io::BufRead;
+        let pki = airlock_test_support::pki::TestPki::new();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pki.cert_and_key_pem(&["pay.test"]);
+        std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key).unwrap();
+        let mut server = Command::new(venv.join("bin/python"))
+            .arg(format!("{SCRIPTS}/upstream.py"))
+            .arg(dir.path().join("cert.pem"))
+            .arg(dir.path().join("key.pem"))
+            .arg(dir.path().join("upstream.log"))
+            .arg("streamable")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let port = first
+            .strip_prefix("port ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("upstream said {first:?}"));
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            pki,
+            dir,
+            port,
+            _server: server,
+        }
+    }
+
+    /// The tools called that reached the upstream, in order.
+    fn tools_called(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("upstream.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|r| serde_json::from_str::<Value>(r["body"].as_str()?).ok())
+            .filter(|m| m["method"] == "tools/call")
+            .map(|m| m["params"]["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// `airlock run` of the SDK agent at this upstream under `policy`,
+    /// recording into `db`: one JSON line per step.
+    fn agent(&self, venv: &Path, policy: &Path, db: &Path, steps: &[&str]) -> (Output, Vec<Value>) {
+        let ws = self.dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let key = db.with_file_name("audit.key");
+        let out = Command::new(AIRLOCK)
+            .arg("run")
+            .arg("--policy")
+            .arg(policy)
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--upstream-ca")
+            .arg(&self.pki.ca_pem)
+            .args(["--resolve", "pay.test:127.0.0.1"])
+            .arg("--audit-db")
+            .arg(db)
+            .arg("--audit-key")
+            .arg(&key)
+            .arg("--ro")
+            .arg(venv)
+            .args(["--ro", SCRIPTS, "--timeout", "120s", "--no-tty", "--"])
+            .arg(venv.join("bin/python"))
+            .arg(format!("{SCRIPTS}/agent.py"))
+            .arg(format!("https://pay.test:{}/mcp", self.port))
+            .arg("streamable")
+            .args(steps)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let steps = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (out, steps)
+    }
+}
+
+#[test]
+fn suggest_then_replay_then_enforce_on_a_session_the_official_mcp_sdk_recorded() {
+    let Some(venv) = mcp_venv() else { return };
+    let pay = Upstream::start(&venv);
+    let e = env();
+    std::fs::create_dir_all(e.dir.path()).unwrap();
+    // Record in report mode: the server granted, every tool let through
+    // and recorded.
+    let report = format!(
+        "version = 1\ndefault = \"report\"\n\n[[allow]]\nhost = \"pay.test\"\nport = {}\npaths = [\"/mcp\"]\nmethods = [\"POST\", \"GET\", \"DELETE\"]\nmcp = {{ tools = [\"list_invoices\"] }}\n",
+        pay.port
+    );
+    let recording = e.dir.path().join("report.toml");
+    std::fs::write(&recording, report).unwrap();
+    let (out, steps) = pay.agent(
+        &venv,
+        &recording,
+        &e.db,
+        &[
+            "list",
+            r#"call:transfer:{"amount":5,"currency":"USD"}"#,
+            "call:list_invoices:{}",
+        ],
+    );
+    assert!(out.status.success(), "recording run: {out:?}");
+    assert_eq!(steps.len(), 3, "{out:?}");
+    assert_eq!(pay.tools_called(), ["transfer", "list_invoices"]);
+    let id = airlock_test_support::audit_cli::first_session_id(AIRLOCK, &e.db, &out);
+
+    // Suggest: exactly the two tools, and the methods the SDK sent.
+    let text = suggest(&e, &id);
+    let mcp_line = text
+        .lines()
+        .find(|l| l.starts_with("mcp = {"))
+        .unwrap_or_else(|| panic!("no mcp table:\n{text}"));
+    assert!(
+        mcp_line.starts_with("mcp = { tools = [\"list_invoices\", \"transfer\"], methods = [")
+            && mcp_line.contains("\"initialize\"")
+            && mcp_line.contains("\"tools/list\""),
+        "{text}"
+    );
+    let suggested = e.dir.path().join("suggested.toml");
+    std::fs::write(&suggested, &text).unwrap();
+
+    // Replay: under the suggestion nothing recorded is blocked; the one
+    // call report mode let by (transfer, which the recording policy did
+    // not name) would now be allowed by a rule.
+    let (code, report) = replay(&e, &text, &id);
+    assert_eq!(code, 0, "{report:#}\n{text}");
+    assert_eq!(report["blocked"], 0, "{report:#}");
+    assert!(
+        report["replayed"]["mcp"].as_u64().unwrap() >= 4,
+        "{report:#}"
+    );
+    assert_eq!(
+        mcp_changes(&report),
+        [change("MCP tools/call transfer", "report", "allow", "now_allowed")],
+        "{report:#}"
+    );
+
+    // Enforce: the suggested policy lets the same calls through and
+    // refuses a tool the session never called, before the server sees it.
+    let enforced = e.dir.path().join("enforced.db");
+    let (out, steps) = pay.agent(
+        &venv,
+        &suggested,
+        &enforced,
+        &[
+            r#"call:transfer:{"amount":7,"currency":"EUR"}"#,
+            "call:list_invoices:{}",
+            r#"call:refund:{"invoice":"inv-1"}"#,
+        ],
+    );
+    assert!(out.status.success(), "enforcing run: {out:?}");
+    assert!(
+        steps[0].get("error").is_none() && steps[1].get("error").is_none(),
+        "{steps:?}"
+    );
+    let refused = steps[2]["error"].as_str().unwrap_or_default();
+    assert!(refused.contains("refund"), "{steps:?}");
+    assert_eq!(
+        pay.tools_called(),
+        ["transfer", "list_invoices", "transfer", "list_invoices"],
+        "the refused call reached the server"
+    );
+}
