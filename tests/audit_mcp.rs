@@ -135,7 +135,11 @@ fn a_hostile_tool_name_argument_or_answer_is_printed_escaped_and_cannot_forge_a_
     );
     call.reason = Some(evil.into());
     call.method = format!("tools/call{evil}");
-    let mut call = airlock_test_support::mcp_record::answered(call, true, evil);
+    call.result = Some(airlock_auditor::McpResult {
+        bytes: 80,
+        is_error: true,
+        first_bytes: evil.into(),
+    });
     call.tools = Some(airlock_auditor::McpToolList {
         tools: vec![airlock_auditor::McpTool {
             name: evil.into(),
@@ -254,14 +258,18 @@ fn jsonl_exports_every_mcp_record_as_stored() {
     let mcp: Vec<&Value> = lines.iter().filter(|v| v["kind"] == "mcp_call").collect();
     // Every record, both of a call recorded twice: JSONL is the record.
     assert_eq!(mcp.len(), 11, "{mcp:#?}");
-    let answered = mcp
-        .iter()
-        .find(|v| v["tool"] == "transfer" && v["result"].is_object())
-        .unwrap();
+    // As stored: the decided record has the arguments, the answered one
+    // the answer (the proxy writes them so).
+    let transfer: Vec<&&Value> = mcp.iter().filter(|v| v["tool"] == "transfer").collect();
+    assert_eq!(transfer.len(), 2);
     assert_eq!(
-        answered["arguments"],
+        transfer[0]["arguments"],
         json!({"amount": 5, "currency": "USD"})
     );
+    assert!(transfer[0].get("result").is_none());
+    assert!(transfer[1].get("arguments").is_none());
+    let answered = transfer[1];
+    assert_eq!(answered["result"]["is_error"], false);
     assert_eq!(answered["server"]["host"], "pay.test");
     assert_eq!(answered["rule"], "policy.toml:4");
     assert_eq!(answered["exec_id"], "e1");
@@ -290,6 +298,11 @@ fn har_puts_each_exchanges_mcp_messages_on_its_entry() {
     assert_eq!(transfer.len(), 1);
     assert_eq!(transfer[0]["tool"], "transfer");
     assert_eq!(transfer[0]["decision"], "allow");
+    // The answered record left the arguments out; the decided one's show.
+    assert_eq!(
+        transfer[0]["arguments"],
+        json!({"amount": 5, "currency": "USD"})
+    );
     assert_eq!(transfer[0]["result"]["is_error"], false);
     // The batch: both calls sharing id 7.
     let batch: Vec<(String, String)> = mcp(3)

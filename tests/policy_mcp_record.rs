@@ -541,7 +541,33 @@ fn suggest_then_replay_then_enforce_on_a_session_the_official_mcp_sdk_recorded()
     );
     assert_eq!(
         mcp_changes(&report),
-        [change("MCP tools/call transfer", "report", "allow", "now_allowed")],
+        [change(
+            "MCP tools/call transfer",
+            "report",
+            "allow",
+            "now_allowed"
+        )],
+        "{report:#}"
+    );
+
+    // Under the shipped example (transfer only with amount <= 1000 in USD
+    // or EUR): the recorded transfer passes its constraints, so nothing is
+    // blocked either. (Its answered record carries no arguments: replay
+    // takes them from the decided one.)
+    let example = example_policy().replace(
+        "host = \"pay.test\"\n",
+        &format!("host = \"pay.test\"\nport = {}\n", pay.port),
+    );
+    let (code, report) = replay(&e, &example, &id);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        mcp_changes(&report),
+        [change(
+            "MCP tools/call transfer",
+            "report",
+            "allow",
+            "now_allowed"
+        )],
         "{report:#}"
     );
 

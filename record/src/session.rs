@@ -198,8 +198,15 @@ impl RecordKey {
 pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
     let exchange = |ev: &StoredEvent| RecordKey::of(&ev.event);
     let mut last = std::collections::HashMap::new();
+    // An MCP message's first (decided) record: what its answered record
+    // may leave out (its arguments), which a reader still shows.
+    let mut decided: std::collections::HashMap<RecordKey, &McpCall> =
+        std::collections::HashMap::new();
     for (i, ev) in events.iter().enumerate() {
         if let Some(id) = exchange(ev) {
+            if let AuditEvent::McpCall(call) = &ev.event {
+                decided.entry(id.clone()).or_insert(call);
+            }
             last.insert(id, i);
         }
     }
@@ -207,7 +214,16 @@ pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
         .iter()
         .enumerate()
         .filter(|(i, ev)| exchange(ev).is_none_or(|id| last.get(&id) == Some(i)))
-        .map(|(_, ev)| ev.clone())
+        .map(|(_, ev)| {
+            let key = RecordKey::of(&ev.event);
+            let mut ev = ev.clone();
+            if let (AuditEvent::McpCall(call), Some(first)) =
+                (&mut ev.event, key.and_then(|k| decided.get(&k)))
+            {
+                call.fill_from_decided(first);
+            }
+            ev
+        })
         .collect()
 }
 

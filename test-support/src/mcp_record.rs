@@ -58,8 +58,14 @@ pub fn mcp_call(
     }
 }
 
-/// The answer's summary the proxy records.
+/// The record the proxy writes once the answer is read: the answer's
+/// summary and the verdict, without the arguments, reason or approval
+/// (those are on the decided record; readers take them from there).
 pub fn answered(mut call: McpCall, is_error: bool, first_bytes: &str) -> McpCall {
+    call.arguments = None;
+    call.arguments_bytes = None;
+    call.reason = None;
+    call.approval = None;
     call.result = Some(McpResult {
         bytes: first_bytes.len() as u64 + 20,
         is_error,
