@@ -877,9 +877,15 @@ fn mcp_tool_calls_export_as_api_activity_naming_the_tool_and_a_changed_tool_list
     assert_eq!(transfer["activity_name"], "Tool Call");
     assert_eq!(transfer["api"]["service"]["name"], "pay.test:443/mcp");
     assert_eq!(transfer["api"]["request"]["uid"], "2");
+    // The arguments are on the decided record (the answered one, as the
+    // proxy writes it, carries the answer only); both name the call.
     assert_eq!(
-        transfer["api"]["request"]["data"],
+        call("transfer", false)["api"]["request"]["data"],
         serde_json::json!({"amount": 5, "currency": "USD"})
+    );
+    assert_eq!(
+        call("transfer", false)["metadata"]["correlation_uid"],
+        transfer["metadata"]["correlation_uid"]
     );
     assert_eq!(transfer["action"], "Allowed");
     assert_eq!(transfer["firewall_rule"]["uid"], "policy.toml:4");
