@@ -741,6 +741,12 @@ async fn inside_airlock_run_a_held_refund_goes_out_once_approved_and_not_when_de
     let refunds = decided(&events, "refund");
     assert_eq!(refunds.len(), 2, "{events:#?}");
     assert_eq!(refunds[0]["decision"], "allow");
+    // The approved call names its approval, as the approval's records do.
+    assert_eq!(
+        refunds[0]["approval"].as_str(),
+        Some(first.as_str()),
+        "{refunds:#?}"
+    );
     assert_eq!(refunds[1]["decision"], "deny");
     assert!(
         refunds.iter().all(|r| r["exec_id"].is_string()),
@@ -751,4 +757,112 @@ async fn inside_airlock_run_a_held_refund_goes_out_once_approved_and_not_when_de
         events.iter().any(|e| e["kind"] == "approval_requested"),
         "{events:#?}"
     );
+}
+
+/// A live session (`airlock session start`), stopped when dropped.
+struct LiveSession(String);
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(AIRLOCK)
+            .args(["session", "stop", &self.0])
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inside_a_live_session_each_step_is_held_to_the_tool_policy_and_the_quota_spans_steps() {
+    let Some(venv) = need_venv() else { return };
+    let pay = Pay::start(venv.clone(), Transport::Streamable).await;
+    let dir = pay.dir.path();
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, pay.policy()).unwrap();
+    let mut args = run_args(&pay, &venv, &policy);
+    // `session start` takes the sandbox's options, not run's.
+    args[0] = "start".into();
+    args.insert(0, "session".into());
+    let timeout = args.iter().position(|a| a == "--timeout").unwrap();
+    args.drain(timeout..timeout + 2);
+    args.retain(|a| a != "--no-tty");
+    let out = airlock(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.status, 0, "session start: {out:?}");
+    let session = LiveSession(out.stdout.trim().to_owned());
+    let step = |steps: &[&str]| {
+        let mut argv = vec![
+            "session".to_owned(),
+            "exec".to_owned(),
+            session.0.clone(),
+            "--".to_owned(),
+            venv.join("bin/python").to_string_lossy().into_owned(),
+            format!("{SCRIPTS}/agent.py"),
+            pay.url(),
+            "streamable".to_owned(),
+        ];
+        argv.extend(steps.iter().map(|s| (*s).to_owned()));
+        argv
+    };
+    let first = step(&["list", OK_TRANSFER, OK_TRANSFER, "call:delete_account:{}"]);
+    let out = airlock(&first.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let steps = lines(&out);
+    assert_eq!(
+        steps[0]["tools"],
+        serde_json::json!(["list_invoices", "refund", "transfer"]),
+        "{out:?}"
+    );
+    assert_eq!(steps[1]["text"], "transferred 5.0 USD", "{out:?}");
+    assert_eq!(steps[2]["text"], "transferred 5.0 USD", "{out:?}");
+    assert!(
+        steps[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("delete_account"),
+        "{out:?}"
+    );
+    // A later step, a new MCP session: the session's quota is what is left.
+    let second = step(&[OK_TRANSFER, OK_TRANSFER]);
+    let out = airlock(&second.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let steps = lines(&out);
+    assert_eq!(steps[0]["text"], "transferred 5.0 USD", "{out:?}");
+    assert!(
+        steps[1]["error"].as_str().unwrap().contains("max_calls"),
+        "{out:?}"
+    );
+    let transfers = pay
+        .calls()
+        .into_iter()
+        .filter(|(t, _)| t == "transfer")
+        .count();
+    assert_eq!(transfers, 3, "{:#?}", pay.log());
+    assert!(!pay.calls().iter().any(|(t, _)| t == "delete_account"));
+}
+
+#[tokio::test]
+async fn a_message_sent_with_another_method_than_post_is_refused_where_a_rule_allows_any_method() {
+    let Some(venv) = need_venv() else { return };
+    let pay = Pay::start(venv, Transport::Streamable).await;
+    let policy = pay
+        .policy()
+        .replace("methods = [\"POST\", \"GET\", \"DELETE\"]\n", "");
+    let mut opts = ProxyOptions::new(&policy);
+    opts.upstream_ca = Some(&pay.pki.ca_pem);
+    opts.resolve = vec!["pay.test:127.0.0.1".into()];
+    let proxy = AirlockProxy::start(AIRLOCK, opts);
+    let body = call_body(
+        "1",
+        "tools/call",
+        r#"{"name":"delete_account","arguments":{}}"#,
+    );
+    for method in ["PUT", "PATCH", "GET", "DELETE"] {
+        let mut extra = JSON.to_vec();
+        extra.extend(["-X", method]);
+        let (code, text) = post(&proxy, &pay.url(), &body, &extra).await;
+        assert_eq!(code, 400, "{method}: {text}");
+        assert!(
+            text.contains("MCP messages are sent with POST"),
+            "{method}: {text}"
+        );
+    }
+    assert!(pay.log().is_empty(), "{:#?}", pay.log());
 }

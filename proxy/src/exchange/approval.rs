@@ -20,16 +20,25 @@ use crate::refusal::{NotApproved, Refusal};
 use super::Destination;
 use super::context::{Early, Exchange};
 
+/// How a held request came to be approved.
+pub(super) struct Approved {
+    /// For the record: by whom, in what scope, which approval.
+    pub(super) line: String,
+    /// The approval's id; None when an earlier approval for the session
+    /// let it through.
+    pub(super) id: Option<String>,
+}
+
 impl Exchange {
-    /// Hold the request until it is approved (Ok: a line for the record
-    /// saying by whom) or not (Err: the refusal, answered and recorded).
+    /// Hold the request until it is approved (Ok: who approved it) or not
+    /// (Err: the refusal, answered and recorded).
     pub(super) async fn await_approval(
         &self,
         head: &Parts,
         destination: &Destination,
         ask: &Ask,
         body: Option<(&Bytes, bool)>,
-    ) -> Result<String, Early> {
+    ) -> Result<Approved, Early> {
         let url = &destination.url;
         let not_approved = |why| Refusal::NotApproved {
             rule: ask.rule.clone(),
@@ -42,7 +51,10 @@ impl Exchange {
         let mut request = self.hold_request(head, destination, ask, bytes);
         let approvals = &self.engine.approvals;
         if let Some(by) = approvals.granted_for_session(&request) {
-            return Ok(format!("approved for the session by {by}"));
+            return Ok(Approved {
+                line: format!("approved for the session by {by}"),
+                id: None,
+            });
         }
         let (finder, client) = (approvals.clone(), self.conn.client);
         request.sender = tokio::task::spawn_blocking(move || finder.find_sender(client))
@@ -86,11 +98,10 @@ impl Exchange {
                     let refusal = Refusal::AuditUnavailable(e.to_string());
                     return Err(self.refuse(head, url, None, refusal));
                 }
-                Ok(format!(
-                    "approved {} by {by} (approval {})",
-                    scope.as_str(),
-                    wait.id
-                ))
+                Ok(Approved {
+                    line: format!("approved {} by {by} (approval {})", scope.as_str(), wait.id),
+                    id: Some(wait.id.to_string()),
+                })
             }
             Some(Resolution {
                 choice: Choice::Deny,

@@ -46,6 +46,8 @@ struct Decided<'m> {
     reason: Option<String>,
     quota: Option<ToolQuota>,
     ask: Option<Ask>,
+    /// The approval that let a held call through.
+    approval: Option<String>,
 }
 
 impl Decided<'_> {
@@ -100,12 +102,31 @@ impl Exchange {
                 "sse"
             },
         });
-        if head.method != Method::POST {
-            return Ok(Some(McpForward { answer }));
-        }
         let url = &destination.url;
         let key = answer.server_key();
         let server_key = key.as_str();
+        if head.method != Method::POST {
+            // Messages travel in POST bodies. A body on another method
+            // would reach a server that reads it without being decided.
+            if has_body(body) {
+                let reason = format!(
+                    "airlock: MCP request refused: a {} with a body; MCP messages are sent with POST",
+                    head.method
+                );
+                self.record_call(unreadable(&answer, &reason));
+                let body = error_body(vec![error_message(None, &reason)], false);
+                return Err(self.refuse_mcp(
+                    server_key,
+                    head,
+                    url,
+                    None,
+                    reason,
+                    StatusCode::BAD_REQUEST,
+                    body,
+                ));
+            }
+            return Ok(Some(McpForward { answer }));
+        }
         let bytes = match self.mcp_body(head, body).await {
             Ok(bytes) => bytes,
             Err(why) => {
@@ -153,7 +174,8 @@ impl Exchange {
                 Ok(approved) => {
                     one.verdict = Verdict::Allow;
                     one.rule = Some(ask.rule.clone());
-                    one.reason = Some(approved);
+                    one.reason = Some(approved.line);
+                    one.approval = approved.id;
                 }
                 Err(Early::Refused(mut refused)) => {
                     let reason = match &refused.event {
@@ -292,6 +314,7 @@ impl Exchange {
                     reason: None,
                     quota: None,
                     ask: None,
+                    approval: None,
                 };
                 match server.decide(message) {
                     McpVerdict::Allow { rule, quota } => {
@@ -414,7 +437,7 @@ impl Exchange {
             decision: one.verdict,
             rule: one.rule.as_ref().map(record_rule),
             reason: one.reason.clone(),
-            approval: None,
+            approval: one.approval.clone(),
             result: None,
             tools: None,
         };
@@ -526,6 +549,15 @@ impl Exchange {
 
 fn record_rule(rule: &PolicyRule) -> RuleRef {
     RuleRef::new(rule.to_string())
+}
+
+/// Whether the request has a body (a declared length over 0, or chunks).
+fn has_body(body: &RequestBody) -> bool {
+    match body {
+        RequestBody::Streamed(incoming) => !http_body::Body::is_end_stream(incoming),
+        RequestBody::Buffered { bytes, complete } => !bytes.is_empty() || !complete,
+        RequestBody::Forwarded => false,
+    }
 }
 
 /// A record for a POST whose body could not be read as MCP.

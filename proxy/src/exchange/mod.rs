@@ -253,8 +253,8 @@ impl Exchange {
         let mut allowed = self
             .allowed(head, destination, decision, asked_upgrade)
             .await?;
-        if approved.is_some() {
-            allowed.report_reason = approved;
+        if let Some(approved) = approved {
+            allowed.report_reason = Some(approved.line);
         }
         Ok(allowed)
     }
