@@ -76,7 +76,7 @@ impl McpCall {
     /// record carries only the answer and the verdict), so that a
     /// reader showing the latest record still shows what was called.
     /// Nothing the later record says is replaced.
-    pub fn fill_from_decided(&mut self, decided: &McpCall) {
+    pub fn fill_from_decided(&mut self, decided: &Self) {
         if self.arguments.is_none() && !self.arguments_truncated {
             self.arguments.clone_from(&decided.arguments);
             self.arguments_truncated = decided.arguments_truncated;
