@@ -262,7 +262,7 @@ fn suggest_names_exactly_the_tools_and_methods_that_went_through_and_replay_of_i
     // methods sent, nothing else (no glob, no refused tool).
     assert!(
         text.contains(
-            "methods = [\"POST\"]\npaths = [\"/mcp\"]\n# MCP tools called: list_invoices ×1, transfer ×1\nmcp = { tools = [\"list_invoices\", \"transfer\"], methods = [\"notifications/initialized\", \"tools/list\"] }\n"
+            "methods = [\"POST\"]\npaths = [\"/mcp\"]\n# MCP tools called: list_invoices ×1, transfer ×1\nmcp = { tools = [\"list_invoices\", \"transfer\"], methods = [\"initialize\", \"notifications/initialized\", \"tools/list\"] }\n"
         ),
         "{text}"
     );

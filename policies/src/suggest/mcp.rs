@@ -36,7 +36,11 @@ impl McpSeen {
             ));
         }
         let tools: Vec<String> = self.tools.keys().map(|t| toml_string(t)).collect();
-        let methods: Vec<String> = self.methods.iter().map(|m| toml_string(m)).collect();
+        // `initialize` always: no client starts a session without it, so a
+        // record that lacks it began after it (the lint says as much).
+        let mut methods = self.methods.clone();
+        methods.insert("initialize".to_owned());
+        let methods: Vec<String> = methods.iter().map(|m| toml_string(m)).collect();
         out.push_str(&format!(
             "mcp = {{ tools = [{}], methods = [{}] }}\n",
             tools.join(", "),

@@ -418,6 +418,21 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
                 // The record keeps a query's reason as its `rule`.
                 opt("rule").or_else(|| opt("reason")).as_deref(),
             ),
+            // Each message is on record when decided (with its arguments,
+            // its approval) and again with its answer: the decided line
+            // counts, as the record's latest-but-filled one does above.
+            "mcp_call" => {
+                if event.get("result").is_some_and(|r| !r.is_null()) {
+                    continue;
+                }
+                match serde_json::from_value::<McpCall>(event.clone()) {
+                    Ok(call) => mcp(draft, &call),
+                    Err(e) => bail!(
+                        "{name}:{}: an mcp_call event that does not read as one ({e}); expected the JSON lines of `airlock proxy --events`",
+                        n + 1
+                    ),
+                }
+            }
             "" => bail!(
                 "{name}:{}: an event without `kind`; expected the JSON lines of `airlock proxy --events`",
                 n + 1
@@ -573,6 +588,55 @@ mod tests {
             text.contains("#   1 connection to api.test:8443 with no request a rule can allow — it carried HTTP"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_events_files_mcp_calls_become_the_servers_tools_counted_once_each() {
+        let call = |id: u64, tool: &str, decision: &str, extra: &str| {
+            format!(
+                r#"{{"kind":"mcp_call","ts":1,"conn":1,"request":{id},"exchange":{id},"server":{{"host":"pay.test","port":443,"path":"/mcp"}},"rpc_id":{id},"method":"tools/call","tool":"{tool}","arguments":{{}},"channel":"post","decision":"{decision}","rule":"p.toml:1"{extra}}}"#
+            )
+        };
+        let post = |id: u64| {
+            format!(
+                r#"{{"kind":"request","conn":1,"request":{id},"method":"POST","url":"https://pay.test/mcp","http_version":"HTTP/1.1","request_headers":[],"decision":"allow","rule":null,"reason":null}}"#
+            )
+        };
+        let events = [
+            post(1),
+            call(1, "transfer", "allow", ""),
+            // The answered line repeats the call: counted once.
+            call(
+                1,
+                "transfer",
+                "allow",
+                r#","result":{"bytes":9,"is_error":false,"first_bytes":"{}"}"#,
+            ),
+            post(2),
+            call(2, "refund", "allow", r#","approval":"ab12""#),
+            post(3),
+            call(3, "delete_all", "deny", r#","reason":"not allowed""#),
+        ]
+        .join("\n");
+        let mut draft = Draft::new();
+        read_events(&mut draft, "events.jsonl", &events).unwrap();
+        let text = draft.render();
+        assert!(
+            text.contains(
+                "# MCP tools called: transfer ×1\nmcp = { tools = [\"transfer\"], methods = [\"initialize\"] }\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   MCP tools/call refund on pay.test:443/mcp — a person approved it"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   MCP tools/call delete_all on pay.test:443/mcp — not allowed"),
+            "{text}"
+        );
+        let policy = airlock_policy::Policy::parse("suggested.toml", &text).unwrap();
+        assert_eq!(policy.lint(), Vec::new(), "{text}");
     }
 
     #[test]
