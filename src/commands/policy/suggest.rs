@@ -635,7 +635,7 @@ mod tests {
             text.contains("#   MCP tools/call delete_all on pay.test:443/mcp — not allowed"),
             "{text}"
         );
-        let policy = airlock_policy::Policy::parse("suggested.toml", &text).unwrap();
+        let policy = Policy::parse("suggested.toml", &text).unwrap();
         assert_eq!(policy.lint(), Vec::new(), "{text}");
     }
 
