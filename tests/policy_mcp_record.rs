@@ -399,7 +399,15 @@ struct Upstream {
     pki: airlock_test_support::pki::TestPki,
     dir: tempfile::TempDir,
     port: u16,
-    _server: std::process::Child,
+    server: std::process::Child,
+}
+
+impl Drop for Upstream {
+    /// A std `Child` outlives its handle: stop the server with the test.
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
 }
 
 impl Upstream {
@@ -431,7 +439,7 @@ impl Upstream {
             pki,
             dir,
             port,
-            _server: server,
+            server,
         }
     }
 
