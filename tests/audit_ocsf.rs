@@ -852,6 +852,87 @@ fn every_event_kind_in_every_outcome_exports_as_ocsf_that_the_published_schema_a
 }
 
 #[test]
+fn mcp_tool_calls_export_as_api_activity_naming_the_tool_and_a_changed_tool_list_is_an_alert() {
+    let Some(python) = validator_python() else {
+        return;
+    };
+    let env = airlock_test_support::audit_store::env();
+    let id = airlock_test_support::mcp_record::recorded_mcp_session(&env.store());
+    let lines = export_ok(&env.db, &["--session", id.as_str()]);
+    let counts = validate(&python, &lines);
+    let all = events(&lines);
+    let mcp: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["unmapped"]["airlock"]["kind"] == "mcp_call")
+        .collect();
+    // Every record, as for HTTP: a SIEM sees the decision and the answer.
+    assert_eq!(mcp.len(), 11, "{counts:?}");
+    assert_eq!(counts.get("6003 API Activity"), Some(&11), "{counts:?}");
+    let call = |tool: &str, answered: bool| {
+        *mcp.iter()
+            .find(|e| e["api"]["operation"] == tool && e["api"]["response"].is_object() == answered)
+            .unwrap_or_else(|| panic!("no {tool} (answered {answered}) in {mcp:#?}"))
+    };
+    let transfer = call("transfer", true);
+    assert_eq!(transfer["activity_name"], "Tool Call");
+    assert_eq!(transfer["api"]["service"]["name"], "pay.test:443/mcp");
+    assert_eq!(transfer["api"]["request"]["uid"], "2");
+    // The arguments are on the decided record (the answered one, as the
+    // proxy writes it, carries the answer only); both name the call.
+    assert_eq!(
+        call("transfer", false)["api"]["request"]["data"],
+        serde_json::json!({"amount": 5, "currency": "USD"})
+    );
+    assert_eq!(
+        call("transfer", false)["metadata"]["correlation_uid"],
+        transfer["metadata"]["correlation_uid"]
+    );
+    assert_eq!(transfer["action"], "Allowed");
+    assert_eq!(transfer["firewall_rule"]["uid"], "policy.toml:4");
+    assert_eq!(transfer["dst_endpoint"]["hostname"], "pay.test");
+    assert_eq!(transfer["actor"]["process"]["uid"], "e1");
+    // Linked to the HTTP exchange it rode on.
+    let post = all
+        .iter()
+        .find(|e| {
+            e["class_uid"] == 4002
+                && e["metadata"]["correlation_uid"] == transfer["metadata"]["correlation_uid"]
+        })
+        .unwrap_or_else(|| panic!("no HTTP record shares {transfer}"));
+    assert_eq!(post["http_request"]["http_method"], "POST");
+    let refund = call("refund", false);
+    assert_eq!(
+        (refund["action"].as_str(), refund["disposition"].as_str()),
+        (Some("Denied"), Some("Blocked"))
+    );
+    assert_eq!(
+        refund["firewall_rule"]["desc"],
+        "tool refund is not allowed on pay.test/mcp"
+    );
+    // The second list changed transfer's description: an alert, High.
+    let lists: Vec<&&Value> = mcp
+        .iter()
+        .filter(|e| e["api"]["operation"] == "tools/list" && e["api"]["response"].is_object())
+        .collect();
+    assert_eq!(lists.len(), 2);
+    assert!(lists[0].get("is_alert").is_none(), "{}", lists[0]);
+    assert_eq!(lists[1]["is_alert"], true, "{}", lists[1]);
+    assert_eq!(lists[1]["severity"], "High");
+    assert_eq!(
+        lists[1]["unmapped"]["airlock"]["tools"]["changed"],
+        serde_json::json!(["transfer"])
+    );
+    assert!(
+        lists[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tools changed since the session's previous list: transfer"),
+        "{}",
+        lists[1]
+    );
+}
+
+#[test]
 fn a_follower_of_the_central_store_killed_with_sigkill_writes_every_shipped_event_exactly_once() {
     let pg = PgServer::start();
     let url = pg.url_without_password();

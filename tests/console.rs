@@ -474,3 +474,64 @@ async fn the_sessions_list_shows_each_sessions_node_and_labels_and_filters_by_on
     );
     drop(console);
 }
+
+#[tokio::test]
+async fn a_sessions_mcp_tool_calls_show_in_their_own_view_with_a_changed_tool_flagged_and_hostile_text_kept_as_text()
+ {
+    use airlock_auditor::{AuditEvent, RecordStore, Verdict};
+    use airlock_test_support::mcp_record::{mcp_call, record_mcp_calls};
+    let test_dir = browser_test_dir();
+    check_browser_prerequisites(&test_dir);
+    let artifacts = artifacts_dir();
+    let e = airlock_test_support::audit_store::env();
+    let store = e.store();
+    let rec = store
+        .begin_session(airlock_test_support::audit_store::info(&[
+            "python3", "agent.py",
+        ]))
+        .unwrap();
+    record_mcp_calls(&rec);
+    // A tool name and arguments the server or the agent chose to be markup.
+    rec.record(AuditEvent::McpCall(mcp_call(
+        9,
+        Some(serde_json::json!(9)),
+        "tools/call",
+        Some("<img src=x onerror=window.__pwned('tool')>"),
+        Some(serde_json::json!({"<b>": "<script>window.__pwned('arg')</script>"})),
+        Verdict::Deny,
+        "policy.toml:1",
+    )))
+    .unwrap();
+    let id = rec.session_id().clone();
+    rec.finish(Default::default()).unwrap();
+    drop(store);
+
+    let console = Console::start(AIRLOCK, &e.db, &e.key).await;
+    let node = Command::new("node")
+        .arg("mcp-tools.test.mjs")
+        .current_dir(&test_dir)
+        .env("CONSOLE_URL", &console.url)
+        .env("SESSION", id.as_str())
+        .env("ARTIFACTS", &artifacts)
+        .env("CHROMIUM", CHROMIUM)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let node = tokio::time::timeout(NODE_TIMEOUT, node)
+        .await
+        .expect("the browser test ran over its time")
+        .unwrap();
+    let node_log = format!(
+        "--- node stdout ---\n{}\n--- node stderr ---\n{}",
+        String::from_utf8_lossy(&node.stdout),
+        String::from_utf8_lossy(&node.stderr)
+    );
+    println!("{node_log}");
+    assert_eq!(
+        node.status.code(),
+        Some(0),
+        "the browser test failed (screenshots in {}):\n{node_log}",
+        artifacts.display()
+    );
+    drop(console);
+}

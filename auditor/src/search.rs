@@ -22,20 +22,20 @@ pub(crate) mod terms;
 pub use scope::{LabelFilter, ScopeError, SessionScope};
 pub use terms::Terms;
 
-use crate::{AuditEvent, EventKind, SessionId, StoredEvent};
-use crate::{HttpExchange, TcpConnection};
+use crate::{EventKind, RecordKey, SessionId, StoredEvent};
 
 /// What to look for. Every filter given must match (AND); at least one of
-/// host, url, method, verdict, file and command must be given.
+/// host, url, method, verdict, file, command and tool must be given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SearchQuery {
     /// A host name (case-insensitive, exact), or `*.example.com` for every
-    /// name under example.com. Matches DNS names, TCP destinations and the
-    /// hosts of HTTP requests and approvals.
+    /// name under example.com. Matches DNS names, TCP destinations, the
+    /// hosts of HTTP requests and approvals, and MCP servers.
     pub host: Option<String>,
     /// Text the URL of an HTTP request or approval contains (case-sensitive).
     pub url: Option<String>,
-    /// An HTTP method (case-insensitive).
+    /// An HTTP method, or an MCP message's JSON-RPC method (`tools/call`),
+    /// case-insensitive.
     pub method: Option<String>,
     /// "allow", "deny" or "report": how an HTTP request, TCP connection or
     /// DNS query was decided.
@@ -47,6 +47,9 @@ pub struct SearchQuery {
     /// Text an exec's path or argv (joined by spaces) contains, or a live
     /// session step's command (case-sensitive).
     pub command: Option<String>,
+    /// An MCP tool's name (exact, case-sensitive: servers tell tools apart
+    /// by case): the `mcp_call` events that called it.
+    pub tool: Option<String>,
     /// Only events at or after this time (µs since the epoch).
     pub since_us: Option<i64>,
     /// Only events at or before this time (µs since the epoch).
@@ -80,7 +83,7 @@ pub struct SearchResults {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
     #[error(
-        "nothing to search for; give at least one of --host, --url, --method, --verdict, --file, --command"
+        "nothing to search for; give at least one of --host, --url, --method, --verdict, --file, --command, --tool"
     )]
     Empty,
     #[error("{flag} is empty; give the text to look for")]
@@ -96,7 +99,7 @@ pub enum QueryError {
 }
 
 /// Kinds that have terms (see [`terms::of`]): the only ones a scan reads.
-pub(crate) const SEARCHABLE: [EventKind; 8] = [
+pub(crate) const SEARCHABLE: [EventKind; 9] = [
     EventKind::Exec,
     EventKind::StepStart,
     EventKind::File,
@@ -105,6 +108,7 @@ pub(crate) const SEARCHABLE: [EventKind; 8] = [
     EventKind::Http,
     EventKind::ApprovalRequested,
     EventKind::ApprovalDecided,
+    EventKind::McpCall,
 ];
 
 /// A host filter, in the index's form (see [`terms::host_key`]).
@@ -142,6 +146,8 @@ pub struct Criteria {
     pub file: Option<FileMatch>,
     /// Text the command contains.
     pub command: Option<String>,
+    /// An MCP tool's name, exactly.
+    pub tool: Option<String>,
     pub since_us: Option<i64>,
     pub until_us: Option<i64>,
 }
@@ -188,7 +194,13 @@ impl SearchQuery {
             });
         }
         c.command = text(&self.command, "--command")?;
+        // Not trimmed: a tool is named exactly as the server spells it.
+        c.tool = match self.tool.as_deref() {
+            Some("") => return Err(QueryError::Blank { flag: "--tool" }),
+            other => other.map(str::to_owned),
+        };
         let any = c.host.is_some()
+            || c.tool.is_some()
             || c.url.is_some()
             || c.method.is_some()
             || c.verdict.is_some()
@@ -227,19 +239,10 @@ pub(crate) fn arrange(mut hits: Vec<SearchHit>) -> Vec<SearchHit> {
     hits
 }
 
-/// Keeps the latest matching record of each HTTP exchange and TCP
-/// connection, as the timeline does (see [`crate::collapse_exchanges`]).
+/// Keeps the latest matching record of each HTTP exchange, TCP connection
+/// and MCP message, as the timeline does (see [`crate::collapse_exchanges`]).
 fn collapse(hits: &mut Vec<SearchHit>) {
-    let key = |h: &SearchHit| match &h.event.event {
-        AuditEvent::Http(HttpExchange {
-            exchange: Some(id), ..
-        }) => Some((h.session.clone(), EventKind::Http, id.0)),
-        AuditEvent::Tcp(TcpConnection {
-            connection: Some(id),
-            ..
-        }) => Some((h.session.clone(), EventKind::Tcp, id.0)),
-        _ => None,
-    };
+    let key = |h: &SearchHit| RecordKey::of(&h.event.event).map(|k| (h.session.clone(), k));
     let mut last = std::collections::HashMap::new();
     for (i, h) in hits.iter().enumerate() {
         if let Some(k) = key(h) {

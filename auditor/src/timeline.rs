@@ -19,6 +19,7 @@ use crate::{
 };
 
 mod approvals;
+mod mcp;
 pub mod steps;
 
 /// Depth of each event in the exec tree: an exec sits one level below its
@@ -310,15 +311,7 @@ pub fn describe(event: &AuditEvent) -> String {
         AuditEvent::ApprovalDecided(decision) => {
             format!("ask   {}", approvals::decided(decision))
         }
-        AuditEvent::McpCall(call) => format!(
-            "mcp   {} {}{}",
-            call.decision,
-            escape::text(&call.method),
-            call.tool
-                .as_deref()
-                .map(|t| format!(" {}", escape::text(t)))
-                .unwrap_or_default()
-        ),
+        AuditEvent::McpCall(call) => mcp::describe(call),
     }
 }
 

@@ -109,6 +109,13 @@ pub(crate) struct LoadArgs {
     /// Download case: fail unless exactly this many body bytes arrive.
     #[arg(long)]
     expect_bytes: Option<u64>,
+    /// POST this body (instead of a GET) in every request, e.g. an MCP
+    /// tools/call message.
+    #[arg(long, value_name = "TEXT")]
+    post_body: Option<String>,
+    /// The POST body's Content-Type.
+    #[arg(long, default_value = "application/json")]
+    content_type: String,
 }
 
 #[derive(Serialize)]
@@ -167,6 +174,12 @@ async fn measure(args: &LoadArgs) -> anyhow::Result<Sample> {
     if let Some(authority) = &args.tunnel_authority {
         dialer.tunnel_authority = authority.as_str().into();
     }
+    dialer.post = args.post_body.as_ref().map(|body| {
+        std::sync::Arc::new(crate::connect::Post {
+            body: body.clone().into(),
+            content_type: args.content_type.clone(),
+        })
+    });
     let timing = Timing {
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
@@ -175,6 +188,9 @@ async fn measure(args: &LoadArgs) -> anyhow::Result<Sample> {
 
     let mut params = BTreeMap::new();
     params.insert("path", args.path.clone().into());
+    if args.post_body.is_some() {
+        params.insert("method", "POST".into());
+    }
     params.insert("resumption", serde_json::to_value(args.resumption)?);
     params.insert(
         "route",

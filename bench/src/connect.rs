@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
@@ -57,6 +57,15 @@ pub(crate) struct Dialer {
     pub proxy_authorization: Option<Arc<str>>,
     pub tls: TlsConnector,
     pub server_name: ServerName<'static>,
+    /// Send this as a POST body instead of a GET (an MCP tool call).
+    pub post: Option<Arc<Post>>,
+}
+
+/// A POST every request sends: its body and content type.
+#[derive(Debug)]
+pub(crate) struct Post {
+    pub body: Bytes,
+    pub content_type: String,
 }
 
 impl Dialer {
@@ -75,6 +84,7 @@ impl Dialer {
             origin: Arc::new(origin),
             tls: TlsConnector::from(tls),
             server_name,
+            post: None,
         })
     }
 
@@ -118,6 +128,7 @@ impl Dialer {
             sender,
             host: self.origin.authority(),
             closing: false,
+            post: self.post.clone(),
         })
     }
 }
@@ -179,9 +190,10 @@ async fn connect_tunnel(
 }
 
 pub(crate) struct Connection {
-    sender: SendRequest<Empty<Bytes>>,
+    sender: SendRequest<Either<Empty<Bytes>, Full<Bytes>>>,
     host: String,
     closing: bool,
+    post: Option<Arc<Post>>,
 }
 
 impl Connection {
@@ -191,16 +203,24 @@ impl Connection {
         !self.closing && !self.sender.is_closed()
     }
 
-    /// GETs `path`, drains the body and returns its length; anything but 200 is an error.
+    /// GETs `path` (or POSTs the dialer's body to it), drains the answer
+    /// and returns its length; anything but 200 is an error.
     pub(crate) async fn get(&mut self, path: &str) -> anyhow::Result<u64> {
         self.sender
             .ready()
             .await
             .context("connection closed before the next request")?;
-        let request = Request::get(path)
-            .header(header::HOST, &self.host)
-            .body(Empty::<Bytes>::new())
-            .context("building the request")?;
+        let request = match &self.post {
+            None => Request::get(path)
+                .header(header::HOST, &self.host)
+                .body(Either::Left(Empty::<Bytes>::new())),
+            Some(post) => Request::post(path)
+                .header(header::HOST, &self.host)
+                .header(header::CONTENT_TYPE, &post.content_type)
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .body(Either::Right(Full::new(post.body.clone()))),
+        }
+        .context("building the request")?;
         let response = self
             .sender
             .send_request(request)

@@ -1,7 +1,7 @@
 // The console's entry point: hash routing to one page at a time.
 //
 // Routes (docs/console.md): #/ sessions, #/s/ID session, #/s/ID/e/SEQ event,
-// #/s/ID/files files, #/s/ID/terminal terminal. A route may carry a query
+// #/s/ID/files files, #/s/ID/tools MCP tool calls, #/s/ID/terminal terminal. A route may carry a query
 // after `?` (filters, the selected file), so a link names what it shows.
 
 import { h, clear, append, shortId } from './util.js';
@@ -9,6 +9,7 @@ import { renderSessions } from './sessions.js';
 import { renderSession } from './session.js';
 import { renderEvent } from './event.js';
 import { renderFiles } from './files.js';
+import { renderTools } from './tools.js';
 import { renderTerminal } from './terminal.js';
 
 // The token arrived in the address bar; the server has swapped it for a
@@ -80,6 +81,10 @@ async function route() {
         crumbs([{ label: 'Sessions', href: '#/' }, sessionCrumb, { label: 'Files' }]);
         document.title = `Files — session ${shortId(id)} — Airlock console`;
         await renderFiles(page, id, ctx);
+      } else if (parts[2] === 'tools') {
+        crumbs([{ label: 'Sessions', href: '#/' }, sessionCrumb, { label: 'Tool calls' }]);
+        document.title = `Tool calls — session ${shortId(id)} — Airlock console`;
+        await renderTools(page, id, ctx);
       } else if (parts[2] === 'terminal') {
         crumbs([{ label: 'Sessions', href: '#/' }, sessionCrumb, { label: 'Terminal' }]);
         document.title = `Terminal — session ${shortId(id)} — Airlock console`;

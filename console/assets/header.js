@@ -103,6 +103,7 @@ export function sessionTabs(id, active) {
   return h('nav', { class: 'tabs', 'aria-label': 'Session pages' },
     tab('session', 'Timeline', `#/s/${enc(id)}`),
     tab('files', 'Files', `#/s/${enc(id)}/files`),
+    tab('tools', 'Tool calls', `#/s/${enc(id)}/tools`),
     tab('terminal', 'Terminal', `#/s/${enc(id)}/terminal`),
     h('span', { class: 'tabs-spacer' }),
     h('span', { class: 'exports', testid: 'exports' }, h('span', { class: 'muted' }, 'Export'),

@@ -73,6 +73,30 @@ pub struct McpCall {
     pub tools: Option<McpToolList>,
 }
 
+impl McpCall {
+    /// What the decided record of this message said that this later
+    /// record of it leaves out (the arguments, the approval, the reason a
+    /// report-mode call would have been refused: the proxy's answered
+    /// record carries only the answer and the verdict), so that a
+    /// reader showing the latest record still shows what was called.
+    /// Nothing the later record says is replaced.
+    pub fn fill_from_decided(&mut self, decided: &Self) {
+        if self.arguments.is_none() && !self.arguments_truncated {
+            self.arguments.clone_from(&decided.arguments);
+            self.arguments_truncated = decided.arguments_truncated;
+        }
+        if self.arguments_bytes.is_none() {
+            self.arguments_bytes = decided.arguments_bytes;
+        }
+        if self.approval.is_none() {
+            self.approval.clone_from(&decided.approval);
+        }
+        if self.reason.is_none() {
+            self.reason.clone_from(&decided.reason);
+        }
+    }
+}
+
 /// The MCP server a message was sent to: where the policy grants it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServer {
@@ -121,6 +145,59 @@ pub struct McpTool {
 mod tests {
     use super::*;
     use crate::AuditEvent;
+
+    #[test]
+    fn a_later_record_of_a_call_keeps_what_it_says_and_takes_only_what_it_left_out() {
+        let decided = McpCall {
+            exec_id: None,
+            exchange: Some(ExchangeId(1)),
+            server: McpServer {
+                host: "pay.test".into(),
+                port: 443,
+                path: "/mcp".into(),
+            },
+            mcp_session: None,
+            rpc_id: Some(serde_json::json!(1)),
+            method: "tools/call".into(),
+            tool: Some("refund".into()),
+            arguments: Some(serde_json::json!({"amount": 5})),
+            arguments_truncated: false,
+            arguments_bytes: Some(12),
+            channel: "post".into(),
+            decision: Verdict::Allow,
+            rule: None,
+            reason: Some("held".into()),
+            approval: Some("ab12".into()),
+            result: None,
+            tools: None,
+        };
+        let mut answered = McpCall {
+            arguments: None,
+            arguments_bytes: None,
+            reason: None,
+            approval: None,
+            result: Some(McpResult {
+                bytes: 3,
+                is_error: true,
+                first_bytes: "{}".into(),
+            }),
+            ..decided.clone()
+        };
+        answered.fill_from_decided(&decided);
+        assert_eq!(answered.arguments, decided.arguments);
+        assert_eq!(answered.arguments_bytes, Some(12));
+        assert_eq!(answered.approval.as_deref(), Some("ab12"));
+        assert_eq!(answered.reason.as_deref(), Some("held"));
+        assert!(answered.result.as_ref().is_some_and(|r| r.is_error));
+        // Arguments over the cap stay "not kept", never filled.
+        let mut big = McpCall {
+            arguments: None,
+            arguments_truncated: true,
+            ..decided.clone()
+        };
+        big.fill_from_decided(&decided);
+        assert_eq!(big.arguments, None);
+    }
 
     #[test]
     fn an_mcp_call_is_stored_with_kind_mcp_call_and_reads_back_unchanged() {

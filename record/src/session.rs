@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AuditEvent, EventKind, ExecId, HttpExchange, OsText, Seq, SessionId, TcpConnection};
+use crate::{
+    AuditEvent, EventKind, ExecId, HttpExchange, McpCall, OsText, Seq, SessionId, TcpConnection,
+};
 
 /// How airlock was running; tells a reader which event kinds could be seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -147,23 +149,64 @@ pub struct StoredEvent {
     pub event: AuditEvent,
 }
 
-/// The events with each HTTP exchange and TCP connection reduced to its
-/// latest record (see `AuditEvent::Http::exchange`), in order. Verification uses the raw events.
+/// What identifies the records of one thing recorded more than once (an
+/// HTTP exchange, a TCP connection, an MCP message), so that readers keep
+/// only its latest record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecordKey {
+    Http(u64),
+    Tcp(u64),
+    /// An MCP message: its exchange, JSON-RPC id, method and tool. The
+    /// method and tool are part of the key so that a hostile client
+    /// reusing one id for two different calls in one batch cannot make a
+    /// reader hide one of them behind the other.
+    Mcp(u64, String, String, Option<String>),
+}
+
+impl RecordKey {
+    /// The key of `event`, or `None` for an event recorded once (and for a
+    /// notification, which has no id and no answer).
+    pub fn of(event: &AuditEvent) -> Option<Self> {
+        match event {
+            AuditEvent::Http(HttpExchange {
+                exchange: Some(id), ..
+            }) => Some(Self::Http(id.0)),
+            AuditEvent::Tcp(TcpConnection {
+                connection: Some(id),
+                ..
+            }) => Some(Self::Tcp(id.0)),
+            AuditEvent::McpCall(McpCall {
+                exchange: Some(id),
+                rpc_id: Some(rpc),
+                method,
+                tool,
+                ..
+            }) => Some(Self::Mcp(
+                id.0,
+                rpc.to_string(),
+                method.clone(),
+                tool.clone(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The events with each HTTP exchange, TCP connection and MCP message
+/// reduced to its latest record (see `AuditEvent::Http::exchange` and
+/// [`crate::McpCall`]), in order. Verification uses the raw events.
 pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
-    // Exchanges and connections are numbered apart, so key by kind too.
-    let exchange = |ev: &StoredEvent| match &ev.event {
-        AuditEvent::Http(HttpExchange {
-            exchange: Some(id), ..
-        }) => Some((EventKind::Http, id.0)),
-        AuditEvent::Tcp(TcpConnection {
-            connection: Some(id),
-            ..
-        }) => Some((EventKind::Tcp, id.0)),
-        _ => None,
-    };
+    let exchange = |ev: &StoredEvent| RecordKey::of(&ev.event);
     let mut last = std::collections::HashMap::new();
+    // An MCP message's first (decided) record: what its answered record
+    // may leave out (its arguments), which a reader still shows.
+    let mut decided: std::collections::HashMap<RecordKey, &McpCall> =
+        std::collections::HashMap::new();
     for (i, ev) in events.iter().enumerate() {
         if let Some(id) = exchange(ev) {
+            if let AuditEvent::McpCall(call) = &ev.event {
+                decided.entry(id.clone()).or_insert(call);
+            }
             last.insert(id, i);
         }
     }
@@ -171,7 +214,16 @@ pub fn collapse_exchanges(events: &[StoredEvent]) -> Vec<StoredEvent> {
         .iter()
         .enumerate()
         .filter(|(i, ev)| exchange(ev).is_none_or(|id| last.get(&id) == Some(i)))
-        .map(|(_, ev)| ev.clone())
+        .map(|(_, ev)| {
+            let key = RecordKey::of(&ev.event);
+            let mut ev = ev.clone();
+            if let (AuditEvent::McpCall(call), Some(first)) =
+                (&mut ev.event, key.and_then(|k| decided.get(&k)))
+            {
+                call.fill_from_decided(first);
+            }
+            ev
+        })
         .collect()
 }
 

@@ -151,13 +151,13 @@ struct SearchArgs {
     #[command(flatten)]
     db: DbArg,
     /// A host (case-insensitive), or *.DOMAIN for every name under DOMAIN:
-    /// DNS queries, connections, HTTP requests and approvals.
+    /// DNS queries, connections, HTTP requests, approvals and MCP calls.
     #[arg(long, value_name = "H")]
     host: Option<String>,
     /// Text an HTTP request's URL contains.
     #[arg(long, value_name = "TEXT")]
     url: Option<String>,
-    /// An HTTP method, e.g. POST.
+    /// An HTTP method, e.g. POST, or an MCP message's method, e.g. tools/call.
     #[arg(long, value_name = "M")]
     method: Option<String>,
     /// How a request, connection or DNS query was decided.
@@ -169,6 +169,10 @@ struct SearchArgs {
     /// Text an executed command line (or the program's path) contains.
     #[arg(long, value_name = "TEXT")]
     command: Option<String>,
+    /// An MCP tool's name, exactly as the server spells it: every call of
+    /// it (`mcp_call` events), whatever its verdict.
+    #[arg(long, value_name = "NAME")]
+    tool: Option<String>,
     /// Only events this recent (e.g. 2h, 30m), or since an RFC 3339 time.
     #[arg(long, value_name = "DURATION")]
     since: Option<String>,
@@ -416,6 +420,7 @@ fn search(args: SearchArgs) -> Result<ExitCode> {
             .as_deref()
             .map(|f| sandbox_path(f).text_or_escaped().into_owned()),
         command: args.command,
+        tool: args.tool,
         since_us,
         until_us,
         session: args.session,

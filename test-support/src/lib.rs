@@ -39,6 +39,7 @@ pub mod client;
 pub mod configmap;
 pub mod console;
 pub mod disk;
+pub mod mcp_record;
 pub mod pki;
 pub mod podman;
 pub mod postgres;

@@ -1,8 +1,8 @@
 //! HAR 1.2 (http://www.softwareishard.com/blog/har-12-spec/) of the session's
 //! HTTP exchanges, for browser dev tools and HAR viewers. Airlock specifics
-//! (decision, rule, seq, a held request's approval) go in
-//! underscore-prefixed custom fields, which the spec reserves for exactly
-//! that.
+//! (decision, rule, seq, a held request's approval, the MCP messages an
+//! exchange carried) go in underscore-prefixed custom fields, which the
+//! spec reserves for exactly that.
 
 use crate::{ApprovalDecided, ApprovalRequested, HttpExchange};
 use std::collections::HashSet;
@@ -15,6 +15,7 @@ use crate::{AuditError, AuditEvent, SessionSummary, StoredEvent};
 use airlock_record::codec::b64_encode;
 
 mod approvals;
+mod mcp;
 
 fn headers(list: &[(String, String)]) -> Value {
     Value::Array(
@@ -251,6 +252,7 @@ fn websocket_messages(ws: &crate::WebSocketRecord) -> Value {
 pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
     let events = crate::collapse_exchanges(events);
     let approvals = approvals::Approvals::collect(&events);
+    let mut mcp = mcp::Messages::collect(&events);
     let with_http: HashSet<crate::ExchangeId> = events
         .iter()
         .filter_map(|ev| match &ev.event {
@@ -271,6 +273,11 @@ pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
                 ) {
                     obj.insert("_approval".into(), a.to_value());
                 }
+                if let (Some(calls), Some(obj)) =
+                    (exchange.and_then(|x| mcp.take(x)), e.as_object_mut())
+                {
+                    obj.insert("_mcp".into(), calls);
+                }
                 entries.push(e);
             }
             AuditEvent::ApprovalRequested(ApprovalRequested { .. })
@@ -287,15 +294,19 @@ pub fn to_value(summary: &SessionSummary, events: &[StoredEvent]) -> Value {
             _ => {}
         }
     }
-    json!({
-        "log": {
-            "version": "1.2",
-            "creator": {"name": "airlock", "version": env!("CARGO_PKG_VERSION")},
-            "pages": [],
-            "entries": entries,
-            "comment": format!("airlock audit session {}", summary.id),
-        }
-    })
+    let mut log = json!({
+        "version": "1.2",
+        "creator": {"name": "airlock", "version": env!("CARGO_PKG_VERSION")},
+        "pages": [],
+        "entries": entries,
+        "comment": format!("airlock audit session {}", summary.id),
+    });
+    // MCP messages whose exchange has no HTTP record here (none should: a
+    // message is decided inside its exchange), so that none is missing.
+    if let (Some(rest), Some(obj)) = (mcp.rest(), log.as_object_mut()) {
+        obj.insert("_mcp".into(), rest);
+    }
+    json!({ "log": log })
 }
 
 pub fn write(

@@ -11,6 +11,7 @@
 
 mod cursor;
 mod envelope;
+mod mcp;
 mod network;
 mod stream;
 mod system;
@@ -85,8 +86,8 @@ impl SessionMapper {
             AuditEvent::StepStart(step) => Some(system::step_start(&cx, step)),
             AuditEvent::StepEnd(step) => Some(system::step_end(&cx, step)),
             AuditEvent::Note(note) => Some(envelope::note(&cx, note)),
-            // The MCP view of OCSF is built on this event later.
-            AuditEvent::Output(_) | AuditEvent::Resize(_) | AuditEvent::McpCall(_) => None,
+            AuditEvent::McpCall(call) => Some(mcp::call(&cx, call)),
+            AuditEvent::Output(_) | AuditEvent::Resize(_) => None,
         }
     }
 }

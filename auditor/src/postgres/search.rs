@@ -67,19 +67,26 @@ impl Filter {
             Some(FileMatch::Under(dir)) => {
                 let dir = dir.trim_end_matches('/');
                 f.push(
-                    "path >= ? AND path < ?",
+                    "kind = 'file' AND path >= ? AND path < ?",
                     vec![text(format!("{dir}/")), text(format!("{dir}0"))],
                 );
             }
             Some(FileMatch::Named(tail)) => f.push(
-                "path IS NOT NULL AND right(path, ?) = ?",
+                "kind = 'file' AND path IS NOT NULL AND right(path, ?) = ?",
                 vec![Box::new(tail.chars().count() as i32), text(tail.clone())],
             ),
-            Some(FileMatch::Exact(path)) => f.push("path = ?", vec![text(path.clone())]),
+            Some(FileMatch::Exact(path)) => {
+                f.push("kind = 'file' AND path = ?", vec![text(path.clone())])
+            }
             None => {}
         }
         if let Some(command) = &c.command {
             f.push("strpos(command, ?) > 0", vec![text(command.clone())]);
+        }
+        // A tool's name is in `path` too (see `Terms::path`): only an
+        // `mcp_call` row is a tool.
+        if let Some(tool) = &c.tool {
+            f.push("kind = 'mcp_call' AND path = ?", vec![text(tool.clone())]);
         }
         if let Some(since) = c.since_us {
             f.push("ts_us >= ?", vec![Box::new(since)]);

@@ -2,8 +2,8 @@
 //! matches (`event_terms` rows), taken from the event as it is stored.
 
 use crate::{
-    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, Note,
-    Output, Resize, StepEnd, StepStart, TcpConnection, Untraced,
+    ApprovalDecided, ApprovalRequested, DnsQuery, Exec, Exit, FileChange, HttpExchange, McpCall,
+    Note, Output, Resize, StepEnd, StepStart, TcpConnection, Untraced,
 };
 use crate::{AuditEvent, EventKind, FileOp, OsText, Redactor};
 
@@ -25,6 +25,11 @@ pub struct Terms {
     /// Lower-case: "allow", "deny", "report".
     pub verdict: Option<String>,
     pub url: Option<String>,
+    /// A file's path (a `file` event), or an MCP tool's name (an
+    /// `mcp_call`): the event's object. Searches say which kind they mean
+    /// (`--file` only `file` rows, `--tool` only `mcp_call` rows), so a
+    /// tool named like a path is never a file, nor the reverse; one
+    /// indexed column serves both without a schema change.
     pub path: Option<String>,
     /// The exec's path and its argv joined by spaces, on two lines, or a
     /// live session step's command.
@@ -153,9 +158,22 @@ pub(crate) fn of(event: &AuditEvent, redactor: &Redactor) -> Vec<Terms> {
         | AuditEvent::Note(Note { .. })
         | AuditEvent::Untraced(Untraced { .. })
         | AuditEvent::Resize(Resize { .. })
-        | AuditEvent::StepEnd(StepEnd { .. })
-        // Not indexed yet (`audit search --tool` is built on it later).
-        | AuditEvent::McpCall(_) => Vec::new(),
+        | AuditEvent::StepEnd(StepEnd { .. }) => Vec::new(),
+        // The server's host, the JSON-RPC method and the tool, so that
+        // `--tool`, `--host` and `--method tools/call` find the call.
+        AuditEvent::McpCall(McpCall {
+            server,
+            method,
+            tool,
+            decision,
+            ..
+        }) => vec![Terms {
+            host: Some(server.host.clone()),
+            method: Some(method.clone()),
+            verdict: Some(decision.as_str().to_owned()),
+            path: tool.clone(),
+            ..Terms::default()
+        }],
     };
     rows.into_iter()
         .map(|t| t.scrubbed(redactor).normalized())

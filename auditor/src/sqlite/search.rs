@@ -67,7 +67,7 @@ impl Filter {
             Some(FileMatch::Under(dir)) => {
                 let dir = dir.trim_end_matches('/');
                 f.push(
-                    "path >= ? AND path < ?",
+                    "kind = 'file' AND path >= ? AND path < ?",
                     vec![
                         Value::Text(format!("{dir}/")),
                         Value::Text(format!("{dir}0")),
@@ -77,17 +77,28 @@ impl Filter {
             // A scan of the paths alone (the index holds nothing else),
             // since no index sorts by end.
             Some(FileMatch::Named(tail)) => f.push(
-                "path IS NOT NULL AND substr(path, -?) = ?",
+                "kind = 'file' AND path IS NOT NULL AND substr(path, -?) = ?",
                 vec![
                     Value::Integer(tail.chars().count() as i64),
                     Value::Text(tail.clone()),
                 ],
             ),
-            Some(FileMatch::Exact(path)) => f.push("path = ?", vec![Value::Text(path.clone())]),
+            Some(FileMatch::Exact(path)) => f.push(
+                "kind = 'file' AND path = ?",
+                vec![Value::Text(path.clone())],
+            ),
             None => {}
         }
         if let Some(command) = &c.command {
             f.push("instr(command, ?) > 0", vec![Value::Text(command.clone())]);
+        }
+        // A tool's name is in `path` too (see `Terms::path`): only an
+        // `mcp_call` row is a tool.
+        if let Some(tool) = &c.tool {
+            f.push(
+                "kind = 'mcp_call' AND path = ?",
+                vec![Value::Text(tool.clone())],
+            );
         }
         if let Some(since) = c.since_us {
             f.push("ts_us >= ?", vec![Value::Integer(since)]);

@@ -21,6 +21,7 @@ mod live;
 mod search;
 mod session;
 mod sessions;
+mod tools;
 mod tree;
 
 pub(crate) async fn dispatch(state: Arc<State>, path: &str, query: &str) -> Response<Body> {
@@ -43,6 +44,7 @@ pub(crate) async fn dispatch(state: Arc<State>, path: &str, query: &str) -> Resp
                     blocking(state, move |s| event::detail(s, &id, &seq)).await
                 }
                 ["tree"] => blocking(state, move |s| tree::of(s, &id)).await,
+                ["tools"] => blocking(state, move |s| tools::list(s, &id)).await,
                 ["files"] => blocking(state, move |s| files::list(s, &id)).await,
                 ["content", sha] => {
                     let sha = (*sha).to_owned();

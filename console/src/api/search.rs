@@ -29,6 +29,7 @@ pub(super) fn run(state: &State, params: &Params) -> Result<Response<Body>, Cons
         verdict,
         file: params.get("file").map(str::to_owned),
         command: params.get("command").map(str::to_owned),
+        tool: params.get("tool").map(str::to_owned),
         since_us: params.time("since")?,
         until_us: params.time("until")?,
         session: params.get("session").map(str::to_owned),

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::collapse::collapse_path;
+use super::mcp::{McpSeen, exact_tool, known_method};
 use super::toml_string;
 use crate::credential::{Credential, TemplatePart, is_token};
 use crate::decision::RequestInfo;
@@ -30,6 +31,10 @@ struct Endpoint {
     upgrades: BTreeSet<String>,
     /// glob → (requests, smallest example URL).
     seen: BTreeMap<String, (u64, String)>,
+    /// MCP server path glob → what its messages did. Such a path gets
+    /// rules of its own, with the `mcp` table on the one for POST: a rule's
+    /// `mcp` table makes the proxy read every POST it allows as MCP.
+    mcp: BTreeMap<String, McpSeen>,
 }
 
 /// A policy being drafted from records.
@@ -90,6 +95,56 @@ impl Draft {
         seen.0 += 1;
         if example < seen.1 {
             seen.1 = example;
+        }
+    }
+
+    /// An MCP message that went through to the server at `host`, `port`
+    /// and `path` (a request path): `tools/call` of `tool`, or another
+    /// method. One a rule cannot name exactly is listed as not suggested.
+    pub fn mcp_message(
+        &mut self,
+        host: &Host,
+        port: u16,
+        path: &str,
+        method: &str,
+        tool: Option<&str>,
+    ) {
+        let what = format!(
+            "MCP {method}{} on {host}:{port}{path}",
+            tool.map(|t| format!(" {t}")).unwrap_or_default()
+        );
+        let checked = match (method, tool) {
+            ("tools/call", Some(t)) => exact_tool(t),
+            ("tools/call", None) => Err(NotSuggested::ToolName),
+            (m, _) => known_method(m),
+        };
+        let path = match checked.and_then(|()| {
+            normalize(path)
+                .map(|p| p.exact)
+                .map_err(|e| NotSuggested::AmbiguousPath(e.0))
+        }) {
+            Ok(path) => path,
+            Err(why) => {
+                // Whole: a `?` in a tool's name is no query.
+                *self
+                    .unsuggested
+                    .entry(format!("{what} — {why}"))
+                    .or_insert(0) += 1;
+                return;
+            }
+        };
+        let seen = self
+            .http
+            .entry((host.as_str().to_owned(), port))
+            .or_default()
+            .mcp
+            .entry(collapse_path(&path))
+            .or_default();
+        match tool {
+            Some(t) if method == "tools/call" => *seen.tools.entry(t.to_owned()).or_insert(0) += 1,
+            _ => {
+                seen.methods.insert(method.to_owned());
+            }
         }
     }
 
@@ -295,6 +350,16 @@ pub enum NotSuggested {
         "it carried HTTP, and a tcp or passthrough rule would let every method and path through uninspected"
     )]
     CarriedHttp,
+    #[error(
+        "no rule names this tool exactly (tool names in rules are globs, without whitespace, control or invisible characters), and a glob would allow other tools"
+    )]
+    ToolName,
+    #[error("not an MCP method a rule's `methods` can name")]
+    McpMethod,
+    #[error(
+        "a person approved it when recorded; an allow rule would let it through unasked. Keep an [[ask]] rule with mcp = {{ tools = [...] }} for it"
+    )]
+    Approved,
 }
 
 /// The normalised path a rule for this request names, or why no rule can
@@ -322,26 +387,35 @@ pub(super) fn suggestable(req: &RequestInfo<'_>) -> Result<String, NotSuggested>
 }
 
 /// One `[[allow]]` rule of an endpoint.
-struct Rule {
+struct Rule<'e> {
     methods: BTreeSet<String>,
     paths: Vec<String>,
+    /// What an MCP server's messages did, for its POST rule.
+    mcp: Option<&'e McpSeen>,
     upgrade: bool,
     requests: u64,
     example: String,
 }
 
 impl Endpoint {
-    /// Paths grouped by the set of methods used on them: one rule per group.
-    fn rules(&self) -> Vec<Rule> {
-        let mut groups: BTreeMap<&BTreeSet<String>, Rule> = BTreeMap::new();
+    /// Paths grouped by the set of methods used on them: one rule per
+    /// group, and an MCP server's path in rules of its own.
+    fn rules(&self) -> Vec<Rule<'_>> {
+        let mut groups: BTreeMap<(&BTreeSet<String>, Option<&String>), Rule<'_>> = BTreeMap::new();
         for (glob, methods) in &self.paths {
-            let rule = groups.entry(methods).or_insert_with(|| Rule {
-                methods: methods.clone(),
-                paths: Vec::new(),
-                upgrade: false,
-                requests: 0,
-                example: String::new(),
-            });
+            let mcp = self.mcp.get_key_value(glob);
+            let rule = groups
+                .entry((methods, mcp.map(|(k, _)| k)))
+                .or_insert_with(|| Rule {
+                    methods: methods.clone(),
+                    paths: Vec::new(),
+                    mcp: mcp
+                        .map(|(_, seen)| seen)
+                        .filter(|_| methods.contains("POST")),
+                    upgrade: false,
+                    requests: 0,
+                    example: String::new(),
+                });
             rule.paths.push(glob.clone());
             rule.upgrade |= self.upgrades.contains(glob);
             if let Some((n, example)) = self.seen.get(glob) {
@@ -355,7 +429,7 @@ impl Endpoint {
     }
 }
 
-impl Rule {
+impl Rule<'_> {
     fn render(&self, host: &str, port: u16) -> String {
         let mut out = format!(
             "# {} request{}, e.g. {}\n[[allow]]\nhost = {}\nports = [{port}]\n",
@@ -371,6 +445,9 @@ impl Rule {
         out.push_str(&format!("paths = [{}]\n", paths.join(", ")));
         if self.upgrade && self.methods.contains("GET") {
             out.push_str("upgrade = [\"websocket\"]\n");
+        }
+        if let Some(seen) = self.mcp {
+            out.push_str(&seen.render());
         }
         out
     }

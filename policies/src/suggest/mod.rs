@@ -3,6 +3,7 @@
 
 mod collapse;
 mod draft;
+mod mcp;
 #[cfg(test)]
 mod property_tests;
 mod shown;

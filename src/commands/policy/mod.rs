@@ -42,9 +42,9 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value = "application/json", conflicts_with = "cases")]
         content_type: String,
     },
-    /// Re-decide recorded sessions' DNS queries, connections and requests under FILE and print what would change. Exit 0 when nothing that went through would be denied or held, 1 when something would.
+    /// Re-decide recorded sessions' DNS queries, connections, requests and MCP tool calls under FILE and print what would change. Exit 0 when nothing that went through would be denied or held, 1 when something would.
     Replay(replay::ReplayArgs),
-    /// Write a policy that allows what recorded sessions (or an events file) did and denies the rest; it passes `check` with no warnings. Refused requests are listed in comments at the end.
+    /// Write a policy that allows what recorded sessions (or an events file) did (MCP servers with exactly the tools called) and denies the rest; it passes `check` with no warnings. Refused requests are listed in comments at the end.
     Suggest(suggest::SuggestArgs),
     /// Print the JSON Schema of the policy format.
     Schema,

@@ -1,6 +1,6 @@
 //! `airlock policy replay FILE SESSION...`: re-decide every recorded DNS
-//! query, connection and request of some sessions under a policy file, and
-//! say what would change. The record is only read (opened read-only).
+//! query, connection, request and MCP message of some sessions under a
+//! policy file, and say what would change. The record is only read (opened read-only).
 //!
 //! Text output prints recorded strings through `escape::text`: the program
 //! under audit chose them. `--json` leaves them as data.
@@ -21,6 +21,8 @@ use serde::Serialize;
 use super::recorded::Recorded;
 use super::request::{Decided, Outcome, Target, decide};
 use crate::policy_file;
+
+mod mcp;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReplayArgs {
@@ -96,6 +98,7 @@ struct Counts {
     dns: u64,
     tcp: u64,
     http: u64,
+    mcp: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -185,11 +188,12 @@ pub(super) fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// What a replay reads: what was decided, and which requests a person was asked about.
-const KINDS: [EventKind; 4] = [
+const KINDS: [EventKind; 5] = [
     EventKind::Dns,
     EventKind::Tcp,
     EventKind::Http,
     EventKind::ApprovalRequested,
+    EventKind::McpCall,
 ];
 
 /// One session's replay: quotas count per session, as the proxy's do.
@@ -269,6 +273,16 @@ impl<'a> Session<'a> {
                             || asks_websocket(http_version, request_headers),
                     };
                     self.http(method, url, &body, was, rule.as_ref())
+                }
+                AuditEvent::McpCall(call) => {
+                    report.replayed.mcp += 1;
+                    // A call an [[ask]] rule held names its approval.
+                    let was = if call.approval.is_some() {
+                        "ask"
+                    } else {
+                        call.decision.as_str()
+                    };
+                    self.mcp(call, was)
                 }
                 _ => continue,
             };
@@ -520,11 +534,16 @@ fn render_text(report: &Report) -> String {
     let r = &report.replayed;
     let n = report.sessions.len();
     out.push_str(&format!(
-        "replayed {} records ({} dns, {} tcp, {} http) of {n} session{} under {}: {} newly blocked, {} would now be allowed, {} undecidable, {} other changes, {} unchanged\n",
-        r.dns + r.tcp + r.http,
+        "replayed {} records ({} dns, {} tcp, {} http{}) of {n} session{} under {}: {} newly blocked, {} would now be allowed, {} undecidable, {} other changes, {} unchanged\n",
+        r.dns + r.tcp + r.http + r.mcp,
         r.dns,
         r.tcp,
         r.http,
+        // Named only when there were any: most sessions talk no MCP.
+        match r.mcp {
+            0 => String::new(),
+            n => format!(", {n} mcp"),
+        },
         if n == 1 { "" } else { "s" },
         report.policy,
         report.blocked,

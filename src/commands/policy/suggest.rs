@@ -3,7 +3,7 @@
 //! file only reads (the record opened read-only, or a JSON-lines events
 //! file); the shaping is `airlock_policy::Draft`'s.
 
-use airlock_auditor::{DnsQuery, HttpExchange, TcpConnection};
+use airlock_auditor::{DnsQuery, HttpExchange, McpCall, TcpConnection};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,7 +75,15 @@ fn from_record(draft: &mut Draft, args: &SuggestArgs) -> anyhow::Result<()> {
         }
         let events = chosen.within(
             store
-                .events(id, Some(&[EventKind::Dns, EventKind::Tcp, EventKind::Http]))
+                .events(
+                    id,
+                    Some(&[
+                        EventKind::Dns,
+                        EventKind::Tcp,
+                        EventKind::Http,
+                        EventKind::McpCall,
+                    ]),
+                )
                 .with_context(|| format!("reading session {id}"))?,
         );
         read_session(draft, &collapse_exchanges(&events), recorded.as_ref());
@@ -161,9 +169,50 @@ fn read_session(
                 rule,
                 ..
             }) => dns(draft, name, qtype, decision.as_str(), rule.as_deref()),
+            AuditEvent::McpCall(call) => mcp(draft, call),
             _ => {}
         }
     }
+}
+
+/// A recorded MCP message: the tools and methods that went through name
+/// themselves in the server's rule; what was refused is listed; a call a
+/// person approved stays theirs to decide.
+fn mcp(draft: &mut Draft, call: &McpCall) {
+    let McpCall {
+        server,
+        method,
+        tool,
+        decision,
+        reason,
+        approval,
+        ..
+    } = call;
+    let what = format!(
+        "MCP {method}{} on {}:{}{}",
+        tool.as_deref().map(|t| format!(" {t}")).unwrap_or_default(),
+        server.host,
+        server.port,
+        server.path
+    );
+    if decision == "deny" {
+        draft.refuse(refusal(&what, reason.as_deref()));
+        return;
+    }
+    // The client's answer to the server's own request: allowed on any
+    // server an mcp table grants, so no rule names it.
+    if call.channel == "response" && method.is_empty() {
+        return;
+    }
+    if approval.is_some() {
+        draft.not_suggested(&what, &NotSuggested::Approved);
+        return;
+    }
+    let Ok(host) = Host::parse(&server.host) else {
+        draft.refuse(refusal(&what, Some("the recorded host cannot be parsed")));
+        return;
+    };
+    draft.mcp_message(&host, server.port, &server.path, method, tool.as_deref());
 }
 
 /// A recorded request, as far as suggesting needs it.
@@ -369,6 +418,21 @@ fn read_events(draft: &mut Draft, name: &str, text: &str) -> anyhow::Result<()> 
                 // The record keeps a query's reason as its `rule`.
                 opt("rule").or_else(|| opt("reason")).as_deref(),
             ),
+            // Each message is on record when decided (with its arguments,
+            // its approval) and again with its answer: the decided line
+            // counts, as the record's latest-but-filled one does above.
+            "mcp_call" => {
+                if event.get("result").is_some_and(|r| !r.is_null()) {
+                    continue;
+                }
+                match serde_json::from_value::<McpCall>(event.clone()) {
+                    Ok(call) => mcp(draft, &call),
+                    Err(e) => bail!(
+                        "{name}:{}: an mcp_call event that does not read as one ({e}); expected the JSON lines of `airlock proxy --events`",
+                        n + 1
+                    ),
+                }
+            }
             "" => bail!(
                 "{name}:{}: an event without `kind`; expected the JSON lines of `airlock proxy --events`",
                 n + 1
@@ -524,6 +588,55 @@ mod tests {
             text.contains("#   1 connection to api.test:8443 with no request a rule can allow — it carried HTTP"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_events_files_mcp_calls_become_the_servers_tools_counted_once_each() {
+        let call = |id: u64, tool: &str, decision: &str, extra: &str| {
+            format!(
+                r#"{{"kind":"mcp_call","ts":1,"conn":1,"request":{id},"exchange":{id},"server":{{"host":"pay.test","port":443,"path":"/mcp"}},"rpc_id":{id},"method":"tools/call","tool":"{tool}","arguments":{{}},"channel":"post","decision":"{decision}","rule":"p.toml:1"{extra}}}"#
+            )
+        };
+        let post = |id: u64| {
+            format!(
+                r#"{{"kind":"request","conn":1,"request":{id},"method":"POST","url":"https://pay.test/mcp","http_version":"HTTP/1.1","request_headers":[],"decision":"allow","rule":null,"reason":null}}"#
+            )
+        };
+        let events = [
+            post(1),
+            call(1, "transfer", "allow", ""),
+            // The answered line repeats the call: counted once.
+            call(
+                1,
+                "transfer",
+                "allow",
+                r#","result":{"bytes":9,"is_error":false,"first_bytes":"{}"}"#,
+            ),
+            post(2),
+            call(2, "refund", "allow", r#","approval":"ab12""#),
+            post(3),
+            call(3, "delete_all", "deny", r#","reason":"not allowed""#),
+        ]
+        .join("\n");
+        let mut draft = Draft::new();
+        read_events(&mut draft, "events.jsonl", &events).unwrap();
+        let text = draft.render();
+        assert!(
+            text.contains(
+                "# MCP tools called: transfer ×1\nmcp = { tools = [\"transfer\"], methods = [\"initialize\"] }\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   MCP tools/call refund on pay.test:443/mcp — a person approved it"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   MCP tools/call delete_all on pay.test:443/mcp — not allowed"),
+            "{text}"
+        );
+        let policy = Policy::parse("suggested.toml", &text).unwrap();
+        assert_eq!(policy.lint(), Vec::new(), "{text}");
     }
 
     #[test]

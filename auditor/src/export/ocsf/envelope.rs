@@ -35,6 +35,15 @@ pub(super) const DNS_ACTIVITY: Class = Class::network(4003, "DNS Activity");
 pub(super) const NETWORK_ACTIVITY: Class = Class::network(4001, "Network Activity");
 pub(super) const PROCESS_ACTIVITY: Class = Class::system(1007, "Process Activity");
 pub(super) const FILE_ACTIVITY: Class = Class::system(1001, "File System Activity");
+/// An MCP message is a call of a server's API (its tool) rather than an
+/// HTTP request: API Activity's `api.operation` names the tool, which a
+/// SIEM filters on, where HTTP Activity would bury it in a body.
+pub(super) const API_ACTIVITY: Class = Class {
+    uid: 6003,
+    name: "API Activity",
+    category_uid: 6,
+    category_name: "Application Activity",
+};
 const BASE_EVENT: Class = Class {
     uid: 0,
     name: "Base Event",
@@ -315,6 +324,8 @@ fn correlation(ev: &StoredEvent) -> Option<String> {
         E::Tcp(t) => t.connection.map(|c| format!("connection-{c}")),
         E::ApprovalRequested(a) => Some(format!("approval-{}", a.approval)),
         E::ApprovalDecided(a) => Some(format!("approval-{}", a.approval)),
+        // An MCP message shares its exchange's uid: the HTTP request it rode on.
+        E::McpCall(m) => m.exchange.map(|x| format!("exchange-{x}")),
         _ => None,
     }
 }

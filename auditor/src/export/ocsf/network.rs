@@ -114,7 +114,7 @@ fn url_object(url: &str) -> (Value, Value) {
 }
 
 /// An endpoint by address or name, and port.
-fn endpoint(host: Option<&str>, port: Option<u16>) -> Value {
+pub(super) fn endpoint(host: Option<&str>, port: Option<u16>) -> Value {
     let mut obj = Map::new();
     match host {
         Some(h) if h.parse::<std::net::IpAddr>().is_ok() => {
@@ -269,7 +269,7 @@ fn is_rule_ref(text: &str) -> bool {
     })
 }
 
-fn device_host<'c>(cx: &Context<'c>) -> &'c str {
+pub(super) fn device_host<'c>(cx: &Context<'c>) -> &'c str {
     if cx.summary.info.host.is_empty() {
         "unknown"
     } else {
