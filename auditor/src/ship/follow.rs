@@ -25,7 +25,7 @@ const POLL: Duration = Duration::from_millis(25);
 /// events. What it adds to the lag stays far below the second a fleet's
 /// live view allows, and a decision waiting under `--audit-ship-required`
 /// wakes the shipper at once (`ShipProgress::wait_shipped`).
-const LINGER: Duration = Duration::from_millis(100);
+pub const LINGER: Duration = Duration::from_millis(100);
 /// The longest wait between attempts to reach a failed destination.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -45,6 +45,7 @@ pub struct Shipper {
     local: SqliteStore,
     connect: Connect,
     progress: Arc<ShipProgress>,
+    linger: Duration,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -70,7 +71,14 @@ impl Shipper {
             local,
             connect,
             progress,
+            linger: LINGER,
         }
+    }
+
+    /// Lingers `linger` instead of [`LINGER`] after a pass that caught up.
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// Ships everything the local record holds now, then returns; the
@@ -110,7 +118,7 @@ impl Shipper {
                 Ok(Some((Pass::CaughtUp, _))) => {
                     backoff = POLL;
                     // Returns at once when stopping or woken.
-                    self.progress.idle(LINGER);
+                    self.progress.idle(self.linger);
                 }
                 Ok(Some((Pass::Idle, _))) if stopping.is_some() => return report,
                 Ok(Some((Pass::Idle, version))) => {
