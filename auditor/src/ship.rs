@@ -18,7 +18,7 @@
 mod follow;
 mod progress;
 
-pub use follow::{Connect, Shipper};
+pub use follow::{Connect, LINGER, Shipper};
 pub use progress::{ShipProgress, ShipStatus};
 
 use crate::sqlite::SqliteStore;

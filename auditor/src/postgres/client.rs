@@ -10,12 +10,14 @@
 //! current-thread runtime of the client's own, which also drives the
 //! connection. Callers inside tokio call it from `spawn_blocking`.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
+use tokio_postgres::Statement;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
@@ -55,7 +57,13 @@ pub(crate) enum ConnectError {
 pub(crate) struct Client {
     runtime: Runtime,
     inner: tokio_postgres::Client,
+    /// The statements a shipped batch runs, prepared once on this
+    /// connection: a batch then costs one round trip a statement, and the
+    /// server parses and plans each once, not once a batch.
+    prepared: Prepared,
 }
+
+type Prepared = HashMap<&'static str, Statement>;
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
@@ -91,7 +99,11 @@ impl Client {
             });
             Ok::<_, ConnectError>(client)
         })?;
-        Ok(Self { runtime, inner })
+        Ok(Self {
+            runtime,
+            inner,
+            prepared: Prepared::new(),
+        })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -103,6 +115,7 @@ impl Client {
         Ok(Transaction {
             runtime: &self.runtime,
             tx,
+            prepared: &mut self.prepared,
         })
     }
 
@@ -121,6 +134,7 @@ impl Client {
         Ok(Transaction {
             runtime: &self.runtime,
             tx,
+            prepared: &mut self.prepared,
         })
     }
 }
@@ -129,6 +143,7 @@ impl Client {
 pub(crate) struct Transaction<'a> {
     runtime: &'a Runtime,
     tx: tokio_postgres::Transaction<'a>,
+    prepared: &'a mut Prepared,
 }
 
 impl Transaction<'_> {
@@ -138,6 +153,35 @@ impl Transaction<'_> {
 
     pub(crate) fn bind(&mut self, sql: &str, params: Params<'_>) -> Result<Portal, Error> {
         self.runtime.block_on(self.tx.bind(sql, params))
+    }
+
+    /// Runs `sql`, prepared once on this connection and reused after.
+    pub(crate) fn execute_prepared(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> Result<u64, Error> {
+        let statement = self.prepare(sql)?;
+        self.runtime.block_on(self.tx.execute(&statement, params))
+    }
+
+    /// The one row `sql` returns, prepared once on this connection.
+    pub(crate) fn query_one_prepared(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> Result<Row, Error> {
+        let statement = self.prepare(sql)?;
+        self.runtime.block_on(self.tx.query_one(&statement, params))
+    }
+
+    fn prepare(&mut self, sql: &'static str) -> Result<Statement, Error> {
+        if let Some(statement) = self.prepared.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.runtime.block_on(self.tx.prepare(sql))?;
+        self.prepared.insert(sql, statement.clone());
+        Ok(statement)
     }
 
     pub(crate) fn query_portal(

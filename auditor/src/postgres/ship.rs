@@ -82,7 +82,7 @@ fn store_batch(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), AuditE
             (batch.row.ended_us, &batch.row.end_json, batch.row.final_seq)
         && (final_seq == 0 || up_to.is_some_and(|u| u >= final_seq))
     {
-        tx.execute(
+        tx.execute_prepared(
             "UPDATE sessions SET ended_us = $1, end_json = $2, final_seq = $3
              WHERE sid = $4 AND ended_us IS NULL",
             &[&ended_us, end_json, &final_seq, &held.sid],
@@ -90,7 +90,7 @@ fn store_batch(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), AuditE
         .map_err(db("shipping the session's end"))?;
     }
     // Every batch counts: what readers' data_version is made of.
-    tx.execute(
+    tx.execute_prepared(
         "UPDATE sessions SET batches = batches + 1,
              shipped_us = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
          WHERE sid = $1",
@@ -108,7 +108,7 @@ fn lock_session(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<Held, Aud
     let info: SessionInfo = serde_json::from_str(&row.info_json).unwrap_or_default();
     let labels = serde_json::to_string(&info.labels)?;
     let id = batch.session.as_str();
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO sessions (id, started_us, info_json, public_key, key_fingerprint, node, labels)
          VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::jsonb)
          ON CONFLICT (id) DO NOTHING",
@@ -124,7 +124,7 @@ fn lock_session(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<Held, Aud
     )
     .map_err(db("shipping the session's row"))?;
     let locked = tx
-        .query_one(
+        .query_one_prepared(
             "SELECT sid, started_us, info_json, public_key, key_fingerprint, ended_us IS NOT NULL
              FROM sessions WHERE id = $1 FOR UPDATE",
             &[&id],
@@ -144,7 +144,7 @@ fn lock_session(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<Held, Aud
     // Read after the lock was granted: a statement of its own sees what
     // the shipper that held it before committed.
     let up_to: Option<i64> = tx
-        .query_one("SELECT max(seq) FROM events WHERE sid = $1", &[&sid])
+        .query_one_prepared("SELECT max(seq) FROM events WHERE sid = $1", &[&sid])
         .map_err(db("shipping"))?
         .get(0);
     Ok(Held {
@@ -167,7 +167,7 @@ fn insert_contents(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), Au
     let shas: Vec<&str> = contents.iter().map(|(s, _)| s.as_str()).collect();
     let sizes: Vec<i64> = contents.iter().map(|(_, d)| d.len() as i64).collect();
     let data: Vec<&[u8]> = contents.iter().map(|(_, d)| d.as_slice()).collect();
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO contents (sha256, size, data)
          SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
          ON CONFLICT (sha256) DO NOTHING",
@@ -191,7 +191,7 @@ fn insert_events(
     let execs: Vec<Option<&str>> = events.iter().map(|e| e.exec_id.as_deref()).collect();
     let payloads: Vec<&str> = events.iter().map(|e| e.payload.as_str()).collect();
     let hashes: Vec<&[u8]> = events.iter().map(|e| e.stored.as_slice()).collect();
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO events (sid, seq, ts_us, kind, exec_id, payload, hash)
          SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bytea[])
          ON CONFLICT (sid, seq) DO NOTHING",
@@ -254,7 +254,7 @@ fn insert_terms(
         .collect();
     let ts: Vec<i64> = rows.iter().map(|r| r.ts_us).collect();
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO event_terms (sid, seq, part, ts_us, kind, host, method, verdict, url, path, command)
          SELECT $1, * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::text[],
                                   $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
@@ -296,7 +296,7 @@ fn insert_checkpoints(
     let hashes: Vec<&[u8]> = rows.iter().map(|c| c.hash.as_slice()).collect();
     let finals: Vec<bool> = rows.iter().map(|c| c.is_final).collect();
     let sigs: Vec<&[u8]> = rows.iter().map(|c| c.signature.as_slice()).collect();
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO checkpoints (sid, seq, hash, is_final, signature)
          SELECT $1, * FROM unnest($2::bigint[], $3::bytea[], $4::boolean[], $5::bytea[])
          ON CONFLICT (sid, seq, is_final) DO NOTHING",

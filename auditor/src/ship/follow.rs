@@ -17,14 +17,35 @@ pub type Connect = Box<dyn Fn() -> Result<Box<dyn ShipDestination>, AuditError> 
 
 /// How often a following shipper looks for new rows when nobody wakes it.
 const POLL: Duration = Duration::from_millis(25);
+/// How long a following shipper lets new events gather after it caught
+/// up, unless woken. Every batch costs the node a read transaction and a
+/// mark in its local record, and the destination a transaction: shipped
+/// as each recorder commit lands, a busy node paid that for a few events
+/// each time; gathered, one batch carries up to [`super::BATCH_EVENTS`]
+/// events. What it adds to the lag stays far below the second a fleet's
+/// live view allows, and a decision waiting under `--audit-ship-required`
+/// wakes the shipper at once (`ShipProgress::wait_shipped`).
+pub const LINGER: Duration = Duration::from_millis(100);
 /// The longest wait between attempts to reach a failed destination.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// What a pass over the local record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Nothing was new.
+    Idle,
+    /// It shipped all it found.
+    CaughtUp,
+    /// It shipped, and more was waiting than one batch holds.
+    Behind,
+}
 
 /// One local record and where it goes.
 pub struct Shipper {
     local: SqliteStore,
     connect: Connect,
     progress: Arc<ShipProgress>,
+    linger: Duration,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -50,7 +71,14 @@ impl Shipper {
             local,
             connect,
             progress,
+            linger: LINGER,
         }
+    }
+
+    /// Lingers `linger` instead of [`LINGER`] after a pass that caught up.
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// Ships everything the local record holds now, then returns; the
@@ -58,7 +86,7 @@ impl Shipper {
     pub fn drain(&self) -> Result<ShipReport, AuditError> {
         let mut link = Link::default();
         let mut report = ShipReport::default();
-        while self.pass(&mut link, &mut report)? {}
+        while self.pass(&mut link, &mut report)? != Pass::Idle {}
         Ok(report)
     }
 
@@ -86,9 +114,14 @@ impl Shipper {
                     .map(|more| Some((more, version)))
             });
             match attempt {
-                Ok(Some((true, _))) => backoff = POLL,
-                Ok(Some((false, _))) if stopping.is_some() => return report,
-                Ok(Some((false, version))) => {
+                Ok(Some((Pass::Behind, _))) => backoff = POLL,
+                Ok(Some((Pass::CaughtUp, _))) => {
+                    backoff = POLL;
+                    // Returns at once when stopping or woken.
+                    self.progress.idle(self.linger);
+                }
+                Ok(Some((Pass::Idle, _))) if stopping.is_some() => return report,
+                Ok(Some((Pass::Idle, version))) => {
                     idle_at = Some(version);
                     backoff = POLL;
                     self.progress.idle(POLL);
@@ -111,9 +144,8 @@ impl Shipper {
         }
     }
 
-    /// One pass over every session not yet wholly shipped, one batch each;
-    /// true when it shipped anything (there may be more).
-    fn pass(&self, link: &mut Link, report: &mut ShipReport) -> Result<bool, AuditError> {
+    /// One pass over every session not yet wholly shipped, one batch each.
+    fn pass(&self, link: &mut Link, report: &mut ShipReport) -> Result<Pass, AuditError> {
         let sessions = self.local.unshipped_sessions()?;
         // What waits, as far as the marks say: reported before the
         // destination is tried, so an unreachable one shows as a lag.
@@ -157,7 +189,11 @@ impl Shipper {
             pending += behind(now.up_to, unshipped.last);
         }
         self.progress.pending(pending);
-        Ok(shipped_any)
+        Ok(match (shipped_any, pending) {
+            (false, _) => Pass::Idle,
+            (true, 0) => Pass::CaughtUp,
+            (true, _) => Pass::Behind,
+        })
     }
 }
 

@@ -63,11 +63,10 @@ impl SqliteStore {
 }
 
 fn session_row(conn: &Connection, sid: i64) -> Result<SessionRow, AuditError> {
-    conn.query_row(
-        &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE sid = ?1"),
-        [sid],
-        verify_rows::session_row,
-    )
+    conn.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE sid = ?1"
+    ))
+    .and_then(|mut stmt| stmt.query_row([sid], verify_rows::session_row))
     .map_err(db("reading a batch to ship"))
 }
 

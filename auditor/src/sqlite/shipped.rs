@@ -57,17 +57,19 @@ impl SqliteStore {
         at_us: i64,
     ) -> Result<(), AuditError> {
         self.conn()
-            .execute(
+            .prepare_cached(
                 "INSERT INTO shipped (sid, up_to, ended, at_us)
                  SELECT sid, ?2, ?3, ?4 FROM sessions WHERE id = ?1
                  ON CONFLICT (sid) DO UPDATE SET up_to = ?2, ended = ?3, at_us = ?4",
-                params![
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
                     session.as_str(),
                     shipped.up_to.map(|s| s.get() as i64),
                     shipped.ended,
                     at_us
-                ],
-            )
+                ])
+            })
             .map_err(db("marking a session shipped"))?;
         Ok(())
     }
