@@ -7,6 +7,7 @@ protocol (docs/sessions.md); the sandboxing is airlock's.
         result = sb.run(["python3", "-c", "print(1 + 1)"])
 """
 
+from ._kernel import CellError, Execution
 from .aio import AsyncSandbox
 from .errors import (
     AirlockError,
@@ -22,7 +23,9 @@ from .sandbox import Sandbox
 __all__ = [
     "AirlockError",
     "AsyncSandbox",
+    "CellError",
     "Denial",
+    "Execution",
     "Held",
     "OutputLimitError",
     "RunResult",

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _cli, _steps
+from . import _cli, _kernel, _steps
 from .errors import AirlockError
 from .result import RunResult, SessionDenials, denials_from_json
 
@@ -43,6 +43,8 @@ class SessionBase:
         self._workspace = os.path.realpath(os.fspath(self._options["workspace"]))
         self._session_id: Optional[str] = None
         self._stopped = False
+        # run_code's interpreter: the next cell's number.
+        self._kernel = _kernel.KernelState()
 
     @property
     def session_id(self) -> str:
@@ -94,6 +96,9 @@ class SessionBase:
         return _steps.exec_request(
             argv, workspace=self._workspace, env=env, cwd=cwd, label=label, timeout=timeout
         )
+
+    def _call_request(self, call: _kernel.StepCall) -> Dict[str, Any]:
+        return _steps.exec_request(call.argv, workspace=self._workspace, label=call.label, timeout=call.timeout)
 
     def _file_request(self, argv: List[str], label: str) -> Dict[str, Any]:
         return _steps.exec_request(argv, workspace=self._workspace, label=label)

@@ -8,9 +8,10 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Awaitable, Dict, Generator, Mapping, Optional, Sequence, Tuple, Type, TypeVar, cast
 
-from . import _protocol, _steps
+from . import _kernel, _protocol, _steps
+from ._kernel import Execution
 from ._session import (
     DEFAULT_MAX_FILE,
     DEFAULT_MAX_OUTPUT,
@@ -21,7 +22,7 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
 
 T = TypeVar("T")
@@ -113,10 +114,31 @@ class AsyncSandbox(SessionBase):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
-        """Run a program in ``language``; see :meth:`airlock.Sandbox.run_code`."""
+    ) -> Execution:
+        """Run a cell in ``language``; see :meth:`airlock.Sandbox.run_code`."""
+        if language == "python":
+            if env or cwd is not None:
+                raise AirlockError(
+                    "run_code: env and cwd are not taken for python (the interpreter keeps its own); "
+                    "set os.environ or call os.chdir in a cell"
+                )
+            return await self._drive(_kernel.python_cell(self._kernel, code, timeout, max_output, label))
         request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
-        return await self._step(request, code.encode(), max_output)
+        return _kernel.one_shot(await self._step(request, code.encode(), max_output))
+
+    async def restart(self) -> None:
+        """Restart ``run_code``'s Python interpreter; see :meth:`airlock.Sandbox.restart`."""
+        await self._drive(_kernel.restart(self._kernel))
+
+    async def _drive(self, steps: Generator[_kernel.StepCall, RunResult, T]) -> T:
+        """Run the steps ``steps`` asks for, sending each its result."""
+        try:
+            call = next(steps)
+            while True:
+                result = await self._step(self._call_request(call), call.stdin, call.max_output)
+                call = steps.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     async def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
         """Write a workspace file through the sandbox; see :meth:`airlock.Sandbox.write_file`."""

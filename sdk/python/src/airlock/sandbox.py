@@ -8,9 +8,10 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Sequence, Type
+from typing import Any, Dict, Generator, Mapping, Optional, Sequence, Type, TypeVar, cast
 
-from . import _protocol, _steps
+from . import _kernel, _protocol, _steps
+from ._kernel import Execution
 from ._session import (
     DEFAULT_MAX_FILE,
     DEFAULT_MAX_OUTPUT,
@@ -21,8 +22,10 @@ from ._session import (
     check_file_step,
     session_denials,
 )
-from .errors import OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
+from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
+
+T = TypeVar("T")
 
 
 class Sandbox(SessionBase):
@@ -130,13 +133,47 @@ class Sandbox(SessionBase):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
-        """Run a program in ``language`` (``"python"``, ``"node"`` or
-        ``"bash"``). The program is given to the interpreter on stdin, so it
-        cannot read stdin itself; write input to a file first if it must.
-        The other arguments are :meth:`run`'s."""
+    ) -> Execution:
+        """Run a cell of ``language`` code and return its :class:`Execution`.
+
+        ``"python"`` runs in a persistent interpreter inside the session, as
+        a Jupyter kernel does: variables and imports persist from cell to
+        cell, the last expression's ``repr`` is ``value``, and an exception
+        is ``error`` (name, value, traceback). It starts with the first
+        cell; ``timeout`` interrupts the cell (``KeyboardInterrupt``) and
+        keeps the interpreter, unless the cell ignores the interrupt for 2 s
+        more (then it is restarted). Each cell is a step labelled
+        ``sdk:run_code cell N`` (or ``label``), its code in the step's
+        command. ``env`` and ``cwd`` are not taken for Python (the
+        interpreter's are its start's).
+
+        ``"node"`` and ``"bash"`` run the program once (no state kept), on
+        stdin, with :meth:`run`'s other arguments.
+        """
+        if language == "python":
+            if env or cwd is not None:
+                raise AirlockError(
+                    "run_code: env and cwd are not taken for python (the interpreter keeps its own); "
+                    "set os.environ or call os.chdir in a cell"
+                )
+            return self._drive(_kernel.python_cell(self._kernel, code, timeout, max_output, label))
         request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
-        return self._step(request, code.encode(), max_output)
+        return _kernel.one_shot(self._step(request, code.encode(), max_output))
+
+    def restart(self) -> None:
+        """Restart ``run_code``'s Python interpreter: its state is dropped,
+        and the next cell starts a fresh one."""
+        self._drive(_kernel.restart(self._kernel))
+
+    def _drive(self, steps: Generator[_kernel.StepCall, RunResult, T]) -> T:
+        """Run the steps ``steps`` asks for, sending each its result."""
+        try:
+            call = next(steps)
+            while True:
+                result = self._step(self._call_request(call), call.stdin, call.max_output)
+                call = steps.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
         """Write ``data`` to ``path`` (relative to the workspace), making its
