@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
 
 use super::denials::DenialLog;
+use super::kills::KillReasons;
 use super::protocol::{ExecRequest, ExitReport};
 use crate::launch::StepLabels;
 
@@ -39,6 +40,8 @@ pub(super) struct Live {
     pub denials: Arc<DenialLog>,
     /// Each step's label, for approvers of the requests it sends.
     labels: StepLabels,
+    /// Why a step was killed, for its report.
+    pub(super) kills: KillReasons,
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
@@ -85,7 +88,14 @@ impl Live {
             activity: Notify::new(),
             denials,
             labels,
+            kills: KillReasons::default(),
         }
+    }
+
+    /// Where the session's limits are kept, to say which one killed a step.
+    pub(super) fn with_kill_reasons(mut self, kills: KillReasons) -> Self {
+        self.kills = kills;
+        self
     }
 
     /// The sandbox did not confirm `step`'s end after its kill: say so in

@@ -9,6 +9,7 @@
 //! - `live`: what every step of a live session shares;
 //! - `steps`: one step inside a live session, from request to exit report;
 //! - `denials`: what the policy refused, attributed to steps, for their callers;
+//! - `kills`: why a step was killed (its timeout, the memory limit, a signal);
 //! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
 //! - `io`: non-blocking pipe and pty ends on the runtime.
 
@@ -16,6 +17,7 @@ pub(crate) mod client;
 mod denials;
 pub(crate) mod holds;
 mod io;
+mod kills;
 mod live;
 mod options;
 pub(crate) mod protocol;
