@@ -35,17 +35,21 @@ MAX_CODE_IN_ARGV = 96 << 10
 # `/proc/PID/fd/N` is the interpreter's own end of `in`: gone when it is,
 # so a cell never waits on an interpreter that is not there.
 _CLIENT = f"""d={KERNEL_DIR}
-if ! read -r pid fd < "$d/pid" 2>/dev/null || [ ! -p "/proc/$pid/fd/$fd" ]; then
-  echo "airlock: no python interpreter is running in this session" >&2; exit {NOT_RUNNING}
-fi
+gone() {{ echo "airlock: no python interpreter is running in this session" >&2; exit {NOT_RUNNING}; }}
+read -r pid fd < "$d/pid" 2>/dev/null && [ -p "/proc/$pid/fd/$fd" ] || gone
 exec 3>"/proc/$pid/fd/$fd"
-read -r _ < "$d/tok" || exit {NOT_RUNNING}
+read -r _ < "$d/tok" || gone
 if [ "$#" -ge 2 ]; then printf '%s\\n%s' "$1" "$2" >&3; else printf '%s\\n' "$1" >&3; cat >&3; fi
 exec 3>&-
 exec cat "$d/out"
 """
 
-_RESTART = f"""if read -r pid fd < {KERNEL_DIR}/pid 2>/dev/null; then kill -9 "-$pid" 2>/dev/null; fi; exit 0"""
+# Ends the interpreter's process group, and returns once it is gone (a
+# cell sent while it dies would find its pipes still there).
+_RESTART = f"""read -r pid fd < {KERNEL_DIR}/pid 2>/dev/null || exit 0
+kill -9 "-$pid" 2>/dev/null
+i=0; while [ -e "/proc/$pid/fd/$fd" ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i + 1)); done
+exit 0"""
 
 
 @dataclass(frozen=True)

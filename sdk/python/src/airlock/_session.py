@@ -10,7 +10,7 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _cli, _kernel, _steps
-from .errors import AirlockError
+from .errors import AirlockError, SessionGoneError
 from .result import RunResult, SessionDenials, denials_from_json
 
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -43,6 +43,9 @@ class SessionBase:
         self._workspace = os.path.realpath(os.fspath(self._options["workspace"]))
         self._session_id: Optional[str] = None
         self._stopped = False
+        # False for a sandbox that connect() attached to a session another
+        # process started: leaving its `with` block leaves the session be.
+        self._owned = True
         # run_code's interpreter: the next cell's number.
         self._kernel = _kernel.KernelState()
 
@@ -74,6 +77,11 @@ class SessionBase:
             self._discard_workspace()
             raise
 
+    def _attach(self, info: Mapping[str, Any]) -> None:
+        """Hold the running session ``info`` describes, without owning it."""
+        self._session_id = str(info["id"])
+        self._owned = False
+
     def _discard_workspace(self) -> None:
         """Remove the workspace this sandbox made for itself, unless kept."""
         if self._temporary is not None and not self._keep:
@@ -82,7 +90,7 @@ class SessionBase:
 
     def _socket_path(self) -> str:
         if self._stopped:
-            raise AirlockError(f"session {self.session_id} was stopped")
+            raise SessionGoneError(f"session {self.session_id} was stopped: start a new sandbox")
         return _cli.socket_path(self.session_id)
 
     def _run_request(

@@ -8,9 +8,9 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Generator, Mapping, Optional, Sequence, Tuple, Type, TypeVar, cast
+from typing import Any, Awaitable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, cast
 
-from . import _kernel, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _protocol, _steps
 from ._kernel import Execution
 from ._session import (
     DEFAULT_MAX_FILE,
@@ -44,7 +44,8 @@ class AsyncSandbox(SessionBase):
         super().__init__(airlock_bin, options)
 
     async def __aenter__(self) -> "AsyncSandbox":
-        return await self.start()
+        # A sandbox connect() attached is running already.
+        return self if self._session_id is not None and not self._owned else await self.start()
 
     async def __aexit__(
         self,
@@ -52,7 +53,34 @@ class AsyncSandbox(SessionBase):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        await self.stop()
+        # A session connect() found is its starter's to stop.
+        if self._owned:
+            await self.stop()
+
+    @classmethod
+    async def connect(cls, session: str, *, airlock_bin: Optional[str] = None) -> "AsyncSandbox":
+        """The running session ``session``; see :meth:`airlock.Sandbox.connect`."""
+        found = _lifecycle.find(await cls.list(airlock_bin=airlock_bin), session)
+        attached = cls(airlock_bin=airlock_bin, workspace=found.get("workspace") or "/")
+        attached._attach(found)
+        return attached
+
+    @classmethod
+    async def list(cls, *, airlock_bin: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The running sessions; see :meth:`airlock.Sandbox.list`."""
+        process = await asyncio.create_subprocess_exec(
+            *_lifecycle.list_argv(_cli.find_binary(airlock_bin)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await process.communicate()
+        assert process.returncode is not None
+        return _lifecycle.parse_list(process.returncode, stdout, stderr)
+
+    async def set_timeout(self, seconds: Optional[_steps.Timeout]) -> None:
+        """Change the idle timeout; see :meth:`airlock.Sandbox.set_timeout`."""
+        await self._ask_at(self._socket_path(), _lifecycle.set_idle_timeout_request(seconds))
 
     async def start(self) -> "AsyncSandbox":
         """Bring the session up (``airlock session start``)."""

@@ -8,9 +8,9 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, Generator, Mapping, Optional, Sequence, Type, TypeVar, cast
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Type, TypeVar, cast
 
-from . import _kernel, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _protocol, _steps
 from ._kernel import Execution
 from ._session import (
     DEFAULT_MAX_FILE,
@@ -52,7 +52,8 @@ class Sandbox(SessionBase):
         super().__init__(airlock_bin, options)
 
     def __enter__(self) -> "Sandbox":
-        return self.start()
+        # A sandbox connect() attached is running already.
+        return self if self._session_id is not None and not self._owned else self.start()
 
     def __exit__(
         self,
@@ -60,7 +61,35 @@ class Sandbox(SessionBase):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self.stop()
+        # A session connect() found is its starter's to stop.
+        if self._owned:
+            self.stop()
+
+    @classmethod
+    def connect(cls, session: str, *, airlock_bin: Optional[str] = None) -> "Sandbox":
+        """The running session ``session`` (its id, a unique prefix, or its
+        name), started by this or another process, e.g. from
+        ``sb.session_id``. Leaving its ``with`` block leaves the session
+        running; :meth:`stop` stops it."""
+        found = _lifecycle.find(cls.list(airlock_bin=airlock_bin), session)
+        attached = cls(airlock_bin=airlock_bin, workspace=found.get("workspace") or "/")
+        attached._attach(found)
+        return attached
+
+    @classmethod
+    def list(cls, *, airlock_bin: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The running sessions of this user (``airlock session ls --json``):
+        each with its ``id``, ``name``, ``state``, ``workspace``..."""
+        done = subprocess.run(
+            _lifecycle.list_argv(_cli.find_binary(airlock_bin)), stdin=subprocess.DEVNULL, capture_output=True
+        )
+        return _lifecycle.parse_list(done.returncode, done.stdout, done.stderr)
+
+    def set_timeout(self, seconds: Optional[_steps.Timeout]) -> None:
+        """Stop the session after ``seconds`` (or ``"30m"``) without a step
+        running, counted from now (its ``idle_timeout``); ``None`` or 0:
+        never."""
+        self._ask_at(self._socket_path(), _lifecycle.set_idle_timeout_request(seconds))
 
     def start(self) -> "Sandbox":
         """Bring the session up (``airlock session start``); returns once it
