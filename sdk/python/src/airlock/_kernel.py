@@ -30,18 +30,22 @@ INTERRUPT_GRACE = 2.0
 # record's step command.
 MAX_CODE_IN_ARGV = 96 << 10
 
-# The cell's step: `$1` is the header, `$2` the code (or stdin). The lock is
-# the one newline in `tok`; the interpreter puts it back once it answered.
+# The cell's step: `$1` is the header (the client adds its pid, for the
+# interpreter to write the answer to its stdout), `$2` the code (or stdin).
+# The lock is the one newline in `tok`; the interpreter puts it back once it
+# answered, and says it did on `out`.
 # `/proc/PID/fd/N` is the interpreter's own end of `in`: gone when it is,
 # so a cell never waits on an interpreter that is not there.
 _CLIENT = f"""d={KERNEL_DIR}
+exec 4>&1
 gone() {{ echo "airlock: no python interpreter is running in this session" >&2; exit {NOT_RUNNING}; }}
 read -r pid fd < "$d/pid" 2>/dev/null && [ -p "/proc/$pid/fd/$fd" ] || gone
 exec 3>"/proc/$pid/fd/$fd"
 read -r _ < "$d/tok" || gone
-if [ "$#" -ge 2 ]; then printf '%s\\n%s' "$1" "$2" >&3; else printf '%s\\n' "$1" >&3; cat >&3; fi
+h="{{\\"client\\":$$,${{1#{{}}"
+if [ "$#" -ge 2 ]; then printf '%s\\n%s' "$h" "$2" >&3; else printf '%s\\n' "$h" >&3; cat >&3; fi
 exec 3>&-
-exec cat "$d/out"
+read -r _ < "$d/out"
 """
 
 # Ends the interpreter's process group, and returns once it is gone (a

@@ -11,7 +11,11 @@ that the session records every cell with its code and its answer.
   ``max_output``) then ``size`` bytes of code. Held open read-write by the
   supervisor, so a client's open never blocks while it lives and fails
   (``/proc/PID/fd/N`` is gone) once it is dead.
-- ``out``: one JSON answer per cell, then EOF.
+- ``out``: a newline once a cell's answer is written: the JSON answer goes
+  straight to the client's own stdout (``/proc/PID/fd/4``, a copy of the
+  step's pipe), which saves the client a ``cat``.
+- ``client``: the pid of the client whose cell is running, for the
+  supervisor to answer should the worker die.
 - ``tok``: one newline, the lock: a client takes it before writing a cell,
   and the interpreter puts it back once it has answered.
 - ``pid``: ``PID FD``, the supervisor and its descriptor of ``in``.
@@ -40,8 +44,8 @@ ANSWER_WAIT = 2.0
 def main() -> None:
     directory = sys.argv[1]
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    paths = {name: os.path.join(directory, name) for name in ("in", "out", "tok", "pid")}
-    for name in ("in", "out", "tok", "pid"):
+    paths = {name: os.path.join(directory, name) for name in ("in", "out", "tok", "pid", "client")}
+    for name in ("in", "out", "tok", "pid", "client"):
         try:
             os.unlink(paths[name])
         except FileNotFoundError:
@@ -73,15 +77,15 @@ def main() -> None:
     os.rename(partial, paths["pid"])
     os.write(ready_w, f"{os.getpid()}".encode())
     os.close(ready_w)
-    supervise(cells, token, paths["out"])
+    supervise(cells, token, paths["out"], paths["client"])
 
 
-def supervise(cells: int, token: int, out: str) -> None:
+def supervise(cells: int, token: int, out: str, client_file: str) -> None:
     count = 0
     while True:
         worker = os.fork()
         if worker == 0:
-            serve(cells, token, out, count)
+            serve(cells, token, out, client_file, count)
             os._exit(0)
         _, status = os.waitpid(worker, 0)
         # A cell was running when the token is out (its client holds it).
@@ -93,8 +97,14 @@ def supervise(cells: int, token: int, out: str) -> None:
             how = f"was killed by signal {os.WTERMSIG(status)} ({signal.Signals(os.WTERMSIG(status)).name})"
         else:
             how = f"exited with status {os.WEXITSTATUS(status)}"
+        try:
+            with open(client_file) as f:
+                client = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            client = 0
         answer(
             out,
+            client,
             {
                 "error": {
                     "name": "InterpreterDied",
@@ -130,7 +140,7 @@ def on_alarm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt("the cell ran past its timeout")
 
 
-def serve(cells: int, token: int, out: str, count: int) -> None:
+def serve(cells: int, token: int, out: str, client_file: str, count: int) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     reader = os.fdopen(cells, "rb", closefd=False)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -139,8 +149,11 @@ def serve(cells: int, token: int, out: str, count: int) -> None:
         header = json.loads(reader.readline())
         code = reader.read(int(header["size"])).decode("utf-8", errors="replace")
         count += 1
+        client = int(header.get("client") or 0)
+        with open(client_file, "w") as f:
+            f.write(str(client))
         reply = run_cell(namespace, code, count, header, captured)
-        answer(out, reply)
+        answer(out, client, reply)
         os.write(token, b"\n")
 
 
@@ -214,19 +227,17 @@ def cell_traceback(e: BaseException) -> str:
     return "".join(lines)
 
 
-def answer(out: str, reply: dict) -> None:
+def answer(out: str, client: int, reply: dict) -> None:
+    """Write the answer to the client's stdout, then tell it so on ``out``."""
     data = json.dumps(reply).encode()
-    deadline = time.monotonic() + ANSWER_WAIT
-    while True:
-        try:
-            fd = os.open(out, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError as e:
-            if e.errno != errno.ENXIO or time.monotonic() > deadline:
-                return
-            time.sleep(0.0005)
     try:
-        os.set_blocking(fd, True)
+        # Its fd 4, a copy of its stdout made first: fd 1 itself is the
+        # cell's pipe for a moment while the client writes the cell.
+        fd = os.open(f"/proc/{client}/fd/4", os.O_WRONLY)
+    except OSError:
+        # The client is gone (killed): nobody to answer.
+        return
+    try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -234,6 +245,21 @@ def answer(out: str, reply: dict) -> None:
         pass
     finally:
         os.close(fd)
+    deadline = time.monotonic() + ANSWER_WAIT
+    while True:
+        try:
+            done = os.open(out, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                return
+            time.sleep(0.0005)
+    try:
+        os.write(done, b"\n")
+    except OSError:
+        pass
+    finally:
+        os.close(done)
 
 
 main()
