@@ -333,7 +333,11 @@ async fn exec_step(options: ExecOptions) -> anyhow::Result<ExitCode> {
         .as_ref()
         .filter(|r| !r.starts_with("killed: time limit"))
     {
-        let prefix = if reason.starts_with("airlock:") { "" } else { "airlock: " };
+        let prefix = if reason.starts_with("airlock:") {
+            ""
+        } else {
+            "airlock: "
+        };
         eprintln!("{prefix}{reason}");
     }
     if report.timed_out {

@@ -84,7 +84,9 @@ impl KillReasons {
             return Some(format!("killed: memory limit{limit} exceeded"));
         }
         match status {
-            ExitKind::Signaled(sig) => Some(format!("killed by signal {sig} ({})", signal_name(sig))),
+            ExitKind::Signaled(sig) => {
+                Some(format!("killed by signal {sig} ({})", signal_name(sig)))
+            }
             ExitKind::Exited(_) => None,
         }
     }
