@@ -19,7 +19,12 @@ def test_a_cell_sequence_keeps_state_returns_values_and_errors_and_restart_drops
 ) -> None:
     with airlock.Sandbox(**options) as sb:
         define = sb.run_code("import math\nx = 41\nprint('defined')")
-        assert (define.stdout, define.value, define.error, define.execution_count) == ("defined\n", None, None, 1)
+        assert (define.stdout, define.value, define.error, define.execution_count) == (
+            "defined\n",
+            None,
+            None,
+            1,
+        )
         use = sb.run_code("import sys\nprint('to stderr', file=sys.stderr)\nmath.floor(x + 1.5)")
         assert (use.value, use.stderr, use.error, use.exit_code) == ("42", "to stderr\n", None, 0)
         assert use.text == "42" and use.execution_count == 2
@@ -45,7 +50,9 @@ def test_a_cell_sequence_keeps_state_returns_values_and_errors_and_restart_drops
 def test_a_timeout_interrupts_the_cell_and_keeps_the_interpreter(options: Dict[str, Any]) -> None:
     with airlock.Sandbox(**options) as sb:
         sb.run_code("kept = 'yes'")
-        r = sb.run_code("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", timeout=1)
+        r = sb.run_code(
+            "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", timeout=1
+        )
         assert r.timed_out and r.error is not None
         assert r.error.name == "KeyboardInterrupt" and "time.sleep" in r.error.traceback
         assert r.stdout == "started\n"
@@ -58,7 +65,8 @@ def test_a_cell_that_swallows_the_interrupt_is_ended_and_the_interpreter_restart
 ) -> None:
     spellings = [
         # Catches the interrupt and carries on.
-        "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except KeyboardInterrupt:\n        pass",
+        "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n"
+        "    except KeyboardInterrupt:\n        pass",
         # Ignores the alarm that carries it.
         "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)",
         # Blocks it.
@@ -124,7 +132,17 @@ def test_every_cell_is_a_labelled_step_with_its_code_in_the_record(
         sb.run_code("1", label="call_9")
         record = sb.info()["audit_session"]
     timeline = subprocess.run(
-        [airlock_bin, "audit", "timeline", "--json", "--kind", "step_start", "--audit-db", str(options["audit_db"]), record],
+        [
+            airlock_bin,
+            "audit",
+            "timeline",
+            "--json",
+            "--kind",
+            "step_start",
+            "--audit-db",
+            str(options["audit_db"]),
+            record,
+        ],
         check=True,
         capture_output=True,
     )

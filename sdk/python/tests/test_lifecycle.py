@@ -90,7 +90,9 @@ def test_connecting_to_a_session_that_is_not_running_raises_session_gone(airlock
         airlock.Sandbox.connect("no-such-session", airlock_bin=airlock_bin)
 
 
-def test_list_shows_the_running_sessions_with_their_workspace(options: Dict[str, Any], airlock_bin: str) -> None:
+def test_list_shows_the_running_sessions_with_their_workspace(
+    options: Dict[str, Any], airlock_bin: str
+) -> None:
     with airlock.Sandbox(**options) as sb:
         listed = {s["id"]: s for s in airlock.Sandbox.list(airlock_bin=airlock_bin)}
         mine = listed[sb.session_id]
@@ -120,11 +122,15 @@ def test_set_timeout_changes_the_idle_timeout_from_now(options: Dict[str, Any]) 
             sb.set_timeout("soon")
 
 
-def test_the_async_sandbox_connects_lists_and_sets_the_timeout(options: Dict[str, Any], airlock_bin: str) -> None:
+def test_the_async_sandbox_connects_lists_and_sets_the_timeout(
+    options: Dict[str, Any], airlock_bin: str
+) -> None:
     async def main() -> None:
         async with airlock.AsyncSandbox(**options) as sb:
             await sb.run_code("v = 'shared'")
-            assert sb.session_id in [s["id"] for s in await airlock.AsyncSandbox.list(airlock_bin=airlock_bin)]
+            assert sb.session_id in [
+                s["id"] for s in await airlock.AsyncSandbox.list(airlock_bin=airlock_bin)
+            ]
             async with await airlock.AsyncSandbox.connect(sb.session_id, airlock_bin=airlock_bin) as other:
                 assert (await other.run_code("v")).value == "'shared'"
                 await other.set_timeout(5)

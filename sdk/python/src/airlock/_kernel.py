@@ -184,9 +184,7 @@ def python_cell(
 def start() -> Generator[StepCall, RunResult, None]:
     """Start the interpreter (its starting step ends once it is ready)."""
     source = Path(__file__).with_name("_kernel_main.py").read_text()
-    started = yield StepCall(
-        argv=["python3", "-c", source, KERNEL_DIR], label="sdk:run_code start python"
-    )
+    started = yield StepCall(argv=["python3", "-c", source, KERNEL_DIR], label="sdk:run_code start python")
     if started.exit_code != 0:
         said = started.stderr.strip().splitlines()
         raise StepError(

@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 import traceback
+from typing import Any, Dict, List
 
 # How long an answer waits for its client to open `out` (it opens it right
 # after writing the cell; one that never does was killed).
@@ -143,7 +144,7 @@ def on_alarm(signum: int, frame: object) -> None:
 def serve(cells: int, token: int, out: str, client_file: str, count: int) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     reader = os.fdopen(cells, "rb", closefd=False)
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace: Dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     captured = [capture_file("stdout"), capture_file("stderr")]
     while True:
         header = json.loads(reader.readline())
@@ -163,7 +164,9 @@ def capture_file(name: str) -> int:
     return os.open(os.path.dirname(sys.argv[1]), os.O_TMPFILE | os.O_RDWR, 0o600)
 
 
-def run_cell(namespace: dict, code: str, count: int, header: dict, captured: list) -> dict:
+def run_cell(
+    namespace: Dict[str, Any], code: str, count: int, header: Dict[str, Any], captured: List[int]
+) -> Dict[str, Any]:
     limit = int(header.get("max_output") or 1 << 20)
     for fd, capture in zip((1, 2), captured):
         os.ftruncate(capture, 0)
@@ -182,8 +185,10 @@ def run_cell(namespace: dict, code: str, count: int, header: dict, captured: lis
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
             tree = ast.parse(code, filename, "exec")
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
+            final = tree.body[-1] if tree.body else None
+            if isinstance(final, ast.Expr):
+                tree.body.pop()
+                last = ast.Expression(final.value)
             exec(compile(tree, filename, "exec"), namespace)
             if last is not None:
                 result = eval(compile(last, filename, "eval"), namespace)
@@ -227,7 +232,7 @@ def cell_traceback(e: BaseException) -> str:
     return "".join(lines)
 
 
-def answer(out: str, client: int, reply: dict) -> None:
+def answer(out: str, client: int, reply: Dict[str, Any]) -> None:
     """Write the answer to the client's stdout, then tell it so on ``out``."""
     data = json.dumps(reply).encode()
     try:

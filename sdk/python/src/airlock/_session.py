@@ -106,7 +106,9 @@ class SessionBase:
         )
 
     def _call_request(self, call: _kernel.StepCall) -> Dict[str, Any]:
-        return _steps.exec_request(call.argv, workspace=self._workspace, label=call.label, timeout=call.timeout)
+        return _steps.exec_request(
+            call.argv, workspace=self._workspace, label=call.label, timeout=call.timeout
+        )
 
     def _file_request(self, argv: List[str], label: str) -> Dict[str, Any]:
         return _steps.exec_request(argv, workspace=self._workspace, label=label)

@@ -8,7 +8,20 @@ import asyncio
 import os
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, cast
+from typing import (
+    Any,
+    Awaitable,
+    Dict,
+    Generator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    cast,
+)
 
 from . import _cli, _kernel, _lifecycle, _protocol, _steps
 from ._kernel import Execution
