@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A live session's step round trip as agent frameworks make it: one
 ``sb.run(["/bin/true"])`` of the Python SDK (in-process, over the control
-socket), or one ``run_command`` tool call through the official MCP client
-to ``airlock mcp`` (stdio). Prints one JSON sample per timed run, in the
-format of ``airlock-bench time``, for bench/run's samples file.
+socket), one ``sb.run_code("x + 1")`` cell of its persistent interpreter
+(``sdk-code``), ``Sandbox()`` from start to its first result
+(``sdk-start``), or one ``run_command`` tool call through the official MCP
+client to ``airlock mcp`` (stdio). Prints one JSON sample per timed run, in
+the format of ``airlock-bench time``, for bench/run's samples file.
 
 Needs the SDK (``pip install ./sdk/python``) and, for ``mcp``, the ``mcp``
 package; bench/run --install puts both in a venv and runs this with it.
@@ -16,7 +18,7 @@ import asyncio
 import json
 import sys
 import time
-from typing import Callable, List
+from typing import Any, Callable, Dict, List
 
 CASE = "session-call"
 
@@ -53,16 +55,56 @@ def timed(runs: int, warmup: int, call: Callable[[], None]) -> List[float]:
     return times
 
 
-def bench_sdk(args: argparse.Namespace) -> List[float]:
-    import airlock
-
-    options = {"workspace": args.workspace, "idle_timeout": "10m"}
+def sdk_options(args: argparse.Namespace) -> Dict[str, Any]:
+    options: Dict[str, Any] = {"workspace": args.workspace, "idle_timeout": "10m"}
     if args.audit_db:
         options.update(audit_db=args.audit_db, audit_key=args.audit_key)
     else:
         options["no_audit"] = True
+    return options
 
-    with airlock.Sandbox(airlock_bin=args.airlock, **options) as sb:
+
+def bench_sdk_code(args: argparse.Namespace) -> List[float]:
+    """A cell of run_code's persistent interpreter, once it is running (its
+    start is the first warm-up call's)."""
+    import airlock
+
+    with airlock.Sandbox(airlock_bin=args.airlock, **sdk_options(args)) as sb:
+        sb.run_code("x = 41")
+
+        def call() -> None:
+            cell = sb.run_code("x + 1")
+            if cell.value != "42":
+                raise SystemExit(f"run_code('x + 1') gave {cell!r}")
+
+        return timed(args.runs, args.warmup, call)
+
+
+def bench_sdk_start(args: argparse.Namespace) -> List[float]:
+    """``Sandbox()`` from nothing to its first result: the session's start
+    and one step (its stop is not counted)."""
+    import airlock
+
+    times = []
+    for i in range(args.warmup + args.runs):
+        began = time.perf_counter()
+        sb = airlock.Sandbox(airlock_bin=args.airlock, **sdk_options(args)).start()
+        try:
+            result = sb.run(["/bin/true"])
+            ms = (time.perf_counter() - began) * 1e3
+        finally:
+            sb.stop()
+        if result.exit_code != 0:
+            raise SystemExit(f"sb.run(['/bin/true']) exited {result.exit_code}: {result.stderr}")
+        if i >= args.warmup:
+            times.append(ms)
+    return times
+
+
+def bench_sdk(args: argparse.Namespace) -> List[float]:
+    import airlock
+
+    with airlock.Sandbox(airlock_bin=args.airlock, **sdk_options(args)) as sb:
 
         def call() -> None:
             result = sb.run(["/bin/true"])
@@ -94,7 +136,7 @@ async def bench_mcp_async(args: argparse.Namespace) -> List[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("client", choices=["sdk", "mcp"])
+    parser.add_argument("client", choices=["sdk", "sdk-code", "sdk-start", "mcp"])
     parser.add_argument("--airlock", required=True, help="the airlock binary")
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--audit-db")
@@ -107,6 +149,12 @@ def main() -> int:
     if args.client == "sdk":
         times = bench_sdk(args)
         contender, command = "airlock-sdk", 'sb.run(["/bin/true"])'
+    elif args.client == "sdk-code":
+        times = bench_sdk_code(args)
+        contender, command = "airlock-sdk-code", 'sb.run_code("x + 1")'
+    elif args.client == "sdk-start":
+        times = bench_sdk_start(args)
+        contender, command = "airlock-sdk-start", 'Sandbox().start(); sb.run(["/bin/true"])'
     else:
         times = asyncio.run(bench_mcp_async(args))
         contender, command = "airlock-mcp", 'run_command {"argv": ["/bin/true"]}'

@@ -135,6 +135,13 @@ pub(crate) struct Plan {
     env: Vec<(OsString, OsString)>,
 }
 
+impl Plan {
+    /// The workspace, as the sandbox mounts it (at its host path).
+    pub(crate) fn workspace(&self) -> &Path {
+        &self.spec.workspace
+    }
+}
+
 /// What the sandbox is for.
 pub(crate) enum Purpose {
     /// `airlock run`: this command, on a pty of this size when Some.

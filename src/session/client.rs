@@ -327,8 +327,18 @@ async fn exec_step(options: ExecOptions) -> anyhow::Result<ExitCode> {
     for denial in &report.denials {
         crate::terminal::eprint_line(&refusal_notice(denial));
     }
-    if let Some(reason) = &report.reason {
-        eprintln!("{reason}");
+    // A timeout is said below, with the session living on.
+    if let Some(reason) = report
+        .reason
+        .as_ref()
+        .filter(|r| !r.starts_with("killed: time limit"))
+    {
+        let prefix = if reason.starts_with("airlock:") {
+            ""
+        } else {
+            "airlock: "
+        };
+        eprintln!("{prefix}{reason}");
     }
     if report.timed_out {
         eprintln!(

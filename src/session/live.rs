@@ -19,6 +19,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::denials::DenialLog;
 use super::kills::Kills;
+use super::kill_reasons::KillReasons;
 use super::protocol::{ExecRequest, ExitReport};
 use crate::launch::StepLabels;
 
@@ -42,6 +43,8 @@ pub(super) struct Live {
     labels: StepLabels,
     /// The running steps a `kill` request can end.
     pub(super) kills: Kills,
+    /// Why a step was killed, for its report.
+    pub(super) kill_reasons: KillReasons,
 }
 
 /// A step just begun: its number, and where the sandbox's word on it arrives.
@@ -89,7 +92,14 @@ impl Live {
             denials,
             labels,
             kills: Kills::default(),
+            kill_reasons: KillReasons::default(),
         }
+    }
+
+    /// Where the session's limits are kept, to say which one killed a step.
+    pub(super) fn with_kill_reasons(mut self, kill_reasons: KillReasons) -> Self {
+        self.kill_reasons = kill_reasons;
+        self
     }
 
     /// The sandbox did not confirm `step`'s end after its kill: say so in

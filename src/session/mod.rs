@@ -10,6 +10,7 @@
 //! - `steps`: one step inside a live session, from request to exit report;
 //! - `denials`: what the policy refused, attributed to steps, for their callers;
 //! - `kills`: the running steps a `kill` request can end;
+//! - `kill_reasons`: why a step was killed (its timeout, the memory limit, a signal);
 //! - `client`: `start`, `exec`, `ls` and `stop` from the caller's side;
 //! - `io`: non-blocking pipe and pty ends on the runtime.
 
@@ -17,6 +18,7 @@ pub(crate) mod client;
 mod denials;
 pub(crate) mod holds;
 mod io;
+mod kill_reasons;
 mod kills;
 mod live;
 mod options;

@@ -29,6 +29,25 @@ pub(crate) enum Request {
     Kill {
         step: u64,
     },
+    /// Change the idle timeout from now on.
+    #[serde(rename = "set_idle_timeout")]
+    SetIdleTimeout(SetIdleTimeout),
+}
+
+/// `{"op":"set_idle_timeout","idle_timeout_ms":N}`: stop the session after
+/// N ms without a step running; `null` or 0: never.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SetIdleTimeout {
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+}
+
+impl SetIdleTimeout {
+    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout_ms
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -81,6 +100,12 @@ pub(crate) struct SessionInfo {
     pub pids: Pids,
     /// The record's session id (`airlock audit timeline ID`), unless `--no-audit`.
     pub audit_session: Option<String>,
+    /// The workspace's path (the same inside the sandbox); None when not known.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// The idle timeout; None: never (or not known).
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

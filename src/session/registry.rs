@@ -220,6 +220,8 @@ impl Registry {
             policy: String::new(),
             pids: protocol::Pids { server, init: None },
             audit_session: None,
+            workspace: None,
+            idle_timeout_ms: None,
         }
     }
 

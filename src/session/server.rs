@@ -18,6 +18,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::denials::DenialLog;
+use super::kill_reasons::KillReasons;
 use super::live::Live;
 use super::options::ServeOptions;
 use super::protocol::{self, NOT_ANSWERING, Pids, Reply, Request, SessionInfo};
@@ -53,6 +54,9 @@ struct Shared {
     name: Option<String>,
     started: SystemTime,
     policy: String,
+    workspace: String,
+    /// Changed by `set_idle_timeout`; the idle watch reads it each time.
+    idle_timeout: Mutex<Option<Duration>>,
     live: Mutex<Option<Arc<Live>>>,
     stops: mpsc::UnboundedSender<StopWaiter>,
 }
@@ -97,7 +101,15 @@ impl Shared {
                 init,
             },
             audit_session,
+            workspace: Some(self.workspace.clone()),
+            idle_timeout_ms: self
+                .idle_timeout()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
+    }
+
+    fn idle_timeout(&self) -> Option<Duration> {
+        *self.idle_timeout.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -159,6 +171,8 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         name,
         started: SystemTime::now(),
         policy,
+        workspace: plan.workspace().display().to_string(),
+        idle_timeout: Mutex::new(idle_timeout),
         live: Mutex::new(None),
         stops: stops_tx,
     });
@@ -192,15 +206,19 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         approval_socket: _approval_socket,
     } = wired;
     let control = sandbox.start_session()?;
-    let live = Arc::new(Live::new(
-        control,
-        recorder.clone(),
-        env,
-        credentials,
-        sandbox.pid(),
-        denials,
-        labels,
-    ));
+    let kill_reasons = KillReasons::new(&sandbox.cgroup_paths(), sandbox.memory_limit_display());
+    let live = Arc::new(
+        Live::new(
+            control,
+            recorder.clone(),
+            env,
+            credentials,
+            sandbox.pid(),
+            denials,
+            labels,
+        )
+        .with_kill_reasons(kill_reasons),
+    );
     let (ended_tx, ended_rx) = oneshot::channel::<Result<Outcome, airlock_shim::ShimError>>();
     let events = live.clone();
     std::thread::Builder::new()
@@ -215,7 +233,6 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
     }
     detach(&registry, id)?;
 
-    let idle = idle_timeout;
     let mut ended_rx = ended_rx;
     let ending = control_rt.block_on(async {
         tokio::select! {
@@ -226,7 +243,7 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
                 }
                 Ending::Stopped(waiters)
             }
-            () = idle_for(&live, idle) => Ending::Idle(idle.unwrap_or_default()),
+            idle = idle_for(&live, &shared) => Ending::Idle(idle),
             _ = &mut ended_rx => Ending::SandboxEnded,
             pid = owner_ended(owner) => Ending::OwnerEnded(pid),
         }
@@ -307,17 +324,20 @@ fn detach(registry: &Registry, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves when nothing has run for `idle` (never when None).
-async fn idle_for(live: &Live, idle: Option<Duration>) {
-    let Some(idle) = idle else {
-        return std::future::pending().await;
-    };
+/// Resolves, with the idle timeout, when nothing has run for that long.
+/// The timeout is read again whenever there is activity, and a
+/// `set_idle_timeout` request is activity.
+async fn idle_for(live: &Live, shared: &Shared) -> Duration {
     loop {
+        let Some(idle) = shared.idle_timeout() else {
+            live.activity.notified().await;
+            continue;
+        };
         let wait = {
             let counts = live.counts();
             let quiet = counts.last_activity.elapsed();
             if counts.running == 0 && quiet >= idle {
-                return;
+                return idle;
             }
             idle.saturating_sub(quiet).max(IDLE_CHECK)
         };
@@ -443,6 +463,19 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>) {
                     "step {step} is not running in session {}: it ended, or never ran",
                     shared.id
                 ))
+            };
+            let _ = protocol::write_line(&mut stream, &reply).await;
+        }
+        (Request::SetIdleTimeout(set), Some(live)) => {
+            if let Ok(mut idle) = shared.idle_timeout.lock() {
+                *idle = set.idle_timeout();
+            }
+            // Counted from now, and the idle watch reads the new value.
+            live.counts().last_activity = Instant::now();
+            live.activity.notify_one();
+            let reply = Reply {
+                session: Some(shared.info()),
+                ..Reply::ok()
             };
             let _ = protocol::write_line(&mut stream, &reply).await;
         }

@@ -19,6 +19,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::io::{Reader, Writer};
+use super::kill_reasons::OomKills;
 use super::live::{Live, NewStep, StepEnd};
 use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 
@@ -69,6 +70,8 @@ struct Started {
     /// The pty master (a terminal step); also its only output.
     terminal: Option<Arc<Terminal>>,
     end: oneshot::Receiver<StepEnd>,
+    /// The sandbox's OOM kills before the step, to tell whether one was its.
+    oom_before: OomKills,
 }
 
 impl Started {
@@ -116,6 +119,7 @@ impl Started {
             terminal,
         };
         let begun = Instant::now();
+        let oom_before = live.kill_reasons.oom_kills();
         if let Err(e) = live.control.exec(&shim_request, stdio) {
             live.waiting().ended(step, StepEnd::Failed(e.to_string()));
             live.end_step(step, &failed_report(begun, &e.to_string()));
@@ -141,6 +145,7 @@ impl Started {
             outputs,
             terminal,
             end,
+            oom_before,
         })
     }
 
@@ -159,6 +164,7 @@ impl Started {
             mut outputs,
             terminal,
             mut end,
+            oom_before,
         } = self;
         let (frames, frames_rx) = mpsc::channel::<(FrameType, Vec<u8>)>(64);
         let writer = tokio::spawn(write_frames(writer, frames_rx));
@@ -269,7 +275,13 @@ impl Started {
             let _ = pump.await;
         }
         let mut report = match outcome {
-            Ok(StepEnd::Exited(status)) => exit_report(begun, status, timed_out, reason),
+            Ok(StepEnd::Exited(status)) => {
+                let reason = reason.or_else(|| {
+                    let timeout = request.timeout().filter(|_| timed_out);
+                    live.kill_reasons.reason(oom_before, status, timeout)
+                });
+                exit_report(begun, status, timed_out, reason)
+            }
             // Killed on its timeout, however the sandbox put its end: the
             // caller asked for a bound, and it held.
             Ok(StepEnd::Failed(why)) if timed_out => exit_report(

@@ -18,12 +18,27 @@ const EXEC: &str = "session-exec";
 const CALL: &str = "session-call";
 /// The CLI's audited step, which the clients' rows are compared with.
 const CLI: &str = "airlock-session";
-/// (client contender, what it is)
-const CALL_ROWS: [(&str, &str); 2] = [
-    ("airlock-sdk", "Python SDK: `sb.run([\"/bin/true\"])`"),
+/// (client contender, what it is, its target in ms: issue 33)
+const CALL_ROWS: [(&str, &str, Option<f64>); 4] = [
+    (
+        "airlock-sdk",
+        "Python SDK: `sb.run([\"/bin/true\"])`",
+        Some(3.0),
+    ),
+    (
+        "airlock-sdk-code",
+        "Python SDK: `sb.run_code(\"x + 1\")`, persistent interpreter",
+        Some(5.0),
+    ),
+    (
+        "airlock-sdk-start",
+        "Python SDK: `Sandbox()` start to its first result",
+        Some(50.0),
+    ),
     (
         "airlock-mcp",
         "MCP: `run_command` through the official client, stdio",
+        None,
     ),
 ];
 const MEMORY: &str = "session-memory";
@@ -143,16 +158,20 @@ fn clients_table(figures: &Figures, samples: &[RawSample]) -> String {
         "The same step as agent frameworks make it, each in its own audited session: \
          one call's wall time, from the caller's side, next to `airlock session exec` \
          (a process started per step).\n\n\
-         | client | ms | `airlock session exec` ms | / `session exec` | difference ms |\n\
-         |---|---:|---:|---:|---:|\n",
+         | client | ms | `airlock session exec` ms | / `session exec` | difference ms | target |\n\
+         |---|---:|---:|---:|---:|---|\n",
     );
-    for (who, what) in CALL_ROWS {
+    for (who, what, target) in CALL_ROWS {
         let Some(v) = figures.get(CALL, who, "wall_ms") else {
             if let Some(note) = note_of(samples, CALL, who) {
-                let _ = writeln!(md, "| {what} | n/a: {} | | | |", escape(note));
+                let _ = writeln!(md, "| {what} | n/a: {} | | | | |", escape(note));
             }
             continue;
         };
+        let verdict = target.map_or(String::new(), |t| {
+            let met = if v.median <= t { "✓" } else { "✗" };
+            format!("{met} ≤ {} ms", fmt(t))
+        });
         let (ratio, difference) = match cli.filter(|c| c.median > 0.0) {
             Some(c) => (
                 format!("{:.2}", v.median / c.median),
@@ -162,7 +181,7 @@ fn clients_table(figures: &Figures, samples: &[RawSample]) -> String {
         };
         let _ = writeln!(
             md,
-            "| {what} (`{who}`) | {} | {} | {ratio} | {difference} |",
+            "| {what} (`{who}`) | {} | {} | {ratio} | {difference} | {verdict} |",
             cell(Some(v)),
             cell(cli),
         );
@@ -260,12 +279,16 @@ pub(super) fn json(figures: &Figures) -> serde_json::Value {
     }
     let mut calls = serde_json::Map::new();
     let cli = figures.median(EXEC, CLI, "wall_ms");
-    for (who, _) in CALL_ROWS {
+    for (who, _, target) in CALL_ROWS {
         let Some(v) = figures.median(CALL, who, "wall_ms") else {
             continue;
         };
         let mut c = serde_json::Map::new();
         c.insert("median_ms".into(), v.into());
+        if let Some(t) = target {
+            c.insert("target_ms".into(), t.into());
+            c.insert("target_met".into(), (v <= t).into());
+        }
         if let Some(cli) = cli.filter(|c| *c > 0.0) {
             c.insert("session_exec_ms".into(), cli.into());
             c.insert("ratio_to_session_exec".into(), (v / cli).into());
@@ -321,12 +344,24 @@ mod tests {
             sample(EXEC, CLI, 1, &[("wall_ms", 5.0)]),
             sample(CALL, "airlock-sdk", 1, &[("wall_ms", 3.0)]),
             sample(CALL, "airlock-mcp", 1, &[("wall_ms", 6.5)]),
+            sample(CALL, "airlock-sdk-code", 1, &[("wall_ms", 4.5)]),
+            sample(CALL, "airlock-sdk-start", 1, &[("wall_ms", 61.0)]),
         ];
         let figures = Figures::of(&samples);
         let md = section(&figures, &samples);
         assert!(
-            md.contains("(`airlock-sdk`) | 3.0 | 5.0 | 0.60 | -2.0 |"),
+            md.contains("(`airlock-sdk`) | 3.0 | 5.0 | 0.60 | -2.0 | ✓ ≤ 3.0 ms |"),
             "{md}"
+        );
+        assert!(
+            md.contains("(`airlock-sdk-code`) | 4.5 | 5.0 | 0.90 | -0.5 | ✓ ≤ 5.0 ms |"),
+            "{md}"
+        );
+        assert!(md.contains("(`airlock-sdk-start`) | 61.0 |"), "{md}");
+        assert!(md.contains("| ✗ ≤ 50.0 ms |"), "{md}");
+        assert_eq!(
+            json(&figures)["calls"]["airlock-sdk-start"]["target_met"],
+            false
         );
         assert!(
             md.contains("(`airlock-mcp`) | 6.5 | 5.0 | 1.30 | +1.5 |"),

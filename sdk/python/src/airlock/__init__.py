@@ -10,6 +10,7 @@ protocol (docs/sessions.md); the sandboxing is airlock's.
 from ._aio_processes import AsyncCommandHandle, AsyncStream
 from ._approvals import Approval, approvals, approve, deny
 from ._files import AsyncFiles, EntryInfo, Files
+from ._kernel import CellError, Execution
 from ._output import OutputChunk
 from ._processes import CommandHandle
 from ._procfs import Process
@@ -32,6 +33,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "AsyncStream",
+    "CellError",
     "CommandHandle",
     "EntryInfo",
     "Files",
@@ -41,6 +43,7 @@ __all__ = [
     "approve",
     "deny",
     "Denial",
+    "Execution",
     "Held",
     "OutputLimitError",
     "RunResult",

@@ -5,6 +5,7 @@ session's control socket is (docs/sessions.md, "Where a session lives")."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import Any, List, Mapping, Optional
 
@@ -59,10 +60,22 @@ def session_id_from_start(returncode: int, stdout: bytes, stderr: bytes) -> str:
     the reason it gave."""
     session_id = stdout.decode(errors="replace").strip()
     if returncode != 0 or not session_id:
-        raise SessionStartError(
-            one_line_reason(stderr) or f"airlock session start exited with status {returncode}"
-        )
+        reason = one_line_reason(stderr) or f"airlock session start exited with status {returncode}"
+        raise SessionStartError(with_keyword_hint(reason))
     return session_id
+
+
+_SIMILAR = re.compile(r"unexpected argument '--([\w-]+)' found \(a similar argument exists: '--([\w-]+)'\)")
+
+
+def with_keyword_hint(reason: str) -> str:
+    """The CLI's "did you mean" for an option, said as the keyword argument
+    the caller wrote: ``memroy=`` → ``did you mean memory=?``."""
+    similar = _SIMILAR.search(reason)
+    if similar is None:
+        return reason
+    wrote, meant = (name.replace("-", "_") for name in similar.groups())
+    return f"{reason} (Sandbox({wrote}=...): did you mean {meant}=?)"
 
 
 def one_line_reason(stderr: bytes) -> str:

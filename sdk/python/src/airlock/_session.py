@@ -9,8 +9,8 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _cli, _steps
-from .errors import AirlockError
+from . import _cli, _kernel, _steps
+from .errors import AirlockError, SessionGoneError
 from .result import RunResult, SessionDenials, denials_from_json
 
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -43,6 +43,11 @@ class SessionBase:
         self._workspace: str = os.path.realpath(os.fspath(self._options["workspace"]))
         self._session_id: Optional[str] = None
         self._stopped = False
+        # False for a sandbox that connect() attached to a session another
+        # process started: leaving its `with` block leaves the session be.
+        self._owned = True
+        # run_code's interpreter: the next cell's number.
+        self._kernel = _kernel.KernelState()
 
     @property
     def session_id(self) -> str:
@@ -72,6 +77,11 @@ class SessionBase:
             self._discard_workspace()
             raise
 
+    def _attach(self, info: Mapping[str, Any]) -> None:
+        """Hold the running session ``info`` describes, without owning it."""
+        self._session_id = str(info["id"])
+        self._owned = False
+
     def _discard_workspace(self) -> None:
         """Remove the workspace this sandbox made for itself, unless kept."""
         if self._temporary is not None and not self._keep:
@@ -80,7 +90,7 @@ class SessionBase:
 
     def _socket_path(self) -> str:
         if self._stopped:
-            raise AirlockError(f"session {self.session_id} was stopped")
+            raise SessionGoneError(f"session {self.session_id} was stopped: start a new sandbox")
         return _cli.socket_path(self.session_id)
 
     def _run_request(
@@ -93,6 +103,11 @@ class SessionBase:
     ) -> Dict[str, Any]:
         return _steps.exec_request(
             argv, workspace=self._workspace, env=env, cwd=cwd, label=label, timeout=timeout
+        )
+
+    def _call_request(self, call: _kernel.StepCall) -> Dict[str, Any]:
+        return _steps.exec_request(
+            call.argv, workspace=self._workspace, label=call.label, timeout=call.timeout
         )
 
     def _file_request(self, argv: List[str], label: str) -> Dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import (
     Any,
     Awaitable,
     Dict,
+    Generator,
     List,
     Literal,
     Mapping,
@@ -21,13 +22,15 @@ from typing import (
     Type,
     TypeVar,
     Union,
+    cast,
     overload,
 )
 
-from . import _procfs, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps
 from ._aio_processes import AsyncCommandHandle, AsyncStream
 from ._approvals import AsyncApprovalCalls
 from ._files import AsyncFiles
+from ._kernel import Execution
 from ._output import OnText, TextCallbacks
 from ._session import (
     DEFAULT_MAX_FILE,
@@ -61,7 +64,8 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
         super().__init__(airlock_bin, options)
 
     async def __aenter__(self) -> "AsyncSandbox":
-        return await self.start()
+        # A sandbox connect() attached is running already.
+        return self if self._session_id is not None and not self._owned else await self.start()
 
     async def __aexit__(
         self,
@@ -69,7 +73,34 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        await self.stop()
+        # A session connect() found is its starter's to stop.
+        if self._owned:
+            await self.stop()
+
+    @classmethod
+    async def connect(cls, session: str, *, airlock_bin: Optional[str] = None) -> "AsyncSandbox":
+        """The running session ``session``; see :meth:`airlock.Sandbox.connect`."""
+        found = _lifecycle.find(await cls.list(airlock_bin=airlock_bin), session)
+        attached = cls(airlock_bin=airlock_bin, workspace=found.get("workspace") or "/")
+        attached._attach(found)
+        return attached
+
+    @classmethod
+    async def list(cls, *, airlock_bin: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The running sessions; see :meth:`airlock.Sandbox.list`."""
+        process = await asyncio.create_subprocess_exec(
+            *_lifecycle.list_argv(_cli.find_binary(airlock_bin)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await process.communicate()
+        assert process.returncode is not None
+        return _lifecycle.parse_list(process.returncode, stdout, stderr)
+
+    async def set_timeout(self, seconds: Optional[_steps.Timeout]) -> None:
+        """Change the idle timeout; see :meth:`airlock.Sandbox.set_timeout`."""
+        await self._ask_at(self._socket_path(), _lifecycle.set_idle_timeout_request(seconds))
 
     async def start(self) -> "AsyncSandbox":
         """Bring the session up (``airlock session start``)."""
@@ -205,10 +236,31 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
-        """Run a program in ``language``; see :meth:`airlock.Sandbox.run_code`."""
+    ) -> Execution:
+        """Run a cell in ``language``; see :meth:`airlock.Sandbox.run_code`."""
+        if language == "python":
+            if env or cwd is not None:
+                raise AirlockError(
+                    "run_code: env and cwd are not taken for python (the interpreter keeps its own); "
+                    "set os.environ or call os.chdir in a cell"
+                )
+            return await self._drive(_kernel.python_cell(self._kernel, code, timeout, max_output, label))
         request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
-        return await self._step(request, code.encode(), max_output)
+        return _kernel.one_shot(await self._step(request, code.encode(), max_output))
+
+    async def restart(self) -> None:
+        """Restart ``run_code``'s Python interpreter; see :meth:`airlock.Sandbox.restart`."""
+        await self._drive(_kernel.restart(self._kernel))
+
+    async def _drive(self, steps: Generator[_kernel.StepCall, RunResult, T]) -> T:
+        """Run the steps ``steps`` asks for, sending each its result."""
+        try:
+            call = next(steps)
+            while True:
+                result = await self._step(self._call_request(call), call.stdin, call.max_output)
+                call = steps.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     async def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
         """Write a workspace file through the sandbox; see :meth:`airlock.Sandbox.write_file`."""

@@ -8,11 +8,26 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Type, Union, overload
+from typing import (
+    Any,
+    Dict,
+    Generator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+    overload,
+)
 
-from . import _procfs, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps
 from ._approvals import ApprovalCalls
 from ._files import Files
+from ._kernel import Execution
 from ._output import OnText, TextCallbacks
 from ._processes import CommandHandle
 from ._session import (
@@ -27,6 +42,8 @@ from ._session import (
 )
 from .errors import AirlockError, OutputLimitError, SessionGoneError, SessionNotAnsweringError, StepError
 from .result import RunResult, SessionDenials
+
+T = TypeVar("T")
 
 
 class Sandbox(SessionBase, ApprovalCalls):
@@ -53,7 +70,8 @@ class Sandbox(SessionBase, ApprovalCalls):
         super().__init__(airlock_bin, options)
 
     def __enter__(self) -> "Sandbox":
-        return self.start()
+        # A sandbox connect() attached is running already.
+        return self if self._session_id is not None and not self._owned else self.start()
 
     def __exit__(
         self,
@@ -61,7 +79,35 @@ class Sandbox(SessionBase, ApprovalCalls):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self.stop()
+        # A session connect() found is its starter's to stop.
+        if self._owned:
+            self.stop()
+
+    @classmethod
+    def connect(cls, session: str, *, airlock_bin: Optional[str] = None) -> "Sandbox":
+        """The running session ``session`` (its id, a unique prefix, or its
+        name), started by this or another process, e.g. from
+        ``sb.session_id``. Leaving its ``with`` block leaves the session
+        running; :meth:`stop` stops it."""
+        found = _lifecycle.find(cls.list(airlock_bin=airlock_bin), session)
+        attached = cls(airlock_bin=airlock_bin, workspace=found.get("workspace") or "/")
+        attached._attach(found)
+        return attached
+
+    @classmethod
+    def list(cls, *, airlock_bin: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The running sessions of this user (``airlock session ls --json``):
+        each with its ``id``, ``name``, ``state``, ``workspace``..."""
+        done = subprocess.run(
+            _lifecycle.list_argv(_cli.find_binary(airlock_bin)), stdin=subprocess.DEVNULL, capture_output=True
+        )
+        return _lifecycle.parse_list(done.returncode, done.stdout, done.stderr)
+
+    def set_timeout(self, seconds: Optional[_steps.Timeout]) -> None:
+        """Stop the session after ``seconds`` (or ``"30m"``) without a step
+        running, counted from now (its ``idle_timeout``); ``None`` or 0:
+        never."""
+        self._ask_at(self._socket_path(), _lifecycle.set_idle_timeout_request(seconds))
 
     def start(self) -> "Sandbox":
         """Bring the session up (``airlock session start``); returns once it
@@ -216,13 +262,47 @@ class Sandbox(SessionBase, ApprovalCalls):
         label: Optional[str] = None,
         timeout: Optional[_steps.Timeout] = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> RunResult:
-        """Run a program in ``language`` (``"python"``, ``"node"`` or
-        ``"bash"``). The program is given to the interpreter on stdin, so it
-        cannot read stdin itself; write input to a file first if it must.
-        The other arguments are :meth:`run`'s."""
+    ) -> Execution:
+        """Run a cell of ``language`` code and return its :class:`Execution`.
+
+        ``"python"`` runs in a persistent interpreter inside the session, as
+        a Jupyter kernel does: variables and imports persist from cell to
+        cell, the last expression's ``repr`` is ``value``, and an exception
+        is ``error`` (name, value, traceback). It starts with the first
+        cell; ``timeout`` interrupts the cell (``KeyboardInterrupt``) and
+        keeps the interpreter, unless the cell ignores the interrupt for 2 s
+        more (then it is restarted). Each cell is a step labelled
+        ``sdk:run_code cell N`` (or ``label``), its code in the step's
+        command. ``env`` and ``cwd`` are not taken for Python (the
+        interpreter's are its start's).
+
+        ``"node"`` and ``"bash"`` run the program once (no state kept), on
+        stdin, with :meth:`run`'s other arguments.
+        """
+        if language == "python":
+            if env or cwd is not None:
+                raise AirlockError(
+                    "run_code: env and cwd are not taken for python (the interpreter keeps its own); "
+                    "set os.environ or call os.chdir in a cell"
+                )
+            return self._drive(_kernel.python_cell(self._kernel, code, timeout, max_output, label))
         request = self._run_request(_steps.code_command(language), env, cwd, label, timeout)
-        return self._step(request, code.encode(), max_output)
+        return _kernel.one_shot(self._step(request, code.encode(), max_output))
+
+    def restart(self) -> None:
+        """Restart ``run_code``'s Python interpreter: its state is dropped,
+        and the next cell starts a fresh one."""
+        self._drive(_kernel.restart(self._kernel))
+
+    def _drive(self, steps: Generator[_kernel.StepCall, RunResult, T]) -> T:
+        """Run the steps ``steps`` asks for, sending each its result."""
+        try:
+            call = next(steps)
+            while True:
+                result = self._step(self._call_request(call), call.stdin, call.max_output)
+                call = steps.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     def write_file(self, path: str, data: Data, *, label: str = "sdk:write_file") -> None:
         """Write ``data`` to ``path`` (relative to the workspace), making its
