@@ -29,7 +29,7 @@ pub use events::{
 pub use ids::{BadSessionId, ConnectionId, ExchangeId, ExecId, Seq, SessionId, StepNo};
 pub use os_text::OsText;
 pub use session::{
-    DEFAULT_MAX_SESSION_BYTES, SessionEnd, SessionInfo, SessionMode, SessionSummary, StoredEvent,
-    WritableDir, collapse_exchanges,
+    DEFAULT_MAX_SESSION_BYTES, Isolation, SessionEnd, SessionInfo, SessionMode, SessionSummary,
+    StoredEvent, WritableDir, collapse_exchanges,
 };
 pub use values::{RuleRef, UnknownVerdict, Verdict};

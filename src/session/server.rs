@@ -190,6 +190,8 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         credentials,
         // Served until the session ends.
         approval_socket: _approval_socket,
+        // None: the plan refuses --isolation gvisor for a live session.
+        gvisor: _,
     } = wired;
     let control = sandbox.start_session()?;
     let live = Arc::new(Live::new(
