@@ -161,28 +161,31 @@ fn without_runsc_gvisor_is_refused_at_start_naming_the_debian_package() {
 }
 
 #[test]
-fn a_pseudo_terminal_or_a_live_session_under_gvisor_is_refused_saying_why() {
+fn what_gvisor_cannot_mean_the_same_is_refused_in_one_line_saying_why() {
     let ws = tempfile::tempdir().unwrap();
-    let out = Command::new(AIRLOCK)
-        .args([
-            "run",
-            "--isolation",
-            "gvisor",
-            "-t",
-            "--no-audit",
-            "--workspace",
-        ])
-        .arg(ws.path())
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.starts_with("airlock: ") && stderr.contains("--no-tty"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    for (args, why) in [
+        (&["run", "-t"][..], "--no-tty"),
+        (&["run", "--pids", "64"][..], "gVisor's own threads"),
+        (&["session", "start"][..], "live sessions"),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .args(args)
+            .args(["--isolation", "gvisor", "--no-audit", "--workspace"])
+            .arg(ws.path())
+            .args(match args[0] {
+                "run" => &["--", "true"][..],
+                _ => &[][..],
+            })
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("airlock: ") && stderr.contains(why),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+    }
 }
 
 #[tokio::test]
@@ -409,6 +412,21 @@ async fn under_gvisor_the_timeout_user_and_tmp_size_hold() {
 
     let out = f.run(&["--user", "1000:1000"], &["id", "-u"]).await;
     assert_eq!(out.stdout, "1000\n", "{out:?}");
+
+    // --memory bounds the whole sandbox (gVisor's kernel included): a
+    // 400 MiB allocation under 64M is killed.
+    let out = f
+        .run(
+            &["--memory", "64M"],
+            &[
+                "python3",
+                "-c",
+                "x = bytearray(400 << 20); print('ALLOCATED')",
+            ],
+        )
+        .await;
+    assert_ne!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains("ALLOCATED"), "{out:?}");
 
     let out = f
         .run(

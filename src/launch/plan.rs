@@ -161,7 +161,7 @@ impl Plan {
             ),
             (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
                 let runsc = gvisor::find_runsc()?;
-                gvisor::refuse_unmatched(pty_size.is_some())?;
+                gvisor::refuse_unmatched(pty_size.is_some(), args.pids)?;
                 Some(runsc)
             }
         };

@@ -140,9 +140,6 @@ fn linux(spec: &SandboxSpec, netns: &Path) -> anyhow::Result<Value> {
     if let Some(bytes) = limits.memory_bytes {
         resources.insert("memory".into(), json!({ "limit": bytes, "swap": bytes }));
     }
-    if let Some(pids) = limits.pids {
-        resources.insert("pids".into(), json!({ "limit": pids }));
-    }
     if let Some(cpus) = limits.cpus {
         let quota = (cpus * CPU_PERIOD_US as f64).round() as u64;
         resources.insert(

@@ -165,7 +165,12 @@ impl Drop for TempDir {
 }
 
 /// What --isolation gvisor cannot mean the same way, refused up front.
-pub(crate) fn refuse_unmatched(tty: bool) -> anyhow::Result<()> {
+pub(crate) fn refuse_unmatched(tty: bool, pids: Option<u64>) -> anyhow::Result<()> {
+    if pids.is_some() {
+        bail!(
+            "--pids cannot mean the same under --isolation gvisor: the cgroup would count gVisor's own threads (its kernel runs as host threads), not the command's processes; leave --pids out (--memory and --cpus bound the whole sandbox), or use --isolation namespaces"
+        );
+    }
     if tty {
         bail!(
             "--isolation gvisor cannot run the command on a pseudo-terminal yet (runsc would need its console socket); use --no-tty, or --isolation namespaces"
