@@ -441,3 +441,77 @@ async fn under_gvisor_the_timeout_user_and_tmp_size_hold() {
     assert_eq!(out.stdout, "full\n", "{out:?}");
     f.no_leftover_runsc_sandboxes();
 }
+
+#[tokio::test]
+async fn execs_under_gvisor_are_recorded_from_gvisors_own_trace_points() {
+    let f = Fixture::new().await;
+    let ws = f.workspace();
+    std::fs::write(ws.join("script.sh"), "#!/bin/sh\necho from-script\n").unwrap();
+    std::fs::set_permissions(
+        ws.join("script.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // Several spellings of "run a program": a shell, Python's subprocess
+    // and os.execv (no shell), a #! script, env's exec.
+    let python = "import os, subprocess; subprocess.run(['/usr/bin/printf', 'by-subprocess\\n']); os.execv('/bin/echo', ['echo', 'by-execv'])";
+    let script =
+        format!("API_TOKEN=hunter2 /usr/bin/env true; ./script.sh; python3 -c \"{python}\"");
+    let out = f.run(&[], &["sh", "-c", &script]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(
+        out.stdout, "from-script\nby-subprocess\nby-execv\n",
+        "{out:?}"
+    );
+    let id = first_session_id(AIRLOCK, &f.db(), &out);
+    let events = airlock_test_support::audit_cli::export_jsonl(AIRLOCK, &f.db(), &id);
+    let execs: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "exec").collect();
+    let argvs: Vec<String> = execs
+        .iter()
+        .map(|e| {
+            e["argv"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|s| s.as_str().unwrap_or("?").to_owned())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|| e.to_string())
+        })
+        .collect();
+    for expected in [
+        "sh -c",
+        "/usr/bin/env true",
+        "/usr/bin/printf by-subprocess\n",
+        "echo by-execv",
+    ] {
+        assert!(
+            argvs.iter().any(|a| a.starts_with(expected)),
+            "{expected:?} not among {argvs:#?}"
+        );
+    }
+    assert!(
+        argvs.iter().any(|a| a.contains("script.sh")),
+        "the #! script is not among {argvs:#?}"
+    );
+    // A secret-looking variable keeps its name, never its value.
+    let env = execs
+        .iter()
+        .find(|e| e["argv"][0] == "/usr/bin/env")
+        .unwrap();
+    let names = env["env_names"].to_string();
+    assert!(names.contains("\"API_TOKEN\""), "{env}");
+    assert!(
+        env["env_values_nonsecret"].get("API_TOKEN").is_none(),
+        "{env}"
+    );
+    assert!(
+        env["env_values_nonsecret"]["SSL_CERT_FILE"] == "/run/airlock/ca-bundle.pem",
+        "{env}"
+    );
+    // The record still verifies.
+    let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id]);
+    assert!(verify.contains("intact"), "{verify}");
+    f.no_leftover_runsc_sandboxes();
+}

@@ -86,7 +86,7 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
         // namespace; then the sandbox ends, reconciling its writable mounts.
         Some(run) => {
             let _steps = sandbox.start_session()?;
-            let outcome = run.run(sandbox.pid());
+            let outcome = run.run(sandbox.pid(), recorder.as_ref());
             sandbox.kill();
             sandbox.wait_session(drop)?;
             outcome?

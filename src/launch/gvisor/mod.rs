@@ -8,6 +8,8 @@
 //! captures a namespace sandbox's (docs/isolation.md says why).
 
 mod bundle;
+mod points;
+mod sink;
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -15,9 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use airlock_auditor::SessionRecorder;
 use airlock_shim::{ExitKind, Outcome, SandboxSpec};
 use anyhow::{Context, bail};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use sink::Sink;
 
 /// How often the wait looks at runsc while the sandbox lives.
 const WAIT_TICK_MS: u16 = 20;
@@ -65,7 +72,13 @@ impl GvisorRun {
     /// Runs the command in the network namespace of the sandbox whose
     /// init is `init` until it exits, the timeout passes, or that sandbox
     /// ends (airlock was told to stop); then removes every trace of runsc.
-    pub(crate) fn run(self, init: i32) -> anyhow::Result<Outcome> {
+    /// With a `recorder`, every exec inside gVisor goes on record from
+    /// gVisor's own trace points.
+    pub(crate) fn run(
+        self,
+        init: i32,
+        recorder: Option<&SessionRecorder>,
+    ) -> anyhow::Result<Outcome> {
         let state = TempDir::new()?;
         let bundle_dir = state.path().join("bundle");
         let root = state.path().join("root");
@@ -74,8 +87,21 @@ impl GvisorRun {
         bundle::write(&bundle_dir, &self.spec, &self.command, &netns)?;
         let id = format!("airlock-{}", crate::random_id::random_id()?);
         let mut runsc = Command::new(&self.runsc);
+        runsc.arg(format!("--root={}", root.display()));
+        let ended = Arc::new(AtomicBool::new(false));
+        let tracing = match recorder {
+            Some(recorder) => {
+                let socket = state.path().join("trace.sock");
+                let config = state.path().join("pod-init.json");
+                let sink = Sink::listen(&socket)?;
+                std::fs::write(&config, Sink::pod_init_config(&socket).to_string())
+                    .context("writing runsc's pod init config")?;
+                runsc.arg(format!("--pod-init-config={}", config.display()));
+                Some(sink.record(recorder.clone(), ended.clone()))
+            }
+            None => None,
+        };
         runsc
-            .arg(format!("--root={}", root.display()))
             .arg("--network=host")
             .args(["run", "--bundle"])
             .arg(&bundle_dir)
@@ -86,8 +112,10 @@ impl GvisorRun {
                 .stdout(Stdio::from(stdout))
                 .stderr(Stdio::from(stderr));
         }
-        let child = runsc.spawn().context("starting runsc")?;
-        let result = wait(child, init, self.spec.limits.timeout);
+        let result = runsc
+            .spawn()
+            .context("starting runsc")
+            .and_then(|child| wait(child, init, self.spec.limits.timeout));
         // Whatever happened: no sandbox of ours outlives the session.
         let _ = Command::new(&self.runsc)
             .arg(format!("--root={}", root.display()))
@@ -95,6 +123,11 @@ impl GvisorRun {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        // Every point the sandbox sent is on record before the session ends.
+        ended.store(true, Ordering::Release);
+        if let Some(thread) = tracing {
+            let _ = thread.join();
+        }
         let (status, timed_out) = result?;
         Ok(Outcome::of_external(
             status,
