@@ -45,6 +45,10 @@ impl Fixture {
         self.dir.path().join("audit/audit.db")
     }
 
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.key")
+    }
+
     fn policy(&self) -> PathBuf {
         let path = self.dir.path().join("policy.toml");
         std::fs::write(
@@ -71,6 +75,8 @@ impl Fixture {
             .args(["--resolve", "api.test:127.0.0.1"])
             .arg("--audit-db")
             .arg(self.db())
+            .arg("--audit-key")
+            .arg(self.key())
             .args(match extra.contains(&"--timeout") {
                 true => &[][..],
                 false => &["--timeout", "60s"][..],
@@ -212,12 +218,43 @@ async fn the_command_runs_on_gvisors_kernel_and_the_session_records_gvisor() {
         .arg(f.workspace())
         .arg("--audit-db")
         .arg(f.db())
+        .arg("--audit-key")
+        .arg(f.key())
         .args(["--", "true"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let list = sessions(AIRLOCK, &f.db());
     assert_eq!(list[1]["isolation"], "namespaces", "{list}");
+    // The console's session list and session page say the same.
+    let console = airlock_test_support::console::Console::start(AIRLOCK, &f.db(), &f.key()).await;
+    let get = |path: String| {
+        let token = console.token().to_owned();
+        let url = format!("http://{}{path}", console.authority());
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-sS", "-f", "-H"])
+                .arg(format!("Authorization: Bearer {token}"))
+                .arg(url)
+                .output()
+                .await
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        }
+    };
+    let rows = get("/api/sessions".into()).await;
+    let gvisor_id = list[0]["id"].as_str().unwrap();
+    for row in rows["sessions"].as_array().unwrap() {
+        let want = if row["id"] == gvisor_id {
+            "gvisor"
+        } else {
+            "namespaces"
+        };
+        assert_eq!(row["isolation"], want, "{rows}");
+    }
+    let page = get(format!("/api/sessions/{gvisor_id}")).await;
+    assert_eq!(page["isolation"], "gvisor", "{page}");
     f.no_leftover_runsc_sandboxes();
 }
 
@@ -511,7 +548,8 @@ async fn execs_under_gvisor_are_recorded_from_gvisors_own_trace_points() {
         "{env}"
     );
     // The record still verifies.
-    let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id]);
+    let key = f.key().display().to_string();
+    let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id, "--audit-key", &key]);
     assert!(verify.contains("intact"), "{verify}");
     f.no_leftover_runsc_sandboxes();
 }
