@@ -69,12 +69,15 @@ fn in_todays_wording(old: &str) -> String {
 
 /// The old binary's `sessions --json` with the fields added since (issue
 /// 31): `labels`, empty for a session recorded before labels existed, and
-/// `shipped`, null for one never shipped to a central store.
+/// `shipped`, null for one never shipped to a central store; and
+/// `isolation` (issue 37), namespaces for a session recorded before the
+/// choice existed.
 fn with_fleet_fields(old: &str) -> String {
     let mut sessions: serde_json::Value = serde_json::from_str(old).unwrap();
     for s in sessions.as_array_mut().unwrap() {
         s["labels"] = serde_json::json!({});
         s["shipped"] = serde_json::Value::Null;
+        s["isolation"] = serde_json::json!("namespaces");
     }
     serde_json::to_string_pretty(&sessions).unwrap()
 }

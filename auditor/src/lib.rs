@@ -46,11 +46,11 @@ pub use error::{AuditError, EngineError};
 pub use airlock_record::{
     ApprovalDecided, ApprovalRequested, AuditEvent, ConnectionId, DEFAULT_MAX_SESSION_BYTES,
     DnsQuery, EventKind, ExchangeId, Exec, ExecFile, ExecId, ExecImage, Exit, FileChange,
-    FileIdentity, FileOp, HttpExchange, McpCall, McpResult, McpServer, McpTool, McpToolList, Note,
-    OsText, Output, OutputStream, PolicyInForce, PolicySource, RecordKey, Resize, RuleRef, Seq,
-    SessionEnd, SessionId, SessionInfo, SessionMode, SessionSummary, StepEnd, StepNo, StepStart,
-    StoredEvent, TcpConnection, Untraced, Verdict, WebSocketMessage, WebSocketRecord, WritableDir,
-    Xattr, collapse_exchanges, escape, sha256_hex,
+    FileIdentity, FileOp, HttpExchange, Isolation, McpCall, McpResult, McpServer, McpTool,
+    McpToolList, Note, OsText, Output, OutputStream, PolicyInForce, PolicySource, RecordKey,
+    Resize, RuleRef, Seq, SessionEnd, SessionId, SessionInfo, SessionMode, SessionSummary, StepEnd,
+    StepNo, StepStart, StoredEvent, TcpConnection, Untraced, Verdict, WebSocketMessage,
+    WebSocketRecord, WritableDir, Xattr, collapse_exchanges, escape, sha256_hex,
 };
 pub use keys::{
     KeyFingerprint, NodeKey, SigningKeySource, TrustAnchor, load_public_key, parse_public_key,

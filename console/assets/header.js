@@ -31,6 +31,7 @@ export function sessionHeader(s) {
     ['Duration', h('span', { testid: 'session-duration' }, running ? 'still running' : fmtDuration(s.duration_ms))],
     ['End', endNode],
     ['Mode', h('span', { testid: 'session-mode' }, modeText(s))],
+    ['Isolation', h('span', { testid: 'session-isolation' }, s.isolation || 'namespaces')],
     ['Host', mono(`${s.host || '—'}`)],
     ['Signed by', h('span', { class: 'mono muted', title: s.key_fingerprint || '' }, s.key_fingerprint ? `key ${shortHash(s.key_fingerprint.replace(/^[^:]*:/, ''))}…` : '—',
       s.verification && s.verification.key_trust && s.verification.key_trust.status === 'trusted'

@@ -13,6 +13,7 @@ const COLUMNS = [
   { key: 'started', label: 'Started (UTC)', value: (r) => r.started_us, cell: (r) => h('span', { class: 'nowrap' }, fmtTime(r.started_us)) },
   { key: 'duration', label: 'Duration', num: true, value: (r) => r.duration_ms ?? -1, cell: (r) => r.end === null || r.end === undefined ? h('span', { class: 'live-dot', title: 'still running' }, 'running') : fmtDuration(r.duration_ms) },
   { key: 'mode', label: 'Mode', value: (r) => r.mode || '', cell: (r) => r.mode || '—' },
+  { key: 'isolation', label: 'Isolation', value: (r) => r.isolation || 'namespaces', cell: (r) => h('span', { testid: 'session-isolation' }, r.isolation || 'namespaces') },
   { key: 'node', label: 'Node', value: (r) => r.node || '', cell: (r) => h('span', { class: 'mono', testid: 'session-node' }, r.node || '—') },
   { key: 'labels', label: 'Labels', value: (r) => labelPairs(r).join(','), cell: (r) => labelsCell(r) },
   { key: 'command', label: 'Command', value: (r) => sandboxedCommand(r), cell: (r) => h('a', { class: 'mono cmd', href: `#/s/${enc(r.id)}`, testid: 'session-link', title: r.command_line || '' }, sandboxedCommand(r) || '(no command)') },

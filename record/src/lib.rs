@@ -31,7 +31,7 @@ pub use ids::{BadSessionId, ConnectionId, ExchangeId, ExecId, Seq, SessionId, St
 pub use mcp::{McpCall, McpResult, McpServer, McpTool, McpToolList};
 pub use os_text::OsText;
 pub use session::{
-    DEFAULT_MAX_SESSION_BYTES, RecordKey, SessionEnd, SessionInfo, SessionMode, SessionSummary,
-    StoredEvent, WritableDir, collapse_exchanges,
+    DEFAULT_MAX_SESSION_BYTES, Isolation, RecordKey, SessionEnd, SessionInfo, SessionMode,
+    SessionSummary, StoredEvent, WritableDir, collapse_exchanges,
 };
 pub use values::{RuleRef, UnknownVerdict, Verdict};

@@ -22,6 +22,35 @@ pub enum SessionMode {
     Session,
 }
 
+/// Which kernel boundary ran the sandboxed commands (`--isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Linux namespaces and seccomp on the host's kernel; also every
+    /// session recorded before the choice existed.
+    #[default]
+    Namespaces,
+    /// gVisor (`runsc`): a user-space kernel between the command and the
+    /// host's.
+    Gvisor,
+}
+
+impl Isolation {
+    /// The name `--isolation` takes and the record shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Namespaces => "namespaces",
+            Self::Gvisor => "gvisor",
+        }
+    }
+
+    /// Left out of the record when it is the default, so that records made
+    /// before the field existed verify unchanged.
+    pub fn is_namespaces(&self) -> bool {
+        *self == Self::Namespaces
+    }
+}
+
 /// Metadata recorded when a session starts. It is bound into the hash chain
 /// (the chain's genesis hash covers it), so editing it later is detected.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,6 +90,11 @@ pub struct SessionInfo {
     /// unchanged).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The kernel boundary the sandbox ran under. Absent (namespaces) in
+    /// records made before the choice existed, and left out for it, so
+    /// those verify unchanged.
+    #[serde(default, skip_serializing_if = "Isolation::is_namespaces")]
+    pub isolation: Isolation,
 }
 
 /// A host directory mounted writable in the sandbox.
@@ -94,6 +128,7 @@ impl Default for SessionInfo {
             max_session_bytes: Some(DEFAULT_MAX_SESSION_BYTES),
             writable_dirs: Vec::new(),
             labels: BTreeMap::new(),
+            isolation: Isolation::Namespaces,
         }
     }
 }

@@ -28,6 +28,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a command another runtime ran (gVisor's runsc, under
+    /// `--isolation gvisor`), told the same way as the shim's own.
+    pub fn of_external(
+        status: ExitKind,
+        timed_out: bool,
+        timeout: Option<std::time::Duration>,
+    ) -> Self {
+        Self {
+            status,
+            timed_out,
+            oom_killed: false,
+            memory_limit: None,
+            timeout,
+        }
+    }
+
     /// The command's own code; 124 on timeout; 128+N on signal N (137 when OOM-killed).
     pub fn exit_code(&self) -> i32 {
         if self.timed_out {

@@ -525,6 +525,7 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
                     "end_reason": s.end.as_ref().and_then(|e| e.reason.clone()),
                     "command": s.info.command,
                     "mode": s.info.mode,
+                    "isolation": s.info.isolation,
                     "policy": s.info.policy_name,
                     "policy_sha256": s.info.policy_sha256(),
                     "policy_text": s.info.policy_text,
@@ -573,13 +574,14 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
     };
     writeln!(
         out,
-        "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<node_w$}  {:<labels_w$}  COMMAND",
+        "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  COMMAND",
         "ID",
         "START (UTC)",
         "DURATION",
         "EXIT",
         "EVENTS",
         if marks.is_empty() { "" } else { "  SHIPPED" },
+        "ISOLATION",
         "NODE",
         "LABELS"
     )?;
@@ -593,7 +595,7 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
         };
         writeln!(
             out,
-            "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<node_w$}  {:<labels_w$}  {}",
+            "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  {}",
             s.id.as_str().chars().take(14).collect::<String>(),
             humanize::short_time(s.started_us),
             duration,
@@ -603,6 +605,7 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
                 0 => String::new(),
                 _ => format!("  {shipped}"),
             },
+            s.info.isolation.as_str(),
             node,
             labels,
             timeline::session_title(s, store.first_step_command(s)?.as_deref())

@@ -45,8 +45,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// plan, spawn (with the audit store opening alongside), wire the proxy and
 /// the terminal, then release, wait and finish.
 fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let pty_size =
-        crate::terminal::wanted(args.tty, args.no_tty).then(crate::terminal::initial_size);
+    // gVisor runs the command on pipes: a pseudo-terminal asked for with
+    // -t is refused in the plan, one airlock would choose is not offered.
+    let pty = match args.sandbox.isolation {
+        airlock_auditor::Isolation::Namespaces => crate::terminal::wanted(args.tty, args.no_tty),
+        airlock_auditor::Isolation::Gvisor => args.tty,
+    };
+    let pty_size = pty.then(crate::terminal::initial_size);
     let purpose = Purpose::Run {
         command: args.command,
         pty_size,
@@ -69,10 +74,24 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
         pty,
         runtime,
         stopped_for,
+        gvisor,
         ..
     } = wired;
-    sandbox.release()?;
-    let outcome = sandbox.wait()?;
+    let outcome = match gvisor {
+        None => {
+            sandbox.release()?;
+            sandbox.wait()?
+        }
+        // The sandbox runs nothing: runsc runs the command in its network
+        // namespace; then the sandbox ends, reconciling its writable mounts.
+        Some(run) => {
+            let _steps = sandbox.start_session()?;
+            let outcome = run.run(sandbox.pid(), recorder.as_ref());
+            sandbox.kill();
+            sandbox.wait_session(drop)?;
+            outcome?
+        }
+    };
     // Everything the command wrote and did is recorded before the session
     // ends; the caller's terminal is restored before airlock says anything
     // more.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use airlock_auditor::Isolation;
 use airlock_shim::UserSpec;
 
 use crate::approvals::ApprovalOptions;
@@ -12,6 +13,10 @@ use crate::cli::{AuditOptions, UpstreamOptions, parse_duration};
 /// and `airlock session start`.
 #[derive(clap::Args)]
 pub(crate) struct SandboxArgs {
+    /// The kernel boundary: namespaces (Linux namespaces and seccomp on the
+    /// host's kernel) or gvisor (gVisor's runsc, a second, user-space kernel).
+    #[arg(long, value_name = "namespaces|gvisor", default_value = "namespaces", value_parser = parse_isolation)]
+    pub isolation: Isolation,
     /// The policy (TOML). Default: deny all network access.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -108,6 +113,16 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
             Ok((k.to_owned(), v.to_owned()))
         }
         _ => Err(format!("invalid --env {s:?}: expected KEY=VALUE")),
+    }
+}
+
+fn parse_isolation(s: &str) -> Result<Isolation, String> {
+    match s {
+        "namespaces" => Ok(Isolation::Namespaces),
+        "gvisor" => Ok(Isolation::Gvisor),
+        _ => Err(format!(
+            "unknown isolation {s:?}: use namespaces (the default) or gvisor"
+        )),
     }
 }
 

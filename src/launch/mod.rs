@@ -11,6 +11,7 @@
 //! therefore never race past the proxy: it waits in the listener's backlog.
 
 mod args;
+mod gvisor;
 mod plan;
 mod wire;
 mod writable;

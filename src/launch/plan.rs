@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use airlock_auditor::{OsText, SessionInfo, SessionMode, SessionRecorder, WritableDir};
+use airlock_auditor::{Isolation, OsText, SessionInfo, SessionMode, SessionRecorder, WritableDir};
 use airlock_policy::Policy;
 use airlock_proxy::approvals::FindSender;
 use airlock_proxy::{
@@ -21,6 +21,7 @@ use anyhow::{Context, bail};
 use rustls::pki_types::CertificateDer;
 
 use super::SandboxArgs;
+use super::gvisor::{self, GvisorRun};
 use super::wire::Spawned;
 use super::writable::Writable;
 use crate::observe::{self, Terminal, TerminalReaders};
@@ -133,6 +134,10 @@ pub(crate) struct Plan {
     terminal: Option<Terminal>,
     /// The environment every command starts with (a session's steps add to it).
     env: Vec<(OsString, OsString)>,
+    /// The kernel boundary, for the record.
+    isolation: Isolation,
+    /// `--isolation gvisor`: the command, set aside for runsc.
+    gvisor: Option<GvisorRun>,
 }
 
 impl Plan {
@@ -156,6 +161,17 @@ pub(crate) enum Purpose {
 impl Plan {
     pub(crate) fn new(args: &SandboxArgs, purpose: Purpose) -> anyhow::Result<Self> {
         airlock_shim::check_prerequisites()?;
+        let runsc = match (args.isolation, &purpose) {
+            (Isolation::Namespaces, _) => None,
+            (Isolation::Gvisor, Purpose::Session) => bail!(
+                "--isolation gvisor is not available for live sessions yet; use airlock run --isolation gvisor, or --isolation namespaces"
+            ),
+            (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
+                let runsc = gvisor::find_runsc()?;
+                gvisor::refuse_unmatched(pty_size.is_some(), args.pids)?;
+                Some(runsc)
+            }
+        };
         let policy = match &args.policy {
             Some(path) => policy_file::load(path)?,
             None => Policy::deny_all(),
@@ -182,7 +198,7 @@ impl Plan {
             Purpose::Session => (Vec::new(), None, SessionMode::Session),
         };
         let session = mode == SessionMode::Session;
-        let spec = SandboxSpec {
+        let mut spec = SandboxSpec {
             command,
             session,
             workspace,
@@ -201,6 +217,17 @@ impl Plan {
             stdio: if session { Some(null_stdio()?) } else { None },
             terminal: pty_size.is_some(),
         };
+        // Under gVisor the namespace sandbox runs nothing itself: it holds
+        // the network namespace runsc joins, and reconciles the writable
+        // mounts at the end.
+        let gvisor = runsc.map(|runsc| -> anyhow::Result<GvisorRun> {
+            let run = GvisorRun::new(runsc, &spec);
+            spec.command.clear();
+            spec.session = true;
+            spec.stdio = Some(null_stdio()?);
+            Ok(run)
+        });
+        let gvisor = gvisor.transpose()?;
         // A session's steps bring their own stdio.
         let terminal = match session {
             true => None,
@@ -230,6 +257,8 @@ impl Plan {
             spec,
             terminal,
             env,
+            isolation: args.isolation,
+            gvisor,
         })
     }
 
@@ -249,6 +278,8 @@ impl Plan {
             mut spec,
             terminal,
             env,
+            isolation,
+            mut gvisor,
         } = self;
         let shipping = audit
             .as_ref()
@@ -263,6 +294,7 @@ impl Plan {
                     max_session_bytes: Some(max_session_bytes),
                     writable_dirs,
                     terminal: pty_size.map(|s| (s.cols, s.rows)),
+                    isolation,
                     ..audit::session_info(&proxy.policy, mode, limits_record, labels)
                 };
                 let credentials = proxy.credentials.clone();
@@ -271,7 +303,10 @@ impl Plan {
         );
         let readers = terminal.map(|terminal| {
             let (stdio, readers) = terminal.split();
-            spec.stdio = Some(stdio);
+            match &mut gvisor {
+                Some(run) => run.set_stdio(stdio),
+                None => spec.stdio = Some(stdio),
+            }
             readers
         });
         let sandbox = Sandbox::spawn(spec);
@@ -304,6 +339,7 @@ impl Plan {
             shipper,
             recording,
             network,
+            gvisor,
         })
     }
 }

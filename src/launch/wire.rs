@@ -34,6 +34,8 @@ pub(crate) struct Spawned {
     pub(super) shipper: Option<(LiveShipper, bool)>,
     pub(super) recording: Vec<JoinHandle<()>>,
     pub(super) network: NetworkHandles,
+    /// `--isolation gvisor`: what runsc runs once the go is given.
+    pub(super) gvisor: Option<super::gvisor::GvisorRun>,
 }
 
 impl Spawned {
@@ -71,6 +73,7 @@ impl Spawned {
             shipper,
             recording,
             network,
+            gvisor,
         } = self;
         let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
             Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(ExecSeq::id)) as Attribute
@@ -138,6 +141,7 @@ impl Spawned {
             env,
             credentials,
             approval_socket,
+            gvisor,
         })
     }
 }
@@ -210,6 +214,8 @@ pub(crate) struct Wired {
     pub credentials: Vec<ResolvedCredential>,
     /// Where approvers decide on held requests; removed when dropped.
     pub approval_socket: ApprovalSocket,
+    /// `--isolation gvisor`: the command runsc runs (the sandbox runs none).
+    pub gvisor: Option<super::gvisor::GvisorRun>,
 }
 
 /// Why airlock stopped the sandbox itself.

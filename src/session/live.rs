@@ -18,8 +18,8 @@ use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
 
 use super::denials::DenialLog;
-use super::kills::Kills;
 use super::kill_reasons::KillReasons;
+use super::kills::Kills;
 use super::protocol::{ExecRequest, ExitReport};
 use crate::launch::StepLabels;
 

@@ -204,6 +204,8 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         credentials,
         // Served until the session ends.
         approval_socket: _approval_socket,
+        // None: the plan refuses --isolation gvisor for a live session.
+        gvisor: _,
     } = wired;
     let control = sandbox.start_session()?;
     let kill_reasons = KillReasons::new(&sandbox.cgroup_paths(), sandbox.memory_limit_display());

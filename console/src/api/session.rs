@@ -22,6 +22,7 @@ pub(super) fn detail(state: &State, id: &str) -> Result<Response<Body>, ConsoleE
         "ended_us": s.ended_us,
         "duration_ms": super::sessions::duration_ms(s.started_us, s.ended_us),
         "mode": s.info.mode,
+        "isolation": s.info.isolation,
         "command": s.info.command,
         "command_line": timeline::command_line(&s.info.command),
         "title": timeline::session_title(&s, state.store.first_step_command(&s)?.as_deref()),

@@ -22,6 +22,8 @@ struct Row {
     ended_us: Option<i64>,
     duration_ms: Option<f64>,
     mode: airlock_auditor::SessionMode,
+    /// The kernel boundary it ran under (namespaces for older records).
+    isolation: airlock_auditor::Isolation,
     command: Vec<String>,
     command_line: String,
     /// What the list shows: the sandboxed command, or for a live session
@@ -76,6 +78,7 @@ fn row(s: SessionSummary, denials: u64, verification: Badge, first_step: Option<
         started_us: s.started_us,
         ended_us: s.ended_us,
         mode: s.info.mode,
+        isolation: s.info.isolation,
         command: s.info.command.iter().map(ToString::to_string).collect(),
         policy_name: s.info.policy_name,
         node: s.info.host,

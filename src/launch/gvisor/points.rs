@@ -1,0 +1,246 @@
+//! gVisor's trace points as the remote sink sends them: an 8-byte header
+//! (header size, message type, dropped count; little-endian) and a
+//! protobuf payload. Only the fields Airlock records are decoded, by their
+//! numbers in gVisor's `pkg/sentry/seccheck/points/{common,container,sentry}.proto`;
+//! everything else is skipped. The sentry is not trusted (gVisor's own
+//! rule for sinks): every length is checked and a malformed message is an
+//! error, never a panic.
+
+use thiserror::Error;
+
+/// `MessageType` values (common.proto).
+const MESSAGE_CONTAINER_START: u16 = 1;
+const MESSAGE_SENTRY_EXEC: u16 = 3;
+
+/// The header's fixed part (wire.go `HeaderStructSize`).
+const HEADER_SIZE: usize = 8;
+
+/// How many strings one message may carry (argv and environment): more is
+/// malformed, not recorded.
+const MAX_STRINGS: usize = 64 * 1024;
+
+#[derive(Debug, Error)]
+pub(crate) enum PointError {
+    #[error("a trace point shorter than its header ({0} bytes)")]
+    Short(usize),
+    #[error("a malformed trace point message ({0})")]
+    Malformed(&'static str),
+}
+
+/// One trace point, as far as the record needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// The container's first process (`container/start`): never an execve.
+    Start { cwd: String, argv: Vec<String> },
+    /// A successful execve (`sentry/execve`).
+    Exec(ExecPoint),
+    /// A point Airlock does not record.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ExecPoint {
+    /// Thread id in gVisor's root pid namespace.
+    pub tid: i32,
+    /// Thread group (process) id.
+    pub tgid: i32,
+    pub uid: u32,
+    pub cwd: String,
+    pub path: String,
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+}
+
+/// A message and how many points the sentry dropped before it.
+#[derive(Debug)]
+pub(crate) struct Message {
+    pub dropped: u32,
+    pub point: Point,
+}
+
+pub(crate) fn decode(raw: &[u8]) -> Result<Message, PointError> {
+    if raw.len() < HEADER_SIZE {
+        return Err(PointError::Short(raw.len()));
+    }
+    let header_size = usize::from(u16::from_le_bytes([raw[0], raw[1]]));
+    let kind = u16::from_le_bytes([raw[2], raw[3]]);
+    let dropped = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
+    if header_size < HEADER_SIZE || header_size > raw.len() {
+        return Err(PointError::Malformed("header size"));
+    }
+    let payload = &raw[header_size..];
+    let point = match kind {
+        MESSAGE_CONTAINER_START => start(payload)?,
+        MESSAGE_SENTRY_EXEC => Point::Exec(exec(payload)?),
+        _ => Point::Other,
+    };
+    Ok(Message { dropped, point })
+}
+
+/// `gvisor.container.Start`: 3 cwd, 4 args.
+fn start(payload: &[u8]) -> Result<Point, PointError> {
+    let (mut cwd, mut argv) = (String::new(), Vec::new());
+    for field in Fields(payload) {
+        match field? {
+            (3, Value::Bytes(b)) => cwd = text(b),
+            (4, Value::Bytes(b)) => push(&mut argv, b)?,
+            _ => {}
+        }
+    }
+    Ok(Point::Start { cwd, argv })
+}
+
+/// `gvisor.sentry.ExecveInfo`: 1 common, 2 binary_path, 3 argv, 4 env.
+fn exec(payload: &[u8]) -> Result<ExecPoint, PointError> {
+    let mut e = ExecPoint::default();
+    for field in Fields(payload) {
+        match field? {
+            (1, Value::Bytes(b)) => common(b, &mut e)?,
+            (2, Value::Bytes(b)) => e.path = text(b),
+            (3, Value::Bytes(b)) => push(&mut e.argv, b)?,
+            (4, Value::Bytes(b)) => push(&mut e.env, b)?,
+            _ => {}
+        }
+    }
+    Ok(e)
+}
+
+/// `gvisor.common.Common`: 2 thread_id, 4 thread_group_id, 7 credentials
+/// (2 effective_uid), 8 cwd.
+fn common(b: &[u8], e: &mut ExecPoint) -> Result<(), PointError> {
+    for field in Fields(b) {
+        match field? {
+            (2, Value::Varint(v)) => e.tid = v as i32,
+            (4, Value::Varint(v)) => e.tgid = v as i32,
+            (7, Value::Bytes(creds)) => {
+                for f in Fields(creds) {
+                    if let (2, Value::Varint(v)) = f? {
+                        e.uid = v as u32;
+                    }
+                }
+            }
+            (8, Value::Bytes(cwd)) => e.cwd = text(cwd),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn push(list: &mut Vec<String>, b: &[u8]) -> Result<(), PointError> {
+    if list.len() >= MAX_STRINGS {
+        return Err(PointError::Malformed("too many strings"));
+    }
+    list.push(text(b));
+    Ok(())
+}
+
+/// Paths and arguments are bytes in Linux; the record shows them as text
+/// with invalid sequences replaced (the proto declares them `string`).
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+enum Value<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+/// The fields of one protobuf message, in order.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<(u64, Value<'a>), PointError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        Some(self.field())
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn field(&mut self) -> Result<(u64, Value<'a>), PointError> {
+        let key = self.varint()?;
+        let value = match key & 7 {
+            0 => Value::Varint(self.varint()?),
+            1 => self.skip(8)?,
+            2 => {
+                let len =
+                    usize::try_from(self.varint()?).map_err(|_| PointError::Malformed("length"))?;
+                if len > self.0.len() {
+                    return Err(PointError::Malformed("length past the end"));
+                }
+                let (bytes, rest) = self.0.split_at(len);
+                self.0 = rest;
+                Value::Bytes(bytes)
+            }
+            5 => self.skip(4)?,
+            _ => return Err(PointError::Malformed("wire type")),
+        };
+        Ok((key >> 3, value))
+    }
+
+    fn skip(&mut self, n: usize) -> Result<Value<'a>, PointError> {
+        if n > self.0.len() {
+            return Err(PointError::Malformed("fixed field past the end"));
+        }
+        self.0 = &self.0[n..];
+        Ok(Value::Fixed)
+    }
+
+    fn varint(&mut self) -> Result<u64, PointError> {
+        let mut value = 0u64;
+        for (i, byte) in self.0.iter().enumerate().take(10) {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.0 = &self.0[i + 1..];
+                return Ok(value);
+            }
+        }
+        Err(PointError::Malformed("varint"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `sentry/execve` message as runsc 0.0~20221219 sent it (captured
+    /// from a real sandbox, environment shortened).
+    const EXEC: &[u8] = b"\x08\x00\x03\x00\x00\x00\x00\x00\n\x10\x10\x02 \x02:\x00B\x08/tmp/gvt\x12\x0c/usr/bin/cat\x1a\x03cat\x1a\r/etc/hostname\"\x06HOME=/";
+
+    #[test]
+    fn a_captured_exec_point_decodes_to_its_path_argv_and_process() {
+        let m = decode(EXEC).unwrap();
+        assert_eq!(m.dropped, 0);
+        assert_eq!(
+            m.point,
+            Point::Exec(ExecPoint {
+                tid: 2,
+                tgid: 2,
+                uid: 0,
+                cwd: "/tmp/gvt".into(),
+                path: "/usr/bin/cat".into(),
+                argv: vec!["cat".into(), "/etc/hostname".into()],
+                env: vec!["HOME=/".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn a_hostile_message_is_an_error_never_a_panic() {
+        for cut in 0..EXEC.len() {
+            let _ = decode(&EXEC[..cut]);
+        }
+        let mut huge = EXEC.to_vec();
+        huge[8 + 1] = 0xff;
+        assert!(decode(&huge).is_err());
+        assert!(decode(b"\x02\x00\x03\x00\x00\x00\x00\x00").is_err());
+        assert!(
+            decode(b"\x08\x00\x03\x00\x00\x00\x00\x00\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
+                .is_err()
+        );
+    }
+}
