@@ -94,10 +94,13 @@ CREATE TABLE IF NOT EXISTS shipped (
 );
 ";
 
+/// How long a writer waits for another's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // Several writers (one per session) and readers share the file; wait for
     // locks instead of failing immediately with SQLITE_BUSY.
-    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(())
 }
 
@@ -106,6 +109,28 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// (WAL commits survive a process crash; `sync()` upgrades to FULL when the
 /// caller needs power-loss durability).
 pub(crate) fn open_rw(path: &Path) -> Result<Connection, AuditError> {
+    // Processes that open a new file at the same moment can each hold a
+    // shared lock while asking for the exclusive one (the switch to WAL):
+    // SQLite then answers one of them SQLITE_BUSY at once, without the busy
+    // handler, since waiting would deadlock. The one refused lets go of its
+    // lock by failing, so trying again succeeds.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match try_open_rw(path) {
+            Err(AuditError::Open {
+                cause: EngineError::Sqlite(cause),
+                ..
+            }) if cause.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+fn try_open_rw(path: &Path) -> Result<Connection, AuditError> {
     let open_err = |cause| unreadable(path, cause);
     let conn = Connection::open(path).map_err(open_err)?;
     configure(&conn).map_err(open_err)?;
@@ -206,5 +231,36 @@ fn unreadable(path: &Path, cause: rusqlite::Error) -> AuditError {
             path,
             cause: EngineError::Sqlite(cause),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many writers opening one new file at once (twenty `airlock run`s on
+    /// the default database): every one of them opens it.
+    #[test]
+    fn writers_that_open_a_new_database_at_the_same_moment_all_open_it() {
+        for round in 0..30 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("audit.db");
+            let start = std::sync::Barrier::new(16);
+            std::thread::scope(|scope| {
+                let opens: Vec<_> = (0..16)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            start.wait();
+                            open_rw(&path).map(drop)
+                        })
+                    })
+                    .collect();
+                for open in opens {
+                    if let Err(e) = open.join().unwrap() {
+                        panic!("round {round}: {e}");
+                    }
+                }
+            });
+        }
     }
 }
