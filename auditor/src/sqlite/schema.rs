@@ -138,17 +138,23 @@ fn try_open_rw(path: &Path) -> Result<Connection, AuditError> {
         .map_err(open_err)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(open_err)?;
+    // The schema is created in one write transaction, taken before the
+    // first read: another process opening the same new file waits for it
+    // (busy handler), and never sees it half made (tables, but no `meta`
+    // or no version yet), which would read as someone else's database.
+    let tx = rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)
+        .map_err(open_err)?;
     // A database with tables but no `meta` is someone else's: refused
     // before the schema adds airlock's tables to it.
-    if !has_table(&conn, "meta").map_err(open_err)? && has_table(&conn, "%").map_err(open_err)? {
+    if !has_table(&tx, "meta").map_err(open_err)? && has_table(&tx, "%").map_err(open_err)? {
         return Err(AuditError::NotAirlock {
             path: path.to_path_buf(),
         });
     }
-    conn.execute_batch(SCHEMA).map_err(open_err)?;
-    match schema_version(&conn).map_err(open_err)? {
+    tx.execute_batch(SCHEMA).map_err(open_err)?;
+    match schema_version(&tx).map_err(open_err)? {
         None => {
-            conn.execute(
+            tx.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?1)",
                 [SCHEMA_VERSION.to_string()],
             )
@@ -156,6 +162,7 @@ fn try_open_rw(path: &Path) -> Result<Connection, AuditError> {
         }
         Some(found) => check_version(path, found)?,
     }
+    tx.commit().map_err(open_err)?;
     Ok(conn)
 }
 
@@ -242,7 +249,7 @@ mod tests {
     /// the default database): every one of them opens it.
     #[test]
     fn writers_that_open_a_new_database_at_the_same_moment_all_open_it() {
-        for round in 0..30 {
+        for round in 0..100 {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("audit.db");
             let start = std::sync::Barrier::new(16);
