@@ -5,7 +5,7 @@
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use super::session::Ran;
-use crate::session::protocol::{Denial, DenialKind};
+use crate::session::protocol::{Denial, DenialKind, ExitReport};
 
 /// A tool error, with the reason.
 pub(super) fn failed(reason: impl ToString) -> CallToolResult {
@@ -77,22 +77,30 @@ pub(super) fn denials(denials: &[Denial], dropped: u64) -> CallToolResult {
 
 /// How the command ended, in words.
 fn ending(ran: &Ran) -> String {
-    let report = &ran.report;
-    let mut text = match (report.timed_out, report.signal) {
-        (true, _) => format!(
-            "timed out after {}: killed with everything it started (exit code {}); the session lives on",
-            humantime::format_duration(ran.timeout.unwrap_or_default()),
-            report.exit_code
-        ),
-        (false, Some(signal)) => {
-            format!("killed by signal {signal} (exit code {})", report.exit_code)
+    ending_of(&ran.report, ran.timeout)
+}
+
+/// The session's reason says why airlock killed a step ("killed: memory
+/// limit (--memory 64M) exceeded"); it replaces the bare signal, and a
+/// timeout keeps its own wording, so no kill is told twice.
+fn ending_of(report: &ExitReport, timeout: Option<std::time::Duration>) -> String {
+    let code = report.exit_code;
+    match (&report.reason, report.signal) {
+        _ if report.timed_out => {
+            let mut text = format!(
+                "timed out after {}: killed with everything it started (exit code {code}); the session lives on",
+                humantime::format_duration(timeout.unwrap_or_default()),
+            );
+            // Anything else said of it (the sandbox did not confirm the end).
+            if let Some(reason) = report.reason.as_ref().filter(|r| !r.starts_with("killed")) {
+                text.push_str(&format!(" ({reason})"));
+            }
+            text
         }
-        (false, None) => format!("exit code {}", report.exit_code),
-    };
-    if let Some(reason) = &report.reason {
-        text.push_str(&format!(" ({reason})"));
+        (Some(reason), _) => format!("{reason} (exit code {code})"),
+        (None, Some(signal)) => format!("killed by signal {signal} (exit code {code})"),
+        (None, None) => format!("exit code {code}"),
     }
-    text
 }
 
 /// One paragraph per refusal: what, why, who decided, the rule to add.
@@ -120,4 +128,54 @@ fn denials_text(denials: &[Denial]) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(code: i32, signal: Option<i32>, timed_out: bool, reason: Option<&str>) -> ExitReport {
+        ExitReport {
+            exit_code: code,
+            status: None,
+            signal,
+            timed_out,
+            duration_ms: 1.0,
+            reason: reason.map(str::to_owned),
+            denials: Vec::new(),
+            held: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kill_is_told_once_in_the_sessions_words() {
+        let memory = "killed: memory limit (--memory 64M) exceeded";
+        assert_eq!(
+            ending_of(&report(137, Some(9), false, Some(memory)), None),
+            format!("{memory} (exit code 137)")
+        );
+        assert_eq!(
+            ending_of(&report(137, None, false, Some(memory)), None),
+            format!("{memory} (exit code 137)")
+        );
+        assert_eq!(
+            ending_of(&report(143, Some(15), false, None), None),
+            "killed by signal 15 (exit code 143)"
+        );
+        assert_eq!(
+            ending_of(&report(3, None, false, None), None),
+            "exit code 3"
+        );
+        let timed = "killed: time limit (--timeout 1s) exceeded";
+        let one = Some(std::time::Duration::from_secs(1));
+        assert_eq!(
+            ending_of(&report(124, Some(9), true, Some(timed)), one),
+            "timed out after 1s: killed with everything it started (exit code 124); the session lives on"
+        );
+        let stuck = "the sandbox did not confirm the end of step 3";
+        assert!(
+            ending_of(&report(124, Some(9), true, Some(stuck)), one)
+                .ends_with(&format!("({stuck})"))
+        );
+    }
 }

@@ -127,27 +127,18 @@ impl Exchange {
             }
             return Ok(Some(McpForward { answer }));
         }
-        let bytes = match self.mcp_body(head, body).await {
-            Ok(bytes) => bytes,
+        // A body that cannot be read whole, or does not read as MCP, is
+        // refused the same way: nothing of it is forwarded.
+        let read = match self.mcp_body(head, body).await {
+            Ok(bytes) => parse_mcp_body(&bytes)
+                .map(|parsed| (bytes, parsed))
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why),
+        };
+        let (bytes, parsed) = match read {
+            Ok(read) => read,
             Err(why) => {
                 let reason = format!("airlock: MCP request refused: {why}");
-                self.record_call(unreadable(&answer, &reason));
-                let body = error_body(vec![error_message(None, &reason)], false);
-                return Err(self.refuse_mcp(
-                    server_key,
-                    head,
-                    url,
-                    None,
-                    reason,
-                    StatusCode::BAD_REQUEST,
-                    body,
-                ));
-            }
-        };
-        let parsed = match parse_mcp_body(&bytes) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                let reason = format!("airlock: MCP request refused: {e}");
                 self.record_call(unreadable(&answer, &reason));
                 let body = error_body(vec![error_message(None, &reason)], false);
                 return Err(self.refuse_mcp(
