@@ -30,7 +30,8 @@ def test_each_file_call_works_in_the_workspace(options: Dict[str, Any]) -> None:
         assert (workspace / "a" / "big.bin").read_bytes() == big
 
         top = {(e.name, e.path, e.type) for e in files.list()}
-        assert top == {("a", "a", "dir"), ("-n", "-n", "file")}, top
+        # .venv: the sandbox's own Python environment (see test_venv.py).
+        assert top == {("a", "a", "dir"), ("-n", "-n", "file"), (".venv", ".venv", "dir")}, top
         deep = {e.path: (e.type, e.size) for e in files.list("a", depth=2)}
         assert deep == {
             "a/b": ("dir", deep["a/b"][1]),

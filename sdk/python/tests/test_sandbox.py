@@ -157,7 +157,8 @@ def test_state_is_kept_across_calls(options: Dict[str, Any]) -> None:
         r = sb.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:18080/"])
         assert r.stdout == "200", r
         info = sb.info()
-        assert info["id"] == sb.session_id and info["commands"] == 4
+        # 4 steps of this test's, and the one that made the sandbox's venv.
+        assert info["id"] == sb.session_id and info["commands"] == 5
 
 
 def test_a_step_timeout_kills_it_and_the_session_lives_on(options: Dict[str, Any]) -> None:
@@ -399,7 +400,8 @@ def test_a_sandbox_without_a_workspace_gets_a_fresh_empty_one_never_the_callers_
             "ls -A",
         ]:
             r = sb.run(["sh", "-c", script])
-        assert r.stdout == "important.txt\n", r.stdout
+        # .venv: the sandbox's own Python environment (see test_venv.py).
+        assert r.stdout == ".venv\nimportant.txt\n", r.stdout
     assert (project / "important.txt").read_text() == "keep me\n"
     assert not made.exists(), "the sandbox's own workspace is removed when it stops"
 

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _cli, _kernel, _steps
+from . import _cli, _kernel, _steps, _venv
 from .errors import AirlockError, SessionGoneError
 from .result import RunResult, SessionDenials, denials_from_json
 
@@ -41,6 +41,10 @@ class SessionBase:
         # The sandbox mounts the workspace at its host path, so this is also
         # its path inside: relative `cwd`s are resolved against it.
         self._workspace: str = os.path.realpath(os.fspath(self._options["workspace"]))
+        # `pip install` works as on a developer's machine: in a venv.
+        self._venv = bool(self._options.pop("venv", True))
+        if self._venv:
+            self._options = _venv.with_session_env(self._options, self._workspace)
         self._session_id: Optional[str] = None
         self._stopped = False
         # False for a sandbox that connect() attached to a session another
@@ -112,6 +116,10 @@ class SessionBase:
 
     def _file_request(self, argv: List[str], label: str) -> Dict[str, Any]:
         return _steps.exec_request(argv, workspace=self._workspace, label=label)
+
+    def _venv_request(self) -> Optional[Dict[str, Any]]:
+        """The step that makes the sandbox's venv, if it gets one."""
+        return self._file_request(_venv.command(self._workspace), _venv.LABEL) if self._venv else None
 
 
 def as_bytes(data: Data) -> bytes:

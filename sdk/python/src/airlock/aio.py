@@ -26,7 +26,7 @@ from typing import (
     overload,
 )
 
-from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps, _venv
 from ._aio_processes import AsyncCommandHandle, AsyncStream
 from ._approvals import AsyncApprovalCalls
 from ._files import AsyncFiles
@@ -113,7 +113,18 @@ class AsyncSandbox(SessionBase, AsyncApprovalCalls):
         stdout, stderr = await process.communicate()
         assert process.returncode is not None
         self._started(process.returncode, stdout, stderr)
+        await self._make_venv()
         return self
+
+    async def _make_venv(self) -> None:
+        request = self._venv_request()
+        if request is None:
+            return
+        try:
+            check_file_step("venv", _venv.path(self.workspace), await self._step(request, None, DEFAULT_MAX_OUTPUT))
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         """End every process in the sandbox and close its record. A session

@@ -24,7 +24,7 @@ from typing import (
     overload,
 )
 
-from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps
+from . import _cli, _kernel, _lifecycle, _procfs, _protocol, _steps, _venv
 from ._approvals import ApprovalCalls
 from ._files import Files
 from ._kernel import Execution
@@ -114,7 +114,18 @@ class Sandbox(SessionBase, ApprovalCalls):
         takes steps."""
         done = subprocess.run(self._start_argv(), stdin=subprocess.DEVNULL, capture_output=True)
         self._started(done.returncode, done.stdout, done.stderr)
+        self._make_venv()
         return self
+
+    def _make_venv(self) -> None:
+        request = self._venv_request()
+        if request is None:
+            return
+        try:
+            check_file_step("venv", _venv.path(self.workspace), self._step(request, None, DEFAULT_MAX_OUTPUT))
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """End every process in the sandbox and close its record. A session
