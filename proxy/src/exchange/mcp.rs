@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use airlock_policy::{
-    Ask, MAX_BODY_BYTES, McpBody, McpMessage, McpVerdict, RuleRef as PolicyRule, ToolQuota,
-    parse_mcp_body,
+    Ask, MAX_BODY_BYTES, McpBody, McpMessage, McpParseError, McpVerdict, RuleRef as PolicyRule,
+    ToolQuota, parse_mcp_body,
 };
 use airlock_record::{McpCall, McpServer, RuleRef, Verdict};
 use bytes::{Bytes, BytesMut};
@@ -24,9 +24,27 @@ use crate::events::{Event, TimestampUs};
 use crate::mcp::{AnswerContext, Forwarded, error_body, error_message};
 use crate::refusal::Refusal;
 
-use super::body_prefix::read_prefix;
+use super::body_prefix::{PrefixError, read_prefix};
 use super::context::{Early, Exchange};
 use super::{Destination, RequestBody};
+
+/// Why an MCP POST's body was refused before any of it was decided: each
+/// says what to send instead.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("the body has a Content-Encoding; send MCP requests uncompressed")]
+    Compressed,
+    #[error("an MCP POST needs exactly one Content-Type: application/json")]
+    NotJson,
+    #[error("reading the request body: {0}")]
+    Read(#[source] PrefixError),
+    #[error("the body is over {} KiB; send smaller messages", MAX_BODY_BYTES / 1024)]
+    TooLarge,
+    #[error("the body was already forwarded")]
+    AlreadyForwarded,
+    #[error("{0}")]
+    NotMcp(#[from] McpParseError),
+}
 
 /// Arguments larger than this are kept in the record by size only.
 const MAX_RECORDED_ARGUMENTS: usize = 64 * 1024;
@@ -132,7 +150,7 @@ impl Exchange {
         let read = match self.mcp_body(head, body).await {
             Ok(bytes) => parse_mcp_body(&bytes)
                 .map(|parsed| (bytes, parsed))
-                .map_err(|e| e.to_string()),
+                .map_err(Unreadable::from),
             Err(why) => Err(why),
         };
         let (bytes, parsed) = match read {
@@ -236,20 +254,14 @@ impl Exchange {
 
     /// The whole body, read (bounded) and checked for what the reader
     /// needs: uncompressed JSON.
-    async fn mcp_body(&self, head: &Parts, body: &mut RequestBody) -> Result<Bytes, String> {
-        let codings: Vec<&[u8]> = head
+    async fn mcp_body(&self, head: &Parts, body: &mut RequestBody) -> Result<Bytes, Unreadable> {
+        if head
             .headers
             .get_all(header::CONTENT_ENCODING)
             .iter()
-            .map(HeaderValue::as_bytes)
-            .collect();
-        if codings
-            .iter()
-            .any(|c| !c.trim_ascii().eq_ignore_ascii_case(b"identity"))
+            .any(|c| !c.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"))
         {
-            return Err(
-                "the body has a Content-Encoding; send MCP requests uncompressed".to_owned(),
-            );
+            return Err(Unreadable::Compressed);
         }
         let types: Vec<&HeaderValue> = head.headers.get_all(header::CONTENT_TYPE).iter().collect();
         let json = match types.as_slice() {
@@ -261,7 +273,7 @@ impl Exchange {
             _ => false,
         };
         if !json {
-            return Err("an MCP POST needs exactly one Content-Type: application/json".to_owned());
+            return Err(Unreadable::NotJson);
         }
         if let Some(incoming) = body.take_unread() {
             let mut buf = BytesMut::new();
@@ -271,20 +283,15 @@ impl Exchange {
                 bytes: buf.freeze(),
                 complete,
             };
-            if let Err(e) = read {
-                return Err(format!("reading the request body: {e}"));
-            }
+            read.map_err(Unreadable::Read)?;
         }
         match &*body {
             RequestBody::Buffered {
                 bytes,
                 complete: true,
             } => Ok(bytes.clone()),
-            RequestBody::Buffered { .. } => Err(format!(
-                "the body is over {} KiB; send smaller messages",
-                MAX_BODY_BYTES / 1024
-            )),
-            _ => Err("the body was already forwarded".to_owned()),
+            RequestBody::Buffered { .. } => Err(Unreadable::TooLarge),
+            _ => Err(Unreadable::AlreadyForwarded),
         }
     }
 
