@@ -235,18 +235,29 @@ async fn send_all(sender: Sender) {
     }
 }
 
-async fn send(client: &HttpsClient, url: &Uri, body: Bytes) -> Result<(), String> {
+/// Why one announcement did not reach the webhook.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error("{0}")]
+    Request(#[from] http::Error),
+    #[error("no answer within {}s", ATTEMPT_TIMEOUT.as_secs())]
+    TimedOut,
+    #[error("{0}")]
+    Client(#[from] hyper_util::client::legacy::Error),
+    #[error("the receiver answered {0}")]
+    Status(http::StatusCode),
+}
+
+async fn send(client: &HttpsClient, url: &Uri, body: Bytes) -> Result<(), SendError> {
     let request = Request::post(url.clone())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::USER_AGENT, "airlock-approvals")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
+        .body(Full::new(body))?;
     let response = tokio::time::timeout(ATTEMPT_TIMEOUT, client.request(request))
         .await
-        .map_err(|_| format!("no answer within {}s", ATTEMPT_TIMEOUT.as_secs()))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| SendError::TimedOut)??;
     match response.status() {
         status if status.is_success() => Ok(()),
-        status => Err(format!("the receiver answered {status}")),
+        status => Err(SendError::Status(status)),
     }
 }
