@@ -323,7 +323,8 @@ impl Plan {
             _ => None,
         };
         let mut sandbox = sandbox?;
-        let recording = record(&mut sandbox, readers, recorder.as_ref());
+        let already = gvisor.as_ref().map(GvisorRun::recorded);
+        let recording = record(&mut sandbox, readers, recorder.as_ref(), already);
         for notice in sandbox.notices() {
             eprintln!("airlock: {notice}");
         }
@@ -350,13 +351,18 @@ fn record(
     sandbox: &mut Sandbox,
     readers: Option<TerminalReaders>,
     recorder: Option<&SessionRecorder>,
+    already: Option<gvisor::Recorded>,
 ) -> Vec<JoinHandle<()>> {
     let mut threads = match readers {
         Some(readers) => readers.record(recorder),
         None => Vec::new(),
     };
     if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
-        threads.push(observe::record_observations(observations, recorder.clone()));
+        threads.push(observe::record_observations(
+            observations,
+            recorder.clone(),
+            already,
+        ));
     }
     threads
 }
