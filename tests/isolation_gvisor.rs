@@ -650,3 +650,60 @@ async fn under_gvisor_writes_renames_deletes_and_mkdirs_are_recorded_as_they_hap
     assert!(verify.contains("intact"), "{verify}");
     f.no_leftover_runsc_sandboxes();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_gvisor_a_symlink_in_the_workspace_never_puts_what_it_points_at_on_record() {
+    let f = Fixture::new().await;
+    let ws = f.workspace();
+    // A host file outside every mount the sandbox sees, and a directory of
+    // them: airlock (root) could read both, the sandbox cannot.
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "TOPSECRET-host-only\n").unwrap();
+    let secret_sha = sha256_hex(b"TOPSECRET-host-only\n");
+    let o = outside.display().to_string();
+    let w = ws.display().to_string();
+    // Links made, renamed over a written file, and a directory link a
+    // walk would descend: each spelling makes airlock look again.
+    let script = format!(
+        "cd {w} && ln -s {o}/secret.txt s && ln -s {o} d && echo x > t && mv s t2 && ln -sf {o}/secret.txt t && mkdir m && mv d m/d && python3 -c \"import os; os.symlink('{o}/secret.txt', 'p'); os.rename('p', 'q')\""
+    );
+    let out = f.run(&[], &["sh", "-c", &script]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let files = file_records(&f, &out);
+    let leaked: Vec<_> = files
+        .iter()
+        .filter(|e| {
+            e["sha256"] == secret_sha
+                || e["path"].as_str().is_some_and(|p| p.contains("secret.txt"))
+                || e["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&format!("{w}/m/d/")))
+        })
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:#?}");
+    // The links themselves are on record, with their targets, once.
+    let q = format!("{w}/q");
+    let linked: Vec<_> = files
+        .iter()
+        .filter(|e| e["path"] == q || e["rename_to"] == q)
+        .collect();
+    assert_eq!(linked.len(), 1, "{files:#?}");
+    let target = format!("{o}/secret.txt");
+    assert_eq!(
+        linked[0]["sha256"],
+        sha256_hex(target.as_bytes()),
+        "{files:#?}"
+    );
+    let reconciled: Vec<_> = files.iter().filter(|e| e["reconciled"] == true).collect();
+    assert!(reconciled.is_empty(), "{reconciled:#?}");
+    let id = first_session_id(AIRLOCK, &f.db(), &out);
+    for file in ["audit.db", "audit.db-wal"] {
+        let bytes = std::fs::read(f.db().with_file_name(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(9).any(|w| w == b"TOPSECRET"),
+            "the secret's bytes are in {file} ({id})"
+        );
+    }
+    f.no_leftover_runsc_sandboxes();
+}

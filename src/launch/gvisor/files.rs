@@ -131,13 +131,14 @@ impl Tree {
                         if !under_renamed {
                             // A file's hash and mode under its new name, so
                             // the reconcile knows it is on record.
-                            let captured = (!e.dir).then(|| capture(path, e, 0)).flatten();
+                            let captured = fingerprint(path, e);
                             out.push(change(&from, FileOp::Rename, exec.clone(), |c| {
                                 c.rename_to = Some(OsText::from(path.clone()));
-                                if let Some((size, sha256, _)) = captured {
+                                if let Some((size, sha256)) = captured {
                                     c.size = Some(size);
                                     c.sha256 = Some(sha256);
-                                    c.mode = Some(e.mode & 0o7777);
+                                    c.mode = (FileType::from_raw_mode(e.mode) != FileType::Symlink)
+                                        .then_some(e.mode & 0o7777);
                                 }
                             }));
                         }
@@ -195,6 +196,21 @@ impl Tree {
         if e.dir {
             return Some(change(&with_slash(path, true), op, exec, |c| {
                 c.mode = Some(e.mode & 0o7777);
+            }));
+        }
+        if FileType::from_raw_mode(e.mode) == FileType::Symlink {
+            // A symlink's content is its target, as the namespace sandbox
+            // records it: never what it points at.
+            let target = link_target(path);
+            // No mode: a symlink's is always 777 (the reconcile's rule).
+            return Some(change(path, op, exec, |c| {
+                if let Some(target) = target {
+                    c.size = Some(target.len() as u64);
+                    c.sha256 = Some(hex(
+                        ring::digest::digest(&ring::digest::SHA256, &target).as_ref()
+                    ));
+                    c.content = Some(target);
+                }
             }));
         }
         if FileType::from_raw_mode(e.mode) != FileType::RegularFile {
@@ -281,6 +297,46 @@ fn open_dir(dir: impl AsFd, name: &CStr) -> rustix::io::Result<OwnedFd> {
     )
 }
 
+/// The directory holding `path` and its last component, opened from `/`
+/// one component at a time without following a symlink.
+fn parent(path: &[u8]) -> Option<(OwnedFd, std::ffi::CString)> {
+    let mut dir = open_dir(CWD, c"/").ok()?;
+    let parts: Vec<&[u8]> = path
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let (last, parents) = parts.split_last()?;
+    for part in parents {
+        let name = std::ffi::CString::new(part.to_vec()).ok()?;
+        dir = open_dir(&dir, name.as_c_str()).ok()?;
+    }
+    Some((dir, std::ffi::CString::new(last.to_vec()).ok()?))
+}
+
+/// What the symlink at `path` names.
+fn link_target(path: &[u8]) -> Option<Vec<u8>> {
+    let (dir, name) = parent(path)?;
+    rustix::fs::readlinkat(&dir, name.as_c_str(), Vec::new())
+        .ok()
+        .map(|t| t.into_bytes())
+}
+
+/// A renamed file's size and hash (a symlink's: its target's text).
+fn fingerprint(path: &[u8], e: &Entry) -> Option<(u64, String)> {
+    match FileType::from_raw_mode(e.mode) {
+        FileType::RegularFile => capture(path, e, 0).map(|(size, sha, _)| (size, sha)),
+        FileType::Symlink => link_target(path).map(|t| {
+            let sha = hex(ring::digest::digest(&ring::digest::SHA256, &t).as_ref());
+            (t.len() as u64, sha)
+        }),
+        _ => None,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Size, SHA-256 and content (when at most `max_content` bytes) of the
 /// regular file at `path`, opened component by component from `/` without
 /// following a symlink, and only if it is still the inode looked at.
@@ -324,12 +380,7 @@ fn capture(path: &[u8], e: &Entry, max_content: u64) -> Option<(u64, String, Opt
             content.extend_from_slice(&buf[..n]);
         }
     }
-    let sha256 = digest
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = hex(digest.finish().as_ref());
     Some((size, sha256, (size <= max_content).then_some(content)))
 }
 
@@ -410,9 +461,16 @@ impl Recorded {
         if !c.identity.reconciled || !matches!(c.op, FileOp::Create | FileOp::Modify) {
             return false;
         }
+        // A symlink's record carries its target as content, hashed later
+        // by the store.
+        let theirs = c.sha256.clone().or_else(|| {
+            c.content
+                .as_ref()
+                .map(|b| hex(ring::digest::digest(&ring::digest::SHA256, b).as_ref()))
+        });
         let Ok(map) = self.0.lock() else { return false };
         map.get(c.path.as_bytes())
-            .is_some_and(|(sha, mode)| sha.is_some() && *sha == c.sha256 && *mode == c.mode)
+            .is_some_and(|(sha, mode)| sha.is_some() && *sha == theirs && *mode == c.mode)
     }
 }
 
