@@ -343,6 +343,8 @@ async fn escape_attempts_fail_under_gvisor() {
 
 /// Every escape attempt, under the isolation `isolation` (extra `run`
 /// options) chooses.
+// The session's report on stderr, as the tests themselves may print.
+#[allow(clippy::print_stderr)]
 async fn escape_attempts_fail_under(isolation: &[&str]) {
     let f = Fixture::new().await;
     let marker = unique("escape-");
