@@ -164,7 +164,7 @@ impl Plan {
         let runsc = match (args.isolation, &purpose) {
             (Isolation::Namespaces, _) => None,
             (Isolation::Gvisor, Purpose::Session) => bail!(
-                "--isolation gvisor is not available for live sessions yet; use airlock run --isolation gvisor, or --isolation namespaces"
+                "--isolation gvisor is not available for live sessions (session start, mcp, the SDK) yet: each step is a new process started inside the session's sandbox, which under gVisor needs a runsc exec per step with its own stdio, kill and trace points, not built; use airlock run --isolation gvisor, or --isolation namespaces"
             ),
             (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
                 let runsc = gvisor::find_runsc()?;
