@@ -12,15 +12,20 @@ use airlock_auditor::{AuditEvent, OutputStream, SessionRecorder};
 use anyhow::Context;
 
 /// Record every event the observer sends until the sandbox ends (the
-/// channel closes).
+/// channel closes), except what `already` says is on record (under gVisor,
+/// a reconciled file the trace points recorded with the same content).
 pub(crate) fn record_observations(
     observations: Receiver<AuditEvent>,
     recorder: SessionRecorder,
+    already: Option<crate::launch::Recorded>,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("airlock-observe".into())
         .spawn(move || {
             for event in observations {
+                if already.as_ref().is_some_and(|a| a.explains(&event)) {
+                    continue;
+                }
                 // A failing store stops the session elsewhere (fail closed);
                 // here there is nothing better to do than keep draining.
                 let _ = recorder.record(event);

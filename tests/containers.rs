@@ -161,6 +161,18 @@ impl Host {
     /// The app container: an ordinary uid, no capabilities, read-only root,
     /// no-new-privileges, the CA through a read-only volume.
     fn app(&self, tag: &str, net: &Net, extra: &[&str], argv: &[&str]) -> Container {
+        self.app_under(podman::RUNC, tag, net, extra, argv)
+    }
+
+    /// [`Host::app`] under the OCI runtime `runtime`.
+    fn app_under(
+        &self,
+        runtime: podman::Runtime,
+        tag: &str,
+        net: &Net,
+        extra: &[&str],
+        argv: &[&str],
+    ) -> Container {
         let ca = format!("{}:/etc/airlock/ca:ro", self.public_ca_dir().display());
         let mut args = vec![
             "--network",
@@ -182,7 +194,7 @@ impl Host {
         args.extend_from_slice(extra);
         args.push(&images().app);
         args.extend_from_slice(argv);
-        Container::run(tag, &args)
+        Container::run_under(runtime, tag, &args)
     }
 
     /// `airlock sidecar --pid PID` from the host.
@@ -1430,4 +1442,90 @@ async fn a_configmap_update_under_a_running_pod_decides_the_next_request_and_is_
         played.audit_dir.join("audit.key").to_str().unwrap(),
     ]);
     assert!(verified.contains("intact"), "{verified}");
+}
+
+/// The sidecar guards a container whose OCI runtime is gVisor's runsc
+/// (`podman --runtime runsc --runtime-flag network=host`): the sentry's
+/// sockets live in the container's network namespace, where the sidecar's
+/// rules are, so the same requests are allowed, refused and recorded, and
+/// nothing bypasses it (TCP, UDP, a literal IP, another resolver).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_podman_container_under_gvisor_runsc_is_guarded_from_the_host() {
+    let host = Host::new();
+    let net = Net::new("gvguard");
+    let app = host.app_under(
+        podman::RUNSC,
+        "gvguard",
+        &net,
+        &["--dns", &net.gateway],
+        &["sleep", "infinity"],
+    );
+    // gVisor's kernel answers inside (its uname is 4.4.0), not the host's.
+    let out = app.exec(&[], &["uname", "-r"]).await;
+    assert_eq!(out.stdout.trim(), "4.4.0", "{out:?}");
+    let gw = net.gateway.clone();
+    let (upstream, port) = upstream_at(&gw, &host.pki).await;
+    std::fs::write(host.policy_file(), policy(port)).unwrap();
+    let (bait_port, tcp) = tcp_bait(listen_at(&gw));
+    let (udp_port, udp) = udp_bait(&gw, 0);
+    let (_, dns) = udp_bait(&gw, 53);
+    let direct = format!("api.test:{port}:{gw}");
+    let url = format!("https://api.test:{port}/echo");
+    // Unguarded, the paths are open: the controls.
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_eq!(code, 200, "unguarded: {out:?}");
+    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
+    assert!(code == 200 && body.contains("bypassed"), "{out:?}");
+    let out = app
+        .python(&["--user", "0"], &leak_probe(&gw, udp_port, None, false))
+        .await;
+    assert!(out.stdout.contains("udp got"), "{out:?}");
+    let unguarded_hits = upstream.hits();
+    let (tcp0, udp0) = (tcp.load(Ordering::SeqCst), udp.load(Ordering::SeqCst));
+
+    let mut sidecar = host.sidecar(&app.pid(), &gw, &[]).ready().await;
+    let (code, body, out) = app.curl(&url, &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert!(body.contains("/echo"), "{body}");
+    let out = app
+        .python(
+            &[],
+            &format!(
+                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
+            ),
+        )
+        .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?}\n{}", sidecar.log());
+    let (code, body, out) = app
+        .curl(&format!("https://api.test:{port}/admin"), &[])
+        .await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(body.contains("Airlock refused this request."), "{body}");
+    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
+    assert!(code != 200 && !body.contains("bypassed"), "{out:?}");
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_ne!(code, 200, "{out:?}");
+    let out = app
+        .python(&["--user", "0"], &leak_probe(&gw, udp_port, None, true))
+        .await;
+    assert!(out.stdout.contains("udp refused"), "{out:?}");
+    for server in ["own", "192.0.2.53"] {
+        assert!(
+            out.stdout
+                .contains(&format!("dns {server} rcode 0 answer 198.1")),
+            "{server}: {out:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tcp.load(Ordering::SeqCst), tcp0, "TCP bypassed the sidecar");
+    assert_eq!(udp.load(Ordering::SeqCst), udp0, "UDP bypassed the sidecar");
+    assert_eq!(dns.load(Ordering::SeqCst), 0, "DNS bypassed the sidecar");
+    assert_eq!(upstream.hits(), unguarded_hits + 2, "{}", sidecar.log());
+    assert_eq!(sidecar.stop(), Some(0), "{}", sidecar.log());
+    let sessions: serde_json::Value =
+        serde_json::from_str(&host.audit(&["sessions", "--json"])).unwrap();
+    let session = sessions[0]["id"].as_str().unwrap();
+    let timeline = host.audit(&["timeline", session]);
+    assert!(timeline.contains("sidecar mode"), "{timeline}");
+    assert!(timeline.contains("/admin"), "{timeline}");
 }

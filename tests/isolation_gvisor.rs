@@ -172,7 +172,8 @@ fn what_gvisor_cannot_mean_the_same_is_refused_in_one_line_saying_why() {
     for (args, why) in [
         (&["run", "-t"][..], "--no-tty"),
         (&["run", "--pids", "64"][..], "gVisor's own threads"),
-        (&["session", "start"][..], "live sessions"),
+        (&["session", "start"][..], "runsc exec per step"),
+        (&["mcp"][..], "runsc exec per step"),
     ] {
         let out = Command::new(AIRLOCK)
             .args(args)
@@ -551,5 +552,159 @@ async fn execs_under_gvisor_are_recorded_from_gvisors_own_trace_points() {
     let key = f.key().display().to_string();
     let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id, "--audit-key", &key]);
     assert!(verify.contains("intact"), "{verify}");
+    f.no_leftover_runsc_sandboxes();
+}
+
+/// The file records of the fixture's first session, as (op, path,
+/// rename_to, sha256, reconciled), from `airlock audit export`.
+fn file_records(f: &Fixture, context: &dyn std::fmt::Debug) -> Vec<serde_json::Value> {
+    let id = first_session_id(AIRLOCK, &f.db(), context);
+    airlock_test_support::audit_cli::export_jsonl(AIRLOCK, &f.db(), &id)
+        .into_iter()
+        .filter(|e| e["kind"] == "file")
+        .collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_gvisor_writes_renames_deletes_and_mkdirs_are_recorded_as_they_happen_not_only_at_the_end()
+ {
+    let f = Fixture::new().await;
+    let ws = f.workspace();
+    for name in ["old.txt", "gone.txt", "keep.txt", "py-old", "py-gone"] {
+        std::fs::write(ws.join(name), format!("{name} before\n")).unwrap();
+    }
+    std::fs::create_dir(ws.join("empty-dir")).unwrap();
+    let w = ws.display().to_string();
+    // The shell's spellings, then Python's (no shell, its own syscalls).
+    let python = format!(
+        "import os; d='{w}'; open(d+'/py-new','w').write('from python\\n'); os.rename(d+'/py-old', d+'/py-renamed'); os.remove(d+'/py-gone'); os.makedirs(d+'/py-dir/sub'); os.rmdir(d+'/empty-dir')"
+    );
+    let script = format!(
+        "cd {w} && echo hello > new.txt && mv old.txt renamed.txt && rm gone.txt && mkdir newdir && echo more >> keep.txt && python3 -c \"{python}\""
+    );
+    let out = f.run(&[], &["sh", "-c", &script]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let files = file_records(&f, &out);
+    let find = |op: &str, path: &str| {
+        files
+            .iter()
+            .filter(|e| e["op"] == op && e["path"] == format!("{w}/{path}"))
+            .collect::<Vec<_>>()
+    };
+    // Each operation is on record once, from the trace points: not
+    // "found at session end" (a delete, a rename and a mkdir the reconcile
+    // cannot see at all).
+    let expect_one = |op: &str, path: &str| {
+        let found = find(op, path);
+        assert_eq!(found.len(), 1, "{op} {path}: {found:#?} among {files:#?}");
+        assert!(
+            found[0].get("reconciled").is_none_or(|r| r == false),
+            "{op} {path} only from the reconcile: {files:#?}"
+        );
+        found[0].clone()
+    };
+    let new = expect_one("create", "new.txt");
+    assert_eq!(new["sha256"], sha256_hex(b"hello\n"), "{new}");
+    let py_new = expect_one("create", "py-new");
+    assert_eq!(py_new["sha256"], sha256_hex(b"from python\n"), "{py_new}");
+    let keep = expect_one("modify", "keep.txt");
+    assert_eq!(
+        keep["sha256"],
+        sha256_hex(b"keep.txt before\nmore\n"),
+        "{keep}"
+    );
+    let renamed = expect_one("rename", "old.txt");
+    assert_eq!(
+        renamed["rename_to"],
+        format!("{w}/renamed.txt"),
+        "{renamed}"
+    );
+    let py_renamed = expect_one("rename", "py-old");
+    assert_eq!(
+        py_renamed["rename_to"],
+        format!("{w}/py-renamed"),
+        "{py_renamed}"
+    );
+    expect_one("delete", "gone.txt");
+    expect_one("delete", "py-gone");
+    expect_one("delete", "empty-dir/");
+    expect_one("create", "newdir/");
+    expect_one("create", "py-dir/");
+    expect_one("create", "py-dir/sub/");
+    // The reconcile repeats none of them.
+    let reconciled: Vec<_> = files.iter().filter(|e| e["reconciled"] == true).collect();
+    assert!(reconciled.is_empty(), "{reconciled:#?}");
+    // The timeline shows them where they happened.
+    let timeline = f.timeline(&out);
+    assert!(
+        timeline.contains("delete   ") && timeline.contains("gone.txt"),
+        "{timeline}"
+    );
+    let key = f.key().display().to_string();
+    let id = first_session_id(AIRLOCK, &f.db(), &out);
+    let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id, "--audit-key", &key]);
+    assert!(verify.contains("intact"), "{verify}");
+    f.no_leftover_runsc_sandboxes();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_gvisor_a_symlink_in_the_workspace_never_puts_what_it_points_at_on_record() {
+    let f = Fixture::new().await;
+    let ws = f.workspace();
+    // A host file outside every mount the sandbox sees, and a directory of
+    // them: airlock (root) could read both, the sandbox cannot.
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "TOPSECRET-host-only\n").unwrap();
+    let secret_sha = sha256_hex(b"TOPSECRET-host-only\n");
+    let o = outside.display().to_string();
+    let w = ws.display().to_string();
+    // Links made, renamed over a written file, and a directory link a
+    // walk would descend: each spelling makes airlock look again.
+    let script = format!(
+        "cd {w} && ln -s {o}/secret.txt s && ln -s {o} d && echo x > t && mv s t2 && ln -sf {o}/secret.txt t && mkdir m && mv d m/d && python3 -c \"import os; os.symlink('{o}/secret.txt', 'p'); os.rename('p', 'q')\""
+    );
+    let out = f.run(&[], &["sh", "-c", &script]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let files = file_records(&f, &out);
+    let leaked: Vec<_> = files
+        .iter()
+        .filter(|e| {
+            e["sha256"] == secret_sha
+                || e["path"].as_str().is_some_and(|p| p.contains("secret.txt"))
+                || e["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&format!("{w}/m/d/")))
+        })
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:#?}");
+    // The links themselves are on record, with their targets, once.
+    let q = format!("{w}/q");
+    let linked: Vec<_> = files
+        .iter()
+        .filter(|e| e["path"] == q || e["rename_to"] == q)
+        .collect();
+    assert_eq!(linked.len(), 1, "{files:#?}");
+    let target = format!("{o}/secret.txt");
+    assert_eq!(
+        linked[0]["sha256"],
+        sha256_hex(target.as_bytes()),
+        "{files:#?}"
+    );
+    let reconciled: Vec<_> = files.iter().filter(|e| e["reconciled"] == true).collect();
+    assert!(reconciled.is_empty(), "{reconciled:#?}");
+    let id = first_session_id(AIRLOCK, &f.db(), &out);
+    for file in ["audit.db", "audit.db-wal"] {
+        let bytes = std::fs::read(f.db().with_file_name(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(9).any(|w| w == b"TOPSECRET"),
+            "the secret's bytes are in {file} ({id})"
+        );
+    }
     f.no_leftover_runsc_sandboxes();
 }

@@ -54,6 +54,7 @@ pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{ExecSeq, FileOp, ImageKind, ObserveSpec, is_secret_name};
 pub use outcome::{ExitKind, Outcome};
+pub use plan::default_hides;
 pub use prereq::check_prerequisites;
 pub use sandbox::{NetworkHandles, Sandbox};
 pub use spec::{CA_BUNDLE_PATH, DNS_ADDR, Limits, SandboxSpec, TRANSPARENT_ADDR, UserSpec};

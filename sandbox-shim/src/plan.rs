@@ -129,6 +129,34 @@ fn existing(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(path).ok()
 }
 
+/// What every sandbox hides besides `--hide`, canonical and existing: each
+/// home's secrets and the homes themselves, and the host's secrets (a grant
+/// inside one shows through; `forced`: not even a grant does, Airlock's own
+/// files). Public for a runtime that builds the view itself (gVisor's
+/// bundle), so both hide the same.
+pub fn default_hides() -> Vec<(PathBuf, bool)> {
+    let mut hides = Vec::new();
+    for home in home_dirs() {
+        for secret in HOME_SECRETS {
+            if let Some(p) = existing(&home.join(secret)) {
+                hides.push((p, false));
+            }
+        }
+        if let Some(p) = existing(&home.join(".local/share/airlock")) {
+            hides.push((p, true));
+        }
+        if let Some(p) = existing(&home) {
+            hides.push((p, false));
+        }
+    }
+    for p in HOST_SECRETS {
+        if let Some(p) = existing(Path::new(p)) {
+            hides.push((p, false));
+        }
+    }
+    hides
+}
+
 impl Plan {
     pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Self, ShimError> {
         if spec.session {
@@ -189,37 +217,10 @@ impl Plan {
         // Parents before children so nested grants stack correctly.
         grants.sort_by_key(|g| g.path.components().count());
 
-        let mut hides = Vec::new();
-        for home in home_dirs() {
-            for secret in HOME_SECRETS {
-                if let Some(p) = existing(&home.join(secret)) {
-                    hides.push(Hide {
-                        path: p,
-                        forced: false,
-                    });
-                }
-            }
-            if let Some(p) = existing(&home.join(".local/share/airlock")) {
-                hides.push(Hide {
-                    path: p,
-                    forced: true,
-                });
-            }
-            if let Some(p) = existing(&home) {
-                hides.push(Hide {
-                    path: p,
-                    forced: false,
-                });
-            }
-        }
-        for p in HOST_SECRETS {
-            if let Some(p) = existing(Path::new(p)) {
-                hides.push(Hide {
-                    path: p,
-                    forced: false,
-                });
-            }
-        }
+        let mut hides: Vec<Hide> = default_hides()
+            .into_iter()
+            .map(|(path, forced)| Hide { path, forced })
+            .collect();
         for p in &spec.hide {
             if let Some(p) = existing(p) {
                 hides.push(Hide {

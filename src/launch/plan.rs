@@ -164,7 +164,7 @@ impl Plan {
         let runsc = match (args.isolation, &purpose) {
             (Isolation::Namespaces, _) => None,
             (Isolation::Gvisor, Purpose::Session) => bail!(
-                "--isolation gvisor is not available for live sessions yet; use airlock run --isolation gvisor, or --isolation namespaces"
+                "--isolation gvisor is not available for live sessions (session start, mcp, the SDK) yet: each step is a new process started inside the session's sandbox, which under gVisor needs a runsc exec per step with its own stdio, kill and trace points, not built; use airlock run --isolation gvisor, or --isolation namespaces"
             ),
             (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
                 let runsc = gvisor::find_runsc()?;
@@ -323,7 +323,8 @@ impl Plan {
             _ => None,
         };
         let mut sandbox = sandbox?;
-        let recording = record(&mut sandbox, readers, recorder.as_ref());
+        let already = gvisor.as_ref().map(GvisorRun::recorded);
+        let recording = record(&mut sandbox, readers, recorder.as_ref(), already);
         for notice in sandbox.notices() {
             eprintln!("airlock: {notice}");
         }
@@ -350,13 +351,18 @@ fn record(
     sandbox: &mut Sandbox,
     readers: Option<TerminalReaders>,
     recorder: Option<&SessionRecorder>,
+    already: Option<gvisor::Recorded>,
 ) -> Vec<JoinHandle<()>> {
     let mut threads = match readers {
         Some(readers) => readers.record(recorder),
         None => Vec::new(),
     };
     if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
-        threads.push(observe::record_observations(observations, recorder.clone()));
+        threads.push(observe::record_observations(
+            observations,
+            recorder.clone(),
+            already,
+        ));
     }
     threads
 }

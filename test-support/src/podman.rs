@@ -34,9 +34,22 @@ pub fn podman() -> Command {
 
 fn bare_podman() -> Command {
     let mut cmd = Command::new("podman");
-    cmd.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"]);
+    cmd.args(RUNC.0).args(["--cgroup-manager", "cgroupfs"]);
     cmd
 }
+
+/// The OCI runtime a container runs under, as podman's global options.
+#[derive(Debug, Clone, Copy)]
+pub struct Runtime(pub &'static [&'static str]);
+
+/// runc: the host's kernel, namespaces and seccomp (the default here).
+pub const RUNC: Runtime = Runtime(&["--runtime", "runc"]);
+
+/// gVisor's runsc. Its own network stack refuses to start here ("cannot
+/// run with network enabled in root network namespace"), so the sentry
+/// uses real sockets in the container's network namespace
+/// (`network=host`): where the sidecar's rules apply.
+pub const RUNSC: Runtime = Runtime(&["--runtime", "runsc", "--runtime-flag", "network=host"]);
 
 /// Removes what test processes that were killed (a timeout, SIGKILL: no
 /// drop ran) left behind: pods, containers, networks and volumes named by
@@ -193,20 +206,40 @@ pub fn remove_on_drop(args: &[&str]) -> Removed {
 #[derive(Debug)]
 pub struct Container {
     pub name: String,
+    runtime: Runtime,
     _rm: Removed,
 }
 
 impl Container {
     /// `podman run -d --name NAME ARGS...`, with the ulimits this host needs.
     pub fn run(tag: &str, args: &[&str]) -> Self {
+        Self::run_under(RUNC, tag, args)
+    }
+
+    /// [`Container::run`] under `runtime`.
+    pub fn run_under(runtime: Runtime, tag: &str, args: &[&str]) -> Self {
+        drop(podman());
         let name = unique(tag);
         let rm = remove_on_drop(&["rm", "-f", "-t", "0", &name]);
         let mut argv: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.clone()];
         argv.extend(ulimits());
         argv.extend(args.iter().map(|s| s.to_string()));
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        pod_ok(&argv);
-        Self { name, _rm: rm }
+        let out = Command::new("podman")
+            .args(runtime.0)
+            .args(["--cgroup-manager", "cgroupfs"])
+            .args(&argv)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman {argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self {
+            name,
+            runtime,
+            _rm: rm,
+        }
     }
 
     /// `podman run -d --pod POD --name NAME ARGS...`: a container in `pod`,
@@ -226,7 +259,11 @@ impl Container {
             pod.name,
             String::from_utf8_lossy(&out.stderr)
         );
-        Self { name, _rm: rm }
+        Self {
+            name,
+            runtime: RUNC,
+            _rm: rm,
+        }
     }
 
     pub fn pid(&self) -> String {
@@ -236,7 +273,8 @@ impl Container {
     /// `podman exec` (as the container's user unless `extra` says otherwise).
     pub async fn exec(&self, extra: &[&str], argv: &[&str]) -> ClientOutput {
         let out = tokio::process::Command::new("podman")
-            .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs", "exec"])
+            .args(self.runtime.0)
+            .args(["--cgroup-manager", "cgroupfs", "exec"])
             .args(extra)
             .arg(&self.name)
             .args(argv)

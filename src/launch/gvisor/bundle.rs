@@ -105,21 +105,58 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
             "options": ["rbind", if ro { "ro" } else { "rw" }],
         }))
     };
-    for path in &spec.ro {
-        mounts.push(bind(&canonical(path, "--ro")?, true)?);
-    }
-    for path in &spec.rw {
-        mounts.push(bind(&canonical(path, "--rw")?, false)?);
-    }
-    for path in &spec.hide {
+    let hide = |path: &Path| -> anyhow::Result<Value> {
         let p = path_text(path)?;
-        mounts.push(if path.is_dir() {
+        Ok(if path.is_dir() {
             json!({ "destination": p, "type": "tmpfs", "source": "tmpfs", "options": ["ro", "mode=755"] })
         } else {
             json!({ "destination": p, "type": "bind", "source": "/dev/null", "options": ["rbind", "ro"] })
-        });
+        })
+    };
+    // The namespace sandbox's own hides (each home's secrets, the homes,
+    // the host's secrets): covered first, the grants come back on top.
+    // What lives under /tmp and /run is not there: gVisor's are fresh.
+    let defaults: Vec<(PathBuf, bool)> = airlock_shim::default_hides()
+        .into_iter()
+        .filter(|(p, _)| !(p.starts_with("/tmp") || p.starts_with("/run")))
+        .collect();
+    // One under another is covered already (mounting it would show its
+    // name in the outer one).
+    for (path, _) in &defaults {
+        let covered = defaults
+            .iter()
+            .any(|(outer, _)| outer != path && path.starts_with(outer));
+        if !covered {
+            mounts.push(hide(path)?);
+        }
+    }
+    let mut grants = Vec::new();
+    for path in &spec.ro {
+        let path = canonical(path, "--ro")?;
+        mounts.push(bind(&path, true)?);
+        grants.push(path);
+    }
+    for path in &spec.rw {
+        let path = canonical(path, "--rw")?;
+        mounts.push(bind(&path, false)?);
+        grants.push(path);
+    }
+    for path in &spec.hide {
+        mounts.push(hide(path)?);
     }
     mounts.push(bind(&spec.workspace, false)?);
+    grants.push(canonical(&spec.workspace, "--workspace")?);
+    // As in the namespace sandbox: a secret inside a grant stays hidden
+    // unless a grant names it or something in it; Airlock's own files and
+    // --hide stay hidden even then.
+    let forced = spec.hide.iter().map(|p| (p.clone(), true));
+    for (path, forced) in defaults.iter().cloned().chain(forced) {
+        let inside = grants.iter().any(|g| path.starts_with(g));
+        let granted = grants.iter().any(|g| g.starts_with(&path));
+        if inside && (forced || !granted) {
+            mounts.push(hide(&path)?);
+        }
+    }
     let file = |source: &Path, destination: &str| -> anyhow::Result<Value> {
         Ok(json!({
             "destination": destination, "type": "bind", "source": path_text(source)?,

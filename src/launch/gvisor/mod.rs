@@ -8,8 +8,11 @@
 //! captures a namespace sandbox's (docs/isolation.md says why).
 
 mod bundle;
+mod files;
 mod points;
 mod sink;
+
+pub(crate) use files::Recorded;
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -51,6 +54,9 @@ pub(crate) struct GvisorRun {
     /// The command's stdin, stdout and stderr (pipes to the recorder), or
     /// None to inherit airlock's.
     stdio: Option<[OwnedFd; 3]>,
+    /// The files the trace points put on record, which the reconcile
+    /// need not repeat.
+    recorded: Recorded,
 }
 
 impl GvisorRun {
@@ -62,7 +68,14 @@ impl GvisorRun {
             command: std::mem::take(&mut spec.command),
             spec,
             stdio: None,
+            recorded: Recorded::default(),
         }
+    }
+
+    /// What the trace points recorded, for the reconcile's records to be
+    /// checked against.
+    pub(crate) fn recorded(&self) -> Recorded {
+        self.recorded.clone()
     }
 
     pub(crate) fn set_stdio(&mut self, stdio: [OwnedFd; 3]) {
@@ -94,10 +107,26 @@ impl GvisorRun {
                 let socket = state.path().join("trace.sock");
                 let config = state.path().join("pod-init.json");
                 let sink = Sink::listen(&socket)?;
-                std::fs::write(&config, Sink::pod_init_config(&socket).to_string())
+                // File operations are followed when the observer records
+                // files (its max_file_bytes is the content cap).
+                let files = self.spec.observe.as_ref().map(|observe| {
+                    let roots = files::writable_roots(&self.spec.workspace, &self.spec.rw);
+                    sink::Files {
+                        tree: files::Tree::scan(roots, observe.max_file_bytes),
+                        recorded: self.recorded.clone(),
+                    }
+                });
+                if files.as_ref().is_some_and(|f| !f.tree.followed()) {
+                    recorder.record(airlock_auditor::AuditEvent::Note(airlock_auditor::Note {
+                        text: "the writable mounts hold too many files to follow under gVisor: files are recorded by the reconcile at the end only".into(),
+                        policy: None,
+                    }))?;
+                }
+                let config_json = Sink::pod_init_config(&socket, files.is_some());
+                std::fs::write(&config, config_json.to_string())
                     .context("writing runsc's pod init config")?;
                 runsc.arg(format!("--pod-init-config={}", config.display()));
-                Some(sink.record(recorder.clone(), ended.clone()))
+                Some(sink.record(recorder.clone(), ended.clone(), files))
             }
             None => None,
         };

@@ -19,7 +19,8 @@ use nix::sys::socket::{
 };
 use serde_json::json;
 
-use super::points::{self, ExecPoint, Point};
+use super::files::{Recorded, Tree, WriteFds};
+use super::points::{self, Call, ExecPoint, Point};
 
 /// The largest message the sink reads: an exec's argv and environment.
 const MAX_MESSAGE: usize = 1 << 20;
@@ -27,6 +28,23 @@ const MAX_MESSAGE: usize = 1 << 20;
 const ACCEPT_TICK_MS: u16 = 50;
 /// The wire version this reader speaks (the handshake's; runsc 2022-12 sends 1).
 const WIRE_VERSION: u8 = 1;
+
+/// The system calls that change names in a directory, whose raw points
+/// make airlock look at the writable mounts again: rename, renameat,
+/// renameat2, unlink, unlinkat, rmdir, mkdir, mkdirat, link, linkat,
+/// symlink, symlinkat, mknod, mknodat, truncate, chmod, fchmodat (x86-64).
+const NAME_CALLS: [u64; 17] = [
+    82, 264, 316, 87, 263, 84, 83, 258, 86, 265, 88, 266, 133, 259, 76, 90, 268,
+];
+/// `open` flags that mean the file may be written.
+const WRITE_FLAGS: u32 = 0o1 | 0o2 | 0o100 | 0o1000;
+
+/// The file side of the record under gVisor: the writable mounts as last
+/// seen, and what was recorded from them.
+pub(super) struct Files {
+    pub tree: Tree,
+    pub recorded: Recorded,
+}
 
 /// The listening socket, before runsc connects.
 pub(super) struct Sink {
@@ -50,13 +68,26 @@ impl Sink {
 
     /// The pod init config that points runsc's remote sink at `path` for
     /// the points Airlock records.
-    pub(super) fn pod_init_config(path: &Path) -> serde_json::Value {
+    pub(super) fn pod_init_config(path: &Path, files: bool) -> serde_json::Value {
+        let mut points = vec![
+            json!({ "name": "container/start" }),
+            json!({ "name": "sentry/execve", "context_fields": ["thread_id", "group_id", "credentials", "cwd"] }),
+        ];
+        if files {
+            let group = json!(["group_id"]);
+            for name in ["open", "openat", "creat", "close"] {
+                points.push(
+                    json!({ "name": format!("syscall/{name}/exit"), "context_fields": group }),
+                );
+            }
+            points.push(json!({ "name": "sentry/task_exit", "context_fields": group }));
+            for sysno in NAME_CALLS {
+                points.push(json!({ "name": format!("syscall/sysno/{sysno}/exit"), "context_fields": group }));
+            }
+        }
         json!({ "trace_session": {
             "name": "Default",
-            "points": [
-                { "name": "container/start" },
-                { "name": "sentry/execve", "context_fields": ["thread_id", "group_id", "credentials", "cwd"] },
-            ],
+            "points": points,
             "sinks": [{ "name": "remote", "config": { "endpoint": path } }],
         }})
     }
@@ -67,6 +98,7 @@ impl Sink {
         self,
         recorder: SessionRecorder,
         ended: Arc<AtomicBool>,
+        files: Option<Files>,
     ) -> JoinHandle<()> {
         std::thread::Builder::new()
             .name("airlock-gvisor-trace".into())
@@ -82,7 +114,7 @@ impl Sink {
                 }
                 if let Ok(conn) = accept(self.listener.as_raw_fd()) {
                     let conn = Conn(conn);
-                    if let Err(e) = serve(conn.0, &recorder) {
+                    if let Err(e) = serve(conn.0, &recorder, files) {
                         let _ = recorder.record(AuditEvent::Note(Note {
                             text: format!("gVisor's trace points stopped: {e}"),
                             policy: None,
@@ -103,16 +135,34 @@ impl Drop for Conn {
     }
 }
 
-fn serve(conn: RawFd, recorder: &SessionRecorder) -> anyhow::Result<()> {
+fn serve(conn: RawFd, recorder: &SessionRecorder, mut files: Option<Files>) -> anyhow::Result<()> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     // The sentry speaks first (Handshake{version}); the answer is ours.
     recv(conn, &mut buf, MsgFlags::empty()).context("reading the handshake")?;
     send(conn, &[0x08, WIRE_VERSION], MsgFlags::empty()).context("answering the handshake")?;
     let mut execs = Execs::default();
     let mut dropped_before = 0u32;
+    let mut write_fds = WriteFds::default();
+    // Since the last look at the writable mounts: whether a point said a
+    // file may have changed.
+    let mut changed = false;
+    // Whether a point says the writes are done (below): look once the
+    // points waiting are read, so a burst costs one walk, not one a point.
+    let mut look_now = false;
     loop {
+        if look_now && !pending(conn) {
+            if let Some(files) = &mut files {
+                look(files, recorder)?;
+            }
+            changed = false;
+            look_now = false;
+        }
         let n = recv(conn, &mut buf, MsgFlags::empty()).context("reading a trace point")?;
         if n == 0 {
+            // The sandbox ended: a last look, before the reconcile's.
+            if let Some(files) = &mut files {
+                look(files, recorder)?;
+            }
             return Ok(());
         }
         let message = points::decode(&buf[..n])?;
@@ -120,17 +170,79 @@ fn serve(conn: RawFd, recorder: &SessionRecorder) -> anyhow::Result<()> {
             // Points the sentry could not send: said on record, not hidden.
             recorder.record(AuditEvent::Note(Note {
                 text: format!(
-                    "gVisor dropped {} trace points (execs may be missing)",
+                    "gVisor dropped {} trace points (execs and file operations may be missing)",
                     message.dropped.wrapping_sub(dropped_before)
                 ),
                 policy: None,
             }))?;
             dropped_before = message.dropped;
         }
+        if let Some(done) = file_change(&message.point, &mut write_fds) {
+            changed = true;
+            look_now |= done;
+        }
+        if matches!(message.point, Point::TaskExit { .. }) && changed {
+            // A process that wrote and closed, then ended: its writes are done.
+            look_now = true;
+        }
+        let is_exec = matches!(message.point, Point::Exec(_) | Point::Start { .. });
+        if let (true, true, Some(files)) = (is_exec, changed, &mut files) {
+            // What was written before a program starts is on record
+            // before it.
+            look(files, recorder)?;
+            changed = false;
+            look_now = false;
+        }
         if let Some(exec) = execs.of(message.point) {
             recorder.record(AuditEvent::Exec(exec))?;
         }
     }
+}
+
+/// Whether a point says a file in a writable mount may have changed, and
+/// if so whether the change is complete. The close of a descriptor
+/// opened for writing is not: a shell's `echo hi > f` dups it onto stdout
+/// and closes it before writing, so the look waits for a later point. The
+/// exit of a process that held one, and a successful call that changes
+/// names, are.
+fn file_change(point: &Point, write_fds: &mut WriteFds) -> Option<bool> {
+    match point {
+        Point::Open(Call {
+            tgid,
+            fd,
+            flags,
+            ok: true,
+            ..
+        }) if flags & WRITE_FLAGS != 0 => {
+            write_fds.opened(*tgid, *fd);
+            Some(false)
+        }
+        Point::Close(Call { tgid, fd, .. }) => write_fds.closed(*tgid, *fd).then_some(false),
+        Point::TaskExit { tgid } => write_fds.exited(*tgid).then_some(true),
+        Point::Syscall(Call {
+            sysno, ok: true, ..
+        }) => NAME_CALLS.contains(sysno).then_some(true),
+        _ => None,
+    }
+}
+
+/// Whether another point is already waiting: looking once after a burst
+/// costs one walk of the writable mounts, not one per point.
+fn pending(conn: RawFd) -> bool {
+    let mut byte = [0u8; 1];
+    recv(conn, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT).is_ok_and(|n| n > 0)
+}
+
+/// Records what changed in the writable mounts since the last look. No
+/// exec is named: the points arrive after the fact, and by the time airlock
+/// looks, another process may have changed files too (a wrong name on
+/// record is worse than none).
+fn look(files: &mut Files, recorder: &SessionRecorder) -> anyhow::Result<()> {
+    for change in files.tree.changes(None) {
+        files.recorded.note(&change);
+        recorder.record(AuditEvent::File(change))?;
+    }
+    Ok(())
 }
 
 /// Exec ids for the session's execs under gVisor, in order. A process's
@@ -155,7 +267,7 @@ impl Execs {
                 }
             }
             Point::Exec(e) => e,
-            Point::Other => return None,
+            _ => return None,
         };
         self.next += 1;
         Some(to_exec(ExecId::new(self.next.to_string()), exec))
