@@ -260,7 +260,8 @@ impl RecordStore for SqliteStore {
             sid
         };
         let conn = schema::open_rw(&self.path)?;
-        new.start(Box::new(SqliteWriter { conn, sid }))
+        let writer = SqliteWriter::new(conn, sid).map_err(db("opening the session's writer"))?;
+        new.start(Box::new(writer))
     }
 
     /// All sessions, oldest first.
