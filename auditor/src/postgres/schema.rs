@@ -42,8 +42,12 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE INDEX IF NOT EXISTS sessions_by_start ON sessions (started_us, sid);
 CREATE INDEX IF NOT EXISTS sessions_by_node ON sessions (node);
 CREATE INDEX IF NOT EXISTS sessions_by_labels ON sessions USING GIN (labels);
+-- No foreign key to sessions: its check was a lookup and a row lock per
+-- event stored. A shipped batch writes (or finds) its session's row, and
+-- locks it, before its events, in the same transaction (ship.rs), so an
+-- event is never stored for a session the store does not hold.
 CREATE TABLE IF NOT EXISTS events (
-    sid     BIGINT NOT NULL REFERENCES sessions (sid),
+    sid     BIGINT NOT NULL,
     seq     BIGINT NOT NULL,
     ts_us   BIGINT NOT NULL,
     kind    TEXT NOT NULL,

@@ -2,6 +2,8 @@
 //! batch, under a lock on the session's row, so that a batch sent twice,
 //! or by two shippers of the same session at once, is stored once.
 
+use tokio_postgres::types::{ToSql, Type};
+
 use super::client::{Queries, Transaction};
 
 use super::error::CentralError;
@@ -177,6 +179,10 @@ fn insert_contents(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), Au
     Ok(())
 }
 
+/// The batch's new events, streamed in one binary COPY. Nothing here can
+/// collide with a row the store holds: under the session's lock only
+/// events after its last are sent (`store_batch`), and the primary key on
+/// (sid, seq) would refuse, and roll back, a batch that did collide.
 fn insert_events(
     tx: &mut Transaction<'_>,
     sid: i64,
@@ -186,16 +192,29 @@ fn insert_events(
         return Ok(());
     }
     let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
-    let ts: Vec<i64> = events.iter().map(|e| e.ts_us).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    let execs: Vec<Option<&str>> = events.iter().map(|e| e.exec_id.as_deref()).collect();
-    let payloads: Vec<&str> = events.iter().map(|e| e.payload.as_str()).collect();
-    let hashes: Vec<&[u8]> = events.iter().map(|e| e.stored.as_slice()).collect();
-    tx.execute_prepared(
-        "INSERT INTO events (sid, seq, ts_us, kind, exec_id, payload, hash)
-         SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bytea[])
-         ON CONFLICT (sid, seq) DO NOTHING",
-        &[&sid, &seqs, &ts, &kinds, &execs, &payloads, &hashes],
+    let rows = events.iter().zip(&seqs).map(|(e, seq)| {
+        [
+            &sid as &(dyn ToSql + Sync),
+            seq,
+            &e.ts_us,
+            &e.kind,
+            &e.exec_id,
+            &e.payload,
+            &e.stored,
+        ]
+    });
+    tx.copy_in_binary(
+        "COPY events (sid, seq, ts_us, kind, exec_id, payload, hash) FROM STDIN (FORMAT binary)",
+        &[
+            Type::INT8,
+            Type::INT8,
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::BYTEA,
+        ],
+        rows,
     )
     .map_err(db("shipping events"))?;
     Ok(())
@@ -213,13 +232,9 @@ fn insert_terms(
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Ok(());
     };
-    let rows: Vec<IndexRow> = if batch.indexed {
-        batch
-            .index
-            .iter()
-            .filter(|r| r.seq >= first.seq && r.seq <= last.seq)
-            .cloned()
-            .collect()
+    // The node's rows are sent as they are (borrowed, not copied).
+    let computed: Vec<IndexRow> = if batch.indexed {
+        Vec::new()
     } else {
         let none = Redactor::new();
         events
@@ -236,41 +251,62 @@ fn insert_terms(
             .flatten()
             .collect()
     };
+    let rows: Vec<&IndexRow> = if batch.indexed {
+        batch
+            .index
+            .iter()
+            .filter(|r| r.seq >= first.seq && r.seq <= last.seq)
+            .collect()
+    } else {
+        computed.iter().collect()
+    };
     if rows.is_empty() {
         return Ok(());
     }
-    let col = |f: fn(&Terms) -> &Option<String>| -> Vec<Option<&str>> {
-        rows.iter().map(|r| f(&r.terms).as_deref()).collect()
-    };
-    let seqs: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
-    // Each row's place among its event's rows, in the order they came.
-    let parts: Vec<i32> = seqs
-        .iter()
-        .enumerate()
-        .map(|(i, seq)| {
-            let before = seqs[..i].iter().rev().take_while(|s| *s == seq).count();
-            before as i32
-        })
-        .collect();
-    let ts: Vec<i64> = rows.iter().map(|r| r.ts_us).collect();
-    let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-    tx.execute_prepared(
-        "INSERT INTO event_terms (sid, seq, part, ts_us, kind, host, method, verdict, url, path, command)
-         SELECT $1, * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::text[],
-                                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
+    // Each row's seq, and its place among its event's rows, in the order
+    // they came.
+    let mut keys: Vec<(i64, i32)> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let seq = r.seq as i64;
+        let part = match keys.last() {
+            Some(&(prev, part)) if prev == seq => part + 1,
+            _ => 0,
+        };
+        keys.push((seq, part));
+    }
+    let copied = rows.iter().zip(&keys).map(|(r, (seq, part))| {
+        let t: &Terms = &r.terms;
+        [
+            &sid as &(dyn ToSql + Sync),
+            seq,
+            part,
+            &r.ts_us,
+            &r.kind,
+            &t.host,
+            &t.method,
+            &t.verdict,
+            &t.url,
+            &t.path,
+            &t.command,
+        ]
+    });
+    tx.copy_in_binary(
+        "COPY event_terms (sid, seq, part, ts_us, kind, host, method, verdict, url, path, command)
+         FROM STDIN (FORMAT binary)",
         &[
-            &sid,
-            &seqs,
-            &parts,
-            &ts,
-            &kinds,
-            &col(|t| &t.host),
-            &col(|t| &t.method),
-            &col(|t| &t.verdict),
-            &col(|t| &t.url),
-            &col(|t| &t.path),
-            &col(|t| &t.command),
+            Type::INT8,
+            Type::INT8,
+            Type::INT4,
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
         ],
+        copied,
     )
     .map_err(db("shipping search terms"))?;
     Ok(())
