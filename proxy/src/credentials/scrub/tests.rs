@@ -215,3 +215,90 @@ fn a_scrubber_without_secrets_passes_chunks_untouched() {
     assert_eq!(s.push_bytes(chunk.clone()), chunk);
     assert!(s.finish().is_empty());
 }
+
+#[test]
+fn a_form_after_lookalike_beginnings_in_any_case_is_scrubbed_at_every_split() {
+    // Each lookalike starts like a form (the in-place search's hit) and then
+    // differs; the real occurrence comes after them, in mixed case.
+    let set = set(&[(SECRET, "[secret:t]")]);
+    assert!(set.prefixes.is_some());
+    let mut slow = ScrubSet::new([(SECRET, "[secret:t]")]).unwrap().unwrap();
+    slow.prefixes = None;
+    let lookalikes = "sk- SK-live/ Sk-LiVe/4f9+Qx=z7K c2st sK-lIvE%2f4f9%2B ";
+    for echo in echoes() {
+        let body = format!("{lookalikes}{echo}{lookalikes}");
+        for cut in 0..=body.len() {
+            let out = String::from_utf8(scrub_split(&set, body.as_bytes(), &[cut])).unwrap();
+            assert!(out.contains("[secret:t]"), "{echo} @{cut}: {out}");
+            assert!(!out.contains(&echo), "{echo} @{cut}: {out}");
+            // The lookalikes pass as they are (a base64 form may leave its
+            // padding or its first characters, as the whole search does).
+            assert!(
+                out.starts_with(lookalikes) && out.ends_with(lookalikes),
+                "{echo} @{cut}: {out}"
+            );
+            assert_eq!(out.as_bytes(), &slow.scrub(body.as_bytes())[..], "{echo} @{cut}");
+        }
+    }
+}
+
+#[test]
+fn the_in_place_search_finds_what_the_lower_cased_search_finds() {
+    // Bodies over a mixed-case alphabet, scrubbed by the set as built (the
+    // in-place prefix search) and by the same set made to lower-case every
+    // chunk first: the same output, whole and streamed.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let letters = [b'a', b'A', b'b', b'B', b'-'];
+    for _ in 0..300 {
+        let secret: String = (0..2 + next(6))
+            .map(|_| char::from(letters[next(5) as usize]))
+            .collect();
+        let fast = set(&[(secret.as_str(), "[secret:s]")]);
+        assert!(fast.prefixes.is_some(), "{secret}");
+        let mut slow = ScrubSet::new([(secret.as_str(), "[secret:s]")])
+            .unwrap()
+            .unwrap();
+        slow.prefixes = None;
+        let slow = Arc::new(slow);
+        let len = next(80);
+        let body: Vec<u8> = (0..len).map(|_| letters[next(5) as usize]).collect();
+        let whole = slow.scrub(&body).into_owned();
+        assert_eq!(fast.scrub(&body).into_owned(), whole, "{secret}");
+        assert_eq!(fast.finds(&body), slow.finds(&body), "{secret}");
+        let mut cuts: Vec<usize> = (0..next(6)).map(|_| next(len + 1) as usize).collect();
+        cuts.sort();
+        assert_eq!(
+            scrub_split(&fast, &body, &cuts),
+            scrub_split(&slow, &body, &cuts),
+            "{secret} {cuts:?}"
+        );
+    }
+}
+
+#[test]
+fn secrets_beyond_the_in_place_search_s_limit_are_still_scrubbed() {
+    // Forty secrets have more case spellings of their beginnings than the
+    // packed searcher takes: every chunk is then lower-cased and searched.
+    let secrets: Vec<String> = (0u8..40)
+        .map(|i| {
+            let (a, b) = (char::from(b'a' + i % 26), char::from(b'a' + (i % 13) * 2));
+            format!("{a}{b}k{i:02}-xYz-secret")
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = secrets.iter().map(|s| (s.as_str(), "[secret:m]")).collect();
+    let set = set(&pairs);
+    assert!(set.prefixes.is_none());
+    for s in &secrets {
+        let body = format!("x {} y", s.to_ascii_uppercase());
+        for cut in 0..=body.len() {
+            let out = String::from_utf8(scrub_split(&set, body.as_bytes(), &[cut])).unwrap();
+            assert_eq!(out, "x [secret:m] y", "{s} @{cut}");
+        }
+    }
+}
