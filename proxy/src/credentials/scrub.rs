@@ -96,21 +96,6 @@ fn case_spellings(prefix: &[u8], out: &mut Vec<Vec<u8>>) {
     }
 }
 
-/// Hits of the in-place search that turn out not to be a form, in one
-/// chunk, before it gives up on that chunk (and the next [`LOWER_AFTER_MISS`]).
-const MISS_BUDGET: usize = 4;
-/// Chunks lower-cased without trying the in-place search after it gave up:
-/// a stream of text made of the forms' letters stays on the lower-cased
-/// search and tries the in-place one again now and then.
-const LOWER_AFTER_MISS: u8 = 15;
-
-/// What the in-place search found in a chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InPlace {
-    Clean,
-    At(usize),
-}
-
 /// One occurrence (or a union of overlapping ones) to replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
@@ -203,13 +188,11 @@ impl ScrubSet {
     }
 
     /// Where the leftmost occurrence of a form starts in `data`, found
-    /// without copying it. `None` when this search is unavailable (too many
-    /// prefixes) or gives up: after [`MISS_BUDGET`] hits that were not a
-    /// form, text made of the forms' letters is searched faster lower-cased.
-    fn first_in_place(&self, data: &[u8]) -> Option<InPlace> {
+    /// without copying it: `Some(None)` when there is none, `None` when this
+    /// search is unavailable (too many prefixes).
+    fn first_in_place(&self, data: &[u8]) -> Option<Option<usize>> {
         let prefixes = self.prefixes.as_ref()?;
         let mut at = 0;
-        let mut misses = 0;
         while let Some(hit) = prefixes.find_in(data, aho_corasick::Span::from(at..data.len())) {
             let rest = &data[hit.start()..];
             if self
@@ -217,21 +200,17 @@ impl ScrubSet {
                 .iter()
                 .any(|f| rest.len() >= f.len() && rest[..f.len()].eq_ignore_ascii_case(f))
             {
-                return Some(InPlace::At(hit.start()));
-            }
-            misses += 1;
-            if misses > MISS_BUDGET {
-                return None;
+                return Some(Some(hit.start()));
             }
             at = hit.start() + 1;
         }
-        Some(InPlace::Clean)
+        Some(None)
     }
 
     /// Whether any form occurs in `data`.
     pub fn finds(&self, data: &[u8]) -> bool {
         if let Some(first) = self.first_in_place(data) {
-            return first != InPlace::Clean;
+            return first.is_some();
         }
         let lower = data.to_ascii_lowercase();
         match &self.detector {
@@ -243,7 +222,7 @@ impl ScrubSet {
     /// `data` with every occurrence replaced (for heads and trailers, which
     /// arrive whole).
     pub fn scrub<'d>(&self, data: &'d [u8]) -> Cow<'d, [u8]> {
-        let (spans, _) = self.spans(data, &mut Vec::new(), true);
+        let spans = self.spans(data, &mut Vec::new());
         if spans.is_empty() {
             return Cow::Borrowed(data);
         }
@@ -254,25 +233,15 @@ impl ScrubSet {
 
     /// Occurrences in `data`, overlapping ones merged, in order. `lower` is
     /// scratch space for the lower-cased copy.
-    /// `in_place`: try the in-place search first (see [`Scrubber`]'s
-    /// `lower_next`); the returned flag says it was not tried or gave up.
-    fn spans(&self, data: &[u8], lower: &mut Vec<u8>, in_place: bool) -> (Vec<Span>, bool) {
-        let first = if in_place {
-            self.first_in_place(data)
-        } else {
-            None
-        };
-        (self.spans_from(data, lower, first), first.is_none())
-    }
-
-    fn spans_from(&self, data: &[u8], lower: &mut Vec<u8>, first: Option<InPlace>) -> Vec<Span> {
-        if first == Some(InPlace::Clean) {
+    fn spans(&self, data: &[u8], lower: &mut Vec<u8>) -> Vec<Span> {
+        let first = self.first_in_place(data);
+        if first == Some(None) {
             return Vec::new();
         }
         lower.clear();
         lower.extend(data.iter().map(u8::to_ascii_lowercase));
         let from = match (first, &self.detector) {
-            (Some(InPlace::At(from)), _) => from,
+            (Some(Some(from)), _) => from,
             // No occurrence starts before the leftmost one.
             (_, Some(detector)) => match detector.find(&lower[..]) {
                 Some(m) => m.start(),
@@ -389,9 +358,6 @@ pub struct Scrubber {
     pending: Vec<u8>,
     /// Reused for each chunk's lower-cased copy.
     lower: Vec<u8>,
-    /// Chunks still to search lower-cased before trying the in-place search
-    /// again (it gave up on a recent chunk).
-    lower_next: u8,
 }
 
 impl Scrubber {
@@ -404,7 +370,6 @@ impl Scrubber {
             set,
             pending: Vec::new(),
             lower: Vec::new(),
-            lower_next: 0,
         }
     }
 
@@ -423,12 +388,7 @@ impl Scrubber {
             data.extend_from_slice(&chunk);
             Cow::Owned(data)
         };
-        let in_place = self.lower_next == 0;
-        self.lower_next = self.lower_next.saturating_sub(1);
-        let (spans, gave_up) = set.spans(&data, &mut self.lower, in_place);
-        if in_place && gave_up {
-            self.lower_next = LOWER_AFTER_MISS;
-        }
+        let spans = set.spans(&data, &mut self.lower);
         let mut cut = data.len() - set.partial_suffix(&data);
         // Spans are disjoint and sorted: at most one straddles the cut.
         if let Some(s) = spans.iter().find(|s| s.start < cut && s.end > cut) {
