@@ -7,9 +7,8 @@
 //! - `literal`: the scrubber before issue 21 (one memmem pass per secret,
 //!   literal bytes only), copied here for the comparison;
 //! - `forms`: the proxy's scrubber (every derived form, ASCII-case-
-//!   insensitively: each chunk searched in place by a SIMD packed searcher
-//!   for every case spelling of each form's first three bytes, a lower-cased
-//!   copy and the automaton only where a form was found);
+//!   insensitively: a lower-cased copy searched by a SIMD packed searcher,
+//!   the automaton only where something was found);
 //! - `forms-memmem`: the same forms found with one memmem pass per form over a
 //!   lower-cased copy: the alternative to a multi-pattern search;
 //! - `forms-ac-ci`: the search alone of one ASCII-case-insensitive
