@@ -7,14 +7,10 @@
 //! one Aho-Corasick automaton (ASCII-case-insensitive), and every occurrence
 //! becomes the credential's marker `[secret:NAME]`.
 //!
-//! Speed: a chunk is first searched as it is, without a copy, by a SIMD
-//! "packed" (Teddy) searcher for the first [`PREFIX`] bytes of every form in
-//! every mix of upper and lower case; each hit is checked against the whole
-//! forms in place. A chunk with no form in it (nearly all of them) costs that
-//! one read. Only a chunk with an occurrence is lower-cased into a scratch
-//! buffer and goes through the automaton for every overlapping occurrence.
-//! When there are too many prefixes for the packed searcher, the whole chunk
-//! is lower-cased and searched for the whole forms instead. aho-corasick's own prefilter
+//! Speed: the data is lower-cased into a scratch buffer and searched by a
+//! SIMD "packed" (Teddy) searcher, the fast path for a chunk with no form in
+//! it (nearly all of them); only a chunk with an occurrence goes through the
+//! automaton for every overlapping occurrence. aho-corasick's own prefilter
 //! cannot be used: it has no SIMD search under case-insensitivity, and on
 //! text made of the same letters as base64 forms its byte prefilters thrash
 //! (`bench/src/bin/scrub_cost.rs` measures each choice).
@@ -34,10 +30,6 @@ use super::forms::forms;
 
 /// Every form of every secret, compiled once when the credentials are loaded.
 pub struct ScrubSet {
-    /// Finds, in the data as it is, every place a form may start: the first
-    /// [`PREFIX`] bytes of each form in every case. `None` when there are
-    /// too many such prefixes (or no SIMD); then `detector` does the work.
-    prefixes: Option<packed::Searcher>,
     /// Finds the leftmost occurrence in lower-cased data, fast; `None` when
     /// the packed searcher is unavailable (too many forms, or no SIMD), and
     /// then the automaton does all the work.
@@ -65,36 +57,6 @@ impl std::fmt::Debug for ScrubSet {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot compile the secret scrubber: {0}")]
 pub struct ScrubBuildError(#[from] aho_corasick::BuildError);
-
-/// How many leading bytes of each form the case-blind prefilter looks for:
-/// at most 2^3 spellings a form, and a chance hit in random data about once
-/// in 2^24 / (forms x 8) bytes, each checked in place.
-const PREFIX: usize = 3;
-
-/// Every ASCII-case spelling of `prefix` (lower-cased), added to `out` once.
-fn case_spellings(prefix: &[u8], out: &mut Vec<Vec<u8>>) {
-    let mut spellings = vec![Vec::with_capacity(prefix.len())];
-    for &b in prefix {
-        let upper = b.to_ascii_uppercase();
-        let mut next = Vec::with_capacity(spellings.len() * 2);
-        for s in spellings {
-            if upper != b {
-                let mut u = s.clone();
-                u.push(upper);
-                next.push(u);
-            }
-            let mut l = s;
-            l.push(b);
-            next.push(l);
-        }
-        spellings = next;
-    }
-    for s in spellings {
-        if !out.contains(&s) {
-            out.push(s);
-        }
-    }
-}
 
 /// One occurrence (or a union of overlapping ones) to replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,15 +107,6 @@ impl ScrubSet {
             .builder()
             .extend(&patterns)
             .build();
-        let mut spellings = Vec::new();
-        for p in &patterns {
-            case_spellings(&p[..p.len().min(PREFIX)], &mut spellings);
-        }
-        let prefixes = packed::Config::new()
-            .match_kind(packed::MatchKind::LeftmostFirst)
-            .builder()
-            .extend(&spellings)
-            .build();
         let mut starts = [false; 256];
         for p in &patterns {
             starts[usize::from(p[0].to_ascii_lowercase())] = true;
@@ -161,7 +114,6 @@ impl ScrubSet {
         }
         let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
         Ok(Some(Self {
-            prefixes,
             detector,
             matcher,
             patterns,
@@ -187,31 +139,8 @@ impl ScrubSet {
         self.longest
     }
 
-    /// Where the leftmost occurrence of a form starts in `data`, found
-    /// without copying it: `Some(None)` when there is none, `None` when this
-    /// search is unavailable (too many prefixes).
-    fn first_in_place(&self, data: &[u8]) -> Option<Option<usize>> {
-        let prefixes = self.prefixes.as_ref()?;
-        let mut at = 0;
-        while let Some(hit) = prefixes.find_in(data, aho_corasick::Span::from(at..data.len())) {
-            let rest = &data[hit.start()..];
-            if self
-                .patterns
-                .iter()
-                .any(|f| rest.len() >= f.len() && rest[..f.len()].eq_ignore_ascii_case(f))
-            {
-                return Some(Some(hit.start()));
-            }
-            at = hit.start() + 1;
-        }
-        Some(None)
-    }
-
     /// Whether any form occurs in `data`.
     pub fn finds(&self, data: &[u8]) -> bool {
-        if let Some(first) = self.first_in_place(data) {
-            return first.is_some();
-        }
         let lower = data.to_ascii_lowercase();
         match &self.detector {
             Some(detector) => detector.find(&lower).is_some(),
@@ -234,20 +163,15 @@ impl ScrubSet {
     /// Occurrences in `data`, overlapping ones merged, in order. `lower` is
     /// scratch space for the lower-cased copy.
     fn spans(&self, data: &[u8], lower: &mut Vec<u8>) -> Vec<Span> {
-        let first = self.first_in_place(data);
-        if first == Some(None) {
-            return Vec::new();
-        }
         lower.clear();
         lower.extend(data.iter().map(u8::to_ascii_lowercase));
-        let from = match (first, &self.detector) {
-            (Some(Some(from)), _) => from,
+        let from = match &self.detector {
             // No occurrence starts before the leftmost one.
-            (_, Some(detector)) => match detector.find(&lower[..]) {
+            Some(detector) => match detector.find(&lower[..]) {
                 Some(m) => m.start(),
                 None => return Vec::new(),
             },
-            (_, None) => 0,
+            None => 0,
         };
         let mut found: Vec<Span> = self
             .matcher
