@@ -260,8 +260,7 @@ impl RecordStore for SqliteStore {
             sid
         };
         let conn = schema::open_rw(&self.path)?;
-        let writer = SqliteWriter::new(conn, sid).map_err(db("opening the session's writer"))?;
-        new.start(Box::new(writer))
+        new.start(Box::new(SqliteWriter { conn, sid }))
     }
 
     /// All sessions, oldest first.

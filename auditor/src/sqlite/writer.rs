@@ -20,22 +20,7 @@ impl SessionWriter for SqliteWriter {
     }
 }
 
-/// The writer's page cache, in KiB. SQLite's default (2 MiB) is smaller
-/// than one full group commit (up to 8,192 rows with their search terms),
-/// so a busy session spilled dirty pages to the WAL mid-transaction and
-/// read index pages back from the file on nearly every insert into the
-/// search index (its host, path and verdict indexes are written out of
-/// order). The cache grows only as the session writes.
-const CACHE_KIB: i64 = 16 * 1024;
-
 impl SqliteWriter {
-    /// The writer for session `sid`, on a connection of its own.
-    pub(crate) fn new(conn: Connection, sid: i64) -> rusqlite::Result<Self> {
-        // Negative: a size in KiB rather than in pages.
-        conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
-        Ok(Self { conn, sid })
-    }
-
     fn transaction(&mut self, commit: &Commit<'_>) -> rusqlite::Result<()> {
         let durable = commit.durable;
         if durable {
