@@ -300,6 +300,47 @@ if v6:
     )
 }
 
+/// Behind a ready sidecar: curl and python reach the allowed URL by name,
+/// through the sidecar's DNS and CA (two requests upstream); `/admin` is
+/// refused by the policy, never forwarded; and neither a literal IP nor the
+/// name pinned to the upstream's real address (/etc/hosts, a cached lookup)
+/// gets past the capture (the address stands for itself, so it is refused).
+async fn only_what_the_policy_allows_passes(
+    app: &Container,
+    sidecar: &Sidecar,
+    port: u16,
+    gw: &str,
+    bait_port: u16,
+) {
+    let url = format!("https://api.test:{port}/echo");
+    let (code, body, out) = app.curl(&url, &[]).await;
+    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
+    assert!(body.contains("/echo"), "{body}");
+    let out = app
+        .python(
+            &[],
+            &format!(
+                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
+            ),
+        )
+        .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?}\n{}", sidecar.log());
+    let (code, body, out) = app
+        .curl(&format!("https://api.test:{port}/admin"), &[])
+        .await;
+    assert_eq!(code, 403, "{out:?}");
+    assert!(body.contains("Airlock refused this request."), "{body}");
+    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
+    assert!(code != 200 && !body.contains("bypassed"), "{out:?}");
+    let (code, _, out) = app
+        .curl(&format!("https://{gw}:{port}/echo"), &["-k"])
+        .await;
+    assert_ne!(code, 200, "{out:?}");
+    let direct = format!("api.test:{port}:{gw}");
+    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
+    assert_ne!(code, 200, "{out:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_podman_container_is_guarded_from_the_host() {
     let host = Host::new();
@@ -369,36 +410,7 @@ async fn a_running_podman_container_is_guarded_from_the_host() {
     let mut sidecar = host.sidecar(&pid, &gw, &[]).ready().await;
     assert!(app.ruleset().contains(TABLE));
 
-    // Allowed, by name, through the sidecar's DNS and CA: curl and python.
-    let (code, body, out) = app.curl(&url, &[]).await;
-    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
-    assert!(body.contains("/echo"), "{body}");
-    let out = app
-        .python(
-            &[],
-            &format!(
-                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
-            ),
-        )
-        .await;
-    assert_eq!(out.stdout.trim(), "200", "{out:?}\n{}", sidecar.log());
-    // Denied by policy: refused by the sidecar, never forwarded.
-    let (code, body, out) = app
-        .curl(&format!("https://api.test:{port}/admin"), &[])
-        .await;
-    assert_eq!(code, 403, "{out:?}");
-    assert!(body.contains("Airlock refused this request."), "{body}");
-    // By literal IP: captured (the policy names hosts, so the bare address is refused).
-    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
-    assert!(code != 200 && !body.contains("bypassed"), "{out:?}");
-    let (code, _, out) = app
-        .curl(&format!("https://{gw}:{port}/echo"), &["-k"])
-        .await;
-    assert_ne!(code, 200, "{out:?}");
-    // The name pinned to the upstream's real address (/etc/hosts, a cached
-    // lookup): captured, and the address stands for itself, so refused.
-    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
-    assert_ne!(code, 200, "{out:?}");
+    only_what_the_policy_allows_passes(&app, &sidecar, port, &gw, bait_port).await;
     let out = app
         .python(
             &["--user", "0"],
@@ -1484,27 +1496,7 @@ async fn a_podman_container_under_gvisor_runsc_is_guarded_from_the_host() {
     let (tcp0, udp0) = (tcp.load(Ordering::SeqCst), udp.load(Ordering::SeqCst));
 
     let mut sidecar = host.sidecar(&app.pid(), &gw, &[]).ready().await;
-    let (code, body, out) = app.curl(&url, &[]).await;
-    assert_eq!(code, 200, "{out:?}\n{}", sidecar.log());
-    assert!(body.contains("/echo"), "{body}");
-    let out = app
-        .python(
-            &[],
-            &format!(
-                "import urllib.request; print(urllib.request.urlopen('{url}/py', timeout=10).status)"
-            ),
-        )
-        .await;
-    assert_eq!(out.stdout.trim(), "200", "{out:?}\n{}", sidecar.log());
-    let (code, body, out) = app
-        .curl(&format!("https://api.test:{port}/admin"), &[])
-        .await;
-    assert_eq!(code, 403, "{out:?}");
-    assert!(body.contains("Airlock refused this request."), "{body}");
-    let (code, body, out) = app.curl(&format!("http://{gw}:{bait_port}/"), &[]).await;
-    assert!(code != 200 && !body.contains("bypassed"), "{out:?}");
-    let (code, _, out) = app.curl(&url, &["--resolve", &direct]).await;
-    assert_ne!(code, 200, "{out:?}");
+    only_what_the_policy_allows_passes(&app, &sidecar, port, &gw, bait_port).await;
     let out = app
         .python(&["--user", "0"], &leak_probe(&gw, udp_port, None, true))
         .await;
