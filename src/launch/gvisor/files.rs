@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use airlock_auditor::{AuditEvent, ExecId, FileChange, FileIdentity, FileOp, OsText};
+use airlock_auditor::{AuditEvent, ExecId, FileChange, FileOp, OsText};
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, Statx, StatxFlags};
 
 /// How many names the writable mounts may hold for airlock to follow them
@@ -341,17 +341,7 @@ fn hex(bytes: &[u8]) -> String {
 /// regular file at `path`, opened component by component from `/` without
 /// following a symlink, and only if it is still the inode looked at.
 fn capture(path: &[u8], e: &Entry, max_content: u64) -> Option<(u64, String, Option<Vec<u8>>)> {
-    let mut dir = open_dir(CWD, c"/").ok()?;
-    let parts: Vec<&[u8]> = path
-        .split(|b| *b == b'/')
-        .filter(|p| !p.is_empty())
-        .collect();
-    let (last, parents) = parts.split_last()?;
-    for part in parents {
-        let name = std::ffi::CString::new(part.to_vec()).ok()?;
-        dir = open_dir(&dir, name.as_c_str()).ok()?;
-    }
-    let name = std::ffi::CString::new(last.to_vec()).ok()?;
+    let (dir, name) = parent(path)?;
     let fd = rustix::fs::openat(
         &dir,
         name.as_c_str(),
@@ -398,21 +388,8 @@ fn change(
     exec_id: Option<ExecId>,
     fill: impl FnOnce(&mut FileChange),
 ) -> FileChange {
-    let mut c = FileChange {
-        exec_id,
-        path: OsText::from(path.to_vec()),
-        op,
-        size: None,
-        sha256: None,
-        content: None,
-        rename_to: None,
-        mode: None,
-        stored_content: None,
-        content_over_cap: false,
-        content_over_budget: false,
-        identity: FileIdentity::default(),
-        xattr: None,
-    };
+    let mut c = FileChange::new(OsText::from(path.to_vec()), op);
+    c.exec_id = exec_id;
     fill(&mut c);
     c
 }
