@@ -14,7 +14,7 @@ use std::fmt;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 
@@ -264,13 +264,6 @@ impl Nft {
 
     /// Runs `nft -f -` on `script`.
     pub fn load(&self, script: &str) -> Result<(), NftError> {
-        self.start(script)?.finish()
-    }
-
-    /// Starts `nft -f -` on `script` and returns at once: the caller does
-    /// other work while nft loads, then must [`Loading::finish`] before it
-    /// relies on the rules (the sandbox does, before it reports ready).
-    pub fn start(&self, script: &str) -> Result<Loading, NftError> {
         let mut command = Command::new(&self.0);
         // nft needs nothing from our environment; PATH only finds a bare
         // `nft` (the child's PATH is searched once the environment is cleared).
@@ -288,32 +281,9 @@ impl Nft {
                 nft: self.0.clone(),
                 source,
             })?;
-        // Dropped at the end of this block: nft reads to the end of its
-        // script and starts loading while the caller goes on.
         if let Some(mut stdin) = child.stdin.take() {
-            let fed = stdin.write_all(script.as_bytes());
-            if let Err(e) = fed {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(NftError::Feed(e));
-            }
+            stdin.write_all(script.as_bytes()).map_err(NftError::Feed)?;
         }
-        Ok(Loading(Some(child)))
-    }
-}
-
-/// An `nft -f -` still loading its script. Dropped unfinished, nft is
-/// killed and reaped: rules that were never confirmed are never relied on.
-#[derive(Debug)]
-#[must_use = "the rules are loaded only once finish() says so"]
-pub struct Loading(Option<Child>);
-
-impl Loading {
-    /// Waits for nft: Ok once the rules are in place, or nft's refusal.
-    pub fn finish(mut self) -> Result<(), NftError> {
-        let Some(child) = self.0.take() else {
-            return Ok(());
-        };
         let out = child.wait_with_output().map_err(NftError::Wait)?;
         if !out.status.success() {
             return Err(NftError::Refused {
@@ -324,15 +294,6 @@ impl Loading {
             });
         }
         Ok(())
-    }
-}
-
-impl Drop for Loading {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

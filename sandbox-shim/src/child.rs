@@ -300,7 +300,7 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<Option<OwnedFd>, SetupError
     )
     .map_err(SetupError::Unshare)?;
     nix::unistd::sethostname(&plan.hostname).map_err(SetupError::Hostname)?;
-    let (sockets, rules) = netns::setup(&plan.nft)?;
+    let sockets = netns::setup(&plan.nft)?;
     let network = Message::Network {
         transparent: sockets.transparent.into(),
         dns_udp: sockets.dns_udp.into(),
@@ -309,10 +309,6 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<Option<OwnedFd>, SetupError
     channel::send(chan, &network).map_err(channel_err("hand over sockets"))?;
     drop(network);
     crate::mounts::setup(plan)?;
-    // nft loaded the capture rules while the mounts were made; the sandbox
-    // is ready only with them in place (fail closed: an error is reported
-    // instead of Ready, and the command never starts).
-    rules.wait()?;
     // After the mounts: the pty must come from the sandbox's devpts instance.
     let terminal = if plan.terminal {
         let (master, slave) = crate::pty::allocate().map_err(SetupError::Terminal)?;

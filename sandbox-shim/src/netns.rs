@@ -10,7 +10,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
-use crate::capture_rules::{CaptureRules, Loading, Nft, NftError};
+use crate::capture_rules::{CaptureRules, Nft, NftError};
 use crate::route::RouteError;
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 use crate::sys;
@@ -20,19 +20,6 @@ pub(crate) struct Sockets {
     pub transparent: TcpListener,
     pub dns_udp: UdpSocket,
     pub dns_tcp: TcpListener,
-}
-
-/// The capture rules, still loading: nft (a process of its own, a few
-/// milliseconds) runs while init makes the mounts. Until [`Rules::wait`]
-/// returns Ok the namespace must be taken as having no rules; init waits
-/// before it reports ready, so nothing runs in the sandbox before then.
-#[must_use = "the capture rules are in place only once wait() says so"]
-pub(crate) struct Rules(Loading);
-
-impl Rules {
-    pub(crate) fn wait(self) -> Result<(), NetError> {
-        Ok(self.0.finish()?)
-    }
 }
 
 /// Why the sandbox's network could not be set up.
@@ -65,8 +52,7 @@ fn disable_ipv6() {
 }
 
 /// Run inside the fresh network namespace while still privileged in it.
-/// The sockets are ready; the rules are loading (see [`Rules`]).
-pub(crate) fn setup(nft: &Path) -> Result<(Sockets, Rules), NetError> {
+pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
     let ctl = socket(
         AddressFamily::Inet,
         SockType::Datagram,
@@ -81,13 +67,10 @@ pub(crate) fn setup(nft: &Path) -> Result<(Sockets, Rules), NetError> {
     let transparent = TcpListener::bind(TRANSPARENT_ADDR).map_err(bind("", TRANSPARENT_ADDR))?;
     let dns_udp = UdpSocket::bind(DNS_ADDR).map_err(bind("udp ", DNS_ADDR))?;
     let dns_tcp = TcpListener::bind(DNS_ADDR).map_err(bind("tcp ", DNS_ADDR))?;
-    let rules = Rules(Nft::new(nft).start(&CaptureRules::sandbox().script())?);
-    Ok((
-        Sockets {
-            transparent,
-            dns_udp,
-            dns_tcp,
-        },
-        rules,
-    ))
+    Nft::new(nft).load(&CaptureRules::sandbox().script())?;
+    Ok(Sockets {
+        transparent,
+        dns_udp,
+        dns_tcp,
+    })
 }
