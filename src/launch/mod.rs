@@ -17,6 +17,6 @@ mod wire;
 mod writable;
 
 pub(crate) use args::{SandboxArgs, parse_env, parse_size};
-pub(crate) use gvisor::Recorded;
+pub(crate) use gvisor::{GvisorSession, Recorded};
 pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
 pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};

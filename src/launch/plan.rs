@@ -163,9 +163,14 @@ impl Plan {
         airlock_shim::check_prerequisites()?;
         let runsc = match (args.isolation, &purpose) {
             (Isolation::Namespaces, _) => None,
-            (Isolation::Gvisor, Purpose::Session) => bail!(
-                "--isolation gvisor is not available for live sessions (session start, mcp, the SDK) yet: each step is a new process started inside the session's sandbox, which under gVisor needs a runsc exec per step with its own stdio, kill and trace points, not built; use airlock run --isolation gvisor, or --isolation namespaces"
-            ),
+            // A live session: one runsc container holds it, each step is
+            // a `runsc exec` (gvisor/session.rs); a terminal step is
+            // refused when it is asked for.
+            (Isolation::Gvisor, Purpose::Session) => {
+                let runsc = gvisor::find_runsc()?;
+                gvisor::refuse_unmatched(false, args.pids)?;
+                Some(runsc)
+            }
             (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
                 let runsc = gvisor::find_runsc()?;
                 gvisor::refuse_unmatched(pty_size.is_some(), args.pids)?;

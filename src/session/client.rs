@@ -24,8 +24,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `stop` waits for the record to be closed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(150);
 /// How long past a step's `--timeout` `exec` waits for its end: the session
-/// kills a step on its timeout and answers within a second even when the
-/// sandbox does not confirm it (`steps::KILL_CONFIRMED_WITHIN`), so only a
+/// kills a step on its timeout and answers within two seconds even when the
+/// sandbox does not confirm it (`runner::StepRunner::kill_confirmed_within`), so only a
 /// session that is not answering at all runs this out.
 pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(3);
 /// How long `exec` waits for a session's first answer when the step has no

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use airlock_auditor::{AuditEvent, SessionRecorder, StepNo};
 use airlock_proxy::ResolvedCredential;
-use airlock_shim::{ExitKind, StepControl, StepEvent, StepId};
+use airlock_shim::{ExitKind, StepEvent, StepId};
 use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
 
@@ -21,11 +21,12 @@ use super::denials::DenialLog;
 use super::kill_reasons::KillReasons;
 use super::kills::Kills;
 use super::protocol::{ExecRequest, ExitReport};
+use super::runner::StepRunner;
 use crate::launch::StepLabels;
 
 /// A session that takes steps.
 pub(super) struct Live {
-    pub control: StepControl,
+    pub control: StepRunner,
     pub recorder: Option<SessionRecorder>,
     env: Vec<(OsString, OsString)>,
     credentials: Vec<ResolvedCredential>,
@@ -34,7 +35,7 @@ pub(super) struct Live {
     pub(super) counts: Mutex<Counts>,
     pub(super) stopping: AtomicBool,
     /// The sandbox failed to confirm a step's end once (see
-    /// `steps::KILL_CONFIRMED_WITHIN`): `ls` says so.
+    /// `runner::StepRunner::kill_confirmed_within`): `ls` says so.
     pub(super) not_answering: AtomicBool,
     pub(super) activity: Notify,
     /// What the policy refused, for each step's report and `denials`.
@@ -65,7 +66,7 @@ pub(super) struct Counts {
 
 impl Live {
     pub(super) fn new(
-        control: StepControl,
+        control: StepRunner,
         recorder: Option<SessionRecorder>,
         env: Vec<(OsString, OsString)>,
         credentials: Vec<ResolvedCredential>,

@@ -7,6 +7,7 @@
 //! - `protocol`: what is said over a control socket (docs/sessions.md);
 //! - `server`: the detached process that keeps one session (`start` forks it);
 //! - `live`: what every step of a live session shares;
+//! - `runner`: where steps run (the namespace sandbox, or runsc exec under gVisor);
 //! - `steps`: one step inside a live session, from request to exit report;
 //! - `denials`: what the policy refused, attributed to steps, for their callers;
 //! - `kills`: the running steps a `kill` request can end;
@@ -24,6 +25,7 @@ mod live;
 mod options;
 pub(crate) mod protocol;
 pub(crate) mod registry;
+mod runner;
 pub(crate) mod server;
 mod steps;
 

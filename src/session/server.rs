@@ -23,9 +23,10 @@ use super::live::Live;
 use super::options::ServeOptions;
 use super::protocol::{self, NOT_ANSWERING, Pids, Reply, Request, SessionInfo};
 use super::registry::Registry;
+use super::runner::StepRunner;
 use super::steps;
 use crate::finish::Finish;
-use crate::launch::{Stop, Wired};
+use crate::launch::{GvisorSession, Stop, Wired};
 
 /// How often the idle timeout is checked.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
@@ -204,14 +205,32 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         credentials,
         // Served until the session ends.
         approval_socket: _approval_socket,
-        // None: the plan refuses --isolation gvisor for a live session.
-        gvisor: _,
+        gvisor,
     } = wired;
+    // Under gVisor the namespace sandbox runs no step: it holds the network
+    // namespace runsc's container joins, and reconciles at the end.
     let control = sandbox.start_session()?;
+    let (step_events, gvisor_events) = std::sync::mpsc::channel();
+    let (runner, gvisor) = match gvisor {
+        None => (StepRunner::Namespaces(control), None),
+        Some(run) => {
+            let session = Arc::new(GvisorSession::start(
+                run,
+                sandbox.pid(),
+                recorder.as_ref(),
+                step_events,
+            )?);
+            let runner = StepRunner::Gvisor {
+                session: session.clone(),
+                _holder: control,
+            };
+            (runner, Some(session))
+        }
+    };
     let kill_reasons = KillReasons::new(&sandbox.cgroup_paths(), sandbox.memory_limit_display());
     let live = Arc::new(
         Live::new(
-            control,
+            runner,
             recorder.clone(),
             env,
             credentials,
@@ -230,6 +249,26 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
             let _ = ended_tx.send(outcome);
         })
         .context("starting the session's waiter")?;
+    // Whatever ends this function (an error too): the container goes.
+    let _container = gvisor.clone().map(StopOnDrop);
+    if let Some(session) = &gvisor {
+        let events = live.clone();
+        let session = Arc::downgrade(session);
+        std::thread::Builder::new()
+            .name("airlock-gv-steps".into())
+            .spawn(move || {
+                // Ends when the session (every sender) is gone.
+                for event in gvisor_events {
+                    if let (airlock_shim::StepEvent::Exited { step, .. }, Some(session)) =
+                        (&event, session.upgrade())
+                    {
+                        session.ended(*step);
+                    }
+                    events.on_event(event);
+                }
+            })
+            .context("starting the session's gVisor waiter")?;
+    }
     if let Ok(mut slot) = shared.live.lock() {
         *slot = Some(live.clone());
     }
@@ -253,6 +292,11 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
     live.stopping.store(true, Ordering::SeqCst);
     // From now on nobody finds it (those already connected are answered).
     cleanup.unlink();
+    // The container first: every trace point is on record before the
+    // namespace sandbox's reconcile, which does not repeat what they said.
+    if let Some(session) = &gvisor {
+        session.stop();
+    }
     if !matches!(ending, Ending::SandboxEnded) {
         // Killing init ends the sandbox's whole PID namespace (pid_namespaces(7)).
         let _ = nix::sys::signal::kill(
@@ -484,6 +528,17 @@ async fn handle(stream: UnixStream, shared: Arc<Shared>) {
         (Request::Exec(request), Some(live)) => {
             steps::serve(live, (reader, stream), request).await;
         }
+    }
+}
+
+/// Deletes a gVisor session's container when the server ends, however it
+/// ends short of being killed: runsc's sandbox runs detached and would
+/// otherwise outlive it.
+struct StopOnDrop(Arc<GvisorSession>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 

@@ -25,11 +25,6 @@ use super::protocol::{self, ExecRequest, ExitReport, FrameType, Reply};
 
 /// The end-of-file character a pty turns into EOF for its reader (VEOF).
 const EOF_CHAR: u8 = 0x04;
-/// How long a killed step's end may take to be confirmed by the sandbox
-/// (init kills a step's processes in milliseconds) before airlock reports
-/// the step ended anyway and the session as not answering: the caller's
-/// timeout is kept by this clock, outside the sandbox.
-const KILL_CONFIRMED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Output recorded per stream from what a step left running, once it ended.
 const BACKGROUND_OUTPUT_RECORDED: usize = 8 << 20;
 
@@ -121,8 +116,9 @@ impl Started {
         let begun = Instant::now();
         let oom_before = live.kill_reasons.oom_kills();
         if let Err(e) = live.control.exec(&shim_request, stdio) {
-            live.waiting().ended(step, StepEnd::Failed(e.to_string()));
-            live.end_step(step, &failed_report(begun, &e.to_string()));
+            let e = format!("{e:#}");
+            live.waiting().ended(step, StepEnd::Failed(e.clone()));
+            live.end_step(step, &failed_report(begun, &e));
             bail!("starting the command in the session: {e}");
         }
         let terminal = match master_rx {
@@ -218,6 +214,11 @@ impl Started {
             // A `kill` request from another connection.
             let mut kill_asked = live.kills.arm(step);
             let mut kill_seen = false;
+            // How long a killed step's end may take to be confirmed by the
+            // sandbox before airlock reports the step ended anyway and the
+            // session as not answering: the caller's timeout is kept by
+            // this clock, outside the sandbox.
+            let confirm_within = live.control.kill_confirmed_within();
             loop {
                 tokio::select! {
                     result = &mut end => {
@@ -230,7 +231,7 @@ impl Started {
                         timed_out = true;
                         killed = true;
                         let _ = live.control.kill(step);
-                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + confirm_within);
                     }
                     () = &mut unconfirmed, if killed => {
                         // Nothing inside may hold the caller: it has its answer.
@@ -238,7 +239,7 @@ impl Started {
                         reason = Some(format!(
                             "the sandbox did not confirm the end of step {} within {}s of its kill: the session is not answering; stop it with `airlock session stop`",
                             step.0,
-                            KILL_CONFIRMED_WITHIN.as_secs()
+                            confirm_within.as_secs()
                         ));
                         break Ok(StepEnd::Exited(ExitKind::Signaled(nix::sys::signal::Signal::SIGKILL as i32)));
                     }
@@ -248,7 +249,7 @@ impl Started {
                             reason = Some("killed: its client asked (kill)".to_owned());
                             killed = true;
                             let _ = live.control.kill(step);
-                            unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                            unconfirmed.as_mut().reset(tokio::time::Instant::now() + confirm_within);
                         }
                     }
                     said = &mut client, if !client_done => {
@@ -264,7 +265,7 @@ impl Started {
                         }.to_owned());
                         killed = true;
                         let _ = live.control.kill(step);
-                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + KILL_CONFIRMED_WITHIN);
+                        unconfirmed.as_mut().reset(tokio::time::Instant::now() + confirm_within);
                     }
                 }
             }

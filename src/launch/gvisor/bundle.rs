@@ -52,12 +52,23 @@ pub(super) fn write(
 }
 
 fn process(spec: &SandboxSpec, command: &[std::ffi::OsString]) -> anyhow::Result<Value> {
+    step_process(spec, command, &spec.env, &spec.workspace)
+}
+
+/// The OCI process of a live session's step (`runsc exec --process`):
+/// the session's identity and no capabilities, the step's own argv,
+/// environment and working directory.
+pub(super) fn step_process(
+    spec: &SandboxSpec,
+    command: &[std::ffi::OsString],
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    cwd: &Path,
+) -> anyhow::Result<Value> {
     let args: Vec<&str> = command
         .iter()
         .map(|a| text(a, "the command"))
         .collect::<anyhow::Result<_>>()?;
-    let env: Vec<String> = spec
-        .env
+    let env: Vec<String> = env
         .iter()
         .map(|(k, v)| Ok(format!("{}={}", text(k, "--env")?, text(v, "--env")?)))
         .collect::<anyhow::Result<_>>()?;
@@ -73,7 +84,7 @@ fn process(spec: &SandboxSpec, command: &[std::ffi::OsString]) -> anyhow::Result
     Ok(json!({
         "args": args,
         "env": env,
-        "cwd": path_text(&spec.workspace)?,
+        "cwd": path_text(cwd)?,
         "user": { "uid": uid, "gid": gid },
         // No capabilities inside gVisor's kernel either, and no way to
         // gain them: the namespace sandbox's rule.

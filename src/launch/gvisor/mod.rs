@@ -10,9 +10,11 @@
 mod bundle;
 mod files;
 mod points;
+mod session;
 mod sink;
 
 pub(crate) use files::Recorded;
+pub(crate) use session::GvisorSession;
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -92,14 +94,65 @@ impl GvisorRun {
         init: i32,
         recorder: Option<&SessionRecorder>,
     ) -> anyhow::Result<Outcome> {
+        let (container, mut runsc) = Container::prepare(&self, &self.command, init, recorder)?;
+        runsc
+            .arg("--bundle")
+            .arg(container.bundle())
+            .arg(container.id());
+        if let Some([stdin, stdout, stderr]) = self.stdio {
+            runsc
+                .stdin(Stdio::from(stdin))
+                .stdout(Stdio::from(stdout))
+                .stderr(Stdio::from(stderr));
+        }
+        let result = runsc
+            .spawn()
+            .context("starting runsc")
+            .and_then(|child| wait(child, init, self.spec.limits.timeout));
+        // Whatever happened: no sandbox of ours outlives the session, and
+        // every point the sandbox sent is on record before it ends.
+        container.remove();
+        let (status, timed_out) = result?;
+        Ok(Outcome::of_external(
+            status,
+            timed_out,
+            self.spec.limits.timeout,
+        ))
+    }
+}
+
+/// One runsc container of ours: its private state directory (bundle and
+/// runsc's root), the trace sink's thread, and its removal.
+pub(super) struct Container {
+    runsc: PathBuf,
+    state: TempDir,
+    root: PathBuf,
+    id: String,
+    ended: Arc<AtomicBool>,
+    /// Set by the first `remove`: the rest find nothing to do.
+    removed: AtomicBool,
+    tracing: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Container {
+    /// The bundle for `command` in the network namespace of `init`, the
+    /// trace sink listening when there is a `recorder`, and the `runsc
+    /// ... run` command line up to its `--bundle` (the caller adds its
+    /// own flags, the bundle and the id).
+    fn prepare(
+        run: &GvisorRun,
+        command: &[OsString],
+        init: i32,
+        recorder: Option<&SessionRecorder>,
+    ) -> anyhow::Result<(Self, Command)> {
         let state = TempDir::new()?;
         let bundle_dir = state.path().join("bundle");
         let root = state.path().join("root");
         std::fs::create_dir_all(&root).context("creating runsc's state directory")?;
         let netns = PathBuf::from(format!("/proc/{init}/ns/net"));
-        bundle::write(&bundle_dir, &self.spec, &self.command, &netns)?;
+        bundle::write(&bundle_dir, &run.spec, command, &netns)?;
         let id = format!("airlock-{}", crate::random_id::random_id()?);
-        let mut runsc = Command::new(&self.runsc);
+        let mut runsc = Command::new(&run.runsc);
         runsc.arg(format!("--root={}", root.display()));
         let ended = Arc::new(AtomicBool::new(false));
         let tracing = match recorder {
@@ -109,11 +162,11 @@ impl GvisorRun {
                 let sink = Sink::listen(&socket)?;
                 // File operations are followed when the observer records
                 // files (its max_file_bytes is the content cap).
-                let files = self.spec.observe.as_ref().map(|observe| {
-                    let roots = files::writable_roots(&self.spec.workspace, &self.spec.rw);
+                let files = run.spec.observe.as_ref().map(|observe| {
+                    let roots = files::writable_roots(&run.spec.workspace, &run.spec.rw);
                     sink::Files {
                         tree: files::Tree::scan(roots, observe.max_file_bytes),
-                        recorded: self.recorded.clone(),
+                        recorded: run.recorded.clone(),
                     }
                 });
                 if files.as_ref().is_some_and(|f| !f.tree.followed()) {
@@ -130,39 +183,60 @@ impl GvisorRun {
             }
             None => None,
         };
+        runsc.arg("--network=host").arg("run");
+        let container = Self {
+            runsc: run.runsc.clone(),
+            state,
+            root,
+            id,
+            ended,
+            removed: AtomicBool::new(false),
+            tracing: std::sync::Mutex::new(tracing),
+        };
+        Ok((container, runsc))
+    }
+
+    fn bundle(&self) -> PathBuf {
+        self.state.path().join("bundle")
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where per-step files (process specs, pid files) are kept.
+    fn state(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// runsc with this container's state root, for a subcommand.
+    fn runsc(&self) -> Command {
+        let mut runsc = Command::new(&self.runsc);
         runsc
-            .arg("--network=host")
-            .args(["run", "--bundle"])
-            .arg(&bundle_dir)
-            .arg(&id);
-        if let Some([stdin, stdout, stderr]) = self.stdio {
-            runsc
-                .stdin(Stdio::from(stdin))
-                .stdout(Stdio::from(stdout))
-                .stderr(Stdio::from(stderr));
+            .arg(format!("--root={}", self.root.display()))
+            .stdin(Stdio::null());
+        runsc
+    }
+
+    /// Deletes the container whatever its state (killing all it runs),
+    /// then waits for the trace sink to have put every point on record.
+    fn remove(&self) {
+        if self.removed.swap(true, Ordering::AcqRel) {
+            return;
         }
-        let result = runsc
-            .spawn()
-            .context("starting runsc")
-            .and_then(|child| wait(child, init, self.spec.limits.timeout));
-        // Whatever happened: no sandbox of ours outlives the session.
-        let _ = Command::new(&self.runsc)
-            .arg(format!("--root={}", root.display()))
-            .args(["delete", "--force", &id])
+        let _ = self
+            .runsc()
+            .args(["delete", "--force", &self.id])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        // Every point the sandbox sent is on record before the session ends.
-        ended.store(true, Ordering::Release);
+        self.ended.store(true, Ordering::Release);
+        let tracing = self.tracing.lock().ok().and_then(|mut t| t.take());
         if let Some(thread) = tracing {
             let _ = thread.join();
         }
-        let (status, timed_out) = result?;
-        Ok(Outcome::of_external(
-            status,
-            timed_out,
-            self.spec.limits.timeout,
-        ))
+        // A session's container is held in an Arc that may never drop.
+        self.state.remove();
     }
 }
 
@@ -218,11 +292,15 @@ impl TempDir {
     fn path(&self) -> &Path {
         &self.0
     }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.remove();
     }
 }
 
