@@ -172,8 +172,6 @@ fn what_gvisor_cannot_mean_the_same_is_refused_in_one_line_saying_why() {
     for (args, why) in [
         (&["run", "-t"][..], "--no-tty"),
         (&["run", "--pids", "64"][..], "gVisor's own threads"),
-        (&["session", "start"][..], "runsc exec per step"),
-        (&["mcp"][..], "runsc exec per step"),
     ] {
         let out = Command::new(AIRLOCK)
             .args(args)

@@ -20,9 +20,11 @@ use anyhow::{Context, bail};
 
 use super::{Container, GvisorRun, bundle, exit_kind};
 
-/// The session's first process: it only waits, holding the container (and
-/// reaping nothing: orphans of steps stay until the session's end).
-const HOLDER: [&str; 2] = ["/bin/sleep", "infinity"];
+/// The session's first process, PID 1 of gVisor's kernel: it holds the
+/// container and reaps what steps leave (orphans are reparented to it, and
+/// the shell's `wait` takes any child's end, wait3(2)), so a killed step's
+/// processes are gone, not zombies.
+const HOLDER: [&str; 3] = ["/bin/sh", "-c", "sleep infinity & wait"];
 /// What each step's command is started through (see `exec`).
 const STEP_LAUNCHER: &str = "/usr/bin/env";
 /// How long runsc may take to start the session's container.
