@@ -650,3 +650,27 @@ def test_a_request_held_for_approval_is_named_in_the_result_with_how_to_decide_i
     assert "--- held for a person's approval ---\n" + held in text(result)
     # The upstream answered the approved request (it serves GET only).
     assert result.structured_content["stdout"] == "501", text(result)
+
+
+def test_a_gvisor_session_serves_a_tool_call_under_gvisors_kernel(env):
+    async def scenario(client):
+        kernel = await client.call_tool("run_command", {"command": "uname -r; dmesg | head -1"})
+        allowed = await client.call_tool("run_command", {"command": f"curl -sS {env.base}/echo/gv"})
+        denied = await client.call_tool(
+            "run_command", {"argv": ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", f"{env.base}/admin"]}
+        )
+        return kernel, allowed, denied
+
+    kernel, allowed, denied = run(env, scenario, ("--isolation", "gvisor"))
+    assert not kernel.is_error, text(kernel)
+    assert kernel.structured_content["exit_code"] == 0
+    assert os.uname().release not in kernel.structured_content["stdout"], text(kernel)
+    assert "gVisor" in kernel.structured_content["stdout"], text(kernel)
+    assert "hello from upstream: /echo/gv" in allowed.structured_content["stdout"], text(allowed)
+    assert denied.structured_content["stdout"] == "403", text(denied)
+    # The sentry's sockets name no step: a refusal while the step ran is its.
+    [denial] = denied.structured_content["denials"]
+    assert "/admin" in denial["url"] and "[[allow]]" in denial["rule"], text(denied)
+    assert env.upstream.paths == ["/echo/gv"], "only the allowed request left"
+    assert not [s for s in sessions() if s.get("policy", "").endswith("policy.toml")
+                and str(env.workspace) == s.get("workspace")], "the session ended with the connection"
