@@ -338,9 +338,53 @@ async fn a_timed_out_gvisor_step_is_killed_with_its_children_and_the_session_goe
         "{}",
         show(&out)
     );
-    // A kill request reaches a running step the same way.
     let out = s.sh("echo still here");
     assert_eq!(stdout(&out), "still here\n", "{}", show(&out));
+    // Ctrl-C (SIGINT) to `airlock session exec` reaches the step's command.
+    let child = Command::new(AIRLOCK)
+        .args(["session", "exec", &s.id, "--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 2), "{}", show(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gvisor_session_whose_server_is_killed_outright_leaves_no_runsc_running() {
+    let env = Env::new().await;
+    let mut s = env.start(&[]);
+    let out = s.sh("(setsid sleep 3002 </dev/null >/dev/null 2>&1 &); exit 0");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let server = s.server_pid();
+    let states = env.runsc_states();
+    assert_eq!(states.len(), 1, "{states:?}");
+    let needle = states[0].display().to_string();
+    assert!(!processes_naming(&needle).is_empty(), "runsc runs");
+    // No chance to clean up: SIGKILL.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    s.stopped = true;
+    let mut left = processes_naming(&needle);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        left = processes_naming(&needle);
+    }
+    assert_eq!(left, Vec::<String>::new(), "runsc outlived its server");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -381,6 +425,8 @@ async fn a_gvisor_sessions_execs_and_writes_are_on_record_and_the_chain_verifies
         timeline.contains(&format!("create   {}/made/", env.workspace().display())),
         "{timeline}"
     );
+    let files = env.audit(&["files", &audit_session]);
+    assert!(files.contains(&written.display().to_string()), "{files}");
     let out = Command::new(AIRLOCK)
         .args(["audit", "verify", &audit_session, "--audit-db"])
         .arg(env.db())
