@@ -55,7 +55,8 @@ class Sandbox(SessionBase, ApprovalCalls):
 
     Every other keyword argument is an ``airlock session start`` option, dashes
     written as underscores: ``Sandbox(policy="policy.toml", workspace=".",
-    memory="512M", upstream_ca=["ca.pem"], resolve=["host:127.0.0.1"])``.
+    memory="512M", upstream_ca=["ca.pem"], resolve=["host:127.0.0.1"])``;
+    ``isolation="gvisor"`` runs the session under gVisor's kernel.
     ``True`` is a bare flag and a list repeats the option; the CLI checks
     them (an unknown or bad one raises :class:`SessionStartError` with its
     reason). ``airlock_bin`` picks the binary (default ``$AIRLOCK_BIN``,
