@@ -588,3 +588,40 @@ async fn a_terminal_step_under_gvisor_is_refused_in_one_line_saying_why() {
     // The session goes on.
     assert_eq!(s.exec(&[], &["true"]).status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gvisor_sessions_steps_run_as_its_user_and_its_timeout_ends_it_leaving_nothing() {
+    let env = Env::new().await;
+    let mut s = env.start(&["--user", "65534:65534", "--timeout", "4s"]);
+    s.stopped = true;
+    let out = s.exec(&[], &["id", "-u"]);
+    assert_eq!(stdout(&out), "65534\n", "{}", show(&out));
+    let state = env.runsc_states().remove(0);
+    let needle = state.display().to_string();
+    // Concurrent steps, each its own runsc exec.
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(AIRLOCK)
+                .args(["session", "exec", &s.id, "--", "sh", "-c"])
+                .arg(format!("sleep 0.5; echo done{i}"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("done{i}\n"), "{}", show(&out));
+    }
+    // The session's --timeout ends it; then nothing of runsc is left.
+    let mut left = processes_naming(&needle);
+    for _ in 0..200 {
+        if left.is_empty() && !state.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        left = processes_naming(&needle);
+    }
+    assert_eq!(left, Vec::<String>::new(), "runsc outlived the session");
+    assert!(!state.exists(), "runsc's state is removed");
+}
