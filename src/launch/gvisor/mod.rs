@@ -36,14 +36,18 @@ const WAIT_TICK_MS: u16 = 20;
 
 /// runsc on PATH, or the one-line refusal that says how to get it.
 pub(crate) fn find_runsc() -> anyhow::Result<PathBuf> {
+    find_on_path("runsc").context(
+            "--isolation gvisor needs gVisor's runsc on PATH: install the Debian package runsc (apt-get install runsc), or use --isolation namespaces",
+        )
+}
+
+/// The first file called `name` in a directory of PATH.
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("runsc"))
+        .map(|dir| dir.join(name))
         .find(|p| p.is_file())
-        .context(
-            "--isolation gvisor needs gVisor's runsc on PATH: install the Debian package runsc (apt-get install runsc), or use --isolation namespaces",
-        )
 }
 
 /// What runs under runsc, set aside when the plan is made: the namespace

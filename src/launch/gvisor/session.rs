@@ -67,15 +67,12 @@ impl GvisorSession {
         // sandbox dies with it, and with setpriv's PR_SET_PDEATHSIG it dies
         // with this thread, so even a server killed outright leaves no
         // container running.
-        let mut command = match find_on_path("setpriv") {
-            Some(setpriv) => {
-                let mut command = Command::new(setpriv);
-                command.args(["--pdeathsig", "KILL", "--"]);
-                command.arg(runsc.get_program()).args(runsc.get_args());
-                command
-            }
-            None => runsc,
-        };
+        let setpriv = super::find_on_path("setpriv").context(
+            "a live session under --isolation gvisor needs setpriv, so that runsc dies with airlock: install the Debian package util-linux",
+        )?;
+        let mut command = Command::new(setpriv);
+        command.args(["--pdeathsig", "KILL", "--"]);
+        command.arg(runsc.get_program()).args(runsc.get_args());
         command
             .arg("--bundle")
             .arg(container.bundle())
@@ -328,14 +325,6 @@ impl Drop for GvisorSession {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
 }
 
 /// runsc exec's exit is the step's: its status, or 128 + the signal that
