@@ -13,6 +13,7 @@
 //! - [`audit_cli`]: `airlock audit` as a responder runs it.
 //! - [`console`]: `airlock audit serve`, its URL and its live stream.
 //! - [`disk`]: a directory's files and their sha256.
+//! - [`isolation`]: namespaces or gVisor, and one test per isolation.
 //! - [`record`]: `airlock run` with an audit database, its record read back
 //!   and checked against the disk.
 //! - [`audit_store`]: audit stores written through the auditor's API.
@@ -39,6 +40,7 @@ pub mod client;
 pub mod configmap;
 pub mod console;
 pub mod disk;
+pub mod isolation;
 pub mod mcp_record;
 pub mod pki;
 pub mod podman;
