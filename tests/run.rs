@@ -3,25 +3,36 @@
 //! tests start on the host's loopback. None of them is told about a proxy:
 //! their connections are captured, and they trust the session CA through the
 //! mounted bundle and the standard variables.
+//!
+//! Every client runs under both isolations (`--isolation namespaces` and
+//! `gvisor`), with the same assertions: an allowed request succeeds and is
+//! on record, a refused one gets the proxy's refusal and is on record too.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use airlock_test_support::audit_cli::{audit_ok, first_session_id};
 use airlock_test_support::client::ClientOutput;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::{Extra, Upstream};
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 /// An allowed upstream `api.test` (also `git.test`, `pypi.test`) and a
-/// policy allowing GET /echo* and whatever `more` adds.
+/// policy allowing GET /echo* and whatever `more` adds; each run under
+/// `isolation`, with an audit database of its own.
 struct Fixture {
     pki: TestPki,
     upstream: Upstream,
     dir: tempfile::TempDir,
+    isolation: Isolation,
+    runs: AtomicUsize,
 }
 
 impl Fixture {
-    async fn new(extra: Extra) -> Self {
+    async fn new(isolation: Isolation, extra: Extra) -> Self {
         let pki = TestPki::new();
         let upstream = Upstream::start_with(
             Some(pki.server_config(&["api.test", "git.test", "pypi.test"])),
@@ -29,25 +40,50 @@ impl Fixture {
         )
         .await;
         let dir = tempfile::tempdir().unwrap();
-        Self { pki, upstream, dir }
+        Self {
+            pki,
+            upstream,
+            dir,
+            isolation,
+            runs: AtomicUsize::new(0),
+        }
+    }
+
+    /// The audit database of the latest run.
+    fn db(&self) -> PathBuf {
+        let run = self.runs.load(Ordering::SeqCst);
+        self.dir.path().join(format!("audit/run{run}/audit.db"))
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("audit/audit.key")
+    }
+
+    /// The latest run's timeline, as `airlock audit timeline` prints it.
+    fn timeline(&self, context: &dyn std::fmt::Debug) -> String {
+        let id = first_session_id(AIRLOCK, &self.db(), context);
+        audit_ok(AIRLOCK, &self.db(), &["timeline", &id])
     }
 
     fn port(&self) -> u16 {
         self.upstream.port()
     }
 
-    fn write_policy(&self, rules: &str) -> std::path::PathBuf {
+    fn write_policy(&self, rules: &str) -> PathBuf {
         let path = self.dir.path().join("policy.toml");
         std::fs::write(&path, format!("version = 1\n{rules}")).unwrap();
         path
     }
 
-    /// `airlock run` with the fixture's pins, CA and a private audit database.
+    /// `airlock run` with the fixture's isolation, pins, CA and a private
+    /// audit database.
     async fn run(&self, policy: &Path, command: &[&str]) -> ClientOutput {
         let workspace = self.dir.path().join("ws");
         std::fs::create_dir_all(&workspace).unwrap();
+        self.runs.fetch_add(1, Ordering::SeqCst);
         let out = tokio::process::Command::new(AIRLOCK)
             .arg("run")
+            .args(self.isolation.args())
             .arg("--policy")
             .arg(policy)
             .arg("--workspace")
@@ -58,9 +94,9 @@ impl Fixture {
             .args(["--resolve", "git.test:127.0.0.1"])
             .args(["--resolve", "pypi.test:127.0.0.1"])
             .arg("--audit-db")
-            .arg(self.dir.path().join("audit/audit.db"))
+            .arg(self.db())
             .arg("--audit-key")
-            .arg(self.dir.path().join("audit/audit.key"))
+            .arg(self.key())
             .arg("--timeout")
             .arg("60s")
             .arg("--")
@@ -72,15 +108,24 @@ impl Fixture {
     }
 }
 
+/// The timeline has `method url` answered with `status` on one line: the
+/// exchange is on record with its outcome.
+fn assert_on_record(timeline: &str, method: &str, url: &str, status: u16) {
+    let exchange = format!("{method} {url} -> {status}");
+    assert!(
+        timeline.lines().any(|l| l.contains(&exchange)),
+        "{exchange} is not on record:\n{timeline}"
+    );
+}
+
 fn echo_policy(port: u16) -> String {
     format!(
         "[[allow]]\nhost = \"api.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/echo\", \"/echo/**\"]\n"
     )
 }
 
-#[tokio::test]
-async fn curl_inside_is_captured_without_proxy_settings() {
-    let f = Fixture::new(Extra::default()).await;
+async fn curl_inside_is_captured_without_proxy_settings_under(isolation: Isolation) {
+    let f = Fixture::new(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let allowed = format!("https://api.test:{}/echo", f.port());
     let denied = format!("https://api.test:{}/admin", f.port());
@@ -113,11 +158,16 @@ async fn curl_inside_is_captured_without_proxy_settings() {
         out.stderr.contains("airlock: no rule allows unlisted.test"),
         "{out:?}"
     );
+    let timeline = f.timeline(&out);
+    assert_on_record(&timeline, "GET", &allowed, 200);
+    assert_on_record(&timeline, "GET", &denied, 403);
+    assert_on_record(&timeline, "GET", "https://unlisted.test/", 403);
 }
 
-#[tokio::test]
-async fn python_and_node_inside() {
-    let f = Fixture::new(Extra::default()).await;
+per_isolation!(tokio curl_inside_is_captured_without_proxy_settings_under => curl_inside_is_captured_without_proxy_settings, curl_inside_gvisor_is_captured_without_proxy_settings);
+
+async fn python_and_node_inside_under(isolation: Isolation) {
+    let f = Fixture::new(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let allowed = format!("https://api.test:{}/echo", f.port());
     let denied = format!("https://api.test:{}/admin", f.port());
@@ -139,20 +189,34 @@ print("requests", requests.get("{allowed}", timeout=20).status_code, r.status_co
         out.stdout, "200\n403 deny\nrequests 200 403 deny\n",
         "{out:?}"
     );
+    let timeline = f.timeline(&out);
+    assert_on_record(&timeline, "GET", &allowed, 200);
+    assert_on_record(&timeline, "GET", &denied, 403);
 
     let node = format!(
         r#"
 const https = require('https');
 const get = (u) => new Promise((ok, ko) => https.get(u, r => {{ r.resume(); r.on('end', () => ok(`${{r.statusCode}} ${{r.headers['x-airlock-decision'] || '-'}}`)); }}).on('error', ko));
-(async () => {{ console.log(await get('{allowed}')); console.log(await get('{denied}')); }})().catch(e => {{ console.error(e); process.exit(1); }});
+const fetched = async (u) => {{ const r = await fetch(u); await r.arrayBuffer(); return `fetch ${{r.status}} ${{r.headers.get('x-airlock-decision') || '-'}}`; }};
+(async () => {{
+  console.log(await get('{allowed}')); console.log(await get('{denied}'));
+  console.log(await fetched('{allowed}')); console.log(await fetched('{denied}'));
+}})().catch(e => {{ console.error(e); process.exit(1); }});
 "#
     );
     let out = f.run(&policy, &["node", "-e", &node]).await;
-    assert_eq!(out.stdout, "200 -\n403 deny\n", "{out:?}");
+    assert_eq!(
+        out.stdout, "200 -\n403 deny\nfetch 200 -\nfetch 403 deny\n",
+        "{out:?}"
+    );
+    let timeline = f.timeline(&out);
+    assert_on_record(&timeline, "GET", &allowed, 200);
+    assert_on_record(&timeline, "GET", &denied, 403);
 }
 
-#[tokio::test]
-async fn git_ls_remote_over_smart_http() {
+per_isolation!(tokio python_and_node_inside_under => python_and_node_inside, python_and_node_inside_gvisor);
+
+async fn git_ls_remote_over_smart_http_under(isolation: Isolation) {
     let root = tempfile::tempdir().unwrap();
     let git = |args: &[&str], dir: &Path| {
         let out = std::process::Command::new("git")
@@ -178,7 +242,7 @@ async fn git_ls_remote_over_smart_http() {
         git_root: Some(root.path().to_owned()),
         ..Extra::default()
     };
-    let f = Fixture::new(extra).await;
+    let f = Fixture::new(isolation, extra).await;
     let port = f.port();
     let policy = f.write_policy(&format!(
         "[[allow]]\nhost = \"git.test\"\nport = {port}\nmethods = [\"GET\", \"POST\"]\npaths = [\"/git/repo.git/info/refs\", \"/git/repo.git/git-upload-pack\"]\n"
@@ -197,6 +261,14 @@ async fn git_ls_remote_over_smart_http() {
     assert_eq!(out.status, 0, "{out:?}");
     assert!(out.stdout.contains("refs/heads/main"), "{out:?}");
     assert!(out.stdout.ends_with("hello\n"), "{out:?}");
+    let timeline = f.timeline(&out);
+    assert_on_record(
+        &timeline,
+        "GET",
+        &format!("{url}/info/refs?service=git-upload-pack"),
+        200,
+    );
+    assert_on_record(&timeline, "POST", &format!("{url}/git-upload-pack"), 200);
 
     // Pushing is not in the policy: git-receive-pack is refused.
     let out = f
@@ -204,13 +276,21 @@ async fn git_ls_remote_over_smart_http() {
         .await;
     assert_ne!(out.status, 0, "{out:?}");
     assert!(out.stderr.contains("403"), "{out:?}");
+    let timeline = f.timeline(&out);
+    assert_on_record(
+        &timeline,
+        "GET",
+        &format!("{url}/info/refs?service=git-receive-pack"),
+        403,
+    );
 }
 
-#[tokio::test]
-async fn pip_install_from_an_https_index() {
+per_isolation!(tokio git_ls_remote_over_smart_http_under => git_ls_remote_over_smart_http, git_ls_remote_and_clone_over_smart_http_inside_gvisor);
+
+async fn pip_install_from_an_https_index_under(isolation: Isolation) {
     let wheel_dir = tempfile::tempdir().unwrap();
     let extra = Extra::default().with_demo_package(wheel_dir.path());
-    let f = Fixture::new(extra).await;
+    let f = Fixture::new(isolation, extra).await;
     let port = f.port();
     let policy = f.write_policy(&format!(
         "[[allow]]\nhost = \"pypi.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/simple/**\", \"/files/*\"]\n"
@@ -229,6 +309,13 @@ async fn pip_install_from_an_https_index() {
         .await;
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(out.stdout, "installed through the airlock\n", "{out:?}");
+    let timeline = f.timeline(&out);
+    assert_on_record(
+        &timeline,
+        "GET",
+        &format!("https://pypi.test:{port}/simple/airlock-demo/"),
+        200,
+    );
 
     // Another index is not allowed: pip gets a 403 for it.
     let out = f
@@ -255,18 +342,26 @@ async fn pip_install_from_an_https_index() {
         .await;
     assert_ne!(out.status, 0, "{out:?}");
     assert!(out.stderr.contains("no rule allows evil.test"), "{out:?}");
+    let timeline = f.timeline(&out);
+    assert_on_record(
+        &timeline,
+        "GET",
+        "https://evil.test/simple/airlock-demo/",
+        403,
+    );
 }
 
-#[tokio::test]
-async fn the_session_is_audited() {
-    let f = Fixture::new(Extra::default()).await;
+per_isolation!(tokio pip_install_from_an_https_index_under => pip_install_from_an_https_index, pip_install_from_an_https_index_inside_gvisor);
+
+async fn the_session_is_audited_under(isolation: Isolation) {
+    let f = Fixture::new(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let url = format!("https://api.test:{}/echo", f.port());
     let out = f
         .run(&policy, &["curl", "-sS", "-o", "/dev/null", &url])
         .await;
     assert_eq!(out.status, 0, "{out:?}");
-    let db = f.dir.path().join("audit/audit.db");
+    let db = f.db();
     let audit = |args: &[&str]| {
         std::process::Command::new(AIRLOCK)
             .arg("audit")
@@ -301,6 +396,7 @@ async fn the_session_is_audited() {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert_eq!(session["host"], hostname.trim(), "{session:#}");
     assert_eq!(session["exit_status"], 0, "{session:#}");
+    assert_eq!(session["isolation"], isolation.name(), "{session:#}");
     let timeline = audit(&["timeline", &id]);
     let timeline = String::from_utf8_lossy(&timeline.stdout);
     assert!(
@@ -312,11 +408,8 @@ async fn the_session_is_audited() {
     let timeline = String::from_utf8_lossy(&timeline.stdout);
     assert!(timeline.contains("api.test"), "{timeline}");
     assert!(timeline.contains("GET https://api.test"), "{timeline}");
-    let verify = audit(&[
-        "verify",
-        &id,
-        "--audit-key",
-        f.dir.path().join("audit/audit.key").to_str().unwrap(),
-    ]);
+    let verify = audit(&["verify", &id, "--audit-key", f.key().to_str().unwrap()]);
     assert!(verify.status.success(), "{verify:?}");
 }
+
+per_isolation!(tokio the_session_is_audited_under => the_session_is_audited, the_gvisor_session_is_audited);

@@ -284,7 +284,10 @@ fn under_gvisor_other_families_are_refused_and_unix_sockets_are_gvisors_own() {
                 wrong.push(format!("{name}: {:?}, expected ok", inside.get(*name)));
             }
         }
-        assert!(wrong.is_empty(), "{flag:?}: {wrong:#?}\ninside: {inside:#?}");
+        assert!(
+            wrong.is_empty(),
+            "{flag:?}: {wrong:#?}\ninside: {inside:#?}"
+        );
         assert_eq!(inside["io_uring_setup"], "ok", "{inside:#?}");
         assert_eq!(inside["loopback_v4"], "tcp+udp", "{inside:#?}");
         assert!(
@@ -316,7 +319,7 @@ fn unix_sockets_follow_the_flag_and_socketpair_always_works() {
 /// which the command does not hold (rtnetlink(7)), so netlink stays read-only.
 /// gVisor's netlink refuses the same changes with EACCES ("Permission
 /// denied") rather than EPERM.
-fn ip_reads_its_own_addresses_but_cannot_change_them(isolation: Isolation) {
+fn ip_reads_its_own_addresses_but_cannot_change_them_under(isolation: Isolation) {
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
     let script = "ip -brief addr show dev lo; \
                   ip link set dev lo mtu 1280 2>&1 && echo CHANGED; \
@@ -337,6 +340,6 @@ fn ip_reads_its_own_addresses_but_cannot_change_them(isolation: Isolation) {
     assert_eq!(out.stdout.matches(refused).count(), 3, "{out:?}");
 }
 
-per_isolation!(sync ip_reads_its_own_addresses_but_cannot_change_them =>
-    ip_reads_its_own_addresses_but_cannot_change_them_under_namespaces,
+per_isolation!(sync ip_reads_its_own_addresses_but_cannot_change_them_under =>
+    ip_reads_its_own_addresses_but_cannot_change_them,
     ip_reads_its_own_addresses_but_cannot_change_them_under_gvisor);

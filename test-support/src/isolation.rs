@@ -28,12 +28,13 @@ impl Isolation {
 }
 
 /// One test per isolation from one body `fn BODY(isolation: Isolation)`
-/// (`async fn` with `tokio`): the two tests are named by the caller, each a
-/// sentence ending in the isolation, so a failure says which one broke.
+/// (`async fn` with `tokio`): the two tests are named by the caller, so a
+/// failure says which isolation broke, and a test that ran before under
+/// namespaces keeps its name (docs name it).
 ///
 /// ```ignore
-/// per_isolation!(tokio curl_is_captured =>
-///     curl_is_captured_under_namespaces, curl_is_captured_under_gvisor);
+/// per_isolation!(tokio curl_is_captured_under =>
+///     curl_is_captured, curl_is_captured_under_gvisor);
 /// ```
 #[macro_export]
 macro_rules! per_isolation {
