@@ -8,114 +8,20 @@
 //! `gvisor`), with the same assertions: an allowed request succeeds and is
 //! on record, a refused one gets the proxy's refusal and is on record too.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
-use airlock_test_support::audit_cli::{audit_ok, first_session_id};
-use airlock_test_support::client::ClientOutput;
 use airlock_test_support::isolation::Isolation;
 use airlock_test_support::per_isolation;
-use airlock_test_support::pki::TestPki;
-use airlock_test_support::upstream::{Extra, Upstream};
+use airlock_test_support::sandbox::{SandboxFixture, assert_on_record};
+use airlock_test_support::upstream::Extra;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
-/// An allowed upstream `api.test` (also `git.test`, `pypi.test`) and a
-/// policy allowing GET /echo* and whatever `more` adds; each run under
-/// `isolation`, with an audit database of its own.
-struct Fixture {
-    pki: TestPki,
-    upstream: Upstream,
-    dir: tempfile::TempDir,
-    isolation: Isolation,
-    runs: AtomicUsize,
-}
-
-impl Fixture {
-    async fn new(isolation: Isolation, extra: Extra) -> Self {
-        let pki = TestPki::new();
-        let upstream = Upstream::start_with(
-            Some(pki.server_config(&["api.test", "git.test", "pypi.test"])),
-            extra,
-        )
-        .await;
-        let dir = tempfile::tempdir().unwrap();
-        Self {
-            pki,
-            upstream,
-            dir,
-            isolation,
-            runs: AtomicUsize::new(0),
-        }
-    }
-
-    /// The audit database of the latest run.
-    fn db(&self) -> PathBuf {
-        let run = self.runs.load(Ordering::SeqCst);
-        self.dir.path().join(format!("audit/run{run}/audit.db"))
-    }
-
-    fn key(&self) -> PathBuf {
-        self.dir.path().join("audit/audit.key")
-    }
-
-    /// The latest run's timeline, as `airlock audit timeline` prints it.
-    fn timeline(&self, context: &dyn std::fmt::Debug) -> String {
-        let id = first_session_id(AIRLOCK, &self.db(), context);
-        audit_ok(AIRLOCK, &self.db(), &["timeline", &id])
-    }
-
-    fn port(&self) -> u16 {
-        self.upstream.port()
-    }
-
-    fn write_policy(&self, rules: &str) -> PathBuf {
-        let path = self.dir.path().join("policy.toml");
-        std::fs::write(&path, format!("version = 1\n{rules}")).unwrap();
-        path
-    }
-
-    /// `airlock run` with the fixture's isolation, pins, CA and a private
-    /// audit database.
-    async fn run(&self, policy: &Path, command: &[&str]) -> ClientOutput {
-        let workspace = self.dir.path().join("ws");
-        std::fs::create_dir_all(&workspace).unwrap();
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        let out = tokio::process::Command::new(AIRLOCK)
-            .arg("run")
-            .args(self.isolation.args())
-            .arg("--policy")
-            .arg(policy)
-            .arg("--workspace")
-            .arg(&workspace)
-            .arg("--upstream-ca")
-            .arg(&self.pki.ca_pem)
-            .args(["--resolve", "api.test:127.0.0.1"])
-            .args(["--resolve", "git.test:127.0.0.1"])
-            .args(["--resolve", "pypi.test:127.0.0.1"])
-            .arg("--audit-db")
-            .arg(self.db())
-            .arg("--audit-key")
-            .arg(self.key())
-            .arg("--timeout")
-            .arg("60s")
-            .arg("--")
-            .args(command)
-            .output()
-            .await
-            .unwrap();
-        ClientOutput::from(out)
-    }
-}
-
-/// The timeline has `method url` answered with `status` on one line: the
-/// exchange is on record with its outcome.
-fn assert_on_record(timeline: &str, method: &str, url: &str, status: u16) {
-    let exchange = format!("{method} {url} -> {status}");
-    assert!(
-        timeline.lines().any(|l| l.contains(&exchange)),
-        "{exchange} is not on record:\n{timeline}"
-    );
+/// An allowed upstream `api.test` (also `git.test`, `pypi.test`), each run
+/// under `isolation` with an audit database of its own.
+async fn fixture(isolation: Isolation, extra: Extra) -> SandboxFixture {
+    let names = ["api.test", "git.test", "pypi.test"];
+    SandboxFixture::new(AIRLOCK, isolation, &names, extra).await
 }
 
 fn echo_policy(port: u16) -> String {
@@ -125,14 +31,14 @@ fn echo_policy(port: u16) -> String {
 }
 
 async fn curl_inside_is_captured_without_proxy_settings_under(isolation: Isolation) {
-    let f = Fixture::new(isolation, Extra::default()).await;
+    let f = fixture(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let allowed = format!("https://api.test:{}/echo", f.port());
     let denied = format!("https://api.test:{}/admin", f.port());
     let out = f
         .run(
             &policy,
-            &[
+            &[], &[
                 "sh",
                 "-c",
                 &format!(
@@ -167,7 +73,7 @@ async fn curl_inside_is_captured_without_proxy_settings_under(isolation: Isolati
 per_isolation!(tokio curl_inside_is_captured_without_proxy_settings_under => curl_inside_is_captured_without_proxy_settings, curl_inside_gvisor_is_captured_without_proxy_settings);
 
 async fn python_and_node_inside_under(isolation: Isolation) {
-    let f = Fixture::new(isolation, Extra::default()).await;
+    let f = fixture(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let allowed = format!("https://api.test:{}/echo", f.port());
     let denied = format!("https://api.test:{}/admin", f.port());
@@ -184,7 +90,9 @@ r = requests.get("{denied}", timeout=20)
 print("requests", requests.get("{allowed}", timeout=20).status_code, r.status_code, r.headers["x-airlock-decision"])
 "#
     );
-    let out = f.run(&policy, &["/usr/bin/python3", "-c", &python]).await;
+    let out = f
+        .run(&policy, &[], &["/usr/bin/python3", "-c", &python])
+        .await;
     assert_eq!(
         out.stdout, "200\n403 deny\nrequests 200 403 deny\n",
         "{out:?}"
@@ -204,7 +112,7 @@ const fetched = async (u) => {{ const r = await fetch(u); await r.arrayBuffer();
 }})().catch(e => {{ console.error(e); process.exit(1); }});
 "#
     );
-    let out = f.run(&policy, &["node", "-e", &node]).await;
+    let out = f.run(&policy, &[], &["node", "-e", &node]).await;
     assert_eq!(
         out.stdout, "200 -\n403 deny\nfetch 200 -\nfetch 403 deny\n",
         "{out:?}"
@@ -242,7 +150,7 @@ async fn git_ls_remote_over_smart_http_under(isolation: Isolation) {
         git_root: Some(root.path().to_owned()),
         ..Extra::default()
     };
-    let f = Fixture::new(isolation, extra).await;
+    let f = fixture(isolation, extra).await;
     let port = f.port();
     let policy = f.write_policy(&format!(
         "[[allow]]\nhost = \"git.test\"\nport = {port}\nmethods = [\"GET\", \"POST\"]\npaths = [\"/git/repo.git/info/refs\", \"/git/repo.git/git-upload-pack\"]\n"
@@ -251,6 +159,7 @@ async fn git_ls_remote_over_smart_http_under(isolation: Isolation) {
     let out = f
         .run(
             &policy,
+            &[],
             &[
                 "sh",
                 "-c",
@@ -272,7 +181,7 @@ async fn git_ls_remote_over_smart_http_under(isolation: Isolation) {
 
     // Pushing is not in the policy: git-receive-pack is refused.
     let out = f
-        .run(&policy, &["sh", "-c", &format!("cd /tmp && git clone -q {url} c && cd c && echo x > y && git add y && git -c user.name=t -c user.email=t@t commit -qm x && git push -q origin main")])
+        .run(&policy, &[], &["sh", "-c", &format!("cd /tmp && git clone -q {url} c && cd c && echo x > y && git add y && git -c user.name=t -c user.email=t@t commit -qm x && git push -q origin main")])
         .await;
     assert_ne!(out.status, 0, "{out:?}");
     assert!(out.stderr.contains("403"), "{out:?}");
@@ -290,7 +199,7 @@ per_isolation!(tokio git_ls_remote_over_smart_http_under => git_ls_remote_over_s
 async fn pip_install_from_an_https_index_under(isolation: Isolation) {
     let wheel_dir = tempfile::tempdir().unwrap();
     let extra = Extra::default().with_demo_package(wheel_dir.path());
-    let f = Fixture::new(isolation, extra).await;
+    let f = fixture(isolation, extra).await;
     let port = f.port();
     let policy = f.write_policy(&format!(
         "[[allow]]\nhost = \"pypi.test\"\nport = {port}\nmethods = [\"GET\"]\npaths = [\"/simple/**\", \"/files/*\"]\n"
@@ -298,7 +207,7 @@ async fn pip_install_from_an_https_index_under(isolation: Isolation) {
     let out = f
         .run(
             &policy,
-            &[
+            &[], &[
                 "sh",
                 "-c",
                 &format!(
@@ -321,6 +230,7 @@ async fn pip_install_from_an_https_index_under(isolation: Isolation) {
     let out = f
         .run(
             &policy,
+            &[],
             &[
                 "/usr/bin/python3",
                 "-m",
@@ -354,11 +264,11 @@ async fn pip_install_from_an_https_index_under(isolation: Isolation) {
 per_isolation!(tokio pip_install_from_an_https_index_under => pip_install_from_an_https_index, pip_install_from_an_https_index_inside_gvisor);
 
 async fn the_session_is_audited_under(isolation: Isolation) {
-    let f = Fixture::new(isolation, Extra::default()).await;
+    let f = fixture(isolation, Extra::default()).await;
     let policy = f.write_policy(&echo_policy(f.port()));
     let url = format!("https://api.test:{}/echo", f.port());
     let out = f
-        .run(&policy, &["curl", "-sS", "-o", "/dev/null", &url])
+        .run(&policy, &[], &["curl", "-sS", "-o", "/dev/null", &url])
         .await;
     assert_eq!(out.status, 0, "{out:?}");
     let db = f.db();

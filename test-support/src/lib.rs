@@ -19,6 +19,7 @@
 //! - [`audit_store`]: audit stores written through the auditor's API.
 //! - [`chain`]: an independent implementation of the audit chain's format,
 //!   to forge what an attacker with write access to the database could.
+//! - [`sandbox`]: `airlock run` under an isolation against a TLS upstream.
 //! - [`shim`]: sandboxes run through the shim's library API.
 //! - [`podman`]: real podman containers, networks and test images.
 //! - [`sidecar`]: an `airlock sidecar` process, its log and events.
@@ -47,6 +48,7 @@ pub mod podman;
 pub mod postgres;
 pub mod proxy;
 pub mod record;
+pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod sidecar;
