@@ -9,6 +9,8 @@ use std::process::Command;
 
 use airlock_test_support::audit_cli::{audit_ok, first_session_id, sessions};
 use airlock_test_support::client::ClientOutput;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::{Extra, Upstream};
 
@@ -708,3 +710,45 @@ async fn under_gvisor_a_symlink_in_the_workspace_never_puts_what_it_points_at_on
     }
     f.no_leftover_runsc_sandboxes();
 }
+
+/// Relative paths mean what they mean to the namespace sandbox: from
+/// airlock's working directory. Run from inside the workspace, `--hide
+/// secret` hides the workspace's `secret/`, and `--audit-db ../audit.db`
+/// puts the record in the workspace's parent, which is hidden while the
+/// workspace inside it shows through. Under gVisor both failed before:
+/// runsc refused the relative hide's spec, and `..` hid the workspace.
+fn relative_hide_and_audit_paths_mean_the_same_as_under_namespaces(isolation: Isolation) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("secret")).unwrap();
+    std::fs::write(ws.join("secret/s.txt"), "TOPSECRET\n").unwrap();
+    std::fs::write(dir.path().join("beside.txt"), "beside the workspace\n").unwrap();
+    let out = Command::new(AIRLOCK)
+        .current_dir(&ws)
+        .arg("run")
+        .args(isolation.args())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--hide", "secret", "--audit-db", "../audit.db"])
+        .args(["--audit-key", "../audit.key", "--timeout", "60s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "cat secret/s.txt ../beside.txt 2>/dev/null; pwd",
+        ])
+        .output()
+        .unwrap();
+    let out = ClientOutput::from(out);
+    assert_eq!(out.status, 0, "{isolation:?}: {out:?}");
+    assert_eq!(
+        out.stdout,
+        format!("{}\n", ws.display()),
+        "{isolation:?}: {out:?}"
+    );
+    let list = sessions(AIRLOCK, &dir.path().join("audit.db"));
+    assert_eq!(list[0]["isolation"], isolation.name(), "{list}");
+}
+
+per_isolation!(sync relative_hide_and_audit_paths_mean_the_same_as_under_namespaces =>
+    relative_hide_and_audit_paths_are_resolved_from_the_working_directory,
+    under_gvisor_relative_hide_and_audit_paths_are_resolved_from_the_working_directory);
