@@ -157,6 +157,8 @@ fn check_written(r: &Record, f: &mut Failures, rel: &str, content: &str) {
 /// Under gVisor the writes are checked the same way; an exec's record
 /// there has the path and argv gVisor's trace point gives, no hash of the
 /// image (docs/isolation.md), so each exec is checked by its argument only.
+// The session's time goes into the test's log (not a #[test] fn itself).
+#[allow(clippy::print_stderr)]
 fn writes_and_execs_through_links_are_recorded_under_the_real_path_under(isolation: Isolation) {
     let sb = Sandbox::new(AIRLOCK);
     std::fs::create_dir_all(sb.ws.join("a/b/c")).unwrap();
@@ -689,6 +691,8 @@ while [ ! -e big.done ] || [ ! -e passed.done ]; do sleep 0.1; done
 /// checked for its exact errno inside the sandbox, by python and by the
 /// coreutils a user would type) are not on record as done, and restore
 /// still gives every file they left untouched.
+// The session's time goes into the test's log (not a #[test] fn itself).
+#[allow(clippy::print_stderr)]
 fn failed_operations_are_not_recorded_as_done_under(isolation: Isolation) {
     let sb = Sandbox::new(AIRLOCK);
     let script = r#"

@@ -11,7 +11,7 @@ pub enum Isolation {
 
 impl Isolation {
     /// Both, in the order the suites run them.
-    pub const ALL: [Isolation; 2] = [Isolation::Namespaces, Isolation::Gvisor];
+    pub const ALL: [Self; 2] = [Self::Namespaces, Self::Gvisor];
 
     /// `--isolation NAME`, as `airlock run` takes it.
     pub fn args(self) -> [&'static str; 2] {
@@ -21,8 +21,8 @@ impl Isolation {
     /// The name the CLI and the record use.
     pub fn name(self) -> &'static str {
         match self {
-            Isolation::Namespaces => "namespaces",
-            Isolation::Gvisor => "gvisor",
+            Self::Namespaces => "namespaces",
+            Self::Gvisor => "gvisor",
         }
     }
 }
