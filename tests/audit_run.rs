@@ -8,6 +8,8 @@ use std::process::Command;
 
 use airlock_test_support::audit_cli::{audit_cli, first_session_id, sessions};
 use airlock_test_support::disk::{sha256_hex, tree};
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::Upstream;
 
@@ -40,12 +42,23 @@ fn airlock_run(workspace: &Path, db: &Path, key: &Path) -> Command {
 impl Session {
     /// Run `command` under `airlock run` with a private audit database.
     fn run(extra: &[&str], command: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::run_under(Isolation::Namespaces, extra, command, env)
+    }
+
+    /// The same, under `isolation`.
+    fn run_under(
+        isolation: Isolation,
+        extra: &[&str],
+        command: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         std::fs::create_dir(&workspace).unwrap();
         let db = dir.path().join("audit/audit.db");
         let key = dir.path().join("audit/audit.key");
         let out = airlock_run(&workspace, &db, &key)
+            .args(isolation.args())
             .args(extra)
             .arg("--")
             .args(command)
@@ -87,9 +100,12 @@ impl Session {
     }
 }
 
-#[test]
-fn two_hundred_execs_and_files_are_recorded_with_their_content() {
-    let s = Session::run(
+/// Under gVisor the trace points carry no parent and no file record names
+/// an exec (docs/isolation.md): those two links are the documented
+/// difference; every exec and every file's content are on record alike.
+fn two_hundred_execs_and_files_are_recorded_with_their_content_under(isolation: Isolation) {
+    let s = Session::run_under(
+        isolation,
         &[],
         &[
             "sh",
@@ -119,9 +135,13 @@ fn two_hundred_execs_and_files_are_recorded_with_their_content() {
         .filter(|e| e["kind"] == "exec" && e["argv"][0] == "/bin/true")
         .collect();
     assert_eq!(trues.len(), 200);
+    let gvisor = isolation == Isolation::Gvisor;
     for (i, e) in trues.iter().enumerate() {
         assert_eq!(e["argv"][1], (i + 1).to_string());
-        assert_eq!(e["parent_exec_id"], sh["exec_id"], "{e}");
+        match gvisor {
+            false => assert_eq!(e["parent_exec_id"], sh["exec_id"], "{e}"),
+            true => assert!(e["parent_exec_id"].is_null(), "{e}"),
+        }
     }
     let files: HashMap<String, &serde_json::Value> = events
         .iter()
@@ -134,12 +154,18 @@ fn two_hundred_execs_and_files_are_recorded_with_their_content() {
             .get(path.to_str().unwrap())
             .unwrap_or_else(|| panic!("no record of {}", path.display()));
         assert_eq!(record["sha256"], sha256_hex(format!("{i}\n").as_bytes()));
-        assert_eq!(record["exec_id"], sh["exec_id"]);
+        match gvisor {
+            false => assert_eq!(record["exec_id"], sh["exec_id"]),
+            true => assert!(record["exec_id"].is_null(), "{record}"),
+        }
     }
 }
 
-#[test]
-fn restore_reproduces_the_workspace_byte_for_byte() {
+per_isolation!(sync two_hundred_execs_and_files_are_recorded_with_their_content_under =>
+    two_hundred_execs_and_files_are_recorded_with_their_content,
+    under_gvisor_two_hundred_execs_and_files_are_recorded_with_their_content);
+
+fn restore_reproduces_the_workspace_byte_for_byte_under(isolation: Isolation) {
     let script = r#"
 mkdir -p src/deep && printf 'fn main() {}\n' > src/main.rs
 head -c 5000 /dev/urandom > src/deep/blob.bin
@@ -148,7 +174,7 @@ echo temporary > gone.txt && rm gone.txt
 printf '#!/bin/sh\necho hi\n' > run.sh && chmod 755 run.sh
 echo one > log.txt && echo two >> log.txt
 "#;
-    let s = Session::run(&[], &["sh", "-c", script], &[]);
+    let s = Session::run_under(isolation, &[], &["sh", "-c", script], &[]);
     assert_eq!(s.status, 0);
     let restored = s.dir.path().join("restored");
     let out = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
@@ -160,19 +186,22 @@ echo one > log.txt && echo two >> log.txt
     assert!(original.contains_key(Path::new("final.txt")));
 }
 
+per_isolation!(sync restore_reproduces_the_workspace_byte_for_byte_under =>
+    restore_reproduces_the_workspace_byte_for_byte,
+    under_gvisor_restore_reproduces_the_workspace_byte_for_byte);
+
 /// A version the session destroys is on record before it is gone, even when
 /// the writer lives on: a shell's `> f` is opened by the shell, whose own end
 /// is far away. Truncated, deleted, replaced and renamed files each keep the
 /// content they had, and restore still gives the final workspace.
-#[test]
-fn every_version_a_session_destroys_is_on_record() {
+fn every_version_a_session_destroys_is_on_record_under(isolation: Isolation) {
     let script = r#"
 echo v1 > f; echo v2 > f
 echo staged-secret > g; rm g
 echo a > x; echo b > y; mv y x
 sleep 1
 "#;
-    let s = Session::run(&[], &["sh", "-c", script], &[]);
+    let s = Session::run_under(isolation, &[], &["sh", "-c", script], &[]);
     assert_eq!(s.status, 0);
     let files: Vec<serde_json::Value> = s
         .jsonl()
@@ -200,15 +229,35 @@ sleep 1
             .position(|e| name(e) == file && e["sha256"] == sha256_hex(content.as_bytes()))
             .unwrap_or_else(|| panic!("{file} = {content:?} is not on record: {files:#?}"))
     };
-    // Both versions of f.
-    assert!(written("f", "v1\n") < written("f", "v2\n"));
-    // g's content, recorded before it was deleted.
+    // g's content, recorded before it was deleted (under gVisor too: the
+    // next program's start makes airlock look before `rm` runs).
     assert!(written("g", "staged-secret\n") < at("g", "delete", None));
-    // x's first content and y's, recorded before y replaced x; one rename
-    // (mv's RENAME_NOREPLACE try fails and is not a rename).
-    let rename = at("y", "rename", None);
-    assert!(written("x", "a\n") < rename && written("y", "b\n") < rename);
-    assert_eq!(files.iter().filter(|e| e["op"] == "rename").count(), 1);
+    match isolation {
+        Isolation::Namespaces => {
+            // Both versions of f.
+            assert!(written("f", "v1\n") < written("f", "v2\n"));
+            // x's first content and y's, recorded before y replaced x; one
+            // rename (mv's RENAME_NOREPLACE try fails and is not a rename).
+            let rename = at("y", "rename", None);
+            assert!(written("x", "a\n") < rename && written("y", "b\n") < rename);
+            assert_eq!(files.iter().filter(|e| e["op"] == "rename").count(), 1);
+        }
+        Isolation::Gvisor => {
+            // The documented differences (docs/isolation.md): what changed
+            // between two looks is one difference, so f's first version,
+            // overwritten by the same shell with no program started in
+            // between, may be missing, its last is there; a rename over an
+            // existing file is the target's new content and the source's
+            // delete (x's name stays, its inode changes).
+            // (Whether a look fell between the two builtins is timing: v1
+            // is not asserted either way.)
+            written("f", "v2\n");
+            let replaced = at("x", "modify", Some("b\n"));
+            assert!(written("x", "a\n") < replaced && written("y", "b\n") < replaced);
+            assert!(at("y", "delete", None) > written("y", "b\n"));
+            assert_eq!(files.iter().filter(|e| e["op"] == "rename").count(), 0);
+        }
+    }
     // Replaying the record gives the final workspace.
     let restored = s.dir.path().join("restored");
     let out = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
@@ -216,6 +265,10 @@ sleep 1
     let workspace_inside = restored.join(s.workspace.strip_prefix("/").unwrap());
     assert_eq!(tree(&workspace_inside), tree(&s.workspace));
 }
+
+per_isolation!(sync every_version_a_session_destroys_is_on_record_under =>
+    every_version_a_session_destroys_is_on_record,
+    under_gvisor_every_version_a_session_destroys_is_on_record);
 
 const SECRET: &str = "sk-fidelity-c0ffee-9a8b7c";
 
@@ -514,7 +567,7 @@ struct Sleeper {
 
 impl Sleeper {
     /// `own_process_group`: as a shell starts a foreground job.
-    fn start(own_process_group: bool) -> Self {
+    fn start(isolation: Isolation, own_process_group: bool) -> Self {
         use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("audit/audit.db");
@@ -523,6 +576,7 @@ impl Sleeper {
         std::fs::create_dir(&workspace).unwrap();
         let mut command = airlock_run(&workspace, &db, &key);
         command
+            .args(isolation.args())
             .args(["--", "sh", "-c", "echo started; exec sleep 60"])
             .stdout(std::process::Stdio::piped());
         if own_process_group {
@@ -563,9 +617,8 @@ impl Sleeper {
     }
 }
 
-#[test]
-fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
-    let session = Sleeper::start(false);
+fn sigterm_stops_the_sandbox_and_the_record_is_complete_under(isolation: Isolation) {
+    let session = Sleeper::start(isolation, false);
     nix::sys::signal::kill(session.pid(), nix::sys::signal::Signal::SIGTERM).unwrap();
     let (status, sessions) = session.finish();
     assert_eq!(status, Some(143));
@@ -575,17 +628,30 @@ fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
     );
 }
 
+// Not yet under gVisor: about one SIGTERM in twelve there ends with
+// "sandbox supervision failed: read control channel: Connection reset by
+// peer" and an unfinished record (the gVisor branch of `airlock run`
+// returns on the namespace sandbox's wait error before it finishes the
+// session; outside this change's scope, reported).
+#[test]
+fn sigterm_stops_the_sandbox_and_the_record_is_complete() {
+    sigterm_stops_the_sandbox_and_the_record_is_complete_under(Isolation::Namespaces);
+}
+
 /// Ctrl-C in a terminal signals the whole foreground process group: the
 /// command gets its SIGINT and ends as it would outside (130), and airlock,
 /// which steps in only at a second Ctrl-C, still finishes the record.
-#[test]
-fn ctrl_c_ends_the_command_and_the_record_is_complete() {
-    let session = Sleeper::start(true);
+fn ctrl_c_ends_the_command_and_the_record_is_complete_under(isolation: Isolation) {
+    let session = Sleeper::start(isolation, true);
     nix::sys::signal::killpg(session.pid(), nix::sys::signal::Signal::SIGINT).unwrap();
     let (status, sessions) = session.finish();
     assert_eq!(status, Some(130));
     assert_eq!(sessions[0]["signal"], 2, "{sessions:#}");
 }
+
+per_isolation!(sync ctrl_c_ends_the_command_and_the_record_is_complete_under =>
+    ctrl_c_ends_the_command_and_the_record_is_complete,
+    under_gvisor_ctrl_c_ends_the_command_and_the_record_is_complete);
 
 /// `airlock audit timeline` shows nested shells as a tree: each exec is
 /// indented under the one that started it, and a file sits under the exec

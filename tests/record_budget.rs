@@ -10,6 +10,8 @@ use std::process::{Command, Output};
 
 use airlock_test_support::audit_cli::{audit_cli, export_jsonl, first_session_id};
 use airlock_test_support::disk::Tmpfs;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 use airlock_test_support::pki::TestPki;
 use airlock_test_support::upstream::Upstream;
 
@@ -20,16 +22,21 @@ const MIB: u64 = 1 << 20;
 const OVERHEAD: u64 = 2 * MIB;
 const NOTICE: &str = "record budget spent";
 
-/// A workspace and a private audit database.
+/// A workspace and a private audit database; `run` under `isolation`.
 struct Env {
     dir: tempfile::TempDir,
+    isolation: Isolation,
 }
 
 impl Env {
     fn new() -> Self {
+        Self::under(Isolation::Namespaces)
+    }
+
+    fn under(isolation: Isolation) -> Self {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
-        Self { dir }
+        Self { dir, isolation }
     }
 
     fn workspace(&self) -> PathBuf {
@@ -61,6 +68,7 @@ impl Env {
     fn run(&self, extra: &[&str], command: &[&str]) -> (String, Output) {
         let out = Command::new(AIRLOCK)
             .arg("run")
+            .args(self.isolation.args())
             .args(self.record_args())
             .args(extra)
             .arg("--")
@@ -204,15 +212,16 @@ fn rewriting_one_file_many_times_keeps_content_only_up_to_the_budget() {
 }
 
 /// Many different files: the budget is per session, not per file.
-#[test]
-fn many_different_files_share_one_budget() {
-    let env = Env::new();
+/// (`iflag=fullblock`: gVisor's /dev/urandom answers a 64 KiB read with
+/// about 4 KiB, and dd's one read would write only that.)
+fn many_different_files_share_one_budget_under(isolation: Isolation) {
+    let env = Env::under(isolation);
     let (id, _) = env.run(
         &["--audit-max-session", "1M"],
         &[
             "sh",
             "-c",
-            "for i in $(seq 100); do dd if=/dev/urandom of=f$i bs=64k count=1 status=none; done",
+            "for i in $(seq 100); do dd if=/dev/urandom of=f$i bs=64k count=1 iflag=fullblock status=none; done",
         ],
     );
     let grew = env.db_bytes();
@@ -238,11 +247,12 @@ fn many_different_files_share_one_budget() {
     env.assert_intact(&id);
 }
 
+per_isolation!(sync many_different_files_share_one_budget_under => many_different_files_share_one_budget, under_gvisor_many_different_files_share_one_budget);
+
 /// Output: the caller still gets all of it; the record keeps it up to the
 /// budget. Big printed output was the other way to fill the database.
-#[test]
-fn big_output_is_delivered_but_kept_only_up_to_the_budget() {
-    let env = Env::new();
+fn big_output_is_delivered_but_kept_only_up_to_the_budget_under(isolation: Isolation) {
+    let env = Env::under(isolation);
     let (id, out) = env.run(
         &["--audit-max-session", "1M", "--no-tty"],
         &["sh", "-c", "yes budget-output | head -c 16777216"],
@@ -267,13 +277,14 @@ fn big_output_is_delivered_but_kept_only_up_to_the_budget() {
     env.assert_intact(&id);
 }
 
+per_isolation!(sync big_output_is_delivered_but_kept_only_up_to_the_budget_under => big_output_is_delivered_but_kept_only_up_to_the_budget, under_gvisor_big_output_is_delivered_but_kept_only_up_to_the_budget);
+
 /// Request and response bodies through the proxy count too; every request
 /// is still recorded and forwarded (the budget never refuses traffic).
-#[tokio::test(flavor = "multi_thread")]
-async fn big_request_bodies_are_kept_only_up_to_the_budget() {
+async fn big_request_bodies_are_kept_only_up_to_the_budget_under(isolation: Isolation) {
     let pki = TestPki::new();
     let upstream = Upstream::start(Some(pki.server_config(&["api.test"]))).await;
-    let env = Env::new();
+    let env = Env::under(isolation);
     let policy = env.dir.path().join("policy.toml");
     std::fs::write(
         &policy,
@@ -333,6 +344,8 @@ async fn big_request_bodies_are_kept_only_up_to_the_budget() {
     assert!(http.iter().any(|e| e["seq"].as_u64().unwrap() > notice));
     env.assert_intact(&id);
 }
+
+per_isolation!(tokio big_request_bodies_are_kept_only_up_to_the_budget_under => big_request_bodies_are_kept_only_up_to_the_budget, under_gvisor_big_request_bodies_are_kept_only_up_to_the_budget);
 
 /// A live session's budget spans its steps: one notice, at the step that
 /// spent it, and the steps after keep hashes only.

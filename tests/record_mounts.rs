@@ -15,6 +15,7 @@ use std::process::Command;
 
 use airlock_test_support::audit_cli::{export_jsonl, first_session_id};
 use airlock_test_support::disk::sha256_hex;
+use airlock_test_support::isolation::Isolation;
 use serde_json::Value;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
@@ -151,7 +152,8 @@ for line in lines:
     except OSError as e:
         m["reach"] = "unreachable: " + errno.errorcode.get(e.errno, str(e.errno))
         continue
-    if here != m["id"]:
+    # gVisor's fdinfo has no mnt_id: there every mount listed is tried.
+    if here is not None and here != m["id"]:
         m["reach"] = f"shadowed by mount {here}"
         continue
     if os.path.islink(m["point"]) or not os.path.isdir(m["point"]):
@@ -218,6 +220,11 @@ struct Probe {
 
 /// Run the probe in `airlock run`, as root or through runuser as `user`.
 fn probe(user: Option<&str>) -> Probe {
+    probe_under(Isolation::Namespaces, user)
+}
+
+/// The same, under `isolation`.
+fn probe_under(isolation: Isolation, user: Option<&str>) -> Probe {
     let tag = user.map_or("root", |_| "user");
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -255,6 +262,7 @@ fn probe(user: Option<&str>) -> Probe {
     let excluded: Vec<&str> = EXCLUDED.iter().map(|(fs, _)| *fs).collect();
     let out = command
         .arg("run")
+        .args(isolation.args())
         .arg("--workspace")
         .arg(&ws)
         .arg("--audit-db")
@@ -411,4 +419,50 @@ fn every_writable_mount_is_recorded_or_refused_as_root() {
 #[test]
 fn every_writable_mount_is_recorded_or_refused_as_an_ordinary_user() {
     probe(Some("airlock-mounts-test")).check();
+}
+
+/// Under gVisor the writable places are the workspace, recorded as under
+/// namespaces, and gVisor's own memory filesystems `/tmp`, `/dev` (with
+/// `/dev/shm`) and `/run`: the sentry's memory, never the host's, gone
+/// with the sandbox, and not recorded (the documented difference,
+/// docs/isolation.md). No other mount is writable: a new one fails here.
+#[test]
+fn under_gvisor_only_the_workspace_and_gvisors_own_memory_filesystems_are_writable() {
+    let p = probe_under(Isolation::Gvisor, None);
+    let workspace = p.workspace.to_str().unwrap();
+    let mut writable: Vec<&str> = p
+        .mounts()
+        .iter()
+        .filter(|m| m.get("reach").is_some())
+        .map(|m| {
+            assert_eq!(m["reach"], "here", "{m}");
+            m["point"].as_str().unwrap()
+        })
+        .collect();
+    writable.sort_unstable();
+    let mut expected = vec!["/dev", "/run", "/tmp", workspace];
+    expected.sort_unstable();
+    assert_eq!(writable, expected, "{:#}", p.report);
+    let gvisors_own = |path: &str| {
+        ["/tmp/", "/dev/", "/run/"]
+            .iter()
+            .any(|d| path.starts_with(d))
+    };
+    for m in p.mounts().iter().filter(|m| m["reach"] == "here") {
+        for a in m["attempts"].as_array().unwrap() {
+            let path = a["path"].as_str().unwrap();
+            assert!(a["content"].is_string() || a["dir"] == true, "{a}");
+            if m["point"] == workspace {
+                p.assert_recorded_or_refused(a);
+            } else {
+                assert!(gvisors_own(path), "{a}");
+                assert!(p.last_record(path).is_none(), "{path} on record?");
+            }
+        }
+    }
+    for stash in ["dev_x", "dev_shm"] {
+        let a = &p.report[stash];
+        assert!(a["content"].is_string(), "{stash}: {a}");
+        assert!(p.last_record(a["path"].as_str().unwrap()).is_none(), "{a}");
+    }
 }

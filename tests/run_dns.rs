@@ -5,6 +5,8 @@
 use std::process::Command;
 
 use airlock_test_support::audit_cli::first_session_id;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
@@ -59,14 +61,14 @@ print(json.dumps({
 }))
 "#;
 
-#[test]
-fn unlisted_names_resolve_and_the_name_map_is_bounded() {
+fn unlisted_names_resolve_and_the_name_map_is_bounded_under(isolation: Isolation) {
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
     std::fs::create_dir_all(&workspace).unwrap();
     let db = dir.path().join("audit/audit.db");
     let out = Command::new(AIRLOCK)
         .arg("run")
+        .args(isolation.args())
         .arg("--workspace")
         .arg(&workspace)
         .arg("--audit-db")
@@ -131,11 +133,13 @@ fn unlisted_names_resolve_and_the_name_map_is_bounded() {
     assert_eq!(evicted.len(), 2, "{evicted:?}");
 }
 
-#[test]
-fn without_a_policy_the_refusal_says_to_pass_one() {
+per_isolation!(sync unlisted_names_resolve_and_the_name_map_is_bounded_under => unlisted_names_resolve_and_the_name_map_is_bounded, under_gvisor_unlisted_names_resolve_and_the_name_map_is_bounded);
+
+fn without_a_policy_the_refusal_says_to_pass_one_under(isolation: Isolation) {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(AIRLOCK)
         .arg("run")
+        .args(isolation.args())
         .arg("--workspace")
         .arg(dir.path())
         .arg("--no-audit")
@@ -151,3 +155,5 @@ fn without_a_policy_the_refusal_says_to_pass_one() {
     assert!(stdout.contains("host = \"unlisted.test\""), "{stdout}");
     assert!(!stdout.contains("<deny-all>:"), "{stdout}");
 }
+
+per_isolation!(sync without_a_policy_the_refusal_says_to_pass_one_under => without_a_policy_the_refusal_says_to_pass_one, under_gvisor_without_a_policy_the_refusal_says_to_pass_one);

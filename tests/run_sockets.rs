@@ -6,11 +6,18 @@
 //! kernel without them gives. Each refusal is also tried on the host, so the
 //! test shows which ones the host kernel would have allowed (the sandbox's
 //! filter, not a missing module, refused them).
+//!
+//! The same probe runs under `--isolation gvisor`, where the sockets are
+//! gVisor's own (its sentry opens real ones only for inet and netlink
+//! route, in the namespace the proxy captures); where gVisor answers
+//! differently, the test names the documented difference (docs/isolation.md).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use airlock_test_support::client::ClientOutput;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
@@ -165,6 +172,36 @@ fn probe_in_sandbox(args: &[&str]) -> BTreeMap<String, String> {
     outcomes(&airlock_run(ws.path(), args, &[PY, "-c", PROBE, &lines]))
 }
 
+/// What gVisor's kernel answers where it differs from the namespace
+/// sandbox's filter (docs/isolation.md, "Sockets under gVisor"): another
+/// errno for the same refusal, and two families it implements itself.
+const GVISOR_DIFFERS: &[(&str, &str)] = &[
+    // Refused all the same, with gVisor's errno: it has no raw or packet
+    // sockets without --net-raw, and no SCTP, DCCP or SMC protocol.
+    ("inet_sock_packet", "EAFNOSUPPORT"),
+    ("inet_raw", "EAFNOSUPPORT"),
+    ("inet6_raw", "EAFNOSUPPORT"),
+    ("inet_smc_protocol", "EAFNOSUPPORT"),
+    ("inet6_sctp", "EAFNOSUPPORT"),
+    ("inet_dccp", "EAFNOSUPPORT"),
+    ("pair_inet", "ESOCKTNOSUPPORT"),
+    // gVisor's own uevent socket: the sentry's, it hears nothing of the
+    // host's devices and sends nothing anywhere.
+    ("netlink_uevent", "ok"),
+];
+
+/// What `isolation` must answer for a refused `name` that the namespace
+/// sandbox refuses with `errno`.
+fn refusal(isolation: Isolation, name: &str, errno: &'static str) -> &'static str {
+    match isolation {
+        Isolation::Namespaces => errno,
+        Isolation::Gvisor => GVISOR_DIFFERS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(errno, |(_, e)| e),
+    }
+}
+
 fn probe_on_host() -> BTreeMap<String, String> {
     let out = std::process::Command::new(PY)
         .args(["-c", PROBE, &probe_lines()])
@@ -223,6 +260,43 @@ fn only_inet_inet6_netlink_route_and_unix_as_flagged_sockets_can_be_created() {
     );
 }
 
+/// Under gVisor: every family the namespace sandbox refuses is refused by
+/// gVisor's kernel too (its errno where it differs), the needed ones work,
+/// and `AF_UNIX` sockets exist with or without `--allow-unix-sockets`: they
+/// are the sentry's own, never a host socket file (the escape suite tries
+/// the host's podman socket). io_uring is gVisor's own, in the sentry: what
+/// it could open is a sentry socket like any other, in the captured
+/// namespace.
+#[test]
+fn under_gvisor_other_families_are_refused_and_unix_sockets_are_gvisors_own() {
+    for flag in [&[][..], &["--allow-unix-sockets"][..]] {
+        let args = [&Isolation::Gvisor.args()[..], flag].concat();
+        let inside = probe_in_sandbox(&args);
+        let mut wrong = Vec::new();
+        for (name, _, errno) in REFUSED {
+            let want = refusal(Isolation::Gvisor, name, errno);
+            if inside.get(*name).map(String::as_str) != Some(want) {
+                wrong.push(format!("{name}: {:?}, expected {want}", inside.get(*name)));
+            }
+        }
+        for (name, _) in ALLOWED.iter().chain(UNIX) {
+            if inside.get(*name).map(String::as_str) != Some("ok") {
+                wrong.push(format!("{name}: {:?}, expected ok", inside.get(*name)));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{flag:?}: {wrong:#?}\ninside: {inside:#?}"
+        );
+        assert_eq!(inside["io_uring_setup"], "ok", "{inside:#?}");
+        assert_eq!(inside["loopback_v4"], "tcp+udp", "{inside:#?}");
+        assert!(
+            inside["if_nameindex"].split(',').any(|n| n == "lo"),
+            "{inside:#?}"
+        );
+    }
+}
+
 #[test]
 fn io_uring_cannot_create_sockets_around_the_filter() {
     let inside = probe_in_sandbox(&["--allow-unix-sockets"]);
@@ -243,24 +317,29 @@ fn unix_sockets_follow_the_flag_and_socketpair_always_works() {
 
 /// `ip` reads its addresses over NETLINK_ROUTE; changes need CAP_NET_ADMIN,
 /// which the command does not hold (rtnetlink(7)), so netlink stays read-only.
-#[test]
-fn ip_reads_its_own_addresses_but_cannot_change_them() {
+/// gVisor's netlink refuses the same changes with EACCES ("Permission
+/// denied") rather than EPERM.
+fn ip_reads_its_own_addresses_but_cannot_change_them_under(isolation: Isolation) {
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
     let script = "ip -brief addr show dev lo; \
                   ip link set dev lo mtu 1280 2>&1 && echo CHANGED; \
                   ip addr add 192.0.2.1/32 dev lo 2>&1 && echo CHANGED; \
                   ip route add 198.51.100.0/24 dev lo 2>&1 && echo CHANGED; \
                   true";
-    let out = airlock_run(ws.path(), &[], &["sh", "-c", script]);
+    let out = airlock_run(ws.path(), &isolation.args(), &["sh", "-c", script]);
     assert_eq!(out.status, 0, "{out:?}");
-    assert!(
-        out.stdout.starts_with("lo ") && out.stdout.contains("127.0.0.1/8"),
-        "{out:?}"
-    );
+    assert!(out.stdout.contains("127.0.0.1/8"), "{out:?}");
     assert!(!out.stdout.contains("CHANGED"), "{out:?}");
-    assert_eq!(
-        out.stdout.matches("Operation not permitted").count(),
-        3,
-        "{out:?}"
-    );
+    let refused = match isolation {
+        Isolation::Namespaces => {
+            assert!(out.stdout.starts_with("lo "), "{out:?}");
+            "Operation not permitted"
+        }
+        Isolation::Gvisor => "Permission denied",
+    };
+    assert_eq!(out.stdout.matches(refused).count(), 3, "{out:?}");
 }
+
+per_isolation!(sync ip_reads_its_own_addresses_but_cannot_change_them_under =>
+    ip_reads_its_own_addresses_but_cannot_change_them,
+    ip_reads_its_own_addresses_but_cannot_change_them_under_gvisor);

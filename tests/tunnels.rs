@@ -9,6 +9,8 @@
 use std::time::Duration;
 
 use airlock_test_support::client::try_connect_tunnel;
+use airlock_test_support::isolation::Isolation;
+use airlock_test_support::per_isolation;
 use airlock_test_support::pki::{TestPki, tls_client};
 use airlock_test_support::proxy::{AirlockProxy, ProxyOptions};
 use airlock_test_support::server::TestServer;
@@ -123,8 +125,7 @@ async fn tcp_rule_tunnels_a_protocol_where_the_server_speaks_first() {
     assert_eq!(denied["decision"], "deny", "{denied}");
 }
 
-#[tokio::test]
-async fn tcp_rule_inside_the_sandbox_knows_the_host_from_dns() {
+async fn tcp_rule_inside_the_sandbox_knows_the_host_from_dns_under(isolation: Isolation) {
     let ssh = banner_server().await;
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
@@ -159,6 +160,7 @@ except OSError as e:
     );
     let out = tokio::process::Command::new(AIRLOCK)
         .arg("run")
+        .args(isolation.args())
         .arg("--no-audit")
         .arg("--policy")
         .arg(&policy)
@@ -182,6 +184,8 @@ except OSError as e:
     // Only the named connection reached the server.
     assert_eq!(ssh.accepted(), 1, "{out:?}");
 }
+
+per_isolation!(tokio tcp_rule_inside_the_sandbox_knows_the_host_from_dns_under => tcp_rule_inside_the_sandbox_knows_the_host_from_dns, tcp_rule_inside_gvisor_knows_the_host_from_dns);
 
 #[tokio::test]
 async fn passthrough_keeps_the_upstreams_own_certificate() {

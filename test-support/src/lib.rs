@@ -13,11 +13,13 @@
 //! - [`audit_cli`]: `airlock audit` as a responder runs it.
 //! - [`console`]: `airlock audit serve`, its URL and its live stream.
 //! - [`disk`]: a directory's files and their sha256.
+//! - [`isolation`]: namespaces or gVisor, and one test per isolation.
 //! - [`record`]: `airlock run` with an audit database, its record read back
 //!   and checked against the disk.
 //! - [`audit_store`]: audit stores written through the auditor's API.
 //! - [`chain`]: an independent implementation of the audit chain's format,
 //!   to forge what an attacker with write access to the database could.
+//! - [`sandbox`]: `airlock run` under an isolation against a TLS upstream.
 //! - [`shim`]: sandboxes run through the shim's library API.
 //! - [`podman`]: real podman containers, networks and test images.
 //! - [`sidecar`]: an `airlock sidecar` process, its log and events.
@@ -39,12 +41,14 @@ pub mod client;
 pub mod configmap;
 pub mod console;
 pub mod disk;
+pub mod isolation;
 pub mod mcp_record;
 pub mod pki;
 pub mod podman;
 pub mod postgres;
 pub mod proxy;
 pub mod record;
+pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod sidecar;

@@ -141,6 +141,15 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
             mounts.push(hide(path)?);
         }
     }
+    // A relative --hide (or a relative --audit-db's directory) means what
+    // the namespace sandbox makes of it, a path from airlock's working
+    // directory: OCI wants absolute destinations (runsc refuses the spec),
+    // and only an absolute path can be found inside a grant below.
+    let hides = spec
+        .hide
+        .iter()
+        .map(|p| canonical(p, "--hide"))
+        .collect::<anyhow::Result<Vec<PathBuf>>>()?;
     let mut grants = Vec::new();
     for path in &spec.ro {
         let path = canonical(path, "--ro")?;
@@ -152,7 +161,7 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
         mounts.push(bind(&path, false)?);
         grants.push(path);
     }
-    for path in &spec.hide {
+    for path in &hides {
         mounts.push(hide(path)?);
     }
     mounts.push(bind(&spec.workspace, false)?);
@@ -160,7 +169,7 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
     // As in the namespace sandbox: a secret inside a grant stays hidden
     // unless a grant names it or something in it; Airlock's own files and
     // --hide stay hidden even then.
-    let forced = spec.hide.iter().map(|p| (p.clone(), true));
+    let forced = hides.iter().map(|p| (p.clone(), true));
     for (path, forced) in defaults.iter().cloned().chain(forced) {
         let inside = grants.iter().any(|g| path.starts_with(g));
         let granted = grants.iter().any(|g| g.starts_with(&path));

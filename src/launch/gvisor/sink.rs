@@ -28,6 +28,17 @@ const MAX_MESSAGE: usize = 1 << 20;
 const ACCEPT_TICK_MS: u16 = 50;
 /// The wire version this reader speaks (the handshake's; runsc 2022-12 sends 1).
 const WIRE_VERSION: u8 = 1;
+/// How many times runsc's remote sink retries a point the socket has no
+/// room for before it drops it (its default is 0: the first EAGAIN drops).
+/// With the default, a busy host lost execs: 163 of 200 `/bin/true` on
+/// record while other sandboxes ran. Each retry waits twice as long as
+/// the last, up to `SINK_BACKOFF_MAX`, in the task that fired the point:
+/// the sandboxed program waits for the record, never the other way round.
+/// 400 retries at the cap is several seconds: only a reader that stopped
+/// reading loses points, and a note on record says how many.
+const SINK_RETRIES: u32 = 400;
+/// The longest wait between two tries (Go duration syntax).
+const SINK_BACKOFF_MAX: &str = "10ms";
 
 /// The system calls that change names in a directory, whose raw points
 /// make airlock look at the writable mounts again: rename, renameat,
@@ -88,7 +99,9 @@ impl Sink {
         json!({ "trace_session": {
             "name": "Default",
             "points": points,
-            "sinks": [{ "name": "remote", "config": { "endpoint": path } }],
+            "sinks": [{ "name": "remote", "config": {
+                "endpoint": path, "retries": SINK_RETRIES, "backoff_max": SINK_BACKOFF_MAX,
+            } }],
         }})
     }
 
