@@ -121,6 +121,12 @@ fn recv_within(chan: &OwnedFd, timeout: Option<Duration>) -> Result<Received, Sh
         Ok(Some(msg)) => Ok(Received::Message(msg)),
         Ok(None) => Ok(Received::Eof),
         Err(ChannelError::Malformed(e)) => Ok(Received::Malformed(e)),
+        // A supervisor that died with our last message unread resets the
+        // channel instead of closing it: it is gone all the same, and the
+        // sandbox must still be reaped and its session finished.
+        Err(ChannelError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+            Ok(Received::Eof)
+        }
         Err(e) => Err(ShimError::io("read control channel", e)),
     }
 }
