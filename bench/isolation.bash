@@ -150,8 +150,40 @@ iso_workload() {
     record "# isolation-workload: airlock-bench time --case isolation-workload --runs 1 --warmup 0 --first-run N -- CMD sh -c '$WORKLOAD', N = 1..$AUDIT_N, interleaved; CMD: airlock run --isolation namespaces|gvisor --policy \$TMP/policy.toml --upstream-ca \$TMP/pki/ca.pem --resolve bench.test:127.0.0.1 [--no-audit | --audit-db \$TMP/audit/iso-isolation-workload.db --audit-key ...] --workspace \$TMP/ws-audit -- | bwrap: ${BWRAP_BASE[*]} --share-net --bind \$TMP/ws-iso-bwrap \$TMP/ws-iso-bwrap --chdir \$TMP/ws-iso-bwrap --, its curl with --resolve bench.test:\$NGINX_PORT:127.0.0.1 --cacert \$TMP/pki/ca.pem"
 }
 
+# The figures are gVisor's only if gVisor ran them: every audited session
+# must be recorded with the isolation its command asked for, and a case
+# whose audited gvisor row has figures must hold sessions recorded under it.
+iso_check_recorded() {
+    local db c
+    for c in isolation-startup isolation-keepalive isolation-workload; do
+        db="$TMP/audit/iso-$c.db"
+        [[ -f $db ]] || continue
+        "$AIRLOCK" audit sessions --audit-db "$db" --json > "$TMP/iso-sessions.json" 2>"$TMP/iso-check.stderr" \
+            || die "airlock audit sessions failed on the isolation group's record ($c): $(tail -n1 "$TMP/iso-check.stderr")"
+        python3 - "$c" "$TMP/iso-sessions.json" "$SAMPLES" <<'PY' || die "the isolation group's record does not match what ran ($c)"
+import json, sys
+case, sessions_file, samples_file = sys.argv[1:]
+gvisor_figures = any(
+    s["case"] == case and s["contender"] == "airlock-gvisor" and s.get("metrics")
+    for s in map(json.loads, filter(str.strip, open(samples_file)))
+)
+gvisor = 0
+for s in json.load(open(sessions_file)):
+    argv = s["command"]
+    asked = argv[argv.index("--isolation") + 1] if "--isolation" in argv else "namespaces"
+    if s["isolation"] != asked:
+        sys.exit(f"bench/run: session {s['id']} asked for --isolation {asked} and was recorded as {s['isolation']}")
+    gvisor += asked == "gvisor"
+if gvisor_figures and gvisor == 0:
+    sys.exit(f"bench/run: {case}: airlock-gvisor has figures but no session was recorded under gvisor")
+PY
+    done
+    record "# the isolation group's record: airlock audit sessions --audit-db \$TMP/audit/iso-CASE.db --json; every session recorded with the isolation its command asked for, and sessions under gvisor wherever airlock-gvisor has figures (else the run fails)"
+}
+
 isolation_group() {
     iso_startup
     iso_keepalive
     iso_workload
+    iso_check_recorded
 }
