@@ -19,6 +19,7 @@ use crate::machine::Machine;
 use crate::stats::Spread;
 
 mod fleet;
+mod isolation;
 mod rule_variants;
 mod sessions;
 
@@ -508,6 +509,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         ));
         latest.push_str(&rule_variants::section(&figures, &rule_variants::ASK));
         latest.push_str(&fleet::section(&figures));
+        latest.push_str(&isolation::section(&figures, &samples));
         splice(target, &latest)?;
     }
 
@@ -533,6 +535,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<()> {
         "ask": rule_variants::json(&figures, &rule_variants::ASK),
         "sessions": sessions::json(&figures),
         "ship_cost": fleet::json(&figures),
+        "isolation": isolation::json(&figures),
         "commands": commands.lines().collect::<Vec<_>>(),
         "samples": samples,
     });
@@ -635,6 +638,7 @@ fn render_markdown(
     md.push_str(&rule_variants::section(figures, &rule_variants::CREDENTIAL));
     md.push_str(&rule_variants::section(figures, &rule_variants::ASK));
     md.push_str(&fleet::section(figures));
+    md.push_str(&isolation::section(figures, samples));
     md.push_str("\n## Machine\n\n| | |\n|---|---|\n");
     for (k, v) in machine.rows() {
         let _ = writeln!(md, "| {k} | {} |", escape(&v));
@@ -653,11 +657,17 @@ fn render_markdown(
     md
 }
 
-/// Runs of the request cases (start-up timings number their runs separately).
+/// Runs of the request cases (start-up timings number their runs separately;
+/// an isolation-only run has only the isolation group's keep-alive).
 fn request_runs(samples: &[RawSample]) -> u32 {
+    let case = if samples.iter().any(|s| s.case == "keepalive") {
+        "keepalive"
+    } else {
+        "isolation-keepalive"
+    };
     samples
         .iter()
-        .filter(|s| s.case == "keepalive")
+        .filter(|s| s.case == case)
         .map(|s| s.run)
         .max()
         .unwrap_or(0)
