@@ -15,6 +15,8 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
+use futures_util::SinkExt;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
 use tokio_postgres::Statement;
@@ -62,6 +64,8 @@ pub(crate) struct Client {
     /// connection: a batch then costs one round trip a statement, and the
     /// server parses and plans each once, not once a batch.
     prepared: Prepared,
+    /// The buffer a raw binary COPY is built in, kept for the next.
+    copy_buf: BytesMut,
 }
 
 type Prepared = HashMap<&'static str, Statement>;
@@ -104,6 +108,7 @@ impl Client {
             runtime,
             inner,
             prepared: Prepared::new(),
+            copy_buf: BytesMut::new(),
         })
     }
 
@@ -117,6 +122,7 @@ impl Client {
             runtime: &self.runtime,
             tx,
             prepared: &mut self.prepared,
+            copy_buf: &mut self.copy_buf,
         })
     }
 
@@ -136,6 +142,7 @@ impl Client {
             runtime: &self.runtime,
             tx,
             prepared: &mut self.prepared,
+            copy_buf: &mut self.copy_buf,
         })
     }
 }
@@ -145,6 +152,7 @@ pub(crate) struct Transaction<'a> {
     runtime: &'a Runtime,
     tx: tokio_postgres::Transaction<'a>,
     prepared: &'a mut Prepared,
+    copy_buf: &'a mut BytesMut,
 }
 
 impl Transaction<'_> {
@@ -206,6 +214,35 @@ impl Transaction<'_> {
                 writer.as_mut().write(row.as_ref()).await?;
             }
             writer.finish().await
+        })
+    }
+
+    /// Sends `sql` (a `COPY … FROM STDIN (FORMAT binary)`) the tuples
+    /// `write` appends, already in binary COPY form: the header and the
+    /// trailer are added here, and the whole goes as one chunk from a
+    /// buffer kept for the next COPY.
+    pub(crate) fn copy_in_binary_raw(
+        &mut self,
+        sql: &'static str,
+        write: impl FnOnce(&mut BytesMut),
+    ) -> Result<u64, Error> {
+        let statement = self.prepare(sql)?;
+        let buf = &mut *self.copy_buf;
+        buf.clear();
+        // Signature, flags (none), header extension (none).
+        buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        write(buf);
+        buf.extend_from_slice(&(-1i16).to_be_bytes());
+        // The chunk is dropped once the driver has copied it out, and the
+        // buffer then gets its allocation back (BytesMut::reserve).
+        let chunk = buf.split().freeze();
+        self.runtime.block_on(async {
+            let sink = self.tx.copy_in::<_, Bytes>(&statement).await?;
+            let mut sink = std::pin::pin!(sink);
+            sink.send(chunk).await?;
+            sink.finish().await
         })
     }
 

@@ -10,7 +10,7 @@ use super::error::CentralError;
 use super::store::PgStore;
 use super::{db, db_error};
 use crate::search::{Terms, terms};
-use crate::ship::{ShipBatch, ShipDestination, Shipped};
+use crate::ship::{PackedEvent, ShipBatch, ShipDestination, Shipped};
 use crate::{AuditError, AuditEvent, IndexRow, Redactor, Seq, SessionId, SessionInfo};
 
 impl ShipDestination for PgStore {
@@ -51,7 +51,7 @@ struct Held {
 
 fn store_batch(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), AuditError> {
     let held = lock_session(tx, batch)?;
-    let events: Vec<_> = batch
+    let events: Vec<PackedEvent<'_>> = batch
         .events
         .iter()
         .filter(|e| held.up_to.is_none_or(|h| e.seq as i64 > h))
@@ -183,38 +183,30 @@ fn insert_contents(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), Au
 /// collide with a row the store holds: under the session's lock only
 /// events after its last are sent (`store_batch`), and the primary key on
 /// (sid, seq) would refuse, and roll back, a batch that did collide.
+///
+/// Each event arrives packed as the fields of a binary COPY tuple
+/// ([`crate::ship::ShipEvents`]): a row is the field count, the store's
+/// sid, then the node's bytes as they are.
 fn insert_events(
     tx: &mut Transaction<'_>,
     sid: i64,
-    events: &[&crate::EventRow],
+    events: &[PackedEvent<'_>],
 ) -> Result<(), AuditError> {
     if events.is_empty() {
         return Ok(());
     }
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
-    let rows = events.iter().zip(&seqs).map(|(e, seq)| {
-        [
-            &sid as &(dyn ToSql + Sync),
-            seq,
-            &e.ts_us,
-            &e.kind,
-            &e.exec_id,
-            &e.payload,
-            &e.stored,
-        ]
-    });
-    tx.copy_in_binary(
+    tx.copy_in_binary_raw(
         "COPY events (sid, seq, ts_us, kind, exec_id, payload, hash) FROM STDIN (FORMAT binary)",
-        &[
-            Type::INT8,
-            Type::INT8,
-            Type::INT8,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::BYTEA,
-        ],
-        rows,
+        |buf| {
+            let fields: usize = events.iter().map(|e| e.fields.len() + 14).sum();
+            buf.reserve(fields);
+            for e in events {
+                buf.extend_from_slice(&7i16.to_be_bytes());
+                buf.extend_from_slice(&8i32.to_be_bytes());
+                buf.extend_from_slice(&sid.to_be_bytes());
+                buf.extend_from_slice(e.fields);
+            }
+        },
     )
     .map_err(db("shipping events"))?;
     Ok(())
@@ -227,7 +219,7 @@ fn insert_terms(
     tx: &mut Transaction<'_>,
     sid: i64,
     batch: &ShipBatch,
-    events: &[&crate::EventRow],
+    events: &[PackedEvent<'_>],
 ) -> Result<(), AuditError> {
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Ok(());
@@ -240,11 +232,12 @@ fn insert_terms(
         events
             .iter()
             .filter_map(|e| {
-                let event = serde_json::from_str::<AuditEvent>(&e.payload).ok()?;
-                Some(terms::of(&event, &none).into_iter().map(|t| IndexRow {
+                let event = serde_json::from_slice::<AuditEvent>(e.payload()).ok()?;
+                let kind = String::from_utf8_lossy(e.kind()).into_owned();
+                Some(terms::of(&event, &none).into_iter().map(move |t| IndexRow {
                     seq: e.seq,
                     ts_us: e.ts_us,
-                    kind: e.kind.clone(),
+                    kind: kind.clone(),
                     terms: t,
                 }))
             })
