@@ -15,16 +15,16 @@
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 
-mod events;
 mod follow;
+mod packed;
 mod progress;
 
-pub use events::{EventFields, PackedEvent, ShipEvents};
 pub use follow::{Connect, LINGER, Shipper};
+pub use packed::{EventFields, Packed, PackedEvent, PackedTerms, ShipEvents, ShipTerms};
 pub use progress::{ShipProgress, ShipStatus};
 
 use crate::sqlite::SqliteStore;
-use crate::{AuditError, CheckpointRow, IndexRow, RecordStore, Seq, SessionId, SessionRow};
+use crate::{AuditError, CheckpointRow, RecordStore, Seq, SessionId, SessionRow};
 
 /// One session's rows that a destination does not hold yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +37,21 @@ pub struct ShipBatch {
     /// Events after the destination's last, contiguous, in seq order
     /// (possibly none, when only the session's end is new), as stored.
     pub events: ShipEvents,
-    /// The search terms of exactly those events.
-    pub index: Vec<IndexRow>,
+    /// The search terms of exactly those events, as stored.
+    pub index: ShipTerms,
     /// The session's signed checkpoints up to the last event of the batch
     /// (a destination ignores those it holds).
     pub checkpoints: Vec<CheckpointRow>,
     /// The file contents those events reference, by the SHA-256 they are
     /// stored under.
     pub contents: Vec<(String, Vec<u8>)>,
+}
+
+/// A batch's buffers, kept from one batch for the next.
+#[derive(Debug, Clone, Default)]
+pub struct Spare {
+    pub events: ShipEvents,
+    pub index: ShipTerms,
 }
 
 /// Where a destination stands on one session.
@@ -117,7 +124,7 @@ pub fn ship_session(
 ) -> Result<ShipReport, AuditError> {
     let mut report = ShipReport::default();
     let mut at = to.shipped(session)?;
-    let mut spare = ShipEvents::default();
+    let mut spare = Spare::default();
     while let Some((_, events)) = ship_next(store, session, at, to, &mut spare)? {
         let now = to.shipped(session)?;
         // A destination that took a batch and did not move would be sent
@@ -144,14 +151,17 @@ pub(crate) fn ship_next(
     session: &SessionId,
     at: Shipped,
     to: &dyn ShipDestination,
-    spare: &mut ShipEvents,
+    spare: &mut Spare,
 ) -> Result<Option<(Shipped, usize)>, AuditError> {
     let Some(batch) = store.ship_batch_with(session, at, BATCH_EVENTS, spare)? else {
         return Ok(None);
     };
     let shipped = to.ship(&batch);
     let after = (batch.shipped_after(at), batch.events.len());
-    *spare = batch.events;
+    *spare = Spare {
+        events: batch.events,
+        index: batch.index,
+    };
     shipped?;
     Ok(Some(after))
 }

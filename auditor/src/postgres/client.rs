@@ -20,10 +20,9 @@ use futures_util::SinkExt;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
 use tokio_postgres::Statement;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::types::{ToSql, Type as PgType};
+use tokio_postgres::types::ToSql;
 pub(crate) use tokio_postgres::{Error, IsolationLevel, Portal, Row};
 
 /// How long a connection attempt may take when the URL sets no
@@ -191,30 +190,6 @@ impl Transaction<'_> {
         let statement = self.runtime.block_on(self.tx.prepare(sql))?;
         self.prepared.insert(sql, statement.clone());
         Ok(statement)
-    }
-
-    /// Streams `rows` into `sql` (a `COPY … FROM STDIN (FORMAT binary)`)
-    /// whose columns are `types`: one round trip for the lot, and the
-    /// server stores them without planning a statement a row.
-    pub(crate) fn copy_in_binary<'r, R, I>(
-        &mut self,
-        sql: &'static str,
-        types: &[PgType],
-        rows: I,
-    ) -> Result<u64, Error>
-    where
-        R: AsRef<[&'r (dyn ToSql + Sync)]>,
-        I: IntoIterator<Item = R>,
-    {
-        let statement = self.prepare(sql)?;
-        self.runtime.block_on(async {
-            let sink = self.tx.copy_in(&statement).await?;
-            let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, types));
-            for row in rows {
-                writer.as_mut().write(row.as_ref()).await?;
-            }
-            writer.finish().await
-        })
     }
 
     /// Sends `sql` (a `COPY … FROM STDIN (FORMAT binary)`) the tuples

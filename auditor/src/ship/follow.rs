@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{ShipDestination, ShipEvents, ShipProgress, ShipReport, Shipped, ship_next};
+use super::{ShipDestination, ShipProgress, ShipReport, Shipped, Spare, ship_next};
 use crate::sqlite::SqliteStore;
 use crate::{AuditError, RecordStore, Seq, SessionId};
 
@@ -64,7 +64,7 @@ struct Link {
     destination: Option<Box<dyn ShipDestination>>,
     known: HashMap<SessionId, Shipped>,
     /// The last batch's buffers, filled again by the next.
-    spare: ShipEvents,
+    spare: Spare,
 }
 
 impl Shipper {

@@ -9,8 +9,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::search::has_table;
 use super::verify_rows::{self, SESSION_COLUMNS};
 use super::{SqliteStore, db};
-use crate::ship::{EventFields, ShipBatch, ShipEvents, Shipped};
-use crate::{AuditError, CheckpointRow, IndexRow, SessionId, SessionRow};
+use crate::ship::{EventFields, ShipBatch, ShipEvents, ShipTerms, Shipped, Spare};
+use crate::{AuditError, CheckpointRow, SessionId, SessionRow};
 
 impl SqliteStore {
     /// The next batch of `session` for a destination that stands at
@@ -24,7 +24,7 @@ impl SqliteStore {
         shipped: Shipped,
         limit: usize,
     ) -> Result<Option<ShipBatch>, AuditError> {
-        self.ship_batch_with(session, shipped, limit, &mut ShipEvents::default())
+        self.ship_batch_with(session, shipped, limit, &mut Spare::default())
     }
 
     /// As [`Self::ship_batch`], reading the events into `spare`'s buffers
@@ -35,7 +35,7 @@ impl SqliteStore {
         session: &SessionId,
         shipped: Shipped,
         limit: usize,
-        spare: &mut ShipEvents,
+        spare: &mut Spare,
     ) -> Result<Option<ShipBatch>, AuditError> {
         if shipped.ended {
             return Ok(None);
@@ -47,30 +47,31 @@ impl SqliteStore {
         let tx = conn.transaction().map_err(db("reading a batch to ship"))?;
         let after = shipped.up_to.map_or(0, |s| s.0);
         let mut row = session_row(&tx, sid)?;
-        spare.clear();
-        let shas = events_after(&tx, sid, after, limit, spare)?;
-        let last = spare.last_seq().unwrap_or(after);
+        let Spare { events, index } = spare;
+        events.clear();
+        index.clear();
+        let shas = events_after(&tx, sid, after, limit, events)?;
+        let last = events.last_seq().unwrap_or(after);
         let ends_here = row.final_seq.is_some_and(|f| f as u64 <= last);
         if !ends_here {
             row.ended_us = None;
             row.end_json = None;
             row.final_seq = None;
-            if spare.is_empty() {
+            if events.is_empty() {
                 return Ok(None);
             }
         }
-        let index = match spare.is_empty() {
-            false => index_rows(&tx, sid, after + 1, last)?,
-            true => Vec::new(),
-        };
+        if !events.is_empty() {
+            index_rows(&tx, sid, after + 1, last, index)?;
+        }
         let batch = ShipBatch {
             session: session.clone(),
             indexed: indexed(&tx, sid)?,
             checkpoints: checkpoints(&tx, sid, after, last)?,
             contents: contents(&tx, shas)?,
             row,
-            events: std::mem::take(spare),
-            index,
+            events: std::mem::take(events),
+            index: std::mem::take(index),
         };
         tx.finish().map_err(db("reading a batch to ship"))?;
         Ok(Some(batch))
@@ -157,9 +158,10 @@ fn index_rows(
     sid: i64,
     first: u64,
     last: u64,
-) -> Result<Vec<IndexRow>, AuditError> {
+    into: &mut ShipTerms,
+) -> Result<(), AuditError> {
     if !has_table(conn, "event_terms")? {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let mut stmt = conn
         .prepare_cached(
@@ -167,12 +169,33 @@ fn index_rows(
              WHERE sid = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq, rowid",
         )
         .map_err(db("reading a batch to ship"))?;
-    stmt.query_map(
-        params![sid, first as i64, last as i64],
-        verify_rows::index_row,
-    )
-    .and_then(|rows| rows.collect())
-    .map_err(db("reading a batch to ship"))
+    let mut rows = stmt
+        .query(params![sid, first as i64, last as i64])
+        .map_err(db("reading a batch to ship"))?;
+    while let Some(r) = rows.next().map_err(db("reading a batch to ship"))? {
+        let mut push = || -> rusqlite::Result<()> {
+            let text = |i| match r.get_ref(i)? {
+                ValueRef::Null => Ok(None),
+                _ => bytes(r, i).map(Some),
+            };
+            into.push_row(
+                u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                r.get(1)?,
+                &[
+                    Some(bytes(r, 2)?),
+                    text(3)?,
+                    text(4)?,
+                    text(5)?,
+                    text(6)?,
+                    text(7)?,
+                    text(8)?,
+                ],
+            );
+            Ok(())
+        };
+        push().map_err(db("reading a batch to ship"))?;
+    }
+    Ok(())
 }
 
 fn indexed(conn: &Connection, sid: i64) -> Result<bool, AuditError> {

@@ -1,19 +1,28 @@
-//! A batch's events as the node stores them, packed into one buffer: the
+//! A batch's rows as the node stores them, packed into one buffer: the
 //! bytes the chain hash and the signatures cover, copied once out of the
 //! local record and never decoded, re-encoded or held as a `String` each.
 //!
-//! Each event's fields (seq, ts_us, kind, exec_id, payload, hash) are laid
-//! end to end as a big-endian `i32` length (-1 for a NULL) and the field's
-//! bytes, integers as 8 big-endian bytes: the field layout of a tuple in
-//! PostgreSQL's binary COPY. A central store then writes a row as its own
-//! prefix and one copy of these bytes, and any other destination reads the
-//! fields back with [`PackedEvent`]'s accessors.
+//! Each row's fields are laid end to end as a big-endian `i32` length (-1
+//! for a NULL) and the field's bytes, integers as 8 big-endian bytes: the
+//! field layout of a tuple in PostgreSQL's binary COPY. A central store
+//! then writes a row as its own prefix and one copy of these bytes, and
+//! any other destination reads the fields back with [`PackedEvent`]'s and
+//! [`PackedTerms`]' accessors.
 
 use std::ops::Range;
 
-/// A batch's events, in seq order; its buffers are kept across batches.
+use crate::search::Terms;
+
+/// A batch's events, in seq order, each (seq, ts_us, kind, exec_id,
+/// payload, hash); its buffers are kept across batches.
+pub type ShipEvents = Packed;
+/// A batch's search-term rows, in seq order, each (seq, ts_us, kind, host,
+/// method, verdict, url, path, command).
+pub type ShipTerms = Packed;
+
+/// Rows packed as above.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ShipEvents {
+pub struct Packed {
     bytes: Vec<u8>,
     rows: Vec<Row>,
 }
@@ -26,14 +35,17 @@ struct Row {
     at: Range<usize>,
 }
 
-/// One packed event.
+/// One packed row: an event, or an event's search terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PackedEvent<'a> {
     pub seq: u64,
     pub ts_us: i64,
-    /// The six fields, as laid out above.
+    /// Every field, as laid out above.
     pub fields: &'a [u8],
 }
+
+/// Search-term rows are read with the same type.
+pub type PackedTerms<'a> = PackedEvent<'a>;
 
 /// The fields an event packs, borrowed from wherever it is read.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +64,7 @@ const EXEC_ID: usize = 3;
 const PAYLOAD: usize = 4;
 const HASH: usize = 5;
 
-impl ShipEvents {
+impl Packed {
     /// Empties it, keeping its buffers for the next batch.
     pub fn clear(&mut self) {
         self.bytes.clear();
@@ -74,18 +86,48 @@ impl ShipEvents {
 
     /// Appends one event (after the last: the caller reads in seq order).
     pub fn push(&mut self, e: EventFields<'_>) {
+        self.push_row(
+            e.seq,
+            e.ts_us,
+            &[Some(e.kind), e.exec_id, Some(e.payload), Some(e.hash)],
+        );
+    }
+
+    /// Appends one search-term row of event `seq`.
+    pub fn push_terms(&mut self, seq: u64, ts_us: i64, kind: &[u8], t: &Terms) {
+        self.push_row(
+            seq,
+            ts_us,
+            &[
+                Some(kind),
+                text(&t.host),
+                text(&t.method),
+                text(&t.verdict),
+                text(&t.url),
+                text(&t.path),
+                text(&t.command),
+            ],
+        );
+    }
+
+    /// Appends a row of `seq`, `ts_us` and `rest`.
+    pub fn push_row(&mut self, seq: u64, ts_us: i64, rest: &[Option<&[u8]>]) {
         let start = self.bytes.len();
         let b = &mut self.bytes;
-        b.reserve(4 * 6 + 16 + e.kind.len() + e.payload.len() + e.hash.len() + 64);
-        put_field(b, Some(&e.seq.to_be_bytes()));
-        put_field(b, Some(&e.ts_us.to_be_bytes()));
-        put_field(b, Some(e.kind));
-        put_field(b, e.exec_id);
-        put_field(b, Some(e.payload));
-        put_field(b, Some(e.hash));
+        b.reserve(
+            24 + rest
+                .iter()
+                .map(|f| 4 + f.map_or(0, <[u8]>::len))
+                .sum::<usize>(),
+        );
+        put_field(b, Some(&seq.to_be_bytes()));
+        put_field(b, Some(&ts_us.to_be_bytes()));
+        for field in rest {
+            put_field(b, *field);
+        }
         self.rows.push(Row {
-            seq: e.seq,
-            ts_us: e.ts_us,
+            seq,
+            ts_us,
             at: start..self.bytes.len(),
         });
     }
@@ -98,6 +140,10 @@ impl ShipEvents {
             fields: &self.bytes[r.at.clone()],
         })
     }
+}
+
+fn text(field: &Option<String>) -> Option<&[u8]> {
+    field.as_deref().map(str::as_bytes)
 }
 
 fn put_field(b: &mut Vec<u8>, field: Option<&[u8]>) {
@@ -115,7 +161,7 @@ fn put_field(b: &mut Vec<u8>, field: Option<&[u8]>) {
 
 impl<'a> PackedEvent<'a> {
     /// The `n`th field's bytes (None for a NULL).
-    fn field(&self, n: usize) -> Option<&'a [u8]> {
+    pub fn field(&self, n: usize) -> Option<&'a [u8]> {
         let mut rest = self.fields;
         for i in 0.. {
             let (len, tail) = rest.split_first_chunk::<4>()?;
@@ -129,10 +175,12 @@ impl<'a> PackedEvent<'a> {
         None
     }
 
+    /// An event's or a term row's kind.
     pub fn kind(&self) -> &'a [u8] {
         self.field(KIND).unwrap_or_default()
     }
 
+    /// An event's fields.
     pub fn exec_id(&self) -> Option<&'a [u8]> {
         self.field(EXEC_ID)
     }
@@ -173,6 +221,18 @@ mod tests {
         assert_eq!(got[1].hash(), &[7; 32]);
         // The binary COPY layout: an int8 field is 8 bytes long.
         assert_eq!(&got[0].fields[..12], &[0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let mut terms = ShipTerms::default();
+        let t = Terms {
+            host: Some("com.example".into()),
+            ..Terms::default()
+        };
+        terms.push_terms(3, 4, b"dns", &t);
+        let row = terms.iter().next().unwrap();
+        assert_eq!(
+            (row.seq, row.kind(), row.field(3)),
+            (3, &b"dns"[..], Some(&b"com.example"[..]))
+        );
+        assert_eq!(row.field(4), None);
         events.clear();
         assert!(events.is_empty());
         assert_eq!(events.last_seq(), None);
