@@ -16,15 +16,15 @@
 //! destination restarted, resumes exactly where the destination stopped.
 
 mod follow;
+mod packed;
 mod progress;
 
 pub use follow::{Connect, LINGER, Shipper};
+pub use packed::{EventFields, Packed, PackedEvent, PackedTerms, ShipEvents, ShipTerms};
 pub use progress::{ShipProgress, ShipStatus};
 
 use crate::sqlite::SqliteStore;
-use crate::{
-    AuditError, CheckpointRow, EventRow, IndexRow, RecordStore, Seq, SessionId, SessionRow,
-};
+use crate::{AuditError, CheckpointRow, RecordStore, Seq, SessionId, SessionRow};
 
 /// One session's rows that a destination does not hold yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,16 +35,23 @@ pub struct ShipBatch {
     /// Whether the session's search terms were written as it was recorded.
     pub indexed: bool,
     /// Events after the destination's last, contiguous, in seq order
-    /// (possibly none, when only the session's end is new).
-    pub events: Vec<EventRow>,
-    /// The search terms of exactly those events.
-    pub index: Vec<IndexRow>,
+    /// (possibly none, when only the session's end is new), as stored.
+    pub events: ShipEvents,
+    /// The search terms of exactly those events, as stored.
+    pub index: ShipTerms,
     /// The session's signed checkpoints up to the last event of the batch
     /// (a destination ignores those it holds).
     pub checkpoints: Vec<CheckpointRow>,
     /// The file contents those events reference, by the SHA-256 they are
     /// stored under.
     pub contents: Vec<(String, Vec<u8>)>,
+}
+
+/// A batch's buffers, kept from one batch for the next.
+#[derive(Debug, Clone, Default)]
+pub struct Spare {
+    pub events: ShipEvents,
+    pub index: ShipTerms,
 }
 
 /// Where a destination stands on one session.
@@ -117,7 +124,8 @@ pub fn ship_session(
 ) -> Result<ShipReport, AuditError> {
     let mut report = ShipReport::default();
     let mut at = to.shipped(session)?;
-    while let Some((_, events)) = ship_next(store, session, at, to)? {
+    let mut spare = Spare::default();
+    while let Some((_, events)) = ship_next(store, session, at, to, &mut spare)? {
         let now = to.shipped(session)?;
         // A destination that took a batch and did not move would be sent
         // the same batch forever.
@@ -136,25 +144,33 @@ pub fn ship_session(
 
 /// Ships the next batch of `session` to `to`, which stands at `at`: where
 /// it then stands and how many events it took, or None when it lacked
-/// nothing.
+/// nothing. The batch is read into `spare`'s buffers, and they are left
+/// there for the next.
 pub(crate) fn ship_next(
     store: &SqliteStore,
     session: &SessionId,
     at: Shipped,
     to: &dyn ShipDestination,
+    spare: &mut Spare,
 ) -> Result<Option<(Shipped, usize)>, AuditError> {
-    let Some(batch) = store.ship_batch(session, at, BATCH_EVENTS)? else {
+    let Some(batch) = store.ship_batch_with(session, at, BATCH_EVENTS, spare)? else {
         return Ok(None);
     };
-    to.ship(&batch)?;
-    Ok(Some((batch.shipped_after(at), batch.events.len())))
+    let shipped = to.ship(&batch);
+    let after = (batch.shipped_after(at), batch.events.len());
+    *spare = Spare {
+        events: batch.events,
+        index: batch.index,
+    };
+    shipped?;
+    Ok(Some(after))
 }
 
 impl ShipBatch {
     /// Where the destination stands once it stores this batch, from where
     /// it stood before.
     fn shipped_after(&self, before: Shipped) -> Shipped {
-        let up_to = self.events.last().map(|e| Seq(e.seq)).or(before.up_to);
+        let up_to = self.events.last_seq().map(Seq).or(before.up_to);
         let reached = |last: i64| up_to.map_or(0, Seq::get) >= u64::try_from(last).unwrap_or(0);
         Shipped {
             up_to,

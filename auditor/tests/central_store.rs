@@ -164,6 +164,31 @@ fn a_running_session_ships_as_it_goes_and_its_end_once_it_ended() {
 }
 
 #[test]
+fn a_session_recorded_before_search_existed_ships_its_search_terms_computed_centrally() {
+    let pg = PgServer::start();
+    let (env, local) = node();
+    let id = session(&local, 3);
+    // A record from before search: no terms were written as it was recorded.
+    env.raw()
+        .execute_batch("DROP TABLE event_terms; DROP TABLE search_indexed;")
+        .unwrap();
+    let central = PgStore::open(&pg.url()).unwrap();
+    ship_all(&local, &central).unwrap();
+    // One row a DNS event, one for the file write, each with its value.
+    assert_eq!(
+        pg.psql("SELECT string_agg(seq || ':' || part || ':' || kind || ':' || coalesce(host, path), ',' ORDER BY seq) FROM event_terms"),
+        "1:0:file:/work/a.txt,2:0:dns:com.example.h0,3:0:dns:com.example.h1,4:0:dns:com.example.h2"
+    );
+    let query = airlock_auditor::SearchQuery {
+        host: Some("h1.example.com".into()),
+        ..Default::default()
+    };
+    let hits = central.search(&query).unwrap().hits;
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].session, id);
+}
+
+#[test]
 fn a_sessions_end_is_written_once_and_never_overwritten() {
     let pg = PgServer::start();
     let (_env, local) = node();

@@ -15,13 +15,14 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
+use futures_util::SinkExt;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
 use tokio_postgres::Statement;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::Host;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::types::{ToSql, Type as PgType};
+use tokio_postgres::types::ToSql;
 pub(crate) use tokio_postgres::{Error, IsolationLevel, Portal, Row};
 
 /// How long a connection attempt may take when the URL sets no
@@ -62,6 +63,8 @@ pub(crate) struct Client {
     /// connection: a batch then costs one round trip a statement, and the
     /// server parses and plans each once, not once a batch.
     prepared: Prepared,
+    /// The buffer a raw binary COPY is built in, kept for the next.
+    copy_buf: BytesMut,
 }
 
 type Prepared = HashMap<&'static str, Statement>;
@@ -104,6 +107,7 @@ impl Client {
             runtime,
             inner,
             prepared: Prepared::new(),
+            copy_buf: BytesMut::new(),
         })
     }
 
@@ -117,6 +121,7 @@ impl Client {
             runtime: &self.runtime,
             tx,
             prepared: &mut self.prepared,
+            copy_buf: &mut self.copy_buf,
         })
     }
 
@@ -136,6 +141,7 @@ impl Client {
             runtime: &self.runtime,
             tx,
             prepared: &mut self.prepared,
+            copy_buf: &mut self.copy_buf,
         })
     }
 }
@@ -145,6 +151,7 @@ pub(crate) struct Transaction<'a> {
     runtime: &'a Runtime,
     tx: tokio_postgres::Transaction<'a>,
     prepared: &'a mut Prepared,
+    copy_buf: &'a mut BytesMut,
 }
 
 impl Transaction<'_> {
@@ -185,27 +192,32 @@ impl Transaction<'_> {
         Ok(statement)
     }
 
-    /// Streams `rows` into `sql` (a `COPY … FROM STDIN (FORMAT binary)`)
-    /// whose columns are `types`: one round trip for the lot, and the
-    /// server stores them without planning a statement a row.
-    pub(crate) fn copy_in_binary<'r, R, I>(
+    /// Sends `sql` (a `COPY … FROM STDIN (FORMAT binary)`) the tuples
+    /// `write` appends, already in binary COPY form: the header and the
+    /// trailer are added here, and the whole goes as one chunk from a
+    /// buffer kept for the next COPY.
+    pub(crate) fn copy_in_binary_raw(
         &mut self,
         sql: &'static str,
-        types: &[PgType],
-        rows: I,
-    ) -> Result<u64, Error>
-    where
-        R: AsRef<[&'r (dyn ToSql + Sync)]>,
-        I: IntoIterator<Item = R>,
-    {
+        write: impl FnOnce(&mut BytesMut),
+    ) -> Result<u64, Error> {
         let statement = self.prepare(sql)?;
+        let buf = &mut *self.copy_buf;
+        buf.clear();
+        // Signature, flags (none), header extension (none).
+        buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        buf.extend_from_slice(&0i32.to_be_bytes());
+        write(buf);
+        buf.extend_from_slice(&(-1i16).to_be_bytes());
+        // The chunk is dropped once the driver has copied it out, and the
+        // buffer then gets its allocation back (BytesMut::reserve).
+        let chunk = buf.split().freeze();
         self.runtime.block_on(async {
-            let sink = self.tx.copy_in(&statement).await?;
-            let mut writer = std::pin::pin!(BinaryCopyInWriter::new(sink, types));
-            for row in rows {
-                writer.as_mut().write(row.as_ref()).await?;
-            }
-            writer.finish().await
+            let sink = self.tx.copy_in::<_, Bytes>(&statement).await?;
+            let mut sink = std::pin::pin!(sink);
+            sink.send(chunk).await?;
+            sink.finish().await
         })
     }
 

@@ -2,16 +2,14 @@
 //! batch, under a lock on the session's row, so that a batch sent twice,
 //! or by two shippers of the same session at once, is stored once.
 
-use tokio_postgres::types::{ToSql, Type};
-
 use super::client::{Queries, Transaction};
 
 use super::error::CentralError;
 use super::store::PgStore;
 use super::{db, db_error};
-use crate::search::{Terms, terms};
-use crate::ship::{ShipBatch, ShipDestination, Shipped};
-use crate::{AuditError, AuditEvent, IndexRow, Redactor, Seq, SessionId, SessionInfo};
+use crate::search::terms;
+use crate::ship::{PackedEvent, PackedTerms, ShipBatch, ShipDestination, ShipTerms, Shipped};
+use crate::{AuditError, AuditEvent, Redactor, Seq, SessionId, SessionInfo};
 
 impl ShipDestination for PgStore {
     fn shipped(&self, session: &SessionId) -> Result<Shipped, AuditError> {
@@ -51,7 +49,7 @@ struct Held {
 
 fn store_batch(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), AuditError> {
     let held = lock_session(tx, batch)?;
-    let events: Vec<_> = batch
+    let events: Vec<PackedEvent<'_>> = batch
         .events
         .iter()
         .filter(|e| held.up_to.is_none_or(|h| e.seq as i64 > h))
@@ -183,38 +181,30 @@ fn insert_contents(tx: &mut Transaction<'_>, batch: &ShipBatch) -> Result<(), Au
 /// collide with a row the store holds: under the session's lock only
 /// events after its last are sent (`store_batch`), and the primary key on
 /// (sid, seq) would refuse, and roll back, a batch that did collide.
+///
+/// Each event arrives packed as the fields of a binary COPY tuple
+/// ([`crate::ship::ShipEvents`]): a row is the field count, the store's
+/// sid, then the node's bytes as they are.
 fn insert_events(
     tx: &mut Transaction<'_>,
     sid: i64,
-    events: &[&crate::EventRow],
+    events: &[PackedEvent<'_>],
 ) -> Result<(), AuditError> {
     if events.is_empty() {
         return Ok(());
     }
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq as i64).collect();
-    let rows = events.iter().zip(&seqs).map(|(e, seq)| {
-        [
-            &sid as &(dyn ToSql + Sync),
-            seq,
-            &e.ts_us,
-            &e.kind,
-            &e.exec_id,
-            &e.payload,
-            &e.stored,
-        ]
-    });
-    tx.copy_in_binary(
+    tx.copy_in_binary_raw(
         "COPY events (sid, seq, ts_us, kind, exec_id, payload, hash) FROM STDIN (FORMAT binary)",
-        &[
-            Type::INT8,
-            Type::INT8,
-            Type::INT8,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::BYTEA,
-        ],
-        rows,
+        |buf| {
+            let fields: usize = events.iter().map(|e| e.fields.len() + 14).sum();
+            buf.reserve(fields);
+            for e in events {
+                buf.extend_from_slice(&7i16.to_be_bytes());
+                buf.extend_from_slice(&8i32.to_be_bytes());
+                buf.extend_from_slice(&sid.to_be_bytes());
+                buf.extend_from_slice(e.fields);
+            }
+        },
     )
     .map_err(db("shipping events"))?;
     Ok(())
@@ -227,86 +217,56 @@ fn insert_terms(
     tx: &mut Transaction<'_>,
     sid: i64,
     batch: &ShipBatch,
-    events: &[&crate::EventRow],
+    events: &[PackedEvent<'_>],
 ) -> Result<(), AuditError> {
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Ok(());
     };
     // The node's rows are sent as they are (borrowed, not copied).
-    let computed: Vec<IndexRow> = if batch.indexed {
-        Vec::new()
+    let mut computed = ShipTerms::default();
+    let rows = if batch.indexed {
+        &batch.index
     } else {
         let none = Redactor::new();
-        events
-            .iter()
-            .filter_map(|e| {
-                let event = serde_json::from_str::<AuditEvent>(&e.payload).ok()?;
-                Some(terms::of(&event, &none).into_iter().map(|t| IndexRow {
-                    seq: e.seq,
-                    ts_us: e.ts_us,
-                    kind: e.kind.clone(),
-                    terms: t,
-                }))
-            })
-            .flatten()
-            .collect()
+        for e in events {
+            let Ok(event) = serde_json::from_slice::<AuditEvent>(e.payload()) else {
+                continue;
+            };
+            for t in terms::of(&event, &none) {
+                computed.push_terms(e.seq, e.ts_us, e.kind(), &t);
+            }
+        }
+        &computed
     };
-    let rows: Vec<&IndexRow> = if batch.indexed {
-        batch
-            .index
-            .iter()
-            .filter(|r| r.seq >= first.seq && r.seq <= last.seq)
-            .collect()
-    } else {
-        computed.iter().collect()
-    };
+    let rows: Vec<PackedTerms<'_>> = rows
+        .iter()
+        .filter(|r| r.seq >= first.seq && r.seq <= last.seq)
+        .collect();
     if rows.is_empty() {
         return Ok(());
     }
-    // Each row's seq, and its place among its event's rows, in the order
-    // they came.
-    let mut keys: Vec<(i64, i32)> = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let seq = r.seq as i64;
-        let part = match keys.last() {
-            Some(&(prev, part)) if prev == seq => part + 1,
-            _ => 0,
-        };
-        keys.push((seq, part));
-    }
-    let copied = rows.iter().zip(&keys).map(|(r, (seq, part))| {
-        let t: &Terms = &r.terms;
-        [
-            &sid as &(dyn ToSql + Sync),
-            seq,
-            part,
-            &r.ts_us,
-            &r.kind,
-            &t.host,
-            &t.method,
-            &t.verdict,
-            &t.url,
-            &t.path,
-            &t.command,
-        ]
-    });
-    tx.copy_in_binary(
-        "COPY event_terms (sid, seq, part, ts_us, kind, host, method, verdict, url, path, command)
+    // A row is the field count, the store's sid, its place among its
+    // event's rows (in the order they came), then the node's bytes.
+    tx.copy_in_binary_raw(
+        "COPY event_terms (sid, part, seq, ts_us, kind, host, method, verdict, url, path, command)
          FROM STDIN (FORMAT binary)",
-        &[
-            Type::INT8,
-            Type::INT8,
-            Type::INT4,
-            Type::INT8,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-        ],
-        copied,
+        |buf| {
+            buf.reserve(rows.iter().map(|r| r.fields.len() + 22).sum());
+            let mut prev: Option<(u64, i32)> = None;
+            for r in &rows {
+                let part = match prev {
+                    Some((seq, part)) if seq == r.seq => part + 1,
+                    _ => 0,
+                };
+                prev = Some((r.seq, part));
+                buf.extend_from_slice(&11i16.to_be_bytes());
+                buf.extend_from_slice(&8i32.to_be_bytes());
+                buf.extend_from_slice(&sid.to_be_bytes());
+                buf.extend_from_slice(&4i32.to_be_bytes());
+                buf.extend_from_slice(&part.to_be_bytes());
+                buf.extend_from_slice(r.fields);
+            }
+        },
     )
     .map_err(db("shipping search terms"))?;
     Ok(())

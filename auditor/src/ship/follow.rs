@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{ShipDestination, ShipProgress, ShipReport, Shipped, ship_next};
+use super::{ShipDestination, ShipProgress, ShipReport, Shipped, Spare, ship_next};
 use crate::sqlite::SqliteStore;
 use crate::{AuditError, RecordStore, Seq, SessionId};
 
@@ -63,6 +63,8 @@ impl std::fmt::Debug for Shipper {
 struct Link {
     destination: Option<Box<dyn ShipDestination>>,
     known: HashMap<SessionId, Shipped>,
+    /// The last batch's buffers, filled again by the next.
+    spare: Spare,
 }
 
 impl Shipper {
@@ -167,7 +169,13 @@ impl Shipper {
                 Some(at) => *at,
                 None => destination.shipped(session)?,
             };
-            let Some((now, events)) = ship_next(&self.local, session, at, destination.as_ref())?
+            let Some((now, events)) = ship_next(
+                &self.local,
+                session,
+                at,
+                destination.as_ref(),
+                &mut link.spare,
+            )?
             else {
                 link.known.insert(session.clone(), at);
                 if at.ended {
