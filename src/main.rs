@@ -5,6 +5,10 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 #![forbid(unsafe_code)]
 
+/// See Cargo.toml: measured against glibc's allocator in BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod approvals;
 mod audit;
 mod audit_sink;
