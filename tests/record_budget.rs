@@ -229,7 +229,17 @@ fn many_different_files_share_one_budget_under(isolation: Isolation) {
     let (events, notice) = env.events_and_notice(&id);
     let ws = env.workspace().to_string_lossy().into_owned();
     let files = versions(&events, &ws);
-    assert_eq!(files.len(), 100);
+    let paths: std::collections::BTreeSet<&str> =
+        files.iter().filter_map(|e| e["path"].as_str()).collect();
+    assert_eq!(paths.len(), 100, "every file is on record");
+    match isolation {
+        Isolation::Namespaces => assert_eq!(files.len(), 100, "one version per file"),
+        // A look that lands while dd is between its open and its write
+        // records the file as it then was (empty or partial), and the look
+        // after its close the final content: a documented difference
+        // (docs/isolation.md, "What the record sees under gVisor").
+        Isolation::Gvisor => assert!(files.len() >= 100, "{} versions", files.len()),
+    }
     assert_hash_only_after(&files, notice);
     // Every file is still on disk and on record by hash.
     for i in 1..=100 {
