@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use airlock_auditor::ship::{Connect, ShipDestination, ShipProgress, ShipReport, Shipper};
+use airlock_auditor::ship::{
+    Connect, ShipDestination, ShipFeed, ShipProgress, ShipReport, Shipper,
+};
 use airlock_auditor::sqlite::SqliteStore;
-use airlock_auditor::{Seq, SessionId};
+use airlock_auditor::{Seq, SessionId, SessionRecorder};
 use airlock_proxy::Metrics;
 use airlock_proxy::events::SinkError;
 use airlock_proxy::metrics::ShippingGauges;
@@ -110,13 +112,20 @@ pub(crate) struct LiveShipper {
 }
 
 impl LiveShipper {
-    /// Starts shipping `db` (already created by the session's recorder)
-    /// to `to`. The central store need not be reachable: events wait.
-    pub(crate) fn start(db: &Path, to: &ShipUrl) -> anyhow::Result<Self> {
+    /// Starts shipping `db` (where `recorder` records) to `to`, taking the
+    /// recorder's commits in memory as they land and reading `db` for the
+    /// rest. The central store need not be reachable: events wait.
+    pub(crate) fn start(
+        db: &Path,
+        to: &ShipUrl,
+        recorder: &SessionRecorder,
+    ) -> anyhow::Result<Self> {
         let local = SqliteStore::open_for_shipping(db)
             .with_context(|| format!("--audit-ship: opening {} to ship it", db.display()))?;
         let progress = Arc::new(ShipProgress::default());
-        let shipper = Shipper::new(local, to.connect(), progress.clone());
+        let feed = Arc::new(ShipFeed::default());
+        recorder.feed(feed.clone());
+        let shipper = Shipper::new(local, to.connect(), progress.clone()).with_feed(feed);
         let thread = std::thread::Builder::new()
             .name("audit-ship".into())
             .spawn(move || shipper.follow())

@@ -10,7 +10,7 @@
 use crate::{FileChange, HttpExchange, Note, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use crate::commit::{
     ChainedEvent, Commit, CommitError, NewCheckpoint, NewEnd, NewEvent, SessionWriter,
 };
 use crate::search::terms::{self, Terms};
+use crate::ship::ShipFeed;
 use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId, SessionInfo};
 
 /// Sign a checkpoint after this many events...
@@ -70,6 +71,8 @@ struct Inner {
     /// content (lock order: budget, then gate).
     budget: Mutex<Budget>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Where the writer hands each commit once it is in the store.
+    feed: Arc<OnceLock<Arc<ShipFeed>>>,
 }
 
 /// Everything that must change atomically with sending, so that seq order is
@@ -302,6 +305,7 @@ impl SessionRecorder {
     fn start(setup: WriterSetup) -> Result<Self, AuditError> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let health = Arc::new(Health::default());
+        let feed = Arc::new(OnceLock::new());
         let writer = Writer {
             sink: setup.writer,
             session: setup.session.clone(),
@@ -311,6 +315,7 @@ impl SessionRecorder {
             signed_seq: 0,
             last_checkpoint: Instant::now(),
             health: health.clone(),
+            feed: feed.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!(
@@ -332,12 +337,20 @@ impl SessionRecorder {
                 max_file_bytes: setup.max_file_bytes,
                 budget: Mutex::new(Budget::new(setup.max_session_bytes)),
                 writer: Mutex::new(Some(handle)),
+                feed,
             }),
         })
     }
 
     pub fn session_id(&self) -> &SessionId {
         &self.inner.session
+    }
+
+    /// Hands every commit from now on to `feed` as well, once it is in
+    /// the store: the live shipper's copy (see [`ShipFeed`]). A recorder
+    /// feeds one shipper; a second feed is ignored.
+    pub fn feed(&self, feed: Arc<ShipFeed>) {
+        let _ = self.inner.feed.set(feed);
     }
 
     /// The redactor applied to this session's events; secrets registered here
@@ -591,6 +604,7 @@ struct Writer {
     signed_seq: u64,
     last_checkpoint: Instant,
     health: Arc<Health>,
+    feed: Arc<OnceLock<Arc<ShipFeed>>>,
 }
 
 /// Take what is queued, up to [`MAX_BATCH`], without waiting.
@@ -729,12 +743,16 @@ impl Writer {
             end_json,
             final_seq: last_seq,
         });
-        self.sink.commit(&Commit {
+        let commit = Commit {
             events: &events,
             checkpoint,
             end,
             durable,
-        })?;
+        };
+        self.sink.commit(&commit)?;
+        if let Some(feed) = self.feed.get() {
+            feed.committed(&self.session, self.last_seq, &commit);
+        }
         self.prev = prev;
         self.last_seq = last_seq;
         if due || finish.is_some() {

@@ -15,10 +15,12 @@
 //! memory. A shipper killed between a commit and its next step, or a
 //! destination restarted, resumes exactly where the destination stopped.
 
+mod feed;
 mod follow;
 mod packed;
 mod progress;
 
+pub use feed::ShipFeed;
 pub use follow::{Connect, LINGER, Shipper};
 pub use packed::{EventFields, Packed, PackedEvent, PackedTerms, ShipEvents, ShipTerms};
 pub use progress::{ShipProgress, ShipStatus};
@@ -95,6 +97,9 @@ pub struct ShipReport {
     pub batches: usize,
     /// Events sent.
     pub events: u64,
+    /// Of those, the events the recorder handed over in memory (the rest
+    /// were read back from the local record).
+    pub fed: u64,
 }
 
 impl std::ops::AddAssign for ShipReport {
@@ -102,6 +107,7 @@ impl std::ops::AddAssign for ShipReport {
         self.sessions += other.sessions;
         self.batches += other.batches;
         self.events += other.events;
+        self.fed += other.fed;
     }
 }
 
@@ -125,7 +131,7 @@ pub fn ship_session(
     let mut report = ShipReport::default();
     let mut at = to.shipped(session)?;
     let mut spare = Spare::default();
-    while let Some((_, events)) = ship_next(store, session, at, to, &mut spare)? {
+    while let Some((_, events)) = ship_next(store, session, at, BATCH_EVENTS, to, &mut spare)? {
         let now = to.shipped(session)?;
         // A destination that took a batch and did not move would be sent
         // the same batch forever.
@@ -142,18 +148,19 @@ pub fn ship_session(
     Ok(report)
 }
 
-/// Ships the next batch of `session` to `to`, which stands at `at`: where
-/// it then stands and how many events it took, or None when it lacked
-/// nothing. The batch is read into `spare`'s buffers, and they are left
-/// there for the next.
+/// Ships the next batch of `session` (up to `limit` events) to `to`, which
+/// stands at `at`: where it then stands and how many events it took, or
+/// None when it lacked nothing. The batch is read into `spare`'s buffers,
+/// and they are left there for the next.
 pub(crate) fn ship_next(
     store: &SqliteStore,
     session: &SessionId,
     at: Shipped,
+    limit: usize,
     to: &dyn ShipDestination,
     spare: &mut Spare,
 ) -> Result<Option<(Shipped, usize)>, AuditError> {
-    let Some(batch) = store.ship_batch_with(session, at, BATCH_EVENTS, spare)? else {
+    let Some(batch) = store.ship_batch_with(session, at, limit, spare)? else {
         return Ok(None);
     };
     let shipped = to.ship(&batch);

@@ -99,9 +99,9 @@ async fn serve(args: ProxyArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
-    let shipper = match (&args.audit.audit_db, &args.audit.audit_ship) {
-        (Some(db), Some(to)) => Some(LiveShipper::start(db, to)?),
-        (None, Some(_)) => anyhow::bail!(
+    let shipper = match (&args.audit.audit_db, &args.audit.audit_ship, &recorder) {
+        (Some(db), Some(to), Some(recorder)) => Some(LiveShipper::start(db, to, recorder)?),
+        (None, Some(_), _) => anyhow::bail!(
             "--audit-ship ships the record --audit-db keeps; give --audit-db FILE too"
         ),
         _ => None,

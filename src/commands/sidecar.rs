@@ -265,7 +265,7 @@ async fn serve(
             // connection to the central store is the sidecar's own, like
             // its upstream ones, and must not be captured by its proxy.
             airlock_auditor::postgres::mark_connections(rules.mark);
-            Some(LiveShipper::start(&audit_db, to)?)
+            Some(LiveShipper::start(&audit_db, to, &recorder)?)
         }
         None => None,
     };

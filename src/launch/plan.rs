@@ -324,7 +324,9 @@ impl Plan {
             None => None,
         };
         let shipper = match (&recorder, shipping) {
-            (Some(_), Some((db, to, required))) => Some((LiveShipper::start(&db, &to)?, required)),
+            (Some(recorder), Some((db, to, required))) => {
+                Some((LiveShipper::start(&db, &to, recorder)?, required))
+            }
             _ => None,
         };
         let mut sandbox = sandbox?;

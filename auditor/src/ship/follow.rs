@@ -7,9 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{ShipDestination, ShipProgress, ShipReport, Shipped, Spare, ship_next};
+use super::feed::{Pending, ShipFeed, Take};
+use super::{
+    BATCH_EVENTS, ShipBatch, ShipDestination, ShipProgress, ShipReport, Shipped, Spare, ship_next,
+};
 use crate::sqlite::SqliteStore;
-use crate::{AuditError, RecordStore, Seq, SessionId};
+use crate::{AuditError, RecordStore, Seq, SessionId, SessionRow};
 
 /// Opens a connection to the destination: called again after each failure,
 /// since a failed connection is not trusted to recover.
@@ -40,12 +43,23 @@ enum Pass {
     Behind,
 }
 
+/// What one batch did: where the destination now stands, how many events
+/// it took, and whether they came from the feed.
+struct Sent {
+    now: Shipped,
+    events: usize,
+    fed: bool,
+}
+
 /// One local record and where it goes.
 pub struct Shipper {
     local: SqliteStore,
     connect: Connect,
     progress: Arc<ShipProgress>,
     linger: Duration,
+    /// The recorder's commits, in memory; None ships from the local
+    /// record alone.
+    feed: Option<Arc<ShipFeed>>,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -65,6 +79,9 @@ struct Link {
     known: HashMap<SessionId, Shipped>,
     /// The last batch's buffers, filled again by the next.
     spare: Spare,
+    /// The rows of sessions shipped from the feed, read from the local
+    /// record once: (the row without its end, whether it was indexed).
+    rows: HashMap<SessionId, (SessionRow, bool)>,
 }
 
 impl Shipper {
@@ -74,7 +91,15 @@ impl Shipper {
             connect,
             progress,
             linger: LINGER,
+            feed: None,
         }
+    }
+
+    /// Ships the rows `feed` hands over as they are committed, reading the
+    /// local record only for what the feed does not hold.
+    pub fn with_feed(mut self, feed: Arc<ShipFeed>) -> Self {
+        self.feed = Some(feed);
+        self
     }
 
     /// Lingers `linger` instead of [`LINGER`] after a pass that caught up.
@@ -157,10 +182,13 @@ impl Shipper {
         };
         self.progress
             .pending(sessions.iter().map(|s| behind(s.mark.up_to, s.last)).sum());
-        let destination = match &link.destination {
+        // Out of the link for the pass: a failure drops it, and the next
+        // pass connects again.
+        let connected = match link.destination.take() {
             Some(d) => d,
-            None => link.destination.insert((self.connect)()?),
+            None => (self.connect)()?,
         };
+        let destination = connected.as_ref();
         let mut shipped_any = false;
         let mut pending = 0;
         for unshipped in sessions {
@@ -169,13 +197,7 @@ impl Shipper {
                 Some(at) => *at,
                 None => destination.shipped(session)?,
             };
-            let Some((now, events)) = ship_next(
-                &self.local,
-                session,
-                at,
-                destination.as_ref(),
-                &mut link.spare,
-            )?
+            let Some(Sent { now, events, fed }) = self.ship_next(link, destination, session, at)?
             else {
                 link.known.insert(session.clone(), at);
                 if at.ended {
@@ -186,6 +208,12 @@ impl Shipper {
                 continue;
             };
             link.known.insert(session.clone(), now);
+            if now.ended {
+                link.rows.remove(session);
+                if let Some(feed) = &self.feed {
+                    feed.forget(session);
+                }
+            }
             self.local.mark_shipped(session, now, now_us())?;
             self.progress.shipped_batch(session, now, events);
             if at.up_to.is_none() && events > 0 {
@@ -193,15 +221,97 @@ impl Shipper {
             }
             report.batches += 1;
             report.events += events as u64;
+            if fed {
+                report.fed += events as u64;
+            }
             shipped_any = true;
             pending += behind(now.up_to, unshipped.last);
         }
         self.progress.pending(pending);
+        link.destination = Some(connected);
         Ok(match (shipped_any, pending) {
             (false, _) => Pass::Idle,
             (true, 0) => Pass::CaughtUp,
             (true, _) => Pass::Behind,
         })
+    }
+}
+
+impl Shipper {
+    /// Ships the next batch of `session` to a destination standing at
+    /// `at`: from the feed when it holds what follows, else from the local
+    /// record (up to where the feed begins).
+    fn ship_next(
+        &self,
+        link: &mut Link,
+        destination: &dyn ShipDestination,
+        session: &SessionId,
+        at: Shipped,
+    ) -> Result<Option<Sent>, AuditError> {
+        let held = at.up_to.map_or(0, Seq::get);
+        let limit = match self.feed.as_ref().map(|f| f.take(session, at)) {
+            Some(Take::Rows(pending)) => {
+                return self.ship_pending(link, destination, session, at, pending);
+            }
+            Some(Take::Gap(from)) => {
+                usize::try_from(from - held).map_or(BATCH_EVENTS, |gap| gap.clamp(1, BATCH_EVENTS))
+            }
+            Some(Take::Nothing) | None => BATCH_EVENTS,
+        };
+        let sent = ship_next(
+            &self.local,
+            session,
+            at,
+            limit,
+            destination,
+            &mut link.spare,
+        )?;
+        Ok(sent.map(|(now, events)| Sent {
+            now,
+            events,
+            fed: false,
+        }))
+    }
+
+    /// Ships rows the feed handed over, with the session's row as the
+    /// local record holds it (read once a session).
+    fn ship_pending(
+        &self,
+        link: &mut Link,
+        destination: &dyn ShipDestination,
+        session: &SessionId,
+        at: Shipped,
+        mut pending: Pending,
+    ) -> Result<Option<Sent>, AuditError> {
+        let (mut row, indexed) = match link.rows.get(session) {
+            Some(known) => known.clone(),
+            None => {
+                let known = self.local.ship_session_row(session)?;
+                link.rows.insert(session.clone(), known.clone());
+                known
+            }
+        };
+        if let Some((ended_us, end_json, final_seq)) = pending.end.take() {
+            row.ended_us = Some(ended_us);
+            row.end_json = Some(end_json);
+            row.final_seq = i64::try_from(final_seq).ok();
+        }
+        let contents = pending.take_contents();
+        let batch = ShipBatch {
+            session: session.clone(),
+            row,
+            indexed,
+            events: pending.events,
+            index: pending.index,
+            checkpoints: pending.checkpoints,
+            contents,
+        };
+        destination.ship(&batch)?;
+        Ok(Some(Sent {
+            now: batch.shipped_after(at),
+            events: batch.events.len(),
+            fed: true,
+        }))
     }
 }
 

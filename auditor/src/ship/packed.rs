@@ -132,6 +132,21 @@ impl Packed {
         });
     }
 
+    /// Drops the rows of every event up to `seq`.
+    pub fn skip_through(&mut self, seq: u64) {
+        let keep = self.rows.partition_point(|r| r.seq <= seq);
+        let Some(first) = self.rows.get(keep) else {
+            self.clear();
+            return;
+        };
+        let cut = first.at.start;
+        self.bytes.drain(..cut);
+        self.rows.drain(..keep);
+        for row in &mut self.rows {
+            row.at = row.at.start - cut..row.at.end - cut;
+        }
+    }
+
     /// The events, in the order they were pushed.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = PackedEvent<'_>> + '_ {
         self.rows.iter().map(|r| PackedEvent {
@@ -233,7 +248,12 @@ mod tests {
             (3, &b"dns"[..], Some(&b"com.example"[..]))
         );
         assert_eq!(row.field(4), None);
-        events.clear();
+        events.skip_through(1);
+        let rest: Vec<_> = events.iter().collect();
+        assert_eq!(rest.len(), 1);
+        assert_eq!((rest[0].seq, rest[0].exec_id()), (2, None));
+        assert_eq!(rest[0].payload(), b"{\"kind\":\"http\"}");
+        events.skip_through(7);
         assert!(events.is_empty());
         assert_eq!(events.last_seq(), None);
     }

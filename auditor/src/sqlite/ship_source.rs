@@ -257,3 +257,18 @@ fn contents(
     }
     Ok(out)
 }
+
+impl SqliteStore {
+    /// The session's row without its end, and whether it was indexed as
+    /// recorded: what a batch from the live feed carries (the feed brings
+    /// the end itself).
+    pub fn ship_session_row(&self, session: &SessionId) -> Result<(SessionRow, bool), AuditError> {
+        let sid = self.sid(session)?;
+        let conn = self.conn();
+        let mut row = session_row(&conn, sid)?;
+        row.ended_us = None;
+        row.end_json = None;
+        row.final_seq = None;
+        Ok((row, indexed(&conn, sid)?))
+    }
+}
