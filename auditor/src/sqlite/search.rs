@@ -396,7 +396,10 @@ mod tests {
         }
         for verdict in ["allow", "ALLOW"] {
             let plan = plan(&q(verdict));
-            assert!(!plan.contains("event_terms_by_verdict"), "{verdict}: {plan}");
+            assert!(
+                !plan.contains("event_terms_by_verdict"),
+                "{verdict}: {plan}"
+            );
         }
     }
 }
