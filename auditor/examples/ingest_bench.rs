@@ -3,6 +3,11 @@
 //! each). Prints one JSON object.
 //!
 //!     cargo run --release -p airlock-auditor --example ingest_bench -- [EVENTS] [DB]
+//!
+//! `writer_cpu_us_per_event` is the CPU time of every thread but the main
+//! one (the session's `audit-…` writer thread: chain, signing, SQLite)
+//! from the first `record` to `finish`, divided by the events: the figure
+//! that holds on a shared machine, where the wall-clock rate swings.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // it reports by printing
 use airlock_auditor::Verdict;
@@ -99,6 +104,25 @@ fn event(i: u64) -> AuditEvent {
     }
 }
 
+/// CPU time (user + system) in microseconds from a `/proc/…/stat` file:
+/// `/proc/self/stat` counts every thread of the process, exited ones
+/// included; `/proc/thread-self/stat` the calling thread only.
+fn cpu_us(stat: &str) -> Result<f64, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(stat)?;
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is the first, utime the 12th, stime the 13th.
+    let after = text.rsplit_once(')').ok_or("unreadable stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // USER_HZ, 100 on every Linux architecture this runs on.
+    Ok(ticks as f64 * 10_000.0)
+}
+
+/// CPU of the threads other than this one, in microseconds.
+fn others_cpu_us() -> Result<f64, Box<dyn std::error::Error>> {
+    Ok(cpu_us("/proc/self/stat")? - cpu_us("/proc/thread-self/stat")?)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: u64 = args
@@ -125,6 +149,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SessionInfo::default()
     })?;
     let id = rec.session_id().clone();
+    let cpu_before = others_cpu_us()?;
     let start = Instant::now();
     for ev in events {
         rec.record(ev)?;
@@ -132,6 +157,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queued = start.elapsed();
     rec.finish(SessionEnd::default())?;
     let total = start.elapsed();
+    let writer_cpu_us = others_cpu_us()? - cpu_before;
 
     let vstart = Instant::now();
     let key = store.public_key().ok_or("no key")?;
@@ -148,6 +174,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "seconds_to_durable": total.as_secs_f64(),
             "events_per_second": n as f64 / total.as_secs_f64(),
             "record_call_events_per_second": n as f64 / queued.as_secs_f64(),
+            "writer_cpu_us_per_event": writer_cpu_us / n as f64,
             "verify_seconds": verify_s,
             "verify_events_per_second": n as f64 / verify_s,
             "intact": report.is_intact(),

@@ -244,6 +244,75 @@ fn verdicts_methods_and_url_text_narrow_to_the_refused_request() {
         AuditEvent::Http(HttpExchange { url, .. }) if url == "https://pastebin.com/raw/abc"));
 }
 
+/// Allowed decisions are not in the verdict index (it holds refusals and
+/// reports only): search still finds every one of them, however the
+/// verdict is spelled, alone or with a host or a time bound.
+#[test]
+fn every_allowed_decision_is_found_by_verdict_though_the_verdict_index_holds_only_refusals() {
+    let w = world();
+    let allowed = |host: Option<&str>, since_us: Option<i64>, spelling: &str| {
+        hits(
+            &w.store,
+            SearchQuery {
+                verdict: Some(spelling.into()),
+                host: host.map(Into::into),
+                since_us,
+                ..Default::default()
+            },
+        )
+    };
+    // The exchange recorded twice is one hit (see `arrange`).
+    let in_run = vec![
+        (w.run.clone(), EventKind::Dns),
+        (w.run.clone(), EventKind::Tcp),
+        (w.run.clone(), EventKind::Http),
+    ];
+    let every = [in_run.clone(), vec![(w.live.clone(), EventKind::Dns)]].concat();
+    for spelling in ["allow", "ALLOW", "Allow"] {
+        assert_eq!(allowed(None, None, spelling), every, "{spelling}");
+        assert_eq!(allowed(None, Some(0), spelling), every, "{spelling}");
+        assert_eq!(
+            allowed(Some("api.example.com"), None, spelling),
+            in_run,
+            "{spelling}"
+        );
+        assert_eq!(
+            allowed(Some("*.example.com"), None, spelling),
+            in_run,
+            "{spelling}"
+        );
+    }
+}
+
+/// A database made before the verdict index left allowed decisions out
+/// has the full index: every search by verdict gives the same events there.
+#[test]
+fn a_database_with_the_earlier_full_verdict_index_finds_the_same_events_by_verdict() {
+    let w = world();
+    let queries: Vec<SearchQuery> = ["allow", "deny", "report"]
+        .into_iter()
+        .flat_map(|verdict| {
+            [None, Some("post"), Some("GET")].map(|method| SearchQuery {
+                verdict: Some(verdict.into()),
+                method: method.map(Into::into),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let now: Vec<_> = queries.iter().map(|q| hits(&w.store, q.clone())).collect();
+    assert!(now.iter().filter(|found| !found.is_empty()).count() >= 5);
+    w._env
+        .raw()
+        .execute_batch(
+            "DROP INDEX event_terms_by_verdict;
+             CREATE INDEX event_terms_by_verdict ON event_terms (verdict, ts_us) WHERE verdict IS NOT NULL;",
+        )
+        .unwrap();
+    let earlier = AuditStore::open_readonly(&w._env.db).unwrap();
+    let then: Vec<_> = queries.iter().map(|q| hits(&earlier, q.clone())).collect();
+    assert_eq!(then, now);
+}
+
 #[test]
 fn a_file_is_found_by_exact_path_by_either_side_of_a_rename_or_by_directory() {
     let w = world();
