@@ -135,13 +135,22 @@ fn assert_intact(pg: &PgServer, env: &Env, id: &SessionId) {
     assert_eq!(r.outcome, VerifyOutcome::Intact, "{r:#?}");
 }
 
-/// How many events the node's record holds for `id`.
+/// How many events the node's record holds (one session).
 fn local_events(env: &Env) -> u64 {
     let n: i64 = env
         .raw()
         .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
         .unwrap();
     n as u64
+}
+
+/// Every event the node recorded is in `pg` exactly once, seq 1 to the
+/// last with no gap, and the central copy verifies.
+fn assert_every_event_once(pg: &PgServer, env: &Env, id: &SessionId, report: &ShipReport) {
+    assert_eq!(report.events, local_events(env), "{report:?}");
+    let seqs = pg.psql("SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events");
+    assert_eq!(seqs, format!("{0}|{0}|1|{0}", report.events));
+    assert_intact(pg, env, id);
 }
 
 #[test]
@@ -174,11 +183,8 @@ fn a_shipper_started_mid_session_reads_what_came_before_and_takes_the_feed_after
     node.ship_to(&pg);
     node.record_mix(1500, 1500);
     let (env, _local, id, report) = node.finish();
-    assert_eq!(report.events, local_events(&env), "{report:?}");
     assert!(report.fed > 0 && report.fed < report.events, "{report:?}");
-    let seqs = pg.psql("SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events");
-    assert_eq!(seqs, format!("{0}|{0}|1|{0}", report.events));
-    assert_intact(&pg, &env, &id);
+    assert_every_event_once(&pg, &env, &id, &report);
 }
 
 #[test]
@@ -201,8 +207,5 @@ fn a_store_down_while_the_feed_overflows_loses_and_repeats_no_event() {
     pg.restart();
     node.record_mix(5000, 600);
     let (env, _local, id, report) = node.finish();
-    assert_eq!(report.events, local_events(&env), "{report:?}");
-    let seqs = pg.psql("SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events");
-    assert_eq!(seqs, format!("{0}|{0}|1|{0}", report.events));
-    assert_intact(&pg, &env, &id);
+    assert_every_event_once(&pg, &env, &id, &report);
 }
