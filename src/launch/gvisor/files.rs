@@ -74,6 +74,10 @@ pub(super) struct Tree {
     /// False once the mounts held more than `MAX_ENTRIES` names.
     followed: bool,
     max_content: u64,
+    /// Regular files whose content a look could not read (renamed or
+    /// replaced between its stat and its read): the next look records
+    /// their content, under whatever name they have by then.
+    uncaptured: HashSet<Vec<u8>>,
 }
 
 impl Tree {
@@ -85,6 +89,7 @@ impl Tree {
             entries: BTreeMap::new(),
             followed: true,
             max_content,
+            uncaptured: HashSet::new(),
         };
         match tree.walk() {
             Some(entries) => tree.entries = entries,
@@ -107,6 +112,12 @@ impl Tree {
             self.followed = false;
             return Vec::new();
         };
+        self.diff(now, exec)
+    }
+
+    /// What changed between the last look and `now`, which becomes the
+    /// last look.
+    fn diff(&mut self, now: BTreeMap<Vec<u8>, Entry>, exec: Option<ExecId>) -> Vec<FileChange> {
         let mut out = Vec::new();
         // A vanished name whose inode is now elsewhere was renamed.
         let mut gone: HashMap<_, Vec<u8>> = self
@@ -144,20 +155,23 @@ impl Tree {
                         }
                         // Content written before the rename, since the last look.
                         let before = self.entries.get(&from);
-                        if !e.dir && before.is_some_and(|b| b.size != e.size || b.mtime != e.mtime)
+                        if !e.dir
+                            && (before.is_some_and(|b| b.size != e.size || b.mtime != e.mtime)
+                                || self.uncaptured.contains(&from))
                         {
-                            out.extend(self.file(path, e, FileOp::Modify, exec.clone()));
+                            out.push(self.file(path, e, FileOp::Modify, exec.clone()));
                         }
                     }
-                    None => out.extend(self.file(path, e, FileOp::Create, exec.clone())),
+                    None => out.push(self.file(path, e, FileOp::Create, exec.clone())),
                 },
                 Some(before)
                     if !e.dir
                         && (before.ino != e.ino
                             || before.size != e.size
-                            || before.mtime != e.mtime) =>
+                            || before.mtime != e.mtime
+                            || self.uncaptured.contains(path)) =>
                 {
-                    out.extend(self.file(path, e, FileOp::Modify, exec.clone()));
+                    out.push(self.file(path, e, FileOp::Modify, exec.clone()));
                 }
                 Some(before) if before.mode != e.mode => {
                     out.push(change(path, FileOp::Chmod, exec.clone(), |c| {
@@ -185,6 +199,17 @@ impl Tree {
                 ));
             }
         }
+        // A regular file recorded without a hash was not readable as the
+        // inode looked at: it changed name or content since.
+        self.uncaptured = out
+            .iter()
+            .filter(|c| matches!(c.op, FileOp::Create | FileOp::Modify) && c.sha256.is_none())
+            .map(|c| c.path.as_bytes().to_vec())
+            .filter(|path| {
+                now.get(path)
+                    .is_some_and(|e| FileType::from_raw_mode(e.mode) == FileType::RegularFile)
+            })
+            .collect();
         self.entries = now;
         out
     }
@@ -192,18 +217,18 @@ impl Tree {
     /// A created or modified name: a directory by its mode, a file with
     /// its size, hash and (up to the cap) content, read through a
     /// descriptor that never follows a symlink.
-    fn file(&self, path: &[u8], e: &Entry, op: FileOp, exec: Option<ExecId>) -> Option<FileChange> {
+    fn file(&self, path: &[u8], e: &Entry, op: FileOp, exec: Option<ExecId>) -> FileChange {
         if e.dir {
-            return Some(change(&with_slash(path, true), op, exec, |c| {
+            return change(&with_slash(path, true), op, exec, |c| {
                 c.mode = Some(e.mode & 0o7777);
-            }));
+            });
         }
         if FileType::from_raw_mode(e.mode) == FileType::Symlink {
             // A symlink's content is its target, as the namespace sandbox
             // records it: never what it points at.
             let target = link_target(path);
             // No mode: a symlink's is always 777 (the reconcile's rule).
-            return Some(change(path, op, exec, |c| {
+            return change(path, op, exec, |c| {
                 if let Some(target) = target {
                     c.size = Some(target.len() as u64);
                     c.sha256 = Some(hex(
@@ -211,20 +236,20 @@ impl Tree {
                     ));
                     c.content = Some(target);
                 }
-            }));
+            });
         }
         if FileType::from_raw_mode(e.mode) != FileType::RegularFile {
-            return Some(change(path, op, exec, |c| c.mode = Some(e.mode & 0o7777)));
+            return change(path, op, exec, |c| c.mode = Some(e.mode & 0o7777));
         }
         let captured = capture(path, e, self.max_content);
-        Some(change(path, op, exec, |c| {
+        change(path, op, exec, |c| {
             c.mode = Some(e.mode & 0o7777);
             if let Some((size, sha256, content)) = captured {
                 c.size = Some(size);
                 c.sha256 = Some(sha256);
                 c.content = content;
             }
-        }))
+        })
     }
 
     /// Every name under the roots, or None past `MAX_ENTRIES`.
@@ -419,9 +444,15 @@ impl Recorded {
                 map.remove(&path);
             }
             FileOp::Rename => {
+                // The new name holds what the record holds for the old one
+                // (restore replays it so), not the hash the rename saw: a
+                // file whose content was never captured, or that changed
+                // unseen, is not on record by that hash. Only a file the
+                // session never wrote (there before it) is on record by the
+                // rename's hash alone, as under the ptrace observer.
                 let moved = map.remove(&path);
-                let now = c.sha256.clone().map(|sha| (Some(sha), c.mode));
-                if let (Some(to), Some(v)) = (&c.rename_to, now.or(moved)) {
+                let seen = c.sha256.clone().map(|sha| (Some(sha), c.mode));
+                if let (Some(to), Some(v)) = (&c.rename_to, moved.or(seen)) {
                     map.insert(to.as_bytes().to_vec(), v);
                 }
             }
@@ -479,4 +510,98 @@ pub(super) fn writable_roots(workspace: &Path, rw: &[PathBuf]) -> Vec<PathBuf> {
         .chain(rw.iter().map(PathBuf::as_path))
         .filter_map(|p| p.canonicalize().ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(bytes: &[u8]) -> String {
+        hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+    }
+
+    fn named<'a>(changes: &'a [FileChange], name: &str, op: FileOp) -> Option<&'a FileChange> {
+        changes
+            .iter()
+            .find(|c| c.op == op && c.path.as_bytes().ends_with(name.as_bytes()))
+    }
+
+    fn reconciled(path: &Path, content: &[u8]) -> AuditEvent {
+        let mut c = FileChange::new(
+            OsText::from(path.as_os_str().as_encoded_bytes()),
+            FileOp::Create,
+        );
+        c.identity.reconciled = true;
+        c.sha256 = Some(sha(content));
+        c.mode = Some(0o644);
+        AuditEvent::File(c)
+    }
+
+    /// `echo draft > notes.txt && mv notes.txt final.txt`, with the mv
+    /// landing between a look's stat of notes.txt and its read: that look
+    /// cannot read the content, so the next one records it under the new
+    /// name, and the reconcile is not told it is on record.
+    #[test]
+    fn a_file_renamed_between_a_looks_stat_and_its_read_is_captured_by_the_next_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut tree = Tree::scan(vec![root.clone()], 1 << 20);
+        std::fs::write(root.join("notes.txt"), "draft\n").unwrap();
+        let recorded = Recorded::default();
+
+        let stat = tree.walk().unwrap();
+        std::fs::rename(root.join("notes.txt"), root.join("final.txt")).unwrap();
+        let first = tree.diff(stat, None);
+        let create = named(&first, "notes.txt", FileOp::Create).expect("notes.txt created");
+        assert_eq!(create.sha256, None, "the look could not read it");
+        first.iter().for_each(|c| recorded.note(c));
+
+        let second = tree.changes(None);
+        second.iter().for_each(|c| recorded.note(c));
+        assert!(
+            named(&second, "notes.txt", FileOp::Rename).is_some(),
+            "{second:#?}"
+        );
+        let modify = named(&second, "final.txt", FileOp::Modify).expect("content recorded");
+        assert_eq!(modify.content.as_deref(), Some(&b"draft\n"[..]));
+        assert!(recorded.explains(&reconciled(&root.join("final.txt"), b"draft\n")));
+
+        assert!(tree.changes(None).is_empty(), "recorded once");
+    }
+
+    /// What the record holds for a renamed file is what it held for the old
+    /// name, whatever hash the rename saw: the reconcile records the rest.
+    #[test]
+    fn a_rename_tells_the_reconcile_only_what_the_record_holds() {
+        let root = Path::new("/w");
+        let recorded = Recorded::default();
+        let rename = |from: &str, to: &str, content: &[u8]| {
+            let mut c = FileChange::new(OsText::from(format!("/w/{from}")), FileOp::Rename);
+            c.rename_to = Some(OsText::from(format!("/w/{to}")));
+            c.sha256 = Some(sha(content));
+            c.mode = Some(0o644);
+            c
+        };
+        // Never read: the rename's hash is not content on record.
+        let mut unread = FileChange::new(OsText::from("/w/notes.txt"), FileOp::Create);
+        unread.mode = Some(0o644);
+        recorded.note(&unread);
+        recorded.note(&rename("notes.txt", "final.txt", b"draft\n"));
+        assert!(!recorded.explains(&reconciled(&root.join("final.txt"), b"draft\n")));
+
+        // Read as "a", changed to "b" unseen (same size, same tick), renamed.
+        let mut read = FileChange::new(OsText::from("/w/x"), FileOp::Create);
+        read.sha256 = Some(sha(b"a\n"));
+        read.mode = Some(0o644);
+        recorded.note(&read);
+        recorded.note(&rename("x", "y", b"b\n"));
+        assert!(!recorded.explains(&reconciled(&root.join("y"), b"b\n")));
+        assert!(recorded.explains(&reconciled(&root.join("y"), b"a\n")));
+
+        // A file there before the session, renamed: on record by its hash
+        // alone, as under the ptrace observer.
+        recorded.note(&rename("before", "y", b"c\n"));
+        assert!(recorded.explains(&reconciled(&root.join("y"), b"c\n")));
+        assert!(!recorded.explains(&reconciled(&root.join("y"), b"a\n")));
+    }
 }
