@@ -728,10 +728,35 @@ fn time_search(
 
 // ------------------------------------------------------------------ main
 
-/// Starts a server, prints its URL, and stops it once stdin closes.
-fn serve() -> Result<(), BoxError> {
-    let pg = PgServer::start();
-    println!("{}", pg.url());
+/// Starts a server, prints its URL, and stops it once stdin closes. With
+/// `--at ADDRESS --client CIDR` it also listens on ADDRESS (of the network
+/// namespace it runs in), lets in clients from CIDR, and prints the URL at
+/// ADDRESS: a store reached over a link, as on another machine.
+fn serve(args: &[String]) -> Result<(), BoxError> {
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+    };
+    let (pg, url) = match (flag("--at"), flag("--client")) {
+        (Some(at), Some(client)) => {
+            let pg = PgServer::start_listening_on(&[at], &[client]);
+            let url = pg.url().replacen("@127.0.0.1:", &format!("@{at}:"), 1);
+            (pg, url)
+        }
+        (None, None) => {
+            let pg = PgServer::start();
+            let url = pg.url();
+            (pg, url)
+        }
+        _ => {
+            return Err(
+                "ship_bench serve: give both --at ADDRESS and --client CIDR, or neither".into(),
+            );
+        }
+    };
+    println!("{url}");
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     drop(pg);
     Ok(())
@@ -741,7 +766,7 @@ fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map_or("quick", String::as_str);
     if mode == "serve" {
-        return serve();
+        return serve(&args[1..]);
     }
     let sizes = Sizes::of(mode).ok_or_else(|| {
         format!("ship_bench: unknown mode {mode:?}: give full, quick, smoke or serve")
