@@ -140,8 +140,9 @@ impl Tree {
                         // What a renamed directory held moved with it: its
                         // rename says so.
                         if !under_renamed {
-                            // A file's hash and mode under its new name, so
-                            // the reconcile knows it is on record.
+                            // A file's hash and mode under its new name:
+                            // all the record holds of a file there before
+                            // the session (`Recorded::note`).
                             let captured = fingerprint(path, e);
                             out.push(change(&from, FileOp::Rename, exec.clone(), |c| {
                                 c.rename_to = Some(OsText::from(path.clone()));
