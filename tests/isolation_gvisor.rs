@@ -555,6 +555,64 @@ async fn execs_under_gvisor_are_recorded_from_gvisors_own_trace_points() {
     f.no_leftover_runsc_sandboxes();
 }
 
+/// gVisor serializes its execve point as protobuf, whose strings must be
+/// UTF-8: an exec whose argument, working directory or environment is not
+/// UTF-8 gets no point at all. A hostile program must not run unseen that
+/// way: each such exec is still on record (its strings unknown, said in a
+/// note), and the execs gVisor did report stay as they were. Under
+/// namespaces the same names are on record byte for byte
+/// (tests/record_names.rs).
+#[tokio::test]
+async fn under_gvisor_an_exec_whose_strings_are_not_utf8_is_still_on_record() {
+    let f = Fixture::new().await;
+    // Each spelling: an argument, the working directory (in a subshell: a
+    // shell that leaves such a directory exports it in OLDPWD, which makes
+    // every later exec's environment one that is not UTF-8), an
+    // environment value; with reported execs around them.
+    let script = r#"/bin/echo "$(printf 'a\377b')" >/dev/null
+/bin/true reported-1
+(mkdir -p "$(printf 'd\376')" && cd "$(printf 'd\376')" && /bin/true in-a-dir)
+X="$(printf '\375')" /bin/true with-env
+/bin/true reported-2"#;
+    let out = f.run(&[], &["sh", "-c", script]).await;
+    assert_eq!(out.status, 0, "{out:?}");
+    let id = first_session_id(AIRLOCK, &f.db(), &out);
+    let events = airlock_test_support::audit_cli::export_jsonl(AIRLOCK, &f.db(), &id);
+    let execs: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "exec").collect();
+    let argv = |e: &serde_json::Value| e["argv"].to_string();
+    // echo, mkdir (its argument), true in the directory, true with the
+    // variable: four execs gVisor could not report.
+    let unreported: Vec<_> = execs
+        .iter()
+        .filter(|e| e["argv"].as_array().is_some_and(|a| a.is_empty()))
+        .collect();
+    assert_eq!(unreported.len(), 4, "{execs:#?}");
+    let notes = events
+        .iter()
+        .filter(|e| {
+            e["kind"] == "note"
+                && e["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("gVisor did not report"))
+        })
+        .count();
+    assert_eq!(notes, 4, "{events:#?}");
+    for marker in ["reported-1", "reported-2"] {
+        assert_eq!(
+            execs
+                .iter()
+                .filter(|e| argv(e) == format!("[\"/bin/true\",\"{marker}\"]"))
+                .count(),
+            1,
+            "{execs:#?}"
+        );
+    }
+    let key = f.key().display().to_string();
+    let verify = audit_ok(AIRLOCK, &f.db(), &["verify", &id, "--audit-key", &key]);
+    assert!(verify.contains("intact"), "{verify}");
+    f.no_leftover_runsc_sandboxes();
+}
+
 /// The file records of the fixture's first session, as (op, path,
 /// rename_to, sha256, reconciled), from `airlock audit export`.
 fn file_records(f: &Fixture, context: &dyn std::fmt::Debug) -> Vec<serde_json::Value> {

@@ -35,7 +35,7 @@ pub(crate) enum PointError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Point {
     /// The container's first process (`container/start`): never an execve.
-    Start { cwd: String, argv: Vec<String> },
+    Start { cwd: Vec<u8>, argv: Vec<Vec<u8>> },
     /// A successful execve (`sentry/execve`).
     Exec(ExecPoint),
     /// An `open`, `openat` or `creat` returned (`syscall/*/exit`).
@@ -71,10 +71,11 @@ pub(crate) struct ExecPoint {
     /// Thread group (process) id.
     pub tgid: i32,
     pub uid: u32,
-    pub cwd: String,
-    pub path: String,
-    pub argv: Vec<String>,
-    pub env: Vec<String>,
+    /// Bytes, as Linux has them (the namespace sandbox records them so).
+    pub cwd: Vec<u8>,
+    pub path: Vec<u8>,
+    pub argv: Vec<Vec<u8>>,
+    pub env: Vec<Vec<u8>>,
 }
 
 /// A message and how many points the sentry dropped before it.
@@ -116,10 +117,10 @@ pub(crate) fn decode(raw: &[u8]) -> Result<Message, PointError> {
 
 /// `gvisor.container.Start`: 3 cwd, 4 args.
 fn start(payload: &[u8]) -> Result<Point, PointError> {
-    let (mut cwd, mut argv) = (String::new(), Vec::new());
+    let (mut cwd, mut argv) = (Vec::new(), Vec::new());
     for field in Fields(payload) {
         match field? {
-            (3, Value::Bytes(b)) => cwd = text(b),
+            (3, Value::Bytes(b)) => cwd = b.to_vec(),
             (4, Value::Bytes(b)) => push(&mut argv, b)?,
             _ => {}
         }
@@ -133,7 +134,7 @@ fn exec(payload: &[u8]) -> Result<ExecPoint, PointError> {
     for field in Fields(payload) {
         match field? {
             (1, Value::Bytes(b)) => common(b, &mut e)?,
-            (2, Value::Bytes(b)) => e.path = text(b),
+            (2, Value::Bytes(b)) => e.path = b.to_vec(),
             (3, Value::Bytes(b)) => push(&mut e.argv, b)?,
             (4, Value::Bytes(b)) => push(&mut e.env, b)?,
             _ => {}
@@ -156,7 +157,7 @@ fn common(b: &[u8], e: &mut ExecPoint) -> Result<(), PointError> {
                     }
                 }
             }
-            (8, Value::Bytes(cwd)) => e.cwd = text(cwd),
+            (8, Value::Bytes(cwd)) => e.cwd = cwd.to_vec(),
             _ => {}
         }
     }
@@ -209,18 +210,12 @@ fn call(payload: &[u8], sysno_field: u64) -> Result<Decoded, PointError> {
     Ok(Decoded { call, result })
 }
 
-fn push(list: &mut Vec<String>, b: &[u8]) -> Result<(), PointError> {
+fn push(list: &mut Vec<Vec<u8>>, b: &[u8]) -> Result<(), PointError> {
     if list.len() >= MAX_STRINGS {
         return Err(PointError::Malformed("too many strings"));
     }
-    list.push(text(b));
+    list.push(b.to_vec());
     Ok(())
-}
-
-/// Paths and arguments are bytes in Linux; the record shows them as text
-/// with invalid sequences replaced (the proto declares them `string`).
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 enum Value<'a> {
@@ -310,6 +305,22 @@ mod tests {
                 env: vec!["HOME=/".into()],
             })
         );
+    }
+
+    /// Linux's arguments are bytes, and so is the record of them: an
+    /// argument that is not UTF-8 (were gVisor to send one) keeps its bytes.
+    #[test]
+    fn an_exec_points_strings_are_kept_byte_for_byte() {
+        let mut raw = EXEC.to_vec();
+        // argv[0], "cat", sits before argv[1] and the environment.
+        let argv0 = raw.len() - b"cat\x1a\r/etc/hostname\"\x06HOME=/".len();
+        assert_eq!(&raw[argv0..argv0 + 3], b"cat");
+        raw[argv0 + 1] = 0xff;
+        let Point::Exec(e) = decode(&raw).unwrap().point else {
+            panic!("not an exec")
+        };
+        assert_eq!(e.argv[0], b"c\xfft");
+        assert_eq!(e.path, b"/usr/bin/cat");
     }
 
     /// `syscall/openat/exit` of `echo hi > new` (O_WRONLY|O_CREAT|O_TRUNC,

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use airlock_auditor::{AuditEvent, Exec, ExecId, Note, OsText, SessionRecorder};
 use anyhow::Context;
@@ -47,6 +48,9 @@ const SINK_BACKOFF_MAX: &str = "10ms";
 const NAME_CALLS: [u64; 17] = [
     82, 264, 316, 87, 263, 84, 83, 258, 86, 265, 88, 266, 133, 259, 76, 90, 268,
 ];
+/// `execve` and `execveat` (x86-64), whose raw exit points say that an
+/// exec happened even when gVisor sent no `sentry/execve` point for it.
+const EXEC_CALLS: [u64; 2] = [59, 322];
 /// `open` flags that mean the file may be written.
 const WRITE_FLAGS: u32 = 0o1 | 0o2 | 0o100 | 0o1000;
 
@@ -84,6 +88,9 @@ impl Sink {
             json!({ "name": "container/start" }),
             json!({ "name": "sentry/execve", "context_fields": ["thread_id", "group_id", "credentials", "cwd"] }),
         ];
+        for sysno in EXEC_CALLS {
+            points.push(json!({ "name": format!("syscall/sysno/{sysno}/exit"), "context_fields": ["group_id"] }));
+        }
         if files {
             let group = json!(["group_id"]);
             for name in ["open", "openat", "creat", "close"] {
@@ -154,6 +161,7 @@ fn serve(conn: RawFd, recorder: &SessionRecorder, mut files: Option<Files>) -> a
     recv(conn, &mut buf, MsgFlags::empty()).context("reading the handshake")?;
     send(conn, &[0x08, WIRE_VERSION], MsgFlags::empty()).context("answering the handshake")?;
     let mut execs = Execs::default();
+    let mut unexplained = UnreportedExecs::default();
     let mut dropped_before = 0u32;
     let mut write_fds = WriteFds::default();
     // Since the last look at the writable mounts: whether a point said a
@@ -206,8 +214,61 @@ fn serve(conn: RawFd, recorder: &SessionRecorder, mut files: Option<Files>) -> a
             changed = false;
             look_now = false;
         }
-        if let Some(exec) = execs.of(message.point) {
+        if unexplained.unreported(&message.point) {
+            let exec = execs.unreported();
+            recorder.record(AuditEvent::Note(Note {
+                text: format!(
+                    "gVisor did not report the program, arguments, working directory or environment of exec {}: it sends no execve point whose strings are not UTF-8; the exec is on record with them empty",
+                    exec.exec_id
+                ),
+                policy: None,
+            }))?;
             recorder.record(AuditEvent::Exec(exec))?;
+        } else if let Some(exec) = execs.of(message.point) {
+            recorder.record(AuditEvent::Exec(exec))?;
+        }
+    }
+}
+
+/// Execs gVisor reported (a `sentry/execve` point) whose `execve` has not
+/// returned yet: an `execve` that returns with none waiting was an exec
+/// gVisor could not report. Its execve point is serialized as protobuf,
+/// whose strings must be UTF-8: a program run with an argument, a working
+/// directory or an environment that is not (a hostile program's way to
+/// run unseen) gets no point at all, and no dropped count either. The raw
+/// `execve` exit point carries no process here (runsc sends raw points
+/// without their context), so they are matched by count, in order: each
+/// task's exec point comes before its own return.
+#[derive(Default)]
+struct UnreportedExecs(std::collections::VecDeque<Instant>);
+
+/// How long a reported exec waits for its `execve` to return: past it, the
+/// task died in between (killed mid-exec), and waiting on would let that
+/// exec stand in for an unreported one.
+const EXEC_RETURN_WITHIN: Duration = Duration::from_secs(2);
+
+impl UnreportedExecs {
+    /// Follows `point`; true when it is the successful return of an
+    /// `execve` that gVisor did not report.
+    fn unreported(&mut self, point: &Point) -> bool {
+        match point {
+            Point::Exec(_) => {
+                self.0.push_back(Instant::now());
+                false
+            }
+            Point::Syscall(Call {
+                sysno, ok: true, ..
+            }) if EXEC_CALLS.contains(sysno) => {
+                while self
+                    .0
+                    .front()
+                    .is_some_and(|at| at.elapsed() > EXEC_RETURN_WITHIN)
+                {
+                    self.0.pop_front();
+                }
+                self.0.pop_front().is_none()
+            }
+            _ => false,
         }
     }
 }
@@ -282,8 +343,18 @@ impl Execs {
             Point::Exec(e) => e,
             _ => return None,
         };
+        Some(self.next(exec))
+    }
+
+    /// An exec gVisor did not report, from its `execve`'s return: that it
+    /// happened is all that is known.
+    fn unreported(&mut self) -> Exec {
+        self.next(ExecPoint::default())
+    }
+
+    fn next(&mut self, exec: ExecPoint) -> Exec {
         self.next += 1;
-        Some(to_exec(ExecId::new(self.next.to_string()), exec))
+        to_exec(ExecId::new(self.next.to_string()), exec)
     }
 }
 
@@ -291,11 +362,18 @@ fn to_exec(exec_id: ExecId, e: ExecPoint) -> Exec {
     let mut env_names = Vec::new();
     let mut env_values_nonsecret = BTreeMap::new();
     for var in &e.env {
-        let (name, value) = var.split_once('=').unwrap_or((var, ""));
-        env_names.push(OsText::from(name));
-        if !airlock_shim::is_secret_name(name.as_bytes()) {
-            env_values_nonsecret.insert(name.to_owned(), OsText::from(value));
+        let (name, value) = match var.iter().position(|&b| b == b'=') {
+            Some(i) => (&var[..i], &var[i + 1..]),
+            None => (var.as_slice(), &b""[..]),
+        };
+        // As the namespace sandbox's observer: a JSON object's keys are
+        // text, so a name that is not UTF-8 keeps its name, not its value.
+        if !airlock_shim::is_secret_name(name)
+            && let Ok(text) = std::str::from_utf8(name)
+        {
+            env_values_nonsecret.insert(text.to_owned(), OsText::from(value));
         }
+        env_names.push(OsText::from(name));
     }
     Exec {
         exec_id,
@@ -303,12 +381,41 @@ fn to_exec(exec_id: ExecId, e: ExecPoint) -> Exec {
         pid: e.tgid,
         ppid: 0,
         uid: e.uid,
-        path: OsText::from(e.path.as_str()),
-        argv: e.argv.iter().map(|a| OsText::from(a.as_str())).collect(),
-        cwd: OsText::from(e.cwd.as_str()),
+        path: OsText::from(e.path),
+        argv: e.argv.into_iter().map(OsText::from).collect(),
+        cwd: OsText::from(e.cwd),
         env_names,
         env_values_nonsecret,
         step: None,
         image: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn execve_returned(ok: bool) -> Point {
+        Point::Syscall(Call {
+            sysno: 59,
+            ok,
+            ..Call::default()
+        })
+    }
+
+    /// Each reported exec is matched by its own return, in order; a return
+    /// with no report waiting is an exec gVisor did not report, and a
+    /// failed execve is no exec at all.
+    #[test]
+    fn an_execve_that_returns_unreported_is_told_apart_from_reported_ones() {
+        let mut execs = UnreportedExecs::default();
+        let reported = Point::Exec(ExecPoint::default());
+        assert!(!execs.unreported(&reported));
+        assert!(!execs.unreported(&reported));
+        assert!(!execs.unreported(&execve_returned(true)));
+        assert!(!execs.unreported(&execve_returned(false)));
+        assert!(!execs.unreported(&execve_returned(true)));
+        assert!(execs.unreported(&execve_returned(true)));
+        assert!(!execs.unreported(&execve_returned(false)));
     }
 }
