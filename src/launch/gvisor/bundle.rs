@@ -66,7 +66,7 @@ pub(super) fn step_process(
 ) -> anyhow::Result<Value> {
     let args: Vec<&str> = command
         .iter()
-        .map(|a| text(a, "the command"))
+        .map(|a| text(a, "the command's argument"))
         .collect::<anyhow::Result<_>>()?;
     let env: Vec<String> = env
         .iter()
@@ -226,12 +226,14 @@ fn path_text(path: &Path) -> anyhow::Result<&str> {
 }
 
 /// OCI's config is JSON text: a name that is not UTF-8 cannot be said in it.
+/// The refusal names it escaped (`\xff`), as the record prints names: a
+/// lossy U+FFFD would not say which bytes were refused.
 fn text<'a>(s: &'a OsStr, what: &str) -> anyhow::Result<&'a str> {
     match s.to_str() {
         Some(t) => Ok(t),
         None => bail!(
-            "{what} {:?} is not UTF-8, which --isolation gvisor cannot pass to runsc; rename it or use --isolation namespaces",
-            String::from_utf8_lossy(s.as_bytes())
+            "{what} '{}' is not UTF-8, which --isolation gvisor cannot pass to runsc; rename it or use --isolation namespaces",
+            airlock_auditor::escape::bytes(s.as_bytes())
         ),
     }
 }
