@@ -674,3 +674,102 @@ fn undo_puts_back_the_extended_attributes_a_file_had_before_the_session() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("user.added removed"), "{said}");
 }
+
+/// gVisor's record has no `original` (docs/isolation.md: the content
+/// before a file's first change would have to be copied before the command
+/// runs). So undo of a gVisor session can put back only what the session
+/// added: the files and directories it created are removed, and every file
+/// that was there before and was changed, deleted, renamed or chmodded is
+/// named as one undo cannot restore, never "restored" to not existing.
+/// Nothing changes without `--force`; with it the created paths go and the
+/// named ones stay as the session left them, exit 1.
+#[test]
+fn under_gvisor_undo_removes_what_the_session_created_and_names_each_file_it_has_no_original_for() {
+    let b = Bench::new();
+    write(&b.ws.join("mod.txt"), b"before\n", 0o644);
+    write(&b.ws.join("del.txt"), b"deleted in the session\n", 0o644);
+    write(&b.ws.join("mv.txt"), b"renamed in the session\n", 0o644);
+    write(&b.ws.join("mode.sh"), b"#!/bin/sh\n", 0o755);
+    write(&b.ws.join("sub/deep.txt"), b"deep\n", 0o644);
+    write(&b.ws.join("untouched.txt"), b"never touched\n", 0o644);
+    let before = snapshot(&b.ws);
+    // Each change by its own program, so each look sees it alone.
+    let id = b.run(
+        &["--isolation", "gvisor"],
+        "set -e
+echo changed > mod.txt
+rm del.txt
+mv mv.txt moved.txt
+chmod 600 mode.sh
+python3 -c 'open(\"sub/deep.txt\", \"a\").write(\"more\\n\")'
+echo new > created.txt
+mkdir -p newdir/inner
+echo nested > newdir/inner/f",
+    );
+    let after = snapshot(&b.ws);
+    let unknown = [
+        "mod.txt",
+        "del.txt",
+        "mv.txt",
+        "moved.txt",
+        "mode.sh",
+        "sub/deep.txt",
+    ];
+
+    // The diff does not claim a changed file did not exist before.
+    let out = b.audit(&["files", &id, "--diff", &b.path("mod.txt")]);
+    assert!(out.status.success(), "{}", show(&out));
+    let d = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !d.contains("did not exist")
+            && d.contains("(before the session, not on record)")
+            && d.contains("a gVisor session, which records none"),
+        "{d}"
+    );
+
+    let out = b.undo(&id, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    for rel in unknown {
+        let line = format!("cannot be restored         {}: ", b.path(rel));
+        let line = said
+            .lines()
+            .find(|l| l.starts_with(&line))
+            .unwrap_or_else(|| panic!("undo did not name {rel}:\n{}", show(&out)));
+        assert!(line.contains("gVisor"), "{line}");
+    }
+    for rel in ["created.txt", "newdir", "untouched.txt"] {
+        assert!(
+            !said.contains(&format!("{} ", b.path(rel)))
+                && !said.contains(&format!("{}:", b.path(rel))),
+            "{rel} named:\n{said}"
+        );
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("airlock: undo refused, nothing was changed: 6 file(s) cannot be restored")
+            && err.contains("--force")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(snapshot(&b.ws), after, "a refused undo changed the disk");
+
+    let out = b.undo(&id, &["--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let mut want = after.clone();
+    for created in ["created.txt", "newdir", "newdir/inner", "newdir/inner/f"] {
+        want.remove(created);
+    }
+    assert_eq!(snapshot(&b.ws), want, "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("airlock: undo incomplete:") && err.contains("6 file(s) left"),
+        "{err}"
+    );
+    // What the session created is gone; nothing it found was lost.
+    for (rel, what) in &before {
+        if !unknown.contains(&rel.as_str()) {
+            assert_eq!(snapshot(&b.ws).get(rel), Some(what), "{rel}");
+        }
+    }
+}

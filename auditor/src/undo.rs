@@ -224,6 +224,21 @@ impl Story {
                 continue;
             };
             let p = plain(path);
+            // A path the session changed, deleted or renamed away whose
+            // first record is none of its own creation and no `original`
+            // was there before with its state not on record (a gVisor
+            // session records no original; a record may have lost one):
+            // unknown, never taken for "did not exist", which would make
+            // undo remove a file the session found.
+            if matches!(
+                op,
+                FileOp::Modify | FileOp::Truncate | FileOp::Delete | FileOp::Chmod | FileOp::Rename
+            ) && !s.before.contains_key(&p)
+                && !s.end.contains_key(&p)
+            {
+                s.before.insert(p.clone(), State::Unknown);
+                s.end.insert(p.clone(), State::Unknown);
+            }
             match op {
                 FileOp::Original if xattr.is_some() => {
                     let name = xattr.as_ref().map(|x| x.name.clone()).unwrap_or_default();
@@ -597,10 +612,14 @@ pub fn undo(
         });
     }
     let moves = plan_moves(&items);
+    let unknown = Unknown::of(summary.info.isolation);
     for item in &items {
-        let why = match &item.before {
-            State::Unknown => Some("what it held before the session is not on record"),
-            State::File(c) | State::Symlink(c)
+        let why = match (&item.before, story.end.get(&item.path)) {
+            (State::Unknown, _) => Some(unknown.before),
+            // A file the session found, renamed here: removing it as
+            // created would lose it.
+            (State::Absent, Some(State::Unknown)) => Some(unknown.moved_here),
+            (State::File(c) | State::Symlink(c), _)
                 if c.stored.is_none()
                     && !item.holds_original()
                     && !moves.contains_key(&item.path) =>
@@ -636,6 +655,28 @@ pub fn undo(
     };
     apply(sources, &items, &moves, &skip, &mut report);
     Ok(report)
+}
+
+/// Why a path whose state before the session is unknown cannot be put
+/// back, in the words of the isolation that recorded it.
+struct Unknown {
+    before: &'static str,
+    moved_here: &'static str,
+}
+
+impl Unknown {
+    fn of(isolation: crate::Isolation) -> Self {
+        match isolation {
+            crate::Isolation::Gvisor => Self {
+                before: "it was there before the session, and a gVisor session records no original of it; put it back from a backup, or `--force` to undo the rest",
+                moved_here: "it holds a file that was there before the session, moved here, and a gVisor session records no original of it; put it back from a backup, or `--force` to undo the rest",
+            },
+            crate::Isolation::Namespaces => Self {
+                before: "what it held before the session is not on record",
+                moved_here: "it holds a file that was there before the session, moved here, whose state before is not on record",
+            },
+        }
+    }
 }
 
 /// Files to move back rather than rewrite: the original's bytes are on disk,
@@ -1010,6 +1051,28 @@ mod tests {
         }
         let story = Story::of(&[missed, file("/ws/a", FileOp::Modify, Some("aa"), None)]);
         assert_eq!(story.before(&"/ws/a".into()), State::Unknown);
+    }
+
+    /// A gVisor record has no `original`: a path whose first record is a
+    /// change, a delete, a rename away or a chmod was there before the
+    /// session, in a state not on record; only a create says it was not.
+    #[test]
+    fn a_file_changed_with_no_original_is_never_taken_for_one_that_did_not_exist() {
+        let story = Story::of(&[
+            file("/ws/mod", FileOp::Modify, Some("mm"), None),
+            file("/ws/del", FileOp::Delete, None, None),
+            file("/ws/mode", FileOp::Chmod, None, None),
+            file("/ws/mv", FileOp::Rename, None, Some("/ws/moved")),
+            file("/ws/new", FileOp::Create, Some("nn"), None),
+            file("/ws/new", FileOp::Modify, Some("n2"), None),
+        ]);
+        for path in ["/ws/mod", "/ws/del", "/ws/mode", "/ws/mv"] {
+            assert_eq!(story.before(&path.into()), State::Unknown, "{path}");
+        }
+        // The file now at /ws/moved is the one found at /ws/mv.
+        assert_eq!(story.before(&"/ws/moved".into()), State::Absent);
+        assert_eq!(story.end[&OsText::from("/ws/moved")], State::Unknown);
+        assert_eq!(story.before(&"/ws/new".into()), State::Absent);
     }
 
     #[test]

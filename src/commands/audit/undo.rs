@@ -215,7 +215,10 @@ fn side(
         ),
         Held::Directory => (Vec::new(), format!("{path}/ (a directory {when})")),
         Held::Unknown => {
-            note(out, "it was missed")?;
+            note(
+                out,
+                "it is not on record (its original was missed, or a gVisor session, which records none)",
+            )?;
             (Vec::new(), format!("{path} ({when}, not on record)"))
         }
     })
