@@ -325,27 +325,57 @@ fn airlock_own_command_line_may_hold_any_bytes() {
 #[test]
 fn under_gvisor_a_command_line_that_is_not_utf8_is_refused_in_one_line_naming_its_bytes() {
     let sb = Sandbox::new(AIRLOCK);
-    let out = Command::new(AIRLOCK)
-        .current_dir(&sb.ws)
-        .args(["run", "--no-tty", "--isolation", "gvisor", "--workspace"])
-        .arg(&sb.ws)
-        .arg("--audit-db")
-        .arg(sb.dir.path().join("audit/audit.db"))
-        .arg("--audit-key")
-        .arg(sb.dir.path().join("audit/audit.key"))
-        .args(["--", "touch"])
-        .arg(OsStr::from_bytes(b"a\xffb"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125), "{out:?}");
-    let stderr = String::from_utf8(out.stderr).expect("the refusal is UTF-8");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with("airlock: the command's argument 'a\\xffb' is not UTF-8")
-            && stderr.contains("use --isolation namespaces"),
-        "{stderr}"
-    );
+    let odd = sb.dir.path().join(OsStr::from_bytes(b"ro\xfe"));
+    std::fs::create_dir(&odd).unwrap();
+    let shown_odd = format!("{}/ro\\xfe", sb.dir.path().display());
+    // An argument, and a mount's path.
+    let argument = [
+        OsStr::new("--"),
+        OsStr::new("touch"),
+        OsStr::from_bytes(b"a\xffb"),
+    ];
+    let mount = [
+        OsStr::new("--ro"),
+        odd.as_os_str(),
+        OsStr::new("--"),
+        OsStr::new("true"),
+    ];
+    for (extra, refused) in [
+        (&argument[..], "the command's argument 'a\\xffb'".to_owned()),
+        (&mount[..], format!("a path '{shown_odd}'")),
+    ] {
+        let out = Command::new(AIRLOCK)
+            .current_dir(&sb.ws)
+            .args(["run", "--no-tty", "--isolation", "gvisor", "--workspace"])
+            .arg(&sb.ws)
+            .arg("--audit-db")
+            .arg(sb.dir.path().join("audit/audit.db"))
+            .arg("--audit-key")
+            .arg(sb.dir.path().join("audit/audit.key"))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{out:?}");
+        let stderr = String::from_utf8(out.stderr).expect("the refusal is UTF-8");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("airlock: {refused} is not UTF-8"))
+                && stderr.contains("use --isolation namespaces"),
+            "{stderr}"
+        );
+    }
     assert_eq!(std::fs::read_dir(&sb.ws).unwrap().count(), 0, "nothing ran");
+    // Refused before the session starts: no session on record as
+    // unfinished for a command that never ran.
+    let db = sb.dir.path().join("audit/audit.db");
+    if db.exists() {
+        let sessions = audit_ok(AIRLOCK, &db, &["sessions", "--json"]);
+        assert_eq!(
+            serde_json::from_str::<Value>(&sessions).unwrap(),
+            json!([]),
+            "{sessions}"
+        );
+    }
 }
 
 /// Under gVisor the files are listed the same; the programs whose names

@@ -169,11 +169,13 @@ impl Plan {
             (Isolation::Gvisor, Purpose::Session) => {
                 let runsc = gvisor::find_runsc()?;
                 gvisor::refuse_unmatched(false, args.pids)?;
+                gvisor::refuse_unsayable(&[], mount_paths(args))?;
                 Some(runsc)
             }
-            (Isolation::Gvisor, Purpose::Run { pty_size, .. }) => {
+            (Isolation::Gvisor, Purpose::Run { pty_size, command }) => {
                 let runsc = gvisor::find_runsc()?;
                 gvisor::refuse_unmatched(pty_size.is_some(), args.pids)?;
+                gvisor::refuse_unsayable(command, mount_paths(args))?;
                 Some(runsc)
             }
         };
@@ -626,4 +628,14 @@ fn refuse_hidden_workspace(
         }
     }
     Ok(())
+}
+
+/// The paths the sandbox's mounts name on the command line.
+fn mount_paths(args: &SandboxArgs) -> impl Iterator<Item = &Path> {
+    args.workspace
+        .iter()
+        .chain(&args.ro)
+        .chain(&args.rw)
+        .chain(&args.hide)
+        .map(PathBuf::as_path)
 }

@@ -66,7 +66,7 @@ pub(super) fn step_process(
 ) -> anyhow::Result<Value> {
     let args: Vec<&str> = command
         .iter()
-        .map(|a| text(a, "the command's argument"))
+        .map(|a| argument_text(a))
         .collect::<anyhow::Result<_>>()?;
     let env: Vec<String> = env
         .iter()
@@ -221,8 +221,12 @@ fn canonical(path: &Path, option: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{option} {}: no such path", path.display()))
 }
 
-fn path_text(path: &Path) -> anyhow::Result<&str> {
+pub(super) fn path_text(path: &Path) -> anyhow::Result<&str> {
     text(path.as_os_str(), "a path")
+}
+
+pub(super) fn argument_text(arg: &OsStr) -> anyhow::Result<&str> {
+    text(arg, "the command's argument")
 }
 
 /// OCI's config is JSON text: a name that is not UTF-8 cannot be said in it.

@@ -308,6 +308,24 @@ impl Drop for TempDir {
     }
 }
 
+/// What OCI's config (JSON text) cannot say, refused before the session
+/// starts: the command's arguments and the mounts' paths must be UTF-8.
+/// The bundle checks every name again as it writes the config; refused
+/// there, a session would stay on record as unfinished for a command
+/// that never ran.
+pub(crate) fn refuse_unsayable<'a>(
+    command: &[OsString],
+    paths: impl IntoIterator<Item = &'a Path>,
+) -> anyhow::Result<()> {
+    for arg in command {
+        bundle::argument_text(arg)?;
+    }
+    for path in paths {
+        bundle::path_text(path)?;
+    }
+    Ok(())
+}
+
 /// What --isolation gvisor cannot mean the same way, refused up front.
 pub(crate) fn refuse_unmatched(tty: bool, pids: Option<u64>) -> anyhow::Result<()> {
     if pids.is_some() {
