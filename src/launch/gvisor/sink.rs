@@ -403,6 +403,47 @@ mod tests {
         })
     }
 
+    /// An exec point's strings go on record as the bytes gVisor gave, as
+    /// the namespace sandbox records them: no two argvs that differ in a
+    /// byte become one text; a secret-looking variable keeps only its
+    /// name, and a name that is not UTF-8 (no JSON key) only its name.
+    #[test]
+    fn an_exec_point_goes_on_record_byte_for_byte_with_secret_values_left_out() {
+        let exec = to_exec(
+            ExecId::new("1".to_owned()),
+            ExecPoint {
+                tgid: 7,
+                cwd: b"/w/d\xfe".to_vec(),
+                path: b"/w/ev\xffil".to_vec(),
+                argv: vec![b"ev\xffil".to_vec(), b"arg\xfc".to_vec()],
+                env: vec![
+                    b"API_TOKEN=s3cret".to_vec(),
+                    b"K\xfb=plain".to_vec(),
+                    b"V=v\xfa".to_vec(),
+                ],
+                ..ExecPoint::default()
+            },
+        );
+        assert_eq!(exec.path, OsText::from(&b"/w/ev\xffil"[..]));
+        assert_ne!(exec.path, OsText::from("/w/ev\u{fffd}il"));
+        assert_eq!(exec.argv[1], OsText::from(&b"arg\xfc"[..]));
+        assert_eq!(exec.cwd, OsText::from(&b"/w/d\xfe"[..]));
+        assert_eq!(
+            exec.env_names,
+            [
+                OsText::from("API_TOKEN"),
+                OsText::from(&b"K\xfb"[..]),
+                OsText::from("V")
+            ]
+        );
+        assert_eq!(
+            exec.env_values_nonsecret.keys().collect::<Vec<_>>(),
+            ["V"],
+            "the token's value and the value of a name that is not text are left out"
+        );
+        assert_eq!(exec.env_values_nonsecret["V"], OsText::from(&b"v\xfa"[..]));
+    }
+
     /// Each reported exec is matched by its own return, in order; a return
     /// with no report waiting is an exec gVisor did not report, and a
     /// failed execve is no exec at all.
