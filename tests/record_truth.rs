@@ -336,6 +336,8 @@ fn check_fileless_under_gvisor(r: &Record, f: &mut Failures, launcher: Option<&s
     });
 }
 
+// The session's time goes into the test's log (not a #[test] fn itself).
+#[allow(clippy::print_stderr)]
 fn fileless_and_magic_link_execs_under(isolation: Isolation) {
     let sb = Sandbox::new(AIRLOCK);
     let fexecve = sb.gcc("fexecve", FEXECVE_C, &[]);
