@@ -741,19 +741,25 @@ async fn under_gvisor_a_symlink_in_the_workspace_never_puts_what_it_points_at_on
         })
         .collect();
     assert!(leaked.is_empty(), "{leaked:#?}");
-    // The links themselves are on record, with their targets, once.
+    // The links themselves are on record, with their targets: every record
+    // of q carries the target's text, never what it points at. How many
+    // there are is timing: a look that lists p, then finds it renamed
+    // before it reads the target, records p without one, and the next look
+    // records q's target (`a_file_renamed_between_a_looks_stat_and_its_read_is_captured_by_the_next_look`).
     let q = format!("{w}/q");
     let linked: Vec<_> = files
         .iter()
         .filter(|e| e["path"] == q || e["rename_to"] == q)
         .collect();
-    assert_eq!(linked.len(), 1, "{files:#?}");
     let target = format!("{o}/secret.txt");
-    assert_eq!(
-        linked[0]["sha256"],
-        sha256_hex(target.as_bytes()),
-        "{files:#?}"
-    );
+    assert!(!linked.is_empty(), "{files:#?}");
+    for record in &linked {
+        assert_eq!(
+            record["sha256"],
+            sha256_hex(target.as_bytes()),
+            "{files:#?}"
+        );
+    }
     let reconciled: Vec<_> = files.iter().filter(|e| e["reconciled"] == true).collect();
     assert!(reconciled.is_empty(), "{reconciled:#?}");
     let id = first_session_id(AIRLOCK, &f.db(), &out);

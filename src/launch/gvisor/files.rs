@@ -74,9 +74,9 @@ pub(super) struct Tree {
     /// False once the mounts held more than `MAX_ENTRIES` names.
     followed: bool,
     max_content: u64,
-    /// Regular files whose content a look could not read (renamed or
-    /// replaced between its stat and its read): the next look records
-    /// their content, under whatever name they have by then.
+    /// Files and symlinks whose content (a link's: its target) a look
+    /// could not read (renamed or replaced between its stat and its read):
+    /// the next look records it, under whatever name they have by then.
     uncaptured: HashSet<Vec<u8>>,
 }
 
@@ -200,15 +200,19 @@ impl Tree {
                 ));
             }
         }
-        // A regular file recorded without a hash was not readable as the
-        // inode looked at: it changed name or content since.
+        // A file or symlink recorded without a hash was not readable as
+        // the inode looked at: it changed name or content since.
         self.uncaptured = out
             .iter()
             .filter(|c| matches!(c.op, FileOp::Create | FileOp::Modify) && c.sha256.is_none())
             .map(|c| c.path.as_bytes().to_vec())
             .filter(|path| {
-                now.get(path)
-                    .is_some_and(|e| FileType::from_raw_mode(e.mode) == FileType::RegularFile)
+                now.get(path).is_some_and(|e| {
+                    matches!(
+                        FileType::from_raw_mode(e.mode),
+                        FileType::RegularFile | FileType::Symlink
+                    )
+                })
             })
             .collect();
         self.entries = now;
@@ -568,6 +572,34 @@ mod tests {
         assert!(recorded.explains(&reconciled(&root.join("final.txt"), b"draft\n")));
 
         assert!(tree.changes(None).is_empty(), "recorded once");
+    }
+
+    /// The same for a symlink, whose content is its target's text.
+    #[test]
+    fn a_symlink_renamed_between_a_looks_stat_and_its_read_is_captured_by_the_next_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut tree = Tree::scan(vec![root.clone()], 1 << 20);
+        std::os::unix::fs::symlink("/elsewhere/secret", root.join("p")).unwrap();
+        let recorded = Recorded::default();
+
+        let stat = tree.walk().unwrap();
+        std::fs::rename(root.join("p"), root.join("q")).unwrap();
+        let first = tree.diff(stat, None);
+        assert_eq!(named(&first, "/p", FileOp::Create).unwrap().sha256, None);
+        first.iter().for_each(|c| recorded.note(c));
+
+        let second = tree.changes(None);
+        second.iter().for_each(|c| recorded.note(c));
+        let modify = named(&second, "/q", FileOp::Modify).expect("target recorded");
+        assert_eq!(modify.content.as_deref(), Some(&b"/elsewhere/secret"[..]));
+        let mut reconciled = FileChange::new(
+            OsText::from(root.join("q").as_os_str().as_encoded_bytes()),
+            FileOp::Create,
+        );
+        reconciled.identity.reconciled = true;
+        reconciled.content = Some(b"/elsewhere/secret".to_vec());
+        assert!(recorded.explains(&AuditEvent::File(reconciled)));
     }
 
     /// What the record holds for a renamed file is what it held for the old
