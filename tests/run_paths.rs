@@ -407,3 +407,270 @@ fn a_policy_the_sandbox_could_rewrite_is_refused_at_start_in_every_spelling() {
     );
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A bind mount the test makes and removes (the test runs as root).
+struct Bind(std::path::PathBuf);
+
+impl Bind {
+    fn mount(source: &Path, at: &Path) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let done = Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(done.success(), "mount --bind {}", at.display());
+        Self(at.to_owned())
+    }
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// What a hostile command would do with a record or key it could reach:
+/// delete the one, read the other. Each spelling that would let it is
+/// refused before the session starts, for every way to start one.
+#[test]
+fn the_record_and_its_key_are_refused_in_every_spelling_the_sandbox_could_reach() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let [ws, grant, safe, keys] = ["ws", "grant", "safe", "keys"].map(|d| root.join(d));
+    for d in [&ws, &grant, &safe, &keys, &ws.join("sub")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // A key made by a session of its own, then placed where each attempt
+    // needs it.
+    let made = airlock_run(
+        &root,
+        &root,
+        &[
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--audit-db",
+            keys.join("made.db").to_str().unwrap(),
+            "--audit-key",
+            keys.join("made.key").to_str().unwrap(),
+        ],
+        "true",
+    );
+    assert!(made.status.success(), "{made:?}");
+    let key_bytes = std::fs::read(keys.join("made.key")).unwrap();
+    std::fs::write(ws.join("sub/k.key"), &key_bytes).unwrap();
+    std::fs::write(keys.join("hard.key"), &key_bytes).unwrap();
+    std::fs::hard_link(keys.join("hard.key"), ws.join("hard.key")).unwrap();
+    std::fs::copy(keys.join("made.db"), keys.join("hard.db")).unwrap();
+    std::fs::hard_link(keys.join("hard.db"), ws.join("hard.db")).unwrap();
+    let link = |name: &str, to: &Path| {
+        let at = safe.join(name);
+        std::os::unix::fs::symlink(to, &at).unwrap();
+        at
+    };
+    let db_into_ws = link("into-ws.db", &ws.join("record.db"));
+    std::fs::copy(keys.join("made.db"), grant.join("record.db")).unwrap();
+    let db_into_grant = link("into-grant.db", &grant.join("record.db"));
+    let key_into_ws = link("into-ws.key", &ws.join("sub/k.key"));
+    // The workspace under a second name: a bind mount of the directory
+    // that holds the database and the key.
+    let bound = root.join("bound");
+    let _bind = Bind::mount(&keys, &bound);
+    let key = keys.join("made.key");
+    let good_db = root.join("db/audit.db");
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    // (options, the start of the line, what it must name)
+    let db_line = "airlock: the audit database ";
+    let key_line = "airlock: the audit signing key ";
+    let attempts: Vec<(Vec<String>, &str, String)> = vec![
+        // A link outside that leads into the workspace, to nothing yet:
+        // SQLite would make the record there.
+        (
+            vec![
+                "--workspace".into(),
+                s(&ws),
+                "--audit-db".into(),
+                s(&db_into_ws),
+                "--audit-key".into(),
+                s(&key),
+            ],
+            db_line,
+            format!(
+                "(a link to {}) is inside {}",
+                ws.join("record.db").display(),
+                ws.display()
+            ),
+        ),
+        // A link into a --rw grant, to a record that is there.
+        (
+            vec![
+                "--workspace".into(),
+                s(&ws),
+                "--rw".into(),
+                s(&grant),
+                "--audit-db".into(),
+                s(&db_into_grant),
+                "--audit-key".into(),
+                s(&key),
+            ],
+            db_line,
+            format!("is inside {}", grant.display()),
+        ),
+        // A second name for the database in the workspace.
+        (
+            vec![
+                "--workspace".into(),
+                s(&ws),
+                "--audit-db".into(),
+                s(&keys.join("hard.db")),
+                "--audit-key".into(),
+                s(&key),
+            ],
+            db_line,
+            "has 2 names (hard links)".into(),
+        ),
+        // The workspace is the database's directory under another name.
+        (
+            vec![
+                "--workspace".into(),
+                s(&bound),
+                "--audit-db".into(),
+                s(&keys.join("made.db")),
+                "--audit-key".into(),
+                s(&root.join("k/other.key")),
+            ],
+            db_line,
+            format!("is inside {}", bound.display()),
+        ),
+        // The key through a link into the workspace.
+        (
+            vec![
+                "--workspace".into(),
+                s(&ws),
+                "--audit-db".into(),
+                s(&good_db),
+                "--audit-key".into(),
+                s(&key_into_ws),
+            ],
+            key_line,
+            format!(
+                "(a link to {}) is inside {}",
+                ws.join("sub/k.key").display(),
+                ws.display()
+            ),
+        ),
+        // A second name for the key in the workspace.
+        (
+            vec![
+                "--workspace".into(),
+                s(&ws),
+                "--audit-db".into(),
+                s(&good_db),
+                "--audit-key".into(),
+                s(&keys.join("hard.key")),
+            ],
+            key_line,
+            "has 2 names (hard links)".into(),
+        ),
+        // The key's directory is the workspace under another name.
+        (
+            vec![
+                "--workspace".into(),
+                s(&bound),
+                "--audit-db".into(),
+                s(&good_db),
+                "--audit-key".into(),
+                s(&key),
+            ],
+            key_line,
+            format!("is inside {}", bound.display()),
+        ),
+    ];
+    for subcommand in ["run", "session", "mcp"] {
+        for (options, line, named) in &attempts {
+            let mut cmd = Command::new(AIRLOCK);
+            cmd.current_dir(&root)
+                .env_remove("AIRLOCK_AUDIT_DB")
+                .arg(subcommand);
+            if subcommand == "session" {
+                cmd.arg("start");
+            }
+            cmd.args(options).stdin(std::process::Stdio::null());
+            if subcommand == "run" {
+                cmd.args([
+                    "--",
+                    "sh",
+                    "-c",
+                    "rm -f record.db* hard.db; cat sub/k.key hard.key",
+                ]);
+            }
+            let out = cmd.output().unwrap();
+            let (stdout, stderr) = text(&out);
+            let what = format!("airlock {subcommand} {options:?}: {stderr}");
+            assert_eq!(out.status.code(), Some(125), "{what}");
+            assert!(stdout.is_empty(), "{what} / {stdout}");
+            assert_eq!(stderr.lines().count(), 1, "{what}");
+            assert!(stderr.starts_with(line), "{what}");
+            assert!(stderr.contains(named), "{what}");
+            assert!(!stderr.contains("panicked"), "{what}");
+        }
+    }
+    // Nothing was made or removed where the sandbox can write.
+    assert!(!ws.join("record.db").exists());
+    assert!(ws.join("hard.db").exists() && grant.join("record.db").exists());
+    assert!(!good_db.exists(), "a refused start recorded a session");
+}
+
+/// A database and a key reached through links to a place the sandbox
+/// cannot write are used, and neither where they are named nor where
+/// they lead is visible inside.
+#[test]
+fn a_record_and_key_behind_links_work_and_both_their_places_stay_hidden() {
+    // Not under /tmp, which the sandbox replaces with its own.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let [ws, named, real] = ["ws", "named", "real"].map(|d| root.join(d));
+    for d in [&ws, &named, &real] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // The key is made by a session of its own (a link to no key is
+    // refused); the database is made through its link.
+    let made = airlock_run(
+        &ws,
+        &root,
+        &[
+            "--audit-db",
+            root.join("other/audit.db").to_str().unwrap(),
+            "--audit-key",
+            real.join("audit.key").to_str().unwrap(),
+        ],
+        "true",
+    );
+    assert!(made.status.success(), "{made:?}");
+    for f in ["audit.db", "audit.key"] {
+        std::os::unix::fs::symlink(real.join(f), named.join(f)).unwrap();
+    }
+    let script = format!(
+        "for d in {} {}; do ls -A $d; done; echo done",
+        named.display(),
+        real.display()
+    );
+    let out = airlock_run(
+        &ws,
+        &root,
+        &[
+            "--audit-db",
+            named.join("audit.db").to_str().unwrap(),
+            "--audit-key",
+            named.join("audit.key").to_str().unwrap(),
+        ],
+        &script,
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "done\n", "{stderr}");
+    assert!(real.join("audit.key").is_file());
+    assert_eq!(sessions(&named.join("audit.db")).len(), 1);
+    assert_eq!(sessions(&real.join("audit.db")).len(), 1);
+}

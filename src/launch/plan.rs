@@ -455,6 +455,9 @@ fn hidden_paths(
             ),
         ],
     )?;
+    if let Some(audit) = audit {
+        Writable::new(workspace, &args.rw).refuse_audit_key(&audit.key)?;
+    }
     let mut hide = args.hide.clone();
     hide.extend(args.ca_dir.iter().cloned());
     // No sandbox sees a control socket, wherever the runtime directory is:
@@ -467,11 +470,17 @@ fn hidden_paths(
         hide.push(sessions);
     }
     if let Some(AuditPaths { db, key, ship, .. }) = audit {
-        hide.extend(
-            [db.clone(), key.clone()]
-                .into_iter()
-                .filter_map(|p| p.parent().map(Path::to_owned)),
-        );
+        // Both where they are named and where they lead: a link's target
+        // is the file SQLite and the key loader open.
+        for path in [db, key] {
+            let named = path.parent().map(Path::to_owned);
+            let real = path
+                .canonicalize()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_owned))
+                .filter(|real| named.as_ref() != Some(real));
+            hide.extend(named.into_iter().chain(real));
+        }
         // The central store's password opens the fleet's record: the
         // sandbox never reads the file it comes from.
         if ship.is_some()
