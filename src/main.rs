@@ -116,11 +116,39 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `airlock audit export | head`: the reader has what it wanted.
+        Err(e) if stdout_reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("airlock: {}", one_line(&e));
             ExitCode::from(exit::USAGE)
         }
     }
+}
+
+/// Whether `e` is a write to a pipe whose reader is gone, and that pipe is
+/// our standard output (a broken pipe elsewhere, such as a control socket,
+/// is a failure to report).
+fn stdout_reader_gone(e: &anyhow::Error) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
+    let broken = e.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().map(|io| io.kind()) == pipe
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == pipe
+    });
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(
+        std::os::fd::AsFd::as_fd(&stdout),
+        PollFlags::POLLOUT,
+    )];
+    // The write end of a pipe with no reader polls as an error.
+    broken
+        && poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// An error and its causes on one line.

@@ -438,3 +438,44 @@ fn a_hostile_label_or_node_is_printed_escaped_and_cannot_forge_a_line_or_reach_t
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v[0]["host"], "node\u{1b}]0;owned\u{7}");
 }
+
+/// `airlock audit ... | head`: once the reader has gone, each reader
+/// command stops quietly with status 0, as other command-line tools do; a
+/// broken pipe anywhere else stays an error.
+#[test]
+fn a_reader_that_stops_reading_ends_each_command_quietly() {
+    let e = env();
+    let store = e.store();
+    for _ in 0..20 {
+        thirty_event_session(&store);
+    }
+    let id = thirty_event_session(&store);
+    let prefix = &id.as_str()[..16];
+    let commands: [&[&str]; 6] = [
+        &["sessions"],
+        &["sessions", "--json"],
+        &["timeline", prefix],
+        &["export", prefix, "--format", "jsonl", "--out", "-"],
+        &["export", prefix, "--format", "ocsf", "--out", "-"],
+        &["search", "--host", "*.example.com"],
+    ];
+    for args in commands {
+        // A pipe whose reading end is closed before airlock writes: every
+        // write fails with EPIPE, whatever the timing.
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = Command::new(AIRLOCK)
+            .arg("audit")
+            .args(args)
+            .arg("--audit-db")
+            .arg(&e.db)
+            .env("HOME", e.dir.path())
+            .env_remove("AIRLOCK_AUDIT_DB")
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "audit {args:?}: {stderr}");
+        assert!(stderr.is_empty(), "audit {args:?}: {stderr}");
+    }
+}

@@ -674,3 +674,51 @@ fn a_record_and_key_behind_links_work_and_both_their_places_stay_hidden() {
     assert_eq!(sessions(&named.join("audit.db")).len(), 1);
     assert_eq!(sessions(&real.join("audit.db")).len(), 1);
 }
+
+/// A home's secrets, Airlock's own files and a `--hide` stay hidden when a
+/// grant is the directory that holds them under another name (a bind
+/// mount, which the path alone does not show), as when the path is the
+/// same.
+fn secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_under(
+    isolation: airlock_test_support::isolation::Isolation,
+) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let home = root.join("home");
+    for d in [".ssh", ".local/share/airlock", "private", "project"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::fs::write(home.join(".local/share/airlock/audit.key"), "KEY").unwrap();
+    std::fs::write(home.join("private/notes"), "hidden by --hide").unwrap();
+    std::fs::write(home.join("project/readme"), "visible\n").unwrap();
+    let workspace = Bind::mount(&home, &root.join("workspace"));
+    let read_only = Bind::mount(&home, &root.join("read-only"));
+    let db = root.join("db/audit.db");
+    let mut args = isolation.args().map(str::to_owned).to_vec();
+    args.extend([
+        "--audit-db".into(),
+        db.to_str().unwrap().into(),
+        // Not the home's default key: the sandbox could write that one
+        // through the workspace, which is refused (see above).
+        "--audit-key".into(),
+        root.join("db/audit.key").to_str().unwrap().into(),
+        "--hide".into(),
+        home.join("private").to_str().unwrap().into(),
+        "--ro".into(),
+        read_only.0.to_str().unwrap().into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let script = format!(
+        "cat project/readme; for d in . {}; do for f in .ssh/id_ed25519 .local/share/airlock/audit.key private/notes; do cat $d/$f 2>/dev/null && echo \" <- $d/$f\"; done; done; echo done",
+        read_only.0.display()
+    );
+    let out = airlock_run(&workspace.0, &home, &args, &script);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "visible\ndone\n", "{stderr}");
+}
+
+airlock_test_support::per_isolation!(sync secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_under =>
+    secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name,
+    under_gvisor_secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name);

@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
+mod aliases;
 mod attribution;
 mod capture;
 pub mod capture_rules;
@@ -50,6 +51,7 @@ mod step_command;
 #[allow(unsafe_code)]
 mod sys;
 
+pub use aliases::hidden_aliases;
 pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{ExecSeq, FileOp, ImageKind, ObserveSpec, is_secret_name};

@@ -229,6 +229,15 @@ impl Plan {
                 });
             }
         }
+        // The same secrets under the other names a grant gives them.
+        let named: Vec<(PathBuf, bool)> =
+            hides.iter().map(|h| (h.path.clone(), h.forced)).collect();
+        let granted: Vec<PathBuf> = grants.iter().map(|g| g.path.clone()).collect();
+        hides.extend(
+            crate::aliases::hidden_aliases(&named, &granted)
+                .into_iter()
+                .map(|(path, forced)| Hide { path, forced }),
+        );
         hides.sort_by_key(|h| h.path.components().count());
         hides.dedup_by(|a, b| {
             a.path == b.path && {

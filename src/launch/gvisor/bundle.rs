@@ -169,8 +169,14 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
     // As in the namespace sandbox: a secret inside a grant stays hidden
     // unless a grant names it or something in it; Airlock's own files and
     // --hide stay hidden even then.
-    let forced = hides.iter().map(|p| (p.clone(), true));
-    for (path, forced) in defaults.iter().cloned().chain(forced) {
+    let mut hidden: Vec<(PathBuf, bool)> = defaults
+        .iter()
+        .cloned()
+        .chain(hides.iter().map(|p| (p.clone(), true)))
+        .collect();
+    // The same secrets under the other names a grant gives them.
+    hidden.extend(airlock_shim::hidden_aliases(&hidden, &grants));
+    for (path, forced) in hidden {
         let inside = grants.iter().any(|g| path.starts_with(g));
         let granted = grants.iter().any(|g| g.starts_with(&path));
         if inside && (forced || !granted) {
