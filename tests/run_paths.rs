@@ -694,6 +694,8 @@ fn secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_und
     std::fs::write(home.join("project/readme"), "visible\n").unwrap();
     let workspace = Bind::mount(&home, &root.join("workspace"));
     let read_only = Bind::mount(&home, &root.join("read-only"));
+    // A grant that is the --hide'd directory itself under another name.
+    let private = Bind::mount(&home.join("private"), &root.join("private-too"));
     let db = root.join("db/audit.db");
     let mut args = isolation.args().map(str::to_owned).to_vec();
     args.extend([
@@ -707,11 +709,14 @@ fn secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_und
         home.join("private").to_str().unwrap().into(),
         "--ro".into(),
         read_only.0.to_str().unwrap().into(),
+        "--ro".into(),
+        private.0.to_str().unwrap().into(),
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let script = format!(
-        "cat project/readme; for d in . {}; do for f in .ssh/id_ed25519 .local/share/airlock/audit.key private/notes; do cat $d/$f 2>/dev/null && echo \" <- $d/$f\"; done; done; echo done",
-        read_only.0.display()
+        "cat project/readme; for d in . {}; do for f in .ssh/id_ed25519 .local/share/airlock/audit.key private/notes; do cat $d/$f 2>/dev/null && echo \" <- $d/$f\"; done; done; cat {}/notes 2>/dev/null; echo done",
+        read_only.0.display(),
+        private.0.display()
     );
     let out = airlock_run(&workspace.0, &home, &args, &script);
     let (stdout, stderr) = text(&out);

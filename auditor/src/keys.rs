@@ -89,6 +89,15 @@ pub(crate) fn obtain_signing_key(source: &SigningKeySource) -> Result<SigningKey
         SigningKeySource::Ephemeral => generate(),
         SigningKeySource::KeyFile(path) => match read_secret_key(path) {
             Ok(key) => Ok(key),
+            // A link that leads to no file: the key is made with link(2),
+            // which never follows one, so making it would fail as a race.
+            Err(KeyRead::Missing) if let Ok(target) = fs::read_link(path) => Err(key_err(
+                path,
+                format!(
+                    "is a link to {}, where there is no key: name the key file itself, or a new path where airlock can create one",
+                    target.display()
+                ),
+            )),
             Err(KeyRead::Missing) => create_key_file(path),
             Err(KeyRead::Bad(e)) => Err(e),
         },
@@ -250,6 +259,30 @@ pub(crate) fn resolve_anchor(anchor: &TrustAnchor) -> Result<Option<VerifyingKey
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_to_no_key_is_named_with_where_it_leads_and_nothing_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("audit.key");
+        let target = dir.path().join("elsewhere/audit.key");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = obtain_signing_key(&SigningKeySource::KeyFile(link.clone()))
+            .expect_err("a key was made through the link");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!(
+                "is a link to {}, where there is no key",
+                target.display()
+            )),
+            "{text}"
+        );
+        assert!(!target.exists());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["audit.key"], "staging files were left behind");
+    }
 
     /// Twenty sessions starting at once with no key yet: one key is created,
     /// everyone signs with it, and nobody reads a half-written file.

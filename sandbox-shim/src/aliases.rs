@@ -26,10 +26,11 @@ pub fn hidden_aliases(hides: &[(PathBuf, bool)], grants: &[PathBuf]) -> Vec<(Pat
         .collect();
     let mut aliases = Vec::new();
     for (hidden, forced) in hides {
-        // Not the hidden path itself: a grant that is it under another
-        // name is a grant of it, which the caller decides on as for any
-        // grant of a hidden path.
-        for ancestor in hidden.ancestors().skip(1) {
+        // The hidden path itself too when nothing may show it (Airlock's
+        // own files, --hide): a grant that is it under another name is
+        // then covered whole. Otherwise that is a grant of it, which shows
+        // it as a grant of it by its own name would.
+        for ancestor in hidden.ancestors().skip(usize::from(!*forced)) {
             let Some(id) = FileId::of(ancestor) else {
                 continue;
             };
@@ -40,7 +41,11 @@ pub fn hidden_aliases(hides: &[(PathBuf, bool)], grants: &[PathBuf]) -> Vec<(Pat
                 .iter()
                 .filter(|(g, path)| *g == id && *path != ancestor)
             {
-                let alias = grant.join(rest);
+                let alias = if rest.as_os_str().is_empty() {
+                    grant.to_path_buf()
+                } else {
+                    grant.join(rest)
+                };
                 if !aliases.iter().any(|(a, _)| *a == alias) {
                     aliases.push((alias, *forced));
                 }
@@ -80,6 +85,16 @@ mod tests {
         // Named by its own path, a grant needs no alias: the hide is
         // inside it already.
         assert!(hidden_aliases(&hides, std::slice::from_ref(&home)).is_empty());
+        // A grant that is a hidden directory by another name: covered
+        // whole when nothing may show it, left to the grant otherwise.
+        let airlock = dir.path().join("airlock");
+        std::os::unix::fs::symlink(home.join(".local/share/airlock"), &airlock).unwrap();
+        let ssh = dir.path().join("ssh");
+        std::os::unix::fs::symlink(home.join(".ssh"), &ssh).unwrap();
+        assert_eq!(
+            hidden_aliases(&hides, &[airlock.clone(), ssh]),
+            vec![(airlock, true)]
+        );
         // A grant that is elsewhere in the tree shows nothing hidden.
         assert!(hidden_aliases(&hides, &[home.join("project")]).is_empty());
     }

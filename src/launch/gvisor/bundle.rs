@@ -150,22 +150,15 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
         .iter()
         .map(|p| canonical(p, "--hide"))
         .collect::<anyhow::Result<Vec<PathBuf>>>()?;
-    let mut grants = Vec::new();
-    for path in &spec.ro {
-        let path = canonical(path, "--ro")?;
-        mounts.push(bind(&path, true)?);
-        grants.push(path);
-    }
-    for path in &spec.rw {
-        let path = canonical(path, "--rw")?;
-        mounts.push(bind(&path, false)?);
-        grants.push(path);
-    }
-    for path in &hides {
-        mounts.push(hide(path)?);
-    }
-    mounts.push(bind(&spec.workspace, false)?);
-    grants.push(canonical(&spec.workspace, "--workspace")?);
+    let canonical_all = |paths: &[PathBuf], option: &str| -> anyhow::Result<Vec<PathBuf>> {
+        paths.iter().map(|p| canonical(p, option)).collect()
+    };
+    let (ro, rw) = (
+        canonical_all(&spec.ro, "--ro")?,
+        canonical_all(&spec.rw, "--rw")?,
+    );
+    let workspace = canonical(&spec.workspace, "--workspace")?;
+    let grants: Vec<PathBuf> = ro.iter().chain(&rw).chain([&workspace]).cloned().collect();
     // As in the namespace sandbox: a secret inside a grant stays hidden
     // unless a grant names it or something in it; Airlock's own files and
     // --hide stay hidden even then.
@@ -176,6 +169,25 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
         .collect();
     // The same secrets under the other names a grant gives them.
     hidden.extend(airlock_shim::hidden_aliases(&hidden, &grants));
+    if hidden.iter().any(|(p, forced)| *forced && *p == workspace) {
+        anyhow::bail!(
+            "workspace {} must stay hidden from the sandbox (it holds Airlock's own files or was given to --hide, by this name or another): use another directory as the workspace",
+            workspace.display()
+        );
+    }
+    // A grant that is such a directory under another name is not bound
+    // at all: its hide below is all there is at its path (runsc lets a
+    // bind win over a later mount at the same destination).
+    let hidden_whole = |g: &Path| hidden.iter().any(|(p, forced)| *forced && p == g);
+    for (paths, ro) in [(&ro, true), (&rw, false)] {
+        for path in paths.iter().filter(|p| !hidden_whole(p)) {
+            mounts.push(bind(path, ro)?);
+        }
+    }
+    for path in &hides {
+        mounts.push(hide(path)?);
+    }
+    mounts.push(bind(&spec.workspace, false)?);
     for (path, forced) in hidden {
         let inside = grants.iter().any(|g| path.starts_with(g));
         let granted = grants.iter().any(|g| g.starts_with(&path));
