@@ -569,22 +569,26 @@ fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
     // What a hostile command tries: the environment, the file the
     // variable names, airlock's own command line, and the process list.
     let probe = format!(
-        "env; cat {file} 2>&1; cat $AIRLOCK_AUDIT_DB_PASSWORD_FILE 2>&1; for p in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $p; echo; done; echo done",
+        "env; cat {file} pgpass-moved 2>&1; cat $AIRLOCK_AUDIT_DB_PASSWORD_FILE 2>&1; for p in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $p; echo; done; echo done",
         file = file.display()
     );
-    let run = |url: &str, env: &[(&str, &str)]| {
+    let ws = node.dir.path().join("ws");
+    let run_with = |url: &str, env: &[(&str, &str)], options: &[&str]| {
         Command::new(AIRLOCK)
             .args(["run", "--workspace"])
-            .arg(node.dir.path().join("ws"))
+            .arg(&ws)
             .arg("--audit-db")
             .arg(node.db())
             .arg("--audit-key")
             .arg(node.key())
-            .args(["--audit-ship", url, "--", "sh", "-c", &probe])
+            .args(["--audit-ship", url])
+            .args(options)
+            .args(["--", "sh", "-c", &probe])
             .envs(env.iter().copied())
             .output()
             .unwrap()
     };
+    let run = |url: &str, env: &[(&str, &str)]| run_with(url, env, &[]);
     let file_env = file.to_str().unwrap();
     // A password on airlock's command line would be in the sandbox's
     // process list: refused, in either spelling, saying where it goes.
@@ -616,6 +620,114 @@ fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
         );
         assert!(!String::from_utf8_lossy(&out.stderr).contains(pg.password()));
     }
+    // Asked for by name, or inside another variable's value: refused, as
+    // a credential's secret is.
+    let url = pg.url_without_password();
+    let with_variable = [("PGPASSWORD", pg.password())];
+    let with_file = [("AIRLOCK_AUDIT_DB_PASSWORD_FILE", file_env)];
+    let inside = format!("DSN=postgres://u:{}@h/db", pg.password());
+    for (env, options, variable) in [
+        (
+            &with_variable,
+            vec!["--pass-env", "PGPASSWORD"],
+            "PGPASSWORD",
+        ),
+        (&with_file, vec!["--env", inside.as_str()], "DSN"),
+        (&with_variable, vec!["--env", inside.as_str()], "DSN"),
+    ] {
+        let out = run_with(&url, env, &options);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{options:?}: {}", show(&out));
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "airlock: {variable} carries the central audit store's password; secrets never enter the sandbox (only airlock's shipper uses it)"
+            ),
+        );
+        assert!(out.stdout.is_empty(), "nothing ran: {}", show(&out));
+    }
+    // The file by a second name the sandbox can read, or through a link
+    // into the workspace: refused; named inside the workspace: hidden (the
+    // probe reads it there).
+    let hard = ws.join("pgpass-hard");
+    std::fs::hard_link(&file, &hard).unwrap();
+    let linked = secrets.path().join("pgpass-link");
+    let moved = ws.join("pgpass-moved");
+    std::fs::copy(&file, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &linked).unwrap();
+    for (named, says) in [
+        (
+            file.clone(),
+            "has 2 names (hard links), and the sandbox could read it through one: copy it to a file of its own".to_owned(),
+        ),
+        (
+            linked.clone(),
+            format!("(a link to {}) is inside {}", moved.display(), ws.display()),
+        ),
+    ] {
+        let out = run(&url, &[("AIRLOCK_AUDIT_DB_PASSWORD_FILE", named.to_str().unwrap())]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("airlock: the central audit store's password file ") && err.contains(&says),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "nothing ran: {}", show(&out));
+    }
+    std::fs::remove_file(&hard).unwrap();
+    std::fs::remove_file(&linked).unwrap();
+    let out = run(
+        &url,
+        &[("AIRLOCK_AUDIT_DB_PASSWORD_FILE", moved.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        seen.contains("done") && !seen.contains(pg.password()),
+        "{seen}"
+    );
+    // A live session's step is refused it the same way.
+    let start = Command::new(AIRLOCK)
+        .args(["session", "start", "--workspace"])
+        .arg(&ws)
+        .arg("--audit-db")
+        .arg(node.db())
+        .arg("--audit-key")
+        .arg(node.key())
+        .args(["--audit-ship", &url])
+        .env("PGPASSWORD", pg.password())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(start.status.code(), Some(0), "{}", show(&start));
+    let id = String::from_utf8_lossy(&start.stdout).trim().to_owned();
+    let step = |options: &[&str]| {
+        Command::new(AIRLOCK)
+            .args(["session", "exec", &id])
+            .args(options)
+            .args(["--", "sh", "-c", "env; echo done"])
+            .output()
+            .unwrap()
+    };
+    let refused = step(&["--env", &inside]);
+    let ran = step(&["--env", "DSN=postgres://u@h/db"]);
+    let stop = Command::new(AIRLOCK)
+        .args(["session", "stop", &id])
+        .output()
+        .unwrap();
+    assert_eq!(stop.status.code(), Some(0), "{}", show(&stop));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_ne!(refused.status.code(), Some(0), "{}", show(&refused));
+    assert!(
+        err.contains(
+            "DSN carries the central audit store's password; secrets never enter the sandbox"
+        ),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains(pg.password()));
+    assert_eq!(ran.status.code(), Some(0), "{}", show(&ran));
+    assert!(String::from_utf8_lossy(&ran.stdout).contains("done"));
     // Nor is it anywhere in the record, here or central.
     node.enroll(&pg);
     for db in [node.db(), pg_path(&pg)] {

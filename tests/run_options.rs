@@ -99,6 +99,45 @@ fn the_environment_is_clean_and_holds_only_what_was_asked_for() {
     assert!(out.stderr.contains("KEY=VALUE"), "{out:?}");
 }
 
+/// A credential's secret never enters the sandbox, even when the caller
+/// asks: by `--pass-env` of the variable it comes from, or inside an
+/// `--env` value. The refusal names the variable, never the secret.
+#[test]
+fn a_credentials_secret_is_refused_in_the_environment_however_it_is_asked_for() {
+    let ws = tempfile::tempdir().unwrap();
+    let policy = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        policy.path(),
+        "version = 1\n[[credential]]\nname = \"api\"\nhosts = [\"api.test\"]\nheader = \"Authorization\"\nvalue = \"Bearer ${env:OPTIONS_TOKEN}\"\nplaceholder = \"OPTIONS_TOKEN\"\n",
+    )
+    .unwrap();
+    let secret = "tok-3f9a1c-never-inside";
+    let env = [("OPTIONS_TOKEN", secret)];
+    let policy = policy.path().to_str().unwrap();
+    let inside = format!("AUTH=Bearer {secret}");
+    for (options, variable) in [
+        (vec!["--pass-env", "OPTIONS_TOKEN"], "OPTIONS_TOKEN"),
+        (vec!["--env", inside.as_str()], "AUTH"),
+    ] {
+        let mut args = vec!["--policy", policy];
+        args.extend(&options);
+        let out = airlock_run(ws.path(), &args, &["/usr/bin/env"], &env);
+        assert_eq!(out.status, 125, "{options:?}: {out:?}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "airlock: {variable} carries the secret of credential api; secrets never enter the sandbox (use the credential's placeholder instead)"
+            )
+        );
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    // The placeholder is what the command gets.
+    let out = airlock_run(ws.path(), &["--policy", policy], &["/usr/bin/env"], &env);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains(secret), "{out:?}");
+    assert!(out.stdout.contains("OPTIONS_TOKEN="), "{out:?}");
+}
+
 #[test]
 fn the_sandbox_gets_a_fixed_path_and_the_hosts_only_when_passed() {
     let ws = tempfile::tempdir().unwrap();

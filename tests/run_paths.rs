@@ -163,23 +163,29 @@ fn a_symlinked_workspace_runs_at_its_real_path() {
     );
 }
 
-/// A tmpfs the test mounts and unmounts (the test runs as root).
-struct Tmpfs(std::path::PathBuf);
+/// A mount the test makes and removes (the test runs as root).
+struct Mounted(std::path::PathBuf);
 
-impl Tmpfs {
-    fn mount(path: &Path) -> Self {
-        std::fs::create_dir_all(path).unwrap();
-        let done = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(done.success(), "mount tmpfs on {}", path.display());
-        Self(path.to_owned())
+impl Mounted {
+    /// A tmpfs of its own at `path`.
+    fn tmpfs(path: &Path) -> Self {
+        Self::mount(&["-t", "tmpfs", "-o", "size=8m", "tmpfs"], path)
+    }
+
+    /// `source` under a second name, `at`.
+    fn bind(source: &Path, at: &Path) -> Self {
+        Self::mount(&["--bind", source.to_str().unwrap()], at)
+    }
+
+    fn mount(args: &[&str], at: &Path) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let done = Command::new("mount").args(args).arg(at).status().unwrap();
+        assert!(done.success(), "mount {args:?} {}", at.display());
+        Self(at.to_owned())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
     }
@@ -188,7 +194,7 @@ impl Drop for Tmpfs {
 #[test]
 fn a_workspace_on_another_filesystem_works() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = Tmpfs::mount(&dir.path().join("other-fs"));
+    let fs = Mounted::tmpfs(&dir.path().join("other-fs"));
     let db = dir.path().join("db/audit.db");
     let out = airlock_run(
         &fs.0,
@@ -408,34 +414,13 @@ fn a_policy_the_sandbox_could_rewrite_is_refused_at_start_in_every_spelling() {
     assert!(out.status.success(), "{out:?}");
 }
 
-/// A bind mount the test makes and removes (the test runs as root).
-struct Bind(std::path::PathBuf);
-
-impl Bind {
-    fn mount(source: &Path, at: &Path) -> Self {
-        std::fs::create_dir_all(at).unwrap();
-        let done = Command::new("mount")
-            .arg("--bind")
-            .arg(source)
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(done.success(), "mount --bind {}", at.display());
-        Self(at.to_owned())
-    }
-}
-
-impl Drop for Bind {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// What a hostile command would do with a record or key it could reach:
-/// delete the one, read the other. Each spelling that would let it is
-/// refused before the session starts, for every way to start one.
+/// delete the one, read the others (the signing key, to sign a record of
+/// its own; the CA's, to pass for any host to whatever trusts the CA). Each
+/// spelling that would let it is refused before the session starts, for
+/// every way to start one.
 #[test]
-fn the_record_and_its_key_are_refused_in_every_spelling_the_sandbox_could_reach() {
+fn the_record_and_the_keys_are_refused_in_every_spelling_the_sandbox_could_reach() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let root = dir.path().canonicalize().unwrap();
     let [ws, grant, safe, keys] = ["ws", "grant", "safe", "keys"].map(|d| root.join(d));
@@ -476,14 +461,32 @@ fn the_record_and_its_key_are_refused_in_every_spelling_the_sandbox_could_reach(
     // The workspace under a second name: a bind mount of the directory
     // that holds the database and the key.
     let bound = root.join("bound");
-    let _bind = Bind::mount(&keys, &bound);
+    let _bind = Mounted::bind(&keys, &bound);
     let key = keys.join("made.key");
+    // The CA's private key by a second name in the workspace, or moved
+    // there and linked to; and a CA whose directory the workspace is.
+    let ca = |name: &str| {
+        let dir = keys.join(name);
+        let made = Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        dir
+    };
+    let [ca_hard, ca_linked, ca_bound] = ["ca-hard", "ca-linked", "ca-bound"].map(ca);
+    std::fs::hard_link(ca_hard.join("ca-key.pem"), ws.join("ca-key.pem")).unwrap();
+    std::fs::rename(ca_linked.join("ca-key.pem"), ws.join("sub/ca-key.pem")).unwrap();
+    std::os::unix::fs::symlink(ws.join("sub/ca-key.pem"), ca_linked.join("ca-key.pem")).unwrap();
+    let ca_bound_ws = root.join("ca-bound-ws");
+    let _ca_bind = Mounted::bind(&ca_bound, &ca_bound_ws);
     let good_db = root.join("db/audit.db");
     let s = |p: &Path| p.to_str().unwrap().to_owned();
     // (options, the start of the line, what it must name)
     let db_line = "airlock: the audit database ";
     let key_line = "airlock: the audit signing key ";
-    let attempts: Vec<(Vec<String>, &str, String)> = vec![
+    let mut attempts: Vec<(Vec<String>, &str, String)> = vec![
         // A link outside that leads into the workspace, to nothing yet:
         // SQLite would make the record there.
         (
@@ -587,6 +590,40 @@ fn the_record_and_its_key_are_refused_in_every_spelling_the_sandbox_could_reach(
             format!("is inside {}", bound.display()),
         ),
     ];
+    let ca_line = "airlock: the CA's private key ";
+    let with_ca = |workspace: &Path, ca: &Path| {
+        vec![
+            "--workspace".into(),
+            s(workspace),
+            "--ca-dir".into(),
+            s(ca),
+            "--audit-db".into(),
+            s(&good_db),
+            "--audit-key".into(),
+            s(&key),
+        ]
+    };
+    attempts.extend([
+        (
+            with_ca(&ws, &ca_hard),
+            ca_line,
+            "has 2 names (hard links)".to_owned(),
+        ),
+        (
+            with_ca(&ws, &ca_linked),
+            ca_line,
+            format!(
+                "(a link to {}) is inside {}",
+                ws.join("sub/ca-key.pem").display(),
+                ws.display()
+            ),
+        ),
+        (
+            with_ca(&ca_bound_ws, &ca_bound),
+            ca_line,
+            format!("is inside {}", ca_bound_ws.display()),
+        ),
+    ]);
     for subcommand in ["run", "session", "mcp"] {
         for (options, line, named) in &attempts {
             let mut cmd = Command::new(AIRLOCK);
@@ -602,7 +639,7 @@ fn the_record_and_its_key_are_refused_in_every_spelling_the_sandbox_could_reach(
                     "--",
                     "sh",
                     "-c",
-                    "rm -f record.db* hard.db; cat sub/k.key hard.key",
+                    "rm -f record.db* hard.db; cat sub/k.key hard.key ca-key.pem sub/ca-key.pem",
                 ]);
             }
             let out = cmd.output().unwrap();
@@ -692,10 +729,10 @@ fn secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_und
     std::fs::write(home.join(".local/share/airlock/audit.key"), "KEY").unwrap();
     std::fs::write(home.join("private/notes"), "hidden by --hide").unwrap();
     std::fs::write(home.join("project/readme"), "visible\n").unwrap();
-    let workspace = Bind::mount(&home, &root.join("workspace"));
-    let read_only = Bind::mount(&home, &root.join("read-only"));
+    let workspace = Mounted::bind(&home, &root.join("workspace"));
+    let read_only = Mounted::bind(&home, &root.join("read-only"));
     // A grant that is the --hide'd directory itself under another name.
-    let private = Bind::mount(&home.join("private"), &root.join("private-too"));
+    let private = Mounted::bind(&home.join("private"), &root.join("private-too"));
     let db = root.join("db/audit.db");
     let mut args = isolation.args().map(str::to_owned).to_vec();
     args.extend([

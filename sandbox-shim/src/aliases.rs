@@ -6,12 +6,14 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// A directory's device and inode: the same under every mount of it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FileId(u64, u64);
+/// A file's or directory's device and inode: the same under every mount
+/// of it and every name of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId(u64, u64);
 
 impl FileId {
-    fn of(path: &Path) -> Option<Self> {
+    /// The identity of what `path` leads to, if it exists.
+    pub fn of(path: &Path) -> Option<Self> {
         std::fs::metadata(path).ok().map(|m| Self(m.dev(), m.ino()))
     }
 }

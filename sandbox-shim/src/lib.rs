@@ -51,7 +51,7 @@ mod step_command;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use aliases::hidden_aliases;
+pub use aliases::{FileId, hidden_aliases};
 pub use attribution::Attributor;
 pub use error::ShimError;
 pub use observation::{ExecSeq, FileOp, ImageKind, ObserveSpec, is_secret_name};

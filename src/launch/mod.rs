@@ -14,9 +14,11 @@ mod args;
 mod gvisor;
 mod plan;
 mod wire;
+mod withheld;
 mod writable;
 
 pub(crate) use args::{SandboxArgs, parse_env, parse_size};
 pub(crate) use gvisor::{GvisorSession, Recorded};
-pub(crate) use plan::{Plan, Purpose, refuse_secret_in_env};
+pub(crate) use plan::{Plan, Purpose};
 pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};
+pub(crate) use withheld::Withheld;

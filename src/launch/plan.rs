@@ -23,7 +23,8 @@ use rustls::pki_types::CertificateDer;
 use super::SandboxArgs;
 use super::gvisor::{self, GvisorRun};
 use super::wire::Spawned;
-use super::writable::Writable;
+use super::withheld::Withheld;
+use super::writable::{SecretFile, Writable};
 use crate::observe::{self, Terminal, TerminalReaders};
 use crate::ship::{LiveShipper, ShipUrl};
 use crate::{audit, policy_file, secrets};
@@ -134,6 +135,8 @@ pub(crate) struct Plan {
     terminal: Option<Terminal>,
     /// The environment every command starts with (a session's steps add to it).
     env: Vec<(OsString, OsString)>,
+    /// What no variable of it may carry, a step's own included.
+    withheld: Withheld,
     /// The kernel boundary, for the record.
     isolation: Isolation,
     /// `--isolation gvisor`: the command, set aside for runsc.
@@ -193,7 +196,8 @@ impl Plan {
             Some(dir) => CertificateAuthority::load(dir)?,
             None => CertificateAuthority::ephemeral()?,
         };
-        let env = sandbox_env(args, &credentials)?;
+        let withheld = Withheld::new(&credentials, args.audit.audit_ship.as_ref())?;
+        let env = sandbox_env(args, &credentials, &withheld)?;
         let audit = audit_paths(args, &workspace)?;
         let writable_dirs = writable_dirs(&workspace, &args.rw);
         let hide = hidden_paths(args, &workspace, audit.as_ref())?;
@@ -264,6 +268,7 @@ impl Plan {
             spec,
             terminal,
             env,
+            withheld,
             isolation: args.isolation,
             gvisor,
         })
@@ -285,6 +290,7 @@ impl Plan {
             mut spec,
             terminal,
             env,
+            withheld,
             isolation,
             mut gvisor,
         } = self;
@@ -342,6 +348,7 @@ impl Plan {
             .context("the sandbox did not hand over its network sockets")?;
         Ok(Spawned {
             env,
+            withheld,
             proxy,
             pty_size,
             sandbox,
@@ -455,8 +462,15 @@ fn hidden_paths(
             ),
         ],
     )?;
+    let writable = Writable::new(workspace, &args.rw);
     if let Some(audit) = audit {
-        Writable::new(workspace, &args.rw).refuse_audit_key(&audit.key)?;
+        writable.refuse_secret_file(&audit.key, SecretFile::AUDIT_KEY)?;
+    }
+    if let Some(dir) = &args.ca_dir {
+        writable.refuse_secret_file(
+            &dir.join(airlock_proxy::ca::CA_KEY_FILE),
+            SecretFile::CA_KEY,
+        )?;
     }
     let mut hide = args.hide.clone();
     hide.extend(args.ca_dir.iter().cloned());
@@ -486,7 +500,9 @@ fn hidden_paths(
         if ship.is_some()
             && let Some(file) = std::env::var_os(airlock_auditor::postgres::PASSWORD_FILE_ENV)
         {
-            hide.push(std::path::absolute(file)?);
+            let file = std::path::absolute(file)?;
+            writable.refuse_secret_file(&file, SecretFile::STORE_PASSWORD)?;
+            hide.push(file);
         }
     }
     if nix::unistd::geteuid().is_root() && args.user.is_none() {
@@ -537,6 +553,7 @@ fn ca_bundle(ca: &CertificateAuthority) -> Vec<u8> {
 fn sandbox_env(
     args: &SandboxArgs,
     credentials: &[ResolvedCredential],
+    withheld: &Withheld,
 ) -> anyhow::Result<Vec<(OsString, OsString)>> {
     let mut env: Vec<(String, OsString)> = Vec::new();
     let mut set = |key: &str, value: OsString| {
@@ -562,36 +579,18 @@ fn sandbox_env(
             set(&ph.variable, ph.dummy.clone().into());
         }
     }
-    let secret_sources: Vec<(&str, &str)> = credentials
-        .iter()
-        .flat_map(|c| c.secrets.iter().map(move |s| (c.name.as_str(), s.expose())))
-        .collect();
     for key in &args.pass_env {
         let Some(value) = std::env::var_os(key) else {
             bail!("--pass-env {key}: {key} is not set in airlock's environment");
         };
-        refuse_secret(key, &value.to_string_lossy(), &secret_sources)?;
+        withheld.refuse_in(key, &value.to_string_lossy())?;
         set(key, value);
     }
     for (key, value) in &args.env {
-        refuse_secret(key, value, &secret_sources)?;
+        withheld.refuse_in(key, value)?;
         set(key, value.into());
     }
     Ok(env.into_iter().map(|(k, v)| (k.into(), v)).collect())
-}
-
-/// A credential's secret never enters the sandbox, not even when asked to.
-/// For a session step's `--env`: the same refusal as `airlock run --env`.
-pub(crate) fn refuse_secret_in_env(
-    key: &str,
-    value: &str,
-    credentials: &[ResolvedCredential],
-) -> anyhow::Result<()> {
-    let secrets: Vec<(&str, &str)> = credentials
-        .iter()
-        .flat_map(|c| c.secrets.iter().map(move |s| (c.name.as_str(), s.expose())))
-        .collect();
-    refuse_secret(key, value, &secrets)
 }
 
 /// /dev/null three times: stdio for sandbox helpers that must hold nothing
@@ -606,18 +605,6 @@ fn null_stdio() -> anyhow::Result<[std::os::fd::OwnedFd; 3]> {
             .into())
     };
     Ok([open()?, open()?, open()?])
-}
-
-fn refuse_secret(key: &str, value: &str, secrets: &[(&str, &str)]) -> anyhow::Result<()> {
-    if let Some((name, _)) = secrets
-        .iter()
-        .find(|(_, s)| !s.is_empty() && value.contains(s))
-    {
-        bail!(
-            "{key} carries the secret of credential {name}; secrets never enter the sandbox (use the credential's placeholder instead)"
-        );
-    }
-    Ok(())
 }
 
 /// A directory the sandbox must not see cannot be the workspace (a workspace

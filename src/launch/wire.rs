@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use airlock_auditor::SessionRecorder;
 use airlock_proxy::approvals::{FindSender, Sender};
-use airlock_proxy::{EventSink, Proxy, ResolvedCredential};
+use airlock_proxy::{EventSink, Proxy};
 use airlock_shim::pty::WindowSize;
 use airlock_shim::{ExecSeq, NetworkHandles, Sandbox};
 use anyhow::Context;
 
 use super::plan::ProxyPlan;
+use super::withheld::Withheld;
 use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::exit;
@@ -26,6 +27,7 @@ use crate::terminal::PtyRelay;
 /// A spawned sandbox, its command not yet released.
 pub(crate) struct Spawned {
     pub(super) env: Vec<(OsString, OsString)>,
+    pub(super) withheld: Withheld,
     pub(super) proxy: ProxyPlan,
     pub(super) pty_size: Option<WindowSize>,
     pub(super) sandbox: Sandbox,
@@ -66,6 +68,7 @@ impl Spawned {
     ) -> anyhow::Result<Wired> {
         let Self {
             env,
+            withheld,
             proxy: plan,
             pty_size,
             mut sandbox,
@@ -96,7 +99,6 @@ impl Spawned {
             1 => sinks.remove(0),
             _ => Arc::new(Tee(sinks)),
         };
-        let credentials = plan.credentials.clone();
         let session = session
             .or_else(|| recorder.as_ref().map(|r| r.session_id().to_string()))
             .unwrap_or_else(|| format!("unrecorded-{}", std::process::id()));
@@ -139,7 +141,7 @@ impl Spawned {
             runtime,
             stopped_for,
             env,
-            credentials,
+            withheld,
             approval_socket,
             gvisor,
         })
@@ -208,10 +210,10 @@ pub(crate) struct Wired {
     pub pty: Option<PtyRelay>,
     pub runtime: tokio::runtime::Runtime,
     pub stopped_for: Arc<std::sync::Mutex<Option<Stop>>>,
-    /// The environment commands start with, and the credentials whose
-    /// secrets must never join it (a session's steps add variables).
+    /// The environment commands start with, and the secrets that must
+    /// never join it (a session's steps add variables).
     pub env: Vec<(OsString, OsString)>,
-    pub credentials: Vec<ResolvedCredential>,
+    pub withheld: Withheld,
     /// Where approvers decide on held requests; removed when dropped.
     pub approval_socket: ApprovalSocket,
     /// `--isolation gvisor`: the command runsc runs (the sandbox runs none).

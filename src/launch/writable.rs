@@ -8,22 +8,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use airlock_policy::{Policy, TemplatePart};
+use airlock_shim::FileId;
 use anyhow::bail;
 
 /// The paths the sandbox can write, canonical where they exist, each with
 /// the identity (device and inode) of the directory or file it names: a
 /// bind mount of a directory names the same inode under another path.
 pub(crate) struct Writable(Vec<(PathBuf, Option<FileId>)>);
-
-/// A file's or directory's device and inode.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FileId(u64, u64);
-
-impl FileId {
-    fn of(path: &Path) -> Option<Self> {
-        std::fs::metadata(path).ok().map(|m| Self(m.dev(), m.ino()))
-    }
-}
 
 /// How the sandbox could reach a file airlock trusts.
 pub(crate) enum Reach<'a> {
@@ -116,21 +107,25 @@ impl Writable {
         }
     }
 
-    /// The signing key must be out of the sandbox's reach: with it, the
-    /// sandbox could sign a record of its own making.
-    pub(crate) fn refuse_audit_key(&self, key: &Path) -> anyhow::Result<()> {
-        match self.reach(key) {
-            // Named there, its directory is hidden from the sandbox (a
-            // workspace that is home holds the default key).
+    /// A secret airlock reads at start (the signing key, the CA's private
+    /// key, the central store's password) must be out of the sandbox's
+    /// reach: with the first it could sign a record of its own making, with
+    /// the second impersonate any host to whatever trusts the CA, with the
+    /// third rewrite the fleet's record. Named inside a writable path it is
+    /// hidden with its directory (a workspace that is home holds the
+    /// default key); reached another way, no hide covers it.
+    pub(crate) fn refuse_secret_file(&self, file: &Path, secret: SecretFile) -> anyhow::Result<()> {
+        let SecretFile { what, outside, own } = secret;
+        match self.reach(file) {
             Some(Reach::Named(_)) | None => Ok(()),
             Some(Reach::Leads(writable)) => bail!(
-                "the audit signing key {} is inside {}, which the sandbox can write (and so could read or replace the key): pass --audit-key with a path outside it",
-                shown(key),
+                "{what} {} is inside {}, which the sandbox can write (and so could read or replace it): {outside}",
+                shown(file),
                 writable.display()
             ),
             Some(Reach::HardLinked(names)) => bail!(
-                "the audit signing key {} has {names} names (hard links), and the sandbox could read it through one: pass --audit-key with a file of its own",
-                shown(key)
+                "{what} {} has {names} names (hard links), and the sandbox could read it through one: {own}",
+                shown(file)
             ),
         }
     }
@@ -175,6 +170,34 @@ impl Writable {
         }
         Ok(())
     }
+}
+
+/// A secret file airlock reads at start, named for its refusal.
+pub(crate) struct SecretFile {
+    /// What it is.
+    pub what: &'static str,
+    /// The fix for one inside a writable path.
+    pub outside: &'static str,
+    /// The fix for one with other names.
+    pub own: &'static str,
+}
+
+impl SecretFile {
+    pub(crate) const AUDIT_KEY: Self = Self {
+        what: "the audit signing key",
+        outside: "pass --audit-key with a path outside it",
+        own: "pass --audit-key with a file of its own",
+    };
+    pub(crate) const CA_KEY: Self = Self {
+        what: "the CA's private key",
+        outside: "make a CA outside it (`airlock ca init --dir DIR`) and pass --ca-dir DIR",
+        own: "make a CA of its own (`airlock ca init --dir DIR`) and pass --ca-dir DIR",
+    };
+    pub(crate) const STORE_PASSWORD: Self = Self {
+        what: "the central audit store's password file",
+        outside: "name a file outside it in AIRLOCK_AUDIT_DB_PASSWORD_FILE",
+        own: "copy it to a file of its own and name that in AIRLOCK_AUDIT_DB_PASSWORD_FILE",
+    };
 }
 
 /// Where a link that leads to nothing yet would have its file made (SQLite

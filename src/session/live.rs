@@ -3,7 +3,6 @@
 //! counts `ls` and the idle timeout read, and where the sandbox's word on
 //! each running step is delivered.
 
-use airlock_auditor::{Note, StepStart};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -11,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use airlock_auditor::{AuditEvent, SessionRecorder, StepNo};
-use airlock_proxy::ResolvedCredential;
+use airlock_auditor::{AuditEvent, Note, SessionRecorder, StepNo, StepStart};
 use airlock_shim::{ExitKind, StepEvent, StepId};
 use anyhow::{Context, bail};
 use tokio::sync::{Notify, oneshot};
@@ -22,14 +20,14 @@ use super::kill_reasons::KillReasons;
 use super::kills::Kills;
 use super::protocol::{ExecRequest, ExitReport};
 use super::runner::StepRunner;
-use crate::launch::StepLabels;
+use crate::launch::{StepLabels, Withheld};
 
 /// A session that takes steps.
 pub(super) struct Live {
     pub control: StepRunner,
     pub recorder: Option<SessionRecorder>,
     env: Vec<(OsString, OsString)>,
-    credentials: Vec<ResolvedCredential>,
+    withheld: Withheld,
     pub(super) init: i32,
     waiting: Mutex<Waiting>,
     pub(super) counts: Mutex<Counts>,
@@ -69,7 +67,7 @@ impl Live {
         control: StepRunner,
         recorder: Option<SessionRecorder>,
         env: Vec<(OsString, OsString)>,
-        credentials: Vec<ResolvedCredential>,
+        withheld: Withheld,
         init: i32,
         denials: Arc<DenialLog>,
         labels: StepLabels,
@@ -78,7 +76,7 @@ impl Live {
             control,
             recorder,
             env,
-            credentials,
+            withheld,
             init,
             waiting: Mutex::new(Waiting::default()),
             counts: Mutex::new(Counts {
@@ -140,7 +138,7 @@ impl Live {
             if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
                 bail!("invalid --env {key:?}: expected KEY=VALUE without NUL bytes");
             }
-            crate::launch::refuse_secret_in_env(key, value, &self.credentials)?;
+            self.withheld.refuse_in(key, value)?;
             env.retain(|(k, _)| k != key.as_str());
             env.push((key.into(), value.into()));
         }

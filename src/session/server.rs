@@ -202,7 +202,7 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
         runtime,
         stopped_for,
         env,
-        credentials,
+        withheld,
         // Served until the session ends.
         approval_socket: _approval_socket,
         gvisor,
@@ -233,7 +233,7 @@ fn serve_session(options: ServeOptions) -> anyhow::Result<ExitCode> {
             runner,
             recorder.clone(),
             env,
-            credentials,
+            withheld,
             sandbox.pid(),
             denials,
             labels,

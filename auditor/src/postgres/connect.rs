@@ -140,7 +140,7 @@ impl PgTarget {
         }
         let password = match config.get_password() {
             Some(p) => Some(String::from_utf8_lossy(p).into_owned()),
-            None => password_from_elsewhere()?,
+            None => password_from_environment()?,
         };
         if let Some(p) = &password {
             config.password(p.as_bytes());
@@ -269,7 +269,10 @@ pub(crate) fn full_text(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn password_from_elsewhere() -> Result<Option<String>, CentralError> {
+/// The password of a URL that carries none: the file named by
+/// [`PASSWORD_FILE_ENV`], else `PGPASSWORD`. Public so that a sandbox can
+/// refuse it in its environment.
+pub fn password_from_environment() -> Result<Option<String>, CentralError> {
     if let Some(path) = std::env::var_os(PASSWORD_FILE_ENV) {
         let path = PathBuf::from(path);
         let text = std::fs::read_to_string(&path)

@@ -28,7 +28,9 @@ mod store;
 mod verify_rows;
 
 pub use client::mark_connections;
-pub use connect::{PASSWORD_FILE_ENV, PgTarget, SslMode, is_postgres_url, redact_url};
+pub use connect::{
+    PASSWORD_FILE_ENV, PgTarget, SslMode, is_postgres_url, password_from_environment, redact_url,
+};
 pub use error::{CentralError, ConnectFailure};
 pub use store::PgStore;
 pub use tokio_postgres::Error as PostgresError;
