@@ -35,33 +35,52 @@ pub(crate) fn session_info(
     }
 }
 
-/// Airlock's own command line as the record keeps it: the value of an
-/// `--env KEY=VALUE` whose KEY looks secret is replaced, as it is for the
-/// environment of every exec (values only where not secret-like).
+/// Airlock's own command line as the record keeps it, with what could be
+/// a secret taken out: the value of an `--env KEY=VALUE` whose KEY looks
+/// secret (as for the environment of every exec), and all of an
+/// `--approval-webhook` URL but its host (a receiver's URL is often its
+/// credential).
 fn recorded_command_line(args: impl Iterator<Item = OsString>) -> Vec<OsText> {
-    let redact = |assignment: &[u8]| match assignment.iter().position(|&b| b == b'=') {
+    type Redact = fn(&[u8]) -> OsText;
+    /// Options whose value is recorded redacted, each with its redaction.
+    const REDACTED: [(&[u8], Redact); 2] = [
+        (b"--env", redact_env),
+        (b"--approval-webhook", redact_webhook),
+    ];
+    let mut out: Vec<OsText> = Vec::new();
+    let mut value_next: Option<Redact> = None;
+    for arg in args {
+        let arg = arg.into_vec();
+        if let Some(redact) = value_next.take() {
+            out.push(redact(&arg));
+            continue;
+        }
+        // Only airlock's own options: after `--` comes the command.
+        let own = !out.iter().any(|a| a == "--");
+        let mut recorded = OsText::from(arg.as_slice());
+        for &(name, redact) in REDACTED.iter().filter(|_| own) {
+            if arg == name {
+                value_next = Some(redact);
+            } else if let Some(value) = arg.strip_prefix(name).and_then(|v| v.strip_prefix(b"=")) {
+                recorded = OsText::from([name, b"=", redact(value).as_bytes()].concat());
+            }
+        }
+        out.push(recorded);
+    }
+    out
+}
+
+fn redact_env(assignment: &[u8]) -> OsText {
+    match assignment.iter().position(|&b| b == b'=') {
         Some(i) if airlock_shim::is_secret_name(&assignment[..i]) => {
             OsText::from([&assignment[..i], b"=[redacted]"].concat())
         }
         _ => OsText::from(assignment),
-    };
-    let mut out: Vec<OsText> = Vec::new();
-    let mut env_value_next = false;
-    for arg in args {
-        let arg = arg.into_vec();
-        if std::mem::take(&mut env_value_next) {
-            out.push(redact(&arg));
-        } else if let Some(assignment) = arg.strip_prefix(b"--env=") {
-            out.push(OsText::from(
-                [b"--env=", redact(assignment).as_bytes()].concat(),
-            ));
-        } else {
-            // Only airlock's own options: after `--` comes the command.
-            env_value_next = arg == b"--env" && !out.iter().any(|a| a == "--");
-            out.push(arg.into());
-        }
     }
-    out
+}
+
+fn redact_webhook(url: &[u8]) -> OsText {
+    OsText::from(airlock_proxy::approvals::shown_url(&String::from_utf8_lossy(url)).as_bytes())
 }
 
 pub(crate) trait WithNote {
@@ -151,7 +170,7 @@ mod tests {
     use super::recorded_command_line;
 
     #[test]
-    fn secret_looking_env_values_are_redacted_from_the_command_line() {
+    fn secret_looking_env_values_and_webhook_urls_are_redacted_from_the_command_line() {
         let args = [
             "airlock",
             "run",
@@ -160,10 +179,15 @@ mod tests {
             "--env=DB_PASSWORD=pw",
             "--env",
             "PLAIN=ok",
+            "--approval-webhook",
+            "https://hooks.slack.com/services/T0/B0/SECRET",
+            "--approval-webhook=https://bot.example/h?token=SECRET",
             "--",
             "sh",
             "--env",
             "GITHUB_TOKEN=kept-as-typed",
+            "--approval-webhook",
+            "kept",
         ]
         .map(std::ffi::OsString::from);
         assert_eq!(
@@ -176,10 +200,15 @@ mod tests {
                 "--env=DB_PASSWORD=[redacted]",
                 "--env",
                 "PLAIN=ok",
+                "--approval-webhook",
+                "https://hooks.slack.com/***",
+                "--approval-webhook=https://bot.example/***",
                 "--",
                 "sh",
                 "--env",
                 "GITHUB_TOKEN=kept-as-typed",
+                "--approval-webhook",
+                "kept",
             ]
             .map(airlock_auditor::OsText::from)
         );

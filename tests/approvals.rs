@@ -2373,6 +2373,83 @@ async fn a_key_sent_twice_is_shown_both_times_and_flagged() {
     deny_all(run, &views).await;
 }
 
+/// A receiver's URL is often its credential: Slack's and Teams' incoming
+/// webhooks carry it in the path, others in `?token=`. It is used as
+/// given, and shown nowhere but by its host: not in a log line, an error,
+/// the record or an export.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_urls_secret_is_in_no_log_error_or_record() {
+    // Refuses every announcement, so the run logs giving up on it.
+    let receiver = Receiver::start(usize::MAX).await;
+    let env = Env::new().await;
+    let m = marker("hookurl");
+    let secret = "hooksecret-9f1c";
+    let base = receiver.url().replace("/airlock-hook", "");
+    let hook = format!("{base}/services/T0/B0/{secret}?token={secret}");
+    env.put("body.json", "{\"amount\":5}");
+    let script = format!(
+        "{} wait",
+        curl_post_with(
+            &env.url(&format!("/echo/pay/{m}")),
+            "body.json",
+            &["content-type: application/json"],
+            "1.txt"
+        )
+    );
+    let run = env.run(&["--approval-webhook", &hook], &script);
+    let view = await_one(&m).await;
+    eventually("the run gives up on the announcement", || {
+        run.stderr_now().contains("giving up")
+    })
+    .await;
+    let got = receiver.got();
+    assert_eq!(
+        got[0].path,
+        format!("/services/T0/B0/{secret}"),
+        "used as given"
+    );
+    assert_eq!(got.len(), 4, "four tries");
+    deny(&id_of(&view), "test over").await;
+    let out = run.finish().await;
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!("{base}/***")),
+        "the log names the receiver by its host: {}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains(secret), "{}", out.stderr);
+    // Nor is it in the record: its files byte for byte, and what the CLI
+    // reads back and exports.
+    for entry in std::fs::read_dir(env.dir.path().join("audit")).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the record's files hold it"
+        );
+    }
+    let record = env.record();
+    assert!(!record.timeline.contains(secret));
+    assert!(
+        !serde_json::to_string(&record.events)
+            .unwrap()
+            .contains(secret)
+    );
+    // A URL refused at start is named by its host too.
+    let refused = std::process::Command::new(AIRLOCK)
+        .args(["run", "--no-audit", "--approval-webhook"])
+        .arg(format!("ftp://hooks.example/services/{secret}"))
+        .args(["--", "true"])
+        .current_dir(env.ws())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(125), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "airlock: --approval-webhook ftp://hooks.example/*** is not an http:// or https:// URL; give the receiver's full URL, e.g. https://bot.example/airlock"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_webhook_carries_the_headers_and_fields_the_approver_sees() {
     let receiver = Receiver::start(0).await;

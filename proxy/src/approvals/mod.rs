@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 pub use id::ApprovalId;
 pub use view::{DecidedView, PendingView};
-pub use webhook::{Webhook, WebhookError};
+pub use webhook::{Webhook, WebhookError, shown_url};
 
 /// How many requests may wait for a decision at once, by default.
 pub const DEFAULT_PENDING_CAP: usize = 100;

@@ -43,8 +43,9 @@ type HttpsClient = Client<hyper_rustls::HttpsConnector<WebhookConnector>, Full<B
 /// Why the webhook cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
+    /// The URL as [`shown_url`] shows it.
     #[error(
-        "--approval-webhook {0:?} is not an http:// or https:// URL; give the receiver's full URL, e.g. https://bot.example/airlock"
+        "--approval-webhook {0} is not an http:// or https:// URL; give the receiver's full URL, e.g. https://bot.example/airlock"
     )]
     BadUrl(String),
     #[error("--approval-webhook: a trusted certificate was rejected: {0}")]
@@ -54,7 +55,8 @@ pub enum WebhookError {
 /// The announcer; cheap to clone.
 #[derive(Clone)]
 pub struct Webhook {
-    url: Arc<str>,
+    /// The URL as logs show it ([`shown_url`]).
+    shown: Arc<str>,
     queue: mpsc::Sender<Bytes>,
     /// The sender task's parts until the first announcement starts it (on
     /// the proxy's runtime, which may not exist yet when this is made).
@@ -64,12 +66,13 @@ pub struct Webhook {
 struct Sender {
     client: HttpsClient,
     url: Uri,
+    shown: Arc<str>,
     announcements: mpsc::Receiver<Bytes>,
 }
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Webhook").field("url", &self.url).finish()
+        f.debug_struct("Webhook").field("url", &self.shown).finish()
     }
 }
 
@@ -100,21 +103,22 @@ impl Webhook {
         roots: &[CertificateDer<'static>],
         mark: Option<u32>,
     ) -> Result<Self, WebhookError> {
-        let uri: Uri = url
-            .parse()
-            .map_err(|_| WebhookError::BadUrl(url.to_owned()))?;
+        let shown: Arc<str> = shown_url(url).into();
+        let bad = || WebhookError::BadUrl(shown.to_string());
+        let uri: Uri = url.parse().map_err(|_| bad())?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(WebhookError::BadUrl(url.to_owned()));
+            return Err(bad());
         }
         let client = client(roots, mark)?;
         let (queue, announcements) = mpsc::channel(QUEUE);
         let sender = Sender {
             client,
             url: uri,
+            shown: shown.clone(),
             announcements,
         };
         Ok(Self {
-            url: url.into(),
+            shown,
             queue,
             sender: Arc::new(Mutex::new(Some(sender))),
         })
@@ -141,7 +145,7 @@ impl Webhook {
             return;
         };
         if self.queue.try_send(Bytes::from(body)).is_err() {
-            tracing::warn!(url = %self.url, approval = id, "approval webhook queue full; not announced (decide with `airlock approvals`)");
+            tracing::warn!(url = %self.shown, approval = id, "approval webhook queue full; not announced (decide with `airlock approvals`)");
         }
     }
 }
@@ -210,11 +214,33 @@ impl tower_service::Service<Uri> for WebhookConnector {
     }
 }
 
+/// A webhook URL as logs, errors and the record show it: its scheme, host
+/// and port, with what follows (a user, the path, the query) replaced by
+/// `***`. A receiver's URL is often its credential: Slack's and Teams'
+/// incoming webhooks carry the secret in the path, others in `?token=`.
+pub fn shown_url(url: &str) -> String {
+    let (scheme, rest) = url
+        .split_once("://")
+        .map_or((None, url), |(scheme, rest)| (Some(scheme), rest));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let mut shown = scheme.map(|s| format!("{s}://")).unwrap_or_default();
+    shown.push_str(host);
+    if host.len() != authority.len() || !after.trim_start_matches('/').is_empty() {
+        shown.push_str("/***");
+    }
+    shown
+}
+
 /// One at a time, in order, each with bounded retries.
 async fn send_all(sender: Sender) {
     let Sender {
         client,
         url,
+        shown,
         mut announcements,
     } = sender;
     while let Some(body) = announcements.recv().await {
@@ -223,10 +249,10 @@ async fn send_all(sender: Sender) {
             match send(&client, &url, body.clone()).await {
                 Ok(()) => break,
                 Err(why) if attempt == ATTEMPTS => {
-                    tracing::warn!(%url, attempts = ATTEMPTS, "approval webhook failed; giving up on this announcement: {why}");
+                    tracing::warn!(url = %shown, attempts = ATTEMPTS, "approval webhook failed; giving up on this announcement: {why}");
                 }
                 Err(why) => {
-                    tracing::info!(%url, attempt, "approval webhook failed, retrying: {why}");
+                    tracing::info!(url = %shown, attempt, "approval webhook failed, retrying: {why}");
                     tokio::time::sleep(pause).await;
                     pause *= 2;
                 }
@@ -259,5 +285,36 @@ async fn send(client: &HttpsClient, url: &Uri, body: Bytes) -> Result<(), SendEr
     match response.status() {
         status if status.is_success() => Ok(()),
         status => Err(SendError::Status(status)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn a_webhook_url_is_shown_without_what_could_be_its_secret() {
+        for (url, shown) in [
+            (
+                "https://hooks.slack.com/services/T0/B0/XXXXSECRET",
+                "https://hooks.slack.com/***",
+            ),
+            (
+                "https://bot.example/hook?token=SECRET",
+                "https://bot.example/***",
+            ),
+            ("https://user:SECRET@bot.example", "https://bot.example/***"),
+            (
+                "http://127.0.0.1:8080/SECRET#x",
+                "http://127.0.0.1:8080/***",
+            ),
+            ("https://[::1]:9/a", "https://[::1]:9/***"),
+            ("hooks.slack.com/services/SECRET", "hooks.slack.com/***"),
+            ("https://bot.example", "https://bot.example"),
+            ("https://bot.example/", "https://bot.example"),
+            ("", ""),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
     }
 }
