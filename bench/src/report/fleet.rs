@@ -20,9 +20,11 @@ struct Pair {
     with: &'static str,
     /// More is better (a rate) rather than less (a duration).
     rate: bool,
+    /// Held to the target; a control is shown, not judged.
+    judged: bool,
 }
 
-const PAIRS: [Pair; 6] = [
+const PAIRS: [Pair; 7] = [
     Pair {
         case: "keepalive",
         metric: "req_per_s",
@@ -30,6 +32,7 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-transparent",
         with: "airlock-transparent-ship",
         rate: true,
+        judged: true,
     },
     Pair {
         case: "audit-workload",
@@ -38,6 +41,7 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-audit",
         with: "airlock-audit-ship",
         rate: false,
+        judged: true,
     },
     // The cost to the node itself, apart from the central store's work,
     // which lands on these CPUs only because the bench's store runs here.
@@ -48,6 +52,7 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-transparent",
         with: "airlock-transparent-ship",
         rate: false,
+        judged: true,
     },
     Pair {
         case: "node-cpu",
@@ -56,6 +61,7 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-transparent",
         with: "airlock-transparent-ship",
         rate: false,
+        judged: true,
     },
     // A shipper that falls behind ships the rest after the load: its cost
     // is then outside the measured window, and shows here instead.
@@ -66,6 +72,7 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-transparent",
         with: "airlock-transparent-ship",
         rate: false,
+        judged: true,
     },
     Pair {
         case: "keepalive-pg-apart",
@@ -74,6 +81,20 @@ const PAIRS: [Pair; 6] = [
         without: "airlock-transparent",
         with: "airlock-transparent-ship",
         rate: true,
+        judged: true,
+    },
+    // The control for the row above: no shipping, and CPU 1 busy with a
+    // loop that touches no memory and shares nothing with the node. What
+    // it costs CPU 0 is what any work on CPU 1 costs it on this machine
+    // (two vCPUs of one host), the store's included.
+    Pair {
+        case: "keepalive-pg-apart",
+        metric: "req_per_s",
+        what: "control: the same without `--audit-ship`, a busy loop on CPU 1 instead of the store's work",
+        without: "airlock-transparent",
+        with: "airlock-transparent-cpu1-busy",
+        rate: true,
+        judged: false,
     },
 ];
 
@@ -92,6 +113,15 @@ impl Pair {
         };
         Some((ratio, met))
     }
+
+    /// The target column: yes or no when judged.
+    fn verdict(&self, met: bool) -> &'static str {
+        match (self.judged, met) {
+            (false, _) => "(control)",
+            (true, true) => "yes",
+            (true, false) => "no",
+        }
+    }
 }
 
 /// The Markdown section, empty when nothing was shipped.
@@ -104,7 +134,7 @@ pub(super) fn section(figures: &Figures) -> String {
         }
         let without = figures.get(pair.case, pair.without, pair.metric);
         let (ratio, met) = match pair.ratio(figures) {
-            Some((r, met)) => (format!("{r:.3}"), if met { "yes" } else { "no" }),
+            Some((r, met)) => (format!("{r:.3}"), pair.verdict(met)),
             None => (String::new(), ""),
         };
         let _ = writeln!(
@@ -124,7 +154,9 @@ pub(super) fn section(figures: &Figures) -> String {
          |---|---:|---:|---:|:---:|\n{md}\n\
          Both audited; the same run, interleaved. `with` streams the record to a PostgreSQL \
          the harness started (`ship_bench serve`) as it is written; a run ends once its \
-         record is shipped.\n\n"
+         record is shipped. The control's `with` ships nothing: CPU 1 runs a busy loop \
+         instead of the store, so the ratio is what work on the other CPU alone costs \
+         the node here.\n\n"
     )
 }
 
@@ -142,9 +174,15 @@ pub(super) fn json(figures: &Figures) -> serde_json::Value {
         }
         if let Some((ratio, met)) = pair.ratio(figures) {
             entry.insert("ratio".into(), ratio.into());
-            entry.insert("within_target".into(), met.into());
+            if pair.judged {
+                entry.insert("within_target".into(), met.into());
+            }
         }
-        out.insert(format!("{}.{}", pair.case, pair.metric), entry.into());
+        let key = match pair.judged {
+            true => format!("{}.{}", pair.case, pair.metric),
+            false => format!("{}.{}.{}", pair.case, pair.metric, pair.with),
+        };
+        out.insert(key, entry.into());
     }
     out.into()
 }
@@ -210,6 +248,12 @@ mod tests {
                 "req_per_s",
                 900.0,
             ),
+            sample(
+                "keepalive-pg-apart",
+                "airlock-transparent-cpu1-busy",
+                "req_per_s",
+                850.0,
+            ),
         ];
         let figures = Figures::of(&samples);
         let md = section(&figures);
@@ -223,6 +267,16 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("on CPU 0 | 1,000 | 900 | 0.900 | no |"), "{md}");
+        // The control is shown beside it, never judged, and kept apart.
+        assert!(
+            md.contains("instead of the store's work | 1,000 | 850 | 0.850 | (control) |"),
+            "{md}"
+        );
+        let json = json(&figures);
+        assert_eq!(json["keepalive-pg-apart.req_per_s"]["ratio"], 0.9);
+        let control = &json["keepalive-pg-apart.req_per_s.airlock-transparent-cpu1-busy"];
+        assert_eq!(control["ratio"], 0.85);
+        assert!(control.get("within_target").is_none(), "{control}");
     }
 
     #[test]
