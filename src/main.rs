@@ -153,10 +153,20 @@ fn stdout_reader_gone(e: &anyhow::Error) -> bool {
 
 /// An error and its causes on one line.
 pub fn one_line(e: &anyhow::Error) -> String {
-    e.chain()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        // A message that names its cause (`…: {source}; the fix`) has
+        // said it already.
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn init_tracing() {
@@ -167,4 +177,24 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_the_message_already_names_is_said_once() {
+        let cause = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let named = anyhow::Error::new(cause()).context(format!(
+            "cannot read the file f: {}; check the path",
+            cause()
+        ));
+        assert_eq!(
+            one_line(&named),
+            "cannot read the file f: entity not found; check the path"
+        );
+        let plain = anyhow::Error::new(cause()).context("opening f");
+        assert_eq!(one_line(&plain), "opening f: entity not found");
+    }
 }

@@ -675,6 +675,17 @@ fn the_sandbox_never_sees_the_central_stores_password_nor_does_the_record() {
         );
         assert!(out.stdout.is_empty(), "nothing ran: {}", show(&out));
     }
+    // A password file that cannot be read: one line, its cause said once.
+    let out = run(
+        &url,
+        &[("AIRLOCK_AUDIT_DB_PASSWORD_FILE", "/nonexistent/pgpass")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert_eq!(
+        err.trim_end(),
+        "airlock: cannot read the central store's password file /nonexistent/pgpass (AIRLOCK_AUDIT_DB_PASSWORD_FILE): No such file or directory (os error 2); check the path and its permissions"
+    );
     std::fs::remove_file(&hard).unwrap();
     std::fs::remove_file(&linked).unwrap();
     let out = run(
