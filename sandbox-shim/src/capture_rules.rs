@@ -1,7 +1,9 @@
 //! The nftables capture rules, for both places Airlock captures traffic: the
 //! sandbox's own network namespace and an app's namespace that `airlock
-//! sidecar` joins. One builder, parameterised by socket mark, NAT priority and
-//! the listeners' addresses, and one `nft` runner. See nft(8).
+//! sidecar` joins. One model, parameterised by socket mark, NAT priority and
+//! the listeners' addresses, loaded over netlink (`netlink.rs`: no `nft`
+//! process, whose start was a third of a sandbox's) and written out in nft's
+//! language for people and tests. See nft(8).
 //!
 //! Every TCP connection leaving the namespace goes to the transparent
 //! listener, all DNS (port 53, any destination) to the resolver, loopback
@@ -11,12 +13,13 @@
 //! CAP_NET_ADMIN, so the captured program cannot forge it.
 
 use std::fmt;
-use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
+
+mod netlink;
+
+pub use netlink::LoadError;
 
 /// An nftables table name, so it is never confused with other strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,9 +91,10 @@ pub struct CaptureRules {
 
 // The two namespaces spell some equivalent rules differently (chain names,
 // `accept` or `return` in a base chain, a redundant `meta nfproto ipv4`, the
-// order of accept rules): kept so that both rulesets stay byte-identical to
-// the ones Airlock has always loaded (pinned by the test below and by
-// `src/sidecar/rules.rs`).
+// order of accept rules): kept so that both rulesets stay the ones Airlock
+// has always loaded (their text is pinned by the test below and by
+// `src/sidecar/rules.rs`, and the kernel's view of both loads by
+// `tests/capture_rules.rs`).
 impl CaptureRules {
     /// Redirect everything TCP to the listener, DNS to 127.0.0.53, reject the rest
     /// (UDP incl. QUIC, ICMP, IPv6). Replies from the handed-over sockets are
@@ -108,7 +112,20 @@ impl CaptureRules {
         }
     }
 
-    /// The whole table, as one `nft -f` batch (applied all or nothing).
+    /// Installs the table in this thread's network namespace in one
+    /// nf_tables transaction (all or nothing); in a shared namespace it
+    /// replaces an older copy of itself in the same transaction.
+    pub fn install(&self) -> Result<(), LoadError> {
+        netlink::install(self)
+    }
+
+    /// Deletes this table and nothing else.
+    pub fn remove(&self) -> Result<(), LoadError> {
+        netlink::remove(self)
+    }
+
+    /// The same table in nft's language, as one `nft -f` batch: what
+    /// `nft list table` shows once [`CaptureRules::install`] has run.
     pub fn script(&self) -> String {
         let table = self.table.as_str();
         let mut script = String::new();
@@ -117,183 +134,271 @@ impl CaptureRules {
             // is no older copy, so a restart replaces it in one transaction.
             script += &format!("table inet {table}\ndelete table inet {table}\n");
         }
-        let (nat, filter, filter_policy) = match self.namespace {
-            Namespace::Private => ("nat_out", "filter_out", "drop"),
-            Namespace::Shared => ("nat_output", "filter_output", "accept"),
-        };
         script += &format!("table inet {table} {{\n");
-        let nat_hook = format!("type nat hook output priority {};", self.nat_priority.0);
-        script += &chain(nat, &nat_hook, "accept", &self.nat_rules());
-        let filter_hook = "type filter hook output priority 0;";
-        script += &chain(filter, filter_hook, filter_policy, &self.filter_rules());
+        for chain in self.chains() {
+            script += &chain.to_string();
+        }
         script += "}\n";
         script
     }
 
-    /// Deletes this table and nothing else.
-    pub fn removal_script(&self) -> String {
-        format!("delete table inet {}\n", self.table.as_str())
+    /// The NAT chain, then the filter chain.
+    fn chains(&self) -> [Chain; 2] {
+        let (nat, filter, filter_policy) = match self.namespace {
+            Namespace::Private => ("nat_out", "filter_out", Policy::Drop),
+            Namespace::Shared => ("nat_output", "filter_output", Policy::Accept),
+        };
+        [
+            Chain {
+                name: nat,
+                kind: ChainKind::Nat,
+                priority: self.nat_priority.0,
+                policy: Policy::Accept,
+                rules: self.nat_rules(),
+            },
+            Chain {
+                name: filter,
+                kind: ChainKind::Filter,
+                priority: 0,
+                policy: filter_policy,
+                rules: self.filter_rules(),
+            },
+        ]
     }
 
-    fn nat_rules(&self) -> Vec<String> {
-        let mut rules: Vec<String> = self
+    fn nat_rules(&self) -> Vec<Rule> {
+        let mut rules: Vec<Rule> = self
             .exempt_mark
-            .map(|mark| format!("meta mark {mark} return"))
+            .map(|mark| Rule::new([Match::Mark(mark)], Verdict::Return))
             .into_iter()
             .collect();
         if self.namespace == Namespace::Private {
             rules.extend(self.to_resolver());
         }
-        for proto in ["udp", "tcp"] {
-            rules.push(format!(
-                "meta nfproto ipv4 {proto} dport 53 {}",
-                nat_to(self.dns)
+        for proto in [Proto::Udp, Proto::Tcp] {
+            rules.push(Rule::new(
+                [Match::Ipv4, Match::Dport(proto, 53)],
+                Verdict::To(self.dns),
             ));
         }
         rules.push(self.loopback(match self.namespace {
-            Namespace::Private => "accept",
-            Namespace::Shared => "return",
+            Namespace::Private => Verdict::Accept,
+            Namespace::Shared => Verdict::Return,
         }));
-        rules.push(format!(
-            "meta nfproto ipv4 meta l4proto tcp {}",
-            nat_to(self.transparent)
+        rules.push(Rule::new(
+            [Match::Ipv4, Match::L4(Proto::Tcp)],
+            Verdict::To(self.transparent),
         ));
         rules
     }
 
-    fn filter_rules(&self) -> Vec<String> {
-        const ESTABLISHED: &str = "ct state established,related accept";
-        let mut rules: Vec<String> = self
+    fn filter_rules(&self) -> Vec<Rule> {
+        let established = Rule::new([Match::EstablishedOrRelated], Verdict::Accept);
+        let mut rules: Vec<Rule> = self
             .exempt_mark
-            .map(|mark| format!("meta mark {mark} accept"))
+            .map(|mark| Rule::new([Match::Mark(mark)], Verdict::Accept))
             .into_iter()
             .collect();
         match self.namespace {
             // The policy drops: name the two places traffic may go.
             Namespace::Private => {
-                rules.push(ESTABLISHED.to_string());
-                rules.push(self.loopback("accept"));
-                rules.push(accept_to("tcp", self.transparent));
+                rules.push(established);
+                rules.push(self.loopback(Verdict::Accept));
+                rules.push(accept_to(Proto::Tcp, self.transparent));
                 rules.extend(self.to_resolver());
             }
             Namespace::Shared => {
-                rules.push(self.loopback("accept"));
-                rules.push("ip6 daddr ::1 accept".to_string());
-                rules.push(ESTABLISHED.to_string());
+                rules.push(self.loopback(Verdict::Accept));
+                rules.push(Rule::new([Match::Ipv6Loopback], Verdict::Accept));
+                rules.push(established);
             }
         }
         // Refuse the rest at once rather than let the program wait on a drop.
-        rules.push("meta l4proto tcp reject with tcp reset".to_string());
-        rules.push("reject with icmpx type admin-prohibited".to_string());
+        rules.push(Rule::new([Match::L4(Proto::Tcp)], Verdict::TcpReset));
+        rules.push(Rule::new([], Verdict::AdminProhibited));
         rules
     }
 
-    fn to_resolver(&self) -> [String; 2] {
-        [accept_to("udp", self.dns), accept_to("tcp", self.dns)]
+    fn to_resolver(&self) -> [Rule; 2] {
+        [
+            accept_to(Proto::Udp, self.dns),
+            accept_to(Proto::Tcp, self.dns),
+        ]
     }
 
-    fn loopback(&self, verdict: &str) -> String {
-        let family = match self.namespace {
-            Namespace::Private => "meta nfproto ipv4 ",
-            Namespace::Shared => "",
-        };
-        format!("{family}ip daddr 127.0.0.0/8 {verdict}")
-    }
-}
-
-fn chain(name: &str, hook: &str, policy: &str, rules: &[String]) -> String {
-    let mut chain = format!("  chain {name} {{\n    {hook} policy {policy};\n");
-    for rule in rules {
-        chain += &format!("    {rule}\n");
-    }
-    chain + "  }\n"
-}
-
-/// The NAT statement that sends a connection to `addr`. For locally
-/// generated packets `redirect` maps to 127.0.0.1 (nft(8)), so a listener
-/// there needs only its port; any other address needs a `dnat`.
-fn nat_to(addr: SocketAddrV4) -> String {
-    if *addr.ip() == Ipv4Addr::LOCALHOST {
-        format!("redirect to :{}", addr.port())
-    } else {
-        format!("dnat ip to {addr}")
+    fn loopback(&self, verdict: Verdict) -> Rule {
+        let to_loopback = Match::Daddr(Ipv4Addr::new(127, 0, 0, 0), 8);
+        match self.namespace {
+            Namespace::Private => Rule::new([Match::Ipv4, to_loopback], verdict),
+            Namespace::Shared => Rule::new([to_loopback], verdict),
+        }
     }
 }
 
-fn accept_to(proto: &str, addr: SocketAddrV4) -> String {
-    format!(
-        "meta nfproto ipv4 ip daddr {} {proto} dport {} accept",
-        addr.ip(),
-        addr.port()
+fn accept_to(proto: Proto, addr: SocketAddrV4) -> Rule {
+    Rule::new(
+        [
+            Match::Ipv4,
+            Match::Daddr(*addr.ip(), 32),
+            Match::Dport(proto, addr.port()),
+        ],
+        Verdict::Accept,
     )
 }
 
-/// Why `nft` did not load a script.
-#[derive(Debug, thiserror::Error)]
-pub enum NftError {
-    #[error("cannot run {}: {source}", .nft.display())]
-    Spawn {
-        nft: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("feed nft: {0}")]
-    Feed(#[source] std::io::Error),
-    #[error("wait for nft: {0}")]
-    Wait(#[source] std::io::Error),
-    #[error("nft refused the capture rules ({status}): {stderr}")]
-    Refused {
-        status: ExitStatus,
-        /// nft's complaint, on one line.
-        stderr: String,
-    },
+/// A base chain on the output hook.
+struct Chain {
+    name: &'static str,
+    kind: ChainKind,
+    priority: i32,
+    policy: Policy,
+    rules: Vec<Rule>,
 }
 
-/// The `nft` program.
-#[derive(Debug, Clone)]
-pub struct Nft(PathBuf);
+#[derive(Debug, Clone, Copy)]
+enum ChainKind {
+    Nat,
+    Filter,
+}
 
-impl Nft {
-    pub fn new(program: impl Into<PathBuf>) -> Self {
-        Self(program.into())
+#[derive(Debug, Clone, Copy)]
+enum Policy {
+    Accept,
+    Drop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    Tcp,
+    Udp,
+}
+
+/// What a rule checks; a rule matches when all of its checks do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Match {
+    /// An IPv4 packet.
+    Ipv4,
+    /// To an IPv4 network (address, prefix length).
+    Daddr(Ipv4Addr, u8),
+    /// To IPv6's loopback.
+    Ipv6Loopback,
+    /// Of one transport protocol.
+    L4(Proto),
+    /// Of one transport protocol, to one port.
+    Dport(Proto, u16),
+    /// Sent by a socket carrying this mark.
+    Mark(SocketMark),
+    /// Part of a connection conntrack already knows.
+    EstablishedOrRelated,
+}
+
+/// What happens to a packet a rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Accept,
+    /// Leave this chain (a shared namespace's later chains still see it).
+    Return,
+    /// Send the connection to a listener.
+    To(SocketAddrV4),
+    TcpReset,
+    /// ICMP (or ICMPv6) "administratively prohibited".
+    AdminProhibited,
+}
+
+/// One rule: its checks, then its verdict.
+struct Rule {
+    matches: Vec<Match>,
+    verdict: Verdict,
+}
+
+impl Rule {
+    fn new(matches: impl IntoIterator<Item = Match>, verdict: Verdict) -> Self {
+        Self {
+            matches: matches.into_iter().collect(),
+            verdict,
+        }
+    }
+}
+
+impl Proto {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+        }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.0
+    /// Its IP protocol number.
+    fn number(self) -> u8 {
+        match self {
+            Self::Tcp => libc::IPPROTO_TCP as u8,
+            Self::Udp => libc::IPPROTO_UDP as u8,
+        }
     }
+}
 
-    /// Runs `nft -f -` on `script`.
-    pub fn load(&self, script: &str) -> Result<(), NftError> {
-        let mut command = Command::new(&self.0);
-        // nft needs nothing from our environment; PATH only finds a bare
-        // `nft` (the child's PATH is searched once the environment is cleared).
-        command.env_clear();
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
+impl fmt::Display for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ChainKind::Nat => "nat",
+            ChainKind::Filter => "filter",
+        };
+        let policy = match self.policy {
+            Policy::Accept => "accept",
+            Policy::Drop => "drop",
+        };
+        writeln!(f, "  chain {} {{", self.name)?;
+        writeln!(
+            f,
+            "    type {kind} hook output priority {}; policy {policy};",
+            self.priority
+        )?;
+        for rule in &self.rules {
+            writeln!(f, "    {rule}")?;
         }
-        let mut child = command
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| NftError::Spawn {
-                nft: self.0.clone(),
-                source,
-            })?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(script.as_bytes()).map_err(NftError::Feed)?;
+        writeln!(f, "  }}")
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for m in &self.matches {
+            write!(f, "{m} ")?;
         }
-        let out = child.wait_with_output().map_err(NftError::Wait)?;
-        if !out.status.success() {
-            return Err(NftError::Refused {
-                status: out.status,
-                stderr: String::from_utf8_lossy(&out.stderr)
-                    .trim()
-                    .replace('\n', " "),
-            });
+        write!(f, "{}", self.verdict)
+    }
+}
+
+impl fmt::Display for Match {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ipv4 => write!(f, "meta nfproto ipv4"),
+            Self::Daddr(addr, 32) => write!(f, "ip daddr {addr}"),
+            Self::Daddr(addr, prefix) => write!(f, "ip daddr {addr}/{prefix}"),
+            Self::Ipv6Loopback => write!(f, "ip6 daddr ::1"),
+            Self::L4(proto) => write!(f, "meta l4proto {}", proto.name()),
+            Self::Dport(proto, port) => write!(f, "{} dport {port}", proto.name()),
+            Self::Mark(mark) => write!(f, "meta mark {mark}"),
+            Self::EstablishedOrRelated => write!(f, "ct state established,related"),
         }
-        Ok(())
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Accept => write!(f, "accept"),
+            Self::Return => write!(f, "return"),
+            // For locally generated packets `redirect` maps to 127.0.0.1
+            // (nft(8)), so a listener there needs only its port; any other
+            // address needs a `dnat`.
+            Self::To(addr) if *addr.ip() == Ipv4Addr::LOCALHOST => {
+                write!(f, "redirect to :{}", addr.port())
+            }
+            Self::To(addr) => write!(f, "dnat ip to {addr}"),
+            Self::TcpReset => write!(f, "reject with tcp reset"),
+            Self::AdminProhibited => write!(f, "reject with icmpx type admin-prohibited"),
+        }
     }
 }
 
@@ -327,14 +432,6 @@ mod tests {
             rules
                 .script()
                 .contains("meta l4proto tcp dnat ip to 127.0.0.2:15001\n")
-        );
-    }
-
-    #[test]
-    fn removal_deletes_only_this_table() {
-        assert_eq!(
-            sidecar().removal_script(),
-            "delete table inet airlock_sidecar_15001\n"
         );
     }
 

@@ -140,7 +140,7 @@ fn run_supervisor(
     })?;
     if let Identity::Unprivileged { uid, gid } = plan.identity {
         // Root inside maps to us outside: setup runs as uid 0 of the new
-        // namespace (so `nft` keeps CAP_NET_ADMIN); the command later moves
+        // namespace (so loading the capture rules has CAP_NET_ADMIN); the command later moves
         // into a nested namespace where it is the invoking uid again.
         write_id_maps(&format!("0 {uid} 1"), &format!("0 {gid} 1"), true)?;
     }
@@ -300,7 +300,7 @@ fn init_setup(plan: &Plan, chan: &OwnedFd) -> Result<Option<OwnedFd>, SetupError
     )
     .map_err(SetupError::Unshare)?;
     nix::unistd::sethostname(&plan.hostname).map_err(SetupError::Hostname)?;
-    let sockets = netns::setup(&plan.nft)?;
+    let sockets = netns::setup()?;
     let network = Message::Network {
         transparent: sockets.transparent.into(),
         dns_udp: sockets.dns_udp.into(),

@@ -4,8 +4,6 @@
 /// Why a sandbox could not be created or supervised.
 #[derive(Debug, thiserror::Error)]
 pub enum ShimError {
-    #[error("nft not found in PATH, /usr/sbin or /sbin: install the Debian package `nftables`")]
-    NftMissing,
     #[error(
         "unprivileged user namespaces are disabled ({0}): set sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces>0 (and kernel.apparmor_restrict_unprivileged_userns=0 under AppArmor), or run as root"
     )]

@@ -33,6 +33,7 @@ mod holder;
 mod idmap;
 mod launcher;
 mod mounts;
+mod netlink;
 mod netns;
 mod observation;
 mod observer;

@@ -5,12 +5,11 @@
 
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
-use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
-use crate::capture_rules::{CaptureRules, Nft, NftError};
+use crate::capture_rules::{CaptureRules, LoadError};
 use crate::route::RouteError;
 use crate::spec::{DNS_ADDR, TRANSPARENT_ADDR};
 use crate::sys;
@@ -40,7 +39,7 @@ pub(crate) enum NetError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Nft(#[from] NftError),
+    CaptureRules(#[from] LoadError),
 }
 
 /// IPv6 goes nowhere: no addresses at all (the nft rules reject it too).
@@ -52,7 +51,7 @@ fn disable_ipv6() {
 }
 
 /// Run inside the fresh network namespace while still privileged in it.
-pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
+pub(crate) fn setup() -> Result<Sockets, NetError> {
     let ctl = socket(
         AddressFamily::Inet,
         SockType::Datagram,
@@ -67,7 +66,7 @@ pub(crate) fn setup(nft: &Path) -> Result<Sockets, NetError> {
     let transparent = TcpListener::bind(TRANSPARENT_ADDR).map_err(bind("", TRANSPARENT_ADDR))?;
     let dns_udp = UdpSocket::bind(DNS_ADDR).map_err(bind("udp ", DNS_ADDR))?;
     let dns_tcp = TcpListener::bind(DNS_ADDR).map_err(bind("tcp ", DNS_ADDR))?;
-    Nft::new(nft).load(&CaptureRules::sandbox().script())?;
+    CaptureRules::sandbox().install()?;
     Ok(Sockets {
         transparent,
         dns_udp,

@@ -55,7 +55,6 @@ pub(crate) struct Plan {
     pub hostname: String,
     pub limits: Limits,
     pub identity: Identity,
-    pub nft: PathBuf,
     /// Fallbacks when no cgroup enforces the limit (set by the caller).
     pub rlimit_memory: Option<u64>,
     pub rlimit_nproc: Option<u64>,
@@ -158,7 +157,7 @@ pub fn default_hides() -> Vec<(PathBuf, bool)> {
 }
 
 impl Plan {
-    pub(crate) fn build(spec: &SandboxSpec, nft: PathBuf) -> Result<Self, ShimError> {
+    pub(crate) fn build(spec: &SandboxSpec) -> Result<Self, ShimError> {
         if spec.session {
             if !spec.command.is_empty() {
                 return Err(ShimError::InvalidSpec(
@@ -301,7 +300,6 @@ impl Plan {
             hostname: spec.hostname.clone(),
             limits: spec.limits.clone(),
             identity,
-            nft,
             rlimit_memory: None,
             rlimit_nproc: None,
             observe: spec.observe,

@@ -1,23 +1,8 @@
-//! Start-up checks: the `nft` binary and, for unprivileged users, user namespaces.
+//! Start-up checks: for unprivileged users, user namespaces.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use crate::error::ShimError;
-
-/// `nft` usually lives in /usr/sbin, which is often not in an ordinary user's PATH.
-pub(crate) fn find_nft() -> Result<PathBuf, ShimError> {
-    static NFT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    NFT.get_or_init(|| {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
-            .map(|d| d.join("nft"))
-            .find(|p| nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok())
-    })
-    .clone()
-    .ok_or(ShimError::NftMissing)
-}
 
 fn sysctl(path: &str) -> Option<i64> {
     std::fs::read_to_string(Path::new(path))
@@ -49,7 +34,6 @@ pub(crate) fn check_userns() -> Result<(), ShimError> {
 
 /// Everything `airlock run` needs from the host, checked up front.
 pub fn check_prerequisites() -> Result<(), ShimError> {
-    find_nft()?;
     if !nix::unistd::geteuid().is_root() {
         check_userns()?;
     }

@@ -32,7 +32,7 @@ use crate::step::{StepControl, StepEvent};
 use crate::sys::{self, Forked};
 use airlock_record::AuditEvent;
 
-/// How long setup (namespaces, nft, mounts) may take before we give up.
+/// How long setup (namespaces, capture rules, mounts) may take before we give up.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Sockets created inside the sandbox's network namespace, served by the proxy
@@ -147,8 +147,7 @@ impl Sandbox {
             (false, true, None) => Some(null_stdio()?),
             (false, _, given) => given,
         };
-        let nft = prereq::find_nft()?;
-        let mut plan = Plan::build(&spec, nft)?;
+        let mut plan = Plan::build(&spec)?;
         if let Identity::Unprivileged { .. } = plan.identity {
             prereq::check_userns()?;
         }
@@ -268,7 +267,7 @@ impl Sandbox {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ShimError::Setup(format!(
-                    "no answer from the sandbox within {}s: check system load and that `nft` works",
+                    "no answer from the sandbox within {}s: check system load",
                     SETUP_TIMEOUT.as_secs()
                 )));
             }

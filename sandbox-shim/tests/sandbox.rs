@@ -21,7 +21,7 @@ fn original_dst(stream: &std::net::TcpStream) -> SocketAddr {
 
 #[test]
 fn prerequisites_are_met_on_this_machine() {
-    check_prerequisites().expect("nft present and namespaces usable");
+    check_prerequisites().expect("namespaces usable");
 }
 
 #[test]

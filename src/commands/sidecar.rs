@@ -86,9 +86,10 @@ pub(crate) struct SidecarArgs {
     /// Serve the approvals API on --admin to bearers of these tokens (NAME:TOKEN per line, mode 0600; the app shares the admin address but cannot read this file).
     #[arg(long, value_name = "FILE")]
     approval_token_file: Option<PathBuf>,
-    /// The nft program.
-    #[arg(long, value_name = "PATH", default_value = "nft")]
-    nft: PathBuf,
+    /// No longer used: the capture rules are loaded over netlink (accepted
+    /// so that older manifests keep working).
+    #[arg(long, value_name = "PATH", hide = true)]
+    nft: Option<PathBuf>,
     /// Leave the capture rules in place on a clean exit too (traffic then fails until a sidecar runs again).
     #[arg(long)]
     keep_rules: bool,
@@ -156,8 +157,12 @@ pub(crate) fn run(args: SidecarArgs) -> anyhow::Result<ExitCode> {
         mark: args.socket_mark.unwrap_or(DEFAULT_MARK),
         transparent_port: args.transparent_port,
         dns_port: args.dns_port,
-        nft: args.nft.clone(),
     };
+    if args.nft.is_some() {
+        eprintln!(
+            "airlock: --nft is ignored: the capture rules are loaded over netlink, without the nft program"
+        );
+    }
     let runtime = crate::serve::runtime("airlock-proxy")?;
     let signals = {
         let _context = runtime.enter();

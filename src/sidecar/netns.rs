@@ -3,7 +3,7 @@
 //! setns(2) with CLONE_NEWNET changes the namespace of the calling thread
 //! only, and threads created afterwards inherit it; so this runs on the main
 //! thread before the async runtime (or anything else) starts a thread, and the
-//! whole process — listeners, upstream connections, `nft` children — then
+//! whole process — listeners, upstream connections, the capture rules' netlink socket — then
 //! lives in the app's namespace, like any sidecar container in a pod. See
 //! setns(2), network_namespaces(7). Needs CAP_SYS_ADMIN.
 

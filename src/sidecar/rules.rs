@@ -1,10 +1,10 @@
 //! The capture rules a sidecar installs in the app's network namespace: the
-//! sandbox's builder and `nft` runner (`airlock_shim::capture_rules`), with
+//! sandbox's model and netlink loader (`airlock_shim::capture_rules`), with
 //! the sidecar's table, mark, priority and ports.
 //!
 //! One nftables table per sidecar, `inet airlock_sidecar_<transparent port>`:
 //! a restarted sidecar with the same configuration replaces its own table in
-//! one atomic transaction (nft(8) applies a `-f` batch all or nothing), and a
+//! one atomic transaction (nf_tables applies a batch all or nothing), and a
 //! clean exit deletes exactly that table and nothing else.
 //!
 //! What the table does (OUTPUT hook only, i.e. traffic from this namespace):
@@ -28,10 +28,9 @@
 //! (UDP: port unreachable), so traffic fails instead of bypassing the proxy.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 
 pub(crate) use airlock_shim::capture_rules::TableName;
-use airlock_shim::capture_rules::{self, Namespace, NatPriority, Nft, NftError, SocketMark};
+use airlock_shim::capture_rules::{self, Namespace, NatPriority, SocketMark};
 
 /// The sidecar's socket mark unless `--socket-mark` says otherwise ("AIRL").
 pub(crate) const DEFAULT_MARK: u32 = 0x4149_524c;
@@ -43,23 +42,17 @@ pub(crate) struct CaptureRules {
     pub mark: u32,
     pub transparent_port: u16,
     pub dns_port: u16,
-    pub nft: PathBuf,
 }
 
 impl CaptureRules {
-    /// The whole table, as one atomic batch that replaces an older copy of itself.
-    pub(crate) fn install_script(&self) -> String {
-        self.capture().script()
-    }
-
     /// Install (or atomically replace) the table.
     pub(crate) fn install(&self) -> anyhow::Result<()> {
-        self.run(&self.install_script())
+        Ok(self.capture().install()?)
     }
 
     /// Delete the table this sidecar installed; nothing else is touched.
     pub(crate) fn remove(&self) -> anyhow::Result<()> {
-        self.run(&self.capture().removal_script())
+        Ok(self.capture().remove()?)
     }
 
     /// The listeners are on 127.0.0.1 (see `--transparent-port`, `--dns-port`).
@@ -71,22 +64,6 @@ impl CaptureRules {
             exempt_mark: Some(SocketMark(self.mark)),
             dns: SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.dns_port),
             transparent: SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.transparent_port),
-        }
-    }
-
-    fn run(&self, script: &str) -> anyhow::Result<()> {
-        Nft::new(&self.nft)
-            .load(script)
-            .map_err(|e| anyhow::anyhow!("{e}; {}", fix(&e)))
-    }
-}
-
-/// What the operator can do about a failed `nft` run.
-fn fix(e: &NftError) -> &'static str {
-    match e {
-        NftError::Refused { .. } => "the namespace needs nf_tables and airlock CAP_NET_ADMIN in it",
-        NftError::Spawn { .. } | NftError::Feed(_) | NftError::Wait(_) => {
-            "install nftables (the `nft` command) or pass --nft PATH"
         }
     }
 }
@@ -101,13 +78,12 @@ mod tests {
             mark: DEFAULT_MARK,
             transparent_port: 15001,
             dns_port: 15053,
-            nft: PathBuf::from("nft"),
         }
     }
 
     #[test]
     fn the_mark_is_exempted_before_anything_is_redirected() {
-        let script = rules().install_script();
+        let script = rules().capture().script();
         let mark = script.find("meta mark 0x4149524c return").unwrap();
         let dns = script.find("udp dport 53 redirect to :15053").unwrap();
         let tcp = script.find("meta l4proto tcp redirect to :15001").unwrap();
@@ -120,14 +96,15 @@ mod tests {
     fn the_redirects_run_before_other_nat_chains() {
         assert!(
             rules()
-                .install_script()
+                .capture()
+                .script()
                 .contains("type nat hook output priority -110;")
         );
     }
 
     #[test]
     fn the_table_replaces_itself_atomically() {
-        let script = rules().install_script();
+        let script = rules().capture().script();
         assert!(script.starts_with(
             "table inet airlock_sidecar_15001\ndelete table inet airlock_sidecar_15001\n"
         ));
@@ -135,7 +112,7 @@ mod tests {
 
     #[test]
     fn the_sidecar_ruleset_is_pinned() {
-        assert_eq!(rules().install_script(), SIDECAR);
+        assert_eq!(rules().capture().script(), SIDECAR);
     }
 
     const SIDECAR: &str = r#"table inet airlock_sidecar_15001
