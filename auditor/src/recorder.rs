@@ -1,15 +1,16 @@
-// Why this file is long (~570 lines): the recorder handle and its writer
+// Why this file is long (~580 lines): the recorder handle and its writer
 // thread are two ends of one protocol (the Msg channel, group commit, the
 // health gate, checkpoints); kept together so that protocol reads in one place.
 //! Recording: a cheap cloneable handle in front of one writer thread per
 //! session. `record` does the CPU work (redaction, JSON encoding) on the
-//! caller's thread and hands the row to the writer over a bounded channel; the
+//! caller's thread and hands the row to the writer over a channel with room
+//! for [`QUEUE_DEPTH`] events (`room.rs`); the
 //! writer extends the hash chain, inserts whatever has queued up in one
 //! transaction (group commit) and signs checkpoints.
 
 use crate::{FileChange, HttpExchange, Note, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,6 +25,10 @@ use crate::commit::{
 use crate::search::terms::{self, Terms};
 use crate::ship::ShipFeed;
 use crate::{AuditError, AuditEvent, FileOp, Redactor, Seq, SessionEnd, SessionId, SessionInfo};
+
+mod room;
+
+use room::Room;
 
 /// Sign a checkpoint after this many events...
 const CHECKPOINT_EVERY: u64 = 1000;
@@ -70,6 +75,7 @@ struct Inner {
     /// until the event has its seq, so that no event after the notice keeps
     /// content (lock order: budget, then gate).
     budget: Mutex<Budget>,
+    room: Arc<Room>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Where the writer hands each commit once it is in the store.
     feed: Arc<OnceLock<Arc<ShipFeed>>>,
@@ -80,7 +86,7 @@ struct Inner {
 struct Gate {
     next_seq: u64,
     last_ts_us: i64,
-    tx: Option<SyncSender<Msg>>,
+    tx: Option<Sender<Msg>>,
 }
 
 #[derive(Default)]
@@ -121,7 +127,7 @@ impl Health {
 }
 
 /// The writer's answer to a sync or finish.
-type Reply = mpsc::Sender<Result<(), AuditError>>;
+type Reply = Sender<Result<(), AuditError>>;
 
 enum Msg {
     Event(NewEvent),
@@ -303,7 +309,8 @@ pub(crate) fn now_us() -> i64 {
 
 impl SessionRecorder {
     fn start(setup: WriterSetup) -> Result<Self, AuditError> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
+        let (tx, rx) = mpsc::channel();
+        let room = Arc::new(Room::new(QUEUE_DEPTH));
         let health = Arc::new(Health::default());
         let feed = Arc::new(OnceLock::new());
         let writer = Writer {
@@ -316,6 +323,7 @@ impl SessionRecorder {
             last_checkpoint: Instant::now(),
             health: health.clone(),
             feed: feed.clone(),
+            room: room.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!(
@@ -336,6 +344,7 @@ impl SessionRecorder {
                 redactor: setup.redactor,
                 max_file_bytes: setup.max_file_bytes,
                 budget: Mutex::new(Budget::new(setup.max_session_bytes)),
+                room,
                 writer: Mutex::new(Some(handle)),
                 feed,
             }),
@@ -448,12 +457,8 @@ impl SessionRecorder {
             content,
             terms: encoded.terms,
         };
-        let sent = match tx.try_send(Msg::Event(row)) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(msg)) => tx.send(msg).map_err(|_| ()),
-            Err(TrySendError::Disconnected(_)) => Err(()),
-        };
-        if sent.is_err() {
+        let sent = self.inner.room.take().is_ok() && tx.send(Msg::Event(row)).is_ok();
+        if !sent {
             self.inner
                 .health
                 .fail("the audit writer thread stopped".into());
@@ -605,6 +610,15 @@ struct Writer {
     last_checkpoint: Instant,
     health: Arc<Health>,
     feed: Arc<OnceLock<Arc<ShipFeed>>>,
+    room: Arc<Room>,
+}
+
+impl Drop for Writer {
+    /// However the writer ends (finished, failed, panicked), nobody is left
+    /// waiting for room it will never give back.
+    fn drop(&mut self) {
+        self.room.close();
+    }
 }
 
 /// Take what is queued, up to [`MAX_BATCH`], without waiting.
@@ -647,6 +661,8 @@ impl Writer {
                 std::thread::sleep(LINGER);
                 drain(&rx, &mut batch);
             }
+            let events = batch.iter().filter(|m| matches!(m, Msg::Event(_))).count();
+            self.room.give_back(events);
             let mut replies = Vec::new();
             let mut rows = Vec::with_capacity(batch.len());
             let mut finish = None;
@@ -691,7 +707,7 @@ impl Writer {
                 Msg::Sync(r) | Msg::Finish { reply: r, .. } => {
                     let _ = r.send(Err(self.health.error()));
                 }
-                Msg::Event(_) => {}
+                Msg::Event(_) => self.room.give_back(1),
             }
         }
     }
@@ -760,5 +776,111 @@ impl Writer {
             self.last_checkpoint = Instant::now();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::mpsc::SyncSender;
+
+    /// Keeps the seqs it commits; its first commit waits for `go`.
+    struct HeldWriter {
+        go: Option<Receiver<()>>,
+        committed: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl SessionWriter for HeldWriter {
+        fn commit(&mut self, commit: &Commit<'_>) -> Result<(), CommitError> {
+            if let Some(go) = self.go.take() {
+                let _ = go.recv();
+            }
+            let mut committed = self.committed.lock().unwrap();
+            committed.extend(commit.events.iter().map(|e| e.event.seq));
+            Ok(())
+        }
+    }
+
+    fn info() -> SessionInfo {
+        SessionInfo {
+            command: Vec::new(),
+            policy_name: "test".into(),
+            policy_text: String::new(),
+            limits: serde_json::Value::Null,
+            airlock_version: "test".into(),
+            host: "test".into(),
+            mode: crate::SessionMode::Run,
+            capabilities_note: None,
+            max_file_bytes: 0,
+            terminal: None,
+            max_session_bytes: None,
+            writable_dirs: Vec::new(),
+            labels: Default::default(),
+            isolation: Default::default(),
+        }
+    }
+
+    fn note(i: u64) -> AuditEvent {
+        AuditEvent::Note(Note {
+            text: format!("note {i}"),
+            policy: None,
+        })
+    }
+
+    #[test]
+    fn a_full_queue_holds_record_back_and_loses_or_reorders_nothing() {
+        let (go, held): (SyncSender<()>, _) = mpsc::sync_channel(1);
+        let committed = Arc::new(Mutex::new(Vec::new()));
+        let writer = HeldWriter {
+            go: Some(held),
+            committed: committed.clone(),
+        };
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let recorder = NewSession::new(&info(), key, &Redactor::new())
+            .unwrap()
+            .start(Box::new(writer))
+            .unwrap();
+        // The writer takes at most one batch before its commit holds it;
+        // then the queue fills and `record` must wait.
+        let total = (MAX_BATCH + QUEUE_DEPTH) as u64 + 1000;
+        let recorded = Arc::new(AtomicU64::new(0));
+        let producer = {
+            let recorder = recorder.clone();
+            let recorded = recorded.clone();
+            std::thread::spawn(move || {
+                for i in 0..total {
+                    recorder.record(note(i)).unwrap();
+                    recorded.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let held_at = loop {
+            let before = recorded.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(200));
+            let after = recorded.load(Ordering::SeqCst);
+            if before == after {
+                break after;
+            }
+        };
+        assert!(!producer.is_finished(), "record never waited");
+        assert!(
+            held_at >= QUEUE_DEPTH as u64 && held_at <= (MAX_BATCH + QUEUE_DEPTH) as u64 + 1,
+            "held after {held_at} events"
+        );
+        go.send(()).unwrap();
+        producer.join().unwrap();
+        recorder
+            .finish(SessionEnd {
+                exit_status: Some(0),
+                signal: None,
+                reason: None,
+            })
+            .unwrap();
+        let committed = committed.lock().unwrap();
+        assert!(
+            committed.iter().copied().eq(1..=total),
+            "seqs out of order or missing"
+        );
     }
 }

@@ -187,8 +187,9 @@ impl Plan {
             None => Policy::deny_all(),
         };
         let workspace = workspace(args)?;
+        let writable = Writable::new(&workspace, &args.rw);
         if args.policy.is_some() {
-            Writable::new(&workspace, &args.rw).refuse_policy(&policy)?;
+            writable.refuse_policy(&policy)?;
         }
         let credentials = secrets::resolve_all(policy.credentials())?;
         let worker_threads = crate::serve::worker_threads()?;
@@ -198,9 +199,9 @@ impl Plan {
         };
         let withheld = Withheld::new(&credentials, args.audit.audit_ship.as_ref())?;
         let env = sandbox_env(args, &credentials, &withheld)?;
-        let audit = audit_paths(args, &workspace)?;
+        let audit = audit_paths(args, &writable)?;
         let writable_dirs = writable_dirs(&workspace, &args.rw);
-        let hide = hidden_paths(args, &workspace, audit.as_ref())?;
+        let hide = hidden_paths(args, &workspace, &writable, audit.as_ref())?;
         let limits = limits(args);
         let limits_record = limits_record(&limits);
         let max_file_bytes = args.audit_max_file.unwrap_or(DEFAULT_MAX_FILE_BYTES);
@@ -420,7 +421,7 @@ fn workspace(args: &SandboxArgs) -> anyhow::Result<PathBuf> {
 
 /// The audit store's paths, unless `--no-audit`; refused when the sandbox
 /// could write them.
-fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<AuditPaths>> {
+fn audit_paths(args: &SandboxArgs, writable: &Writable) -> anyhow::Result<Option<AuditPaths>> {
     if args.no_audit {
         return Ok(None);
     }
@@ -432,7 +433,7 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
         .with_context(|| format!("--audit-db {}: cannot make it absolute", db.display()))?;
     let key = std::path::absolute(&key)
         .with_context(|| format!("--audit-key {}: cannot make it absolute", key.display()))?;
-    Writable::new(workspace, &args.rw).refuse_audit_db(&db)?;
+    writable.refuse_audit_db(&db)?;
     Ok(Some(AuditPaths {
         db,
         key,
@@ -447,6 +448,7 @@ fn audit_paths(args: &SandboxArgs, workspace: &Path) -> anyhow::Result<Option<Au
 fn hidden_paths(
     args: &SandboxArgs,
     workspace: &Path,
+    writable: &Writable,
     audit: Option<&AuditPaths>,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let (db, key) = audit.map(|a| (a.db.parent(), a.key.parent())).unzip();
@@ -462,7 +464,6 @@ fn hidden_paths(
             ),
         ],
     )?;
-    let writable = Writable::new(workspace, &args.rw);
     if let Some(audit) = audit {
         writable.refuse_secret_file(&audit.key, SecretFile::AUDIT_KEY)?;
     }
