@@ -981,8 +981,18 @@ async fn a_clean_exit_removes_exactly_its_table() {
     let pki = TestPki::new();
     let events = pod.dir.path().join("events.jsonl");
     let upstream = pod.upstream(&pki).await;
+    // An older manifest's --nft (no program there) changes nothing: the
+    // rules go in over netlink.
     let mut sidecar = pod
-        .sidecar(&pki, &["--events", events.to_str().unwrap()])
+        .sidecar(
+            &pki,
+            &[
+                "--events",
+                events.to_str().unwrap(),
+                "--nft",
+                "/nonexistent/nft",
+            ],
+        )
         .ready()
         .await;
     let tables = pod.nft_tables();
@@ -997,6 +1007,13 @@ async fn a_clean_exit_removes_exactly_its_table() {
     assert!(tables.contains("foreign_test"), "{tables}");
     assert!(
         sidecar.log().contains("removed nft table inet"),
+        "{}",
+        sidecar.log()
+    );
+    assert!(
+        sidecar
+            .log()
+            .contains("airlock: --nft is ignored: the capture rules are loaded over netlink"),
         "{}",
         sidecar.log()
     );
