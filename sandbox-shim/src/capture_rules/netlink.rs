@@ -193,14 +193,22 @@ impl Batch {
         match socket.request(&self.bytes, self.what.len()) {
             Ok(()) => Ok(()),
             Err(NetlinkError::Refused { seq, source }) => Err(LoadError::Refused {
-                what: self
-                    .what
-                    .get((seq as usize).wrapping_sub(1))
-                    .cloned()
-                    .unwrap_or_else(|| format!("message {seq}")),
+                what: self.what(seq),
                 source,
             }),
             Err(e) => Err(LoadError::Netlink(e)),
+        }
+    }
+}
+
+impl Batch {
+    /// What the message with this sequence number asked for; 0 is the
+    /// batch's begin (refused when the kernel has no nf_tables).
+    fn what(&self, seq: u32) -> String {
+        match seq.checked_sub(1).and_then(|i| self.what.get(i as usize)) {
+            Some(what) => what.clone(),
+            None if seq == 0 => "the nf_tables batch".to_string(),
+            None => format!("message {seq}"),
         }
     }
 }
@@ -550,8 +558,10 @@ mod tests {
             &Rule::new([Match::L4(Proto::Tcp)], Verdict::TcpReset),
         );
         assert_eq!(
-            batch.what,
-            ["rule 3 of chain c: meta l4proto tcp reject with tcp reset"]
+            batch.what(1),
+            "rule 3 of chain c: meta l4proto tcp reject with tcp reset"
         );
+        assert_eq!(batch.what(0), "the nf_tables batch");
+        assert_eq!(batch.what(9), "message 9");
     }
 }
