@@ -23,6 +23,7 @@ struct Session {
     id: String,
     status: i32,
     stdout: String,
+    stderr: String,
 }
 
 /// `airlock run` in `workspace`, recording to `db` signed with `key`.
@@ -69,11 +70,30 @@ impl Session {
             id: first_session_id(AIRLOCK, &db, &out),
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             dir,
             workspace,
             db,
             key,
         }
+    }
+
+    /// The command exited 0; otherwise say what airlock printed and what
+    /// the record holds (an `untraced` kill, the exits), which are gone
+    /// with the temporary directory once the test fails.
+    fn assert_succeeded(&self) {
+        if self.status == 0 {
+            return;
+        }
+        let timeline = self.audit(&["timeline", &self.id]);
+        panic!(
+            "airlock run exited {}\nstdout: {}\nstderr: {}\ntimeline:\n{}{}",
+            self.status,
+            self.stdout,
+            self.stderr,
+            String::from_utf8_lossy(&timeline.stdout),
+            String::from_utf8_lossy(&timeline.stderr),
+        );
     }
 
     fn audit(&self, args: &[&str]) -> std::process::Output {
@@ -114,7 +134,7 @@ fn two_hundred_execs_and_files_are_recorded_with_their_content_under(isolation: 
         ],
         &[],
     );
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let events = s.jsonl();
     for e in &events {
         assert!(e["seq"].is_u64() && e["ts"].is_string(), "{e}");
@@ -175,7 +195,7 @@ printf '#!/bin/sh\necho hi\n' > run.sh && chmod 755 run.sh
 echo one > log.txt && echo two >> log.txt
 "#;
     let s = Session::run_under(isolation, &[], &["sh", "-c", script], &[]);
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let restored = s.dir.path().join("restored");
     let out = s.audit(&["files", &s.id, "--restore", restored.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
@@ -202,7 +222,7 @@ echo a > x; echo b > y; mv y x
 sleep 1
 "#;
     let s = Session::run_under(isolation, &[], &["sh", "-c", script], &[]);
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let files: Vec<serde_json::Value> = s
         .jsonl()
         .into_iter()
@@ -337,7 +357,7 @@ placeholder = "FIDELITY_TOKEN"
     })
     .await
     .unwrap();
-    assert_eq!(s.status, 0, "{}", s.stdout);
+    s.assert_succeeded();
     assert!(
         !s.stdout.contains(SECRET),
         "the sandbox saw or was handed the secret"
@@ -492,7 +512,7 @@ fn the_terminal_recording_plays() {
         ],
         &[],
     );
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     assert_eq!(
         s.stdout, "first line\nlast line\n",
         "airlock still shows the output"
@@ -545,7 +565,7 @@ fn tampering_through_sqlite_is_detected_at_the_right_seq() {
         &["sh", "-c", "for i in 1 2 3 4 5; do echo $i > f$i; done"],
         &[],
     );
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let key = s.key.to_str().unwrap().to_owned();
     let verify = s.audit(&["verify", &s.id, "--audit-key", &key]);
     assert!(verify.status.success(), "{verify:?}");
@@ -688,7 +708,7 @@ fn the_timeline_is_indented_by_process_tree() {
         ],
         &[],
     );
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let out = s.audit(&["timeline", &s.id]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -729,7 +749,7 @@ fn file_size_cap_and_secret_looking_variables() {
         &["sh", "-c", &script],
         &[],
     );
-    assert_eq!(s.status, 0, "{}", s.stdout);
+    s.assert_succeeded();
     // The listing says which files kept only their hash...
     let line_with = |args: &[&str], name: &str| {
         let out = s.audit(args);
@@ -798,7 +818,7 @@ fn the_timeline_says_which_exec_ended_and_how_without_an_id_that_reads_as_a_code
         &["sh", "-c", "sh -c 'exit 3'; sh -c 'kill -TERM $$'; exit 0"],
         &[],
     );
-    assert_eq!(s.status, 0);
+    s.assert_succeeded();
     let out = s.audit(&["timeline", &s.id]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -816,4 +836,41 @@ fn the_timeline_says_which_exec_ended_and_how_without_an_id_that_reads_as_a_code
         "{text}"
     );
     assert!(!text.contains(" status "), "{text}");
+}
+
+/// When airlock itself cannot go on once the record has begun (here runsc's
+/// state directory cannot be made), the record still ends, saying why,
+/// rather than reading as a session that crashed or is still running; and
+/// airlock says the same in one line naming the fix.
+#[test]
+fn a_run_airlock_cannot_carry_on_still_ends_its_record_saying_why() {
+    let s = Session::run_under(
+        Isolation::Gvisor,
+        &[],
+        &["true"],
+        &[("TMPDIR", "/nonexistent/tmp")],
+    );
+    assert_eq!(s.status, 125, "{}", s.stderr);
+    let line = s.stderr.trim_end();
+    assert!(
+        !line.contains('\n')
+            && line.starts_with("airlock: creating runsc's state directory /nonexistent/tmp/")
+            && line.ends_with("set TMPDIR to a writable directory"),
+        "{line}"
+    );
+    let listed = sessions(AIRLOCK, &s.db);
+    let reason = listed[0]["end_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("airlock failed: creating runsc's state directory"),
+        "{listed:#}"
+    );
+    assert!(listed[0]["ended"].is_string() && listed[0]["exit_status"].is_null());
+    let timeline = s.audit(&["timeline", &s.id]);
+    let text = String::from_utf8_lossy(&timeline.stdout);
+    assert!(
+        text.contains("session ended: airlock failed") && !text.contains("did not finish"),
+        "{text}"
+    );
+    let verify = s.audit(&["verify", "--all", "--audit-key", s.key.to_str().unwrap()]);
+    assert!(verify.status.success(), "{verify:?}");
 }

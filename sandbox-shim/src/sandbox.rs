@@ -205,23 +205,7 @@ impl Sandbox {
         drop(obs_theirs);
         // The command holds the only copies now (EOF reaches the recorder when it ends).
         drop(stdio);
-        let mut sandbox = Self {
-            supervisor,
-            init: Pid::from_raw(0),
-            chan: Arc::new(ours),
-            session: spec.session,
-            network: None,
-            cgroup,
-            notices,
-            released_at: None,
-            memory_limit: spec.limits.memory_bytes,
-            timeout: spec.limits.timeout,
-            finished: false,
-            observations: None,
-            observer: None,
-            attribution: None,
-            terminal: None,
-        };
+        let mut sandbox = Self::unstarted(supervisor, ours, &spec, cgroup, notices);
         sandbox.await_ready()?;
         if spec.terminal && sandbox.terminal.is_none() {
             return Err(ShimError::Setup(
@@ -244,6 +228,34 @@ impl Sandbox {
         Ok(sandbox)
     }
 
+    /// The sandbox as the supervisor's fork leaves it: init is not known
+    /// until the supervisor says (see [`Sandbox::await_ready`]).
+    fn unstarted(
+        supervisor: Pid,
+        chan: OwnedFd,
+        spec: &SandboxSpec,
+        cgroup: Option<Cgroup>,
+        notices: Vec<String>,
+    ) -> Self {
+        Self {
+            supervisor,
+            init: Pid::from_raw(0),
+            chan: Arc::new(chan),
+            session: spec.session,
+            network: None,
+            cgroup,
+            notices,
+            released_at: None,
+            memory_limit: spec.limits.memory_bytes,
+            timeout: spec.limits.timeout,
+            finished: false,
+            observations: None,
+            observer: None,
+            attribution: None,
+            terminal: None,
+        }
+    }
+
     /// How the supervisor ended, once it closed its end of the channel
     /// during setup: it is on its way out, so wait for it briefly. A death
     /// by signal says what no message of its own could.
@@ -261,9 +273,20 @@ impl Sandbox {
         "its end is unknown".into()
     }
 
+    /// Read setup's reports until the sandbox is ready and its init known.
+    ///
+    /// Two processes write to the channel during setup, and nothing orders
+    /// them: the supervisor sends init's pid once its fork returns, while
+    /// init, forked, goes on to set up and send Ready. Under load init can
+    /// be ready first. Ready alone would leave init's pid unknown (0), and
+    /// everything that goes through it would fail: the observer's backstop
+    /// (whose failure ends the observer, and with it, by
+    /// PTRACE_O_EXITKILL, the command before its first instruction),
+    /// runsc's network namespace, the attributor.
     fn await_ready(&mut self) -> Result<(), ShimError> {
         let deadline = Instant::now() + SETUP_TIMEOUT;
-        loop {
+        let mut ready = false;
+        while !(ready && self.init.as_raw() > 0) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ShimError::Setup(format!(
@@ -290,7 +313,7 @@ impl Sandbox {
                     dns_tcp,
                 } => self.network = Some(network_handles(transparent, dns_udp, dns_tcp)?),
                 Message::Terminal(master) => self.terminal = Some(master),
-                Message::Ready => return Ok(()),
+                Message::Ready => ready = true,
                 Message::Failed(Failure::UserNamespaces(detail)) => {
                     return Err(ShimError::UserNamespacesDisabled(detail));
                 }
@@ -303,6 +326,7 @@ impl Sandbox {
                 _ => {}
             }
         }
+        Ok(())
     }
 
     /// The observer's records (execs, exits, file changes), in order; Some
@@ -549,6 +573,45 @@ impl Drop for Sandbox {
         let _ = sys::wait_any(Some(self.supervisor), false);
         if let Some(cg) = &self.cgroup {
             cg.remove();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The supervisor and init both report during setup, in no set order:
+    /// whichever comes first, the sandbox is ready only with init's pid.
+    #[test]
+    fn setup_ends_with_inits_pid_even_when_init_is_ready_first() {
+        let init = Pid::from_raw(4242);
+        for ready_first in [true, false] {
+            let (ours, theirs) = channel::pair().unwrap();
+            let mut sandbox = Sandbox::unstarted(
+                Pid::from_raw(0),
+                ours,
+                &SandboxSpec::default(),
+                None,
+                Vec::new(),
+            );
+            // No supervisor to kill or reap when it drops.
+            sandbox.finished = true;
+            let (first, second) = match ready_first {
+                true => (Message::Ready, Message::InitPid(init)),
+                false => (Message::InitPid(init), Message::Ready),
+            };
+            channel::send(&theirs, &first).unwrap();
+            // The second report is late, as the supervisor is when the
+            // scheduler sets it aside right after its fork.
+            let late = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                channel::send(&theirs, &second).unwrap();
+                theirs
+            });
+            sandbox.await_ready().unwrap();
+            assert_eq!(sandbox.pid(), init.as_raw(), "ready first: {ready_first}");
+            drop(late.join());
         }
     }
 }

@@ -77,10 +77,10 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
         gvisor,
         ..
     } = wired;
-    let outcome = match gvisor {
+    let outcome = (|| match gvisor {
         None => {
             sandbox.release()?;
-            sandbox.wait()?
+            Ok(sandbox.wait()?)
         }
         // The sandbox runs nothing: runsc runs the command in its network
         // namespace; then the sandbox ends, reconciling its writable mounts.
@@ -89,17 +89,35 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
             let outcome = run.run(sandbox.pid(), recorder.as_ref());
             sandbox.kill();
             sandbox.wait_session(drop)?;
-            outcome?
+            outcome
         }
-    };
+    })();
     // Everything the command wrote and did is recorded before the session
     // ends; the caller's terminal is restored before airlock says anything
     // more.
     let quiet = Finish::new(recorder, proxy, pty, recording)
         .shipping(shipper)
         .stop(runtime);
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => return Err(record_failure(quiet, error)),
+    };
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     conclude(quiet, &outcome, stopped)
+}
+
+/// airlock lost sight of the command: the record still ends, saying so,
+/// rather than reading as a session that crashed or is still running.
+fn record_failure(quiet: Quiet, error: anyhow::Error) -> anyhow::Error {
+    let end = SessionEnd {
+        exit_status: None,
+        signal: None,
+        reason: Some(format!("airlock failed: {error:#}")),
+    };
+    match quiet.finish(end) {
+        Ok(()) => error,
+        Err(e) => error.context(format!("and the record could not be ended: {e}")),
+    }
 }
 
 /// The session's end record, what airlock says last, and its exit status.

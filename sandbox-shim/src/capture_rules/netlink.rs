@@ -57,6 +57,56 @@ const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
 
+/// Each expression's own attributes: `enum nft_<name>_attributes` in
+/// linux/netfilter/nf_tables.h, which libc does not carry.
+mod expr_attr {
+    pub(super) mod meta {
+        pub(crate) const DREG: u16 = 1;
+        pub(crate) const KEY: u16 = 2;
+    }
+    pub(super) mod ct {
+        pub(crate) const DREG: u16 = 1;
+        pub(crate) const KEY: u16 = 2;
+    }
+    pub(super) mod payload {
+        pub(crate) const DREG: u16 = 1;
+        pub(crate) const BASE: u16 = 2;
+        pub(crate) const OFFSET: u16 = 3;
+        pub(crate) const LEN: u16 = 4;
+    }
+    pub(super) mod bitwise {
+        pub(crate) const SREG: u16 = 1;
+        pub(crate) const DREG: u16 = 2;
+        pub(crate) const LEN: u16 = 3;
+        pub(crate) const MASK: u16 = 4;
+        pub(crate) const XOR: u16 = 5;
+    }
+    pub(super) mod cmp {
+        pub(crate) const SREG: u16 = 1;
+        pub(crate) const OP: u16 = 2;
+        pub(crate) const DATA: u16 = 3;
+    }
+    pub(super) mod immediate {
+        pub(crate) const DREG: u16 = 1;
+        pub(crate) const DATA: u16 = 2;
+    }
+    pub(super) mod redir {
+        pub(crate) const REG_PROTO_MIN: u16 = 1;
+        pub(crate) const FLAGS: u16 = 3;
+    }
+    pub(super) mod nat {
+        pub(crate) const TYPE: u16 = 1;
+        pub(crate) const FAMILY: u16 = 2;
+        pub(crate) const REG_ADDR_MIN: u16 = 3;
+        pub(crate) const REG_PROTO_MIN: u16 = 5;
+        pub(crate) const FLAGS: u16 = 7;
+    }
+    pub(super) mod reject {
+        pub(crate) const TYPE: u16 = 1;
+        pub(crate) const ICMP_CODE: u16 = 2;
+    }
+}
+
 /// The registers: the verdict's, and two 16-byte data registers.
 const NFT_REG_VERDICT: u32 = libc::NFT_REG_VERDICT as u32;
 const NFT_REG_1: u32 = libc::NFT_REG_1 as u32;
@@ -404,30 +454,31 @@ impl Expr {
         }
     }
 
-    /// `NFTA_EXPR_NAME`, then the expression's own attributes (the
-    /// numbers are each expression's `NFTA_<NAME>_*`).
+    /// `NFTA_EXPR_NAME`, then the expression's own attributes.
     fn encode(&self, m: &mut Message) {
+        use expr_attr::*;
         m.attr_str(NFTA_EXPR_NAME, self.name());
         m.nested(NFTA_EXPR_DATA, |m| match self {
             Self::Meta(key) => {
-                m.attr_be32(1, NFT_REG_1).attr_be32(2, *key);
+                m.attr_be32(meta::DREG, NFT_REG_1)
+                    .attr_be32(meta::KEY, *key);
             }
             Self::CtState => {
-                m.attr_be32(1, NFT_REG_1)
-                    .attr_be32(2, libc::NFT_CT_STATE as u32);
+                m.attr_be32(ct::DREG, NFT_REG_1)
+                    .attr_be32(ct::KEY, libc::NFT_CT_STATE as u32);
             }
             Self::Payload { base, offset, len } => {
-                m.attr_be32(1, NFT_REG_1)
-                    .attr_be32(2, *base)
-                    .attr_be32(3, *offset)
-                    .attr_be32(4, *len);
+                m.attr_be32(payload::DREG, NFT_REG_1)
+                    .attr_be32(payload::BASE, *base)
+                    .attr_be32(payload::OFFSET, *offset)
+                    .attr_be32(payload::LEN, *len);
             }
             Self::Mask(mask) => {
-                m.attr_be32(1, NFT_REG_1)
-                    .attr_be32(2, NFT_REG_1)
-                    .attr_be32(3, mask.len() as u32)
-                    .nested(4, |m| value(m, mask))
-                    .nested(5, |m| value(m, &vec![0; mask.len()]));
+                m.attr_be32(bitwise::SREG, NFT_REG_1)
+                    .attr_be32(bitwise::DREG, NFT_REG_1)
+                    .attr_be32(bitwise::LEN, mask.len() as u32)
+                    .nested(bitwise::MASK, |m| value(m, mask))
+                    .nested(bitwise::XOR, |m| value(m, &vec![0; mask.len()]));
             }
             Self::Cmp { equal, data } => {
                 let op = if *equal {
@@ -435,34 +486,37 @@ impl Expr {
                 } else {
                     libc::NFT_CMP_NEQ
                 };
-                m.attr_be32(1, NFT_REG_1)
-                    .attr_be32(2, op as u32)
-                    .nested(3, |m| value(m, data));
+                m.attr_be32(cmp::SREG, NFT_REG_1)
+                    .attr_be32(cmp::OP, op as u32)
+                    .nested(cmp::DATA, |m| value(m, data));
             }
             Self::Value { reg, data } => {
-                m.attr_be32(1, *reg).nested(2, |m| value(m, data));
+                m.attr_be32(immediate::DREG, *reg)
+                    .nested(immediate::DATA, |m| value(m, data));
             }
             Self::Verdict(code) => {
-                m.attr_be32(1, NFT_REG_VERDICT).nested(2, |m| {
-                    m.nested(NFTA_DATA_VERDICT, |m| {
-                        m.attr_be32(NFTA_VERDICT_CODE, *code as u32);
+                m.attr_be32(immediate::DREG, NFT_REG_VERDICT)
+                    .nested(immediate::DATA, |m| {
+                        m.nested(NFTA_DATA_VERDICT, |m| {
+                            m.attr_be32(NFTA_VERDICT_CODE, *code as u32);
+                        });
                     });
-                });
             }
             Self::Redirect => {
-                m.attr_be32(1, NFT_REG_1).attr_be32(3, NAT_PORT_GIVEN);
+                m.attr_be32(redir::REG_PROTO_MIN, NFT_REG_1)
+                    .attr_be32(redir::FLAGS, NAT_PORT_GIVEN);
             }
             Self::Dnat => {
-                m.attr_be32(1, libc::NFT_NAT_DNAT as u32)
-                    .attr_be32(2, libc::NFPROTO_IPV4 as u32)
-                    .attr_be32(3, NFT_REG_1)
-                    .attr_be32(5, NFT_REG_2)
-                    .attr_be32(7, NAT_PORT_GIVEN);
+                m.attr_be32(nat::TYPE, libc::NFT_NAT_DNAT as u32)
+                    .attr_be32(nat::FAMILY, libc::NFPROTO_IPV4 as u32)
+                    .attr_be32(nat::REG_ADDR_MIN, NFT_REG_1)
+                    .attr_be32(nat::REG_PROTO_MIN, NFT_REG_2)
+                    .attr_be32(nat::FLAGS, NAT_PORT_GIVEN);
             }
             Self::Reject { kind, icmp_code } => {
-                m.attr_be32(1, *kind);
+                m.attr_be32(reject::TYPE, *kind);
                 if let Some(code) = icmp_code {
-                    m.attr(2, &[*code]);
+                    m.attr(reject::ICMP_CODE, &[*code]);
                 }
             }
         });

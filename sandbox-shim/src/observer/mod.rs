@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::channel;
-use airlock_record::{AuditEvent, Exec, Exit, OsText, StepNo};
+use airlock_record::{AuditEvent, Exec, Exit, Note, OsText, StepNo};
 
 use crate::observation::{ExecSeq, FileOp, is_secret_name};
 use crate::step::StepId;
@@ -125,6 +125,15 @@ pub(crate) fn spawn(
         })
 }
 
+/// Why the backstop for untraced tasks could not start.
+#[derive(Debug, thiserror::Error)]
+enum BackstopError {
+    #[error("the observer cannot read the PID namespace of the sandbox's init (host pid {0})")]
+    Namespace(Pid),
+    #[error("the observer cannot start its backstop thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 /// Host pid behind a pidfd (the "Pid:" line of its fdinfo, proc_pid_fdinfo(5)).
 fn pid_of(pidfd: &OwnedFd) -> Option<Pid> {
     use std::os::fd::AsRawFd;
@@ -149,14 +158,19 @@ impl Observer {
         // The command then hears nothing back and fails closed.
         sys::trace_seize(pid).ok()?;
         self.procs.tgid_of(pid);
-        // The tracer of every tracee is this thread.
-        let sweep = Sweep::new(
-            self.cfg.init,
-            nix::unistd::gettid(),
-            shared,
-            self.tx.clone(),
-        )?;
-        let backstop = Backstop::start(sweep).ok()?;
+        let backstop = match self.start_backstop(shared) {
+            Ok(backstop) => backstop,
+            Err(why) => {
+                // Fail closed: the command is traced now, so this thread's
+                // end kills it (PTRACE_O_EXITKILL) before its first
+                // instruction. The record says why, not only "signal 9".
+                let _ = self.tx.send(AuditEvent::Note(Note {
+                    text: format!("the command was killed before it ran: {why}"),
+                    policy: None,
+                }));
+                return None;
+            }
+        };
         // The session's changes start now: setup is done and nothing of
         // the command has run (it waits for this answer).
         self.since = sys::coarse_now();
@@ -167,6 +181,18 @@ impl Observer {
                 None
             }
         }
+    }
+
+    fn start_backstop(&self, shared: SharedState) -> Result<Backstop, BackstopError> {
+        // The tracer of every tracee is this thread.
+        let sweep = Sweep::new(
+            self.cfg.init,
+            nix::unistd::gettid(),
+            shared,
+            self.tx.clone(),
+        )
+        .ok_or(BackstopError::Namespace(self.cfg.init))?;
+        Backstop::start(sweep).map_err(BackstopError::Thread)
     }
 
     /// Handle every stop until no tracee is left.

@@ -219,16 +219,24 @@ impl Sweep {
         killed
     }
 
-    /// SIGKILL the process `tgid` if its task `tid` is still live and
-    /// untraced once we hold a pidfd on it: the status is read again after
-    /// the pidfd is open, so both name one process.
+    /// SIGKILL the process `tgid` if, once we hold a pidfd on it, it is
+    /// still in the sandbox and its task `tid` still live and untraced.
+    ///
+    /// Both are read again after the pidfd is open: the pid may have been
+    /// freed and handed to a host process, or to another sandbox's traced
+    /// one, since the sweep listed it. While the process behind the pidfd
+    /// lives (a zombie included) nothing else can hold its pid, so what is
+    /// read names it; if it is gone, the kill fails and hits nobody.
     fn kill(&self, tgid: Pid, tid: Pid) -> bool {
         let Ok(pidfd) = sys::pidfd_open(tgid) else {
             return false;
         };
-        let still = TaskStatus::read(tgid, tid)
-            .is_some_and(|st| st.tracer != self.tracer.as_raw() && !st.is_dead());
-        still && sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL).is_ok()
+        let inside = pid_ns_of(tgid) == Some(self.ns);
+        let untraced = || {
+            TaskStatus::read(tgid, tid)
+                .is_some_and(|st| st.tracer != self.tracer.as_raw() && !st.is_dead())
+        };
+        inside && untraced() && sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL).is_ok()
     }
 
     fn report(&self, tgid: Pid, tid: Pid, st: &TaskStatus) {
@@ -296,7 +304,44 @@ fn wait_and_sweep(sweep: &mut Sweep, stopped: &Receiver<()>) {
 
 #[cfg(test)]
 mod tests {
-    use super::TaskStatus;
+    use super::*;
+
+    /// The sweep listed a pid in the sandbox, and by the time it kills,
+    /// the pid names a process outside it (freed and reused): that one
+    /// lives. Here the "sandbox" is a namespace no process is in, so every
+    /// process is such a stranger.
+    #[test]
+    fn a_pid_that_now_names_a_process_outside_the_sandbox_is_not_killed() {
+        let mut stranger = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = Pid::from_raw(stranger.id() as i32);
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let sweep = Sweep {
+            ns: (0, 0),
+            init: Pid::from_raw(1),
+            tracer: nix::unistd::gettid(),
+            shared: SharedState::default(),
+            tx,
+            traced: HashSet::new(),
+            outside: HashSet::new(),
+        };
+        assert!(!sweep.kill(pid, pid));
+        assert_eq!(stranger.try_wait().expect("wait"), None, "still running");
+        // The same process, taken for one inside: killed (the check above
+        // is the namespace's, not a kill that fails anyway).
+        let inside = Sweep {
+            ns: pid_ns_of(pid).expect("its namespace"),
+            ..sweep
+        };
+        assert!(inside.kill(pid, pid));
+        let status = stranger.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+    }
 
     #[test]
     fn a_status_gives_the_tracer_state_and_parent() {

@@ -287,7 +287,12 @@ impl TempDir {
     fn new() -> anyhow::Result<Self> {
         let base =
             std::env::temp_dir().join(format!("airlock-gvisor-{}", crate::random_id::random_id()?));
-        std::fs::create_dir(&base).with_context(|| format!("creating {}", base.display()))?;
+        std::fs::create_dir(&base).map_err(|e| {
+            anyhow::anyhow!(
+                "creating runsc's state directory {}: {e}; set TMPDIR to a writable directory",
+                base.display()
+            )
+        })?;
         // Only root (airlock) reads runsc's state and the bundle.
         std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
         Ok(Self(base))
