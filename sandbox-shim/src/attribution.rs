@@ -9,6 +9,7 @@
 use nix::unistd::Pid;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
 
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
@@ -23,10 +24,15 @@ const MAX_PROCS: usize = 4096;
 
 /// Maps a connection's sandbox-side address to the exec that opened it.
 /// Cheap to clone; safe to use from any thread.
+///
+/// It exists from the sandbox's fork, before setup reports init's pid, so
+/// the proxy can be built while the sandbox is set up; until then it
+/// attributes nothing (no command runs before the release, which comes
+/// after setup).
 #[derive(Debug, Clone)]
 pub struct Attributor {
-    init: Pid,
-    shared: SharedState,
+    init: Arc<OnceLock<Pid>>,
+    pub(crate) shared: SharedState,
 }
 
 fn canonical(addr: SocketAddr) -> SocketAddr {
@@ -100,8 +106,17 @@ fn holds_socket(pid: Pid, local: SocketAddr, udp: bool) -> bool {
 }
 
 impl Attributor {
-    pub(crate) fn new(init: Pid, shared: SharedState) -> Self {
-        Self { init, shared }
+    pub(crate) fn new(shared: SharedState) -> Self {
+        Self {
+            init: Arc::default(),
+            shared,
+        }
+    }
+
+    /// Setup reported init's pid: the walk over the sandbox's processes
+    /// starts there.
+    pub(crate) fn init_known(&self, init: Pid) {
+        let _ = self.init.set(init);
     }
 
     /// The exec that owns the sandbox socket at `peer` (the address the proxy
@@ -140,7 +155,7 @@ impl Attributor {
     /// The sandbox process holding the socket at `peer`.
     fn owner_of_peer(&self, peer: SocketAddr, udp: bool) -> Option<Pid> {
         let local = canonical(peer);
-        let mut queue = procfs::children(self.init);
+        let mut queue = procfs::children(*self.init.get()?);
         let mut seen = 0;
         while let Some(pid) = queue.pop() {
             seen += 1;
@@ -157,8 +172,9 @@ impl Attributor {
 
     /// What is known of `pid`, or of its nearest observed ancestor.
     fn published_of(&self, mut pid: Pid) -> Option<Published> {
+        let init = *self.init.get()?;
         for _ in 0..64 {
-            if pid.as_raw() <= 1 || pid == self.init {
+            if pid.as_raw() <= 1 || pid == init {
                 return None;
             }
             if let Some(p) = self.shared.lock().ok()?.procs.get(&pid) {
@@ -167,5 +183,61 @@ impl Attributor {
             pid = procfs::status(pid)?.ppid;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Mutex;
+
+    /// A child of this process holding a connection to `listener`.
+    struct Holder(Child);
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn connect_from_a_child(listener: &TcpListener) -> (Holder, SocketAddr) {
+        let port = listener.local_addr().unwrap().port();
+        let child = Command::new("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import socket, time\ns = socket.create_connection(('127.0.0.1', {port}))\ntime.sleep(60)"
+                ),
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let (_conn, peer) = listener.accept().unwrap();
+        (Holder(child), peer)
+    }
+
+    /// The attributor exists from the fork, before setup names init: until
+    /// then it attributes nothing, and from then on it finds the process
+    /// behind a connection by walking init's descendants.
+    #[test]
+    fn attributes_nothing_until_init_is_known_then_finds_the_socket_owner() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (holder, peer) = connect_from_a_child(&listener);
+        let attributor = Attributor::new(Arc::new(Mutex::new(Default::default())));
+
+        assert_eq!(attributor.command_of_peer(peer, false), None);
+        assert!(attributor.exec_for_peer(peer, false).is_none());
+
+        // This test process stands in for the sandbox's init.
+        attributor.init_known(Pid::this());
+        assert_eq!(
+            attributor.owner_of_peer(peer, false),
+            Some(Pid::from_raw(holder.0.id() as i32))
+        );
+        let command = attributor.command_of_peer(peer, false).unwrap();
+        assert!(command.iter().any(|arg| arg.contains("create_connection")));
     }
 }

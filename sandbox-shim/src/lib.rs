@@ -59,7 +59,7 @@ pub use observation::{ExecSeq, FileOp, ImageKind, ObserveSpec, is_secret_name};
 pub use outcome::{ExitKind, Outcome};
 pub use plan::default_hides;
 pub use prereq::check_prerequisites;
-pub use sandbox::{NetworkHandles, Sandbox};
+pub use sandbox::{NetworkHandles, Sandbox, Starting};
 pub use spec::{CA_BUNDLE_PATH, DNS_ADDR, Limits, SandboxSpec, TRANSPARENT_ADDR, UserSpec};
 pub use step::{StepControl, StepError, StepEvent, StepId, StepRequest, StepStdio};
 

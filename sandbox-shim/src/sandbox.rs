@@ -22,6 +22,7 @@ use crate::cgroup::Cgroup;
 use crate::channel::{self, ChannelError, DecodeError, Failure, Message};
 use crate::child;
 use crate::error::ShimError;
+use crate::observation::ObserveSpec;
 use crate::observer::{self, SharedState};
 use crate::outcome::{ExitKind, Outcome, human_bytes};
 use crate::plan::{Identity, Plan};
@@ -69,8 +70,24 @@ pub struct Sandbox {
     finished: bool,
     observations: Option<Receiver<AuditEvent>>,
     observer: Option<JoinHandle<()>>,
-    attribution: Option<SharedState>,
+    /// Some when observing: made at the fork, told init's pid once setup
+    /// reports it.
+    attributor: Option<Attributor>,
     terminal: Option<OwnedFd>,
+}
+
+/// A sandbox forked and setting itself up (namespaces, capture rules,
+/// mounts); [`Starting::ready`] waits for it. What does not depend on the
+/// sandbox (the proxy, its threads) can be built meanwhile, on a CPU the
+/// setup leaves idle.
+///
+/// Dropping it kills the sandbox, as dropping a [`Sandbox`] does.
+#[derive(Debug)]
+pub struct Starting {
+    sandbox: Sandbox,
+    /// The observer's settings and its end of the observer channel.
+    observe: Option<(ObserveSpec, OwnedFd)>,
+    terminal: bool,
 }
 
 /// How long [`Sandbox::wait`] waits for the observer to report the last
@@ -137,7 +154,13 @@ impl Sandbox {
     ///
     /// Any thread may call it: the sandbox dies when the airlock *process* dies
     /// (EOF on the control channel), not when the calling thread exits.
-    pub fn spawn(mut spec: SandboxSpec) -> Result<Self, ShimError> {
+    pub fn spawn(spec: SandboxSpec) -> Result<Self, ShimError> {
+        Self::start(spec)?.ready()
+    }
+
+    /// [`Sandbox::spawn`] in two halves: fork the supervisor and return
+    /// while the sandbox sets itself up.
+    pub fn start(mut spec: SandboxSpec) -> Result<Starting, ShimError> {
         let stdio = match (spec.terminal, spec.session, spec.stdio.take()) {
             // The helpers (and the command until it attaches the pty) get
             // /dev/null: no descriptor of the caller's terminal enters the sandbox.
@@ -206,26 +229,16 @@ impl Sandbox {
         // The command holds the only copies now (EOF reaches the recorder when it ends).
         drop(stdio);
         let mut sandbox = Self::unstarted(supervisor, ours, &spec, cgroup, notices);
-        sandbox.await_ready()?;
-        if spec.terminal && sandbox.terminal.is_none() {
-            return Err(ShimError::Setup(
-                "the sandbox reported ready without handing over its terminal".into(),
-            ));
-        }
-        if let (Some(obs), Some(chan)) = (plan.observe, obs_ours) {
-            let (tx, rx) = mpsc_channel();
+        let observe = plan.observe.zip(obs_ours);
+        if observe.is_some() {
             let shared: SharedState = Arc::new(Mutex::new(observer::Shared::default()));
-            let cfg = observer::Config {
-                init: sandbox.init,
-                max_file_bytes: obs.max_file_bytes,
-            };
-            let handle = observer::spawn(chan, cfg, tx, shared.clone())
-                .map_err(|e| ShimError::io("start the observer thread", e))?;
-            sandbox.observations = Some(rx);
-            sandbox.observer = Some(handle);
-            sandbox.attribution = Some(shared);
+            sandbox.attributor = Some(Attributor::new(shared));
         }
-        Ok(sandbox)
+        Ok(Starting {
+            sandbox,
+            observe,
+            terminal: spec.terminal,
+        })
     }
 
     /// The sandbox as the supervisor's fork leaves it: init is not known
@@ -251,7 +264,7 @@ impl Sandbox {
             finished: false,
             observations: None,
             observer: None,
-            attribution: None,
+            attributor: None,
             terminal: None,
         }
     }
@@ -339,9 +352,7 @@ impl Sandbox {
 
     /// Maps proxy connections to the exec that opened them (observing sandboxes only).
     pub fn attributor(&self) -> Option<Attributor> {
-        self.attribution
-            .as_ref()
-            .map(|s| Attributor::new(self.init, s.clone()))
+        self.attributor.clone()
     }
 
     /// The master of the command's pseudo-terminal (when
@@ -538,6 +549,43 @@ impl Sandbox {
     /// Human form of the memory limit, e.g. "64M".
     pub fn memory_limit_display(&self) -> Option<String> {
         self.memory_limit.map(human_bytes)
+    }
+}
+
+impl Starting {
+    /// Which exec owns a sandbox socket; None without an observer. It
+    /// attributes nothing until the sandbox is ready.
+    pub fn attributor(&self) -> Option<Attributor> {
+        self.sandbox.attributor()
+    }
+
+    /// Wait for setup to end, then start the observer: the sandbox is
+    /// ready for its command's release.
+    pub fn ready(self) -> Result<Sandbox, ShimError> {
+        let Self {
+            mut sandbox,
+            observe,
+            terminal,
+        } = self;
+        sandbox.await_ready()?;
+        if terminal && sandbox.terminal.is_none() {
+            return Err(ShimError::Setup(
+                "the sandbox reported ready without handing over its terminal".into(),
+            ));
+        }
+        if let (Some((obs, chan)), Some(attributor)) = (observe, &sandbox.attributor) {
+            attributor.init_known(sandbox.init);
+            let (tx, rx) = mpsc_channel();
+            let cfg = observer::Config {
+                init: sandbox.init,
+                max_file_bytes: obs.max_file_bytes,
+            };
+            let handle = observer::spawn(chan, cfg, tx, attributor.shared.clone())
+                .map_err(|e| ShimError::io("start the observer thread", e))?;
+            sandbox.observations = Some(rx);
+            sandbox.observer = Some(handle);
+        }
+        Ok(sandbox)
     }
 }
 

@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use airlock_auditor::{Isolation, OsText, SessionInfo, SessionMode, SessionRecorder, WritableDir};
+use airlock_auditor::{Isolation, OsText, SessionInfo, SessionMode, WritableDir};
 use airlock_policy::Policy;
 use airlock_proxy::approvals::FindSender;
 use airlock_proxy::{
@@ -25,7 +24,7 @@ use super::gvisor::{self, GvisorRun};
 use super::wire::Spawned;
 use super::withheld::Withheld;
 use super::writable::{SecretFile, Writable};
-use crate::observe::{self, Terminal, TerminalReaders};
+use crate::observe::Terminal;
 use crate::ship::{LiveShipper, ShipUrl};
 use crate::{audit, policy_file, secrets};
 
@@ -323,7 +322,9 @@ impl Plan {
             }
             readers
         });
-        let sandbox = Sandbox::spawn(spec);
+        // Forked; the sandbox sets itself up while the record begins here
+        // and the proxy is built (`Spawned::wire`).
+        let sandbox = Sandbox::start(spec);
         let recorder = match beginning {
             Some(thread) => Some(
                 thread
@@ -338,50 +339,18 @@ impl Plan {
             }
             _ => None,
         };
-        let mut sandbox = sandbox?;
-        let already = gvisor.as_ref().map(GvisorRun::recorded);
-        let recording = record(&mut sandbox, readers, recorder.as_ref(), already);
-        for notice in sandbox.notices() {
-            eprintln!("airlock: {notice}");
-        }
-        let network = sandbox
-            .take_network()
-            .context("the sandbox did not hand over its network sockets")?;
         Ok(Spawned {
             env,
             withheld,
             proxy,
             pty_size,
-            sandbox,
+            sandbox: sandbox?,
             recorder,
             shipper,
-            recording,
-            network,
+            readers,
             gvisor,
         })
     }
-}
-
-/// The threads that record the command's output (without a pty) and what
-/// the observer saw; they end when the sandbox does.
-fn record(
-    sandbox: &mut Sandbox,
-    readers: Option<TerminalReaders>,
-    recorder: Option<&SessionRecorder>,
-    already: Option<gvisor::Recorded>,
-) -> Vec<JoinHandle<()>> {
-    let mut threads = match readers {
-        Some(readers) => readers.record(recorder),
-        None => Vec::new(),
-    };
-    if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
-        threads.push(observe::record_observations(
-            observations,
-            recorder.clone(),
-            already,
-        ));
-    }
-    threads
 }
 
 /// With a pty the relay records the output; otherwise pipes carry it,

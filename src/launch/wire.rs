@@ -12,32 +12,34 @@ use airlock_auditor::SessionRecorder;
 use airlock_proxy::approvals::{FindSender, Sender};
 use airlock_proxy::{EventSink, Proxy};
 use airlock_shim::pty::WindowSize;
-use airlock_shim::{ExecSeq, NetworkHandles, Sandbox};
+use airlock_shim::{ExecSeq, NetworkHandles, Sandbox, Starting};
 use anyhow::Context;
 
+use super::gvisor::{GvisorRun, Recorded};
 use super::plan::ProxyPlan;
 use super::withheld::Withheld;
 use crate::approvals::ApprovalSocket;
 use crate::audit_sink::{Attribute, AuditSink, Tee};
 use crate::exit;
 use crate::notices::DenialNotices;
+use crate::observe::TerminalReaders;
 use crate::ship::LiveShipper;
 use crate::terminal::PtyRelay;
 
-/// A spawned sandbox, its command not yet released.
+/// A spawned sandbox, still setting itself up; its command not yet released.
 pub(crate) struct Spawned {
     pub(super) env: Vec<(OsString, OsString)>,
     pub(super) withheld: Withheld,
     pub(super) proxy: ProxyPlan,
     pub(super) pty_size: Option<WindowSize>,
-    pub(super) sandbox: Sandbox,
+    pub(super) sandbox: Starting,
     pub(super) recorder: Option<SessionRecorder>,
     /// `--audit-ship`, and whether decisions wait for it.
     pub(super) shipper: Option<(LiveShipper, bool)>,
-    pub(super) recording: Vec<JoinHandle<()>>,
-    pub(super) network: NetworkHandles,
+    /// The command's output pipes (without a pty), recorded once it is ready.
+    pub(super) readers: Option<TerminalReaders>,
     /// `--isolation gvisor`: what runsc runs once the go is given.
-    pub(super) gvisor: Option<super::gvisor::GvisorRun>,
+    pub(super) gvisor: Option<GvisorRun>,
 }
 
 impl Spawned {
@@ -51,8 +53,9 @@ impl Spawned {
         &self.proxy.policy
     }
 
-    /// Steps 4 and 8 (proxy, terminal): the proxy serves the sandbox's
-    /// sockets from the host's namespace, decisions go to the record (each
+    /// Steps 4 and 8 (proxy, terminal): the proxy and its threads are built
+    /// while the sandbox sets itself up; once it is ready, the proxy serves
+    /// the sandbox's sockets from the host's namespace, decisions go to the record (each
     /// connection attributed to the exec that made it) and to the caller as
     /// notices, and to `listener` when given (a live session's refusals);
     /// the pty relay starts before the command is released. Held requests
@@ -71,14 +74,13 @@ impl Spawned {
             withheld,
             proxy: plan,
             pty_size,
-            mut sandbox,
+            sandbox: starting,
             recorder,
             shipper,
-            recording,
-            network,
+            readers,
             gvisor,
         } = self;
-        let attribute: Option<Attribute> = sandbox.attributor().map(|a| {
+        let attribute: Option<Attribute> = starting.attributor().map(|a| {
             Arc::new(move |peer, udp| a.exec_for_peer(peer, udp).map(ExecSeq::id)) as Attribute
         });
         let notices: Arc<dyn EventSink> = Arc::new(DenialNotices::new(&plan.policy));
@@ -102,13 +104,22 @@ impl Spawned {
         let session = session
             .or_else(|| recorder.as_ref().map(|r| r.session_id().to_string()))
             .unwrap_or_else(|| format!("unrecorded-{}", std::process::id()));
-        let find_sender = sandbox.attributor().map(|a| sender_finder(a, labels));
+        let find_sender = starting.attributor().map(|a| sender_finder(a, labels));
         let proxy = plan.into_proxy(events, session, find_sender)?;
+        let runtime = crate::serve::runtime("airlock-proxy")?;
+        let mut sandbox = starting.ready()?;
+        let already = gvisor.as_ref().map(GvisorRun::recorded);
+        let recording = record(&mut sandbox, readers, recorder.as_ref(), already);
+        for notice in sandbox.notices() {
+            eprintln!("airlock: {notice}");
+        }
+        let network = sandbox
+            .take_network()
+            .context("the sandbox did not hand over its network sockets")?;
         let pty = match (sandbox.take_terminal(), pty_size) {
             (Some(master), Some(size)) => Some(PtyRelay::start(master, size, recorder.clone())?),
             _ => None,
         };
-        let runtime = crate::serve::runtime("airlock-proxy")?;
         let stopped_for = Arc::new(std::sync::Mutex::new(None::<Stop>));
         let approval_socket;
         {
@@ -146,6 +157,28 @@ impl Spawned {
             gvisor,
         })
     }
+}
+
+/// The threads that record the command's output (without a pty) and what
+/// the observer saw; they end when the sandbox does.
+fn record(
+    sandbox: &mut Sandbox,
+    readers: Option<TerminalReaders>,
+    recorder: Option<&SessionRecorder>,
+    already: Option<Recorded>,
+) -> Vec<JoinHandle<()>> {
+    let mut threads = match readers {
+        Some(readers) => readers.record(recorder),
+        None => Vec::new(),
+    };
+    if let (Some(observations), Some(recorder)) = (sandbox.take_observations(), recorder) {
+        threads.push(crate::observe::record_observations(
+            observations,
+            recorder.clone(),
+            already,
+        ));
+    }
+    threads
 }
 
 /// Which command sent a held request, for its approver: the process that
@@ -217,7 +250,7 @@ pub(crate) struct Wired {
     /// Where approvers decide on held requests; removed when dropped.
     pub approval_socket: ApprovalSocket,
     /// `--isolation gvisor`: the command runsc runs (the sandbox runs none).
-    pub gvisor: Option<super::gvisor::GvisorRun>,
+    pub gvisor: Option<GvisorRun>,
 }
 
 /// Why airlock stopped the sandbox itself.
