@@ -6,11 +6,12 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use airlock_auditor::SessionEnd;
+use airlock_auditor::{SessionEnd, SessionRecorder};
+use airlock_shim::{Outcome, Sandbox};
 use anyhow::Context;
 
 use crate::finish::{Finish, Quiet};
-use crate::launch::{Plan, Purpose, SandboxArgs, Stop, Wired, store_failure};
+use crate::launch::{GvisorRun, Plan, Purpose, SandboxArgs, Stop, Wired, store_failure};
 use crate::{exit, one_line};
 
 #[derive(clap::Args)]
@@ -66,7 +67,7 @@ fn run_sandboxed(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// completed and airlock's exit status chosen.
 fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     let Wired {
-        mut sandbox,
+        sandbox,
         recorder,
         shipper,
         recording,
@@ -77,21 +78,7 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
         gvisor,
         ..
     } = wired;
-    let outcome = (|| match gvisor {
-        None => {
-            sandbox.release()?;
-            Ok(sandbox.wait()?)
-        }
-        // The sandbox runs nothing: runsc runs the command in its network
-        // namespace; then the sandbox ends, reconciling its writable mounts.
-        Some(run) => {
-            let _steps = sandbox.start_session()?;
-            let outcome = run.run(sandbox.pid(), recorder.as_ref());
-            sandbox.kill();
-            sandbox.wait_session(drop)?;
-            outcome
-        }
-    })();
+    let outcome = run_command(sandbox, gvisor, recorder.as_ref());
     // Everything the command wrote and did is recorded before the session
     // ends; the caller's terminal is restored before airlock says anything
     // more.
@@ -104,6 +91,29 @@ fn release_and_finish(wired: Wired) -> anyhow::Result<ExitCode> {
     };
     let stopped = stopped_for.lock().ok().and_then(|s| s.clone());
     conclude(quiet, &outcome, stopped)
+}
+
+/// Steps 6 and 7: the go, and the command until it ends.
+fn run_command(
+    mut sandbox: Sandbox,
+    gvisor: Option<GvisorRun>,
+    recorder: Option<&SessionRecorder>,
+) -> anyhow::Result<Outcome> {
+    match gvisor {
+        None => {
+            sandbox.release()?;
+            Ok(sandbox.wait()?)
+        }
+        // The sandbox runs nothing: runsc runs the command in its network
+        // namespace; then the sandbox ends, reconciling its writable mounts.
+        Some(run) => {
+            let _steps = sandbox.start_session()?;
+            let outcome = run.run(sandbox.pid(), recorder);
+            sandbox.kill();
+            sandbox.wait_session(drop)?;
+            outcome
+        }
+    }
 }
 
 /// airlock lost sight of the command: the record still ends, saying so,
@@ -121,11 +131,7 @@ fn record_failure(quiet: Quiet, error: anyhow::Error) -> anyhow::Error {
 }
 
 /// The session's end record, what airlock says last, and its exit status.
-fn conclude(
-    quiet: Quiet,
-    outcome: &airlock_shim::Outcome,
-    stopped: Option<Stop>,
-) -> anyhow::Result<ExitCode> {
+fn conclude(quiet: Quiet, outcome: &Outcome, stopped: Option<Stop>) -> anyhow::Result<ExitCode> {
     let finished = finish(quiet, outcome, stopped.as_ref().map(Stop::describe));
     if let Some(stop) = stopped {
         // After an audit failure the end record cannot be written either;
@@ -146,11 +152,7 @@ fn conclude(
     ))
 }
 
-fn finish(
-    quiet: Quiet,
-    outcome: &airlock_shim::Outcome,
-    stopped: Option<String>,
-) -> anyhow::Result<()> {
+fn finish(quiet: Quiet, outcome: &Outcome, stopped: Option<String>) -> anyhow::Result<()> {
     let (exit_status, signal) = match outcome.status {
         airlock_shim::ExitKind::Exited(code) => (Some(code), None),
         airlock_shim::ExitKind::Signaled(sig) => (None, Some(sig)),

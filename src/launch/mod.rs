@@ -18,7 +18,7 @@ mod withheld;
 mod writable;
 
 pub(crate) use args::{SandboxArgs, parse_env, parse_size};
-pub(crate) use gvisor::{GvisorSession, Recorded};
+pub(crate) use gvisor::{GvisorRun, GvisorSession, Recorded};
 pub(crate) use plan::{Plan, Purpose};
 pub(crate) use wire::{StepLabels, Stop, Wired, store_failure};
 pub(crate) use withheld::Withheld;
