@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use airlock_auditor::{RecordStore, SessionId};
+use airlock_auditor::{RecordStore, SessionEnd, SessionId};
 use airlock_test_support::audit_store::{Env, dns, env, file, info, thirty_event_session};
 
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
@@ -185,6 +185,71 @@ fn fleet(e: &Env) {
         "node-b",
         &[],
         "plain.example.com",
+    );
+}
+
+/// A session Airlock ended with a long reason (an error's whole chain)
+/// takes no more of the table than its EXIT column's cap: the columns after
+/// it stay aligned on every line, and its timeline keeps the reason whole.
+#[test]
+fn audit_sessions_cuts_a_long_end_reason_and_keeps_its_columns_aligned() {
+    let e = env();
+    let store = e.store();
+    let ends = [
+        (
+            "failed-agent",
+            None,
+            None,
+            Some("airlock failed: the audit store could not be written: disk full (os error 28)"),
+        ),
+        ("killed-agent", None, Some(9), None),
+        ("clean-agent", Some(0), None, None),
+        ("stopped-agent", None, None, Some("idle for 10m")),
+    ];
+    let mut failed = None;
+    for (command, exit_status, signal, reason) in ends {
+        let rec = store.begin_session(info(&[command])).unwrap();
+        rec.record(dns("example.com")).unwrap();
+        let id = rec.session_id().clone();
+        rec.finish(SessionEnd {
+            exit_status,
+            signal,
+            reason: reason.map(str::to_owned),
+        })
+        .unwrap();
+        failed.get_or_insert(id);
+    }
+    let o = run(&e, &["sessions"]);
+    assert!(o.status.success(), "{o:?}");
+    let table = stdout(&o);
+    let lines: Vec<&str> = table.lines().collect();
+    let header = lines[0];
+    let col = |line: &str, text: &str| {
+        let at = line
+            .find(text)
+            .unwrap_or_else(|| panic!("{text:?} in {line:?}"));
+        line[..at].chars().count()
+    };
+    for (command, exit) in [
+        ("failed-agent", "airlock failed: the aud…"),
+        ("killed-agent", "signal 9"),
+        ("clean-agent", "exit 0"),
+        ("stopped-agent", "idle for 10m"),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.ends_with(&format!("  {command}")))
+            .unwrap_or_else(|| panic!("{command} listed:\n{table}"));
+        assert_eq!(col(line, exit), col(header, "EXIT"), "{table}");
+        assert_eq!(col(line, command), col(header, "COMMAND"), "{table}");
+    }
+    assert!(!table.contains("disk full"), "{table}");
+    let o = run(&e, &["timeline", failed.unwrap().as_str()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout(&o).contains("session ended: airlock failed: the audit store could not be written: disk full (os error 28)"),
+        "{}",
+        stdout(&o)
     );
 }
 

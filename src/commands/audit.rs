@@ -21,7 +21,7 @@ use airlock_auditor::search::{LabelFilter, ScopeError, SessionScope};
 use airlock_auditor::ship::ShipMark;
 use airlock_auditor::{
     Access, AuditError, AuditStore, EventKind, OsText, RecordStore, SearchQuery, SessionId,
-    TrustAnchor, VerifyReport, escape, humanize, restore, timeline,
+    SessionSummary, TrustAnchor, VerifyReport, escape, humanize, restore, timeline,
 };
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
@@ -562,6 +562,8 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
             .min(cap)
     };
     let (node_w, labels_w) = (width(&nodes, "NODE", 24), width(&labels, "LABELS", 48));
+    let exits: Vec<String> = list.iter().map(exit_text).collect();
+    let exit_w = width(&exits, "EXIT", EXIT_WIDTH);
     // Shipped from here (`--audit-ship`): how far the central store has
     // each session; a column only where something was shipped.
     let shipped: Vec<String> = list
@@ -574,7 +576,7 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
     };
     writeln!(
         out,
-        "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  COMMAND",
+        "{:<14} {:<19} {:>9} {:<exit_w$} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  COMMAND",
         "ID",
         "START (UTC)",
         "DURATION",
@@ -585,17 +587,20 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
         "NODE",
         "LABELS"
     )?;
-    for (((s, node), labels), shipped) in list.iter().zip(&nodes).zip(&labels).zip(&shipped) {
-        let (duration, exit) = match (s.ended_us, &s.end) {
-            (Some(e), Some(end)) => (
-                humanize::duration(e.saturating_sub(s.started_us)),
-                escape::text(&end.describe()).into_owned(),
-            ),
-            _ => ("-".into(), "unfinished".into()),
+    let rows = list
+        .iter()
+        .zip(&exits)
+        .zip(&nodes)
+        .zip(&labels)
+        .zip(&shipped);
+    for ((((s, exit), node), labels), shipped) in rows {
+        let duration = match s.ended_us {
+            Some(e) if s.end.is_some() => humanize::duration(e.saturating_sub(s.started_us)),
+            _ => "-".into(),
         };
         writeln!(
             out,
-            "{:<14} {:<19} {:>9} {:<10} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  {}",
+            "{:<14} {:<19} {:>9} {:<exit_w$} {:>7}{:<shipped_w$}  {:<10}  {:<node_w$}  {:<labels_w$}  {}",
             s.id.as_str().chars().take(14).collect::<String>(),
             humanize::short_time(s.started_us),
             duration,
@@ -616,6 +621,26 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
         eprintln!("note: no recorded session matches {}", scope_text(scope));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The most the EXIT column holds: an exit status or a signal always fits,
+/// and a reason Airlock gave for ending a session (an error's whole chain,
+/// for one) is cut here, so one session cannot push every column after it.
+/// Its timeline (`audit show`) has it whole.
+const EXIT_WIDTH: usize = 24;
+
+/// How a session ended as the table shows it, at most [`EXIT_WIDTH`]
+/// characters.
+fn exit_text(s: &SessionSummary) -> String {
+    let Some(end) = s.end.as_ref().filter(|_| s.ended_us.is_some()) else {
+        return "unfinished".to_owned();
+    };
+    let text = escape::text(&end.describe()).into_owned();
+    if text.chars().count() <= EXIT_WIDTH {
+        return text;
+    }
+    let kept: String = text.chars().take(EXIT_WIDTH - 1).collect();
+    format!("{kept}…")
 }
 
 /// A session's node as the table shows it: `-` when none was recorded.
