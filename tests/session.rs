@@ -276,6 +276,12 @@ fn assert_nothing_left(session: &Session, server: i32, init: i32) {
     });
     let sock = Path::new("/run/airlock").join(format!("{}.sock", session.id));
     assert!(!sock.exists(), "{} is removed", sock.display());
+    // Its log too: the server removes it as it ends, `ls` when it was killed.
+    let log = sock.with_extension("log");
+    eventually("the log is removed", Duration::from_secs(10), || {
+        let _ = airlock(&["session", "ls"]);
+        !log.exists()
+    });
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -107,6 +107,23 @@ impl Registry {
         ids
     }
 
+    /// Logs whose socket is gone: their sessions ended (a server makes its
+    /// socket before its log and removes it first), some killed before
+    /// this version removed their empty logs.
+    fn sweep_orphan_logs(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for file in entries.filter_map(Result::ok).map(|e| e.file_name()) {
+            let Some(id) = file.to_str().and_then(|f| f.strip_suffix(".log")) else {
+                continue;
+            };
+            if !self.socket(id).exists() {
+                self.remove_empty_log(id);
+            }
+        }
+    }
+
     fn names(&self) -> Vec<(String, String)> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -151,13 +168,24 @@ impl Registry {
         }
     }
 
-    /// Remove a dead session's socket and names.
+    /// Remove a dead session's socket and names, and its log if empty.
     fn forget(&self, id: &str) {
         let _ = std::fs::remove_file(self.socket(id));
         for (name, owner) in self.names() {
             if owner == id {
                 let _ = std::fs::remove_file(self.name_link(&name));
             }
+        }
+        self.remove_empty_log(id);
+    }
+
+    /// A server that was killed cannot remove its log. An empty one says
+    /// nothing and would only pile up; one with something in it is what
+    /// the server said before it died, so it stays for whoever asks why.
+    fn remove_empty_log(&self, id: &str) {
+        let log = self.log(id);
+        if std::fs::symlink_metadata(&log).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(log);
         }
     }
 
@@ -182,6 +210,7 @@ impl Registry {
     /// whose server takes the connection but does not answer is listed as
     /// not answering, with what the socket tells of it.
     pub(crate) async fn list(&self) -> Vec<SessionInfo> {
+        self.sweep_orphan_logs();
         let mut out = Vec::new();
         for id in self.ids() {
             match self.info(&id).await {
