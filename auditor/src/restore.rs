@@ -75,6 +75,9 @@ pub const EXEC_IMAGES: &str = ".airlock-exec-images";
 fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet<OsText>) {
     let mut files: BTreeMap<OsText, FileState> = BTreeMap::new();
     let mut deleted = BTreeSet::new();
+    // What files held before the session: not its writes, but what a file
+    // it moves without writing it takes along to its new name.
+    let mut originals: BTreeMap<OsText, FileState> = BTreeMap::new();
     for ev in events {
         let AuditEvent::File(FileChange {
             exec_id,
@@ -116,7 +119,7 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                 deleted.remove(path);
             }
             FileOp::Rename => {
-                let moved = files.remove(path);
+                let moved = files.remove(path).or_else(|| originals.remove(path));
                 if let Some(to) = rename_to {
                     // A directory moves with everything below it.
                     let below: Vec<OsText> = files
@@ -195,8 +198,18 @@ fn final_state(events: &[StoredEvent]) -> (BTreeMap<OsText, FileState>, BTreeSet
                 }
             }
             // What a file held before the session: the end state is the
-            // session's writes (`undo` goes back to these).
-            FileOp::Original => {}
+            // session's writes (`undo` goes back to these), and a rename's.
+            FileOp::Original => {
+                originals.insert(
+                    path.clone(),
+                    FileState {
+                        data: data_from_event(),
+                        // The permission bits: the original's mode is st_mode.
+                        mode: mode.map(|m| m & 0o7777),
+                        xattrs: BTreeMap::new(),
+                    },
+                );
+            }
         }
     }
     (files, deleted)

@@ -101,14 +101,10 @@ enum AuditCommand {
         /// of where the session had it.
         #[arg(long, value_name = "DIR", requires = "undo")]
         to: Option<PathBuf>,
-        /// With --undo: the key the record must verify with [default: the
-        /// local audit key].
-        #[arg(
-            long,
-            value_name = "FILE",
-            env = "AIRLOCK_AUDIT_KEY",
-            requires = "undo"
-        )]
+        /// With --undo or --restore: the key the record must verify with
+        /// [default: the local audit key]. Not an error without them: it
+        /// is often exported (AIRLOCK_AUDIT_KEY) for every command.
+        #[arg(long, value_name = "FILE", env = "AIRLOCK_AUDIT_KEY")]
         audit_key: Option<PathBuf>,
     },
     /// Find events across every session: which sessions talked to a host,
@@ -363,7 +359,17 @@ pub(crate) fn run(args: AuditArgs) -> Result<ExitCode> {
             };
             match (restore, diff) {
                 _ if undo => undo::run(&store, &id, audit_key, force, to.as_deref()),
-                (Some(dir), _) => restore_files(&store, &id, &dir),
+                (Some(dir), _) => {
+                    let location = db_path(&db)?;
+                    match trust_for(&location, audit_key) {
+                        Ok(TrustAnchor::None) if !is_central(&location) => {
+                            eprintln!("airlock: warning: {NO_TRUSTED_KEY}");
+                            restore_files(&store, &id, &dir, &TrustAnchor::None)
+                        }
+                        Ok(trust) => restore_files(&store, &id, &dir, &trust),
+                        Err(e) => Ok(usage(e)),
+                    }
+                }
                 (None, Some(path)) => undo::diff(&store, &id, &OsText::from(path)),
                 (None, None) => list_files(&store, &id),
             }
@@ -747,9 +753,13 @@ fn list_files(store: &dyn RecordStore, id: &SessionId) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn restore_files(store: &dyn RecordStore, id: &SessionId, dir: &Path) -> Result<ExitCode> {
-    let trust = default_trust(None)?;
-    let check = store.verify(id, &trust)?;
+fn restore_files(
+    store: &dyn RecordStore,
+    id: &SessionId,
+    dir: &Path,
+    trust: &TrustAnchor,
+) -> Result<ExitCode> {
+    let check = store.verify(id, trust)?;
     if !check.is_intact() {
         eprintln!("airlock: warning: {}", check.summary());
     }
@@ -809,6 +819,9 @@ pub(super) fn is_central(db: &Path) -> bool {
         .is_some_and(airlock_auditor::postgres::is_postgres_url)
 }
 
+/// Said when a local record is read with no key to check its signatures.
+const NO_TRUSTED_KEY: &str = "no trusted key (no --audit-key and no local audit key): checking consistency only, a re-signed log would pass";
+
 /// The trust anchor for the store at `db`: a central store trusts its
 /// enrolled node keys, so there only an explicit key counts (it narrows
 /// them to that one), never this machine's own; a local record trusts
@@ -850,9 +863,7 @@ fn verify(
         Err(e) => return Ok(usage(e)),
     };
     if matches!(trust, TrustAnchor::None) && !json && !is_central(&location) {
-        eprintln!(
-            "warning: no trusted key (no --audit-key and no local audit key): checking consistency only, a re-signed log would pass"
-        );
+        eprintln!("warning: {NO_TRUSTED_KEY}");
     }
     let ids: Vec<SessionId> = if all {
         store.sessions()?.into_iter().map(|s| s.id).collect()
