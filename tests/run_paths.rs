@@ -764,3 +764,81 @@ fn secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_und
 airlock_test_support::per_isolation!(sync secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name_under =>
     secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name,
     under_gvisor_secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name);
+
+/// Airlock's own files granted by their own names show nothing of
+/// themselves: the signing key (read-only or writable), the database and
+/// its log, and a file inside the CA's directory beside its private key.
+/// Before, a grant inside the directory that hides them was mounted on top
+/// of that hide, and the sandbox read the key that signs the record.
+fn airlocks_own_files_granted_by_their_names_show_nothing_under(
+    isolation: airlock_test_support::isolation::Isolation,
+) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let [ws, rec] = ["ws", "rec"].map(|d| root.join(d));
+    for d in [&ws, &rec] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let (db, key, ca) = (rec.join("audit.db"), rec.join("audit.key"), rec.join("ca"));
+    let made = Command::new(AIRLOCK)
+        .args(["ca", "init", "--dir"])
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    std::fs::write(ca.join("notes"), "beside the CA's key").unwrap();
+    let own = [
+        "--audit-db",
+        db.to_str().unwrap(),
+        "--audit-key",
+        key.to_str().unwrap(),
+        "--ca-dir",
+        ca.to_str().unwrap(),
+    ];
+    let first = airlock_run(
+        &ws,
+        &root,
+        &[&isolation.args()[..], &own[..]].concat(),
+        "true",
+    );
+    assert!(first.status.success(), "{first:?}");
+    let key_bytes = std::fs::read(&key).unwrap();
+    let ca_key = ca.join("ca-key.pem");
+    let ca_key_bytes = std::fs::read(&ca_key).unwrap();
+    let script = format!(
+        "for f in {key} {db} {ca_key}; do test -s $f && echo readable $f; done; \
+         echo forged > {key} 2>/dev/null; echo forged > {ca_key} 2>/dev/null; \
+         cat {notes}; echo; echo done",
+        key = key.display(),
+        db = db.display(),
+        ca_key = ca_key.display(),
+        notes = ca.join("notes").display(),
+    );
+    for grants in [
+        ["--ro", key.to_str().unwrap(), "--ro", db.to_str().unwrap()],
+        [
+            "--rw",
+            key.to_str().unwrap(),
+            "--ro",
+            ca.join("notes").to_str().unwrap(),
+        ],
+    ] {
+        let args = [&isolation.args()[..], &own[..], &grants[..]].concat();
+        let out = airlock_run(&ws, &root, &args, &script);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{grants:?}: {stdout}\n{stderr}");
+        assert!(
+            !stdout.contains("readable"),
+            "{grants:?}: {stdout}\n{stderr}"
+        );
+        assert!(stdout.ends_with("done\n"), "{grants:?}: {stdout}\n{stderr}");
+        assert_eq!(std::fs::read(&key).unwrap(), key_bytes, "{grants:?}");
+        assert_eq!(std::fs::read(&ca_key).unwrap(), ca_key_bytes, "{grants:?}");
+    }
+    // The record of every run is there, and its key still signs it.
+    assert_eq!(sessions(&db).len(), 3);
+}
+
+airlock_test_support::per_isolation!(sync airlocks_own_files_granted_by_their_names_show_nothing_under =>
+    airlocks_own_files_granted_by_their_names_show_nothing,
+    under_gvisor_airlocks_own_files_granted_by_their_names_show_nothing);

@@ -444,6 +444,16 @@ fn hidden_paths(
     }
     let mut hide = args.hide.clone();
     hide.extend(args.ca_dir.iter().cloned());
+    // The secret files themselves as well as their directories: a grant
+    // inside such a directory (a workspace beside the record is one) is
+    // mounted on top of the directory's hide, and a grant that is the file
+    // or holds it would show it. Hidden by name, the file stays covered
+    // whatever grant is around it (`--ro KEY`, `--rw CA-DIR`).
+    let mut files: Vec<PathBuf> = args
+        .ca_dir
+        .iter()
+        .map(|dir| dir.join(airlock_proxy::ca::CA_KEY_FILE))
+        .collect();
     // No sandbox sees a control socket, wherever the runtime directory is:
     // one under /run or /tmp is out of sight already (their own tmpfs), one
     // elsewhere ($XDG_RUNTIME_DIR anywhere) would not be.
@@ -465,6 +475,18 @@ fn hidden_paths(
                 .filter(|real| named.as_ref() != Some(real));
             hide.extend(named.into_iter().chain(real));
         }
+        // SQLite's write-ahead log and its index hold the newest pages.
+        let with_suffix = |suffix: &str| {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        files.extend([
+            db.clone(),
+            with_suffix("-wal"),
+            with_suffix("-shm"),
+            key.clone(),
+        ]);
         // The central store's password opens the fleet's record: the
         // sandbox never reads the file it comes from.
         if ship.is_some()
@@ -474,6 +496,10 @@ fn hidden_paths(
             writable.refuse_secret_file(&file, SecretFile::STORE_PASSWORD)?;
             hide.push(file);
         }
+    }
+    for file in files {
+        let real = file.canonicalize().ok().filter(|real| *real != file);
+        hide.extend(std::iter::once(file).chain(real));
     }
     if nix::unistd::geteuid().is_root() && args.user.is_none() {
         // The command keeps uid 0 (without capabilities), so root-only files

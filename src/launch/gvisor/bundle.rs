@@ -184,16 +184,28 @@ fn mounts(spec: &SandboxSpec, ca: &Path, resolv: &Path) -> anyhow::Result<Vec<Va
             mounts.push(bind(path, ro)?);
         }
     }
-    for path in &hides {
+    // Outermost only, as the namespace sandbox does: what is under a hidden
+    // directory is gone with it (a file hidden there would show up as an
+    // empty one); one under a grant is hidden again after the grants.
+    let nested = |p: &Path| hides.iter().any(|h| h != p && p.starts_with(h));
+    for path in hides.iter().filter(|p| !nested(p)) {
         mounts.push(hide(path)?);
     }
     mounts.push(bind(&spec.workspace, false)?);
-    for (path, forced) in hidden {
-        let inside = grants.iter().any(|g| path.starts_with(g));
-        let granted = grants.iter().any(|g| g.starts_with(&path));
-        if inside && (forced || !granted) {
-            mounts.push(hide(&path)?);
-        }
+    let again: Vec<PathBuf> = hidden
+        .into_iter()
+        .filter(|(path, forced)| {
+            let inside = grants.iter().any(|g| path.starts_with(g));
+            let granted = grants.iter().any(|g| g.starts_with(path));
+            inside && (*forced || !granted)
+        })
+        .map(|(path, _)| path)
+        .collect();
+    for path in again
+        .iter()
+        .filter(|p| !again.iter().any(|o| o != *p && p.starts_with(o)))
+    {
+        mounts.push(hide(path)?);
     }
     let file = |source: &Path, destination: &str| -> anyhow::Result<Value> {
         Ok(json!({
