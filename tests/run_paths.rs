@@ -766,10 +766,12 @@ airlock_test_support::per_isolation!(sync secrets_stay_hidden_under_a_grant_that
     under_gvisor_secrets_stay_hidden_under_a_grant_that_is_their_directory_by_another_name);
 
 /// Airlock's own files granted by their own names show nothing of
-/// themselves: the signing key (read-only or writable), the database and
-/// its log, and a file inside the CA's directory beside its private key.
-/// Before, a grant inside the directory that hides them was mounted on top
-/// of that hide, and the sandbox read the key that signs the record.
+/// themselves: the signing key (read-only or writable), the database, a
+/// file beside the CA's private key, and this user's default key and
+/// persistent CA when the session records elsewhere or not at all. Before,
+/// a grant inside the directory that hides them was mounted on top of that
+/// hide, and the sandbox read the key that signs the record and the
+/// private key of the CA `airlock proxy` mints with.
 fn airlocks_own_files_granted_by_their_names_show_nothing_under(
     isolation: airlock_test_support::isolation::Isolation,
 ) {
@@ -779,14 +781,18 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
     for d in [&ws, &rec] {
         std::fs::create_dir_all(d).unwrap();
     }
+    let ca_init = |dir: &Path| {
+        let made = Command::new(AIRLOCK)
+            .args(["ca", "init", "--dir"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+    };
     let (db, key, ca) = (rec.join("audit.db"), rec.join("audit.key"), rec.join("ca"));
-    let made = Command::new(AIRLOCK)
-        .args(["ca", "init", "--dir"])
-        .arg(&ca)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
-    std::fs::write(ca.join("notes"), "beside the CA's key").unwrap();
+    ca_init(&ca);
+    let notes = ca.join("notes");
+    std::fs::write(&notes, "beside the CA's key").unwrap();
     let own = [
         "--audit-db",
         db.to_str().unwrap(),
@@ -802,28 +808,56 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
         "true",
     );
     assert!(first.status.success(), "{first:?}");
-    let key_bytes = std::fs::read(&key).unwrap();
+    // This user's defaults: a session that records where sessions do by
+    // default makes the key, and the persistent CA is where `ca init` puts it.
+    let defaults = root.join(".local/share/airlock");
+    let default_run = airlock_run(&ws, &root, &isolation.args(), "true");
+    assert!(default_run.status.success(), "{default_run:?}");
+    ca_init(&defaults.join("ca"));
     let ca_key = ca.join("ca-key.pem");
-    let ca_key_bytes = std::fs::read(&ca_key).unwrap();
+    let default_key = defaults.join("audit.key");
+    let default_ca_key = defaults.join("ca/ca-key.pem");
+    let secrets = [&key, &ca_key, &default_key, &default_ca_key];
+    let before = secrets.map(|f| std::fs::read(f).unwrap());
+    let shown = |p: &Path| p.display().to_string();
     let script = format!(
-        "for f in {key} {db} {ca_key}; do test -s $f && echo readable $f; done; \
-         echo forged > {key} 2>/dev/null; echo forged > {ca_key} 2>/dev/null; \
+        "for f in {key} {db} {ca_key} {default_key} {default_ca_key}; do test -s $f && echo readable $f; done; \
+         for f in {key} {ca_key} {default_key} {default_ca_key}; do echo forged > $f 2>/dev/null; done; \
          cat {notes}; echo; echo done",
-        key = key.display(),
-        db = db.display(),
-        ca_key = ca_key.display(),
-        notes = ca.join("notes").display(),
+        key = shown(&key),
+        db = shown(&db),
+        ca_key = shown(&ca_key),
+        default_key = shown(&default_key),
+        default_ca_key = shown(&default_ca_key),
+        notes = shown(&notes),
     );
-    for grants in [
-        ["--ro", key.to_str().unwrap(), "--ro", db.to_str().unwrap()],
+    let default_ca = defaults.join("ca");
+    let variants: [Vec<&str>; 3] = [
         [
+            &own[..],
+            &["--ro", key.to_str().unwrap(), "--ro", db.to_str().unwrap()],
+        ]
+        .concat(),
+        [
+            &own[..],
+            &[
+                "--rw",
+                key.to_str().unwrap(),
+                "--ro",
+                notes.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+        vec![
+            "--no-audit",
             "--rw",
-            key.to_str().unwrap(),
+            default_ca.to_str().unwrap(),
             "--ro",
-            ca.join("notes").to_str().unwrap(),
+            default_key.to_str().unwrap(),
         ],
-    ] {
-        let args = [&isolation.args()[..], &own[..], &grants[..]].concat();
+    ];
+    for grants in variants {
+        let args = [&isolation.args()[..], &grants[..]].concat();
         let out = airlock_run(&ws, &root, &args, &script);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{grants:?}: {stdout}\n{stderr}");
@@ -832,10 +866,13 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
             "{grants:?}: {stdout}\n{stderr}"
         );
         assert!(stdout.ends_with("done\n"), "{grants:?}: {stdout}\n{stderr}");
-        assert_eq!(std::fs::read(&key).unwrap(), key_bytes, "{grants:?}");
-        assert_eq!(std::fs::read(&ca_key).unwrap(), ca_key_bytes, "{grants:?}");
+        assert_eq!(
+            secrets.map(|f| std::fs::read(f).unwrap()),
+            before,
+            "{grants:?}"
+        );
     }
-    // The record of every run is there, and its key still signs it.
+    // Every recorded run is on record, signed by its key.
     assert_eq!(sessions(&db).len(), 3);
 }
 

@@ -449,11 +449,22 @@ fn hidden_paths(
     // mounted on top of the directory's hide, and a grant that is the file
     // or holds it would show it. Hidden by name, the file stays covered
     // whatever grant is around it (`--ro KEY`, `--rw CA-DIR`).
+    // This user's own defaults too, whatever this session records with:
+    // the persistent CA that `airlock proxy` and the sidecar mint with, and
+    // the key and record every other session uses.
+    let default_ca = crate::paths::default_ca_dir().ok();
     let mut files: Vec<PathBuf> = args
         .ca_dir
         .iter()
+        .chain(&default_ca)
         .map(|dir| dir.join(airlock_proxy::ca::CA_KEY_FILE))
         .collect();
+    if let (Ok(db), Ok(key)) = (
+        crate::paths::default_audit_db(),
+        crate::paths::default_audit_key(),
+    ) {
+        files.extend(record_files(&db, &key));
+    }
     // No sandbox sees a control socket, wherever the runtime directory is:
     // one under /run or /tmp is out of sight already (their own tmpfs), one
     // elsewhere ($XDG_RUNTIME_DIR anywhere) would not be.
@@ -475,18 +486,7 @@ fn hidden_paths(
                 .filter(|real| named.as_ref() != Some(real));
             hide.extend(named.into_iter().chain(real));
         }
-        // SQLite's write-ahead log and its index hold the newest pages.
-        let with_suffix = |suffix: &str| {
-            let mut name = db.as_os_str().to_owned();
-            name.push(suffix);
-            PathBuf::from(name)
-        };
-        files.extend([
-            db.clone(),
-            with_suffix("-wal"),
-            with_suffix("-shm"),
-            key.clone(),
-        ]);
+        files.extend(record_files(db, key));
         // The central store's password opens the fleet's record: the
         // sandbox never reads the file it comes from.
         if ship.is_some()
@@ -508,6 +508,22 @@ fn hidden_paths(
     }
     hide.retain(|p| p.exists());
     Ok(hide)
+}
+
+/// A record's files: the database, SQLite's write-ahead log and its index
+/// (which hold the newest pages), and the key that signs it.
+fn record_files(db: &Path, key: &Path) -> [PathBuf; 4] {
+    let with_suffix = |suffix: &str| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [
+        db.to_owned(),
+        with_suffix("-wal"),
+        with_suffix("-shm"),
+        key.to_owned(),
+    ]
 }
 
 fn limits(args: &SandboxArgs) -> Limits {
