@@ -2,6 +2,7 @@
 //! auditor's API (the fixtures of airlock-test-support's `audit_store`,
 //! shared with auditor/tests).
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use airlock_auditor::{AuditEvent, FileOp, RecordStore, SessionEnd, SessionId};
@@ -10,7 +11,14 @@ use airlock_test_support::audit_store::{Env, dns, env, file, info, thirty_event_
 const AIRLOCK: &str = airlock_test_support::airlock_bin!();
 
 fn run(e: &Env, args: &[&str]) -> Output {
-    Command::new(AIRLOCK)
+    run_with_key(e, args, None)
+}
+
+/// `airlock audit ARGS` on the store, with `key` exported as
+/// AIRLOCK_AUDIT_KEY, as users do for every command.
+fn run_with_key(e: &Env, args: &[&str], key: Option<&Path>) -> Output {
+    let mut command = Command::new(AIRLOCK);
+    command
         .arg("audit")
         .args(args)
         .arg("--audit-db")
@@ -18,9 +26,17 @@ fn run(e: &Env, args: &[&str]) -> Output {
         .env("HOME", e.dir.path())
         .env_remove("XDG_DATA_HOME")
         .env_remove("AIRLOCK_AUDIT_DB")
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .output()
-        .unwrap()
+        .env_remove("AIRLOCK_AUDIT_KEY");
+    if let Some(key) = key {
+        command.env("AIRLOCK_AUDIT_KEY", key);
+    }
+    command.output().unwrap()
+}
+
+/// `audit files ID --restore DIR`.
+fn restore_into(e: &Env, id: &SessionId, dir: &Path, key: Option<&Path>) -> Output {
+    let args = ["files", id.as_str(), "--restore", dir.to_str().unwrap()];
+    run_with_key(e, &args, key)
 }
 
 fn stdout(o: &Output) -> String {
@@ -111,10 +127,7 @@ fn files_restore_and_har_export() {
     let id = rec.session_id().clone();
     rec.finish(Default::default()).unwrap();
     let dir = e.dir.path().join("out");
-    let o = run(
-        &e,
-        &["files", id.as_str(), "--restore", dir.to_str().unwrap()],
-    );
+    let o = restore_into(&e, &id, &dir, None);
     assert!(o.status.success(), "{o:?}");
     assert!(stdout(&o).contains("restored   /work/a.txt (5 B)"));
     assert_eq!(std::fs::read(dir.join("work/a.txt")).unwrap(), b"alpha");
@@ -148,10 +161,7 @@ fn restore_puts_a_renamed_preexisting_file_under_its_new_name_with_its_content()
     let id = rec.session_id().clone();
     rec.finish(Default::default()).unwrap();
     let dir = e.dir.path().join("out");
-    let o = run(
-        &e,
-        &["files", id.as_str(), "--restore", dir.to_str().unwrap()],
-    );
+    let o = restore_into(&e, &id, &dir, None);
     assert!(o.status.success(), "{o:?}");
     assert!(
         stdout(&o).contains("restored   /work/b.txt (18 B)"),
@@ -173,22 +183,12 @@ fn restore_puts_a_renamed_preexisting_file_under_its_new_name_with_its_content()
 
     // The key the session was signed with, exported as users do for every
     // command: listing works, and the restore verifies with it.
-    let with_key = |args: &[&str]| {
-        Command::new(AIRLOCK)
-            .arg("audit")
-            .args(args)
-            .arg("--audit-db")
-            .arg(&e.db)
-            .env("HOME", e.dir.path())
-            .env("AIRLOCK_AUDIT_KEY", &e.key)
-            .output()
-            .unwrap()
-    };
-    let o = with_key(&["files", id.as_str()]);
+    let key = Some(e.key.as_path());
+    let o = run_with_key(&e, &["files", id.as_str()], key);
     assert!(o.status.success(), "{o:?}");
     assert!(stdout(&o).contains("rename"), "{}", stdout(&o));
     let again = e.dir.path().join("again");
-    let o = with_key(&["files", id.as_str(), "--restore", again.to_str().unwrap()]);
+    let o = restore_into(&e, &id, &again, key);
     assert!(o.status.success(), "{o:?}");
     assert!(
         o.stderr.is_empty(),
@@ -197,10 +197,7 @@ fn restore_puts_a_renamed_preexisting_file_under_its_new_name_with_its_content()
     );
     // Without it (and with no local key) the restore says what it could
     // not check.
-    let o = run(
-        &e,
-        &["files", id.as_str(), "--restore", again.to_str().unwrap()],
-    );
+    let o = restore_into(&e, &id, &again, None);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no trusted key"),
         "{o:?}"
@@ -295,17 +292,9 @@ fn audit_sessions_cuts_a_long_end_reason_and_keeps_its_columns_aligned() {
         .unwrap();
         failed.get_or_insert(id);
     }
-    let o = run(&e, &["sessions"]);
-    assert!(o.status.success(), "{o:?}");
-    let table = stdout(&o);
+    let table = sessions_table(&e);
     let lines: Vec<&str> = table.lines().collect();
     let header = lines[0];
-    let col = |line: &str, text: &str| {
-        let at = line
-            .find(text)
-            .unwrap_or_else(|| panic!("{text:?} in {line:?}"));
-        line[..at].chars().count()
-    };
     for (command, exit) in [
         ("failed-agent", "airlock failed: the aud…"),
         ("killed-agent", "signal 9"),
@@ -316,8 +305,8 @@ fn audit_sessions_cuts_a_long_end_reason_and_keeps_its_columns_aligned() {
             .iter()
             .find(|l| l.ends_with(&format!("  {command}")))
             .unwrap_or_else(|| panic!("{command} listed:\n{table}"));
-        assert_eq!(col(line, exit), col(header, "EXIT"), "{table}");
-        assert_eq!(col(line, command), col(header, "COMMAND"), "{table}");
+        assert_eq!(column(line, exit), column(header, "EXIT"), "{table}");
+        assert_eq!(column(line, command), column(header, "COMMAND"), "{table}");
     }
     assert!(!table.contains("disk full"), "{table}");
     let o = run(&e, &["timeline", failed.unwrap().as_str()]);
@@ -327,6 +316,21 @@ fn audit_sessions_cuts_a_long_end_reason_and_keeps_its_columns_aligned() {
         "{}",
         stdout(&o)
     );
+}
+
+/// `audit sessions` as a table.
+fn sessions_table(e: &Env) -> String {
+    let o = run(e, &["sessions"]);
+    assert!(o.status.success(), "{o:?}");
+    stdout(&o)
+}
+
+/// Where `text` starts on a line of that table, in characters.
+fn column(line: &str, text: &str) -> usize {
+    let at = line
+        .find(text)
+        .unwrap_or_else(|| panic!("{text:?} in {line:?}"));
+    line[..at].chars().count()
 }
 
 /// The commands `audit sessions` lists with these arguments, and its stderr.
@@ -346,17 +350,9 @@ fn listed(e: &Env, filters: &[&str]) -> (Vec<String>, String) {
 fn audit_sessions_shows_each_sessions_node_and_labels_in_aligned_columns() {
     let e = env();
     fleet(&e);
-    let o = run(&e, &["sessions"]);
-    assert!(o.status.success(), "{o:?}");
-    let table = stdout(&o);
+    let table = sessions_table(&e);
     let lines: Vec<&str> = table.lines().collect();
     let header = lines[0];
-    let col = |line: &str, text: &str| {
-        let at = line
-            .find(text)
-            .unwrap_or_else(|| panic!("{text:?} in {line:?}"));
-        line[..at].chars().count()
-    };
     for (command, node, labels) in [
         ("red-agent", "node-a", "pod=agent-1,team=red"),
         ("red2-agent", "node-a", "team=red-2"),
@@ -368,16 +364,16 @@ fn audit_sessions_shows_each_sessions_node_and_labels_in_aligned_columns() {
             .find(|l| l.ends_with(&format!("  {command}")))
             .unwrap_or_else(|| panic!("{command} listed:\n{table}"));
         assert_eq!(
-            col(line, &format!("  {node}  ")) + 2,
-            col(header, "NODE"),
+            column(line, &format!("  {node}  ")) + 2,
+            column(header, "NODE"),
             "{table}"
         );
         assert_eq!(
-            col(line, &format!("  {labels}  ")) + 2,
-            col(header, "LABELS"),
+            column(line, &format!("  {labels}  ")) + 2,
+            column(header, "LABELS"),
             "{table}"
         );
-        assert_eq!(col(line, command), col(header, "COMMAND"), "{table}");
+        assert_eq!(column(line, command), column(header, "COMMAND"), "{table}");
     }
 
     let o = run(&e, &["sessions", "--json"]);

@@ -632,7 +632,7 @@ fn sessions(store: &dyn RecordStore, scope: &SessionScope, json: bool) -> Result
 /// The most the EXIT column holds: an exit status or a signal always fits,
 /// and a reason Airlock gave for ending a session (an error's whole chain,
 /// for one) is cut here, so one session cannot push every column after it.
-/// Its timeline (`audit show`) has it whole.
+/// Its timeline (`audit timeline`) has it whole.
 const EXIT_WIDTH: usize = 24;
 
 /// How a session ended as the table shows it, at most [`EXIT_WIDTH`]

@@ -507,6 +507,9 @@ fn hidden_paths(
         hide.extend(ROOT_ONLY_SECRETS.iter().map(PathBuf::from));
     }
     hide.retain(|p| p.exists());
+    // This session's key is often the default one: each path once.
+    hide.sort();
+    hide.dedup();
     Ok(hide)
 }
 
