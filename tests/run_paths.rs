@@ -820,8 +820,14 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
     let secrets = [&key, &ca_key, &default_key, &default_ca_key];
     let before = secrets.map(|f| std::fs::read(f).unwrap());
     let shown = |p: &Path| p.display().to_string();
+    // The same files by other names: a link to the key, and the record's
+    // directory bound elsewhere (a second name the path alone does not show).
+    let link = root.join("key-link");
+    std::os::unix::fs::symlink(&key, &link).unwrap();
+    let bound = Mounted::bind(&rec, &root.join("bound"));
+    let (bound_key, bound_ca_key) = (bound.0.join("audit.key"), bound.0.join("ca/ca-key.pem"));
     let script = format!(
-        "for f in {key} {db} {ca_key} {default_key} {default_ca_key}; do test -s $f && echo readable $f; done; \
+        "for f in {key} {db} {ca_key} {default_key} {default_ca_key} {bound_key} {bound_ca_key}; do test -s $f && echo readable $f; done; \
          for f in {key} {ca_key} {default_key} {default_ca_key}; do echo forged > $f 2>/dev/null; done; \
          cat {notes}; echo; echo done",
         key = shown(&key),
@@ -829,10 +835,12 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
         ca_key = shown(&ca_key),
         default_key = shown(&default_key),
         default_ca_key = shown(&default_ca_key),
+        bound_key = shown(&bound_key),
+        bound_ca_key = shown(&bound_ca_key),
         notes = shown(&notes),
     );
     let default_ca = defaults.join("ca");
-    let variants: [Vec<&str>; 3] = [
+    let variants: [Vec<&str>; 4] = [
         [
             &own[..],
             &["--ro", key.to_str().unwrap(), "--ro", db.to_str().unwrap()],
@@ -855,6 +863,18 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
             "--ro",
             default_key.to_str().unwrap(),
         ],
+        [
+            &own[..],
+            &[
+                "--ro",
+                link.to_str().unwrap(),
+                "--ro",
+                bound_key.to_str().unwrap(),
+                "--ro",
+                bound_ca_key.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
     ];
     for grants in variants {
         let args = [&isolation.args()[..], &grants[..]].concat();
@@ -872,8 +892,24 @@ fn airlocks_own_files_granted_by_their_names_show_nothing_under(
             "{grants:?}"
         );
     }
+    // Writable under its other name, the CA's key is refused outright,
+    // before anything runs.
+    let args = [
+        &isolation.args()[..],
+        &own[..],
+        &["--rw", bound_ca_key.to_str().unwrap()],
+    ]
+    .concat();
+    let out = airlock_run(&ws, &root, &args, "echo ran");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(125), "{stdout}\n{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.starts_with("airlock: the CA's private key") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
     // Every recorded run is on record, signed by its key.
-    assert_eq!(sessions(&db).len(), 3);
+    assert_eq!(sessions(&db).len(), 4);
 }
 
 airlock_test_support::per_isolation!(sync airlocks_own_files_granted_by_their_names_show_nothing_under =>
